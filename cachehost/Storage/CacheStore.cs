@@ -1,0 +1,332 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Diagnostics.CodeAnalysis;
+
+namespace Hpc.CacheHost.Storage;
+
+internal enum SetCondition { Always, IfNotExists, IfExists }
+
+internal enum SetOutcome { Stored, ConditionNotMet, OutOfMemory }
+
+internal enum ExpireCondition { Always, IfNoExpiry, IfHasExpiry, IfGreater, IfLess }
+
+/// <summary>
+/// Binary key/value store for immutable segments under a hard byte budget.
+/// </summary>
+/// <remarks>
+/// Every entry instance is added to the budget exactly once (when it enters the map) and released exactly once (by
+/// whoever removes or replaces that very instance), so the accounting stays exact under concurrent SET, DEL and
+/// overwrite without a lock. Stored arrays are never mutated after insertion, which lets the network layer send
+/// them without copying even if the key is deleted meanwhile.
+/// </remarks>
+internal sealed class CacheStore
+{
+    /// <summary>Estimated bytes per entry beyond key and value: map node, entry object and two array headers.</summary>
+    public const int EntryOverheadBytes = 128;
+
+    private readonly ConcurrentDictionary<byte[], Entry> _map = new(ByteArrayComparer.Instance);
+    private readonly ConcurrentDictionary<byte[], Entry>.AlternateLookup<ReadOnlySpan<byte>> _lookup;
+    private readonly TimeProvider _time;
+    private readonly Lock _sweepLock = new();
+    private IEnumerator<KeyValuePair<byte[], Entry>>? _sweepCursor;
+
+    private long _usedBytes;
+    private long _keyCount;
+    private long _expiringCount;
+    private long _hits;
+    private long _misses;
+    private long _rejectedWrites;
+    private long _expiredKeys;
+
+    public CacheStore(long maxBytes, TimeProvider time)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegativeOrZero(maxBytes);
+        MaxBytes = maxBytes;
+        _time = time;
+        _lookup = _map.GetAlternateLookup<ReadOnlySpan<byte>>();
+    }
+
+    public long MaxBytes { get; }
+    public long UsedBytes => Volatile.Read(ref _usedBytes);
+    public long Count => Volatile.Read(ref _keyCount);
+    public long ExpiringCount => Volatile.Read(ref _expiringCount);
+    public long Hits => Volatile.Read(ref _hits);
+    public long Misses => Volatile.Read(ref _misses);
+    public long RejectedWrites => Volatile.Read(ref _rejectedWrites);
+    public long ExpiredKeys => Volatile.Read(ref _expiredKeys);
+
+    public static long EstimateCost(int keyLength, long valueLength) => keyLength + valueLength + EntryOverheadBytes;
+
+    /// <summary>Looks a key up for a read; counts a keyspace hit or miss.</summary>
+    public bool TryGet(ReadOnlySpan<byte> key, [NotNullWhen(true)] out byte[]? value)
+    {
+        if (TryGetLive(key, out _, out var entry))
+        {
+            Interlocked.Increment(ref _hits);
+            value = entry.Value;
+            return true;
+        }
+        Interlocked.Increment(ref _misses);
+        value = null;
+        return false;
+    }
+
+    public bool Exists(ReadOnlySpan<byte> key) => TryGetLive(key, out _, out _);
+
+    public SetOutcome Set(ReadOnlySpan<byte> key, byte[] value, SetCondition condition = SetCondition.Always, long ttlMs = 0) =>
+        Set(key, new ReadOnlySequence<byte>(value), condition, ttlMs);
+
+    /// <summary>
+    /// Stores a copy of <paramref name="value"/>. The new entry's full cost is reserved before the old one is
+    /// released, so an overwrite needs headroom for both for a moment; a refused write changes nothing.
+    /// </summary>
+    public SetOutcome Set(ReadOnlySpan<byte> key, in ReadOnlySequence<byte> value, SetCondition condition = SetCondition.Always, long ttlMs = 0)
+    {
+        ArgumentOutOfRangeException.ThrowIfNegative(ttlMs);
+        long cost = EstimateCost(key.Length, value.Length);
+        if (!TryReserve(cost))
+        {
+            Interlocked.Increment(ref _rejectedWrites);
+            return SetOutcome.OutOfMemory;
+        }
+
+        Entry? created = null;
+        byte[]? newKey = null;
+        while (true)
+        {
+            long now = _time.GetTimestamp();
+            if (_lookup.TryGetValue(key, out var storedKey, out var old))
+            {
+                bool live = !old.IsExpired(now);
+                if ((condition == SetCondition.IfNotExists && live) || (condition == SetCondition.IfExists && !live))
+                {
+                    Release(cost);
+                    return SetOutcome.ConditionNotMet;
+                }
+                created ??= CreateEntry(value, ttlMs, now);
+                if (_map.TryUpdate(storedKey, created, old))
+                {
+                    Release(EstimateCost(storedKey.Length, old.Value.Length));
+                    AdjustExpiring(old, created);
+                    if (!live)
+                        Interlocked.Increment(ref _expiredKeys);
+                    return SetOutcome.Stored;
+                }
+            }
+            else
+            {
+                if (condition == SetCondition.IfExists)
+                {
+                    Release(cost);
+                    return SetOutcome.ConditionNotMet;
+                }
+                created ??= CreateEntry(value, ttlMs, now);
+                newKey ??= key.ToArray();
+                if (_map.TryAdd(newKey, created))
+                {
+                    Interlocked.Increment(ref _keyCount);
+                    AdjustExpiring(null, created);
+                    return SetOutcome.Stored;
+                }
+            }
+            // Another writer changed this key between our read and our write; decide again on what is there now.
+        }
+    }
+
+    /// <summary>Removes a key; true only if it held a live value.</summary>
+    public bool Delete(ReadOnlySpan<byte> key)
+    {
+        if (!_lookup.TryRemove(key, out var storedKey, out var old))
+            return false;
+        bool expired = old.IsExpired(_time.GetTimestamp());
+        OnRemoved(storedKey, old, expired);
+        return !expired;
+    }
+
+    /// <summary>Sets a time to live; a non-positive <paramref name="ttlMs"/> deletes the key at once, as in Redis.</summary>
+    public bool SetExpiry(ReadOnlySpan<byte> key, long ttlMs, ExpireCondition condition = ExpireCondition.Always)
+    {
+        while (true)
+        {
+            long now = _time.GetTimestamp();
+            if (!TryGetLive(key, out var storedKey, out var old))
+                return false;
+
+            long deadline = ttlMs <= 0 ? now : Deadline(now, ttlMs);
+            bool allowed = condition switch
+            {
+                ExpireCondition.IfNoExpiry => old.ExpiresAt == 0,
+                ExpireCondition.IfHasExpiry => old.ExpiresAt != 0,
+                // A key without expiry has an infinite time to live: never less, always greater.
+                ExpireCondition.IfGreater => old.ExpiresAt != 0 && deadline > old.ExpiresAt,
+                ExpireCondition.IfLess => old.ExpiresAt == 0 || deadline < old.ExpiresAt,
+                _ => true,
+            };
+            if (!allowed)
+                return false;
+
+            if (ttlMs <= 0)
+            {
+                if (TryRemoveExact(storedKey, old, expired: false))
+                    return true;
+                continue;
+            }
+
+            var updated = new Entry(old.Value, deadline);
+            if (_map.TryUpdate(storedKey, updated, old))
+            {
+                AdjustExpiring(old, updated);
+                return true;
+            }
+        }
+    }
+
+    public bool Persist(ReadOnlySpan<byte> key)
+    {
+        while (true)
+        {
+            if (!TryGetLive(key, out var storedKey, out var old) || old.ExpiresAt == 0)
+                return false;
+            var updated = new Entry(old.Value, 0);
+            if (_map.TryUpdate(storedKey, updated, old))
+            {
+                AdjustExpiring(old, updated);
+                return true;
+            }
+        }
+    }
+
+    /// <summary>Remaining time to live in milliseconds; -2 when the key is missing, -1 when it never expires.</summary>
+    public long GetTimeToLiveMs(ReadOnlySpan<byte> key)
+    {
+        if (!TryGetLive(key, out _, out var entry))
+            return -2;
+        if (entry.ExpiresAt == 0)
+            return -1;
+        long remaining = entry.ExpiresAt - _time.GetTimestamp();
+        return Math.Max(0, (long)((Int128)remaining * 1000 / _time.TimestampFrequency));
+    }
+
+    /// <summary>Removes every entry present when the call starts; returns how many.</summary>
+    public long Flush()
+    {
+        long removed = 0;
+        foreach (var pair in _map)
+        {
+            if (TryRemoveExact(pair.Key, pair.Value, expired: false))
+                removed++;
+        }
+        return removed;
+    }
+
+    /// <summary>
+    /// Examines at most <paramref name="maxExamined"/> entries, continuing where the previous call stopped, and
+    /// removes the expired ones; lazy expiry alone would keep unread expired segments in the budget forever.
+    /// </summary>
+    public int SweepExpired(int maxExamined)
+    {
+        lock (_sweepLock)
+        {
+            if (ExpiringCount == 0)
+                return 0;
+            long now = _time.GetTimestamp();
+            int removed = 0;
+            _sweepCursor ??= _map.GetEnumerator();
+            for (int i = 0; i < maxExamined; i++)
+            {
+                if (!_sweepCursor.MoveNext())
+                {
+                    _sweepCursor.Dispose();
+                    _sweepCursor = null;
+                    break;
+                }
+                var (key, entry) = _sweepCursor.Current;
+                if (entry.IsExpired(now) && TryRemoveExact(key, entry, expired: true))
+                    removed++;
+            }
+            return removed;
+        }
+    }
+
+    private bool TryGetLive(ReadOnlySpan<byte> key, [NotNullWhen(true)] out byte[]? storedKey, [NotNullWhen(true)] out Entry? entry)
+    {
+        if (_lookup.TryGetValue(key, out storedKey, out entry))
+        {
+            if (entry.ExpiresAt == 0 || !entry.IsExpired(_time.GetTimestamp()))
+                return true;
+            TryRemoveExact(storedKey, entry, expired: true);
+        }
+        storedKey = null;
+        entry = null;
+        return false;
+    }
+
+    // Removes the key only while it still maps to this very entry, so a concurrent overwrite is never lost.
+    private bool TryRemoveExact(byte[] key, Entry entry, bool expired)
+    {
+        if (!_map.TryRemove(KeyValuePair.Create(key, entry)))
+            return false;
+        OnRemoved(key, entry, expired);
+        return true;
+    }
+
+    private void OnRemoved(byte[] key, Entry entry, bool expired)
+    {
+        Release(EstimateCost(key.Length, entry.Value.Length));
+        Interlocked.Decrement(ref _keyCount);
+        if (entry.ExpiresAt != 0)
+            Interlocked.Decrement(ref _expiringCount);
+        if (expired)
+            Interlocked.Increment(ref _expiredKeys);
+    }
+
+    private void AdjustExpiring(Entry? old, Entry updated)
+    {
+        int delta = (updated.ExpiresAt != 0 ? 1 : 0) - (old is { ExpiresAt: not 0 } ? 1 : 0);
+        if (delta != 0)
+            Interlocked.Add(ref _expiringCount, delta);
+    }
+
+    private bool TryReserve(long bytes)
+    {
+        long current = Volatile.Read(ref _usedBytes);
+        while (true)
+        {
+            if (bytes > MaxBytes - current)
+                return false;
+            long seen = Interlocked.CompareExchange(ref _usedBytes, current + bytes, current);
+            if (seen == current)
+                return true;
+            current = seen;
+        }
+    }
+
+    private void Release(long bytes) => Interlocked.Add(ref _usedBytes, -bytes);
+
+    private Entry CreateEntry(in ReadOnlySequence<byte> value, long ttlMs, long now)
+    {
+        // Segments live long and are sent straight from these arrays; the pinned heap never moves them during
+        // compaction, so a stored 64 KB value is not copied again by every promotion.
+        var data = GC.AllocateUninitializedArray<byte>(checked((int)value.Length), pinned: true);
+        value.CopyTo(data);
+        return new Entry(data, ttlMs == 0 ? 0 : Deadline(now, ttlMs));
+    }
+
+    // Saturates instead of overflowing: a time to live past the clock's range simply never expires in practice.
+    private long Deadline(long now, long ttlMs)
+    {
+        Int128 ticks = (Int128)ttlMs * _time.TimestampFrequency / 1000;
+        long headroom = long.MaxValue - now;
+        return now + (long)Int128.Clamp(ticks, 1, headroom);
+    }
+
+    private sealed class Entry(byte[] value, long expiresAt)
+    {
+        public readonly byte[] Value = value;
+
+        /// <summary>Deadline as a <see cref="TimeProvider"/> timestamp; 0 means the entry never expires.</summary>
+        public readonly long ExpiresAt = expiresAt;
+
+        public bool IsExpired(long now) => ExpiresAt != 0 && ExpiresAt <= now;
+    }
+}

@@ -1,0 +1,415 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Text;
+using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
+
+namespace Hpc.CommonData.Cache;
+
+/// <summary>
+/// Accepts or rejects one stored segment. Returns null when accepted, otherwise why it was rejected (the client then
+/// tries the next replica). <paramref name="stored"/> is only valid during the call.
+/// </summary>
+public delegate string? StoredSegmentHandler(int index, ReadOnlySpan<byte> stored);
+
+/// <summary>
+/// Client of the cache tier: rendezvous placement of segments over the configured hosts with R replicas, pipelined
+/// batches to all hosts in parallel, timeouts, and jittered exponential-backoff retries. Thread-safe; keep one.
+/// </summary>
+public sealed class CacheTierClient : IAsyncDisposable
+{
+    private readonly CacheTierOptions _options;
+    private readonly ILogger _logger;
+    private readonly HostPool[] _pools;
+    private readonly ulong[] _hostSeeds;
+
+    public IReadOnlyList<CacheEndpoint> Hosts { get; }
+    public int Replicas { get; }
+
+    public CacheTierClient(CacheTierOptions options, ILogger? logger = null)
+    {
+        _options = options;
+        _logger = logger ?? NullLogger.Instance;
+        Hosts = options.Hosts.Select(CacheEndpoint.Parse).Distinct().ToArray();
+        if (Hosts.Count == 0) throw new ArgumentException("no cache hosts configured (set HPCDATA_CACHE_HOSTS or CacheTier:Hosts)");
+        Replicas = Math.Clamp(options.Replicas, 1, Hosts.Count);
+        _pools = Hosts.Select(h => new HostPool(h, options)).ToArray();
+        _hostSeeds = Hosts.Select(h => XxHash.Hash64Of(Encoding.UTF8.GetBytes(h.ToString()))).ToArray();
+    }
+
+    // ---------------- placement ----------------
+
+    /// <summary>Fills <paramref name="hosts"/> with the R host indexes for a segment, best first (rendezvous hashing).</summary>
+    public void Place(in SegmentId id, Span<int> hosts)
+    {
+        Span<byte> key = stackalloc byte[16];
+        id.WriteBytes(key);
+        Span<ulong> best = stackalloc ulong[hosts.Length];
+        var n = 0;
+        for (var h = 0; h < Hosts.Count; h++)
+        {
+            var score = XxHash.Hash64Of(key, _hostSeeds[h]);
+            var pos = n < hosts.Length ? n++ : hosts.Length;
+            while (pos > 0 && best[pos - 1] < score)
+            {
+                if (pos < hosts.Length) { best[pos] = best[pos - 1]; hosts[pos] = hosts[pos - 1]; }
+                pos--;
+            }
+            if (pos < hosts.Length) { best[pos] = score; hosts[pos] = h; }
+        }
+    }
+
+    private int[] PlaceAll(in SegmentId id)
+    {
+        var r = new int[Replicas];
+        Place(id, r);
+        return r;
+    }
+
+    // ---------------- segments ----------------
+
+    /// <summary>Which of these segments are already stored on all of their replica hosts.</summary>
+    public async Task<bool[]> ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, CancellationToken ct = default)
+    {
+        var present = new int[ids.Count];
+        var work = new List<(int host, int[] items)>();
+        for (var h = 0; h < Hosts.Count; h++)
+        {
+            var items = Enumerable.Range(0, ids.Count).Where(i => PlaceAll(ids[i]).Contains(h)).ToArray();
+            if (items.Length > 0) work.Add((h, items));
+        }
+        await Task.WhenAll(work.Select(w => RunAsync(w.host, async (c, token) =>
+        {
+            Span<byte> key = stackalloc byte[CacheKeys.SegmentKeyLength];
+            foreach (var i in w.items)
+            {
+                c.BeginCommand(2); c.Argument("EXISTS"u8);
+                CacheKeys.WriteSegmentKey(ids[i], key); c.Argument(key);
+            }
+            await c.FlushAsync(token);
+            foreach (var i in w.items)
+            {
+                var reply = await c.ReadReplyAsync(token);
+                if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
+                if (reply.Integer > 0) Interlocked.Increment(ref present[i]);
+            }
+            return 0;
+        }, ct)));
+        return present.Select(p => p == Replicas).ToArray();
+    }
+
+    /// <summary>Stores segments on their replica hosts with SET NX (segments are immutable). Returns bytes sent.</summary>
+    public async Task<long> PutSegmentsAsync(IReadOnlyList<(SegmentId Id, ReadOnlyMemory<byte> Stored)> segments, TimeSpan? ttl = null, CancellationToken ct = default)
+    {
+        var byHost = new List<int>[Hosts.Count];
+        Span<int> place = stackalloc int[Replicas];
+        for (var i = 0; i < segments.Count; i++)
+        {
+            Place(segments[i].Id, place);
+            foreach (var h in place) (byHost[h] ??= []).Add(i);
+        }
+        long sent = 0;
+        await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Where(h => byHost[h] is not null).Select(h => RunAsync(h, async (c, token) =>
+        {
+            long bytes = 0;
+            var key = new byte[CacheKeys.SegmentKeyLength];
+            foreach (var i in byHost[h])
+            {
+                c.BeginCommand(ttl is null ? 4 : 6);
+                c.Argument("SET"u8);
+                CacheKeys.WriteSegmentKey(segments[i].Id, key);
+                c.Argument(key);
+                c.Argument(segments[i].Stored.Span);
+                c.Argument("NX"u8);
+                if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
+                bytes += segments[i].Stored.Length;
+            }
+            await c.FlushAsync(token);
+            foreach (var _ in byHost[h])
+            {
+                var reply = await c.ReadReplyAsync(token);
+                if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
+            }
+            Interlocked.Add(ref sent, bytes);
+            return 0;
+        }, ct)));
+        return sent;
+    }
+
+    /// <summary>
+    /// Fetches the given segments (indexes into <paramref name="ids"/>) from all hosts in parallel, in MGET batches,
+    /// handing each stored form to <paramref name="handler"/>. A segment missing or rejected on one replica is asked of
+    /// the next; when none has a good copy the whole fetch fails naming the segment.
+    /// </summary>
+    public async Task FetchSegmentsAsync(IReadOnlyList<SegmentId> ids, IReadOnlyList<int> wanted, StoredSegmentHandler handler,
+        string what, CancellationToken ct = default)
+    {
+        var pending = wanted.ToArray();
+        var failures = new ConcurrentDictionary<int, string>();
+        for (var replica = 0; replica < Replicas && pending.Length > 0; replica++)
+        {
+            var queues = new ConcurrentQueue<int[]>[Hosts.Count];
+            var byHost = new List<int>[Hosts.Count];
+            foreach (var i in pending) (byHost[PlaceAll(ids[i])[replica]] ??= []).Add(i);
+            var tasks = new List<Task>();
+            var retry = new ConcurrentBag<int>();
+            for (var h = 0; h < Hosts.Count; h++)
+            {
+                if (byHost[h] is null) continue;
+                queues[h] = new ConcurrentQueue<int[]>(byHost[h].Chunk(_options.BatchSize));
+                var host = h;
+                for (var k = 0; k < Math.Min(_options.ConnectionsPerHost, queues[h].Count); k++)
+                    tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, retry, replica < Replicas - 1, ct), ct));
+            }
+            await Task.WhenAll(tasks);
+            pending = retry.ToArray();
+        }
+        if (!failures.IsEmpty)
+        {
+            var first = failures.OrderBy(f => f.Key).Take(3).Select(f => $"#{f.Key}: {f.Value}");
+            var message = $"{what}: {failures.Count} segment(s) could not be fetched intact from {string.Join(", ", Hosts)} — {string.Join("; ", first)}";
+            if (failures.Values.All(v => v.StartsWith("missing", StringComparison.Ordinal))) throw new DatasetNotFoundException(message);
+            throw new DataIntegrityException(message);
+        }
+    }
+
+    private async Task DrainAsync(int host, ConcurrentQueue<int[]> queue, IReadOnlyList<SegmentId> ids, StoredSegmentHandler handler,
+        ConcurrentDictionary<int, string> failures, ConcurrentBag<int> retry, bool canRetry, CancellationToken ct)
+    {
+        var keys = new byte[_options.BatchSize * CacheKeys.SegmentKeyLength];
+        while (queue.TryDequeue(out var batch))
+        {
+            var outcome = new string?[batch.Length];
+            try
+            {
+            await RunAsync(host, async (c, token) =>
+            {
+                Array.Clear(outcome);
+                c.BeginCommand(1 + batch.Length);
+                c.Argument("MGET"u8);
+                for (var k = 0; k < batch.Length; k++)
+                {
+                    var key = keys.AsSpan(k * CacheKeys.SegmentKeyLength, CacheKeys.SegmentKeyLength);
+                    CacheKeys.WriteSegmentKey(ids[batch[k]], key);
+                    c.Argument(key);
+                }
+                await c.FlushAsync(token);
+                await c.ReadBulkArrayAsync(batch.Length, (int k, in ReadOnlySequence<byte> value, bool isNull) =>
+                {
+                    if (isNull) { outcome[k] = $"missing on {Hosts[host]}"; return; }
+                    outcome[k] = value.IsSingleSegment ? handler(batch[k], value.FirstSpan) : HandleCopied(batch[k], value, handler);
+                }, token);
+                return 0;
+            }, ct);
+            }
+            catch (CacheHostUnavailableException e) when (canRetry)
+            {
+                // Another replica may still have these; the last replica's failure propagates as it is.
+                for (var k = 0; k < batch.Length; k++) outcome[k] ??= e.Message;
+            }
+            for (var k = 0; k < batch.Length; k++)
+            {
+                if (outcome[k] is null) { failures.TryRemove(batch[k], out _); continue; }
+                failures[batch[k]] = outcome[k]!;
+                if (canRetry) retry.Add(batch[k]);
+                _logger.LogWarning("Segment {Index} of {Id} rejected from {Host}: {Reason}", batch[k], ids[batch[k]], Hosts[host], outcome[k]);
+            }
+        }
+    }
+
+    private static string? HandleCopied(int index, in ReadOnlySequence<byte> value, StoredSegmentHandler handler)
+    {
+        var buffer = ArrayPool<byte>.Shared.Rent((int)value.Length);
+        try
+        {
+            value.CopyTo(buffer);
+            return handler(index, buffer.AsSpan(0, (int)value.Length));
+        }
+        finally { ArrayPool<byte>.Shared.Return(buffer); }
+    }
+
+    // ---------------- manifests and the latest pointer ----------------
+
+    /// <summary>Stores a manifest on every host (it is small and every reader needs it first).</summary>
+    public Task PutManifestAsync(string version, ReadOnlyMemory<byte> encoded, TimeSpan? ttl = null, CancellationToken ct = default) =>
+        ForAllHostsAsync(async (c, token) =>
+        {
+            c.BeginCommand(ttl is null ? 3 : 5);
+            c.Argument("SET"u8);
+            c.Argument(CacheKeys.Manifest(version));
+            c.Argument(encoded.Span);
+            if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
+            var reply = await c.FlushAndReadAsync(token);
+            if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
+            return 0;
+        }, ct);
+
+    /// <summary>Moves the "latest" pointer of a dataset, on every host. Call only after every segment and the manifest are stored.</summary>
+    public Task SetLatestAsync(string name, string version, CancellationToken ct = default) =>
+        ForAllHostsAsync(async (c, token) =>
+        {
+            c.Command("SET"u8, CacheKeys.Latest(name), version);
+            var reply = await c.FlushAndReadAsync(token);
+            if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
+            return 0;
+        }, ct);
+
+    /// <summary>The version "latest" points to, or null when no host knows the dataset.</summary>
+    public async Task<string?> GetLatestAsync(string name, CancellationToken ct = default)
+    {
+        var key = CacheKeys.Latest(name);
+        foreach (var value in await AskAnswerableHostsAsync((c, token) => c.FlushAndReadCommandAsync("GET"u8, key, token), ct))
+            if (value.Kind == RespKind.Bulk) return Encoding.UTF8.GetString(value.Bulk!);
+        return null;
+    }
+
+    /// <summary>
+    /// Resolves a dataset name and optional version ("latest" or null for the current one) to a verified manifest.
+    /// </summary>
+    public async Task<(string Version, Manifest Manifest)> ResolveAsync(string name, string? version = null, CancellationToken ct = default)
+    {
+        DatasetName.Validate(name);
+        if (string.IsNullOrEmpty(version) || version == "latest")
+        {
+            version = await GetLatestAsync(name, ct)
+                ?? throw new DatasetNotFoundException($"dataset '{name}' not found on cache hosts {string.Join(", ", Hosts)}");
+        }
+        if (!SegmentId.TryParse(version, out var versionId))
+            throw new DatasetNotFoundException($"dataset '{name}' version '{version}' is not a valid version id");
+        var key = CacheKeys.Manifest(version);
+        string? problem = null;
+        foreach (var reply in await AskAnswerableHostsAsync((c, token) => c.FlushAndReadCommandAsync("GET"u8, key, token), ct))
+        {
+            if (reply.Kind != RespKind.Bulk) continue;
+            var stored = reply.Bulk!;
+            if (!SegmentCodec.TryReadRawLength(stored, out var rawLength)) { problem = "manifest header is damaged"; continue; }
+            var raw = new byte[rawLength];
+            problem = SegmentCodec.TryDecode(stored, versionId, raw);
+            if (problem is not null) continue;
+            var manifest = Manifest.Parse(raw);
+            if (manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
+            return (version, manifest);
+        }
+        if (problem is not null) throw new DataIntegrityException($"dataset '{name}' version '{version}': {problem}");
+        throw new DatasetNotFoundException($"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
+    }
+
+    /// <summary>Runs a raw command on every host; used by admin tools and tests.</summary>
+    public Task<RespReply[]> ExecuteOnAllAsync(ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
+        ForAllHostsAsync((c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
+
+    private async Task<T[]> ForAllHostsAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct) =>
+        await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Select(h => RunAsync(h, op, ct)));
+
+    /// <summary>Reads from every host that answers; fails only when none does (a read must survive one host being down).</summary>
+    private async Task<T[]> AskAnswerableHostsAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct)
+    {
+        var tasks = Enumerable.Range(0, Hosts.Count).Select(h => RunAsync(h, op, ct)).ToArray();
+        try { await Task.WhenAll(tasks); }
+        catch (CacheHostUnavailableException) when (tasks.Any(t => t.IsCompletedSuccessfully)) { }
+        return tasks.Where(t => t.IsCompletedSuccessfully).Select(t => t.Result).ToArray();
+    }
+
+    // ---------------- connections, timeouts and retries ----------------
+
+    /// <summary>
+    /// Runs one exchange on a pooled connection to host <paramref name="h"/>, with a per-attempt timeout and jittered
+    /// exponential backoff between attempts. Server errors (e.g. out of memory) are not retried: they are answers.
+    /// </summary>
+    private async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct)
+    {
+        var pool = _pools[h];
+        for (var attempt = 1; ; attempt++)
+        {
+            using var timeout = CancellationTokenSource.CreateLinkedTokenSource(ct);
+            timeout.CancelAfter(_options.OperationTimeout);
+            RespConnection? c = null;
+            try
+            {
+                c = await pool.RentAsync(timeout.Token);
+                var result = await op(c, timeout.Token);
+                return result;
+            }
+            catch (Exception e) when (IsTransient(e, ct) && attempt < _options.MaxAttempts)
+            {
+                c?.MarkBroken();
+                var delay = Backoff(attempt);
+                _logger.LogWarning("Cache host {Host}: {Error}; retry {Attempt}/{Max} in {Delay} ms", Hosts[h], Describe(e), attempt, _options.MaxAttempts - 1, (int)delay.TotalMilliseconds);
+                await Task.Delay(delay, ct);
+            }
+            catch (Exception e) when (IsTransient(e, ct))
+            {
+                c?.MarkBroken();
+                throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts)", e);
+            }
+            catch
+            {
+                c?.MarkBroken();
+                throw;
+            }
+            finally
+            {
+                if (c is not null) await pool.ReturnAsync(c);
+            }
+        }
+    }
+
+    private static bool IsTransient(Exception e, CancellationToken ct) =>
+        e is CacheHostUnavailableException or RespProtocolException or IOException ||
+        (e is OperationCanceledException && !ct.IsCancellationRequested);
+
+    private static string Describe(Exception e) => e switch
+    {
+        OperationCanceledException => "timed out",
+        CacheHostUnavailableException { InnerException: { } inner } => inner.Message,
+        _ => e.Message,
+    };
+
+    /// <summary>Full-jitter exponential backoff: uniformly random in [0, min(max, base·2^attempt)].</summary>
+    private TimeSpan Backoff(int attempt)
+    {
+        var cap = Math.Min(_options.RetryMaxDelay.TotalMilliseconds, _options.RetryBaseDelay.TotalMilliseconds * Math.Pow(2, attempt));
+        return TimeSpan.FromMilliseconds(Random.Shared.NextDouble() * cap);
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        foreach (var p in _pools) await p.DisposeAsync();
+    }
+
+    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options) : IAsyncDisposable
+    {
+        private readonly ConcurrentBag<RespConnection> _idle = [];
+        private readonly SemaphoreSlim _slots = new(Math.Max(1, options.ConnectionsPerHost));
+
+        public async Task<RespConnection> RentAsync(CancellationToken ct)
+        {
+            await _slots.WaitAsync(ct);
+            try
+            {
+                while (_idle.TryTake(out var c))
+                    if (!c.IsBroken) return c;
+                    else await c.DisposeAsync();
+                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct);
+            }
+            catch
+            {
+                _slots.Release();
+                throw;
+            }
+        }
+
+        public async ValueTask ReturnAsync(RespConnection c)
+        {
+            if (c.IsBroken) await c.DisposeAsync();
+            else _idle.Add(c);
+            _slots.Release();
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            while (_idle.TryTake(out var c)) await c.DisposeAsync();
+        }
+    }
+}

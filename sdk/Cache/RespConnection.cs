@@ -1,0 +1,251 @@
+using System.Buffers;
+using System.Buffers.Text;
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+
+namespace Hpc.CommonData.Cache;
+
+/// <summary>Called once per MGET element, in order; <paramref name="value"/> is only valid during the call.</summary>
+public delegate void BulkHandler(int index, in ReadOnlySequence<byte> value, bool isNull);
+
+/// <summary>
+/// One RESP2 connection to a cache host. Not thread-safe: a caller owns it for a whole exchange (write a pipelined
+/// batch, read its replies) and then returns it to the pool. Works against our cache host and real Redis alike.
+/// </summary>
+public sealed class RespConnection : IAsyncDisposable
+{
+    private readonly Socket _socket;
+    private readonly NetworkStream _stream;
+    private readonly PipeReader _reader;
+    private readonly ArrayBufferWriter<byte> _out = new(64 * 1024);
+    private readonly long _maxBulk;
+    private bool _broken;
+    private bool _sawEof;
+
+    public CacheEndpoint Endpoint { get; }
+    public bool IsBroken => _broken;
+
+    /// <summary>The exchange was abandoned part-way; replies may still be in flight, so the connection is not reused.</summary>
+    public void MarkBroken() => _broken = true;
+
+    private RespConnection(CacheEndpoint endpoint, Socket socket, long maxBulk)
+    {
+        Endpoint = endpoint;
+        _socket = socket;
+        _stream = new NetworkStream(socket, ownsSocket: true);
+        _reader = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: 256 * 1024, minimumReadSize: 64 * 1024));
+        _maxBulk = maxBulk;
+    }
+
+    public static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct)
+    {
+        using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        cts.CancelAfter(timeout);
+        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true, ReceiveBufferSize = 1 << 20, SendBufferSize = 1 << 20 };
+        try
+        {
+            if (IPAddress.TryParse(endpoint.Host, out var ip)) await socket.ConnectAsync(new IPEndPoint(ip, endpoint.Port), cts.Token);
+            else await socket.ConnectAsync(endpoint.Host, endpoint.Port, cts.Token);
+        }
+        catch (OperationCanceledException) when (!ct.IsCancellationRequested)
+        {
+            socket.Dispose();
+            throw new CacheHostUnavailableException(endpoint, $"connect timed out after {timeout.TotalMilliseconds:0} ms");
+        }
+        catch (SocketException e)
+        {
+            socket.Dispose();
+            throw new CacheHostUnavailableException(endpoint, e.Message, e);
+        }
+        var connection = new RespConnection(endpoint, socket, Format.SegmentCodec.MaxRawLength + 4096L);
+        if (!string.IsNullOrEmpty(password))
+        {
+            connection.Command("AUTH"u8, password);
+            var reply = await connection.FlushAndReadAsync(cts.Token);
+            if (reply.Kind == RespKind.Error)
+            {
+                await connection.DisposeAsync();
+                throw new RespErrorException(endpoint.ToString(), $"AUTH refused: {reply.Text}");
+            }
+        }
+        return connection;
+    }
+
+    // ---- writing: commands are buffered and sent in one write, so a batch is pipelined ----
+
+    public void BeginCommand(int argumentCount)
+    {
+        WriteByte((byte)'*');
+        WriteInteger(argumentCount);
+        WriteCrlf();
+    }
+
+    public void Argument(ReadOnlySpan<byte> value)
+    {
+        WriteByte((byte)'$');
+        WriteInteger(value.Length);
+        WriteCrlf();
+        _out.Write(value);
+        WriteCrlf();
+    }
+
+    public void Argument(string value)
+    {
+        var n = Encoding.UTF8.GetByteCount(value);
+        WriteByte((byte)'$');
+        WriteInteger(n);
+        WriteCrlf();
+        Encoding.UTF8.GetBytes(value, _out.GetSpan(n));
+        _out.Advance(n);
+        WriteCrlf();
+    }
+
+    public void Argument(long value)
+    {
+        Span<byte> tmp = stackalloc byte[20];
+        Utf8Formatter.TryFormat(value, tmp, out var n);
+        Argument(tmp[..n]);
+    }
+
+    /// <summary>Buffers a whole command whose arguments are strings (control traffic).</summary>
+    public void Command(ReadOnlySpan<byte> name, params ReadOnlySpan<string> args)
+    {
+        BeginCommand(1 + args.Length);
+        Argument(name);
+        foreach (var a in args) Argument(a);
+    }
+
+    public ValueTask<RespReply> FlushAndReadCommandAsync(ReadOnlySpan<byte> name, string arg, CancellationToken ct)
+    {
+        Command(name, arg);
+        return FlushAndReadAsync(ct);
+    }
+
+    public ValueTask<RespReply> FlushAndReadCommandAsync(ReadOnlySpan<byte> name, string[] args, CancellationToken ct)
+    {
+        Command(name, args);
+        return FlushAndReadAsync(ct);
+    }
+
+    private void WriteByte(byte b) { _out.GetSpan(1)[0] = b; _out.Advance(1); }
+    private void WriteCrlf() { "\r\n"u8.CopyTo(_out.GetSpan(2)); _out.Advance(2); }
+    private void WriteInteger(long v) { Utf8Formatter.TryFormat(v, _out.GetSpan(20), out var n); _out.Advance(n); }
+
+    public async ValueTask FlushAsync(CancellationToken ct)
+    {
+        try
+        {
+            await _stream.WriteAsync(_out.WrittenMemory, ct);
+        }
+        catch (Exception e) when (e is IOException or SocketException or ObjectDisposedException)
+        {
+            _broken = true;
+            throw new CacheHostUnavailableException(Endpoint, $"send failed: {e.Message}", e);
+        }
+        finally
+        {
+            _out.ResetWrittenCount();
+        }
+    }
+
+    public async ValueTask<RespReply> FlushAndReadAsync(CancellationToken ct)
+    {
+        await FlushAsync(ct);
+        return await ReadReplyAsync(ct);
+    }
+
+    // ---- reading ----
+
+    public async ValueTask<RespReply> ReadReplyAsync(CancellationToken ct)
+    {
+        while (true)
+        {
+            var buffer = await ReadAsync(ct);
+            var reader = new SequenceReader<byte>(buffer);
+            bool done;
+            RespReply reply;
+            try { done = RespReplyParser.TryRead(ref reader, _maxBulk, out reply); }
+            catch (RespProtocolException) { _broken = true; throw; }
+            if (done)
+            {
+                _reader.AdvanceTo(reader.Position);
+                return reply;
+            }
+            _reader.AdvanceTo(buffer.Start, buffer.End);
+        }
+    }
+
+    /// <summary>Reads an MGET reply of <paramref name="count"/> elements, handing each value over as soon as it is complete.</summary>
+    public async ValueTask ReadBulkArrayAsync(int count, BulkHandler handler, CancellationToken ct)
+    {
+        var headerRead = false;
+        var next = 0;
+        while (next < count || !headerRead)
+        {
+            var buffer = await ReadAsync(ct);
+            var reader = new SequenceReader<byte>(buffer);
+            try
+            {
+                if (!headerRead)
+                {
+                    if (RespReplyParser.TryReadArrayHeader(ref reader, out var n))
+                    {
+                        if (n != count) { _broken = true; throw new RespProtocolException($"{Endpoint}: MGET returned {n} values for {count} keys"); }
+                        headerRead = true;
+                    }
+                }
+                while (headerRead && next < count && RespReplyParser.TryReadBulk(ref reader, _maxBulk, out var value, out var isNull))
+                {
+                    handler(next, value, isNull);
+                    next++;
+                }
+            }
+            catch (RespProtocolException) { _broken = true; throw; }
+            catch (RespErrorException e)
+            {
+                _reader.AdvanceTo(reader.Position);
+                throw new RespErrorException(Endpoint.ToString(), e.ServerMessage);
+            }
+            catch
+            {
+                _broken = true;
+                throw;
+            }
+            _reader.AdvanceTo(reader.Position, buffer.End);
+        }
+    }
+
+    private async ValueTask<ReadOnlySequence<byte>> ReadAsync(CancellationToken ct)
+    {
+        if (_sawEof) throw new CacheHostUnavailableException(Endpoint, "connection closed in the middle of a reply");
+        ReadResult result;
+        try { result = await _reader.ReadAsync(ct); }
+        catch (OperationCanceledException) { _broken = true; throw; }
+        catch (Exception e) when (e is IOException or SocketException or ObjectDisposedException)
+        {
+            _broken = true;
+            throw new CacheHostUnavailableException(Endpoint, $"receive failed: {e.Message}", e);
+        }
+        if (result.IsCompleted && result.Buffer.IsEmpty)
+        {
+            _broken = true;
+            throw new CacheHostUnavailableException(Endpoint, "connection closed by the cache host");
+        }
+        if (result.IsCompleted)
+        {
+            // Partial data then EOF: if the parser asks for more, the next read fails instead of spinning.
+            _broken = true;
+            _sawEof = true;
+        }
+        return result.Buffer;
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        _broken = true;
+        await _reader.CompleteAsync();
+        await _stream.DisposeAsync();
+    }
+}

@@ -1,0 +1,136 @@
+using System.Buffers;
+using System.Buffers.Text;
+using System.Text;
+
+namespace Hpc.CommonData.Cache;
+
+public enum RespKind { SimpleString, Error, Integer, Bulk, Array, Null }
+
+/// <summary>A small, fully materialised RESP2 reply (control traffic; segment data takes the streaming path).</summary>
+public sealed record RespReply(RespKind Kind, string? Text = null, long Integer = 0, byte[]? Bulk = null, RespReply[]? Items = null)
+{
+    public static readonly RespReply Nil = new(RespKind.Null);
+    public override string ToString() => Kind switch
+    {
+        RespKind.Bulk => Encoding.UTF8.GetString(Bulk!),
+        RespKind.Integer => Integer.ToString(),
+        RespKind.Array => $"[{string.Join(", ", Items!.Select(i => i.ToString()))}]",
+        RespKind.Null => "(nil)",
+        _ => Text ?? "",
+    };
+}
+
+/// <summary>The server answered with a RESP error (the connection is still usable).</summary>
+public sealed class RespErrorException(string host, string message) : Exception($"{host}: {message}")
+{
+    public string Host { get; } = host;
+    public string ServerMessage { get; } = message;
+}
+
+/// <summary>The byte stream is not valid RESP; the connection cannot be trusted afterwards.</summary>
+public sealed class RespProtocolException(string message) : Exception(message);
+
+/// <summary>Incremental RESP2 reply parsing over a <see cref="ReadOnlySequence{T}"/>: false means "need more bytes".</summary>
+public static class RespReplyParser
+{
+    public const int MaxArrayLength = 1 << 20;
+    public const int MaxDepth = 8;
+
+    public static bool TryReadLine(ref SequenceReader<byte> reader, out ReadOnlySequence<byte> line)
+    {
+        if (!reader.TryReadTo(out line, "\r\n"u8)) return false;
+        return true;
+    }
+
+    public static long ParseInteger(ReadOnlySequence<byte> digits)
+    {
+        Span<byte> tmp = stackalloc byte[24];
+        if (digits.Length is 0 or > 20) throw new RespProtocolException("bad integer in reply");
+        digits.CopyTo(tmp);
+        if (!Utf8Parser.TryParse(tmp[..(int)digits.Length], out long value, out var used) || used != digits.Length)
+            throw new RespProtocolException("bad integer in reply");
+        return value;
+    }
+
+    /// <summary>Reads a bulk string header and, when the payload is complete, slices it without copying.</summary>
+    public static bool TryReadBulk(ref SequenceReader<byte> reader, long maxBulk, out ReadOnlySequence<byte> value, out bool isNull)
+    {
+        value = default; isNull = false;
+        var start = reader;
+        if (!reader.TryPeek(out var type)) return false;
+        if (type == (byte)'-')
+        {
+            if (!TryReadLine(ref reader, out var err)) { reader = start; return false; }
+            throw new RespErrorException("", Encoding.UTF8.GetString(err.Slice(1)));
+        }
+        if (type != (byte)'$') throw new RespProtocolException($"expected a bulk string, got '{(char)type}'");
+        reader.Advance(1);
+        if (!TryReadLine(ref reader, out var lenLine)) { reader = start; return false; }
+        var len = ParseInteger(lenLine);
+        if (len == -1) { isNull = true; return true; }
+        if (len < 0 || len > maxBulk) throw new RespProtocolException($"bulk length {len} out of range");
+        if (reader.Remaining < len + 2) { reader = start; return false; }
+        value = reader.Sequence.Slice(reader.Position, len);
+        reader.Advance(len);
+        if (!reader.IsNext("\r\n"u8, advancePast: true)) throw new RespProtocolException("bulk string not terminated by CRLF");
+        return true;
+    }
+
+    public static bool TryReadArrayHeader(ref SequenceReader<byte> reader, out long count)
+    {
+        count = 0;
+        var start = reader;
+        if (!reader.TryPeek(out var type)) return false;
+        if (type == (byte)'-')
+        {
+            if (!TryReadLine(ref reader, out var err)) { reader = start; return false; }
+            throw new RespErrorException("", Encoding.UTF8.GetString(err.Slice(1)));
+        }
+        if (type != (byte)'*') throw new RespProtocolException($"expected an array, got '{(char)type}'");
+        reader.Advance(1);
+        if (!TryReadLine(ref reader, out var line)) { reader = start; return false; }
+        count = ParseInteger(line);
+        if (count < -1 || count > MaxArrayLength) throw new RespProtocolException($"array length {count} out of range");
+        return true;
+    }
+
+    /// <summary>Parses one complete reply of any type; errors become <see cref="RespKind.Error"/> values.</summary>
+    public static bool TryRead(ref SequenceReader<byte> reader, long maxBulk, out RespReply reply, int depth = 0)
+    {
+        reply = RespReply.Nil;
+        if (depth > MaxDepth) throw new RespProtocolException("reply nested too deeply");
+        var start = reader;
+        if (!reader.TryPeek(out var type)) return false;
+        switch (type)
+        {
+            case (byte)'+' or (byte)'-' or (byte)':':
+            {
+                reader.Advance(1);
+                if (!TryReadLine(ref reader, out var line)) { reader = start; return false; }
+                reply = type switch
+                {
+                    (byte)'+' => new RespReply(RespKind.SimpleString, Encoding.UTF8.GetString(line)),
+                    (byte)'-' => new RespReply(RespKind.Error, Encoding.UTF8.GetString(line)),
+                    _ => new RespReply(RespKind.Integer, Integer: ParseInteger(line)),
+                };
+                return true;
+            }
+            case (byte)'$':
+                if (!TryReadBulk(ref reader, maxBulk, out var value, out var isNull)) { reader = start; return false; }
+                reply = isNull ? RespReply.Nil : new RespReply(RespKind.Bulk, Bulk: value.ToArray());
+                return true;
+            case (byte)'*':
+            {
+                if (!TryReadArrayHeader(ref reader, out var count)) { reader = start; return false; }
+                if (count == -1) { reply = RespReply.Nil; return true; }
+                var items = new RespReply[count];
+                for (var i = 0; i < count; i++)
+                    if (!TryRead(ref reader, maxBulk, out items[i], depth + 1)) { reader = start; return false; }
+                reply = new RespReply(RespKind.Array, Items: items);
+                return true;
+            }
+            default:
+                throw new RespProtocolException($"unexpected reply type byte 0x{type:x2}");
+        }
+    }
+}

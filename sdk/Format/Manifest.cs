@@ -1,0 +1,103 @@
+using System.Text.Json;
+using System.Text.Json.Serialization;
+
+namespace Hpc.CommonData.Format;
+
+/// <summary>One segment of a version, in dataset order.</summary>
+public sealed record ManifestSegment(
+    [property: JsonPropertyName("id")] string Id,
+    [property: JsonPropertyName("raw")] int RawLength,
+    [property: JsonPropertyName("stored")] int StoredLength);
+
+/// <summary>A file of a directory dataset: where its bytes lie in the dataset.</summary>
+public sealed record DatasetFile(
+    [property: JsonPropertyName("path")] string Path,
+    [property: JsonPropertyName("offset")] long Offset,
+    [property: JsonPropertyName("length")] long Length,
+    [property: JsonPropertyName("mode")] int Mode);
+
+/// <summary>
+/// An immutable dataset version. Its version id is the XXH3-128 of its serialized bytes, so the id names exactly
+/// this content and this segment list; nothing about it can change without the id changing.
+/// </summary>
+public sealed class Manifest
+{
+    public const int CurrentFormat = 1;
+
+    [JsonPropertyName("format")] public int Format { get; init; } = CurrentFormat;
+    [JsonPropertyName("name")] public required string Name { get; init; }
+    [JsonPropertyName("created")] public DateTimeOffset Created { get; init; }
+    [JsonPropertyName("lifetimeSeconds")] public long? LifetimeSeconds { get; init; }
+    [JsonPropertyName("rawLength")] public long RawLength { get; init; }
+    [JsonPropertyName("storedLength")] public long StoredLength { get; init; }
+    [JsonPropertyName("hash")] public required string Hash { get; init; }
+    [JsonPropertyName("segmentSize")] public int SegmentSize { get; init; } = SegmentCodec.DefaultSegmentSize;
+    [JsonPropertyName("segments")] public required IReadOnlyList<ManifestSegment> Segments { get; init; }
+    [JsonPropertyName("files")] public IReadOnlyList<DatasetFile>? Files { get; init; }
+
+    private long[]? _offsets;
+    private SegmentId[]? _ids;
+
+    /// <summary>Byte offset of each segment, plus the total at the end (longs: datasets pass 4 GB).</summary>
+    [JsonIgnore]
+    public IReadOnlyList<long> Offsets => _offsets ??= ComputeOffsets();
+
+    [JsonIgnore]
+    public IReadOnlyList<SegmentId> SegmentIds => _ids ??= Segments.Select(s => SegmentId.Parse(s.Id)).ToArray();
+
+    private long[] ComputeOffsets()
+    {
+        var offsets = new long[Segments.Count + 1];
+        long o = 0;
+        for (var i = 0; i < Segments.Count; i++) { offsets[i] = o; o += Segments[i].RawLength; }
+        offsets[^1] = o;
+        return offsets;
+    }
+
+    public byte[] Serialize() => JsonSerializer.SerializeToUtf8Bytes(this, FormatJsonContext.Default.Manifest);
+
+    /// <summary>The version id of these exact bytes.</summary>
+    public static string VersionOf(ReadOnlySpan<byte> serialized) => SegmentId.Of(serialized).ToString();
+
+    /// <summary>Parses and checks internal consistency; throws <see cref="InvalidDataException"/> on any mismatch.</summary>
+    public static Manifest Parse(ReadOnlySpan<byte> serialized)
+    {
+        Manifest? m;
+        try { m = JsonSerializer.Deserialize(serialized, FormatJsonContext.Default.Manifest); }
+        catch (JsonException e) { throw new InvalidDataException($"manifest is not valid JSON: {e.Message}", e); }
+        if (m is null) throw new InvalidDataException("manifest is empty");
+        m.Check();
+        return m;
+    }
+
+    private void Check()
+    {
+        if (Format != CurrentFormat) throw new InvalidDataException($"manifest format {Format} is not supported (this build reads {CurrentFormat})");
+        if (!DatasetName.TryValidate(Name, out var error)) throw new InvalidDataException(error);
+        long raw = 0;
+        foreach (var s in Segments)
+        {
+            if (!SegmentId.TryParse(s.Id, out _)) throw new InvalidDataException($"manifest of {Name}: bad segment id '{s.Id}'");
+            if (s.RawLength <= 0 || s.RawLength > SegmentCodec.MaxRawLength || s.StoredLength <= 0)
+                throw new InvalidDataException($"manifest of {Name}: bad segment lengths {s.RawLength}/{s.StoredLength}");
+            raw += s.RawLength;
+        }
+        if (raw != RawLength) throw new InvalidDataException($"manifest of {Name}: segments add up to {raw} bytes, header says {RawLength}");
+        if (!SegmentId.TryParse(Hash, out _)) throw new InvalidDataException($"manifest of {Name}: bad dataset hash '{Hash}'");
+        foreach (var f in Files ?? [])
+        {
+            if (f.Offset < 0 || f.Length < 0 || f.Offset + f.Length > RawLength)
+                throw new InvalidDataException($"manifest of {Name}: file '{f.Path}' lies outside the dataset");
+            if (!IsSafeRelativePath(f.Path)) throw new InvalidDataException($"manifest of {Name}: unsafe file path '{f.Path}'");
+        }
+    }
+
+    /// <summary>A path inside a directory dataset: relative, '/'-separated, no empty, '.' or '..' parts, no control characters.</summary>
+    public static bool IsSafeRelativePath(string path) =>
+        path.Length is > 0 and <= 4096 && !path.StartsWith('/') && !path.Contains('\\') && !path.Contains(':') &&
+        !path.Any(char.IsControl) && path.Split('/').All(p => p.Length > 0 && p != "." && p != "..");
+}
+
+[JsonSourceGenerationOptions(DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull)]
+[JsonSerializable(typeof(Manifest))]
+internal sealed partial class FormatJsonContext : JsonSerializerContext;

@@ -1,0 +1,97 @@
+using System.Buffers.Binary;
+
+namespace Hpc.CommonData.Format;
+
+public enum SegmentCodecKind : byte { Raw = 0, Lz4 = 1 }
+
+/// <summary>
+/// The stored form of a segment: a 24-byte header then the payload.
+/// <code>
+///  0  'H' 'C' 'S'  format version (1)
+///  4  codec (0 raw, 1 lz4), 3 reserved bytes (zero)
+///  8  raw length   (int32 LE)
+/// 12  payload length (int32 LE)
+/// 16  XXH3-64 of the payload (uint64 LE)
+/// </code>
+/// The payload checksum catches damage before decompression; the content id (XXH3-128 of the raw bytes)
+/// is checked after it, so a segment is only accepted when it is exactly the bytes that were staged.
+/// </summary>
+public static class SegmentCodec
+{
+    public const int HeaderLength = 24;
+    public const byte FormatVersion = 1;
+    public const int DefaultSegmentSize = 64 * 1024;
+    /// <summary>Upper bound for one stored object (a segment or a manifest): every frame on the wire stays bounded.</summary>
+    public const int MaxRawLength = 48 * 1024 * 1024;
+
+    public static int MaxEncodedLength(int rawLength) => HeaderLength + Math.Max(rawLength, Lz4.MaximumOutputLength(rawLength));
+
+    /// <summary>Encodes <paramref name="raw"/> into <paramref name="destination"/>; stored raw when LZ4 does not make it smaller.</summary>
+    public static int Encode(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress = true)
+    {
+        if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
+        var payload = destination[HeaderLength..];
+        var codec = SegmentCodecKind.Raw;
+        var stored = 0;
+        if (compress && raw.Length > 0)
+        {
+            stored = Lz4.Encode(raw, payload);
+            if (stored > 0 && stored < raw.Length) codec = SegmentCodecKind.Lz4;
+        }
+        if (codec == SegmentCodecKind.Raw)
+        {
+            raw.CopyTo(payload);
+            stored = raw.Length;
+        }
+        WriteHeader(destination, codec, raw.Length, payload[..stored]);
+        return HeaderLength + stored;
+    }
+
+    private static void WriteHeader(Span<byte> d, SegmentCodecKind codec, int rawLength, ReadOnlySpan<byte> payload)
+    {
+        d[0] = (byte)'H'; d[1] = (byte)'C'; d[2] = (byte)'S'; d[3] = FormatVersion;
+        d[4] = (byte)codec; d[5] = 0; d[6] = 0; d[7] = 0;
+        BinaryPrimitives.WriteInt32LittleEndian(d[8..], rawLength);
+        BinaryPrimitives.WriteInt32LittleEndian(d[12..], payload.Length);
+        BinaryPrimitives.WriteUInt64LittleEndian(d[16..], XxHash.Hash64Of(payload));
+    }
+
+    /// <summary>Reads the raw length from a header without validating the rest.</summary>
+    public static bool TryReadRawLength(ReadOnlySpan<byte> stored, out int rawLength)
+    {
+        rawLength = 0;
+        if (stored.Length < HeaderLength || stored[0] != 'H' || stored[1] != 'C' || stored[2] != 'S') return false;
+        rawLength = BinaryPrimitives.ReadInt32LittleEndian(stored[8..]);
+        return rawLength is >= 0 and <= MaxRawLength;
+    }
+
+    /// <summary>
+    /// Verifies and decodes a stored segment into <paramref name="destination"/> (exactly the raw length).
+    /// Returns null on success, otherwise why the segment was rejected.
+    /// </summary>
+    public static string? TryDecode(ReadOnlySpan<byte> stored, SegmentId expected, Span<byte> destination)
+    {
+        if (stored.Length < HeaderLength) return $"segment {expected}: {stored.Length} bytes is shorter than a header";
+        if (stored[0] != 'H' || stored[1] != 'C' || stored[2] != 'S') return $"segment {expected}: bad magic";
+        if (stored[3] != FormatVersion) return $"segment {expected}: unsupported format version {stored[3]}";
+        var codec = (SegmentCodecKind)stored[4];
+        var rawLength = BinaryPrimitives.ReadInt32LittleEndian(stored[8..]);
+        var payloadLength = BinaryPrimitives.ReadInt32LittleEndian(stored[12..]);
+        if (rawLength != destination.Length) return $"segment {expected}: raw length {rawLength}, expected {destination.Length}";
+        if (payloadLength != stored.Length - HeaderLength) return $"segment {expected}: payload length {payloadLength} but {stored.Length - HeaderLength} bytes present";
+        var payload = stored[HeaderLength..];
+        if (XxHash.Hash64Of(payload) != BinaryPrimitives.ReadUInt64LittleEndian(stored[16..])) return $"segment {expected}: payload checksum mismatch";
+        switch (codec)
+        {
+            case SegmentCodecKind.Raw when payloadLength == rawLength:
+                payload.CopyTo(destination);
+                break;
+            case SegmentCodecKind.Lz4:
+                if (Lz4.Decode(payload, destination) != rawLength) return $"segment {expected}: LZ4 payload does not decode to {rawLength} bytes";
+                break;
+            default:
+                return $"segment {expected}: bad codec {(byte)codec} for lengths {rawLength}/{payloadLength}";
+        }
+        return SegmentId.Of(destination) == expected ? null : $"segment {expected}: content hash mismatch";
+    }
+}
