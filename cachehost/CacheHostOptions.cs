@@ -1,5 +1,6 @@
 using System.ComponentModel;
 using System.Globalization;
+using Microsoft.Extensions.Options;
 
 namespace Hpc.CacheHost;
 
@@ -9,7 +10,7 @@ public sealed class CacheHostOptions
     public const string SectionName = "CacheHost";
 
     /// <summary>Short command-line switches, so an operator can write <c>--port 6380</c> instead of the section path.</summary>
-    public static readonly IReadOnlyDictionary<string, string> SwitchMappings = new Dictionary<string, string>(StringComparer.OrdinalIgnoreCase)
+    public static IDictionary<string, string> SwitchMappings => new Dictionary<string, string>(StringComparer.OrdinalIgnoreCase)
     {
         ["--address"] = $"{SectionName}:{nameof(Address)}",
         ["--port"] = $"{SectionName}:{nameof(Port)}",
@@ -48,6 +49,15 @@ public sealed class CacheHostOptions
             yield return "MaxClients must be positive.";
         if (string.IsNullOrWhiteSpace(Address))
             yield return "Address must not be empty.";
+    }
+}
+
+internal sealed class CacheHostOptionsValidator : IValidateOptions<CacheHostOptions>
+{
+    public ValidateOptionsResult Validate(string? name, CacheHostOptions options)
+    {
+        var failures = options.Validate().ToList();
+        return failures.Count == 0 ? ValidateOptionsResult.Success : ValidateOptionsResult.Fail(failures);
     }
 }
 

@@ -234,11 +234,11 @@ public sealed unsafe class CommonDataSet : IAsyncDisposable, IDisposable
 
     public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
 
-    public async ValueTask DisposeAsync()
+    public ValueTask DisposeAsync()
     {
-        if (Interlocked.Exchange(ref _disposed, 1) != 0) return;
+        if (Interlocked.Exchange(ref _disposed, 1) != 0) return default;
         _backing.Dispose();
-        if (_agent is not null) await _agent.DisposeAsync();
+        return _agent?.DisposeAsync() ?? default;
     }
 
     private sealed class PointerMemory(byte* pointer, int length) : MemoryManager<byte>

@@ -1,0 +1,41 @@
+using System.Net;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.CacheHost;
+
+/// <summary>Source-generated log messages with stable event ids, so operators can filter on them.</summary>
+internal static partial class Log
+{
+    [LoggerMessage(1, LogLevel.Information, "Cache host listening on {EndPoint}, budget {MaxMemoryBytes} bytes, max frame {MaxFrameBytes} bytes, auth {AuthMode}")]
+    public static partial void Listening(ILogger logger, EndPoint endPoint, long maxMemoryBytes, long maxFrameBytes, string authMode);
+
+    [LoggerMessage(2, LogLevel.Information, "Cache host stopping; closing {Count} client connections")]
+    public static partial void Stopping(ILogger logger, int count);
+
+    [LoggerMessage(10, LogLevel.Debug, "Client {ClientId} connected from {Remote}")]
+    public static partial void ClientConnected(ILogger logger, long clientId, EndPoint? remote);
+
+    [LoggerMessage(11, LogLevel.Debug, "Client {ClientId} disconnected")]
+    public static partial void ClientDisconnected(ILogger logger, long clientId);
+
+    [LoggerMessage(12, LogLevel.Debug, "Client {ClientId} connection closed by peer: {Reason}")]
+    public static partial void ClientConnectionLost(ILogger logger, long clientId, string reason);
+
+    [LoggerMessage(13, LogLevel.Warning, "Client {ClientId} from {Remote} sent a malformed request and was disconnected: {Error}")]
+    public static partial void ProtocolError(ILogger logger, long clientId, EndPoint? remote, string error);
+
+    [LoggerMessage(14, LogLevel.Debug, "Client {ClientId} closed with {Bytes} bytes of an unfinished request")]
+    public static partial void TruncatedRequest(ILogger logger, long clientId, long bytes);
+
+    [LoggerMessage(15, LogLevel.Error, "Client {ClientId} failed unexpectedly")]
+    public static partial void ClientFault(ILogger logger, Exception exception, long clientId);
+
+    [LoggerMessage(16, LogLevel.Warning, "Refused connection from {Remote}: {MaxClients} clients already connected")]
+    public static partial void MaxClientsReached(ILogger logger, EndPoint? remote, int maxClients);
+
+    [LoggerMessage(17, LogLevel.Error, "Accepting a connection failed")]
+    public static partial void AcceptFailed(ILogger logger, Exception exception);
+
+    [LoggerMessage(20, LogLevel.Debug, "Expiry sweep removed {Count} keys")]
+    public static partial void Swept(ILogger logger, int count);
+}

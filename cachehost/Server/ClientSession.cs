@@ -1,0 +1,184 @@
+using System.IO.Pipelines;
+using System.Net;
+using System.Net.Sockets;
+using System.Text;
+using Hpc.CacheHost.Resp;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.CacheHost.Server;
+
+/// <summary>
+/// One client connection: reads pipelined requests, executes each against the store as soon as its frame is
+/// complete, and sends the batch's replies as one gather write before reading again.
+/// </summary>
+internal sealed partial class ClientSession : IDisposable
+{
+    // A whole 64 KB SET usually fits one receive segment, so its value is copied out of the pipe in one piece.
+    private const int ReceiveBufferBytes = 128 * 1024;
+    private const int MinimumReadBytes = 16 * 1024;
+
+    private readonly Socket _socket;
+    private readonly ServerContext _server;
+    private readonly ILogger _logger;
+    private readonly PipeReader _reader;
+    private readonly RespCommand _command = new();
+    private readonly ReplyBuffer _reply = new();
+    private readonly SocketSender _sender = new();
+    private long _commandsInBatch;
+    private bool _authenticated;
+    private bool _quitRequested;
+    private byte[]? _clientName;
+    private int _closed;
+
+    public ClientSession(long id, Socket socket, ServerContext server, ILogger logger)
+    {
+        Id = id;
+        _socket = socket;
+        _server = server;
+        _logger = logger;
+        Remote = socket.RemoteEndPoint;
+        _authenticated = server.Password is null;
+        _reader = PipeReader.Create(
+            new NetworkStream(socket, ownsSocket: false),
+            new StreamPipeReaderOptions(bufferSize: ReceiveBufferBytes, minimumReadSize: MinimumReadBytes, leaveOpen: true));
+    }
+
+    public long Id { get; }
+
+    public EndPoint? Remote { get; }
+
+    public async Task RunAsync(CancellationToken cancellationToken)
+    {
+        Log.ClientConnected(_logger, Id, Remote);
+        try
+        {
+            await ProcessRequestsAsync(cancellationToken);
+        }
+        catch (Exception ex) when (IsExpectedDisconnect(ex, cancellationToken))
+        {
+            Log.ClientConnectionLost(_logger, Id, ex.GetBaseException().Message);
+        }
+        catch (Exception ex)
+        {
+            Log.ClientFault(_logger, ex, Id);
+        }
+        finally
+        {
+            await _reader.CompleteAsync();
+            Dispose();
+            Log.ClientDisconnected(_logger, Id);
+        }
+    }
+
+    private async Task ProcessRequestsAsync(CancellationToken cancellationToken)
+    {
+        var limits = _server.Limits;
+        while (true)
+        {
+            var result = await _reader.ReadAsync(cancellationToken);
+            var buffer = result.Buffer;
+            var consumed = buffer.Start;
+            var examined = buffer.End;
+            try
+            {
+                if (result.IsCanceled)
+                    return;
+
+                long received = buffer.Length;
+                string? protocolError = null;
+                while (!_quitRequested)
+                {
+                    var status = RespParser.TryParseCommand(ref buffer, _command, limits, out protocolError);
+                    if (status != RespParseStatus.Complete)
+                        break;
+                    consumed = buffer.Start;
+                    if (_command.Count > 0)
+                    {
+                        Execute();
+                        _commandsInBatch++;
+                    }
+                    _command.Reset();
+                    if (_reply.ShouldFlush)
+                        await FlushAsync();
+                }
+                _server.Stats.AddInput(received - buffer.Length);
+
+                if (protocolError is not null)
+                {
+                    // Replies already owed to earlier requests go first; the error explains why the connection ends.
+                    _reply.WriteError("ERR Protocol error: "u8, Encoding.UTF8.GetBytes(protocolError));
+                    Log.ProtocolError(_logger, Id, Remote, protocolError);
+                }
+                await FlushAsync();
+                if (protocolError is not null || _quitRequested)
+                    return;
+                if (result.IsCompleted)
+                {
+                    if (!buffer.IsEmpty)
+                        Log.TruncatedRequest(_logger, Id, buffer.Length);
+                    return;
+                }
+            }
+            finally
+            {
+                _reader.AdvanceTo(consumed, examined);
+            }
+        }
+    }
+
+    private async ValueTask FlushAsync()
+    {
+        if (_commandsInBatch > 0)
+        {
+            _server.Stats.AddCommands(_commandsInBatch);
+            _commandsInBatch = 0;
+        }
+        if (_reply.IsEmpty)
+            return;
+        long length = _reply.Length;
+        int sent = await _sender.SendAsync(_socket, _reply.GetSegments());
+        if (sent != length)
+            throw new IOException($"Socket accepted {sent} of {length} reply bytes.");
+        _server.Stats.AddOutput(length);
+        _reply.Reset();
+    }
+
+    private static bool IsExpectedDisconnect(Exception exception, CancellationToken cancellationToken) => exception switch
+    {
+        OperationCanceledException => cancellationToken.IsCancellationRequested,
+        ObjectDisposedException => true,
+        SocketException socket => IsPeerGone(socket.SocketErrorCode),
+        IOException { InnerException: SocketException socket } => IsPeerGone(socket.SocketErrorCode),
+        _ => false,
+    };
+
+    private static bool IsPeerGone(SocketError error) => error is SocketError.ConnectionReset or SocketError.ConnectionAborted
+        or SocketError.Shutdown or SocketError.OperationAborted or SocketError.Interrupted or SocketError.TimedOut;
+
+    /// <summary>Closes the connection; safe to call from the server's shutdown while the session is running.</summary>
+    public void Abort()
+    {
+        try
+        {
+            _socket.Shutdown(SocketShutdown.Both);
+        }
+        catch (SocketException)
+        {
+            // Already reset by the peer; closing below is all that is left to do.
+        }
+        catch (ObjectDisposedException)
+        {
+        }
+        _socket.Dispose();
+    }
+
+    public void Dispose()
+    {
+        if (Interlocked.Exchange(ref _closed, 1) != 0)
+            return;
+        Abort();
+        _command.Dispose();
+        _reply.Dispose();
+        _sender.Dispose();
+    }
+}

@@ -1,0 +1,73 @@
+using System.Reflection;
+using System.Text;
+using Hpc.CacheHost.Resp;
+using Hpc.CacheHost.Storage;
+using Microsoft.Extensions.Options;
+
+namespace Hpc.CacheHost.Server;
+
+/// <summary>What every connection shares: settings, the store, counters and facts learned at startup.</summary>
+internal sealed class ServerContext
+{
+    public ServerContext(IOptions<CacheHostOptions> options, CacheStore store, TimeProvider time)
+    {
+        Options = options.Value;
+        Store = store;
+        Time = time;
+        Limits = RespLimits.ForFrameSize((int)Options.MaxFrameBytes.Bytes);
+        Password = string.IsNullOrEmpty(Options.Password) ? null : Encoding.UTF8.GetBytes(Options.Password);
+        StartTimestamp = time.GetTimestamp();
+        Version = typeof(ServerContext).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion
+            ?? typeof(ServerContext).Assembly.GetName().Version?.ToString() ?? "0.0.0";
+    }
+
+    public CacheHostOptions Options { get; }
+    public CacheStore Store { get; }
+    public TimeProvider Time { get; }
+    public RespLimits Limits { get; }
+    public byte[]? Password { get; }
+    public string Version { get; }
+    public long StartTimestamp { get; }
+    public ServerStats Stats { get; } = new();
+
+    /// <summary>The port actually bound, known once listening (differs from the option when that is 0).</summary>
+    public int Port { get; set; }
+}
+
+internal sealed class ServerStats
+{
+    private long _connectedClients;
+    private long _totalConnections;
+    private long _rejectedConnections;
+    private long _commandsProcessed;
+    private long _netInputBytes;
+    private long _netOutputBytes;
+    private long _nextClientId;
+
+    public long ConnectedClients => Volatile.Read(ref _connectedClients);
+    public long TotalConnections => Volatile.Read(ref _totalConnections);
+    public long RejectedConnections => Volatile.Read(ref _rejectedConnections);
+    public long CommandsProcessed => Volatile.Read(ref _commandsProcessed);
+    public long NetInputBytes => Volatile.Read(ref _netInputBytes);
+    public long NetOutputBytes => Volatile.Read(ref _netOutputBytes);
+
+    /// <summary>Admits a client unless <paramref name="maxClients"/> are already connected; returns its id, or 0 if refused.</summary>
+    public long TryAdmit(int maxClients)
+    {
+        if (Interlocked.Increment(ref _connectedClients) > maxClients)
+        {
+            Interlocked.Decrement(ref _connectedClients);
+            Interlocked.Increment(ref _rejectedConnections);
+            return 0;
+        }
+        Interlocked.Increment(ref _totalConnections);
+        return Interlocked.Increment(ref _nextClientId);
+    }
+
+    public void ClientLeft() => Interlocked.Decrement(ref _connectedClients);
+
+    // Sessions add per batch rather than per command, to keep shared cache lines quiet.
+    public void AddCommands(long count) => Interlocked.Add(ref _commandsProcessed, count);
+    public void AddInput(long bytes) => Interlocked.Add(ref _netInputBytes, bytes);
+    public void AddOutput(long bytes) => Interlocked.Add(ref _netOutputBytes, bytes);
+}

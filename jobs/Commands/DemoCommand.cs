@@ -1,0 +1,159 @@
+using System.Diagnostics;
+using System.Text.Json;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Sample;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("demo", HelpText = "Run the whole system on this machine: cache hosts, node agents, staging, and sample workers.")]
+public sealed class DemoOptions
+{
+    [Option("size", Default = "256MB", HelpText = "Dataset size (e.g. 64MB, 1GB).")]
+    public string Size { get; set; } = "256MB";
+
+    [Option("hosts", Default = 2, HelpText = "Cache hosts.")]
+    public int Hosts { get; set; } = 2;
+
+    [Option("nodes", Default = 2, HelpText = "Node agents (each stands in for a compute node).")]
+    public int Nodes { get; set; } = 2;
+
+    [Option("workers", Default = 4, HelpText = "Worker processes per node.")]
+    public int Workers { get; set; } = 4;
+
+    [Option("work-dir", HelpText = "Scratch directory (default: under /dev/shm or the temp folder); removed afterwards.")]
+    public string? WorkDir { get; set; }
+
+    [Option("json", HelpText = "Also write the measurements as JSON to this file.")]
+    public string? Json { get; set; }
+}
+
+public sealed class DemoCommand(DemoOptions o)
+{
+    private const string DatasetName = "demo/market-history";
+    private readonly List<ComponentProcess> _processes = [];
+
+    public async Task<int> RunAsync()
+    {
+        using var cancel = new CancellationTokenSource();
+        Console.CancelKeyPress += (_, e) => { e.Cancel = true; cancel.Cancel(); Console.Error.WriteLine("\ninterrupted: shutting down"); };
+        var size = ByteSize.Parse(o.Size);
+        var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-demo-{Environment.ProcessId}");
+        Directory.CreateDirectory(root);
+        try
+        {
+            return await RunCoreAsync(size, root, cancel.Token);
+        }
+        catch (OperationCanceledException)
+        {
+            return 130;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or AgentException)
+        {
+            Console.Error.WriteLine($"hpcdata demo: {e.Message}");
+            return 1;
+        }
+        finally
+        {
+            await Task.WhenAll(_processes.Select(p => p.DisposeAsync().AsTask()));
+            try { Directory.Delete(root, recursive: true); } catch (IOException) { } catch (UnauthorizedAccessException) { }
+        }
+    }
+
+    private async Task<int> RunCoreAsync(long size, string root, CancellationToken ct)
+    {
+        var readyTimeout = TimeSpan.FromSeconds(30);
+        Console.WriteLine($"HPC Common Data demo: {ByteSize.Format(size)} dataset, {o.Hosts} cache hosts, {o.Nodes} nodes × {o.Workers} workers");
+
+        var clock = Stopwatch.StartNew();
+        var csv = Path.Combine(root, "market-history.csv");
+        var (days, instruments) = MarketHistory.Generate(csv, size);
+        Console.WriteLine($"  generated  {instruments} instruments × {days} days of closing prices in {clock.Elapsed.TotalSeconds:0.0} s");
+
+        var budget = (long)(size * 1.5) + (64L << 20);
+        var hosts = new List<string>();
+        for (var h = 0; h < o.Hosts; h++)
+        {
+            var p = Track(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", budget.ToString()], name: $"cachehost{h + 1}"));
+            hosts.Add(await p.WaitReadyAsync(readyTimeout, ct));
+        }
+        var hostList = string.Join(",", hosts);
+
+        var stager = Track(ComponentProcess.Start("Hpc.Stager", [csv, "--name", DatasetName, "--cache-hosts", hostList, "--json"], name: "stager"));
+        if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(10), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+        var stage = JsonSerializer.Deserialize<StageSummary>(stager.StandardOutput.Last())!;
+        Console.WriteLine($"  staged     {ByteSize.Format(stage.RawBytes)} → {ByteSize.Format(stage.StoredBytes)} stored ({100.0 * stage.StoredBytes / Math.Max(1, stage.RawBytes):0.0}%), " +
+                          $"{stage.Segments} segments in {stage.Seconds:0.00} s = {stage.RawBytes / 1e6 / stage.Seconds:0} MB/s, version {stage.Version[..12]}…");
+
+        var pipes = new List<string>();
+        for (var n = 0; n < o.Nodes; n++)
+        {
+            var pipe = $"hd{Environment.ProcessId}n{n + 1}";
+            var p = Track(ComponentProcess.Start("Hpc.NodeAgent",
+                ["--pipe", pipe, "--data-dir", Path.Combine(root, $"node{n + 1}"), "--cache-hosts", hostList, "--node", $"node{n + 1}", "--budget", budget.ToString()],
+                name: $"agent{n + 1}"));
+            await p.WaitReadyAsync(readyTimeout, ct);
+            pipes.Add(pipe);
+        }
+
+        // Node preparation on every node at once, as a scheduler would start it.
+        var fetches = await Task.WhenAll(pipes.Select(async pipe =>
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
+            var sw = Stopwatch.StartNew();
+            var local = await agent.PrefetchAsync(DatasetName, stage.Version, pin: "demo", ct);
+            return (local, seconds: sw.Elapsed.TotalSeconds);
+        }));
+        for (var n = 0; n < fetches.Length; n++)
+            Console.WriteLine($"  node{n + 1}      fetched and verified in {fetches[n].seconds:0.00} s ({fetches[n].local.Length / 1e6 / fetches[n].seconds:0} MB/s)");
+
+        var mapped = await RunWorkersAsync(pipes, "map", ct);
+        var streamed = await RunWorkersAsync(pipes, "stream", ct);
+        Report("attach", "map: memory-mapped shared copy", mapped);
+        Report("copy", "stream: private copy over the pipe", streamed);
+        var vars = mapped.Concat(streamed).Select(r => r.ValueAtRisk99).Distinct().ToList();
+        Console.WriteLine($"  result     99% one-day VaR of an equal-weight portfolio over {mapped[0].Days} days: {mapped[0].ValueAtRisk99:P3}" +
+                          (vars.Count == 1 ? $" (all {mapped.Count + streamed.Count} workers agree)" : " (WORKERS DISAGREE)"));
+        if (o.Json is not null)
+            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { stage, fetchSeconds = fetches.Select(f => f.seconds), mapped, streamed }), ct);
+        Console.WriteLine($"  done in {clock.Elapsed.TotalSeconds:0.0} s; shutting down");
+        return vars.Count == 1 ? 0 : 1;
+    }
+
+    /// <summary>Starts every worker, waits until all are ready, then releases them together so attach times overlap.</summary>
+    private async Task<List<WorkerCommand.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, CancellationToken ct)
+    {
+        var workers = new List<ComponentProcess>();
+        foreach (var pipe in pipes)
+            for (var w = 0; w < o.Workers; w++)
+                workers.Add(Track(ComponentProcess.Start("hpcdata", ["worker", "--dataset", DatasetName, "--mode", mode, "--wait-go"],
+                    new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe }, name: $"worker-{mode}-{pipe}-{w + 1}")));
+        foreach (var w in workers) await w.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+        var clock = Stopwatch.StartNew();
+        await Task.WhenAll(workers.Select(w => w.SendLineAsync("go")));
+        var results = new List<WorkerCommand.WorkerResult>();
+        foreach (var w in workers)
+        {
+            if (await w.WaitForExitAsync(TimeSpan.FromMinutes(10), ct) != 0) throw new InvalidOperationException($"{w.Name} failed:\n{w.StandardErrorTail}");
+            results.Add(JsonSerializer.Deserialize<WorkerCommand.WorkerResult>(w.StandardOutput.Last())!);
+        }
+        return results;
+    }
+
+    private static void Report(string label, string what, List<WorkerCommand.WorkerResult> r)
+    {
+        var attach = r.Select(x => x.AttachMs).Order().ToList();
+        Console.WriteLine($"  {label,-10} {what}: {r.Count} workers, attach min/median/max {attach[0]:0.0} / {attach[attach.Count / 2]:0.0} / {attach[^1]:0.0} ms; " +
+                          $"verify median {r.Select(x => x.VerifyMs).Order().ElementAt(r.Count / 2):0} ms, compute median {r.Select(x => x.ComputeMs).Order().ElementAt(r.Count / 2):0} ms");
+    }
+
+    private ComponentProcess Track(ComponentProcess p)
+    {
+        lock (_processes) _processes.Add(p);
+        return p;
+    }
+
+    private sealed record StageSummary(string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, double Seconds);
+}

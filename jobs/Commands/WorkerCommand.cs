@@ -1,0 +1,67 @@
+using System.Diagnostics;
+using System.Text.Json;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Cache;
+using Hpc.Jobs.Sample;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("worker", HelpText = "Run one sample worker: open a dataset through the SDK, verify it, compute 1-day VaR, print a JSON result.")]
+public sealed class WorkerOptions
+{
+    [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
+    public string? Dataset { get; set; }
+
+    [Option("mode", Default = "auto", HelpText = "auto, map, stream or direct (default: $HPCDATA_MODE or auto).")]
+    public string Mode { get; set; } = "auto";
+
+    [Option("wait-go", HelpText = "Print READY and wait for a line on stdin before opening (so many workers start together).")]
+    public bool WaitGo { get; set; }
+
+    [Option("no-compute", HelpText = "Only attach and verify.")]
+    public bool NoCompute { get; set; }
+}
+
+public static class WorkerCommand
+{
+    public sealed record WorkerResult(int Pid, string Mode, string Version, long Bytes, double AttachMs, double VerifyMs, double ComputeMs,
+        bool Verified, double ValueAtRisk99, int Days);
+
+    public static async Task<int> RunAsync(WorkerOptions o)
+    {
+        using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning).AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
+        var name = o.Dataset ?? Environment.GetEnvironmentVariable(CommonDataOptions.DatasetVariable);
+        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine("hpcdata worker: no dataset (--dataset or HPCDATA_DATASET)"); return 2; }
+        try
+        {
+            var options = new CommonDataOptions { Mode = CommonDataOptions.ParseMode(o.Mode), Logger = loggerFactory.CreateLogger("worker") };
+            if (o.WaitGo)
+            {
+                Console.WriteLine("READY");
+                await Console.In.ReadLineAsync();
+            }
+            var clock = Stopwatch.StartNew();
+            await using var data = await Hpc.CommonData.CommonData.OpenAsync(name, options);
+            var attach = clock.Elapsed.TotalMilliseconds;
+            clock.Restart();
+            var verified = data.VerifyHash();
+            var verify = clock.Elapsed.TotalMilliseconds;
+            if (!verified) throw new DataIntegrityException($"dataset '{name}' does not match its hash in this worker");
+            clock.Restart();
+            var var99 = o.NoCompute ? null : MarketHistory.ValueAtRisk(data.Windows());
+            var compute = clock.Elapsed.TotalMilliseconds;
+            var result = new WorkerResult(Environment.ProcessId, data.Mode.ToString().ToLowerInvariant(), data.Version, data.Length,
+                attach, verify, compute, verified, var99?.ValueAtRisk99 ?? 0, var99?.Days ?? 0);
+            Console.WriteLine(JsonSerializer.Serialize(result));
+            return 0;
+        }
+        catch (Exception e) when (e is DatasetNotFoundException or DataIntegrityException or IOException or ArgumentException
+                                       or Hpc.CommonData.Agent.AgentException or InvalidDataException or TimeoutException)
+        {
+            Console.Error.WriteLine($"hpcdata worker: {e.Message}");
+            return 1;
+        }
+    }
+}

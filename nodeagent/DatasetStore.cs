@@ -1,0 +1,329 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Text.Json;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Fetch;
+using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+
+namespace Hpc.NodeAgent;
+
+/// <summary>
+/// The node's local copies. Each version is fetched once however many ask at the same time, verified segment by
+/// segment, decoded in place into a partial file, checked whole, and published read-only by an atomic rename.
+/// Layout under the data directory: <c>complete/&lt;version&gt;.data</c>, <c>partial/&lt;version&gt;.data</c> with its
+/// <c>.done</c> journal of finished segment indexes, <c>manifests/&lt;version&gt;.json</c>, and <c>pins.json</c>.
+/// Paths are built only from version ids (32 hex digits), never from dataset names.
+/// </summary>
+public sealed class DatasetStore
+{
+    private readonly AgentOptions _options;
+    private readonly CacheTierClient _tier;
+    private readonly ILogger<DatasetStore> _log;
+    private readonly object _lock = new();
+    private readonly Dictionary<string, LocalCopy> _copies = new();
+    private readonly ConcurrentDictionary<string, Lazy<Task<LocalCopy>>> _fetches = new();
+    private readonly string _complete, _partial, _manifests, _pinsFile;
+
+    public DatasetStore(IOptions<AgentOptions> options, CacheTierClient tier, ILogger<DatasetStore> log)
+    {
+        _options = options.Value;
+        _tier = tier;
+        _log = log;
+        var root = Path.GetFullPath(_options.DataDirectory);
+        _complete = Path.Combine(root, "complete");
+        _partial = Path.Combine(root, "partial");
+        _manifests = Path.Combine(root, "manifests");
+        _pinsFile = Path.Combine(root, "pins.json");
+        foreach (var d in new[] { _complete, _partial, _manifests }) Directory.CreateDirectory(d);
+        Recover();
+    }
+
+    public string DataDirectory => Path.GetDirectoryName(_complete)!;
+
+    private sealed class LocalCopy(string version, Manifest manifest)
+    {
+        public string Version { get; } = version;
+        public Manifest Manifest { get; } = manifest;
+        public bool Complete { get; set; }
+        public bool Verified { get; set; }
+        public int Leases { get; set; }
+        public HashSet<string> Pins { get; } = [];
+        public DateTimeOffset LastAccess { get; set; } = DateTimeOffset.UtcNow;
+    }
+
+    /// <summary>Result of making a dataset local.</summary>
+    public sealed record Ensured(LocalDataset Dataset, string Version);
+
+    /// <summary>Rebuilds the index after a restart: complete copies are reused (re-verified on first use), partial ones resumed.</summary>
+    private void Recover()
+    {
+        var pins = ReadPins();
+        foreach (var file in Directory.EnumerateFiles(_complete, "*.data").Concat(Directory.EnumerateFiles(_partial, "*.data")))
+        {
+            var version = Path.GetFileNameWithoutExtension(file);
+            var manifestPath = Path.Combine(_manifests, version + ".json");
+            try
+            {
+                if (!SegmentId.TryParse(version, out _) || !File.Exists(manifestPath)) throw new InvalidDataException("no manifest");
+                var bytes = File.ReadAllBytes(manifestPath);
+                if (Manifest.VersionOf(bytes) != version) throw new InvalidDataException("manifest does not match its version id");
+                var copy = new LocalCopy(version, Manifest.Parse(bytes)) { Complete = file.StartsWith(_complete, StringComparison.Ordinal) };
+                if (pins.TryGetValue(version, out var p)) copy.Pins.UnionWith(p);
+                _copies[version] = copy;
+                _log.LogInformation("Found {State} copy of {Dataset} {Version}", copy.Complete ? "complete" : "partial", copy.Manifest.Name, version);
+            }
+            catch (Exception e) when (e is IOException or InvalidDataException or UnauthorizedAccessException)
+            {
+                _log.LogWarning("Discarding {File}: {Reason}", file, e.Message);
+                TryDelete(file);
+            }
+        }
+    }
+
+    /// <summary>Makes a version local (resolving "latest" through the cache tier) and returns its description.</summary>
+    public async Task<Ensured> EnsureAsync(string name, string? version, bool lease, string? pin, CancellationToken ct)
+    {
+        DatasetName.Validate(name);
+        if (string.IsNullOrEmpty(version) || version == "latest")
+            version = await _tier.GetLatestAsync(name, ct)
+                      ?? throw new DatasetNotFoundException($"dataset '{name}' not found on cache hosts {string.Join(", ", _tier.Hosts)}");
+        if (!SegmentId.TryParse(version, out _)) throw new DatasetNotFoundException($"dataset '{name}' version '{version}' is not a valid version id");
+
+        var clock = Stopwatch.StartNew();
+        var source = "local";
+        LocalCopy? copy;
+        lock (_lock) _copies.TryGetValue(version, out copy);
+        if (copy is { Complete: true })
+        {
+            if (copy.Manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{copy.Manifest.Name}', not '{name}'");
+            if (!copy.Verified) await Task.Run(() => VerifyComplete(copy), ct);
+        }
+        else
+        {
+            source = copy is null ? "fetched" : "resumed";
+            var fetch = _fetches.GetOrAdd(version, v => new Lazy<Task<LocalCopy>>(() => FetchAsync(name, v)));
+            try { copy = await fetch.Value.WaitAsync(ct); }
+            finally { if (fetch.Value.IsCompleted) _fetches.TryRemove(new(version, fetch)); }
+            if (copy.Manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{copy.Manifest.Name}', not '{name}'");
+        }
+        lock (_lock)
+        {
+            // Taken under the same lock that eviction holds, so a copy handed out is never evicted before its lease.
+            if (!_copies.ContainsKey(version)) throw new IOException($"local copy of {version} was evicted while being opened; ask again");
+            copy.LastAccess = DateTimeOffset.UtcNow;
+            if (lease) copy.Leases++;
+            if (pin is not null && copy.Pins.Add(pin)) SavePins();
+        }
+        return new Ensured(Describe(copy, source, clock.Elapsed.TotalSeconds), version);
+    }
+
+    private LocalDataset Describe(LocalCopy c, string source, double seconds) => new()
+    {
+        Name = c.Manifest.Name, Version = c.Version, Path = CompletePath(c.Version), Length = c.Manifest.RawLength,
+        StoredLength = c.Manifest.StoredLength, Hash = c.Manifest.Hash, Files = c.Manifest.Files, Source = source, FetchSeconds = seconds,
+    };
+
+    private string CompletePath(string v) => Path.Combine(_complete, v + ".data");
+    private string PartialPath(string v) => Path.Combine(_partial, v + ".data");
+    private string JournalPath(string v) => Path.Combine(_partial, v + ".done");
+    private string ManifestPath(string v) => Path.Combine(_manifests, v + ".json");
+
+    private void VerifyComplete(LocalCopy copy)
+    {
+        unsafe
+        {
+            using var map = MappedFile.Open(CompletePath(copy.Version), copy.Manifest.RawLength, writable: false);
+            if (SegmentFetcher.HashMatches(copy.Manifest, map.Pointer, map.Length)) { copy.Verified = true; return; }
+        }
+        _log.LogError("Local copy of {Dataset} {Version} failed verification; discarding it", copy.Manifest.Name, copy.Version);
+        lock (_lock) _copies.Remove(copy.Version);
+        TryDelete(CompletePath(copy.Version));
+        throw new DataIntegrityException($"local copy of '{copy.Manifest.Name}' version {copy.Version} was damaged and has been discarded; ask again to refetch");
+    }
+
+    private async Task<LocalCopy> FetchAsync(string name, string version)
+    {
+        var clock = Stopwatch.StartNew();
+        var (_, manifest) = await _tier.ResolveAsync(name, version);
+        var raw = manifest.Serialize();
+        LocalCopy copy;
+        lock (_lock)
+        {
+            if (!_copies.TryGetValue(version, out copy!))
+            {
+                MakeRoom(manifest.RawLength);
+                copy = new LocalCopy(version, manifest);
+                _copies[version] = copy;
+            }
+        }
+        await File.WriteAllBytesAsync(ManifestPath(version), raw);
+        var partial = PartialPath(version);
+        var done = new bool[manifest.Segments.Count];
+        try
+        {
+            await using (var f = new FileStream(partial, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.ReadWrite))
+                if (f.Length != manifest.RawLength) f.SetLength(manifest.RawLength);
+            int resumed;
+            using (var map = MappedFile.Open(partial, manifest.RawLength, writable: true))
+            {
+                resumed = LoadJournal(version, manifest, map, done);
+                var wanted = Enumerable.Range(0, done.Length).Where(i => !done[i]).ToArray();
+                _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already on the node)",
+                    name, version, wanted.Length, done.Length, resumed);
+                await using (var journal = new FileStream(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, 4096))
+                {
+                    var gate = new object();
+                    await SegmentFetcher.FetchAsync(_tier, manifest, version, MapAddress(map), wanted, index =>
+                    {
+                        Span<byte> entry = stackalloc byte[4];
+                        System.Buffers.Binary.BinaryPrimitives.WriteInt32LittleEndian(entry, index);
+                        lock (gate) journal.Write(entry);
+                    }, CancellationToken.None);
+                }
+                map.Flush();
+                if (!HashMatches(manifest, map))
+                {
+                    TryDelete(JournalPath(version));
+                    throw new DataIntegrityException($"dataset '{name}' version {version}: whole-dataset hash mismatch after fetch");
+                }
+            }
+            if (OperatingSystem.IsWindows()) File.SetAttributes(partial, FileAttributes.ReadOnly);
+            else File.SetUnixFileMode(partial, UnixFileMode.UserRead | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+            File.Move(partial, CompletePath(version), overwrite: true);
+            TryDelete(JournalPath(version));
+            lock (_lock) { copy.Complete = true; copy.Verified = true; }
+            _log.LogInformation("Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)",
+                name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
+            return copy;
+        }
+        catch (Exception e)
+        {
+            _log.LogError("Fetch of {Dataset} {Version} failed: {Error}", name, version, e.Message);
+            if (e is DataIntegrityException) lock (_lock) { _copies.Remove(version); TryDelete(partial); TryDelete(JournalPath(version)); }
+            throw;
+        }
+    }
+
+    private static unsafe nint MapAddress(MappedFile map) => (nint)map.Pointer;
+    private static unsafe bool HashMatches(Manifest m, MappedFile map) => SegmentFetcher.HashMatches(m, map.Pointer, map.Length);
+
+    /// <summary>
+    /// Reads the journal of a partial copy. Entries are re-verified against their content ids, because the journal
+    /// may have reached the disk before the data did.
+    /// </summary>
+    private unsafe int LoadJournal(string version, Manifest manifest, MappedFile map, bool[] done)
+    {
+        var path = JournalPath(version);
+        if (!File.Exists(path)) return 0;
+        var bytes = File.ReadAllBytes(path);
+        var count = 0;
+        for (var i = 0; i + 4 <= bytes.Length; i += 4)
+        {
+            var index = System.Buffers.Binary.BinaryPrimitives.ReadInt32LittleEndian(bytes.AsSpan(i));
+            if (index < 0 || index >= done.Length || done[index]) continue;
+            var s = manifest.Segments[index];
+            var span = new ReadOnlySpan<byte>(map.Pointer + manifest.Offsets[index], s.RawLength);
+            if (SegmentId.Of(span) == manifest.SegmentIds[index]) { done[index] = true; count++; }
+        }
+        return count;
+    }
+
+    /// <summary>Evicts unleased, unpinned complete copies, least recently used first, until <paramref name="needed"/> fits.</summary>
+    private void MakeRoom(long needed)
+    {
+        var used = _copies.Values.Sum(c => c.Manifest.RawLength);
+        if (used + needed <= _options.BudgetBytes) return;
+        foreach (var victim in _copies.Values.Where(c => c.Complete && c.Leases == 0 && c.Pins.Count == 0).OrderBy(c => c.LastAccess).ToList())
+        {
+            _log.LogInformation("Evicting {Dataset} {Version} ({Bytes} bytes, last used {Last:u})", victim.Manifest.Name, victim.Version, victim.Manifest.RawLength, victim.LastAccess);
+            Remove(victim);
+            used -= victim.Manifest.RawLength;
+            if (used + needed <= _options.BudgetBytes) return;
+        }
+        throw new InsufficientStorageException(
+            $"node data budget of {_options.BudgetBytes} bytes cannot hold {needed} more: {used} bytes are leased, pinned or being fetched");
+    }
+
+    private void Remove(LocalCopy c)
+    {
+        _copies.Remove(c.Version);
+        TryDelete(CompletePath(c.Version));
+        TryDelete(PartialPath(c.Version));
+        TryDelete(JournalPath(c.Version));
+        TryDelete(ManifestPath(c.Version));
+    }
+
+    public void Lease(string version, int delta)
+    {
+        lock (_lock)
+            if (_copies.TryGetValue(version, out var c)) { c.Leases = Math.Max(0, c.Leases + delta); c.LastAccess = DateTimeOffset.UtcNow; }
+    }
+
+    /// <summary>Drops a pin; never fails because the data is already gone. Returns whether the copy was evicted.</summary>
+    public bool Release(string name, string? version, string pin, bool evict)
+    {
+        lock (_lock)
+        {
+            var matches = _copies.Values.Where(c => c.Manifest.Name == name && (string.IsNullOrEmpty(version) || version == "latest" || c.Version == version)).ToList();
+            var evicted = false;
+            foreach (var c in matches)
+            {
+                c.Pins.Remove(pin);
+                if (evict && c.Complete && c.Leases == 0 && c.Pins.Count == 0) { Remove(c); evicted = true; }
+            }
+            SavePins();
+            return evicted;
+        }
+    }
+
+    public AgentStatus Status()
+    {
+        lock (_lock)
+        {
+            return new AgentStatus
+            {
+                Node = _options.NodeName, DataDirectory = DataDirectory, BudgetBytes = _options.BudgetBytes,
+                UsedBytes = _copies.Values.Sum(c => c.Manifest.RawLength),
+                Copies = _copies.Values.OrderBy(c => c.Manifest.Name).Select(c => new CopyStatus
+                {
+                    Name = c.Manifest.Name, Version = c.Version, Length = c.Manifest.RawLength,
+                    State = c.Complete ? "complete" : _fetches.ContainsKey(c.Version) ? "fetching" : "partial",
+                    Leases = c.Leases, Pins = c.Pins.Order().ToList(), LastAccess = c.LastAccess,
+                }).ToList(),
+            };
+        }
+    }
+
+    private Dictionary<string, string[]> ReadPins()
+    {
+        try
+        {
+            return File.Exists(_pinsFile) ? JsonSerializer.Deserialize<Dictionary<string, string[]>>(File.ReadAllBytes(_pinsFile)) ?? [] : [];
+        }
+        catch (JsonException e)
+        {
+            _log.LogWarning("Ignoring unreadable {File}: {Reason}", _pinsFile, e.Message);
+            return [];
+        }
+    }
+
+    private void SavePins()
+    {
+        var pins = _copies.Values.Where(c => c.Pins.Count > 0).ToDictionary(c => c.Version, c => c.Pins.Order().ToArray());
+        var tmp = _pinsFile + ".tmp";
+        File.WriteAllBytes(tmp, JsonSerializer.SerializeToUtf8Bytes(pins));
+        File.Move(tmp, _pinsFile, overwrite: true);
+    }
+
+    private void TryDelete(string path)
+    {
+        try { File.Delete(path); }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { _log.LogWarning("Could not delete {Path}: {Reason}", path, e.Message); }
+    }
+}
+
+/// <summary>The node's data budget cannot take another copy without evicting something in use.</summary>
+public sealed class InsufficientStorageException(string message) : IOException(message);

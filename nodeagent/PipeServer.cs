@@ -1,0 +1,196 @@
+using System.Buffers;
+using System.IO.Pipelines;
+using System.IO.Pipes;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+
+namespace Hpc.NodeAgent;
+
+/// <summary>
+/// Serves local workers over a named pipe (a Unix domain socket on Linux). Each connection is a sequence of
+/// framed requests; datasets opened on a connection stay leased until it closes. A malformed or oversized frame
+/// closes that connection only.
+/// </summary>
+public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
+{
+    private readonly AgentOptions _options = options.Value;
+    private int _connections;
+
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        var first = true;
+        var handlers = new List<Task>();
+        while (!stoppingToken.IsCancellationRequested)
+        {
+            var server = CreateInstance(first);
+            if (first)
+            {
+                // The listening socket exists once the first instance is created: announce readiness to launchers.
+                Console.Out.WriteLine($"READY {_options.Pipe}");
+                Console.Out.Flush();
+                log.LogInformation("Node agent {Node} serving pipe {Pipe}, data in {Dir}, budget {Budget} bytes",
+                    _options.NodeName, _options.Pipe, store.DataDirectory, _options.BudgetBytes);
+                first = false;
+            }
+            try
+            {
+                await server.WaitForConnectionAsync(stoppingToken);
+            }
+            catch (OperationCanceledException)
+            {
+                await server.DisposeAsync();
+                break;
+            }
+            catch (IOException e)
+            {
+                log.LogWarning("Accept failed: {Error}", e.Message);
+                await server.DisposeAsync();
+                continue;
+            }
+            handlers.RemoveAll(t => t.IsCompleted);
+            if (Interlocked.Increment(ref _connections) > _options.MaxConnections)
+            {
+                log.LogWarning("Refusing connection: {Max} already open", _options.MaxConnections);
+                Interlocked.Decrement(ref _connections);
+                await server.DisposeAsync();
+                continue;
+            }
+            handlers.Add(Task.Run(() => ServeAsync(server, stoppingToken), CancellationToken.None));
+        }
+        await Task.WhenAll(handlers);
+    }
+
+    private NamedPipeServerStream CreateInstance(bool first)
+    {
+        var flags = System.IO.Pipes.PipeOptions.Asynchronous | (first ? System.IO.Pipes.PipeOptions.FirstPipeInstance : 0);
+        try
+        {
+            return new NamedPipeServerStream(_options.Pipe, PipeDirection.InOut, NamedPipeServerStream.MaxAllowedServerInstances,
+                PipeTransmissionMode.Byte, flags, 1 << 20, 1 << 20);
+        }
+        catch (IOException e) when (first)
+        {
+            throw new IOException($"pipe '{_options.Pipe}' is already served by another agent on this node ({e.Message})", e);
+        }
+    }
+
+    private async Task ServeAsync(NamedPipeServerStream pipe, CancellationToken stoppingToken)
+    {
+        var reader = PipeReader.Create(pipe, new StreamPipeReaderOptions(leaveOpen: true));
+        var writer = PipeWriter.Create(pipe, new StreamPipeWriterOptions(minimumBufferSize: AgentFrames.DataFrameSize + 8, leaveOpen: true));
+        var leases = new List<string>();
+        try
+        {
+            while (true)
+            {
+                AgentRequest? request;
+                try
+                {
+                    request = await AgentFrames.ReadMessageAsync(reader, () => AgentJson.Default.AgentRequest, stoppingToken);
+                }
+                catch (InvalidDataException e)
+                {
+                    log.LogWarning("Closing pipe connection after a bad frame: {Error}", e.Message);
+                    await Reply(writer, Error("bad-request", e.Message), stoppingToken);
+                    return;
+                }
+                if (request is null) return;
+                await HandleAsync(request, writer, leases, stoppingToken);
+            }
+        }
+        catch (Exception e) when (e is IOException or OperationCanceledException or ObjectDisposedException)
+        {
+            // The worker went away or we are stopping: its leases end below.
+        }
+        catch (Exception e)
+        {
+            log.LogError(e, "Pipe connection failed");
+        }
+        finally
+        {
+            foreach (var v in leases) store.Lease(v, -1);
+            await reader.CompleteAsync();
+            await writer.CompleteAsync();
+            await pipe.DisposeAsync();
+            Interlocked.Decrement(ref _connections);
+        }
+    }
+
+    private async Task HandleAsync(AgentRequest request, PipeWriter writer, List<string> leases, CancellationToken ct)
+    {
+        AgentResponse response;
+        try
+        {
+            switch (request.Op)
+            {
+                case AgentOps.Open or AgentOps.Prefetch or AgentOps.Stream:
+                {
+                    var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
+                    var lease = request.Op != AgentOps.Prefetch || request.Pin is null;
+                    var ensured = await store.EnsureAsync(name, request.Version, lease, request.Op == AgentOps.Prefetch ? request.Pin : null, ct);
+                    if (lease) leases.Add(ensured.Version);
+                    response = new AgentResponse { Ok = true, Dataset = ensured.Dataset };
+                    if (request.Op == AgentOps.Stream)
+                    {
+                        await Reply(writer, response, ct);
+                        await StreamAsync(ensured.Dataset, writer, ct);
+                        return;
+                    }
+                    break;
+                }
+                case AgentOps.Release:
+                {
+                    var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
+                    var evicted = store.Release(name, request.Version, request.Pin ?? throw new ArgumentException("release needs a pin"), request.Evict);
+                    response = new AgentResponse { Ok = true };
+                    if (evicted) log.LogInformation("Released and evicted {Dataset}", name);
+                    break;
+                }
+                case AgentOps.Status:
+                    response = new AgentResponse { Ok = true, Status = store.Status() };
+                    break;
+                default:
+                    response = Error("bad-request", $"unknown operation '{request.Op}'");
+                    break;
+            }
+        }
+        catch (DatasetNotFoundException e) { response = Error("not-found", e.Message); }
+        catch (DataIntegrityException e) { response = Error("integrity", e.Message); }
+        catch (CacheHostUnavailableException e) { response = Error("unavailable", e.Message); }
+        catch (InsufficientStorageException e) { response = Error("no-space", e.Message); }
+        catch (ArgumentException e) { response = Error("bad-request", e.Message); }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            log.LogError(e, "Request {Op} {Dataset} failed", request.Op, request.Dataset);
+            response = Error("internal", e.Message);
+        }
+        await Reply(writer, response, ct);
+    }
+
+    private static AgentResponse Error(string code, string message) => new() { Ok = false, Code = code, Error = message };
+
+    private static async ValueTask Reply(PipeWriter writer, AgentResponse response, CancellationToken ct) =>
+        await AgentFrames.WriteMessageAsync(writer, response, () => AgentJson.Default.AgentResponse, ct);
+
+    /// <summary>Stream mode: the verified file in 1 MB frames, then an empty frame.</summary>
+    private static async Task StreamAsync(LocalDataset dataset, PipeWriter writer, CancellationToken ct)
+    {
+        using var file = File.OpenHandle(dataset.Path, FileMode.Open, FileAccess.Read, FileShare.Read, FileOptions.Asynchronous);
+        for (long offset = 0; offset < dataset.Length;)
+        {
+            var n = (int)Math.Min(AgentFrames.DataFrameSize, dataset.Length - offset);
+            var memory = writer.GetMemory(4 + n);
+            var read = await RandomAccess.ReadAsync(file, memory.Slice(4, n), offset, ct);
+            if (read <= 0) throw new IOException($"{dataset.Path} ended at {offset} of {dataset.Length} bytes");
+            System.Buffers.Binary.BinaryPrimitives.WriteUInt32LittleEndian(memory.Span, (uint)read);
+            writer.Advance(4 + read);
+            offset += read;
+            await writer.FlushAsync(ct);
+        }
+        AgentFrames.Write(writer, ReadOnlySpan<byte>.Empty);
+        await writer.FlushAsync(ct);
+    }
+}

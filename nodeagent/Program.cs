@@ -1,0 +1,33 @@
+using Hpc.CommonData.Cache;
+using Hpc.NodeAgent;
+using Microsoft.Extensions.Configuration;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+
+var builder = Host.CreateApplicationBuilder(args);
+builder.Configuration.AddEnvironmentVariables("HPCDATA_AGENT_");
+builder.Configuration.AddCommandLine(args, new Dictionary<string, string>
+{
+    ["--pipe"] = "Agent:Pipe",
+    ["--data-dir"] = "Agent:DataDirectory",
+    ["--budget"] = "Agent:BudgetBytes",
+    ["--node"] = "Agent:NodeName",
+    ["--cache-hosts"] = "CacheTier:Hosts:0",
+    ["--replicas"] = "CacheTier:Replicas",
+});
+builder.Logging.AddConsole(o => o.LogToStandardErrorThreshold = LogLevel.Trace);
+builder.Services.Configure<AgentOptions>(builder.Configuration.GetSection("Agent"));
+builder.Services.AddSingleton(sp =>
+{
+    var tier = CacheTierOptions.FromEnvironment();
+    var hosts = builder.Configuration.GetSection("CacheTier:Hosts").Get<string[]>();
+    builder.Configuration.GetSection("CacheTier").Bind(tier);
+    // "--cache-hosts a:1,b:2" arrives as one entry; split it like the environment variable.
+    if (hosts is { Length: > 0 }) tier.Hosts = hosts.SelectMany(CacheEndpoint.ParseList).Select(e => e.ToString()).Distinct().ToList();
+    return new CacheTierClient(tier, sp.GetRequiredService<ILoggerFactory>().CreateLogger<CacheTierClient>());
+});
+builder.Services.AddSingleton<DatasetStore>();
+builder.Services.AddHostedService<PipeServer>();
+await builder.Build().RunAsync();

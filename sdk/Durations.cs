@@ -1,0 +1,24 @@
+using System.Globalization;
+
+namespace Hpc.CommonData;
+
+/// <summary>Durations as people write them: 90s, 15m, 12h, 7d (a bare number is seconds).</summary>
+public static class Durations
+{
+    public static TimeSpan Parse(string text)
+    {
+        var t = text.Trim().ToLowerInvariant();
+        var unit = t.Length > 0 && char.IsLetter(t[^1]) ? t[^1] : 's';
+        var number = char.IsLetter(t.LastOrDefault()) ? t[..^1] : t;
+        if (!double.TryParse(number, NumberStyles.Float, CultureInfo.InvariantCulture, out var v) || v <= 0)
+            throw new FormatException($"'{text}' is not a duration (examples: 90s, 15m, 12h, 7d)");
+        return unit switch
+        {
+            's' => TimeSpan.FromSeconds(v),
+            'm' => TimeSpan.FromMinutes(v),
+            'h' => TimeSpan.FromHours(v),
+            'd' => TimeSpan.FromDays(v),
+            _ => throw new FormatException($"'{text}': unknown unit '{unit}' (use s, m, h or d)"),
+        };
+    }
+}

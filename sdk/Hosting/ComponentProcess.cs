@@ -1,0 +1,166 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+
+namespace Hpc.CommonData.Hosting;
+
+/// <summary>
+/// A component (cache host, node agent, stager, worker) running as its own process. It is started with
+/// <c>dotnet &lt;assembly&gt;.dll</c>, announces readiness with a <c>READY …</c> line on stdout, and is killed with
+/// its whole process tree on dispose, so launchers and tests never leave orphans.
+/// </summary>
+public sealed class ComponentProcess : IAsyncDisposable
+{
+    private readonly Process _process;
+    private readonly ConcurrentQueue<string> _stderr = new();
+    private readonly ConcurrentQueue<string> _stdout = new();
+    private readonly TaskCompletionSource<string> _ready = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private readonly TaskCompletionSource _exited = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    public string Name { get; }
+    public int Id => _process.Id;
+    public bool HasExited => _process.HasExited;
+    public int ExitCode => _process.ExitCode;
+    public Task Exited => _exited.Task;
+    /// <summary>Everything after "READY " on the readiness line (e.g. the bound address).</summary>
+    public string? ReadyText => _ready.Task.IsCompletedSuccessfully ? _ready.Task.Result : null;
+    public IEnumerable<string> StandardOutput => _stdout;
+    public string StandardErrorTail => string.Join(Environment.NewLine, _stderr.TakeLast(40));
+
+    private ComponentProcess(string name, ProcessStartInfo info)
+    {
+        Name = name;
+        _process = new Process { StartInfo = info, EnableRaisingEvents = true };
+        _process.OutputDataReceived += (_, e) =>
+        {
+            if (e.Data is null) return;
+            if (e.Data.StartsWith("READY", StringComparison.Ordinal)) _ready.TrySetResult(e.Data.Length > 6 ? e.Data[6..].Trim() : "");
+            else Bounded(_stdout, e.Data, 10_000);
+        };
+        _process.ErrorDataReceived += (_, e) => { if (e.Data is not null) Bounded(_stderr, e.Data, 400); };
+        _process.Exited += (_, _) =>
+        {
+            _ready.TrySetException(new InvalidOperationException($"{Name} exited before it was ready"));
+            _exited.TrySetResult();
+        };
+    }
+
+    private static void Bounded(ConcurrentQueue<string> q, string line, int max)
+    {
+        q.Enqueue(line);
+        while (q.Count > max) q.TryDequeue(out _);
+    }
+
+    /// <summary>Starts <paramref name="assembly"/> (found by <see cref="ComponentLocator"/>) with arguments and extra environment.</summary>
+    public static ComponentProcess Start(string assembly, IEnumerable<string> args, IDictionary<string, string?>? environment = null, string? name = null)
+    {
+        var path = ComponentLocator.Find(assembly);
+        var info = new ProcessStartInfo(DotnetHost()) { RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true, UseShellExecute = false };
+        info.ArgumentList.Add(path);
+        foreach (var a in args) info.ArgumentList.Add(a);
+        foreach (var (k, v) in environment ?? new Dictionary<string, string?>()) info.Environment[k] = v;
+        var p = new ComponentProcess(name ?? assembly, info);
+        p._process.Start();
+        p._process.BeginOutputReadLine();
+        p._process.BeginErrorReadLine();
+        return p;
+    }
+
+    /// <summary>Waits for the READY line; on timeout or early exit the error carries the process's last stderr lines.</summary>
+    public async Task<string> WaitReadyAsync(TimeSpan timeout, CancellationToken ct = default)
+    {
+        try
+        {
+            return await _ready.Task.WaitAsync(timeout, ct);
+        }
+        catch (Exception e) when (e is TimeoutException or InvalidOperationException)
+        {
+            await Task.Delay(100, CancellationToken.None); // let the last stderr lines arrive
+            throw new InvalidOperationException($"{Name} did not become ready ({e.Message}):{Environment.NewLine}{StandardErrorTail}", e);
+        }
+    }
+
+    /// <summary>Writes a line to the process's standard input (e.g. a start signal).</summary>
+    public async Task SendLineAsync(string line)
+    {
+        await _process.StandardInput.WriteLineAsync(line);
+        await _process.StandardInput.FlushAsync();
+    }
+
+    public async Task<int> WaitForExitAsync(TimeSpan timeout, CancellationToken ct = default)
+    {
+        await _process.WaitForExitAsync(ct).WaitAsync(timeout, ct);
+        _process.WaitForExit(); // drains the redirected streams
+        return _process.ExitCode;
+    }
+
+    /// <summary>Asks the process to stop (SIGTERM on Unix, so hosts shut down cleanly), then kills it if it lingers.</summary>
+    public async Task StopAsync(TimeSpan grace)
+    {
+        if (_process.HasExited) return;
+        if (!OperatingSystem.IsWindows())
+        {
+            try { Posix.Kill(_process.Id, Posix.SIGTERM); } catch (Exception) { /* already gone */ }
+            try { await _process.WaitForExitAsync().WaitAsync(grace); return; } catch (TimeoutException) { }
+        }
+        try { _process.Kill(entireProcessTree: true); } catch (InvalidOperationException) { }
+        try { await _process.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(5)); } catch (TimeoutException) { }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await StopAsync(TimeSpan.FromSeconds(5));
+        _process.Dispose();
+    }
+
+    /// <summary>The dotnet host running this process, so children use the same runtime.</summary>
+    public static string DotnetHost() =>
+        Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") is { Length: > 0 } h && File.Exists(h) ? h
+        : Environment.ProcessPath is { } p && Path.GetFileNameWithoutExtension(p) == "dotnet" ? p
+        : "dotnet";
+
+    private static class Posix
+    {
+        public const int SIGTERM = 15;
+        [System.Runtime.InteropServices.DllImport("libc", EntryPoint = "kill", SetLastError = true)]
+        public static extern int Kill(int pid, int signal);
+    }
+}
+
+/// <summary>
+/// Finds a component's assembly: <c>$HPCDATA_BIN</c>, then beside the running program (a published layout), then the
+/// build's artifacts tree (<c>artifacts/bin/&lt;Project&gt;/&lt;config&gt;/</c>).
+/// </summary>
+public static class ComponentLocator
+{
+    public const string BinVariable = "HPCDATA_BIN";
+
+    public static string Find(string assembly)
+    {
+        var file = assembly + ".dll";
+        var tried = new List<string>();
+        foreach (var dir in Candidates(assembly))
+        {
+            var path = Path.Combine(dir, file);
+            tried.Add(path);
+            if (File.Exists(path)) return path;
+        }
+        throw new FileNotFoundException($"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable}. Looked in: {string.Join(", ", tried)}");
+    }
+
+    private static IEnumerable<string> Candidates(string assembly)
+    {
+        if (Environment.GetEnvironmentVariable(BinVariable) is { Length: > 0 } bin) yield return bin;
+        var baseDir = AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar);
+        yield return baseDir;
+        var config = Path.GetFileName(baseDir);
+        for (var dir = new DirectoryInfo(baseDir); dir is not null; dir = dir.Parent)
+        {
+            if (dir.Name == "bin" && dir.Parent?.Name == "artifacts")
+            {
+                yield return Path.Combine(dir.FullName, assembly, config);
+                foreach (var other in new[] { "debug", "release" }) yield return Path.Combine(dir.FullName, assembly, other);
+                yield break;
+            }
+        }
+    }
+}

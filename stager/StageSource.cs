@@ -1,0 +1,86 @@
+using Hpc.CommonData.Format;
+
+namespace Hpc.Stager;
+
+/// <summary>What is being staged: one file, a directory tree (files concatenated in path order), or standard input.</summary>
+public sealed class StageSource : IDisposable
+{
+    private readonly List<(string FullPath, DatasetFile Entry)> _files = [];
+    private readonly Stream? _single;
+    private int _current = -1;
+    private Stream? _open;
+
+    public IReadOnlyList<DatasetFile>? Files { get; }
+    public long? KnownLength { get; }
+    public string Description { get; }
+
+    private StageSource(Stream single, long? length, string description)
+    {
+        _single = single; KnownLength = length; Description = description;
+    }
+
+    private StageSource(string root)
+    {
+        Description = root;
+        long offset = 0;
+        var entries = new List<DatasetFile>();
+        foreach (var full in Directory.EnumerateFiles(root, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = 0, IgnoreInaccessible = false })
+                     .Select(f => (Full: f, Rel: Path.GetRelativePath(root, f).Replace('\\', '/'))).OrderBy(f => f.Rel, StringComparer.Ordinal))
+        {
+            if (!Manifest.IsSafeRelativePath(full.Rel)) throw new IOException($"cannot stage '{full.Full}': its name is not a portable relative path");
+            var info = new FileInfo(full.Full);
+            if (info.LinkTarget is not null) continue; // links could point outside the tree
+            var mode = OperatingSystem.IsWindows() ? 420 : (int)File.GetUnixFileMode(full.Full);
+            var entry = new DatasetFile(full.Rel, offset, info.Length, mode);
+            entries.Add(entry);
+            _files.Add((full.Full, entry));
+            offset += info.Length;
+        }
+        Files = entries;
+        KnownLength = offset;
+    }
+
+    /// <summary>Opens a path ("-" for standard input). Throws <see cref="FileNotFoundException"/> naming it when absent.</summary>
+    public static StageSource Open(string path)
+    {
+        if (path == "-") return new StageSource(Console.OpenStandardInput(1 << 20), null, "standard input");
+        if (Directory.Exists(path)) return new StageSource(Path.GetFullPath(path));
+        if (!File.Exists(path)) throw new FileNotFoundException($"nothing to stage: '{path}' does not exist", path);
+        var stream = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan);
+        return new StageSource(stream, stream.Length, Path.GetFullPath(path));
+    }
+
+    /// <summary>Fills <paramref name="buffer"/> as far as the data goes (crossing file boundaries); 0 at the end.</summary>
+    public int ReadBlock(Span<byte> buffer)
+    {
+        var total = 0;
+        while (total < buffer.Length)
+        {
+            var stream = _single ?? NextFile();
+            if (stream is null) break;
+            var n = stream.Read(buffer[total..]);
+            if (n == 0)
+            {
+                if (_single is not null) break;
+                _open!.Dispose();
+                _open = null;
+                continue;
+            }
+            total += n;
+        }
+        return total;
+    }
+
+    private Stream? NextFile()
+    {
+        if (_open is not null) return _open;
+        if (++_current >= _files.Count) return null;
+        return _open = new FileStream(_files[_current].FullPath, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan);
+    }
+
+    public void Dispose()
+    {
+        _single?.Dispose();
+        _open?.Dispose();
+    }
+}

@@ -1,0 +1,196 @@
+using System.Buffers;
+using System.Diagnostics;
+using System.Threading.Channels;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.Stager;
+
+public sealed class StageOptions
+{
+    public required string Name { get; init; }
+    public int SegmentSize { get; init; } = SegmentCodec.DefaultSegmentSize;
+    public bool Compress { get; init; } = true;
+    /// <summary>Cache-tier lifetime of the version; null keeps it until removed.</summary>
+    public TimeSpan? Lifetime { get; init; }
+    public int Parallelism { get; init; } = Environment.ProcessorCount;
+    /// <summary>Segments per upload batch (pipelined as one write per host).</summary>
+    public int UploadBatch { get; init; } = 64;
+}
+
+public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
+
+public sealed record StageResult(
+    string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments,
+    bool Unchanged, double Seconds, string Hash)
+{
+    public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
+    public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
+}
+
+/// <summary>
+/// Chunks, compresses and hashes on all cores, uploads pipelined batches to every cache host in parallel, skips
+/// segments the tier already holds, and publishes atomically: "latest" moves only after every segment and the
+/// manifest are stored, so readers never see a half-staged version.
+/// </summary>
+public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
+{
+    private sealed record RawChunk(int Index, byte[] Buffer, int Length);
+    private sealed record EncodedChunk(int Index, SegmentId Id, byte[] Buffer, int Length, int RawLength);
+
+    public async Task<StageResult> StageAsync(StageSource source, StageOptions options, IProgress<StageProgress>? progress = null, CancellationToken ct = default)
+    {
+        DatasetName.Validate(options.Name);
+        if (options.SegmentSize is < 4096 or > 16 << 20) throw new ArgumentOutOfRangeException(nameof(options), "segment size must be between 4 KB and 16 MB");
+        var clock = Stopwatch.StartNew();
+        using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        var raw = Channel.CreateBounded<RawChunk>(new BoundedChannelOptions(options.Parallelism * 4) { SingleWriter = true });
+        var encoded = Channel.CreateBounded<EncodedChunk>(new BoundedChannelOptions(options.UploadBatch * 4) { SingleReader = true });
+        var segments = new List<ManifestSegment?>();
+        var hash = new XxHash.Streaming128();
+        long rawTotal = 0, storedTotal = 0, sentTotal = 0;
+        int skipped = 0, done = 0;
+
+        var reader = Task.Run(() =>
+        {
+            try
+            {
+                for (var index = 0; ; index++)
+                {
+                    var buffer = ArrayPool<byte>.Shared.Rent(options.SegmentSize);
+                    var n = source.ReadBlock(buffer.AsSpan(0, options.SegmentSize));
+                    if (n == 0) { ArrayPool<byte>.Shared.Return(buffer); break; }
+                    hash.Append(buffer.AsSpan(0, n));
+                    rawTotal += n;
+                    lock (segments) segments.Add(null);
+                    if (!raw.Writer.TryWrite(new RawChunk(index, buffer, n)))
+                        raw.Writer.WriteAsync(new RawChunk(index, buffer, n), cts.Token).AsTask().GetAwaiter().GetResult();
+                }
+                if (source.KnownLength is { } expected && source.Files is not null && expected != rawTotal)
+                    throw new IOException($"'{source.Description}' changed while being staged ({rawTotal} bytes read, {expected} listed)");
+                raw.Writer.Complete();
+            }
+            catch (Exception e)
+            {
+                raw.Writer.Complete(e);
+                throw;
+            }
+        }, cts.Token);
+
+        var encoders = Enumerable.Range(0, Math.Max(1, options.Parallelism)).Select(_ => Task.Run(async () =>
+        {
+            await foreach (var chunk in raw.Reader.ReadAllAsync(cts.Token))
+            {
+                var input = chunk.Buffer.AsSpan(0, chunk.Length);
+                var output = ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(chunk.Length));
+                var id = SegmentId.Of(input);
+                var length = SegmentCodec.Encode(input, output, options.Compress);
+                ArrayPool<byte>.Shared.Return(chunk.Buffer);
+                await encoded.Writer.WriteAsync(new EncodedChunk(chunk.Index, id, output, length, chunk.Length), cts.Token);
+            }
+        }, cts.Token)).ToArray();
+        var encodersDone = Task.WhenAll(encoders).ContinueWith(t => encoded.Writer.Complete(t.Exception?.GetBaseException()), TaskScheduler.Default);
+
+        var uploaders = Enumerable.Range(0, 2).Select(_ => Task.Run(async () =>
+        {
+            var batch = new List<EncodedChunk>(options.UploadBatch);
+            while (await encoded.Reader.WaitToReadAsync(cts.Token))
+            {
+                while (batch.Count < options.UploadBatch && encoded.Reader.TryRead(out var c)) batch.Add(c);
+                if (batch.Count < options.UploadBatch && !encoded.Reader.Completion.IsCompleted && batch.Count > 0 && encoded.Reader.Count == 0)
+                {
+                    // Let the encoders fill the batch a little: fewer, larger pipelined writes.
+                    await Task.Yield();
+                }
+                if (batch.Count == 0) continue;
+                try
+                {
+                    var present = await tier.ContainsSegmentsAsync(batch.Select(b => b.Id).ToArray(), cts.Token);
+                    var missing = batch.Where((b, i) => !present[i]).Select(b => (b.Id, (ReadOnlyMemory<byte>)b.Buffer.AsMemory(0, b.Length))).ToArray();
+                    var sent = missing.Length == 0 ? 0 : await tier.PutSegmentsAsync(missing, options.Lifetime, cts.Token);
+                    Interlocked.Add(ref sentTotal, sent);
+                    Interlocked.Add(ref skipped, batch.Count - missing.Length);
+                    lock (segments)
+                        foreach (var b in batch) segments[b.Index] = new ManifestSegment(b.Id.ToString(), b.RawLength, b.Length);
+                    var stored = Interlocked.Add(ref storedTotal, batch.Sum(b => (long)b.Length));
+                    var count = Interlocked.Add(ref done, batch.Count);
+                    progress?.Report(new StageProgress(Volatile.Read(ref rawTotal), stored, count, source.KnownLength, clock.Elapsed));
+                }
+                finally
+                {
+                    foreach (var b in batch) ArrayPool<byte>.Shared.Return(b.Buffer);
+                    batch.Clear();
+                }
+            }
+        }, cts.Token)).ToArray();
+
+        string datasetHash;
+        try
+        {
+            await WhenAllOrFirstFailure(cts, uploaders.Append(reader).Append(encodersDone).Concat(encoders).ToArray());
+            datasetHash = hash.Digest().ToString("x32");
+        }
+        finally
+        {
+            hash.Dispose();
+        }
+        var manifest = new Manifest
+        {
+            Name = options.Name, Created = DateTimeOffset.UtcNow, LifetimeSeconds = (long?)options.Lifetime?.TotalSeconds,
+            RawLength = rawTotal, StoredLength = storedTotal, Hash = datasetHash, SegmentSize = options.SegmentSize,
+            Segments = segments.Select(x => x!).ToList(), Files = source.Files,
+        };
+        return await PublishAsync(manifest, options, sentTotal, skipped, clock, cts.Token);
+    }
+
+    /// <summary>Waits for all stages; the first failure cancels the others so nothing hangs on a full channel.</summary>
+    private static async Task WhenAllOrFirstFailure(CancellationTokenSource cts, Task[] tasks)
+    {
+        var remaining = tasks.ToList();
+        while (remaining.Count > 0)
+        {
+            var t = await Task.WhenAny(remaining);
+            remaining.Remove(t);
+            if (t.IsFaulted || t.IsCanceled)
+            {
+                cts.Cancel();
+                try { await Task.WhenAll(remaining); } catch { /* secondary failures caused by the cancellation */ }
+                await t;
+            }
+        }
+    }
+
+    private async Task<StageResult> PublishAsync(Manifest manifest, StageOptions options, long sent, int skipped, Stopwatch clock, CancellationToken ct)
+    {
+        var latest = await tier.GetLatestAsync(manifest.Name, ct);
+        if (latest is not null)
+        {
+            try
+            {
+                var (_, current) = await tier.ResolveAsync(manifest.Name, latest, ct);
+                if (current.Hash == manifest.Hash && current.SegmentSize == manifest.SegmentSize && current.Segments.SequenceEqual(manifest.Segments) &&
+                    (current.Files ?? []).SequenceEqual(manifest.Files ?? []) && current.LifetimeSeconds == manifest.LifetimeSeconds)
+                {
+                    logger.LogInformation("{Dataset}: content unchanged, latest stays {Version}", manifest.Name, latest);
+                    return Result(manifest, latest, sent, skipped, unchanged: true, clock);
+                }
+            }
+            catch (Exception e) when (e is DatasetNotFoundException or DataIntegrityException or InvalidDataException)
+            {
+                logger.LogWarning("{Dataset}: current latest {Version} is unreadable ({Reason}); publishing a new version", manifest.Name, latest, e.Message);
+            }
+        }
+        var bytes = manifest.Serialize();
+        var version = Manifest.VersionOf(bytes);
+        var encoded = new byte[SegmentCodec.MaxEncodedLength(bytes.Length)];
+        var n = SegmentCodec.Encode(bytes, encoded);
+        await tier.PutManifestAsync(version, encoded.AsMemory(0, n), options.Lifetime, ct);
+        // Only now, with every segment and the manifest stored, does "latest" move.
+        await tier.SetLatestAsync(manifest.Name, version, ct);
+        return Result(manifest, version, sent + n * (long)tier.Hosts.Count, skipped, unchanged: false, clock);
+    }
+
+    private static StageResult Result(Manifest m, string version, long sent, int skipped, bool unchanged, Stopwatch clock) =>
+        new(m.Name, version, m.RawLength, m.StoredLength, sent, m.Segments.Count, skipped, unchanged, clock.Elapsed.TotalSeconds, m.Hash);
+}
