@@ -1,0 +1,148 @@
+using System.Diagnostics;
+using System.Reflection;
+using System.Runtime.InteropServices;
+using System.Text;
+
+namespace Hpc.CacheHost.Tests.Process;
+
+/// <summary>
+/// The real cache host executable on a free port. It learns the port from the READY line and always kills the
+/// process on dispose, so a failing test never leaves a server behind.
+/// </summary>
+internal sealed partial class CacheHostProcess : IDisposable
+{
+    private static readonly TimeSpan StartTimeout = TimeSpan.FromSeconds(60);
+
+    private readonly System.Diagnostics.Process _process;
+    private readonly StringBuilder _stderr = new();
+
+    private CacheHostProcess(System.Diagnostics.Process process)
+    {
+        _process = process;
+        _process.ErrorDataReceived += (_, e) =>
+        {
+            if (e.Data is not null)
+                lock (_stderr)
+                    _stderr.AppendLine(e.Data);
+        };
+        _process.BeginErrorReadLine();
+    }
+
+    public string Host { get; private set; } = "";
+
+    public int Port { get; private set; }
+
+    public bool HasExited => _process.HasExited;
+
+    /// <summary>What the host logged so far, for failure messages.</summary>
+    public string Log
+    {
+        get
+        {
+            lock (_stderr)
+                return _stderr.ToString();
+        }
+    }
+
+    public static CacheHostProcess Start(params string[] extraArgs)
+    {
+        var start = new ProcessStartInfo("dotnet")
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            RedirectStandardInput = true,
+            UseShellExecute = false,
+        };
+        start.ArgumentList.Add(CacheHostDll);
+        foreach (string arg in (string[])["--port", "0", .. extraArgs])
+            start.ArgumentList.Add(arg);
+        start.Environment["Logging__LogLevel__Default"] = "Debug";
+
+        var host = new CacheHostProcess(System.Diagnostics.Process.Start(start) ?? throw new InvalidOperationException("dotnet did not start"));
+        try
+        {
+            host.WaitForReady();
+            return host;
+        }
+        catch
+        {
+            host.Dispose();
+            throw;
+        }
+    }
+
+    private void WaitForReady()
+    {
+        var read = _process.StandardOutput.ReadLineAsync();
+        string? line = read.Wait(StartTimeout) ? read.Result : null;
+        var match = ReadyLine().Match(line ?? "");
+        if (!match.Success)
+            throw new InvalidOperationException($"Cache host did not announce READY within {StartTimeout} (stdout: '{line}').\n{Log}");
+        Host = match.Groups["host"].Value;
+        Port = int.Parse(match.Groups["port"].Value);
+    }
+
+    /// <summary>Sends SIGTERM, as a service manager would, and waits for the exit code.</summary>
+    public int Terminate(TimeSpan timeout)
+    {
+        if (SysKill(_process.Id, SigTerm) != 0)
+            throw new InvalidOperationException($"kill({_process.Id}, SIGTERM) failed: errno {Marshal.GetLastPInvokeError()}");
+        if (!_process.WaitForExit(timeout))
+            throw new TimeoutException($"Cache host did not exit within {timeout} of SIGTERM.\n{Log}");
+        _process.WaitForExit();
+        return _process.ExitCode;
+    }
+
+    public void Dispose()
+    {
+        Kill(_process);
+        _process.Dispose();
+    }
+
+    private static void Kill(System.Diagnostics.Process process)
+    {
+        try
+        {
+            if (!process.HasExited)
+            {
+                process.Kill(entireProcessTree: true);
+                process.WaitForExit(TimeSpan.FromSeconds(10));
+            }
+        }
+        catch (InvalidOperationException)
+        {
+            // Exited between the check and the kill.
+        }
+    }
+
+    /// <summary>
+    /// The host built alongside these tests: artifacts/bin/Hpc.CacheHost/&lt;configuration&gt;/ under the folder that holds
+    /// Hpc.sln, found by walking up from this test assembly.
+    /// </summary>
+    public static string CacheHostDll { get; } = FindCacheHostDll();
+
+    private static string FindCacheHostDll()
+    {
+        string configuration = (typeof(CacheHostProcess).Assembly.GetCustomAttribute<AssemblyConfigurationAttribute>()?.Configuration ?? "Debug")
+            .ToLowerInvariant();
+        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+        {
+            if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln")))
+            {
+                string dll = Path.Combine(dir.FullName, "artifacts", "bin", "Hpc.CacheHost", configuration, "Hpc.CacheHost.dll");
+                return File.Exists(dll)
+                    ? dll
+                    : throw new FileNotFoundException($"Build the cache host first (dotnet build -c {configuration}); expected {dll}.", dll);
+            }
+        }
+        throw new DirectoryNotFoundException($"No Hpc.sln above {AppContext.BaseDirectory}.");
+    }
+
+    private const int SigTerm = 15;
+
+    [LibraryImport("libc", EntryPoint = "kill", SetLastError = true)]
+    private static partial int SysKill(int pid, int signal);
+
+    [System.Text.RegularExpressions.GeneratedRegex(@"^READY (?<host>.+):(?<port>\d+)$")]
+    private static partial System.Text.RegularExpressions.Regex ReadyLine();
+}

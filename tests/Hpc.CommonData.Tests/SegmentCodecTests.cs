@@ -1,0 +1,113 @@
+using Hpc.CommonData.Format;
+
+namespace Hpc.CommonData.Tests;
+
+public class SegmentCodecTests
+{
+    private static byte[] Random(int n, int seed = 1) { var b = new byte[n]; new Random(seed).NextBytes(b); return b; }
+    private static byte[] Compressible(int n) => Enumerable.Range(0, n).Select(i => (byte)("2024-01-02,INST00042,123.4567\n"[i % 30])).ToArray();
+
+    [Theory]
+    [InlineData(1)]
+    [InlineData(100)]
+    [InlineData(SegmentCodec.DefaultSegmentSize)]
+    [InlineData(SegmentCodec.DefaultSegmentSize - 1)]
+    [InlineData(3 * SegmentCodec.DefaultSegmentSize)]
+    public void Round_trips_random_and_compressible_segments(int length)
+    {
+        foreach (var raw in new[] { Random(length), Compressible(length) })
+        {
+            var stored = new byte[SegmentCodec.MaxEncodedLength(raw.Length)];
+            var n = SegmentCodec.Encode(raw, stored);
+            var back = new byte[raw.Length];
+            Assert.Null(SegmentCodec.TryDecode(stored.AsSpan(0, n), SegmentId.Of(raw), back));
+            Assert.Equal(raw, back);
+        }
+    }
+
+    [Fact]
+    public void Incompressible_data_is_stored_raw_and_compressible_data_shrinks()
+    {
+        var random = Random(65536);
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(65536)];
+        Assert.Equal(SegmentCodec.HeaderLength + 65536, SegmentCodec.Encode(random, buffer));
+        Assert.Equal((byte)SegmentCodecKind.Raw, buffer[4]);
+
+        var n = SegmentCodec.Encode(Compressible(65536), buffer);
+        Assert.True(n < 65536 / 4, $"compressible segment stored in {n} bytes");
+        Assert.Equal((byte)SegmentCodecKind.Lz4, buffer[4]);
+    }
+
+    [Fact]
+    public void Compression_can_be_turned_off()
+    {
+        var raw = Compressible(65536);
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(raw.Length)];
+        Assert.Equal(SegmentCodec.HeaderLength + raw.Length, SegmentCodec.Encode(raw, buffer, compress: false));
+    }
+
+    public static TheoryData<string, Action<byte[]>> Damage => new()
+    {
+        { "checksum", s => s[^1] ^= 0x40 },
+        { "checksum", s => s[SegmentCodec.HeaderLength] ^= 1 },
+        { "magic", s => s[0] = (byte)'X' },
+        { "version", s => s[3] = 9 },
+        { "raw length", s => s[8] ^= 1 },
+        { "payload length", s => s[12] ^= 1 },
+    };
+
+    [Theory]
+    [MemberData(nameof(Damage))]
+    public void Damaged_segments_are_rejected_with_a_reason(string expected, Action<byte[]> damage)
+    {
+        var raw = Compressible(65536);
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(raw.Length)];
+        var stored = buffer.AsSpan(0, SegmentCodec.Encode(raw, buffer)).ToArray();
+        damage(stored);
+        var problem = SegmentCodec.TryDecode(stored, SegmentId.Of(raw), new byte[raw.Length]);
+        Assert.NotNull(problem);
+        Assert.Contains(expected, problem);
+    }
+
+    [Fact]
+    public void A_segment_whose_content_does_not_match_its_id_is_rejected()
+    {
+        var raw = Random(1000);
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(raw.Length)];
+        var n = SegmentCodec.Encode(raw, buffer);
+        var other = SegmentId.Of(Random(1000, seed: 2));
+        Assert.Contains("content hash mismatch", SegmentCodec.TryDecode(buffer.AsSpan(0, n), other, new byte[1000]));
+    }
+
+    [Fact]
+    public void Truncated_segments_are_rejected()
+    {
+        var raw = Random(1000);
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(raw.Length)];
+        var n = SegmentCodec.Encode(raw, buffer);
+        Assert.NotNull(SegmentCodec.TryDecode(buffer.AsSpan(0, n - 1), SegmentId.Of(raw), new byte[1000]));
+        Assert.NotNull(SegmentCodec.TryDecode(buffer.AsSpan(0, 10), SegmentId.Of(raw), new byte[1000]));
+    }
+
+    [Fact]
+    public void Content_ids_are_stable_hex_and_equal_for_equal_content()
+    {
+        var a = SegmentId.Of("hello"u8);
+        Assert.Equal(a, SegmentId.Of("hello"u8));
+        Assert.NotEqual(a, SegmentId.Of("hellp"u8));
+        Assert.Equal(32, a.ToString().Length);
+        Assert.Equal(a, SegmentId.Parse(a.ToString()));
+        Span<byte> hex = stackalloc byte[32];
+        a.WriteHex(hex);
+        Assert.Equal(a.ToString(), System.Text.Encoding.ASCII.GetString(hex));
+    }
+
+    [Fact]
+    public void Streaming_hash_equals_one_shot_hash()
+    {
+        var data = Random(1_000_003);
+        using var h = new XxHash.Streaming128();
+        for (var o = 0; o < data.Length; o += 65536) h.Append(data.AsSpan(o, Math.Min(65536, data.Length - o)));
+        Assert.Equal(XxHash.Hash128Of(data), h.Digest());
+    }
+}
