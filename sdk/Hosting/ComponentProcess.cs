@@ -86,6 +86,13 @@ public sealed class ComponentProcess : IAsyncDisposable
         await _process.StandardInput.FlushAsync();
     }
 
+    /// <summary>Sends a whole stream as standard input and closes it, so the program sees the end of its input.</summary>
+    public async Task SendInputAsync(Stream input)
+    {
+        await input.CopyToAsync(_process.StandardInput.BaseStream);
+        _process.StandardInput.Close();
+    }
+
     public async Task<int> WaitForExitAsync(TimeSpan timeout, CancellationToken ct = default)
     {
         await _process.WaitForExitAsync(ct).WaitAsync(timeout, ct);
@@ -153,12 +160,13 @@ public static class ComponentLocator
         var baseDir = AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar);
         yield return baseDir;
         var config = Path.GetFileName(baseDir);
+        var project = assembly == "hpcdata" ? "Hpc.Jobs" : assembly; // the CLI's assembly is named for what users type
         for (var dir = new DirectoryInfo(baseDir); dir is not null; dir = dir.Parent)
         {
             if (dir.Name == "bin" && dir.Parent?.Name == "artifacts")
             {
-                yield return Path.Combine(dir.FullName, assembly, config);
-                foreach (var other in new[] { "debug", "release" }) yield return Path.Combine(dir.FullName, assembly, other);
+                yield return Path.Combine(dir.FullName, project, config);
+                foreach (var other in new[] { "debug", "release" }) yield return Path.Combine(dir.FullName, project, other);
                 yield break;
             }
         }

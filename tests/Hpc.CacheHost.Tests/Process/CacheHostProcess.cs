@@ -76,6 +76,8 @@ internal sealed partial class CacheHostProcess : IDisposable
         var read = _process.StandardOutput.ReadLineAsync();
         string? line = read.Wait(StartTimeout) ? read.Result : null;
         var match = ReadyLine().Match(line ?? "");
+        if (!match.Success && _process.WaitForExit(TimeSpan.FromSeconds(10)))
+            _process.WaitForExit(); // drains stderr, so the message below carries the host's own explanation
         if (!match.Success)
             throw new InvalidOperationException($"Cache host did not announce READY within {StartTimeout} (stdout: '{line}').\n{Log}");
         Host = match.Groups["host"].Value;

@@ -1,0 +1,232 @@
+using System.Text;
+
+namespace Hpc.CacheHost.Tests.Process;
+
+/// <summary>
+/// The real executable over TCP. Serialised in one collection: each test starts its own process, and the
+/// machine these run on is small.
+/// </summary>
+[Collection(ProcessTests.Collection)]
+public sealed class CacheHostProcessTests : IDisposable
+{
+    private readonly List<CacheHostProcess> _hosts = [];
+
+    [Fact]
+    public void Commands_round_trip_over_tcp_in_multibulk_and_inline_form()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+
+        Assert.Equal("PONG", client.Call("PING"));
+        Assert.Equal("OK", client.Call("SET", "k", "v"));
+        Assert.Equal("v", Encoding.UTF8.GetString((byte[])client.Call("GET", "k")!));
+        client.SendRaw("get k\r\nPING hello\r\n");
+        Assert.Equal("v", client.ReadString());
+        Assert.Equal("hello", client.ReadString());
+        Assert.Null(client.Call("GET", "missing"));
+        Assert.Equal(1L, client.Call("DBSIZE"));
+    }
+
+    [Fact]
+    public void Pipelined_requests_are_answered_in_order_including_large_and_binary_values()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+        byte[] large = Enumerable.Range(0, 64 * 1024).Select(i => (byte)i).ToArray();
+        byte[] binary = [0, 13, 10, 36, 42, 255];
+
+        for (int i = 0; i < 50; i++)
+            client.WriteCommand("SET", $"seg:{i}", i % 2 == 0 ? large : binary);
+        client.WriteCommand("MGET", "seg:0", "seg:1", "nope", "seg:48");
+        for (int i = 0; i < 50; i++)
+            client.WriteCommand("GET", $"seg:{i}");
+        client.Flush();
+
+        for (int i = 0; i < 50; i++)
+            Assert.Equal("OK", client.ReadReply());
+        var mget = Assert.IsType<object?[]>(client.ReadReply());
+        Assert.Equal([large, binary, null, large], mget);
+        for (int i = 0; i < 50; i++)
+            Assert.Equal(i % 2 == 0 ? large : binary, client.ReadReply());
+    }
+
+    [Fact]
+    public void A_malformed_client_is_disconnected_while_another_keeps_being_served()
+    {
+        var host = Start();
+        using var good = new RespTestClient(host);
+        using var bad = new RespTestClient(host);
+        Assert.Equal("OK", good.Call("SET", "k", "v"));
+
+        bad.SendRaw("*1\r\n$x\r\n");
+
+        var error = Assert.IsType<RespError>(bad.ReadReply());
+        Assert.Equal("ERR Protocol error: invalid bulk length", error.Message);
+        Assert.True(bad.IsClosedByServer());
+        Assert.Equal("v", good.ReadStringOf("GET", "k"));
+        using var another = new RespTestClient(host);
+        Assert.Equal("PONG", another.Call("PING"));
+    }
+
+    [Fact]
+    public void An_oversized_bulk_header_is_rejected_before_the_payload_is_sent()
+    {
+        var host = Start("--max-frame", "1MB");
+        using var client = new RespTestClient(host);
+
+        client.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\n");
+
+        var error = Assert.IsType<RespError>(client.ReadReply());
+        Assert.StartsWith("ERR Protocol error:", error.Message);
+        Assert.True(client.IsClosedByServer());
+        Assert.False(host.HasExited);
+    }
+
+    [Fact]
+    public void Unknown_commands_and_wrong_arity_are_errors_that_keep_the_connection()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+
+        Assert.StartsWith("ERR unknown command 'xyz'", Assert.IsType<RespError>(client.Call("xyz", "a")).Message);
+        Assert.Equal("ERR wrong number of arguments for 'get' command", Assert.IsType<RespError>(client.Call("GET")).Message);
+        Assert.Equal("ERR syntax error", Assert.IsType<RespError>(client.Call("SET", "k", "v", "NX", "XX")).Message);
+        Assert.Equal("PONG", client.Call("PING"));
+    }
+
+    [Fact]
+    public void A_write_past_max_memory_is_refused_with_OOM_and_stored_data_survives()
+    {
+        var host = Start("--max-memory", "200KB");
+        using var client = new RespTestClient(host);
+        byte[] first = Enumerable.Repeat((byte)1, 100 * 1024).ToArray();
+
+        Assert.Equal("OK", client.Call("SET", "a", first));
+        var refused = Assert.IsType<RespError>(client.Call("SET", "b", new byte[100 * 1024]));
+        Assert.StartsWith("OOM command not allowed when used memory > 'maxmemory'", refused.Message);
+
+        Assert.Equal(first, client.Call("GET", "a"));
+        Assert.Null(client.Call("GET", "b"));
+        string info = client.ReadStringOf("INFO", "stats")!;
+        Assert.Contains("hpc_rejected_writes_oom:1", info);
+    }
+
+    [Fact]
+    public void With_a_password_every_data_command_needs_AUTH_first()
+    {
+        var host = Start("--password", "s3cret");
+        using var client = new RespTestClient(host);
+
+        Assert.StartsWith("NOAUTH", Assert.IsType<RespError>(client.Call("GET", "k")).Message);
+        Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(client.Call("AUTH", "wrong")).Message);
+        Assert.Equal("OK", client.Call("AUTH", "s3cret"));
+        Assert.Null(client.Call("GET", "k"));
+    }
+
+    [Fact]
+    public void Expiring_keys_disappear_and_report_their_ttl()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+
+        Assert.Equal("OK", client.Call("SET", "k", "v", "PX", "300"));
+        Assert.Equal("OK", client.Call("SET", "p", "v", "EX", "100"));
+        Assert.InRange(Assert.IsType<long>(client.Call("PTTL", "k")), 1, 300);
+        Assert.Equal(100L, client.Call("TTL", "p"));
+        Assert.Equal(-2L, client.Call("TTL", "missing"));
+
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
+        while (client.Call("EXISTS", "k") is 1L && DateTime.UtcNow < deadline)
+            Thread.Sleep(50);
+
+        Assert.Equal(0L, client.Call("EXISTS", "k"));
+        Assert.Equal(1L, client.Call("PERSIST", "p"));
+        Assert.Equal(-1L, client.Call("TTL", "p"));
+    }
+
+    [Fact]
+    public void INFO_reports_keys_stored_bytes_hits_misses_and_bytes_sent()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+        client.Call("SET", "k", new byte[1000]);
+        client.Call("SET", "t", "v", "EX", "100");
+        client.Call("GET", "k");
+        client.Call("GET", "missing");
+
+        string info = client.ReadStringOf("INFO")!;
+
+        Assert.Contains("# Keyspace\r\ndb0:keys=2,expires=1", info);
+        Assert.Contains("keyspace_hits:1\r\n", info);
+        Assert.Contains("keyspace_misses:1\r\n", info);
+        Assert.Contains($"used_memory:{1000 + 1 + 1 + 1 + 2 * Storage.CacheStore.EntryOverheadBytes}\r\n", info);
+        Assert.Contains($"tcp_port:{host.Port}\r\n", info);
+        Assert.Matches(@"total_net_output_bytes:[1-9]\d*", info);
+        Assert.Contains("connected_clients:1\r\n", info);
+        Assert.DoesNotContain("# Keyspace", client.ReadStringOf("INFO", "memory"));
+    }
+
+    [Fact]
+    public void Clients_beyond_max_clients_are_turned_away()
+    {
+        var host = Start("--max-clients", "1");
+        using var first = new RespTestClient(host);
+        Assert.Equal("PONG", first.Call("PING"));
+
+        using var second = new RespTestClient(host);
+
+        Assert.Equal("ERR max number of clients reached", Assert.IsType<RespError>(second.ReadReply()).Message);
+        Assert.Equal("PONG", first.Call("PING"));
+    }
+
+    [Fact]
+    public void SIGTERM_shuts_the_host_down_cleanly_even_with_clients_connected()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+        Assert.Equal("PONG", client.Call("PING"));
+
+        int exitCode = host.Terminate(TimeSpan.FromSeconds(20));
+
+        Assert.Equal(0, exitCode);
+        Assert.True(client.IsClosedByServer());
+    }
+
+    [Fact]
+    public void A_taken_port_fails_startup_with_a_clear_message()
+    {
+        var first = Start();
+
+        var ex = Assert.Throws<InvalidOperationException>(() => CacheHostProcess.Start("--port", first.Port.ToString()));
+
+        Assert.Contains("failed to start", ex.Message);
+    }
+
+    private CacheHostProcess Start(params string[] args)
+    {
+        var host = CacheHostProcess.Start(args);
+        _hosts.Add(host);
+        return host;
+    }
+
+    public void Dispose()
+    {
+        foreach (var host in _hosts)
+            host.Dispose();
+    }
+}
+
+internal static class RespTestClientExtensions
+{
+    public static string? ReadStringOf(this RespTestClient client, params object[] command)
+    {
+        client.Send(command);
+        return client.ReadString();
+    }
+}
+
+[CollectionDefinition(Collection)]
+public sealed class ProcessTests
+{
+    public const string Collection = "cache host processes";
+}
