@@ -129,7 +129,7 @@ public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore stor
                 case AgentOps.Open or AgentOps.Prefetch or AgentOps.Stream:
                 {
                     var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
-                    var lease = request.Op != AgentOps.Prefetch || request.Pin is null;
+                    var lease = request.Op != AgentOps.Prefetch; // prefetch warms the node; only open and stream lease
                     var ensured = await store.EnsureAsync(name, request.Version, lease, request.Op == AgentOps.Prefetch ? request.Pin : null, ct);
                     if (lease) leases.Add(ensured.Version);
                     response = new AgentResponse { Ok = true, Dataset = ensured.Dataset };

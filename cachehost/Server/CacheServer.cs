@@ -14,6 +14,10 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
 {
     private static readonly TimeSpan SessionDrainTimeout = TimeSpan.FromSeconds(5);
 
+    private const int IpProtocolTcp = 6;
+    private const int TcpNotSentLowWatermark = 25; // TCP_NOTSENT_LOWAT in linux/tcp.h
+    private const int UnsentLowWatermarkBytes = 32 * 1024;
+
     private readonly ConcurrentDictionary<long, (ClientSession Session, Task Run)> _sessions = new();
     private Socket? _listener;
 
@@ -94,8 +98,13 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
         }
 
         client.NoDelay = true;
-        if (Environment.GetEnvironmentVariable("HPC_SNDBUF") is { } sndbuf)
-            client.SendBufferSize = int.Parse(sndbuf);
+        if (OperatingSystem.IsLinux())
+        {
+            // Keep at most this much unsent data queued in the kernel. A deeper queue is pushed out later from
+            // whatever context processes the peer's ACKs — on loopback the client's own reads — which measurably
+            // slowed redis-benchmark; with this, the host's own send call does its transmission.
+            client.SetRawSocketOption(IpProtocolTcp, TcpNotSentLowWatermark, BitConverter.GetBytes(UnsentLowWatermarkBytes));
+        }
         var session = new ClientSession(id, client, server, logger);
         // Registered before it starts, so the session's own cleanup always finds its entry to remove.
         var started = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);

@@ -46,6 +46,31 @@ internal sealed partial class CacheHostProcess : IDisposable
 
     public static CacheHostProcess Start(params string[] extraArgs)
     {
+        var host = new CacheHostProcess(System.Diagnostics.Process.Start(StartInfo(extraArgs)) ?? throw new InvalidOperationException("dotnet did not start"));
+        try
+        {
+            host.WaitForReady();
+            return host;
+        }
+        catch
+        {
+            host.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>Runs a host that is expected to refuse to start; returns its exit code and log.</summary>
+    public static (int ExitCode, string Log) RunToExit(params string[] extraArgs)
+    {
+        using var host = new CacheHostProcess(System.Diagnostics.Process.Start(StartInfo(extraArgs)) ?? throw new InvalidOperationException("dotnet did not start"));
+        if (!host._process.WaitForExit(StartTimeout))
+            throw new TimeoutException($"Cache host kept running although it should have refused to start.\n{host.Log}");
+        host._process.WaitForExit();
+        return (host._process.ExitCode, host.Log);
+    }
+
+    private static ProcessStartInfo StartInfo(string[] extraArgs)
+    {
         var start = new ProcessStartInfo("dotnet")
         {
             RedirectStandardOutput = true,
@@ -57,18 +82,7 @@ internal sealed partial class CacheHostProcess : IDisposable
         foreach (string arg in (string[])["--port", "0", .. extraArgs])
             start.ArgumentList.Add(arg);
         start.Environment["Logging__LogLevel__Default"] = "Debug";
-
-        var host = new CacheHostProcess(System.Diagnostics.Process.Start(start) ?? throw new InvalidOperationException("dotnet did not start"));
-        try
-        {
-            host.WaitForReady();
-            return host;
-        }
-        catch
-        {
-            host.Dispose();
-            throw;
-        }
+        return start;
     }
 
     private void WaitForReady()

@@ -197,9 +197,21 @@ public sealed class CacheHostProcessTests : IDisposable
     {
         var first = Start();
 
-        var ex = Assert.Throws<InvalidOperationException>(() => CacheHostProcess.Start("--port", first.Port.ToString()));
+        var (exitCode, log) = CacheHostProcess.RunToExit("--port", first.Port.ToString());
 
-        Assert.Contains("failed to start", ex.Message);
+        Assert.Equal(1, exitCode);
+        Assert.Contains("Address already in use", log);
+    }
+
+    [Theory]
+    [InlineData("--port", "99999", "Port must be 0..65535")]
+    [InlineData("--max-memory", "12XB", "is not a byte size")]
+    public void Invalid_options_fail_startup_with_a_clear_message(string option, string value, string expected)
+    {
+        var (exitCode, log) = CacheHostProcess.RunToExit(option, value);
+
+        Assert.Equal(1, exitCode);
+        Assert.Contains(expected, log);
     }
 
     private CacheHostProcess Start(params string[] args)

@@ -1,0 +1,93 @@
+using System.Buffers.Binary;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+
+namespace Hpc.Integration.Tests;
+
+/// <summary>The node agent's life: restarts, resumed fetches, leases, pins and eviction.</summary>
+public class NodeAgentTests
+{
+    private static CommonDataOptions Via(string pipe) =>
+        new() { AgentPipe = pipe, Mode = DataAccessMode.Map, CacheTier = new CacheTierOptions { Hosts = ["127.0.0.1:1"] } };
+
+    [Fact]
+    public async Task After_a_restart_the_agent_reuses_its_verified_copy_without_fetching()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(300_000)), "a/reuse");
+        var (agent, pipe, dir) = await c.StartAgentAsync();
+        await using (var client = await AgentClient.ConnectAsync(pipe))
+            Assert.Equal("fetched", (await client.PrefetchAsync("a/reuse", pin: "job1")).Source);
+        await agent.StopAsync(TimeSpan.FromSeconds(10));
+
+        var (_, pipe2, _) = await c.StartAgentAsync(dataDir: dir, pipe: pipe);
+        await using var again = await AgentClient.ConnectAsync(pipe2);
+        var local = await again.OpenAsync("a/reuse");
+        Assert.Equal("local", local.Source);
+        var status = await again.StatusAsync();
+        Assert.Equal(["job1"], status.Copies.Single().Pins); // pins survive restarts
+    }
+
+    [Fact]
+    public async Task A_partial_copy_is_resumed_and_only_unverified_segments_are_fetched()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(10 * 65536)), "a/resume");
+        var (agent, pipe, dir) = await c.StartAgentAsync();
+        await using (var client = await AgentClient.ConnectAsync(pipe)) await client.PrefetchAsync("a/resume");
+        await agent.StopAsync(TimeSpan.FromSeconds(10));
+
+        // Turn the complete copy into a crashed partial one: a journal naming segments 0-5, of which 5 is damaged.
+        var complete = Path.Combine(dir, "complete", staged.Version + ".data");
+        var partial = Path.Combine(dir, "partial", staged.Version + ".data");
+        File.SetUnixFileMode(complete, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        File.Move(complete, partial);
+        await using (var f = new FileStream(partial, FileMode.Open, FileAccess.Write))
+        {
+            f.Position = 5 * 65536 + 10; f.WriteByte(0);
+            f.Position = 8 * 65536; f.Write(new byte[65536]);
+        }
+        var journal = new byte[6 * 4];
+        for (var i = 0; i < 6; i++) BinaryPrimitives.WriteInt32LittleEndian(journal.AsSpan(i * 4), i);
+        await File.WriteAllBytesAsync(Path.Combine(dir, "partial", staged.Version + ".done"), journal);
+
+        await using var tier = c.Tier();
+        var before = await DataPathTests.BytesSent(tier);
+        var (_, pipe2, _) = await c.StartAgentAsync(dataDir: dir, pipe: pipe);
+        await using var data = await Hpc.CommonData.CommonData.OpenAsync("a/resume", Via(pipe2));
+        var sent = await DataPathTests.BytesSent(tier) - before;
+        Assert.True(data.VerifyHash());
+        Assert.InRange(sent, 5 * 65536, 6 * 65536 + 32_768); // segments 5-9 only, plus the manifest
+        Assert.False(File.Exists(partial));
+    }
+
+    [Fact]
+    public async Task Past_its_budget_the_agent_evicts_the_least_recently_used_unleased_copy()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        foreach (var n in new[] { "a", "b", "c", "d" })
+            await c.StageAsync(Cluster.WriteFile(c.Root, n, Cluster.RandomBytes(1 << 20, seed: n[0])), $"evict/{n}");
+        var (_, pipe, _) = await c.StartAgentAsync(budget: (5L << 20) / 2); // room for two copies
+        await using var client = await AgentClient.ConnectAsync(pipe);
+
+        await using var leased = await Hpc.CommonData.CommonData.OpenAsync("evict/a", Via(pipe)); // an open worker is a lease
+        await client.PrefetchAsync("evict/b");
+        await client.PrefetchAsync("evict/c"); // b is the oldest unleased one
+        var names = (await client.StatusAsync()).Copies.Select(x => x.Name).ToList();
+        Assert.Equal(["evict/a", "evict/c"], names);
+        Assert.Equal(1, leased.GetSpan(0, 1).Length); // the leased mapping is still readable
+
+        await client.PrefetchAsync("evict/b", pin: "job7"); // pinned copies survive too
+        var full = await Assert.ThrowsAsync<AgentException>(() => client.PrefetchAsync("evict/d"));
+        Assert.Equal("no-space", full.Code);
+
+        await client.ReleaseAsync("evict/b", null, "job7", evict: true);
+        await client.ReleaseAsync("evict/b", null, "job7", evict: true); // never fails when the data is already gone
+        Assert.Equal("fetched", (await client.PrefetchAsync("evict/d")).Source);
+    }
+}
