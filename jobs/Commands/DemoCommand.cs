@@ -26,6 +26,9 @@ public sealed class DemoOptions
     [Option("work-dir", HelpText = "Scratch directory (default: under /dev/shm or the temp folder); removed afterwards.")]
     public string? WorkDir { get; set; }
 
+    [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random (incompressible; workers then only attach and verify).")]
+    public string Data { get; set; } = "csv";
+
     [Option("json", HelpText = "Also write the measurements as JSON to this file.")]
     public string? Json { get; set; }
 }
@@ -68,9 +71,21 @@ public sealed class DemoCommand(DemoOptions o)
         Console.WriteLine($"HPC Common Data demo: {ByteSize.Format(size)} dataset, {o.Hosts} cache hosts, {o.Nodes} nodes × {o.Workers} workers");
 
         var clock = Stopwatch.StartNew();
-        var csv = Path.Combine(root, "market-history.csv");
-        var (days, instruments) = MarketHistory.Generate(csv, size);
-        Console.WriteLine($"  generated  {instruments} instruments × {days} days of closing prices in {clock.Elapsed.TotalSeconds:0.0} s");
+        var random = o.Data == "random";
+        var csv = Path.Combine(root, random ? "random.bin" : "market-history.csv");
+        if (random)
+        {
+            SampleData.GenerateRandom(csv, size);
+            Console.WriteLine($"  generated  {ByteSize.Format(size)} of random bytes in {clock.Elapsed.TotalSeconds:0.0} s");
+        }
+        else
+        {
+            var (days, instruments) = MarketHistory.Generate(csv, size);
+            Console.WriteLine($"  generated  {instruments} instruments × {days} days of closing prices in {clock.Elapsed.TotalSeconds:0.0} s");
+        }
+        var codec = CodecBaseline.Measure(csv);
+        Console.WriteLine($"  baseline   raw LZ4 codec + XXH3 on the same 64 KB segments, {Environment.ProcessorCount} cores, in memory: " +
+                          $"{codec.MegabytesPerSecond:0} MB/s (ratio {codec.Ratio:P1})");
 
         var budget = (long)(size * 1.5) + (64L << 20);
         var hosts = new List<string>();
@@ -85,7 +100,8 @@ public sealed class DemoCommand(DemoOptions o)
         if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(10), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
         var stage = JsonSerializer.Deserialize<StageSummary>(stager.StandardOutput.Last())!;
         Console.WriteLine($"  staged     {ByteSize.Format(stage.RawBytes)} → {ByteSize.Format(stage.StoredBytes)} stored ({100.0 * stage.StoredBytes / Math.Max(1, stage.RawBytes):0.0}%), " +
-                          $"{stage.Segments} segments in {stage.Seconds:0.00} s = {stage.RawBytes / 1e6 / stage.Seconds:0} MB/s, version {stage.Version[..12]}…");
+                          $"{stage.Segments} segments in {stage.Seconds:0.00} s = {stage.RawBytes / 1e6 / stage.Seconds:0} MB/s " +
+                          $"({stage.RawBytes / 1e6 / stage.Seconds / codec.MegabytesPerSecond:P0} of the raw codec), version {stage.Version[..12]}…");
 
         var pipes = new List<string>();
         for (var n = 0; n < o.Nodes; n++)
@@ -109,15 +125,15 @@ public sealed class DemoCommand(DemoOptions o)
         for (var n = 0; n < fetches.Length; n++)
             Console.WriteLine($"  node{n + 1}      fetched and verified in {fetches[n].seconds:0.00} s ({fetches[n].local.Length / 1e6 / fetches[n].seconds:0} MB/s)");
 
-        var mapped = await RunWorkersAsync(pipes, "map", compute: true, ct);
+        var mapped = await RunWorkersAsync(pipes, "map", compute: !random, ct);
         var streamed = await RunWorkersAsync(pipes, "stream", compute: false, ct);
         Report("attach", "map: memory-mapped shared copy", mapped);
         Report("copy", "stream: private copy over the pipe", streamed);
         var vars = mapped.Select(r => r.ValueAtRisk99).Distinct().ToList();
-        Console.WriteLine($"  result     99% one-day VaR of an equal-weight portfolio over {mapped[0].Days} days: {mapped[0].ValueAtRisk99:P3}" +
+        if (!random) Console.WriteLine($"  result     99% one-day VaR of an equal-weight portfolio over {mapped[0].Days} days: {mapped[0].ValueAtRisk99:P3}" +
                           (vars.Count == 1 ? $" (all {mapped.Count} computing workers agree)" : " (WORKERS DISAGREE)"));
         if (o.Json is not null)
-            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { stage, fetchSeconds = fetches.Select(f => f.seconds), mapped, streamed }), ct);
+            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.seconds), mapped, streamed }), ct);
         Console.WriteLine($"  done in {clock.Elapsed.TotalSeconds:0.0} s; shutting down");
         return vars.Count == 1 ? 0 : 1;
     }

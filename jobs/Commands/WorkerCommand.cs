@@ -26,7 +26,7 @@ public sealed class WorkerOptions
 
 public static class WorkerCommand
 {
-    /// <summary>AttachMs is the first open in a fresh process (includes JIT); WarmAttachMs a second open in the same process.</summary>
+    /// <summary>AttachMs is the first open in a fresh process (includes JIT); WarmAttachMs the median of five more opens in the same process.</summary>
     public sealed record WorkerResult(int Pid, string Mode, string Version, long Bytes, double AttachMs, double WarmAttachMs, double VerifyMs, double ComputeMs,
         bool Verified, double ValueAtRisk99, int Days);
 
@@ -47,8 +47,14 @@ public static class WorkerCommand
             await using var data = await Hpc.CommonData.CommonData.OpenAsync(name, options);
             var attach = clock.Elapsed.TotalMilliseconds;
             clock.Restart();
-            await using (await Hpc.CommonData.CommonData.OpenAsync(name, options)) { }
-            var warmAttach = clock.Elapsed.TotalMilliseconds;
+            var warm = new List<double>();
+            for (var i = 0; i < 5; i++)
+            {
+                clock.Restart();
+                await using (await Hpc.CommonData.CommonData.OpenAsync(name, options)) { }
+                warm.Add(clock.Elapsed.TotalMilliseconds);
+            }
+            var warmAttach = warm.Order().ElementAt(2);
             clock.Restart();
             var verified = data.VerifyHash();
             var verify = clock.Elapsed.TotalMilliseconds;

@@ -1,0 +1,42 @@
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.Jobs.Sample;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("generate", HelpText = "Write a sample dataset: market history CSV (compressible) or random bytes, for staging and benchmarks.")]
+public sealed class GenerateOptions
+{
+    [Value(0, MetaName = "path", Required = true, HelpText = "Output file.")]
+    public string Path { get; set; } = "";
+
+    [Option("size", Default = "256MB")]
+    public string Size { get; set; } = "256MB";
+
+    [Option("data", Default = "csv", HelpText = "csv or random.")]
+    public string Data { get; set; } = "csv";
+
+    public Task<int> RunAsync()
+    {
+        var size = ByteSize.Parse(Size);
+        if (Data == "random") SampleData.GenerateRandom(Path, size);
+        else MarketHistory.Generate(Path, size);
+        Console.WriteLine($"{Path}: {ByteSize.Format(new FileInfo(Path).Length)}");
+        return Task.FromResult(0);
+    }
+}
+
+public static class SampleData
+{
+    public static void GenerateRandom(string path, long size)
+    {
+        var rng = new Random(42);
+        var buffer = new byte[1 << 20];
+        using var f = File.Create(path);
+        for (var left = size; left > 0; left -= buffer.Length)
+        {
+            rng.NextBytes(buffer);
+            f.Write(buffer, 0, (int)Math.Min(buffer.Length, left));
+        }
+    }
+}
