@@ -17,6 +17,8 @@ public sealed class StageOptions
     public int Parallelism { get; init; } = Environment.ProcessorCount;
     /// <summary>Segments per upload batch (pipelined as one write per host).</summary>
     public int UploadBatch { get; init; } = 64;
+    /// <summary>Batches in flight at once (each is one pipelined exchange per host).</summary>
+    public int Uploaders { get; init; } = 6;
 }
 
 public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
@@ -92,17 +94,12 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }, cts.Token)).ToArray();
         var encodersDone = Task.WhenAll(encoders).ContinueWith(t => encoded.Writer.Complete(t.Exception?.GetBaseException()), TaskScheduler.Default);
 
-        var uploaders = Enumerable.Range(0, 2).Select(_ => Task.Run(async () =>
+        var uploaders = Enumerable.Range(0, options.Uploaders).Select(_ => Task.Run(async () =>
         {
             var batch = new List<EncodedChunk>(options.UploadBatch);
             while (await encoded.Reader.WaitToReadAsync(cts.Token))
             {
                 while (batch.Count < options.UploadBatch && encoded.Reader.TryRead(out var c)) batch.Add(c);
-                if (batch.Count < options.UploadBatch && !encoded.Reader.Completion.IsCompleted && batch.Count > 0 && encoded.Reader.Count == 0)
-                {
-                    // Let the encoders fill the batch a little: fewer, larger pipelined writes.
-                    await Task.Yield();
-                }
                 if (batch.Count == 0) continue;
                 try
                 {
