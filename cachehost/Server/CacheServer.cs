@@ -103,7 +103,7 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
             // Keep at most this much unsent data queued in the kernel. A deeper queue is pushed out later from
             // whatever context processes the peer's ACKs — on loopback the client's own reads — which measurably
             // slowed redis-benchmark; with this, the host's own send call does its transmission.
-            client.SetRawSocketOption(IpProtocolTcp, TcpNotSentLowWatermark, BitConverter.GetBytes(int.Parse(Environment.GetEnvironmentVariable("HPC_LOWAT") ?? "32768")));
+            client.SetRawSocketOption(IpProtocolTcp, TcpNotSentLowWatermark, BitConverter.GetBytes(UnsentLowWatermarkBytes));
         }
         var session = new ClientSession(id, client, server, logger);
         // Registered before it starts, so the session's own cleanup always finds its entry to remove.
