@@ -4,8 +4,10 @@ using Hpc.Jobs.Commands;
 // hpcdata: what users type. Each verb hands off to its command class, which maps failures to exit codes.
 if (args is ["stage", .. var stageArgs]) return await StageVerb.RunAsync(stageArgs);
 var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
-return await parser.ParseArguments<DemoOptions, WorkerOptions, GenerateOptions>(args).MapResult(
+return await parser.ParseArguments<DemoOptions, WorkerOptions, GenerateOptions, NodePrepOptions, NodeReleaseOptions>(args).MapResult(
     (DemoOptions o) => new DemoCommand(o).RunAsync(),
+    (NodePrepOptions o) => NodePrepCommand.RunAsync(o),
+    (NodeReleaseOptions o) => NodeReleaseCommand.RunAsync(o),
     (WorkerOptions o) => WorkerCommand.RunAsync(o),
     (GenerateOptions o) => o.RunAsync(),
     _ => Task.FromResult(2));

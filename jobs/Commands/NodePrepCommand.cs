@@ -1,0 +1,244 @@
+using System.Diagnostics;
+using System.Runtime.InteropServices;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Fetch;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Scheduling;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("nodeprep", HelpText = "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.")]
+public sealed class NodePrepOptions
+{
+    [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
+    public string? Dataset { get; set; }
+
+    [Option("version", HelpText = "Exact version (default: $HPCDATA_VERSION, else latest).")]
+    public string? Version { get; set; }
+
+    [Option("job", HelpText = "Job id used as the pin (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).")]
+    public string? Job { get; set; }
+
+    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
+    public string? Pipe { get; set; }
+
+    [Option("data-dir", HelpText = "Data directory for an agent started here (default: /dev/shm/hpcdata-<pipe>).")]
+    public string? DataDirectory { get; set; }
+
+    [Option("cache-hosts", HelpText = "Cache hosts for an agent started here (default: $HPCDATA_CACHE_HOSTS).")]
+    public string? CacheHosts { get; set; }
+
+    [Option("budget", HelpText = "Data budget in bytes for an agent started here.")]
+    public string? Budget { get; set; }
+
+    [Option("node", HelpText = "Node name for an agent started here (default: host name).")]
+    public string? Node { get; set; }
+
+    [Option("no-start", HelpText = "Never start an agent; fail when none answers.")]
+    public bool NoStart { get; set; }
+
+    [Option("start-timeout", Default = "30s", HelpText = "How long a started agent may take to answer.")]
+    public string StartTimeout { get; set; } = "30s";
+
+    [Option("timeout", Default = "60m", HelpText = "How long fetching may take.")]
+    public string Timeout { get; set; } = "60m";
+}
+
+/// <summary>
+/// Exit codes: 0 ready, 1 this node cannot hold the data (the scheduler may exclude it), 2 bad usage, 130 cancelled.
+/// Safe to run again: a second run finds the copy local and only re-confirms it.
+/// </summary>
+public static class NodePrepCommand
+{
+    public static async Task<int> RunAsync(NodePrepOptions o)
+    {
+        using var cancel = new CancellationTokenSource();
+        using var signals = CancelOnSignals(cancel);
+        var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
+        var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
+        var job = JobVariables.JobIdFromEnvironment(o.Job);
+        var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
+        if (name is null) return Fail(2, "no dataset (--dataset or HPCDATA_DATASET)");
+        if (job is null) return Fail(2, "no job id to pin the data with (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
+        if (!DatasetName.TryValidate(name, out var nameError)) return Fail(2, nameError!);
+        if (version == "latest") version = null;
+        TimeSpan startTimeout, fetchTimeout;
+        try { (startTimeout, fetchTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout)); }
+        catch (FormatException e) { return Fail(2, e.Message); }
+
+        var clock = Stopwatch.StartNew();
+        var pinned = false;
+        try
+        {
+            await using var agent = await ConnectOrStartAsync(o, pipe, startTimeout, cancel.Token);
+            var status = await agent.StatusAsync(cancel.Token);
+            using var fetchTimer = CancellationTokenSource.CreateLinkedTokenSource(cancel.Token);
+            fetchTimer.CancelAfter(fetchTimeout);
+
+            // Fetch without the pin first: if we are cancelled mid-fetch, the agent finishes the fetch on its own
+            // and no pin is left behind. Pinning an already-local copy takes milliseconds.
+            LocalDataset fetched;
+            using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name, status.DataDirectory))
+                fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
+            pinned = true;
+            var local = await agent.PrefetchAsync(name, fetched.Version, pin: job, CancellationToken.None);
+            cancel.Token.ThrowIfCancellationRequested();
+
+            var problem = await ConfirmAsync(pipe, name, version ?? fetched.Version, local, status.DataDirectory, cancel.Token);
+            if (problem is not null)
+            {
+                await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
+                return Fail(1, $"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
+            }
+            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}");
+            return 0;
+        }
+        catch (OperationCanceledException) when (cancel.IsCancellationRequested)
+        {
+            if (pinned) await ReleaseQuietlyAsync(pipe, name, version, job, evict: false);
+            return Fail(130, "cancelled; no pin was left on the node");
+        }
+        catch (OperationCanceledException)
+        {
+            return Fail(1, $"fetching {name} took longer than {fetchTimeout.TotalMinutes:0.#} min (--timeout); nothing was pinned");
+        }
+        catch (AgentException e)
+        {
+            return Fail(1, e.Code switch
+            {
+                "not-found" => $"{e.Message} (was it staged? check the name and the agent's cache hosts)",
+                "unavailable" => $"the cache tier is unreachable from this node: {e.Message}",
+                _ => e.Message,
+            });
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or UnauthorizedAccessException or InvalidDataException or ArgumentException)
+        {
+            return Fail(1, e.Message);
+        }
+    }
+
+    private static async Task<AgentClient> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)
+    {
+        try { return await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2), ct); }
+        catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
+        {
+            if (o.NoStart) throw new IOException($"no node agent answers on pipe '{pipe}' and --no-start was given");
+            if (NodeAgentLauncher.ManagedBy() is { } manager)
+                throw new IOException($"no node agent answers on pipe '{pipe}', and it is managed by {manager}: not starting another; check that service");
+        }
+        var dataDir = JobVariables.First(o.DataDirectory) ?? DefaultDataDirectory(pipe);
+        var hosts = JobVariables.First(o.CacheHosts, Environment.GetEnvironmentVariable(JobVariables.CacheHosts));
+        Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
+        await NodeAgentLauncher.StartAsync(pipe, dataDir, hosts, o.Budget, o.Node, startTimeout, ct);
+        return await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
+    }
+
+    public static string DefaultDataDirectory(string pipe)
+    {
+        var leaf = "hpcdata-" + Path.GetFileNameWithoutExtension(NodeAgentLauncher.StateFile(pipe));
+        return Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), leaf);
+    }
+
+    /// <summary>
+    /// Opens the copy as a worker would and checks the chain version → manifest → whole-dataset hash → bytes on this
+    /// node. Returns what is wrong, or null.
+    /// </summary>
+    private static async Task<string?> ConfirmAsync(string pipe, string name, string expectedVersion, LocalDataset pinned, string dataDirectory, CancellationToken ct)
+    {
+        await using var check = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
+        var local = await check.OpenAsync(name, expectedVersion, ct); // leased while we check
+        if (local.Version != expectedVersion) return $"agent serves version {local.Version}, expected {expectedVersion}";
+        if (local.Hash != pinned.Hash || local.Length != pinned.Length) return "agent describes the copy differently on a second open";
+        var manifestPath = Path.Combine(dataDirectory, "manifests", local.Version + ".json");
+        if (File.Exists(manifestPath))
+        {
+            var bytes = await File.ReadAllBytesAsync(manifestPath, ct);
+            if (Manifest.VersionOf(bytes) != local.Version) return $"the node's manifest {manifestPath} does not hash to the version";
+            var manifest = Manifest.Parse(bytes);
+            if (manifest.Hash != local.Hash || manifest.RawLength != local.Length) return "the node's manifest disagrees with the agent";
+        }
+        return await Task.Run(() =>
+        {
+            using var map = MappedFile.Open(local.Path, local.Length, writable: false);
+            string actual;
+            unsafe { actual = XxHash.Hash128Of(map.Pointer, map.Length).ToString("x32"); }
+            return actual == local.Hash ? null : $"whole-dataset hash of {local.Path} is {actual}, expected {local.Hash}";
+        }, ct);
+    }
+
+    internal static async Task ReleaseQuietlyAsync(string pipe, string name, string? version, string job, bool evict)
+    {
+        try
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2));
+            await agent.ReleaseAsync(name, version, job, evict);
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or AgentException) { }
+    }
+
+    private static int Fail(int code, string message)
+    {
+        Console.Error.WriteLine($"hpcdata nodeprep: {message}");
+        return code;
+    }
+
+    /// <summary>Ctrl-C and the scheduler's SIGTERM (scancel, job time limit) both cancel.</summary>
+    internal static IDisposable CancelOnSignals(CancellationTokenSource cancel)
+    {
+        var registrations = new List<PosixSignalRegistration>();
+        foreach (var s in new[] { PosixSignal.SIGINT, PosixSignal.SIGTERM })
+            registrations.Add(PosixSignalRegistration.Create(s, c => { c.Cancel = true; cancel.Cancel(); }));
+        return new Registrations(registrations);
+    }
+
+    private sealed class Registrations(List<PosixSignalRegistration> list) : IDisposable
+    {
+        public void Dispose() { foreach (var r in list) r.Dispose(); }
+    }
+
+    /// <summary>One self-overwriting line on the terminal from the agent's fetch journal.</summary>
+    private sealed class FetchProgress : IDisposable
+    {
+        private readonly CancellationTokenSource _stop = new();
+        private readonly Task _loop;
+
+        public FetchProgress(string pipe, string name, string dataDirectory) => _loop = Task.Run(() => LoopAsync(pipe, name, dataDirectory));
+
+        private async Task LoopAsync(string pipe, string name, string dataDirectory)
+        {
+            var shown = false;
+            try
+            {
+                await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2), _stop.Token);
+                while (!_stop.IsCancellationRequested)
+                {
+                    await Task.Delay(500, _stop.Token);
+                    var copy = (await agent.StatusAsync(_stop.Token)).Copies.FirstOrDefault(c => c.Name == name && c.State != "complete");
+                    if (copy is null) continue;
+                    var total = SegmentCount(dataDirectory, copy.Version);
+                    var journal = new FileInfo(Path.Combine(dataDirectory, "partial", copy.Version + ".done"));
+                    var done = journal.Exists ? journal.Length / 4 : 0;
+                    var pct = total > 0 ? $"{100.0 * Math.Min(done, total) / total,5:0.0}% of " : "";
+                    Console.Error.Write($"\r  fetching {name}: {pct}{ByteSize.Format(copy.Length)}   ");
+                    shown = true;
+                }
+            }
+            catch (Exception e) when (e is OperationCanceledException or IOException or TimeoutException or AgentException) { }
+            finally { if (shown) Console.Error.Write("\r" + new string(' ', 79) + "\r"); }
+        }
+
+        private static int SegmentCount(string dataDirectory, string version)
+        {
+            try { return Manifest.Parse(File.ReadAllBytes(Path.Combine(dataDirectory, "manifests", version + ".json"))).Segments.Count; }
+            catch (Exception e) when (e is IOException or InvalidDataException or UnauthorizedAccessException) { return 0; }
+        }
+
+        public void Dispose()
+        {
+            _stop.Cancel();
+            try { _loop.Wait(TimeSpan.FromSeconds(2)); } catch (AggregateException) { }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+using CommandLine;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Scheduling;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("noderelease", HelpText = "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.")]
+public sealed class NodeReleaseOptions
+{
+    [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
+    public string? Dataset { get; set; }
+
+    [Option("version", HelpText = "Version (default: $HPCDATA_VERSION, else every version of the dataset pinned by this job).")]
+    public string? Version { get; set; }
+
+    [Option("job", HelpText = "Job id the data was pinned with (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).")]
+    public string? Job { get; set; }
+
+    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
+    public string? Pipe { get; set; }
+
+    [Option("evict", HelpText = "Also delete the node's copy when nothing else pins or uses it.")]
+    public bool Evict { get; set; }
+
+    [Option("stop-agent", Default = "auto", HelpText = "auto: stop the agent when node prep started it and nothing is pinned, leased or fetching; never; always (only an agent node prep started).")]
+    public string StopAgent { get; set; } = "auto";
+}
+
+/// <summary>Exit codes: 0 released (or nothing to release), 2 bad usage. Problems reaching the agent are reported, not failed on.</summary>
+public static class NodeReleaseCommand
+{
+    public static async Task<int> RunAsync(NodeReleaseOptions o)
+    {
+        var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
+        var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
+        var job = JobVariables.JobIdFromEnvironment(o.Job);
+        var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
+        if (name is null) return Say(2, "no dataset (--dataset or HPCDATA_DATASET)");
+        if (job is null) return Say(2, "no job id (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
+        if (!DatasetName.TryValidate(name, out var nameError)) return Say(2, nameError!);
+        if (o.StopAgent is not ("auto" or "never" or "always")) return Say(2, $"--stop-agent '{o.StopAgent}' is not one of auto, never, always");
+
+        AgentStatus status;
+        try
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2));
+            await agent.ReleaseAsync(name, version, job, o.Evict);
+            status = await agent.StatusAsync();
+        }
+        catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
+        {
+            ForgetDeadAgent(pipe);
+            return Say(0, $"no node agent answers on pipe '{pipe}'; nothing to release for job {job}");
+        }
+        catch (AgentException e)
+        {
+            return Say(0, $"the agent could not release {name} for job {job}: {e.Message}; nothing else done");
+        }
+
+        var left = status.Copies.Where(c => c.Name == name && (version is null || c.Version == version)).ToList();
+        var state = left.Count == 0 ? (o.Evict ? "evicted" : "not-on-node") : left.Any(c => c.Pins.Count > 0 || c.Leases > 0) ? "in-use" : "cached";
+        Console.WriteLine($"node={status.Node} dataset={name} job={job} released state={state}");
+        await MaybeStopAgentAsync(o.StopAgent, pipe, status);
+        return 0;
+    }
+
+    /// <summary>
+    /// An agent node prep started on demand is stopped once idle so it does not outlive the jobs that needed it;
+    /// an agent run by a service manager (or by hand) is never touched. Its data directory stays as a cache.
+    /// </summary>
+    private static async Task MaybeStopAgentAsync(string mode, string pipe, AgentStatus status)
+    {
+        if (mode == "never" || NodeAgentLauncher.Find(pipe) is not { } started) return;
+        var busy = status.Copies.Where(c => c.Pins.Count > 0 || c.Leases > 0 || c.State == "fetching").ToList();
+        if (mode == "auto" && busy.Count > 0)
+        {
+            Console.Error.WriteLine($"hpcdata noderelease: leaving the agent on '{pipe}' running: {string.Join(", ", busy.Select(c => $"{c.Name} ({c.State}, {c.Pins.Count} pins, {c.Leases} leases)"))}");
+            return;
+        }
+        await NodeAgentLauncher.StopAsync(started, TimeSpan.FromSeconds(10));
+        Console.Error.WriteLine($"hpcdata noderelease: stopped the node agent node prep had started on '{pipe}' (pid {started.Pid})");
+    }
+
+    private static void ForgetDeadAgent(string pipe)
+    {
+        if (NodeAgentLauncher.Find(pipe) is { } started && !NodeAgentLauncher.IsAlive(started.Pid))
+            _ = NodeAgentLauncher.StopAsync(started, TimeSpan.Zero);
+    }
+
+    private static int Say(int code, string message)
+    {
+        Console.Error.WriteLine($"hpcdata noderelease: {message}");
+        return code;
+    }
+}

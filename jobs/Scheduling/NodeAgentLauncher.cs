@@ -1,0 +1,154 @@
+using System.Diagnostics;
+using System.Runtime.InteropServices;
+using System.Text.Json;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Jobs.Scheduling;
+
+/// <summary>What node prep recorded about an agent it started, so node release can stop that agent and no other.</summary>
+public sealed record StartedAgent(int Pid, string Pipe, string DataDirectory, string Log, DateTimeOffset Started);
+
+/// <summary>
+/// Starts a node agent that outlives the node-prep process (the scheduler's step ends, the agent keeps serving the
+/// job's workers), and remembers it in a small state file keyed by pipe name.
+/// </summary>
+public static class NodeAgentLauncher
+{
+    public const string StateDirectoryVariable = "HPCDATA_STATE_DIR";
+    public const string ManagedVariable = "HPCDATA_AGENT_MANAGED";
+    public const string SystemdUnit = "hpcdata-agent.service";
+
+    public static string StateDirectory =>
+        JobVariables.First(Environment.GetEnvironmentVariable(StateDirectoryVariable)) ?? Path.Combine(Path.GetTempPath(), "hpcdata-agents");
+
+    public static string StateFile(string pipe) =>
+        Path.Combine(StateDirectory, new string(pipe.Select(c => char.IsAsciiLetterOrDigit(c) || c is '-' or '.' ? c : '_').ToArray()) + ".json");
+
+    /// <summary>Why this node's agent must not be started by us (a service manager owns it), or null.</summary>
+    public static string? ManagedBy()
+    {
+        if (Environment.GetEnvironmentVariable(ManagedVariable) is "1" or "true") return $"{ManagedVariable} is set";
+        if (Directory.Exists("/run/systemd/system") &&
+            new[] { "/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system" }.Any(d => File.Exists(Path.Combine(d, SystemdUnit))))
+            return $"systemd unit {SystemdUnit}";
+        return null;
+    }
+
+    /// <summary>
+    /// Starts the agent in its own session with its output in a log file (so it holds none of our pipes and survives
+    /// us), then waits until it answers on its pipe. Throws with the agent's last log lines when it does not.
+    /// </summary>
+    public static async Task<StartedAgent> StartAsync(string pipe, string dataDirectory, string? cacheHosts, string? budget, string? node,
+        TimeSpan timeout, CancellationToken ct)
+    {
+        Directory.CreateDirectory(StateDirectory);
+        var log = Path.Combine(StateDirectory, Path.GetFileNameWithoutExtension(StateFile(pipe)) + ".log");
+        var command = new List<string> { ComponentProcess.DotnetHost(), ComponentLocator.Find("Hpc.NodeAgent"), "--pipe", pipe, "--data-dir", dataDirectory };
+        if (cacheHosts is not null) command.AddRange(["--cache-hosts", cacheHosts]);
+        if (budget is not null) command.AddRange(["--budget", budget]);
+        if (node is not null) command.AddRange(["--node", node]);
+
+        var info = new ProcessStartInfo("/bin/sh") { UseShellExecute = false, RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true };
+        // setsid: a new session, so a terminal's Ctrl-C or the end of the scheduler step does not take the agent down.
+        info.ArgumentList.Add("-c");
+        info.ArgumentList.Add("log=$1; shift; if command -v setsid >/dev/null; then setsid \"$@\" </dev/null >>\"$log\" 2>&1 & else \"$@\" </dev/null >>\"$log\" 2>&1 & fi; echo $!");
+        info.ArgumentList.Add("sh");
+        info.ArgumentList.Add(log);
+        foreach (var a in command) info.ArgumentList.Add(a);
+        using var sh = Process.Start(info) ?? throw new IOException("cannot run /bin/sh to start the node agent");
+        sh.StandardInput.Close();
+        var pidText = await sh.StandardOutput.ReadToEndAsync(ct);
+        await sh.WaitForExitAsync(ct);
+        if (!int.TryParse(pidText.Trim(), out var pid)) throw new IOException($"could not start the node agent: {await sh.StandardError.ReadToEndAsync(ct)}");
+
+        var started = new StartedAgent(pid, pipe, dataDirectory, log, DateTimeOffset.UtcNow);
+        await File.WriteAllTextAsync(StateFile(pipe), JsonSerializer.Serialize(started), ct);
+
+        var clock = Stopwatch.StartNew();
+        var delay = TimeSpan.FromMilliseconds(50);
+        while (true)
+        {
+            if (!IsAlive(pid))
+            {
+                TryDelete(StateFile(pipe));
+                throw new IOException($"the node agent exited during start-up (pid {pid}); its log {log} ends:{Environment.NewLine}{Tail(log)}");
+            }
+            try
+            {
+                await using var probe = await AgentClient.ConnectAsync(pipe, TimeSpan.FromMilliseconds(500), ct);
+                await probe.StatusAsync(ct);
+                return started;
+            }
+            catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException) { }
+            if (clock.Elapsed > timeout)
+            {
+                await StopAsync(started, TimeSpan.FromSeconds(5));
+                throw new TimeoutException($"the node agent did not answer on pipe '{pipe}' within {timeout.TotalSeconds:0} s and was stopped; its log {log} ends:{Environment.NewLine}{Tail(log)}");
+            }
+            await Task.Delay(delay, ct);
+            delay = TimeSpan.FromMilliseconds(Math.Min(500, delay.TotalMilliseconds * 2));
+        }
+    }
+
+    public static StartedAgent? Find(string pipe)
+    {
+        try
+        {
+            var path = StateFile(pipe);
+            return File.Exists(path) ? JsonSerializer.Deserialize<StartedAgent>(File.ReadAllText(path)) : null;
+        }
+        catch (Exception e) when (e is IOException or JsonException or UnauthorizedAccessException) { return null; }
+    }
+
+    /// <summary>Stops an agent we started (SIGTERM, then SIGKILL after the grace period) and forgets it.</summary>
+    public static async Task StopAsync(StartedAgent agent, TimeSpan grace)
+    {
+        if (IsOurAgent(agent))
+        {
+            Kill(agent.Pid, 15);
+            var clock = Stopwatch.StartNew();
+            while (IsAlive(agent.Pid) && clock.Elapsed < grace) await Task.Delay(100);
+            if (IsAlive(agent.Pid)) Kill(agent.Pid, 9);
+        }
+        TryDelete(StateFile(agent.Pipe));
+    }
+
+    /// <summary>The pid still runs the agent on that pipe (pids are reused; never signal a stranger).</summary>
+    private static bool IsOurAgent(StartedAgent a)
+    {
+        if (!IsAlive(a.Pid)) return false;
+        try
+        {
+            var cmdline = File.ReadAllText($"/proc/{a.Pid}/cmdline").Split('\0');
+            return cmdline.Any(c => c.EndsWith("Hpc.NodeAgent.dll", StringComparison.Ordinal)) && cmdline.Contains(a.Pipe);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return false; }
+    }
+
+    /// <summary>Alive and not a zombie (a killed agent may wait for a reaper that never comes in a container).</summary>
+    public static bool IsAlive(int pid)
+    {
+        try
+        {
+            var stat = File.ReadAllText($"/proc/{pid}/stat");
+            var state = stat[(stat.LastIndexOf(')') + 2)..].FirstOrDefault();
+            return state is not ('Z' or 'X');
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return false; }
+    }
+
+    private static string Tail(string log)
+    {
+        try { return string.Join(Environment.NewLine, File.ReadLines(log).TakeLast(15)); }
+        catch (IOException) { return "(no log)"; }
+    }
+
+    private static void TryDelete(string path)
+    {
+        try { File.Delete(path); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
+    }
+
+    [DllImport("libc", EntryPoint = "kill", SetLastError = true)]
+    private static extern int Kill(int pid, int signal);
+}
