@@ -21,6 +21,46 @@ public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore stor
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
+        try
+        {
+            await ServeAllAsync(stoppingToken);
+        }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            log.LogCritical("Node agent cannot serve pipe {Pipe}: {Error}", _options.Pipe, e.Message);
+            Environment.ExitCode = 1; // the host stops on a failed service; launchers must see a failure
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// A Unix socket file outlives an agent that was killed; it would block the next one. Probe it: if an agent
+    /// answers, refuse to start; if nobody does, it is stale and is removed.
+    /// </summary>
+    private void RemoveStaleSocket()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var path = Path.IsPathRooted(_options.Pipe) ? _options.Pipe : Path.Combine(Path.GetTempPath(), "CoreFxPipe_" + _options.Pipe);
+        if (!File.Exists(path)) return;
+        using (var probe = new NamedPipeClientStream(".", _options.Pipe, PipeDirection.InOut))
+        {
+            try
+            {
+                probe.Connect(300);
+            }
+            catch (Exception e) when (e is TimeoutException or IOException)
+            {
+                log.LogWarning("Removing stale pipe socket {Path} left by an agent that did not shut down", path);
+                File.Delete(path);
+                return;
+            }
+        }
+        throw new IOException($"pipe '{_options.Pipe}' ({path}) is already served by a running agent");
+    }
+
+    private async Task ServeAllAsync(CancellationToken stoppingToken)
+    {
+        RemoveStaleSocket();
         var first = true;
         var handlers = new List<Task>();
         while (!stoppingToken.IsCancellationRequested)

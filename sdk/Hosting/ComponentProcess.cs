@@ -113,6 +113,13 @@ public sealed class ComponentProcess : IAsyncDisposable
         try { await _process.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(5)); } catch (TimeoutException) { }
     }
 
+    /// <summary>Kills the process at once, as a crash or an OOM killer would.</summary>
+    public async Task KillAsync()
+    {
+        try { _process.Kill(entireProcessTree: true); } catch (InvalidOperationException) { }
+        await _process.WaitForExitAsync();
+    }
+
     public async ValueTask DisposeAsync()
     {
         await StopAsync(TimeSpan.FromSeconds(5));

@@ -32,6 +32,25 @@ public class NodeAgentTests
     }
 
     [Fact]
+    public async Task An_agent_killed_outright_is_replaced_on_the_same_pipe_and_a_second_agent_is_refused()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(100_000)), "a/crash");
+        var (agent, pipe, dir) = await c.StartAgentAsync();
+        await using (var client = await AgentClient.ConnectAsync(pipe)) await client.PrefetchAsync("a/crash");
+        await agent.KillAsync(); // leaves its socket file behind
+
+        await c.StartAgentAsync(dataDir: dir, pipe: pipe);
+        await using (var data = await Hpc.CommonData.CommonData.OpenAsync("a/crash", Via(pipe)))
+            Assert.True(data.VerifyHash());
+
+        var (code, _, stderr) = await c.RunAsync("Hpc.NodeAgent", ["--pipe", pipe, "--data-dir", Path.Combine(c.Root, "other"), "--cache-hosts", c.HostList]);
+        Assert.Equal(1, code);
+        Assert.Contains("already served by a running agent", stderr);
+    }
+
+    [Fact]
     public async Task A_partial_copy_is_resumed_and_only_unverified_segments_are_fetched()
     {
         await using var c = new Cluster();
