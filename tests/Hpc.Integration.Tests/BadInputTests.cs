@@ -11,9 +11,6 @@ namespace Hpc.Integration.Tests;
 /// <summary>Bad input gets a clear error, nothing is lost, and nothing bad reaches a worker.</summary>
 public class BadInputTests
 {
-    private static CommonDataOptions Via(string pipe) =>
-        new() { AgentPipe = pipe, Mode = DataAccessMode.Map, CacheTier = new CacheTierOptions { Hosts = ["127.0.0.1:1"] } };
-
     [Fact]
     public async Task Unknown_dataset_or_version_is_an_error_naming_it()
     {
@@ -22,7 +19,7 @@ public class BadInputTests
         var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "a.bin", Cluster.RandomBytes(1000)), "known/data");
         var (_, pipe, _) = await c.StartAgentAsync();
 
-        var e = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("nobody/staged-this", Via(pipe)));
+        var e = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("nobody/staged-this", Cluster.Via(pipe)));
         Assert.Equal("not-found", e.Code);
         Assert.Contains("nobody/staged-this", e.Message);
 
@@ -56,7 +53,7 @@ public class BadInputTests
         }
 
         var (_, pipe, dataDir) = await c.StartAgentAsync();
-        var e = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("risk/corrupt", Via(pipe)));
+        var e = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("risk/corrupt", Cluster.Via(pipe)));
         Assert.Equal("integrity", e.Code);
         Assert.Contains("checksum", e.Message);
         Assert.Empty(Directory.GetFiles(Path.Combine(dataDir, "complete")));
@@ -91,7 +88,7 @@ public class BadInputTests
         }
         var status = await good.StatusAsync();
         Assert.NotNull(status);
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ok/data", Via(pipe));
+        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ok/data", Cluster.Via(pipe));
         Assert.Equal(1000, data.Length);
     }
 

@@ -68,6 +68,10 @@ public sealed class Cluster : IAsyncDisposable
         return (code, p.StandardOutput.ToList(), p.StandardErrorTail);
     }
 
+    /// <summary>SDK options that reach the data only through this agent (the cache tier address is deliberately dead).</summary>
+    public static Hpc.CommonData.CommonDataOptions Via(string pipe, Hpc.CommonData.DataAccessMode mode = Hpc.CommonData.DataAccessMode.Map) =>
+        new() { AgentPipe = pipe, Mode = mode, CacheTier = new CacheTierOptions { Hosts = ["127.0.0.1:1"] } };
+
     public CacheTierClient Tier(int attempts = 5) => new(new CacheTierOptions { Hosts = Hosts.ToList(), MaxAttempts = attempts });
 
     public static string WriteFile(string dir, string name, byte[] data)

@@ -9,9 +9,6 @@ namespace Hpc.Integration.Tests;
 /// <summary>Stage → cache hosts → node agent → worker, with every piece a real process.</summary>
 public class DataPathTests
 {
-    private static CommonDataOptions Via(string pipe, DataAccessMode mode = DataAccessMode.Map) =>
-        new() { AgentPipe = pipe, Mode = mode, CacheTier = new CacheTierOptions { Hosts = ["127.0.0.1:1"] } };
-
     [Fact]
     public async Task A_staged_file_reaches_workers_byte_for_byte_by_map_and_by_stream()
     {
@@ -25,7 +22,7 @@ public class DataPathTests
         Assert.True(staged.StoredBytes < data.Length / 2, $"csv should compress, stored {staged.StoredBytes}");
         var (_, pipe, dataDir) = await c.StartAgentAsync();
 
-        await using (var mapped = await Hpc.CommonData.CommonData.OpenAsync("risk/prices", Via(pipe)))
+        await using (var mapped = await Hpc.CommonData.CommonData.OpenAsync("risk/prices", Cluster.Via(pipe)))
         {
             Assert.Equal(DataAccessMode.Map, mapped.Mode);
             Assert.Equal(staged.Version, mapped.Version);
@@ -36,7 +33,7 @@ public class DataPathTests
             await stream.CopyToAsync(copy);
             Assert.Equal(data, copy.ToArray());
         }
-        await using (var streamed = await Hpc.CommonData.CommonData.OpenAsync("risk/prices", Via(pipe, DataAccessMode.Stream)))
+        await using (var streamed = await Hpc.CommonData.CommonData.OpenAsync("risk/prices", Cluster.Via(pipe, DataAccessMode.Stream)))
         {
             Assert.Equal(DataAccessMode.Stream, streamed.Mode);
             Assert.Equal(data, streamed.GetSpan(0, data.Length).ToArray());
@@ -76,7 +73,7 @@ public class DataPathTests
         Cluster.WriteFile(dir, "readme.txt", "hello"u8.ToArray());
         await c.StageAsync(dir, "ml/model");
         var (_, pipe, _) = await c.StartAgentAsync();
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ml/model", Via(pipe));
+        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ml/model", Cluster.Via(pipe));
         Assert.Equal(["empty.txt", "readme.txt", "weights/a.bin", "weights/b.bin"], data.Files.Select(f => f.Path));
         using var reader = new StreamReader(data.OpenFile("readme.txt"));
         Assert.Equal("hello", await reader.ReadToEndAsync());
@@ -97,9 +94,9 @@ public class DataPathTests
         var empty = await c.StageAsync(Cluster.WriteFile(c.Root, "empty.bin", []), "io/empty");
         Assert.Equal(0, empty.Segments);
         var (_, pipe, _) = await c.StartAgentAsync();
-        await using (var d = await Hpc.CommonData.CommonData.OpenAsync("io/stdin", Via(pipe)))
+        await using (var d = await Hpc.CommonData.CommonData.OpenAsync("io/stdin", Cluster.Via(pipe)))
             Assert.Equal(await File.ReadAllBytesAsync(input), d.GetSpan(0, (int)d.Length).ToArray());
-        await using (var e = await Hpc.CommonData.CommonData.OpenAsync("io/empty", Via(pipe)))
+        await using (var e = await Hpc.CommonData.CommonData.OpenAsync("io/empty", Cluster.Via(pipe)))
             Assert.Equal(0, e.Length);
         Assert.Contains("io/stdin", stdout.Last());
     }
@@ -131,7 +128,7 @@ public class DataPathTests
         var (_, pipe, _) = await c.StartAgentAsync();
         await using var tier = c.Tier();
         var before = await BytesSent(tier);
-        var opens = await Task.WhenAll(Enumerable.Range(0, 8).Select(_ => Hpc.CommonData.CommonData.OpenAsync("x/once", Via(pipe))));
+        var opens = await Task.WhenAll(Enumerable.Range(0, 8).Select(_ => Hpc.CommonData.CommonData.OpenAsync("x/once", Cluster.Via(pipe))));
         var sent = await BytesSent(tier) - before;
         Assert.All(opens, o => Assert.Equal(opens[0].LocalPath, o.LocalPath));
         foreach (var o in opens) await o.DisposeAsync();

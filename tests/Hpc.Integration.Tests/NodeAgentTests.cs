@@ -9,9 +9,6 @@ namespace Hpc.Integration.Tests;
 /// <summary>The node agent's life: restarts, resumed fetches, leases, pins and eviction.</summary>
 public class NodeAgentTests
 {
-    private static CommonDataOptions Via(string pipe) =>
-        new() { AgentPipe = pipe, Mode = DataAccessMode.Map, CacheTier = new CacheTierOptions { Hosts = ["127.0.0.1:1"] } };
-
     [Fact]
     public async Task After_a_restart_the_agent_reuses_its_verified_copy_without_fetching()
     {
@@ -42,7 +39,7 @@ public class NodeAgentTests
         await agent.KillAsync(); // leaves its socket file behind
 
         await c.StartAgentAsync(dataDir: dir, pipe: pipe);
-        await using (var data = await Hpc.CommonData.CommonData.OpenAsync("a/crash", Via(pipe)))
+        await using (var data = await Hpc.CommonData.CommonData.OpenAsync("a/crash", Cluster.Via(pipe)))
             Assert.True(data.VerifyHash());
 
         var (code, _, stderr) = await c.RunAsync("Hpc.NodeAgent", ["--pipe", pipe, "--data-dir", Path.Combine(c.Root, "other"), "--cache-hosts", c.HostList]);
@@ -77,7 +74,7 @@ public class NodeAgentTests
         await using var tier = c.Tier();
         var before = await DataPathTests.BytesSent(tier);
         var (_, pipe2, _) = await c.StartAgentAsync(dataDir: dir, pipe: pipe);
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("a/resume", Via(pipe2));
+        await using var data = await Hpc.CommonData.CommonData.OpenAsync("a/resume", Cluster.Via(pipe2));
         var sent = await DataPathTests.BytesSent(tier) - before;
         Assert.True(data.VerifyHash());
         Assert.InRange(sent, 5 * 65536, 6 * 65536 + 32_768); // segments 5-9 only, plus the manifest
@@ -94,7 +91,7 @@ public class NodeAgentTests
         var (_, pipe, _) = await c.StartAgentAsync(budget: (5L << 20) / 2); // room for two copies
         await using var client = await AgentClient.ConnectAsync(pipe);
 
-        await using var leased = await Hpc.CommonData.CommonData.OpenAsync("evict/a", Via(pipe)); // an open worker is a lease
+        await using var leased = await Hpc.CommonData.CommonData.OpenAsync("evict/a", Cluster.Via(pipe)); // an open worker is a lease
         await client.PrefetchAsync("evict/b");
         await client.PrefetchAsync("evict/c"); // b is the oldest unleased one
         var names = (await client.StatusAsync()).Copies.Select(x => x.Name).ToList();
