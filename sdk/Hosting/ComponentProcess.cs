@@ -51,10 +51,15 @@ public sealed class ComponentProcess : IAsyncDisposable
     }
 
     /// <summary>Starts <paramref name="assembly"/> (found by <see cref="ComponentLocator"/>) with arguments and extra environment.</summary>
-    public static ComponentProcess Start(string assembly, IEnumerable<string> args, IDictionary<string, string?>? environment = null, string? name = null)
+    /// <param name="launcher">A command that runs the component for us, e.g. <c>["ip", "netns", "exec", "hcd-n1"]</c>
+    /// (it must exec the component in place, so the process id stays the component's).</param>
+    public static ComponentProcess Start(string assembly, IEnumerable<string> args, IDictionary<string, string?>? environment = null, string? name = null,
+        IReadOnlyList<string>? launcher = null)
     {
         var path = ComponentLocator.Find(assembly);
-        var info = new ProcessStartInfo(DotnetHost()) { RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true, UseShellExecute = false };
+        var command = launcher is { Count: > 0 } ? [.. launcher, DotnetHost()] : new[] { DotnetHost() };
+        var info = new ProcessStartInfo(command[0]) { RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true, UseShellExecute = false };
+        foreach (var c in command.Skip(1)) info.ArgumentList.Add(c);
         info.ArgumentList.Add(path);
         foreach (var a in args) info.ArgumentList.Add(a);
         foreach (var (k, v) in environment ?? new Dictionary<string, string?>()) info.Environment[k] = v;
