@@ -38,8 +38,8 @@ public sealed record StageResult(
 /// </summary>
 public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
 {
-    private sealed record RawChunk(int Index, byte[] Buffer, int Length);
-    private sealed record EncodedChunk(int Index, SegmentId Id, byte[] Buffer, int Length, int RawLength);
+    private readonly record struct RawChunk(int Index, byte[] Buffer, int Length);
+    private readonly record struct EncodedChunk(int Index, SegmentId Id, byte[] Buffer, int Length, int RawLength);
 
     public async Task<StageResult> StageAsync(StageSource source, StageOptions options, IProgress<StageProgress>? progress = null, CancellationToken ct = default)
     {

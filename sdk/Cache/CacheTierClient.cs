@@ -60,35 +60,23 @@ public sealed class CacheTierClient : IAsyncDisposable
         }
     }
 
-    private int[] PlaceAll(in SegmentId id)
-    {
-        var r = new int[Replicas];
-        Place(id, r);
-        return r;
-    }
-
     // ---------------- segments ----------------
 
     /// <summary>Which of these segments are already stored on all of their replica hosts.</summary>
     public async Task<bool[]> ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, CancellationToken ct = default)
     {
         var present = new int[ids.Count];
-        var work = new List<(int host, int[] items)>();
-        for (var h = 0; h < Hosts.Count; h++)
+        var byHost = GroupByReplicaHosts(ids, ids.Count, i => ids[i]);
+        await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Where(h => byHost[h] is not null).Select(h => RunAsync(h, async (c, token) =>
         {
-            var items = Enumerable.Range(0, ids.Count).Where(i => PlaceAll(ids[i]).Contains(h)).ToArray();
-            if (items.Length > 0) work.Add((h, items));
-        }
-        await Task.WhenAll(work.Select(w => RunAsync(w.host, async (c, token) =>
-        {
-            Span<byte> key = stackalloc byte[CacheKeys.SegmentKeyLength];
-            foreach (var i in w.items)
+            var key = new byte[CacheKeys.SegmentKeyLength];
+            foreach (var i in byHost[h]!)
             {
                 c.BeginCommand(2); c.Argument("EXISTS"u8);
                 CacheKeys.WriteSegmentKey(ids[i], key); c.Argument(key);
             }
             await c.FlushAsync(token);
-            foreach (var i in w.items)
+            foreach (var i in byHost[h]!)
             {
                 var reply = await c.ReadReplyAsync(token);
                 if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
@@ -99,22 +87,30 @@ public sealed class CacheTierClient : IAsyncDisposable
         return present.Select(p => p == Replicas).ToArray();
     }
 
+    /// <summary>For each host, the indexes of the items it holds a replica of (null when none).</summary>
+    private List<int>?[] GroupByReplicaHosts(IReadOnlyList<SegmentId> ids, int count, Func<int, SegmentId> idOf, int? onlyReplica = null)
+    {
+        var byHost = new List<int>?[Hosts.Count];
+        Span<int> place = stackalloc int[Replicas];
+        for (var i = 0; i < count; i++)
+        {
+            Place(idOf(i), place);
+            if (onlyReplica is { } r) (byHost[place[r]] ??= []).Add(i);
+            else foreach (var h in place) (byHost[h] ??= []).Add(i);
+        }
+        return byHost;
+    }
+
     /// <summary>Stores segments on their replica hosts with SET NX (segments are immutable). Returns bytes sent.</summary>
     public async Task<long> PutSegmentsAsync(IReadOnlyList<(SegmentId Id, ReadOnlyMemory<byte> Stored)> segments, TimeSpan? ttl = null, CancellationToken ct = default)
     {
-        var byHost = new List<int>[Hosts.Count];
-        Span<int> place = stackalloc int[Replicas];
-        for (var i = 0; i < segments.Count; i++)
-        {
-            Place(segments[i].Id, place);
-            foreach (var h in place) (byHost[h] ??= []).Add(i);
-        }
+        var byHost = GroupByReplicaHosts([], segments.Count, i => segments[i].Id);
         long sent = 0;
         await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Where(h => byHost[h] is not null).Select(h => RunAsync(h, async (c, token) =>
         {
             long bytes = 0;
             var key = new byte[CacheKeys.SegmentKeyLength];
-            foreach (var i in byHost[h])
+            foreach (var i in byHost[h]!)
             {
                 c.BeginCommand(ttl is null ? 4 : 6);
                 c.Argument("SET"u8);
@@ -126,7 +122,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                 bytes += segments[i].Stored.Length;
             }
             await c.FlushAsync(token);
-            foreach (var _ in byHost[h])
+            foreach (var _ in byHost[h]!)
             {
                 var reply = await c.ReadReplyAsync(token);
                 if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
@@ -150,8 +146,8 @@ public sealed class CacheTierClient : IAsyncDisposable
         for (var replica = 0; replica < Replicas && pending.Length > 0; replica++)
         {
             var queues = new ConcurrentQueue<int[]>[Hosts.Count];
-            var byHost = new List<int>[Hosts.Count];
-            foreach (var i in pending) (byHost[PlaceAll(ids[i])[replica]] ??= []).Add(i);
+            var grouped = GroupByReplicaHosts(ids, pending.Length, k => ids[pending[k]], replica);
+            var byHost = grouped.Select(g => g?.Select(k => pending[k]).ToList()).ToArray();
             var tasks = new List<Task>();
             var retry = new ConcurrentBag<int>();
             for (var h = 0; h < Hosts.Count; h++)
