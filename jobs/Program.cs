@@ -3,6 +3,8 @@ using Hpc.Jobs.Commands;
 
 // hpcdata: what users type. Each verb hands off to its command class, which maps failures to exit codes.
 if (args is ["stage", .. var stageArgs]) return await StageVerb.RunAsync(stageArgs);
+if (args is ["bench", .. var benchArgs]) return await BenchVerb.RunAsync(benchArgs);
+if (args is ["report", .. var reportArgs]) return await ReportCommand.RunAsync(reportArgs);
 var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
 return await parser.ParseArguments<DemoOptions, WorkerOptions, GenerateOptions, NodePrepOptions, NodeReleaseOptions>(args).MapResult(
     (DemoOptions o) => new DemoCommand(o).RunAsync(),

@@ -1,0 +1,241 @@
+using System.Globalization;
+using System.Runtime.InteropServices;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.Jobs.Bench;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("cluster", HelpText = "Scale-model cluster in network namespaces: H cache hosts, N nodes, tc-shaped links; stage, prefetch everywhere at once, time it.")]
+public sealed class BenchClusterOptions
+{
+    [Option("nodes", Default = 4, HelpText = "Compute-node namespaces, each with a node agent.")]
+    public int Nodes { get; set; } = 4;
+
+    [Option("hosts", Default = 1, HelpText = "Cache-host namespaces, each with a cache host.")]
+    public int Hosts { get; set; } = 1;
+
+    [Option("size", Default = "64MB", HelpText = "Dataset size.")]
+    public string Size { get; set; } = "64MB";
+
+    [Option("out", Required = true, HelpText = "Directory for results.jsonl.")]
+    public string Out { get; set; } = "";
+
+    [Option("rate", Default = "100mbit", HelpText = "Link rate, both directions of every link (e.g. 100mbit, 1gbit).")]
+    public string Rate { get; set; } = "100mbit";
+
+    [Option("delay", Default = "0ms", HelpText = "One-way delay added on every link egress (netem).")]
+    public string Delay { get; set; } = "0ms";
+
+    [Option("no-compress", HelpText = "Stage the data uncompressed.")]
+    public bool NoCompress { get; set; }
+
+    [Option("workers", Default = 0, HelpText = "Workers per node that attach the copy (map mode) after the fetch.")]
+    public int Workers { get; set; }
+
+    [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random.")]
+    public string Data { get; set; } = "csv";
+
+    [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
+    public bool Calibrate { get; set; }
+
+    [Option("matrix", HelpText = "Run the reference axes (--sizes × --node-counts × --host-counts × compression on/off) instead of one run.")]
+    public bool Matrix { get; set; }
+
+    [Option("sizes", Default = "16MB,64MB,256MB", HelpText = "Matrix: data sizes.")]
+    public string Sizes { get; set; } = "16MB,64MB,256MB";
+
+    [Option("node-counts", Default = "1,2,4,8,16,32", HelpText = "Matrix: node counts.")]
+    public string NodeCounts { get; set; } = "1,2,4,8,16,32";
+
+    [Option("host-counts", Default = "1,2", HelpText = "Matrix: cache-host counts.")]
+    public string HostCounts { get; set; } = "1,2";
+
+    [Option("compression", Default = "on,off", HelpText = "Matrix: compression settings to run (on, off or both).")]
+    public string Compression { get; set; } = "on,off";
+
+    [Option("time-limit", Default = "20m", HelpText = "Matrix: total time bound; runs predicted to pass it are skipped and noted.")]
+    public string TimeLimit { get; set; } = "20m";
+
+    [Option("calibrate-size", Default = "16MB", HelpText = "Matrix: bytes per node moved by each calibration (once per node/host count).")]
+    public string CalibrateSize { get; set; } = "16MB";
+}
+
+[Verb("clean", HelpText = "Remove every hcd* namespace, link, agent socket and scratch directory left by an interrupted bench run.")]
+public sealed class BenchCleanOptions;
+
+[Verb("tcp-serve", Hidden = true)]
+public sealed class TcpServeOptions
+{
+    [Option("address", Required = true)] public string Address { get; set; } = "";
+    [Option("port", Default = 0)] public int Port { get; set; }
+}
+
+[Verb("tcp-pull", Hidden = true)]
+public sealed class TcpPullOptions
+{
+    [Option("from", Required = true)] public string From { get; set; } = "";
+    [Option("bytes", Required = true)] public long Bytes { get; set; }
+    [Option("wait-go")] public bool WaitGo { get; set; }
+}
+
+/// <summary><c>hpcdata bench …</c>: the scale-model cluster, its calibration and cleanup.</summary>
+public static class BenchVerb
+{
+    public static async Task<int> RunAsync(string[] args)
+    {
+        var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
+        return await parser.ParseArguments<BenchClusterOptions, BenchCleanOptions, TcpServeOptions, TcpPullOptions>(args).MapResult(
+            (BenchClusterOptions o) => ClusterAsync(o),
+            (BenchCleanOptions _) => Task.FromResult(Clean()),
+            (TcpServeOptions o) => WithCancel(ct => TcpTools.ServeAsync(o.Address, o.Port, ct)),
+            (TcpPullOptions o) => WithCancel(ct => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),
+            _ => Task.FromResult(2));
+    }
+
+    private static int Clean()
+    {
+        if (!Shell.IsRoot) { Console.Error.WriteLine("hpcdata bench clean: needs root"); return 2; }
+        var removed = Topology.CleanAll();
+        Console.WriteLine(removed.Count == 0 ? "nothing to clean" : $"removed {removed.Count}: {string.Join(", ", removed)}");
+        return Topology.Leftovers().Count == 0 ? 0 : 1;
+    }
+
+    /// <summary>SIGINT and SIGTERM cancel the work instead of killing the process, so finally blocks tear the network down.</summary>
+    private static async Task<int> WithCancel(Func<CancellationToken, Task<int>> body)
+    {
+        using var cancel = new CancellationTokenSource();
+        void Handler(PosixSignalContext c) { c.Cancel = true; cancel.Cancel(); }
+        using var sigint = PosixSignalRegistration.Create(PosixSignal.SIGINT, Handler);
+        using var sigterm = PosixSignalRegistration.Create(PosixSignal.SIGTERM, Handler);
+        return await body(cancel.Token);
+    }
+
+    private static Task<int> ClusterAsync(BenchClusterOptions o) => WithCancel(async ct =>
+    {
+        try
+        {
+            var rate = ParseRateMbit(o.Rate);
+            var delay = ParseMs(o.Delay);
+            if (o.Data is not ("csv" or "random")) throw new FormatException("--data must be csv or random");
+            if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
+            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch());
+            var size = ByteSize.Parse(o.Size);
+            var record = await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct);
+            Emit(o.Out, record);
+            if (o.Calibrate)
+            {
+                Emit(o.Out, await session.CalibratePullAsync(size, ct));
+                Emit(o.Out, await session.CalibrateNeighbourAsync(size, ct));
+            }
+            return 0;
+        }
+        catch (BenchRefusedException e)
+        {
+            Console.Error.WriteLine($"hpcdata bench: {e.Message}");
+            return e.ExitCode;
+        }
+        catch (OperationCanceledException)
+        {
+            Console.Error.WriteLine("hpcdata bench: interrupted; everything it started was removed");
+            return 130;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or FormatException or ArgumentException or TimeoutException or InvalidDataException)
+        {
+            Console.Error.WriteLine($"hpcdata bench: {e.Message}");
+            return 1;
+        }
+    });
+
+    private static async Task<int> MatrixAsync(BenchClusterOptions o, int rate, double delay, CancellationToken ct)
+    {
+        var sizes = o.Sizes.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(ByteSize.Parse).Order().ToList();
+        var nodeCounts = o.NodeCounts.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(int.Parse).Order().ToList();
+        var hostCounts = o.HostCounts.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(int.Parse).Order().ToList();
+        var compression = o.Compression.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(c => c.Trim().ToLowerInvariant() switch
+        {
+            "on" or "true" => true, "off" or "false" => false, var x => throw new FormatException($"--compression: '{x}' is not on or off"),
+        }).ToList();
+        var bound = Durations.Parse(o.TimeLimit);
+        var calibrate = ByteSize.Parse(o.CalibrateSize);
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var failures = 0;
+
+        // Smallest clusters first, so the bound cuts the largest (slowest) cells, and every size is seen at every N it reaches.
+        foreach (var n in nodeCounts)
+            foreach (var h in hostCounts)
+            {
+                // The uncompressed run at the largest size dominates; a cell that cannot finish in the bound is noted, not started.
+                double Predict(long s, bool _) => Limits.DirectFetch(n, h, s, rate) * 1.25 + 5 + n * 0.3;
+                if (clock.Elapsed.TotalSeconds + Predict(sizes[0], false) > bound.TotalSeconds)
+                {
+                    foreach (var s in sizes) foreach (var c in compression) Skip(o.Out, n, h, s, c, rate, delay, "time bound reached");
+                    continue;
+                }
+                Console.Error.WriteLine($"[{clock.Elapsed:mm\\:ss}] N={n} H={h}: building the network");
+                await using var session = ClusterSession.Create(n, h, rate, delay, ClusterSession.NewScratch());
+                if (calibrate > 0)
+                {
+                    Emit(o.Out, await session.CalibratePullAsync(calibrate, ct));
+                    if (h == hostCounts[0]) Emit(o.Out, await session.CalibrateNeighbourAsync(calibrate, ct));
+                }
+                foreach (var s in sizes)
+                    foreach (var c in compression)
+                    {
+                        if (clock.Elapsed.TotalSeconds + Predict(s, c) > bound.TotalSeconds)
+                        {
+                            Skip(o.Out, n, h, s, c, rate, delay, "time bound reached");
+                            continue;
+                        }
+                        try
+                        {
+                            Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct));
+                        }
+                        catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or TimeoutException or InvalidDataException)
+                        {
+                            failures++;
+                            Console.Error.WriteLine($"  N={n} H={h} S={ByteSize.Format(s)} compress={c}: failed: {e.Message}");
+                            Skip(o.Out, n, h, s, c, rate, delay, "failed: " + e.Message.Split('\n')[0]);
+                        }
+                    }
+            }
+        Console.Error.WriteLine($"matrix done in {clock.Elapsed:mm\\:ss}; {failures} failed runs");
+        return failures == 0 ? 0 : 1;
+    }
+
+    private static void Skip(string dir, int n, int h, long s, bool c, int rate, double delay, string why) =>
+        BenchJson.Append(dir, new BenchRecord
+        {
+            Kind = "skipped", Note = why,
+            Config = new RunConfig { Nodes = n, Hosts = h, SizeBytes = s, Compress = c, RateMbit = rate, DelayMs = delay },
+        });
+
+    private static void Emit(string dir, BenchRecord r)
+    {
+        BenchJson.Append(dir, r);
+        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}  ";
+        var nodes = r.Nodes.Select(x => x.WallSeconds).Order().ToList();
+        Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +
+            $"{r.MeasuredSeconds,7:0.00} s (nodes {nodes[0]:0.00}…{nodes[^1]:0.00}), limit {r.LimitSeconds,7:0.00} s, efficiency {r.Efficiency:P1}"));
+    }
+
+    public static int ParseRateMbit(string text)
+    {
+        var t = text.Trim().ToLowerInvariant();
+        double factor = t.EndsWith("gbit") ? 1000 : t.EndsWith("mbit") ? 1 : throw new FormatException($"rate '{text}': use e.g. 100mbit or 1gbit");
+        var v = double.Parse(t[..^4], CultureInfo.InvariantCulture) * factor;
+        if (v < 1 || v > 100_000) throw new FormatException($"rate '{text}' out of range");
+        return (int)v;
+    }
+
+    public static double ParseMs(string text)
+    {
+        var t = text.Trim().ToLowerInvariant();
+        if (t.EndsWith("ms")) t = t[..^2];
+        var v = double.Parse(t, CultureInfo.InvariantCulture);
+        if (v is < 0 or > 10_000) throw new FormatException($"delay '{text}' out of range");
+        return v;
+    }
+}
