@@ -201,8 +201,11 @@ public sealed class CacheTierClient : IAsyncDisposable
             }
             catch (CacheHostUnavailableException e) when (canRetry)
             {
-                // Another replica may still have these; the last replica's failure propagates as it is.
+                // The host is down (its retries are spent): send this batch and everything still queued for it to the
+                // next replica at once instead of retrying each batch. The last replica's failure propagates as it is.
                 for (var k = 0; k < batch.Length; k++) outcome[k] ??= e.Message;
+                while (queue.TryDequeue(out var rest))
+                    foreach (var i in rest) { failures[i] = e.Message; retry.Add(i); }
             }
             for (var k = 0; k < batch.Length; k++)
             {

@@ -24,6 +24,8 @@ public sealed class Cluster : IAsyncDisposable
         Directory.CreateDirectory(Root);
     }
 
+    public IReadOnlyList<ComponentProcess> Processes { get { lock (_processes) return _processes.ToList(); } }
+
     public ComponentProcess Track(ComponentProcess p) { lock (_processes) _processes.Add(p); return p; }
 
     public async Task<string> StartCacheHostAsync(params string[] extra)

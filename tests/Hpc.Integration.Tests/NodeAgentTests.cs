@@ -107,3 +107,50 @@ public class NodeAgentTests
         Assert.Equal("fetched", (await client.PrefetchAsync("evict/d")).Source);
     }
 }
+
+/// <summary>Replicas, fail-over and authentication across real cache hosts.</summary>
+public class CacheTierFailoverTests
+{
+    [Fact]
+    public async Task With_two_replicas_a_node_fetches_everything_while_one_cache_host_is_down()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        await c.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(40 * 65536);
+        await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", bytes), "ha/data", "--replicas", "2");
+        var victim = c.Hosts[0];
+        var process = c.Processes.First(p => p.ReadyText == victim);
+        await process.KillAsync();
+
+        var options = new CommonDataOptions
+        {
+            Mode = DataAccessMode.Direct,
+            CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), Replicas = 2, MaxAttempts = 2, RetryBaseDelay = TimeSpan.FromMilliseconds(10) },
+        };
+        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ha/data", options);
+        Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+
+        options.CacheTier.Replicas = 1; // a reader that does not know about the replicas loses the dead host's share
+        var e = await Assert.ThrowsAnyAsync<Exception>(() => Hpc.CommonData.CommonData.OpenAsync("ha/data", options));
+        Assert.Contains(victim, e.Message);
+    }
+
+    [Fact]
+    public async Task A_password_protected_tier_is_used_with_the_password_and_refused_without()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync("--password", "s3cret");
+        var env = new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "s3cret" };
+        var path = Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(1000));
+        var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [path, "--name", "sec/data", "--cache-hosts", c.HostList], env);
+        Assert.True(code == 0, stderr);
+        var (denied, _, why) = await c.RunAsync("Hpc.Stager", [path, "--name", "sec/other", "--cache-hosts", c.HostList]);
+        Assert.Equal(1, denied);
+        Assert.Contains("NOAUTH", why, StringComparison.OrdinalIgnoreCase);
+
+        var options = new CommonDataOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), Password = "s3cret" } };
+        await using var data = await Hpc.CommonData.CommonData.OpenAsync("sec/data", options);
+        Assert.Equal(1000, data.Length);
+    }
+}
