@@ -88,8 +88,7 @@ public sealed class DatasetStore
     {
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
-            version = await _tier.GetLatestAsync(name, ct)
-                      ?? throw new DatasetNotFoundException($"dataset '{name}' not found on cache hosts {string.Join(", ", _tier.Hosts)}");
+            version = await ResolveLatestAsync(name, ct);
         if (!SegmentId.TryParse(version, out _)) throw new DatasetNotFoundException($"dataset '{name}' version '{version}' is not a valid version id");
 
         var clock = Stopwatch.StartNew();
@@ -118,6 +117,28 @@ public sealed class DatasetStore
             if (pin is not null && copy.Pins.Add(pin)) SavePins();
         }
         return new Ensured(Describe(copy, source, clock.Elapsed.TotalSeconds), version);
+    }
+
+    /// <summary>
+    /// "latest" is the cache tier's answer. When no cache host answers, the newest complete local copy of the dataset
+    /// is served instead (with a warning): a node that has the data keeps working through a cache-tier outage.
+    /// </summary>
+    private async Task<string> ResolveLatestAsync(string name, CancellationToken ct)
+    {
+        try
+        {
+            return await _tier.GetLatestAsync(name, ct)
+                   ?? throw new DatasetNotFoundException($"dataset '{name}' not found on cache hosts {string.Join(", ", _tier.Hosts)}");
+        }
+        catch (CacheHostUnavailableException e)
+        {
+            LocalCopy? newest;
+            lock (_lock)
+                newest = _copies.Values.Where(c => c.Complete && c.Manifest.Name == name).MaxBy(c => c.Manifest.Created);
+            if (newest is null) throw;
+            _log.LogWarning("Cache tier unreachable ({Error}); serving the newest local copy of {Dataset}, {Version}", e.Message, name, newest.Version);
+            return newest.Version;
+        }
     }
 
     private LocalDataset Describe(LocalCopy c, string source, double seconds) => new()

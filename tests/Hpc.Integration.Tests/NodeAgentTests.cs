@@ -154,3 +154,23 @@ public class CacheTierFailoverTests
         Assert.Equal(1000, data.Length);
     }
 }
+
+public class CacheTierOutageTests
+{
+    [Fact]
+    public async Task A_node_with_a_local_copy_keeps_serving_it_while_the_cache_tier_is_down()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(200_000)), "out/age");
+        var (_, pipe, _) = await c.StartAgentAsync();
+        await using (var client = await AgentClient.ConnectAsync(pipe)) await client.PrefetchAsync("out/age");
+        foreach (var p in c.Processes.Where(p => p.Name == "cachehost")) await p.KillAsync();
+
+        await using var data = await Hpc.CommonData.CommonData.OpenAsync("out/age", Cluster.Via(pipe));
+        Assert.Equal(staged.Version, data.Version);
+        var missing = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("never/fetched", Cluster.Via(pipe)));
+        Assert.Equal("unavailable", missing.Code);
+        Assert.Contains(c.Hosts[0], missing.Message);
+    }
+}
