@@ -8,7 +8,7 @@ namespace Hpc.Jobs.Commands;
 [Verb("noderelease", HelpText = "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.")]
 public sealed class NodeReleaseOptions
 {
-    [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
+    [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET; neither: every copy this job pinned).")]
     public string? Dataset { get; set; }
 
     [Option("version", HelpText = "Version (default: $HPCDATA_VERSION, else every version of the dataset pinned by this job).")]
@@ -36,16 +36,19 @@ public static class NodeReleaseCommand
         var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
         var job = JobVariables.JobIdFromEnvironment(o.Job);
         var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
-        if (name is null) return Say(2, "no dataset (--dataset or HPCDATA_DATASET)");
         if (job is null) return Say(2, "no job id (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
-        if (!DatasetName.TryValidate(name, out var nameError)) return Say(2, nameError!);
+        if (name is not null && !DatasetName.TryValidate(name, out var nameError)) return Say(2, nameError!);
         if (o.StopAgent is not ("auto" or "never" or "always")) return Say(2, $"--stop-agent '{o.StopAgent}' is not one of auto, never, always");
 
         AgentStatus status;
         try
         {
             await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2));
-            await agent.ReleaseAsync(name, version, job, o.Evict);
+            if (name is not null) await agent.ReleaseAsync(name, version, job, o.Evict);
+            else
+                // No dataset named (e.g. a Slurm Epilog): every copy this job pinned.
+                foreach (var copy in (await agent.StatusAsync()).Copies.Where(c => c.Pins.Contains(job)))
+                    await agent.ReleaseAsync(copy.Name, copy.Version, job, o.Evict);
             status = await agent.StatusAsync();
         }
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
@@ -58,9 +61,9 @@ public static class NodeReleaseCommand
             return Say(0, $"the agent could not release {name} for job {job}: {e.Message}; nothing else done");
         }
 
-        var left = status.Copies.Where(c => c.Name == name && (version is null || c.Version == version)).ToList();
+        var left = status.Copies.Where(c => (name is null || c.Name == name) && (version is null || c.Version == version)).ToList();
         var state = left.Count == 0 ? (o.Evict ? "evicted" : "not-on-node") : left.Any(c => c.Pins.Count > 0 || c.Leases > 0) ? "in-use" : "cached";
-        Console.WriteLine($"node={status.Node} dataset={name} job={job} released state={state}");
+        Console.WriteLine($"node={status.Node} dataset={name ?? "*"} job={job} released state={state}");
         await MaybeStopAgentAsync(o.StopAgent, pipe, status);
         return 0;
     }

@@ -1,0 +1,271 @@
+using System.Diagnostics;
+using System.Text.Json;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Scheduling;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("prestage", HelpText = "Stage a dataset if it changed, then run or submit a job whose nodes get it first: hpcdata prestage PATH|NAME [options] -- command args…")]
+public sealed class PrestageOptions
+{
+    [Value(0, MetaName = "source", Required = true, HelpText = "A file or directory to stage, or the name of an already staged dataset.")]
+    public string Source { get; set; } = "";
+
+    [Option('n', "name", HelpText = "Dataset name when staging a path (owner/name).")]
+    public string? Name { get; set; }
+
+    [Option("scheduler", Default = "local", HelpText = "local (this machine), slurm, or hpcpack.")]
+    public string Scheduler { get; set; } = "local";
+
+    [Option("nodes", Default = 1, HelpText = "Nodes.")]
+    public int Nodes { get; set; } = 1;
+
+    [Option("hosts-per-node", Default = 1, HelpText = "Service-host processes per node.")]
+    public int HostsPerNode { get; set; } = 1;
+
+    [Option("client", HelpText = "SOA client command, run once every service host printed READY; the job ends with it.")]
+    public string? Client { get; set; }
+
+    [Option("cache-hosts", HelpText = "Cache hosts host:port,… (default: $HPCDATA_CACHE_HOSTS; local without either starts its own).")]
+    public string? CacheHosts { get; set; }
+
+    [Option("embedded-cache-hosts", Default = 1, HelpText = "local: cache hosts to start when none are given.")]
+    public int EmbeddedCacheHosts { get; set; } = 1;
+
+    [Option("lifetime", HelpText = "job (remove the version when the job ends, unless another job uses it) or a TTL such as 12h.")]
+    public string? Lifetime { get; set; }
+
+    [Option("job-id", HelpText = "local: the job id (default: local-<time>-<pid>).")]
+    public string? JobId { get; set; }
+
+    [Option("evict", HelpText = "Node release also deletes the nodes' copies.")]
+    public bool Evict { get; set; }
+
+    [Option("dry-run", HelpText = "slurm, hpcpack: print the job instead of submitting it.")]
+    public bool DryRun { get; set; }
+
+    [Option("agent-pipe", HelpText = "slurm, hpcpack: the node agents' pipe (default: the nodes' own setting).")]
+    public string? AgentPipe { get; set; }
+
+    [Option("hpcdata", HelpText = "slurm, hpcpack: how nodes run hpcdata (default: this build, by absolute path).")]
+    public string? Hpcdata { get; set; }
+
+    [Option("work-dir", HelpText = "local: scratch directory for the nodes' data (default under /dev/shm); removed afterwards.")]
+    public string? WorkDir { get; set; }
+}
+
+/// <summary>Exit codes: the job's own exit code; 1 staging, preparation or submission failed; 2 bad usage; 130 cancelled.</summary>
+public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> command)
+{
+    private readonly List<ComponentProcess> _cacheHosts = [];
+
+    /// <summary>Everything after "--" is the service-host command, passed through untouched.</summary>
+    public static async Task<int> RunAsync(string[] args)
+    {
+        var split = Array.IndexOf(args, "--");
+        var (own, command) = split < 0 ? (args, Array.Empty<string>()) : (args[..split], args[(split + 1)..]);
+        var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
+        return await parser.ParseArguments<PrestageOptions>(own).MapResult(o => new PrestageCommand(o, command).RunAsync(), _ => Task.FromResult(2));
+    }
+
+    public async Task<int> RunAsync()
+    {
+        if (Validate() is { } usage) return Say(2, usage);
+        using var cancel = new CancellationTokenSource();
+        using var signals = NodePrepCommand.CancelOnSignals(cancel);
+        var local = o.Scheduler == "local";
+        var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-job-{Environment.ProcessId}");
+        var jobId = o.JobId ?? (local ? $"local-{DateTime.UtcNow:yyyyMMdd-HHmmss}-{Environment.ProcessId}" : null);
+        string? version = null, datasetName = null;
+        CacheTierOptions? tierOptions = null;
+        var clock = Stopwatch.StartNew();
+        try
+        {
+            var (path, name) = ResolveSource();
+            datasetName = name;
+            if (local) Directory.CreateDirectory(root);
+            var size = path is null ? 1L << 30 : PathSize(path);
+            var hosts = await CacheHostsAsync(local, path is null, size, cancel.Token);
+            tierOptions = CacheTierOptions.FromEnvironment();
+            tierOptions.Hosts = hosts.ToList();
+            var (v, how) = path is not null ? await StageAsync(path, name, hosts, cancel.Token) : (await LatestAsync(name, tierOptions, cancel.Token), "already staged");
+            version = v;
+            Console.WriteLine($"prestage: {name} version {version} ({how})");
+
+            var lifetimeJob = o.Lifetime == "job";
+            var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, hosts, o.Nodes, o.HostsPerNode, command,
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.AgentPipe, o.Evict, lifetimeJob);
+
+            if (!local) return await SubmitAsync(job, cancel.Token);
+
+            if (lifetimeJob) await WithTier(tierOptions, (t, opt) => new DatasetLifetime(t, opt).AddJobAsync(version, jobId!, cancel.Token));
+            Console.WriteLine($"prestage: job {jobId}: {o.Nodes} node(s) × {o.HostsPerNode} service host(s)");
+            var scheduler = new LocalScheduler(Console.Out, Console.Error);
+            var code = await scheduler.RunAsync(job, jobId!, root, Math.Max(size * 2, 256L << 20), cancel.Token);
+            var t = scheduler.LastTimings;
+            Console.WriteLine($"prestage: job {jobId} {(code == 0 ? "succeeded" : $"failed (exit {code})")}: nodes prepared in {t?.PrepareSeconds:0.00} s, " +
+                              $"job ran {t?.RunSeconds:0.00} s, released in {t?.ReleaseSeconds:0.00} s, {clock.Elapsed.TotalSeconds:0.00} s in all");
+            return cancel.IsCancellationRequested ? 130 : code;
+        }
+        catch (OperationCanceledException) when (cancel.IsCancellationRequested)
+        {
+            return Say(130, $"cancelled{(jobId is null ? "" : $"; job {jobId}'s nodes were released")}");
+        }
+        catch (Exception e) when (e is IOException or InvalidOperationException or ArgumentException or FormatException or TimeoutException
+                                       or DatasetNotFoundException or RespErrorException or UnauthorizedAccessException)
+        {
+            return Say(1, e.Message);
+        }
+        finally
+        {
+            if (local && o.Lifetime == "job" && version is not null && tierOptions is not null && jobId is not null)
+                await EndJobLifetimeAsync(tierOptions, datasetName!, version, jobId);
+            await Task.WhenAll(_cacheHosts.Select(h => h.DisposeAsync().AsTask()));
+            if (local && o.WorkDir is null) try { Directory.Delete(root, recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
+        }
+    }
+
+    private string? Validate()
+    {
+        if (o.Scheduler is not ("local" or "slurm" or "hpcpack")) return $"--scheduler '{o.Scheduler}' is not one of local, slurm, hpcpack";
+        if (o.Nodes < 1 || o.HostsPerNode < 1) return "--nodes and --hosts-per-node must be at least 1";
+        if (command.Count == 0) return "no job command: put it after --, e.g. hpcdata prestage data.csv --name risk/prices -- hpcdata worker";
+        if (o.Lifetime is not null && o.Lifetime != "job")
+            try { Durations.Parse(o.Lifetime); } catch (FormatException e) { return $"--lifetime: {e.Message} (or 'job')"; }
+        if (o.Name is not null && !DatasetName.TryValidate(o.Name, out var e2)) return e2;
+        return null;
+    }
+
+    /// <summary>A path that exists is staged; otherwise the source must name a staged dataset.</summary>
+    private (string? Path, string Name) ResolveSource()
+    {
+        if (File.Exists(o.Source) || Directory.Exists(o.Source))
+            return (o.Source, o.Name ?? throw new ArgumentException($"'{o.Source}' is a path: give the dataset's name with --name owner/name"));
+        if (o.Name is null && !o.Source.StartsWith('.') && !o.Source.StartsWith('/') && DatasetName.TryValidate(o.Source, out _))
+            return (null, o.Source);
+        throw new FileNotFoundException($"'{o.Source}' does not exist (and is not a dataset name)");
+    }
+
+    private async Task<IReadOnlyList<string>> CacheHostsAsync(bool local, bool named, long size, CancellationToken ct)
+    {
+        var given = JobVariables.First(o.CacheHosts, Environment.GetEnvironmentVariable(JobVariables.CacheHosts));
+        if (given is not null) return CacheEndpoint.ParseList(given).Select(h => h.ToString()).ToList();
+        if (!local) throw new ArgumentException($"the {o.Scheduler} scheduler needs the cluster's cache hosts: --cache-hosts or HPCDATA_CACHE_HOSTS");
+        if (named) throw new DatasetNotFoundException($"'{o.Source}' is not a path, and a dataset of that name can only be found on existing cache hosts (--cache-hosts); the local scheduler's own cache tier starts empty");
+        var hosts = new List<string>();
+        for (var h = 0; h < o.EmbeddedCacheHosts; h++)
+        {
+            var p = ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", ((long)(size * 1.5) + (64L << 20)).ToString()], name: $"cachehost{h + 1}");
+            _cacheHosts.Add(p);
+            hosts.Add(await p.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
+        }
+        return hosts;
+    }
+
+    private async Task<(string Version, string How)> StageAsync(string path, string name, IReadOnlyList<string> hosts, CancellationToken ct)
+    {
+        var args = new List<string> { path, "--name", name, "--cache-hosts", string.Join(",", hosts), "--json" };
+        if (o.Lifetime is { } l && l != "job") args.AddRange(["--lifetime", l]);
+        await using var stager = ComponentProcess.Start("Hpc.Stager", args, name: "stager");
+        if (await stager.WaitForExitAsync(TimeSpan.FromHours(2), ct) != 0)
+            throw new IOException($"staging '{path}' failed: {stager.StandardErrorTail.Replace("hpcdata-stage: ", "")}");
+        using var summary = JsonDocument.Parse(stager.StandardOutput.Last());
+        var r = summary.RootElement;
+        var unchanged = r.GetProperty("Unchanged").GetBoolean();
+        var how = unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.GetProperty("RawBytes").GetInt64())} in {r.GetProperty("Seconds").GetDouble():0.00} s";
+        return (r.GetProperty("Version").GetString()!, how);
+    }
+
+    private static async Task<string> LatestAsync(string name, CacheTierOptions options, CancellationToken ct)
+    {
+        await using var tier = new CacheTierClient(options);
+        return await tier.GetLatestAsync(name, ct)
+               ?? throw new DatasetNotFoundException($"dataset '{name}' has not been staged on {string.Join(", ", tier.Hosts)} (and '{name}' is not a path here)");
+    }
+
+    private async Task<int> SubmitAsync(JobSpec job, CancellationToken ct)
+    {
+        var text = o.Scheduler == "slurm" ? SlurmScript.Generate(job) : HpcPackCommands.Generate(job);
+        var submitter = o.Scheduler == "slurm" ? "sbatch" : "job";
+        if (o.DryRun || FindOnPath(submitter) is null)
+        {
+            if (!o.DryRun) Console.Error.WriteLine($"hpcdata prestage: '{submitter}' is not on PATH here; printing the job instead of submitting it");
+            Console.Write(text);
+            return o.DryRun ? 0 : 1;
+        }
+        var file = Path.Combine(Directory.GetCurrentDirectory(), $"{job.JobName}.{(o.Scheduler == "slurm" ? "sbatch" : "cmd")}");
+        await File.WriteAllTextAsync(file, text, ct);
+        var info = o.Scheduler == "slurm" ? new ProcessStartInfo("sbatch") { ArgumentList = { "--parsable", file } } : new ProcessStartInfo("cmd") { ArgumentList = { "/c", file } };
+        info.RedirectStandardOutput = info.RedirectStandardError = true;
+        using var p = Process.Start(info)!;
+        var stdout = await p.StandardOutput.ReadToEndAsync(ct);
+        var stderr = await p.StandardError.ReadToEndAsync(ct);
+        await p.WaitForExitAsync(ct);
+        if (p.ExitCode != 0) return Say(1, $"{submitter} refused the job ({file}): {stderr.Trim()}");
+        Console.WriteLine($"prestage: submitted job {stdout.Trim().Split(';')[0]} ({file})");
+        return 0;
+    }
+
+    private static async Task EndJobLifetimeAsync(CacheTierOptions options, string name, string version, string jobId)
+    {
+        try
+        {
+            await WithTier(options, async (t, opt) =>
+            {
+                var lifetime = new DatasetLifetime(t, opt);
+                var others = await lifetime.RemoveJobAsync(version, jobId);
+                if (others.Count > 0) { Console.WriteLine($"prestage: version {version} kept for job(s) {string.Join(", ", others)}"); return; }
+                await lifetime.RemoveVersionAsync(name, version);
+                Console.WriteLine($"prestage: removed {name} version {version} from the cache tier (lifetime: job)");
+            });
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or DatasetNotFoundException or RespErrorException)
+        {
+            Console.Error.WriteLine($"hpcdata prestage: could not drop the job's version {version}: {e.Message}");
+        }
+    }
+
+    private static async Task WithTier(CacheTierOptions options, Func<CacheTierClient, CacheTierOptions, Task> action)
+    {
+        await using var tier = new CacheTierClient(options);
+        await action(tier, options);
+    }
+
+    private string Hpcdata() => o.Hpcdata ?? Quote.Sh([ComponentProcess.DotnetHost(), ComponentLocator.Find("hpcdata")]);
+
+    private static long PathSize(string path) =>
+        File.Exists(path) ? new FileInfo(path).Length : new DirectoryInfo(path).EnumerateFiles("*", SearchOption.AllDirectories).Sum(f => f.Length);
+
+    private static string? FindOnPath(string program) =>
+        (Environment.GetEnvironmentVariable("PATH") ?? "").Split(Path.PathSeparator).Select(d => Path.Combine(d, program)).FirstOrDefault(File.Exists);
+
+    /// <summary>Splits a command line on spaces, honouring single and double quotes.</summary>
+    public static List<string> SplitCommand(string text)
+    {
+        var words = new List<string>();
+        var current = new System.Text.StringBuilder();
+        char? quote = null;
+        var inWord = false;
+        foreach (var c in text)
+        {
+            if (quote is not null) { if (c == quote) quote = null; else current.Append(c); continue; }
+            if (c is '\'' or '"') { quote = c; inWord = true; continue; }
+            if (char.IsWhiteSpace(c)) { if (inWord) { words.Add(current.ToString()); current.Clear(); inWord = false; } continue; }
+            current.Append(c);
+            inWord = true;
+        }
+        if (quote is not null) throw new FormatException($"unbalanced quote in '{text}'");
+        if (inWord) words.Add(current.ToString());
+        return words;
+    }
+
+    private static int Say(int code, string message)
+    {
+        Console.Error.WriteLine($"hpcdata prestage: {message}");
+        return code;
+    }
+}

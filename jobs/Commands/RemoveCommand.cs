@@ -1,0 +1,58 @@
+using CommandLine;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Scheduling;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("remove", HelpText = "Remove a dataset version from the cache tier (its manifest, and the latest pointer when it points there).")]
+public sealed class RemoveOptions
+{
+    [Value(0, MetaName = "name", Required = true, HelpText = "Dataset name.")]
+    public string Name { get; set; } = "";
+
+    [Option("version", HelpText = "Version to remove (default: the latest).")]
+    public string? Version { get; set; }
+
+    [Option("job", HelpText = "Only drop this job's reference; remove the version when no other job still uses it.")]
+    public string? Job { get; set; }
+
+    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
+    public string? CacheHosts { get; set; }
+}
+
+/// <summary>Exit codes: 0 removed, kept for other jobs, or already gone; 1 the cache tier failed; 2 bad usage.</summary>
+public static class RemoveCommand
+{
+    public static async Task<int> RunAsync(RemoveOptions o)
+    {
+        if (!DatasetName.TryValidate(o.Name, out var error)) return Say(2, error!);
+        try
+        {
+            var options = CacheTierOptions.FromEnvironment();
+            if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
+            await using var tier = new CacheTierClient(options);
+            var version = o.Version ?? await tier.GetLatestAsync(o.Name);
+            if (version is null) return Say(0, $"dataset '{o.Name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
+            var lifetime = new DatasetLifetime(tier, options);
+            if (o.Job is not null)
+            {
+                var others = await lifetime.RemoveJobAsync(version, o.Job);
+                if (others.Count > 0) return Say(0, $"{o.Name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
+            }
+            var latest = await lifetime.RemoveVersionAsync(o.Name, version);
+            Console.WriteLine($"removed {o.Name} version {version}{(latest ? " (it was the latest)" : "")}; shared segments stay until their TTL or a cache host restart");
+            return 0;
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or RespErrorException)
+        {
+            return Say(1, e.Message);
+        }
+    }
+
+    private static int Say(int code, string message)
+    {
+        Console.Error.WriteLine($"hpcdata remove: {message}");
+        return code;
+    }
+}

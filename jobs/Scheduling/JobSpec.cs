@@ -1,0 +1,62 @@
+namespace Hpc.Jobs.Scheduling;
+
+/// <summary>
+/// A job as prestage hands it to a scheduler: which data every node needs (by exact version), where it comes from,
+/// and what runs on each node.
+/// </summary>
+/// <param name="Command">The service-host command, run <see cref="HostsPerNode"/> times on every node.</param>
+/// <param name="ClientCommand">For a SOA job: run once after every service host is up; the job ends when it ends.</param>
+/// <param name="Hpcdata">How nodes invoke hpcdata (e.g. "hpcdata" on PATH, or "dotnet /opt/hpcdata/hpcdata.dll").</param>
+/// <param name="AgentPipe">The node agent's pipe on every node (null: the agent default or the node's own setting).</param>
+public sealed record JobSpec(
+    string JobName,
+    string Dataset,
+    string Version,
+    IReadOnlyList<string> CacheHosts,
+    int Nodes,
+    int HostsPerNode,
+    IReadOnlyList<string> Command,
+    IReadOnlyList<string>? ClientCommand = null,
+    string Hpcdata = "hpcdata",
+    string? AgentPipe = null,
+    bool EvictOnRelease = false,
+    bool LifetimeJob = false,
+    string? WorkDirectory = null)
+{
+    public string CacheHostList => string.Join(",", CacheHosts);
+
+    /// <summary>A command as a node's shell runs it: a first word of "hpcdata" becomes <see cref="Hpcdata"/>.</summary>
+    public string ShellCommand(IReadOnlyList<string> command) =>
+        command.Count > 0 && command[0] == "hpcdata" ? string.Join(" ", new[] { Hpcdata }.Concat(command.Skip(1).Select(Quote.Sh))) : Quote.Sh(command);
+
+    public string WindowsCommand(IReadOnlyList<string> command) =>
+        command.Count > 0 && command[0] == "hpcdata" ? string.Join(" ", new[] { Hpcdata }.Concat(command.Skip(1).Select(Quote.Cmd))) : Quote.Cmd(command);
+}
+
+/// <summary>Quoting for the two shells the generated job text is read by.</summary>
+public static class Quote
+{
+    /// <summary>POSIX sh: bare when safe, otherwise single-quoted.</summary>
+    public static string Sh(string s) =>
+        s.Length > 0 && s.All(c => char.IsAsciiLetterOrDigit(c) || "-_./:=,@%+".Contains(c)) ? s : "'" + s.Replace("'", "'\\''") + "'";
+
+    public static string Sh(IEnumerable<string> words) => string.Join(" ", words.Select(Sh));
+
+    /// <summary>Windows command line (CommandLineToArgvW rules).</summary>
+    public static string Cmd(string s)
+    {
+        if (s.Length > 0 && !s.Any(c => char.IsWhiteSpace(c) || c == '"')) return s;
+        var sb = new System.Text.StringBuilder("\"");
+        var backslashes = 0;
+        foreach (var c in s)
+        {
+            if (c == '\\') { backslashes++; continue; }
+            if (c == '"') sb.Append('\\', backslashes * 2 + 1).Append('"');
+            else sb.Append('\\', backslashes).Append(c);
+            backslashes = 0;
+        }
+        return sb.Append('\\', backslashes * 2).Append('"').ToString();
+    }
+
+    public static string Cmd(IEnumerable<string> words) => string.Join(" ", words.Select(Cmd));
+}

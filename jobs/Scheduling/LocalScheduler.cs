@@ -1,0 +1,120 @@
+using System.Diagnostics;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Jobs.Scheduling;
+
+/// <summary>
+/// The embedded scheduler: every "node" is a node agent with its own pipe and data directory on this machine, node
+/// prep and node release run as their own <c>hpcdata</c> processes as a scheduler would run them, and service hosts
+/// are local processes. Node release runs on every node however the job ends, and everything started is stopped.
+/// </summary>
+public sealed class LocalScheduler(TextWriter output, TextWriter errors)
+{
+    public static readonly TimeSpan ReadyTimeout = TimeSpan.FromSeconds(60);
+
+    public sealed record Timings(double PrepareSeconds, double RunSeconds, double ReleaseSeconds);
+
+    public Timings? LastTimings { get; private set; }
+
+    public async Task<int> RunAsync(JobSpec job, string jobId, string root, long agentBudget, CancellationToken ct)
+    {
+        var agents = new List<ComponentProcess>();
+        var hosts = new List<JobProcess>();
+        var pipes = Enumerable.Range(1, job.Nodes).Select(n => $"hd{Environment.ProcessId}{jobId.GetHashCode() & 0xffff:x}n{n}").ToList();
+        double prepare = 0, run = 0;
+        var clock = Stopwatch.StartNew();
+        try
+        {
+            for (var n = 0; n < job.Nodes; n++)
+            {
+                var agent = ComponentProcess.Start("Hpc.NodeAgent",
+                    ["--pipe", pipes[n], "--data-dir", Path.Combine(root, $"node{n + 1}"), "--cache-hosts", job.CacheHostList,
+                     "--node", $"node{n + 1}", "--budget", agentBudget.ToString()], name: $"agent{n + 1}");
+                agents.Add(agent);
+                await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+            }
+
+            var preps = await Task.WhenAll(Enumerable.Range(0, job.Nodes).Select(n => RunHpcdataAsync(["nodeprep", "--job", jobId], JobEnvironment(job, jobId, pipes[n]), ct)));
+            prepare = clock.Elapsed.TotalSeconds;
+            var failed = false;
+            for (var n = 0; n < job.Nodes; n++)
+            {
+                if (preps[n].Code == 0) { output.WriteLine($"  nodeprep  {preps[n].Stdout}"); }
+                else { failed = true; errors.WriteLine($"hpcdata prestage: node prep failed on node{n + 1} (exit {preps[n].Code}): {preps[n].Stderr}"); }
+            }
+            ct.ThrowIfCancellationRequested();
+            if (failed) return 1;
+
+            clock.Restart();
+            for (var n = 0; n < job.Nodes; n++)
+                for (var k = 0; k < job.HostsPerNode; k++)
+                    hosts.Add(JobProcess.Start(job.Command, JobEnvironment(job, jobId, pipes[n]), $"node{n + 1}.{k + 1}", output));
+            int code;
+            if (job.ClientCommand is null)
+            {
+                var codes = await Task.WhenAll(hosts.Select(h => h.WaitForExitAsync(ct)));
+                code = codes.FirstOrDefault(c => c != 0);
+            }
+            else
+            {
+                var endpoints = await Task.WhenAll(hosts.Select(h => h.WaitReadyAsync(ReadyTimeout, ct)));
+                var env = JobEnvironment(job, jobId, pipes[0]);
+                env[JobVariables.ServiceEndpoints] = string.Join(",", endpoints);
+                await using var client = JobProcess.Start(job.ClientCommand, env, "client", output);
+                code = await client.WaitForExitAsync(ct);
+            }
+            run = clock.Elapsed.TotalSeconds;
+            return code;
+        }
+        catch (InvalidOperationException e) when (!ct.IsCancellationRequested)
+        {
+            errors.WriteLine($"hpcdata prestage: {e.Message}");
+            return 1;
+        }
+        finally
+        {
+            await Task.WhenAll(hosts.Select(h => h.DisposeAsync().AsTask()));
+            clock.Restart();
+            // Release on every node that may hold a pin, also after a failure or Ctrl-C: never with the job's token.
+            var releases = await Task.WhenAll(Enumerable.Range(0, agents.Count).Select(n => ReleaseAsync(job, jobId, pipes[n])));
+            foreach (var r in releases.Where(r => r.Length > 0)) output.WriteLine($"  release   {r}");
+            LastTimings = new Timings(prepare, run, clock.Elapsed.TotalSeconds);
+            await Task.WhenAll(agents.Select(a => a.DisposeAsync().AsTask()));
+        }
+    }
+
+    private async Task<string> ReleaseAsync(JobSpec job, string jobId, string pipe)
+    {
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        var args = job.EvictOnRelease ? new[] { "noderelease", "--job", jobId, "--evict" } : ["noderelease", "--job", jobId];
+        try
+        {
+            var r = await RunHpcdataAsync(args, JobEnvironment(job, jobId, pipe), timeout.Token);
+            return r.Code == 0 ? r.Stdout : $"failed (exit {r.Code}): {r.Stderr}";
+        }
+        catch (OperationCanceledException) { return "timed out"; }
+    }
+
+    public static Dictionary<string, string?> JobEnvironment(JobSpec job, string jobId, string pipe) => new()
+    {
+        [JobVariables.Dataset] = job.Dataset,
+        [JobVariables.Version] = job.Version,
+        [JobVariables.CacheHosts] = job.CacheHostList,
+        [JobVariables.AgentPipe] = pipe,
+        [JobVariables.JobId] = jobId,
+    };
+
+    private static async Task<(int Code, string Stdout, string Stderr)> RunHpcdataAsync(string[] args, IDictionary<string, string?> env, CancellationToken ct)
+    {
+        await using var p = ComponentProcess.Start("hpcdata", args, env, name: $"hpcdata {args[0]}");
+        int code;
+        try { code = await p.WaitForExitAsync(TimeSpan.FromHours(2), ct); }
+        catch (OperationCanceledException)
+        {
+            // Let it clean up after itself (nodeprep drops a pin it just took), then the dispose kills what is left.
+            await p.StopAsync(TimeSpan.FromSeconds(10));
+            throw;
+        }
+        return (code, string.Join(" ", p.StandardOutput), p.StandardErrorTail);
+    }
+}

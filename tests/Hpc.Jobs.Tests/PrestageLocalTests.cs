@@ -1,0 +1,109 @@
+using Hpc.CommonData.Cache;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary><c>hpcdata prestage</c> with the embedded <c>local</c> scheduler, end to end with real processes.</summary>
+public class PrestageLocalTests
+{
+    private const string ShowEnvironment = "echo \"$HPCDATA_DATASET $HPCDATA_VERSION $HPCDATA_JOB_ID $HPCDATA_AGENT_PIPE $HPCDATA_CACHE_HOSTS\"";
+
+    [Fact]
+    public async Task Prestage_stages_prepares_every_node_runs_the_hosts_with_the_job_environment_and_releases()
+    {
+        await using var s = new Sandbox();
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(1_000_000));
+        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/local", "--nodes", "2", "--hosts-per-node", "3", "--job-id", "job-42",
+            "--", "/bin/sh", "-c", ShowEnvironment]);
+        Assert.True(r.Code == 0, r.Stderr + r.Out);
+        Assert.Contains("job job-42", r.Out);
+        Assert.Equal(2, r.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("dataset=risk/local") && l.Contains("bytes=1000000")));
+        var hostLines = r.Stdout.Where(l => l.StartsWith("[node")).ToList();
+        Assert.Equal(6, hostLines.Count);
+        Assert.All(hostLines, l => Assert.Matches(@"risk/local [0-9a-f]{32} job-42 \S+ 127\.0\.0\.1:\d+", l));
+        Assert.Equal(2, hostLines.Select(l => l.Split(' ')[4]).Distinct().Count()); // one agent pipe per node
+        Assert.Equal(2, r.Stdout.Count(l => l.Contains("release") && l.Contains("job=job-42")));
+        Assert.Empty(Sandbox.ProcessesMentioning("job-42"));
+    }
+
+    [Fact]
+    public async Task Unchanged_content_is_not_staged_again_and_a_failing_job_still_releases_its_nodes()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(700_000));
+        var first = await s.HpcdataAsync(["prestage", data, "--name", "risk/again", "--cache-hosts", s.HostList, "--", "true"]);
+        Assert.True(first.Code == 0, first.Stderr);
+        Assert.Contains("staged", first.Out);
+
+        var second = await s.HpcdataAsync(["prestage", data, "--name", "risk/again", "--cache-hosts", s.HostList, "--job-id", "job-fails", "--", "/bin/sh", "-c", "exit 7"]);
+        Assert.Equal(7, second.Code);
+        Assert.Contains("unchanged: nothing moved", second.Out);
+        Assert.Contains("failed (exit 7)", second.Out);
+        Assert.Contains(second.Stdout, l => l.Contains("release") && l.Contains("job=job-fails"));
+
+        // By name, once staged.
+        var byName = await s.HpcdataAsync(["prestage", "risk/again", "--cache-hosts", s.HostList, "--", "true"]);
+        Assert.True(byName.Code == 0, byName.Stderr);
+        Assert.Contains("already staged", byName.Out);
+    }
+
+    [Fact]
+    public async Task A_path_that_does_not_exist_or_a_dataset_nobody_staged_is_refused_before_anything_starts()
+    {
+        await using var s = new Sandbox();
+        var missing = await s.HpcdataAsync(["prestage", "/no/such/prices.csv", "--name", "risk/x", "--", "true"]);
+        Assert.Equal(1, missing.Code);
+        Assert.Contains("'/no/such/prices.csv' does not exist", missing.Stderr);
+
+        await s.StartCacheHostAsync();
+        var unknown = await s.HpcdataAsync(["prestage", "nobody/staged-this", "--cache-hosts", s.HostList, "--", "true"]);
+        Assert.Equal(1, unknown.Code);
+        Assert.Contains("'nobody/staged-this' has not been staged", unknown.Stderr);
+
+        var noCommand = await s.HpcdataAsync(["prestage", "nobody/staged-this"]);
+        Assert.Equal(2, noCommand.Code);
+        Assert.Contains("no job command", noCommand.Stderr);
+    }
+
+    [Fact]
+    public async Task Lifetime_job_removes_the_version_when_the_last_job_using_it_ends()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(400_000));
+        var staged = await s.StageAsync(data, "risk/short");
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = s.Hosts.ToList() });
+        var lifetime = new Hpc.Jobs.Scheduling.DatasetLifetime(tier, new CacheTierOptions { Hosts = s.Hosts.ToList() });
+        await lifetime.AddJobAsync(staged.Version, "other-job");
+
+        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/short", "--cache-hosts", s.HostList, "--lifetime", "job", "--job-id", "j1", "--", "true"]);
+        Assert.True(r.Code == 0, r.Stderr);
+        Assert.Contains("kept for job(s) other-job", r.Out);
+        Assert.Equal(staged.Version, await tier.GetLatestAsync("risk/short"));
+
+        var last = await s.HpcdataAsync(["remove", "risk/short", "--job", "other-job", "--cache-hosts", s.HostList]);
+        Assert.Equal(0, last.Code);
+        Assert.Null(await tier.GetLatestAsync("risk/short"));
+        await Assert.ThrowsAsync<DatasetNotFoundException>(() => tier.ResolveAsync("risk/short", staged.Version));
+
+        var gone = await s.HpcdataAsync(["remove", "risk/short", "--cache-hosts", s.HostList]);
+        Assert.Equal(0, gone.Code);
+        Assert.Contains("nothing to remove", gone.Stderr);
+    }
+
+    [Fact]
+    public async Task Prestage_cancelled_during_node_prep_releases_and_stops_everything()
+    {
+        await using var s = new Sandbox();
+        var data = s.WriteFile("big.bin", Sandbox.RandomBytes(96 << 20));
+        var prestage = s.StartHpcdata(["prestage", data, "--name", "risk/interrupt", "--nodes", "2", "--job-id", "job-cancelled", "--", "sleep", "60"]);
+        for (var i = 0; i < 1200 && !prestage.StandardOutput.Any(l => l.Contains("job job-cancelled")); i++) await Task.Delay(50);
+        Assert.Contains(prestage.StandardOutput, l => l.Contains("job job-cancelled"));
+        await Task.Delay(300);
+        await prestage.StopAsync(TimeSpan.FromSeconds(60));
+        Assert.Equal(130, prestage.ExitCode);
+        Assert.Empty(Sandbox.ProcessesMentioning("job-cancelled"));
+        Assert.Empty(Sandbox.ProcessesMentioning($"hd{prestage.Id}"));
+        Assert.DoesNotContain(prestage.StandardOutput, l => l.StartsWith("[node"));
+    }
+}

@@ -1,0 +1,130 @@
+using System.Text.Json;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// Real processes for one test: cache hosts, the stager, and <c>hpcdata</c> itself, with a private state directory
+/// and pipe names so node agents that nodeprep starts are found again and always stopped on dispose.
+/// </summary>
+public sealed class Sandbox : IAsyncDisposable
+{
+    private static int _counter;
+    private readonly List<ComponentProcess> _processes = [];
+    public static readonly TimeSpan Ready = TimeSpan.FromSeconds(30);
+
+    public string Root { get; }
+    public string StateDirectory => Path.Combine(Root, "state");
+    public List<string> Hosts { get; } = [];
+    public string HostList => string.Join(",", Hosts);
+
+    public Sandbox()
+    {
+        Root = Path.Combine(Path.GetTempPath(), $"hcd-jobs-{Environment.ProcessId}-{Interlocked.Increment(ref _counter)}");
+        Directory.CreateDirectory(Root);
+    }
+
+    /// <summary>A pipe name for this test only; on Linux a socket path under the sandbox.</summary>
+    public string NewPipe() => $"hj{Environment.ProcessId}x{Interlocked.Increment(ref _counter)}";
+
+    public async Task<string> StartCacheHostAsync(int port = 0)
+    {
+        var p = Track(ComponentProcess.Start("Hpc.CacheHost", ["--port", port.ToString(), "--max-memory", "512MB"], name: "cachehost"));
+        var address = await p.WaitReadyAsync(Ready);
+        Hosts.Add(address);
+        return address;
+    }
+
+    public ComponentProcess Track(ComponentProcess p) { lock (_processes) _processes.Add(p); return p; }
+
+    public async Task StopCacheHostsAsync()
+    {
+        foreach (var p in _processes.Where(p => p.Name == "cachehost")) await p.StopAsync(TimeSpan.FromSeconds(10));
+    }
+
+    public sealed record Staged(string Name, string Version, long RawBytes, bool Unchanged, string Hash);
+
+    public async Task<Staged> StageAsync(string path, string name)
+    {
+        var r = await RunAsync("Hpc.Stager", [path, "--name", name, "--cache-hosts", HostList, "--json"]);
+        Assert.True(r.Code == 0, $"stager failed ({r.Code}): {r.Stderr}");
+        return JsonSerializer.Deserialize<Staged>(r.Stdout.Last())!;
+    }
+
+    public sealed record Result(int Code, List<string> Stdout, string Stderr)
+    {
+        public string Out => string.Join("\n", Stdout);
+    }
+
+    /// <summary>Runs <c>hpcdata</c> with the sandbox's state directory.</summary>
+    public Task<Result> HpcdataAsync(string[] args, IDictionary<string, string?>? env = null, TimeSpan? timeout = null)
+    {
+        var all = new Dictionary<string, string?>(env ?? new Dictionary<string, string?>()) { ["HPCDATA_STATE_DIR"] = StateDirectory };
+        return RunAsync("hpcdata", args, all, timeout);
+    }
+
+    public ComponentProcess StartHpcdata(string[] args, IDictionary<string, string?>? env = null)
+    {
+        var all = new Dictionary<string, string?>(env ?? new Dictionary<string, string?>()) { ["HPCDATA_STATE_DIR"] = StateDirectory };
+        return Track(ComponentProcess.Start("hpcdata", args, all, name: "hpcdata " + args[0]));
+    }
+
+    public async Task<Result> RunAsync(string assembly, string[] args, IDictionary<string, string?>? env = null, TimeSpan? timeout = null)
+    {
+        await using var p = ComponentProcess.Start(assembly, args, env);
+        var code = await p.WaitForExitAsync(timeout ?? TimeSpan.FromMinutes(3));
+        return new Result(code, p.StandardOutput.ToList(), p.StandardErrorTail);
+    }
+
+    public async Task<AgentStatus> StatusAsync(string pipe)
+    {
+        await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5));
+        return await agent.StatusAsync();
+    }
+
+    public string WriteFile(string name, byte[] data)
+    {
+        var path = Path.Combine(Root, name);
+        File.WriteAllBytes(path, data);
+        return path;
+    }
+
+    public static byte[] RandomBytes(int n, int seed = 3) { var b = new byte[n]; new Random(seed).NextBytes(b); return b; }
+
+    /// <summary>Processes whose command line mentions <paramref name="text"/> (e.g. a pipe name): orphans, if any.</summary>
+    public static List<int> ProcessesMentioning(string text)
+    {
+        var found = new List<int>();
+        foreach (var dir in Directory.EnumerateDirectories("/proc"))
+        {
+            if (!int.TryParse(Path.GetFileName(dir), out var pid) || pid == Environment.ProcessId) continue;
+            try
+            {
+                var stat = File.ReadAllText(Path.Combine(dir, "stat"));
+                if (stat[(stat.LastIndexOf(')') + 2)] == 'Z') continue;
+                if (File.ReadAllText(Path.Combine(dir, "cmdline")).Replace('\0', ' ').Contains(text)) found.Add(pid);
+            }
+            catch (IOException) { }
+            catch (UnauthorizedAccessException) { }
+        }
+        return found;
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        await Task.WhenAll(_processes.Select(p => p.DisposeAsync().AsTask()));
+        // Agents that nodeprep started outlive it by design: stop every one this sandbox recorded.
+        if (Directory.Exists(StateDirectory))
+            foreach (var file in Directory.GetFiles(StateDirectory, "*.json"))
+            {
+                try
+                {
+                    var pid = JsonDocument.Parse(File.ReadAllText(file)).RootElement.GetProperty("Pid").GetInt32();
+                    System.Diagnostics.Process.GetProcessById(pid).Kill(entireProcessTree: true);
+                }
+                catch (Exception e) when (e is ArgumentException or InvalidOperationException or IOException or JsonException or KeyNotFoundException) { }
+            }
+        try { Directory.Delete(Root, recursive: true); } catch (IOException) { } catch (UnauthorizedAccessException) { }
+    }
+}
