@@ -252,12 +252,16 @@ public sealed class DatasetStore
         return count;
     }
 
-    /// <summary>Evicts unleased, unpinned complete copies, least recently used first, until <paramref name="needed"/> fits.</summary>
+    /// <summary>Evicts unleased, unpinned copies, least recently used first, until <paramref name="needed"/> fits.</summary>
     private void MakeRoom(long needed)
     {
         var used = _copies.Values.Sum(c => c.Manifest.RawLength);
         if (used + needed <= _options.BudgetBytes) return;
-        foreach (var victim in _copies.Values.Where(c => c.Complete && c.Leases == 0 && c.Pins.Count == 0).OrderBy(c => c.LastAccess).ToList())
+        // Abandoned partial copies (a fetch that failed and was not asked for again) serve nobody: they go first.
+        var candidates = _copies.Values
+            .Where(c => c.Leases == 0 && c.Pins.Count == 0 && (c.Complete || !_fetches.ContainsKey(c.Version)))
+            .OrderBy(c => c.Complete).ThenBy(c => c.LastAccess).ToList();
+        foreach (var victim in candidates)
         {
             _log.LogInformation("Evicting {Dataset} {Version} ({Bytes} bytes, last used {Last:u})", victim.Manifest.Name, victim.Version, victim.Manifest.RawLength, victim.LastAccess);
             Remove(victim);
