@@ -1,0 +1,81 @@
+using System.Text.Json;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Bench;
+
+namespace Hpc.Bench.Tests;
+
+/// <summary>
+/// The real thing, small: network namespaces, shaped links, cache host and agents as processes, then the report on its
+/// output. It needs root (CI runs as root); elsewhere it checks that the command refuses cleanly instead.
+/// </summary>
+public class ClusterSmokeTests
+{
+    [Fact]
+    public async Task Bench_cluster_then_report_produce_times_efficiency_and_valid_charts()
+    {
+        var dir = Path.Combine(Path.GetTempPath(), $"hcd-test-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        try
+        {
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "4", "--hosts", "1", "--size", "8MB", "--out", dir, "--calibrate");
+            if (!Shell.IsRoot)
+            {
+                Assert.Equal(2, code);
+                Assert.Contains("needs root", stderr);
+                return;
+            }
+            Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
+            Assert.Empty(Topology.Leftovers());
+
+            var lines = File.ReadAllLines(Path.Combine(dir, "results.jsonl"));
+            using var cluster = JsonDocument.Parse(lines.First(l => l.Contains("\"kind\":\"cluster\"")));
+            var nodes = cluster.RootElement.GetProperty("nodes");
+            Assert.Equal(4, nodes.GetArrayLength());
+            Assert.All(nodes.EnumerateArray(), n => Assert.True(n.GetProperty("wallSeconds").GetDouble() > 0));
+            var efficiency = cluster.RootElement.GetProperty("efficiency").GetDouble();
+            Assert.InRange(efficiency, 0.01, 1.5);
+            Assert.True(cluster.RootElement.GetProperty("cacheHosts")[0].GetProperty("netOutputBytes").GetInt64() >=
+                        4 * cluster.RootElement.GetProperty("dataset").GetProperty("storedBytes").GetInt64());
+            Assert.Contains(lines, l => l.Contains("\"pattern\":\"pull\""));
+            Assert.Contains(lines, l => l.Contains("\"pattern\":\"neighbour\""));
+
+            (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "report", dir);
+            Assert.True(code == 0, $"report exited {code}: {stderr}");
+            var md = File.ReadAllText(Path.Combine(dir, "report.md"));
+            Assert.Contains("| data size | N=4 |", md);
+            Assert.Matches(@"\| 8 MB \| [0-9.]+ \([0-9]+%\) \|", md);
+            Assert.Contains("| pull | 4 | 1 |", md);
+            foreach (var png in new[] { "time-vs-nodes.png", "efficiency-vs-nodes.png" })
+            {
+                var chunks = PngFile.Chunks(File.ReadAllBytes(Path.Combine(dir, png)));
+                Assert.Equal(960, System.Buffers.Binary.BinaryPrimitives.ReadInt32BigEndian(chunks[0].Data));
+            }
+        }
+        finally
+        {
+            if (Shell.IsRoot && Topology.Leftovers().Count > 0) Topology.CleanAll();
+            try { Directory.Delete(dir, recursive: true); } catch (IOException) { }
+        }
+    }
+
+    [Fact]
+    public async Task Report_of_an_empty_directory_fails_without_crashing()
+    {
+        var dir = Directory.CreateTempSubdirectory("hcd-report-").FullName;
+        try
+        {
+            File.WriteAllText(Path.Combine(dir, "results.jsonl"), "{\"kind\":\"clus");
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "report", dir, "--json");
+            Assert.Equal(1, code);
+            Assert.DoesNotContain("Unhandled", stderr);
+        }
+        finally { Directory.Delete(dir, recursive: true); }
+    }
+
+    /// <summary>Runs hpcdata as a child; on timeout or test failure disposal SIGTERMs it, and the bench tears down on SIGTERM.</summary>
+    private static async Task<(int Code, string Stderr)> HpcdataAsync(TimeSpan timeout, params string[] args)
+    {
+        await using var p = ComponentProcess.Start("hpcdata", args, name: "hpcdata " + args[0]);
+        var code = await p.WaitForExitAsync(timeout);
+        return (code, p.StandardErrorTail);
+    }
+}

@@ -1,0 +1,62 @@
+using Hpc.Jobs.Report;
+
+namespace Hpc.Bench.Tests;
+
+public class ResultReaderTests
+{
+    private const string Cluster =
+        """{"kind":"cluster","schema":1,"run":"r1","config":{"nodes":2,"hosts":1,"sizeBytes":16777216,"rateMbit":100,"compress":true},"dataset":{"version":"v","rawBytes":16777216,"storedBytes":6000000,"segments":256,"stageSeconds":1.2},"limitSeconds":0.96,"measuredSeconds":1.2,"efficiency":0.8,"nodes":[{"node":"node1","wallSeconds":1.1,"fetchSeconds":1.0,"bytes":16777216},{"node":"node2","wallSeconds":1.2,"fetchSeconds":1.1,"bytes":16777216}],"cacheHosts":[{"host":"198.18.1.1:6380","netOutputBytes":12000000,"usedMemoryBytes":6000000}],"futureField":{"x":[1,2,3]}}""";
+
+    [Fact]
+    public void Skips_a_truncated_last_line_and_unknown_kinds_and_keeps_the_rest()
+    {
+        var data = ResultReader.ReadLines([Cluster, "", """{"kind":"something-new","a":1}""", Cluster[..80]]);
+        Assert.Equal(3, data.Lines);
+        Assert.Equal(1, data.Unreadable);
+        Assert.Equal(1, data.UnknownKinds);
+        var run = Assert.Single(data.Records);
+        Assert.Equal(2, run.Nodes.Count);
+        Assert.Equal(0.8, run.Efficiency);
+        Assert.Equal(12000000, Assert.Single(run.CacheHosts!).NetOutputBytes);
+    }
+
+    [Fact]
+    public void Lines_that_are_json_but_not_objects_or_wrong_types_are_unreadable_not_fatal()
+    {
+        var data = ResultReader.ReadLines(["[1,2]", "42", """{"kind":"cluster","config":"oops"}""", "{\"kind\":\"cluster\"", Cluster]);
+        Assert.Single(data.Records);
+        Assert.Equal(4, data.Unreadable + data.UnknownKinds);
+    }
+
+    [Fact]
+    public void Report_aggregates_cells_with_spread_efficiency_and_compression_savings()
+    {
+        var raw = Cluster.Replace("\"compress\":true", "\"compress\":false").Replace("\"measuredSeconds\":1.2", "\"measuredSeconds\":2.4").Replace("\"efficiency\":0.8", "\"efficiency\":0.7");
+        var data = ResultReader.ReadLines([Cluster, raw, """{"kind":"skipped","note":"time bound reached","config":{"nodes":32,"hosts":2,"sizeBytes":268435456,"compress":true}}"""]);
+        var report = ReportMain.Build(data);
+        Assert.Equal(2, report.Cells.Count);
+        var lz4 = report.Cells.Single(c => c.Compress);
+        Assert.Equal(1.1, lz4.NodeMin);
+        Assert.Equal(1.2, lz4.NodeMax);
+        Assert.Single(report.Skipped);
+        var md = ReportMain.Markdown(data, report, []);
+        Assert.Contains("| 16 MB | 1.20 (80%) |", md);
+        Assert.Contains("## Compression savings", md);
+        Assert.Contains("| 2 | 1 | 16 MB | 36% | 2.40 | 1.20 | 50% |", md);
+        Assert.Contains("time bound reached", md);
+    }
+
+    [Fact]
+    public void Fetch_telemetry_from_a_real_cluster_becomes_one_run_per_version()
+    {
+        var t0 = DateTimeOffset.Parse("2026-01-01T00:00:10Z");
+        string Fetch(string node, double seconds, DateTimeOffset end) =>
+            $$"""{"kind":"fetch","schema":1,"time":"{{end:O}}","node":"{{node}}","dataset":"risk/md","version":"abc","rawBytes":1000000,"storedBytes":500000,"seconds":{{seconds}},"source":"fetched","hosts":1,"rateMbit":8}""";
+        var data = ResultReader.ReadLines([Fetch("n1", 1.0, t0), Fetch("n2", 3.0, t0.AddSeconds(1))]);
+        var run = Assert.Single(data.Records);
+        Assert.Equal("telemetry", run.Note);
+        Assert.Equal(2, run.Config.Nodes);
+        Assert.Equal(3.0, run.MeasuredSeconds, 6);     // first start 00:00:08, last end 00:00:11
+        Assert.Equal(1.0, run.LimitSeconds, 6);        // 2 nodes × 0.5 MB / (1 host × 1 MB/s)
+    }
+}
