@@ -54,7 +54,7 @@ public sealed class PrestageOptions
     [Option("hpcdata", HelpText = "slurm, hpcpack: how nodes run hpcdata (default: this build, by absolute path).")]
     public string? Hpcdata { get; set; }
 
-    [Option("work-dir", HelpText = "local: scratch directory for the nodes' data (default under /dev/shm); removed afterwards.")]
+    [Option("work-dir", HelpText = "local: scratch directory for the nodes' data (default under /dev/shm; removed afterwards unless given). slurm, hpcpack: where the job script is written (default: here).")]
     public string? WorkDir { get; set; }
 }
 
@@ -100,7 +100,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, hosts, o.Nodes, o.HostsPerNode, command,
                 o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.AgentPipe, o.Evict, lifetimeJob);
 
-            if (!local) return await SubmitAsync(job, cancel.Token);
+            if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 
             if (lifetimeJob) await WithTier(tierOptions, (t, opt) => new DatasetLifetime(t, opt).AddJobAsync(version, jobId!, cancel.Token));
             Console.WriteLine($"prestage: job {jobId}: {o.Nodes} node(s) × {o.HostsPerNode} service host(s)");
@@ -187,7 +187,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
                ?? throw new DatasetNotFoundException($"dataset '{name}' has not been staged on {string.Join(", ", tier.Hosts)} (and '{name}' is not a path here)");
     }
 
-    private async Task<int> SubmitAsync(JobSpec job, CancellationToken ct)
+    private async Task<int> SubmitAsync(JobSpec job, CacheTierOptions? tier, CancellationToken ct)
     {
         var text = o.Scheduler == "slurm" ? SlurmScript.Generate(job) : HpcPackCommands.Generate(job);
         var submitter = o.Scheduler == "slurm" ? "sbatch" : "job";
@@ -197,16 +197,22 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             Console.Write(text);
             return o.DryRun ? 0 : 1;
         }
-        var file = Path.Combine(Directory.GetCurrentDirectory(), $"{job.JobName}.{(o.Scheduler == "slurm" ? "sbatch" : "cmd")}");
+        var directory = Path.GetFullPath(o.WorkDir ?? Directory.GetCurrentDirectory());
+        Directory.CreateDirectory(directory);
+        var file = Path.Combine(directory, $"{job.JobName}.{(o.Scheduler == "slurm" ? "sbatch" : "cmd")}");
         await File.WriteAllTextAsync(file, text, ct);
         var info = o.Scheduler == "slurm" ? new ProcessStartInfo("sbatch") { ArgumentList = { "--parsable", file } } : new ProcessStartInfo("cmd") { ArgumentList = { "/c", file } };
         info.RedirectStandardOutput = info.RedirectStandardError = true;
+        info.WorkingDirectory = directory; // where Slurm writes slurm-<id>.out
         using var p = Process.Start(info)!;
         var stdout = await p.StandardOutput.ReadToEndAsync(ct);
         var stderr = await p.StandardError.ReadToEndAsync(ct);
         await p.WaitForExitAsync(ct);
         if (p.ExitCode != 0) return Say(1, $"{submitter} refused the job ({file}): {stderr.Trim()}");
-        Console.WriteLine($"prestage: submitted job {stdout.Trim().Split(';')[0]} ({file})");
+        var id = stdout.Trim().Split(';')[0];
+        Console.WriteLine($"prestage: submitted job {id} ({file})");
+        if (job.LifetimeJob && tier is not null)
+            await WithTier(tier, (t, opt) => new DatasetLifetime(t, opt).AddJobAsync(job.Version, id, ct));
         return 0;
     }
 
