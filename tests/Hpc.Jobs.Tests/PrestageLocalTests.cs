@@ -106,4 +106,18 @@ public class PrestageLocalTests
         Assert.Empty(Sandbox.ProcessesMentioning($"hd{prestage.Id}"));
         Assert.DoesNotContain(prestage.StandardOutput, l => l.StartsWith("[node"));
     }
+
+    [Fact]
+    public async Task The_soa_sample_serves_requests_from_the_common_data_and_the_client_times_them()
+    {
+        await using var s = new Sandbox();
+        var csv = Path.Combine(s.Root, "prices.csv");
+        Assert.Equal(0, (await s.HpcdataAsync(["generate", csv, "--size", "2MB"])).Code);
+        var r = await s.HpcdataAsync(["prestage", csv, "--name", "risk/soa", "--nodes", "2", "--hosts-per-node", "2",
+            "--client", "hpcdata soa-client --requests 200", "--", "hpcdata", "soa-host"]);
+        Assert.True(r.Code == 0, r.Stderr + r.Out);
+        Assert.Contains(r.Stdout, l => l.Contains("soa-client: 200 requests to 4 service hosts") && !l.Contains("history of 0 days"));
+        Assert.Equal(4, r.Stdout.Count(l => l.Contains("opened via map")));
+        Assert.Empty(Sandbox.ProcessesMentioning("soa-host"));
+    }
 }
