@@ -46,6 +46,8 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         DatasetName.Validate(options.Name);
         if (options.SegmentSize is < 4096 or > 16 << 20) throw new ArgumentOutOfRangeException(nameof(options), "segment size must be between 4 KB and 16 MB");
         var clock = Stopwatch.StartNew();
+        // Held until "latest" has moved: a segment collection must not free segments this staging decided to reuse.
+        await using var lease = await new SegmentCollector(tier, logger).BeginStagingAsync(ct: ct);
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
         var raw = Channel.CreateBounded<RawChunk>(new BoundedChannelOptions(options.Parallelism * 4) { SingleWriter = true });
         var encoded = Channel.CreateBounded<EncodedChunk>(new BoundedChannelOptions(options.UploadBatch * 4) { SingleReader = true });

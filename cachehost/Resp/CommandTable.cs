@@ -9,7 +9,7 @@ internal enum CommandId : byte
     Expire, PExpire, Ttl, PTtl, Persist,
     Ping, Echo, Auth, Hello, Select, Quit,
     Info, DbSize, FlushAll, FlushDb,
-    Config, Command, Client,
+    Config, Command, Client, Keys,
 }
 
 /// <param name="Arity">Redis convention: N means exactly N arguments including the name, -N means at least N.</param>
@@ -47,7 +47,8 @@ internal static class CommandTable
         new(CommandId.FlushDb, "flushdb"u8.ToArray(), -1),
         new(CommandId.Config, "config"u8.ToArray(), -2),
         new(CommandId.Command, "command"u8.ToArray(), -1),
-        new(CommandId.Client, "client"u8.ToArray(), -2));
+        new(CommandId.Client, "client"u8.ToArray(), -2),
+        new(CommandId.Keys, "keys"u8.ToArray(), 2));
 
     /// <summary>Number of commands served, as COMMAND COUNT reports it.</summary>
     public static int Count => ById.Length - 1;
@@ -70,6 +71,7 @@ internal static class CommandTable
                 : Is(name, "AUTH"u8) ? CommandId.Auth
                 : Is(name, "QUIT"u8) ? CommandId.Quit
                 : Is(name, "INFO"u8) ? CommandId.Info
+                : Is(name, "KEYS"u8) ? CommandId.Keys
                 : CommandId.Unknown,
             5 => Is(name, "HELLO"u8) ? CommandId.Hello : CommandId.Unknown,
             6 => Is(name, "EXISTS"u8) ? CommandId.Exists

@@ -59,6 +59,7 @@ internal sealed partial class ClientSession
             case CommandId.Config: Config(); break;
             case CommandId.Command: Command(); break;
             case CommandId.Client: Client(); break;
+            case CommandId.Keys: Keys(); break;
         }
     }
 
@@ -139,6 +140,24 @@ internal sealed partial class ClientSession
         for (int i = 1; i < _command.Count; i++)
             deleted += _server.Store.Delete(_command.Span(i)) ? 1 : 0;
         _reply.WriteInteger(deleted);
+    }
+
+    /// <summary>
+    /// KEYS with a prefix pattern ("hcd:s:*", or "*"): what an administrator's garbage collection needs. Other glob
+    /// forms are refused rather than half-supported.
+    /// </summary>
+    private void Keys()
+    {
+        var pattern = _command.Span(1);
+        var star = pattern.IndexOfAny("*?["u8);
+        if (star >= 0 && (star != pattern.Length - 1 || pattern[star] != (byte)'*'))
+        {
+            _reply.WriteError("ERR only exact keys and 'prefix*' patterns are supported"u8);
+            return;
+        }
+        var keys = star < 0 ? (_server.Store.Exists(pattern) ? [pattern.ToArray()] : []) : _server.Store.KeysWithPrefix(pattern[..star]);
+        _reply.WriteArrayHeader(keys.Count);
+        foreach (var key in keys) _reply.WriteBulk(key.AsSpan());
     }
 
     private void Exists()

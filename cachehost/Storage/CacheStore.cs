@@ -49,6 +49,16 @@ internal sealed class CacheStore
     public long MaxBytes { get; }
     public long UsedBytes => Volatile.Read(ref _usedBytes);
     public long Count => Volatile.Read(ref _keyCount);
+
+    /// <summary>Live keys starting with <paramref name="prefix"/> (a snapshot; concurrent writes may or may not appear).</summary>
+    public List<byte[]> KeysWithPrefix(ReadOnlySpan<byte> prefix)
+    {
+        var now = _time.GetTimestamp();
+        var keys = new List<byte[]>();
+        foreach (var (key, entry) in _map)
+            if (key.AsSpan().StartsWith(prefix) && !entry.IsExpired(now)) keys.Add(key);
+        return keys;
+    }
     public long ExpiringCount => Volatile.Read(ref _expiringCount);
     public long Hits => Volatile.Read(ref _hits);
     public long Misses => Volatile.Read(ref _misses);

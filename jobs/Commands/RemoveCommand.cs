@@ -41,7 +41,10 @@ public static class RemoveCommand
                 if (others.Count > 0) return Say(0, $"{o.Name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
             }
             var latest = await lifetime.RemoveVersionAsync(o.Name, version);
-            Console.WriteLine($"removed {o.Name} version {version}{(latest ? " (it was the latest)" : "")}; shared segments stay until their TTL or a cache host restart");
+            var gc = lifetime.LastCollection;
+            Console.WriteLine($"removed {o.Name} version {version}{(latest ? " (it was the latest)" : "")}; " +
+                              (gc is { Ran: true } ? $"freed {gc.SegmentsDeleted} segments no other version uses"
+                                  : $"segments not collected now ({gc?.SkippedBecause}); the next removal collects them"));
             return 0;
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or RespErrorException)

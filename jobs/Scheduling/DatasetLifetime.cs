@@ -10,9 +10,9 @@ namespace Hpc.Jobs.Scheduling;
 /// SET NX lock. When the last job lets go, the version's manifest is deleted everywhere, and "latest" too when it
 /// still points at it.
 /// <para>
-/// Segments stay: they are content-addressed and may be shared with other versions and datasets, and the cache hosts
-/// offer no way to list which manifests still exist, so nothing here can prove a segment unused. Without a manifest
-/// the version can no longer be opened; its segments go when their TTL runs out or the cache host is restarted.
+/// Segments are content-addressed and may be shared with other versions and datasets: after the manifest goes, a
+/// <see cref="SegmentCollector"/> pass frees the segments no remaining manifest references (it defers to running
+/// stagers; skipped passes leave the segments for the next one).
 /// </para>
 /// </summary>
 public sealed class DatasetLifetime(CacheTierClient tier, CacheTierOptions options)
@@ -46,8 +46,12 @@ public sealed class DatasetLifetime(CacheTierClient tier, CacheTierOptions optio
             latestRemoved = true;
         }
         await tier.ExecuteOnAllAsync("DEL"u8.ToArray(), [CacheKeys.Manifest(version), ReferencesKey(version)], ct);
+        LastCollection = await new SegmentCollector(tier).CollectAsync(ct);
         return latestRemoved;
     }
+
+    /// <summary>What the segment collection after the last removal did.</summary>
+    public SegmentCollector.Collection? LastCollection { get; private set; }
 
     private async Task<IReadOnlyList<string>> UpdateAsync(string version, string job, Action<HashSet<string>> change, CancellationToken ct)
     {

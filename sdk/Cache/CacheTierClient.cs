@@ -276,6 +276,19 @@ public sealed class CacheTierClient : IAsyncDisposable
         }
         if (!SegmentId.TryParse(version, out var versionId))
             throw new DatasetNotFoundException($"dataset '{name}' version '{version}' is not a valid version id");
+        var (manifest, problem) = await GetManifestAsync(version, versionId, ct);
+        if (manifest is not null)
+        {
+            if (manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
+            return (version, manifest);
+        }
+        if (problem is not null) throw new DataIntegrityException($"dataset '{name}' version '{version}': {problem}");
+        throw new DatasetNotFoundException($"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
+    }
+
+    /// <summary>The verified manifest of a version from the first host with a good copy; else null and what was wrong.</summary>
+    internal async Task<(Manifest? Manifest, string? Problem)> GetManifestAsync(string version, SegmentId versionId, CancellationToken ct)
+    {
         var key = CacheKeys.Manifest(version);
         string? problem = null;
         foreach (var reply in await AskAnswerableHostsAsync((c, token) => c.FlushAndReadCommandAsync("GET"u8, key, token), ct))
@@ -285,14 +298,40 @@ public sealed class CacheTierClient : IAsyncDisposable
             if (!SegmentCodec.TryReadRawLength(stored, out var rawLength)) { problem = "manifest header is damaged"; continue; }
             var raw = new byte[rawLength];
             problem = SegmentCodec.TryDecode(stored, versionId, raw);
-            if (problem is not null) continue;
-            var manifest = Manifest.Parse(raw);
-            if (manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
-            return (version, manifest);
+            if (problem is null) return (Manifest.Parse(raw), null);
         }
-        if (problem is not null) throw new DataIntegrityException($"dataset '{name}' version '{version}': {problem}");
-        throw new DatasetNotFoundException($"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
+        return (null, problem);
     }
+
+    /// <summary>Keys starting with <paramref name="prefix"/>, per host (the cache host's KEYS with a "prefix*" pattern).</summary>
+    public async Task<IReadOnlyList<string>[]> KeysAsync(string prefix, CancellationToken ct = default)
+    {
+        var replies = await ForAllHostsAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct);
+        return replies.Select((r, h) => r.Kind == RespKind.Array
+            ? (IReadOnlyList<string>)r.Items!.Select(i => Encoding.UTF8.GetString(i.Bulk!)).ToList()
+            : throw new RespErrorException(Hosts[h].ToString(), r.Text ?? "KEYS failed")).ToArray();
+    }
+
+    /// <summary>Deletes keys on one host, pipelined; returns how many existed.</summary>
+    public Task<long> DeleteAsync(int host, IReadOnlyList<string> keys, CancellationToken ct = default) =>
+        RunAsync(host, async (c, token) =>
+        {
+            long deleted = 0;
+            foreach (var chunk in keys.Chunk(256))
+            {
+                c.BeginCommand(1 + chunk.Length);
+                c.Argument("DEL"u8);
+                foreach (var k in chunk) c.Argument(k);
+                var reply = await c.FlushAndReadAsync(token);
+                if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
+                deleted += reply.Integer;
+            }
+            return deleted;
+        }, ct);
+
+    /// <summary>Runs a raw command on one host (by index into <see cref="Hosts"/>).</summary>
+    public Task<RespReply> ExecuteOnAsync(int host, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
+        RunAsync(host, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
 
     /// <summary>Runs a raw command on every host; used by admin tools and tests.</summary>
     public Task<RespReply[]> ExecuteOnAllAsync(ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>

@@ -174,3 +174,51 @@ public class CacheTierOutageTests
         Assert.Contains(c.Hosts[0], missing.Message);
     }
 }
+
+public class SegmentCollectionTests
+{
+    [Fact]
+    public async Task Removing_a_version_frees_only_the_segments_no_other_version_uses()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        await c.StartCacheHostAsync();
+        var shared = Cluster.RandomBytes(8 * 65536, seed: 1);
+        var a = await c.StageAsync(Cluster.WriteFile(c.Root, "a.bin", [.. shared, .. Cluster.RandomBytes(4 * 65536, seed: 2)]), "gc/a");
+        var b = await c.StageAsync(Cluster.WriteFile(c.Root, "b.bin", [.. shared, .. Cluster.RandomBytes(2 * 65536, seed: 3)]), "gc/b");
+        Assert.Equal(8, b.SkippedSegments);
+        await using var tier = c.Tier();
+        async Task<int> Segments() => (await tier.KeysAsync("hcd:s:")).Sum(k => k.Count);
+        Assert.Equal(14, await Segments());
+
+        var (code, stdout, stderr) = await c.RunAsync("hpcdata", ["remove", "gc/a", "--cache-hosts", c.HostList]);
+        Assert.True(code == 0, stderr);
+        Assert.Contains("freed 4 segments", string.Join("\n", stdout));
+        Assert.Equal(10, await Segments());
+
+        var direct = new CommonDataOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
+        await using (var data = await Hpc.CommonData.CommonData.OpenAsync("gc/b", direct)) Assert.True(data.VerifyHash());
+        await Assert.ThrowsAsync<DatasetNotFoundException>(() => tier.ResolveAsync("gc/a"));
+        Assert.NotEqual(a.Version, b.Version);
+    }
+
+    [Fact]
+    public async Task A_collection_defers_to_a_running_stager()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        await c.StageAsync(Cluster.WriteFile(c.Root, "a.bin", Cluster.RandomBytes(3 * 65536)), "gc/x");
+        await using var tier = c.Tier();
+        await tier.ExecuteOnAllAsync("DEL"u8.ToArray(), [CacheKeys.Manifest((await tier.ResolveAsync("gc/x")).Version)]);
+        var collector = new SegmentCollector(tier);
+        await using (await collector.BeginStagingAsync())
+        {
+            var skipped = await collector.CollectAsync();
+            Assert.False(skipped.Ran);
+            Assert.Contains("stager", skipped.SkippedBecause);
+        }
+        var ran = await collector.CollectAsync();
+        Assert.True(ran.Ran);
+        Assert.Equal(3, ran.SegmentsDeleted);
+    }
+}
