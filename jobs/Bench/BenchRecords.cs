@@ -39,6 +39,7 @@ public sealed class RunConfig
     public bool Compress { get; set; } = true;
     public int Workers { get; set; }
     public string Data { get; set; } = "csv";
+    public bool WarmAgents { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);

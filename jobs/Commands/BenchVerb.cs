@@ -37,6 +37,9 @@ public sealed class BenchClusterOptions
     [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random.")]
     public string Data { get; set; } = "csv";
 
+    [Option("warm-agents", HelpText = "Let every agent fetch a tiny dataset before the clock starts (a long-running daemon rather than a fresh process).")]
+    public bool WarmAgents { get; set; }
+
     [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
     public bool Calibrate { get; set; }
 
@@ -122,7 +125,7 @@ public static class BenchVerb
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch());
             var size = ByteSize.Parse(o.Size);
-            var record = await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct);
+            var record = await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents);
             Emit(o.Out, record);
             if (o.Calibrate)
             {
@@ -191,7 +194,7 @@ public static class BenchVerb
                         }
                         try
                         {
-                            Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct));
+                            Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents));
                         }
                         catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or TimeoutException or InvalidDataException)
                         {
