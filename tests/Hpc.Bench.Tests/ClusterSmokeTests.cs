@@ -58,6 +58,28 @@ public class ClusterSmokeTests
     }
 
     [Fact]
+    public async Task Refuses_to_start_over_leftovers_and_clean_removes_them()
+    {
+        if (!Shell.IsRoot) return;
+        const string leftover = "hcd-n250";
+        try
+        {
+            Shell.Check("ip", "netns", "add", leftover);
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "cluster", "--nodes", "1", "--hosts", "1", "--size", "1MB", "--out", Path.GetTempPath());
+            Assert.Equal(3, code);
+            Assert.Contains(leftover, stderr);
+            Assert.Contains("hpcdata bench clean", stderr);
+            (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "clean");
+            Assert.True(code == 0, stderr);
+            Assert.Empty(Topology.Leftovers());
+        }
+        finally
+        {
+            Shell.Run("ip", "netns", "del", leftover);
+        }
+    }
+
+    [Fact]
     public async Task Report_of_an_empty_directory_fails_without_crashing()
     {
         var dir = Directory.CreateTempSubdirectory("hcd-report-").FullName;
