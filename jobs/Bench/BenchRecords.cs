@@ -40,6 +40,8 @@ public sealed class RunConfig
     public int Workers { get; set; }
     public string Data { get; set; } = "csv";
     public bool WarmAgents { get; set; }
+    /// <summary>How workers attach when <see cref="Workers"/> &gt; 0: map (shared mapping) or stream (private copy over the pipe).</summary>
+    public string? WorkerMode { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);

@@ -87,10 +87,11 @@ public sealed class ClusterSession : IAsyncDisposable
 
     /// <param name="warmAgents">Before the clock starts, every agent fetches a tiny dataset once, so the timed fetch
     /// measures a running daemon rather than a fresh process's JIT and first connections.</param>
-    public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false)
+    public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map")
     {
         var config = Config(size, compress, workers, data);
         config.WarmAgents = warmAgents;
+        if (workers > 0) config.WorkerMode = workerMode;
         var file = Dataset(size, data);
         var run = $"{_runId}-c{DateTime.UtcNow:HHmmssfff}";
         const string name = "bench/data";
@@ -146,7 +147,7 @@ public sealed class ClusterSession : IAsyncDisposable
             var cacheHosts = _topology.Hosts.Select((h, i) => new HostBytes($"{h.Address}:{CachePort}",
                 after[i].Output - before[i].Output, after[i].Used)).ToList();
 
-            List<WorkerTime>? workerTimes = workers > 0 ? await RunWorkersAsync(processes, name, pipes, workers, ct) : null;
+            List<WorkerTime>? workerTimes = workers > 0 ? await RunWorkersAsync(processes, name, pipes, workers, workerMode, ct) : null;
 
             var samples = processes.Where(p => !p.HasExited).Select(p => ProcStats.Read(p.Name, p.Id)).Append(ProcStats.Self("driver")).ToList();
             var measured = nodes.Max(n => n.WallSeconds);
@@ -166,12 +167,12 @@ public sealed class ClusterSession : IAsyncDisposable
         }
     }
 
-    private async Task<List<WorkerTime>> RunWorkersAsync(List<ComponentProcess> processes, string name, List<string> pipes, int perNode, CancellationToken ct)
+    private async Task<List<WorkerTime>> RunWorkersAsync(List<ComponentProcess> processes, string name, List<string> pipes, int perNode, string mode, CancellationToken ct)
     {
         var workers = new List<(string Node, ComponentProcess P)>();
         for (var n = 0; n < Nodes; n++)
             for (var w = 0; w < perNode; w++)
-                workers.Add(($"node{n + 1}", Start(processes, "hpcdata", ["worker", "--dataset", name, "--mode", "map", "--wait-go", "--no-compute"],
+                workers.Add(($"node{n + 1}", Start(processes, "hpcdata", ["worker", "--dataset", name, "--mode", mode, "--wait-go", "--no-compute"],
                     $"worker{n + 1}.{w + 1}", _topology.Nodes[n], new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipes[n] })));
         await Task.WhenAll(workers.Select(w => w.P.WaitReadyAsync(ReadyTimeout, ct)));
         await Task.WhenAll(workers.Select(w => w.P.SendLineAsync("go")));

@@ -34,6 +34,9 @@ public sealed class BenchClusterOptions
     [Option("workers", Default = 0, HelpText = "Workers per node that attach the copy (map mode) after the fetch.")]
     public int Workers { get; set; }
 
+    [Option("worker-mode", Default = "map", HelpText = "How the workers attach: map (the shared copy) or stream (a private copy over the pipe).")]
+    public string WorkerMode { get; set; } = "map";
+
     [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random.")]
     public string Data { get; set; } = "csv";
 
@@ -122,10 +125,11 @@ public static class BenchVerb
             var rate = ParseRateMbit(o.Rate);
             var delay = ParseMs(o.Delay);
             if (o.Data is not ("csv" or "random")) throw new FormatException("--data must be csv or random");
+            if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch());
             var size = ByteSize.Parse(o.Size);
-            var record = await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents);
+            var record = await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode);
             Emit(o.Out, record);
             if (o.Calibrate)
             {
@@ -194,7 +198,7 @@ public static class BenchVerb
                         }
                         try
                         {
-                            Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents));
+                            Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
                         }
                         catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or TimeoutException or InvalidDataException)
                         {

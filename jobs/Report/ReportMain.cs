@@ -26,7 +26,7 @@ public static class ReportMain
             var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
-            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Calibrations, report.Skipped, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
+            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Calibrations, report.Attaches, report.Skipped, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
             return report.Cells.Count + report.Calibrations.Count == 0 ? 1 : 0;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
@@ -44,12 +44,15 @@ public static class ReportMain
     public sealed record Calibration(string Pattern, int Nodes, int Hosts, long Bytes, int RateMbit, double MeasuredSeconds, double LimitSeconds, double Efficiency,
         double NodeMin, double NodeMax);
 
-    public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped);
+    public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches);
+
+    /// <summary>Workers attaching a node's copy, the shape of the reference's core-allocation table.</summary>
+    public sealed record Attach(long SizeBytes, int PerNode, string Mode, int Workers, double MinMs, double MedianMs, double MaxMs, double WarmMedianMs, bool AllVerified);
 
     public static Report Build(ResultReader.Data data)
     {
         var cells = data.Records.Where(r => r.Kind == "cluster" && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
-            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents))
+            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode))
             .Select(g =>
             {
                 var runs = g.ToList();
@@ -72,7 +75,16 @@ public static class ReportMain
             .OrderBy(c => c.Pattern).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ToList();
         var skipped = data.Records.Where(r => r.Kind == "skipped")
             .Select(r => $"N={r.Config.Nodes} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes)} {(r.Config.Compress ? "lz4" : "raw")}: {r.Note}").ToList();
-        return new Report(cells, calibrations, skipped);
+        var attaches = data.Records.Where(r => r.Kind == "cluster" && r.Workers is { Count: > 0 })
+            .GroupBy(r => (r.Config.SizeBytes, r.Config.Workers, Mode: r.Config.WorkerMode ?? r.Workers![0].Mode))
+            .Select(g =>
+            {
+                var w = g.SelectMany(r => r.Workers!).ToList();
+                var ms = w.Select(x => x.AttachMs).Order().ToList();
+                return new Attach(g.Key.SizeBytes, g.Key.Workers, g.Key.Mode, w.Count, ms[0], Median(ms), ms[^1], Median(w.Select(x => x.WarmAttachMs)), w.All(x => x.Verified));
+            })
+            .OrderBy(a => a.SizeBytes).ThenBy(a => a.Mode).ThenBy(a => a.PerNode).ToList();
+        return new Report(cells, calibrations, skipped, attaches);
     }
 
     private static double Median(IEnumerable<double> values)
@@ -142,6 +154,17 @@ public static class ReportMain
             sb.AppendLine("|---|---|---|---|---|---|---|---|");
             foreach (var c in r.Calibrations)
                 sb.AppendLine($"| {c.Pattern} | {c.Nodes} | {(c.Pattern == "neighbour" ? "–" : c.Hosts.ToString(inv))} | {ByteSize.Format(c.Bytes)} | {F(c.MeasuredSeconds)} | {F(c.LimitSeconds)} | {P(c.Efficiency)} | {F(c.NodeMin)} / {F(c.NodeMax)} |");
+            sb.AppendLine();
+        }
+
+        if (r.Attaches.Count > 0)
+        {
+            sb.AppendLine("## Workers attaching the node's copy").AppendLine();
+            sb.AppendLine("K workers per node start together after the fetch; first open in a fresh process (ms), and the median re-open in the same process.").AppendLine();
+            sb.AppendLine("| size | mode | workers per node | workers | first open min / median / max ms | warm re-open ms | all verified |");
+            sb.AppendLine("|---|---|---|---|---|---|---|");
+            foreach (var a in r.Attaches)
+                sb.AppendLine($"| {ByteSize.Format(a.SizeBytes)} | {a.Mode} | {a.PerNode} | {a.Workers} | {F(a.MinMs, "0")} / {F(a.MedianMs, "0")} / {F(a.MaxMs, "0")} | {F(a.WarmMedianMs, "0.0")} | {(a.AllVerified ? "yes" : "NO")} |");
             sb.AppendLine();
         }
 
