@@ -352,8 +352,9 @@ public sealed class CacheTierClient : IAsyncDisposable
     // ---------------- connections, timeouts and retries ----------------
 
     /// <summary>
-    /// Runs one exchange on a pooled connection to host <paramref name="h"/>, with a per-attempt timeout and jittered
-    /// exponential backoff between attempts. Server errors (e.g. out of memory) are not retried: they are answers.
+    /// Runs one exchange on a pooled connection to host <paramref name="h"/>, with a per-attempt timeout that restarts
+    /// whenever reply bytes arrive (it catches a silent host, not a busy link), and jittered exponential backoff between
+    /// attempts. Server errors (e.g. out of memory) are not retried: they are answers.
     /// </summary>
     private async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct)
     {
@@ -366,6 +367,7 @@ public sealed class CacheTierClient : IAsyncDisposable
             try
             {
                 c = await pool.RentAsync(timeout.Token);
+                c.Progress = () => timeout.CancelAfter(_options.OperationTimeout);
                 var result = await op(c, timeout.Token);
                 return result;
             }
@@ -388,7 +390,11 @@ public sealed class CacheTierClient : IAsyncDisposable
             }
             finally
             {
-                if (c is not null) await pool.ReturnAsync(c);
+                if (c is not null)
+                {
+                    c.Progress = null;
+                    await pool.ReturnAsync(c);
+                }
             }
         }
     }

@@ -13,6 +13,7 @@ public sealed class CacheTierOptions
     /// <summary>Keys per MGET / pipelined SET batch (16 × 64 KB ≈ 1 MB in flight per connection).</summary>
     public int BatchSize { get; set; } = 16;
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(3);
+    /// <summary>How long an exchange may go without receiving a byte before the host counts as unresponsive.</summary>
     public TimeSpan OperationTimeout { get; set; } = TimeSpan.FromSeconds(30);
     public int MaxAttempts { get; set; } = 5;
     public TimeSpan RetryBaseDelay { get; set; } = TimeSpan.FromMilliseconds(50);

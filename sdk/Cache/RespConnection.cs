@@ -27,6 +27,12 @@ public sealed class RespConnection : IAsyncDisposable
     public CacheEndpoint Endpoint { get; }
     public bool IsBroken => _broken;
 
+    /// <summary>
+    /// Called whenever reply bytes arrive. The caller's timeout is about a silent host, not a slow one: a batch queued
+    /// behind many others on a shared link may take long, and must not fail while it is still moving.
+    /// </summary>
+    public Action? Progress { get; set; }
+
     /// <summary>The exchange was abandoned part-way; replies may still be in flight, so the connection is not reused.</summary>
     public void MarkBroken() => _broken = true;
 
@@ -138,6 +144,7 @@ public sealed class RespConnection : IAsyncDisposable
         try
         {
             await _stream.WriteAsync(_out.WrittenMemory, ct);
+            Progress?.Invoke();
         }
         catch (Exception e) when (e is IOException or SocketException or ObjectDisposedException)
         {
@@ -228,6 +235,7 @@ public sealed class RespConnection : IAsyncDisposable
             _broken = true;
             throw new CacheHostUnavailableException(Endpoint, $"receive failed: {e.Message}", e);
         }
+        Progress?.Invoke();
         if (result.IsCompleted && result.Buffer.IsEmpty)
         {
             _broken = true;
