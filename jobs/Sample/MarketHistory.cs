@@ -89,13 +89,44 @@ public static class MarketHistory
     /// </summary>
     public static VarResult ValueAtRisk(IEnumerable<ReadOnlyMemory<byte>> windows)
     {
-        var last = new double[1 << 17];
-        var instruments = 0;
+        var last = new double[MaxInstruments];
         var daily = new List<double>();
         double sum = 0; var count = 0; long rows = 0;
+        var instruments = 0;
         var currentDate = 0L;
+        ForEachRow(windows, (dateKey, instrument, price) =>
+        {
+            if (dateKey != currentDate) { Flush(); currentDate = dateKey; }
+            rows++;
+            var previous = last[instrument];
+            if (previous > 0) { sum += price / previous - 1; count++; }
+            else instruments++;
+            last[instrument] = price;
+        });
+        Flush();
+        daily.Sort();
+        var var99 = daily.Count == 0 ? 0 : -daily[(int)Math.Floor(0.01 * (daily.Count - 1))];
+        return new VarResult(daily.Count, instruments, rows, var99, daily.Count == 0 ? 0 : daily.Average());
+
+        void Flush()
+        {
+            if (count > 0) daily.Add(sum / count);
+            sum = 0; count = 0;
+        }
+    }
+
+    /// <summary>Instrument numbers are below this (INST00000–INST99999 fit).</summary>
+    public const int MaxInstruments = 1 << 17;
+
+    public delegate void RowAction(long dateKey, int instrument, double price);
+
+    /// <summary>
+    /// Calls <paramref name="action"/> for every row "yyyy-MM-dd,INSTnnnnn,price", parsed in place across window
+    /// boundaries (a row split between two windows is joined); the header is skipped. The date comes as a sortable key.
+    /// </summary>
+    public static void ForEachRow(IEnumerable<ReadOnlyMemory<byte>> windows, RowAction action)
+    {
         var carry = new List<byte>();
-        var headerSkipped = false;
         foreach (var window in windows)
         {
             var span = window.Span;
@@ -105,7 +136,7 @@ public static class MarketHistory
                 var nl = span.IndexOf((byte)'\n');
                 if (nl < 0) { carry.AddRange(span.ToArray()); continue; }
                 carry.AddRange(span[..nl].ToArray());
-                Row(carry.ToArray());
+                Row(carry.ToArray(), action);
                 carry.Clear();
                 start = nl + 1;
             }
@@ -113,37 +144,20 @@ public static class MarketHistory
             {
                 var nl = span[start..].IndexOf((byte)'\n');
                 if (nl < 0) { carry.AddRange(span[start..].ToArray()); break; }
-                Row(span.Slice(start, nl));
+                Row(span.Slice(start, nl), action);
                 start += nl + 1;
             }
         }
-        if (carry.Count > 0) Row(carry.ToArray());
-        Flush();
-        daily.Sort();
-        var var99 = daily.Count == 0 ? 0 : -daily[(int)Math.Floor(0.01 * (daily.Count - 1))];
-        return new VarResult(daily.Count, instruments, rows, var99, daily.Count == 0 ? 0 : daily.Average());
+        if (carry.Count > 0) Row(carry.ToArray(), action);
+    }
 
-        void Row(ReadOnlySpan<byte> row)
-        {
-            if (!headerSkipped) { headerSkipped = true; if (row.StartsWith("date"u8)) return; }
-            if (row.Length < 20) return;
-            // yyyy-MM-dd,INSTnnnnn,price
-            var dateKey = ((long)row[0] << 56) | ((long)row[1] << 48) | ((long)row[2] << 40) | ((long)row[3] << 32) | ((long)row[5] << 24) | ((long)row[6] << 16) | ((long)row[8] << 8) | row[9];
-            if (dateKey != currentDate) { Flush(); currentDate = dateKey; }
-            var comma = row[11..].IndexOf((byte)',') + 11;
-            if (comma < 15 || !TryParseDigits(row[15..comma], out var instrument) || instrument >= last.Length || !TryParsePrice(row[(comma + 1)..], out var price))
-                throw new InvalidDataException($"unparsable row: {Encoding.ASCII.GetString(row)}");
-            rows++;
-            var previous = last[instrument];
-            if (previous > 0) { sum += price / previous - 1; count++; }
-            else instruments++;
-            last[instrument] = price;
-        }
-
-        void Flush()
-        {
-            if (count > 0) daily.Add(sum / count);
-            sum = 0; count = 0;
-        }
+    private static void Row(ReadOnlySpan<byte> row, RowAction action)
+    {
+        if (row.Length < 20 || row.StartsWith("date"u8)) return;
+        var dateKey = ((long)row[0] << 56) | ((long)row[1] << 48) | ((long)row[2] << 40) | ((long)row[3] << 32) | ((long)row[5] << 24) | ((long)row[6] << 16) | ((long)row[8] << 8) | row[9];
+        var comma = row[11..].IndexOf((byte)',') + 11;
+        if (comma < 15 || !TryParseDigits(row[15..comma], out var instrument) || instrument >= MaxInstruments || !TryParsePrice(row[(comma + 1)..], out var price))
+            throw new InvalidDataException($"not a market-history row: {Encoding.ASCII.GetString(row)}");
+        action(dateKey, instrument, price);
     }
 }

@@ -148,12 +148,12 @@ public sealed class Returns(float[] values, int days, int instruments)
     /// <summary>One pass over the market-history CSV (date,symbol,close; ordered by date then symbol).</summary>
     public static Returns Load(IEnumerable<ReadOnlyMemory<byte>> windows)
     {
-        var last = new double[1 << 17];
+        var last = new double[MarketHistory.MaxInstruments];
         var rows = new List<float[]>();
         float[]? today = null;
         var instruments = 0;
         long currentDate = -1;
-        ForEachRow(windows, (dateKey, instrument, price) =>
+        MarketHistory.ForEachRow(windows, (dateKey, instrument, price) =>
         {
             if (dateKey != currentDate)
             {
@@ -176,47 +176,6 @@ public sealed class Returns(float[] values, int days, int instruments)
             for (var i = 0; i < Math.Min(instruments, row.Length); i++) v[(long)i * days + d] = row[i];
         }
         return new Returns(v, days, instruments);
-    }
-
-    private delegate void RowAction(long dateKey, int instrument, double price);
-
-    /// <summary>Rows "yyyy-MM-dd,INSTnnnnn,price" across window boundaries, parsed in place; the header is skipped.</summary>
-    private static void ForEachRow(IEnumerable<ReadOnlyMemory<byte>> windows, RowAction action)
-    {
-        var carry = new List<byte>();
-        foreach (var window in windows)
-        {
-            var span = window.Span;
-            var start = 0;
-            if (carry.Count > 0)
-            {
-                var nl = span.IndexOf((byte)'\n');
-                if (nl < 0) { carry.AddRange(span.ToArray()); continue; }
-                carry.AddRange(span[..nl].ToArray());
-                Row(carry.ToArray(), action);
-                carry.Clear();
-                start = nl + 1;
-            }
-            while (start < span.Length)
-            {
-                var nl = span[start..].IndexOf((byte)'\n');
-                if (nl < 0) { carry.AddRange(span[start..].ToArray()); break; }
-                Row(span.Slice(start, nl), action);
-                start += nl + 1;
-            }
-        }
-        if (carry.Count > 0) Row(carry.ToArray(), action);
-    }
-
-    private static void Row(ReadOnlySpan<byte> row, RowAction action)
-    {
-        if (row.Length < 20 || row.StartsWith("date"u8)) return;
-        var dateKey = ((long)row[0] << 56) | ((long)row[1] << 48) | ((long)row[2] << 40) | ((long)row[3] << 32) | ((long)row[5] << 24) | ((long)row[6] << 16) | ((long)row[8] << 8) | row[9];
-        var comma = row[11..].IndexOf((byte)',') + 11;
-        if (comma < 15 || !System.Buffers.Text.Utf8Parser.TryParse(row[15..comma], out int instrument, out _) || instrument >= 1 << 17 ||
-            !System.Buffers.Text.Utf8Parser.TryParse(row[(comma + 1)..], out double price, out _))
-            throw new InvalidDataException($"not a market-history row: {System.Text.Encoding.ASCII.GetString(row)}");
-        action(dateKey, instrument, price);
     }
 
     /// <summary>99% one-day historical VaR of the weighted portfolio in <paramref name="request"/>.</summary>
