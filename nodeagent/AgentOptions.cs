@@ -10,6 +10,12 @@ public sealed class AgentOptions
     /// <summary>Bytes of local copies kept before unleased ones are evicted, least recently used first.</summary>
     public long BudgetBytes { get; set; } = 8L << 30;
     public string NodeName { get; set; } = Environment.MachineName;
+    /// <summary>
+    /// JSON-lines file that gets one <c>kind: "fetch"</c> line per completed fetch (the format <c>hpcdata report</c>
+    /// reads; docs/benchmarks.md). Empty: <c>telemetry.jsonl</c> in the data directory; "none": off.
+    /// </summary>
+    public string TelemetryFile { get; set; } = "";
+
     /// <summary>Concurrent pipe connections served; more wait in the accept queue.</summary>
     public int MaxConnections { get; set; } = 256;
 }

@@ -187,7 +187,7 @@ public sealed class DatasetStore
         {
             await using (var f = new FileStream(partial, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.ReadWrite))
                 if (f.Length != manifest.RawLength) f.SetLength(manifest.RawLength);
-            int resumed;
+            var resumed = 0;
             using (var map = MappedFile.Open(partial, manifest.RawLength, writable: true))
             {
                 resumed = LoadJournal(version, manifest, map, done);
@@ -218,6 +218,7 @@ public sealed class DatasetStore
             lock (_lock) { copy.Complete = true; copy.Verified = true; }
             _log.LogInformation("Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)",
                 name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
+            WriteTelemetry(manifest, version, clock.Elapsed.TotalSeconds, resumed > 0 ? "resumed" : "fetched");
             return copy;
         }
         catch (Exception e)
@@ -225,6 +226,34 @@ public sealed class DatasetStore
             _log.LogError("Fetch of {Dataset} {Version} failed: {Error}", name, version, e.Message);
             if (e is DataIntegrityException) lock (_lock) { _copies.Remove(version); TryDelete(partial); TryDelete(JournalPath(version)); }
             throw;
+        }
+    }
+
+    private readonly object _telemetryLock = new();
+
+    /// <summary>One "fetch" line per completed fetch, so a cluster's fetch times can be reported like a bench run.</summary>
+    private void WriteTelemetry(Manifest manifest, string version, double seconds, string source)
+    {
+        var path = _options.TelemetryFile switch
+        {
+            "none" => null,
+            "" => Path.Combine(DataDirectory, "telemetry.jsonl"),
+            var p => p,
+        };
+        if (path is null) return;
+        var line = JsonSerializer.Serialize(new Dictionary<string, object>
+        {
+            ["kind"] = "fetch", ["schema"] = 1, ["time"] = DateTimeOffset.UtcNow, ["node"] = _options.NodeName,
+            ["dataset"] = manifest.Name, ["version"] = version, ["rawBytes"] = manifest.RawLength,
+            ["storedBytes"] = manifest.StoredLength, ["seconds"] = Math.Round(seconds, 4), ["source"] = source, ["hosts"] = _tier.Hosts.Count,
+        });
+        try
+        {
+            lock (_telemetryLock) File.AppendAllText(path, line + "\n");
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _log.LogWarning("Could not write telemetry to {Path}: {Error}", path, e.Message);
         }
     }
 

@@ -14,6 +14,7 @@ builder.Configuration.AddCommandLine(args, new Dictionary<string, string>
     ["--data-dir"] = "Agent:DataDirectory",
     ["--budget"] = "Agent:BudgetBytes",
     ["--node"] = "Agent:NodeName",
+    ["--telemetry"] = "Agent:TelemetryFile",
     ["--cache-hosts"] = "CacheTier:Hosts:0",
     ["--replicas"] = "CacheTier:Replicas",
 });

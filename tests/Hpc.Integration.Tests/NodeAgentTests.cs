@@ -24,6 +24,12 @@ public class NodeAgentTests
         await using var again = await AgentClient.ConnectAsync(pipe2);
         var local = await again.OpenAsync("a/reuse");
         Assert.Equal("local", local.Source);
+        var telemetry = File.ReadAllLines(Path.Combine(dir, "telemetry.jsonl")); // one line per fetch, none for reuse
+        var fetch = System.Text.Json.JsonDocument.Parse(Assert.Single(telemetry)).RootElement;
+        Assert.Equal("fetch", fetch.GetProperty("kind").GetString());
+        Assert.Equal(local.Version, fetch.GetProperty("version").GetString());
+        Assert.Equal(300_000, fetch.GetProperty("rawBytes").GetInt64());
+        Assert.Equal("fetched", fetch.GetProperty("source").GetString());
         var status = await again.StatusAsync();
         Assert.Equal(["job1"], status.Copies.Single().Pins); // pins survive restarts
     }
