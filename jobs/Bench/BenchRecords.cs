@@ -42,6 +42,8 @@ public sealed class RunConfig
     public bool WarmAgents { get; set; }
     /// <summary>How workers attach when <see cref="Workers"/> &gt; 0: map (shared mapping) or stream (private copy over the pipe).</summary>
     public string? WorkerMode { get; set; }
+    /// <summary>Members' egress queue when not the plain FIFO (see <see cref="Topology.HostQueue"/>); absent means fifo.</summary>
+    public string? HostQueue { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
@@ -73,7 +75,7 @@ public static class BenchJson
     };
 
     /// <summary>Appends one line and flushes it to disk, so an interrupted matrix keeps every finished run.</summary>
-    public static void Append(string dir, BenchRecord record)
+    public static void Append<T>(string dir, T record)
     {
         Directory.CreateDirectory(dir);
         var line = JsonSerializer.Serialize(record, Options) + "\n";

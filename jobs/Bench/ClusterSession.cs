@@ -37,10 +37,10 @@ public sealed class ClusterSession : IAsyncDisposable
     }
 
     /// <summary>Checks the preconditions, then builds the network. Throws <see cref="BenchRefusedException"/> when it must not start.</summary>
-    public static ClusterSession Create(int nodes, int hosts, int rateMbit, double delayMs, string scratchRoot)
+    public static ClusterSession Create(int nodes, int hosts, int rateMbit, double delayMs, string scratchRoot, string hostQueue = "fifo")
     {
+        var topology = new Topology(hosts, nodes, rateMbit, delayMs, hostQueue);
         CheckCanRun();
-        var topology = new Topology(hosts, nodes, rateMbit, delayMs);
         var session = new ClusterSession(topology, scratchRoot);
         try
         {
@@ -256,6 +256,7 @@ public sealed class ClusterSession : IAsyncDisposable
     private RunConfig Config(long size, bool compress, int workers, string data) => new()
     {
         Nodes = Nodes, Hosts = Hosts, SizeBytes = size, RateMbit = RateMbit, DelayMs = DelayMs, Compress = compress, Workers = workers, Data = data,
+        HostQueue = _topology.HostQueue == "fifo" ? null : _topology.HostQueue,
     };
 
     private ComponentProcess Start(List<ComponentProcess> list, string assembly, IEnumerable<string> args, string name, Topology.Member? inside,

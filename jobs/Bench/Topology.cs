@@ -22,17 +22,23 @@ public sealed class Topology
     public IReadOnlyList<Member> Nodes { get; }
     public int RateMbit { get; }
     public double DelayMs { get; }
+    /// <summary>Queue at each member's own egress: "fifo" (the HTB leaf default) or "fq_codel" (flow-fair, the default
+    /// qdisc of most Linux distributions, so what a real cache host's NIC would use). Switch-side queues stay FIFO.</summary>
+    public string HostQueue { get; }
     private readonly List<string> _createdNamespaces = [];
     private bool _bridgeCreated;
 
-    public Topology(int hosts, int nodes, int rateMbit, double delayMs)
+    public Topology(int hosts, int nodes, int rateMbit, double delayMs, string hostQueue = "fifo")
     {
+        if (hostQueue is not ("fifo" or "fq_codel")) throw new ArgumentException($"queue '{hostQueue}': use fifo or fq_codel");
+        if (hostQueue != "fifo" && delayMs > 0) throw new ArgumentException("a delay (netem) and fq_codel cannot both be the link's leaf queue; choose one");
         if (hosts is < 1 or > 250) throw new ArgumentOutOfRangeException(nameof(hosts), "1..250 cache hosts");
         if (nodes is < 1 or > 250) throw new ArgumentOutOfRangeException(nameof(nodes), "1..250 nodes");
         Hosts = Enumerable.Range(1, hosts).Select(h => new Member($"hcd-h{h}", $"hcdh{h}", $"198.18.1.{h}")).ToList();
         Nodes = Enumerable.Range(1, nodes).Select(n => new Member($"hcd-n{n}", $"hcdn{n}", $"198.18.2.{n}")).ToList();
         RateMbit = rateMbit;
         DelayMs = delayMs;
+        HostQueue = hostQueue;
     }
 
     /// <summary>Leftover namespaces, links, sockets and scratch directories of an earlier run, by name.</summary>
@@ -80,15 +86,15 @@ public sealed class Topology
         Shell.Check("ip", "-n", m.Namespace, "addr", "add", m.Address + Mask, "dev", "eth0");
         Shell.Check("ip", "-n", m.Namespace, "link", "set", "eth0", "up");
         Shell.Check("ip", "-n", m.Namespace, "link", "set", "lo", "up");
-        Shape(null, m.Link);            // root side: what the member receives
-        Shape(m.Namespace, "eth0");     // member side: what it sends
+        Shape(null, m.Link, "fifo");            // root side: what the member receives (a switch port)
+        Shape(m.Namespace, "eth0", HostQueue);  // member side: what it sends
     }
 
     /// <summary>
     /// HTB (a single class holding the rate) rather than bare TBF, so an optional netem delay can hang below it
     /// without netem's own rate emulation, which is coarser. r2q is raised so the quantum stays sane at 100 Mbit/s.
     /// </summary>
-    private void Shape(string? ns, string dev)
+    private void Shape(string? ns, string dev, string queue)
     {
         string[] Tc(params string[] a) => ns is null ? a : ["-n", ns, .. a];
         var rate = RateMbit.ToString(CultureInfo.InvariantCulture) + "mbit";
@@ -97,6 +103,8 @@ public sealed class Topology
         if (DelayMs > 0)
             Shell.Check("tc", Tc("qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "netem",
                 "delay", DelayMs.ToString("0.###", CultureInfo.InvariantCulture) + "ms", "limit", "100000"));
+        else if (queue == "fq_codel")
+            Shell.Check("tc", Tc("qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "fq_codel"));
     }
 
     /// <summary>The launcher prefix that runs a program inside a member's namespace (ip exec's it in place).</summary>

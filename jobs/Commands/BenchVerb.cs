@@ -37,6 +37,9 @@ public sealed class BenchClusterOptions
     [Option("worker-mode", Default = "map", HelpText = "How the workers attach: map (the shared copy) or stream (a private copy over the pipe).")]
     public string WorkerMode { get; set; } = "map";
 
+    [Option("host-queue", Default = "fifo", HelpText = "Queue at every member's own link egress: fifo, or fq_codel (flow-fair, what a Linux host's NIC uses by default).")]
+    public string HostQueue { get; set; } = "fifo";
+
     [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random.")]
     public string Data { get; set; } = "csv";
 
@@ -66,6 +69,9 @@ public sealed class BenchClusterOptions
 
     [Option("calibrate-size", Default = "16MB", HelpText = "Matrix: bytes per node moved by each calibration (once per node/host count).")]
     public string CalibrateSize { get; set; } = "16MB";
+
+    [Option("repeat", Default = 1, HelpText = "Runs per configuration; the report shows their median and range.")]
+    public int Repeat { get; set; } = 1;
 }
 
 [Verb("clean", HelpText = "Remove every hcd* namespace, link, agent socket and scratch directory left by an interrupted bench run.")]
@@ -92,8 +98,9 @@ public static class BenchVerb
     public static async Task<int> RunAsync(string[] args)
     {
         var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
-        return await parser.ParseArguments<BenchClusterOptions, BenchCleanOptions, TcpServeOptions, TcpPullOptions>(args).MapResult(
+        return await parser.ParseArguments<BenchClusterOptions, BenchCodecOptions, BenchCleanOptions, TcpServeOptions, TcpPullOptions>(args).MapResult(
             (BenchClusterOptions o) => ClusterAsync(o),
+            (BenchCodecOptions o) => WithCancel(ct => BenchCodecVerb.RunAsync(o, ct)),
             (BenchCleanOptions _) => Task.FromResult(Clean()),
             (TcpServeOptions o) => WithCancel(ct => TcpTools.ServeAsync(o.Address, o.Port, ct)),
             (TcpPullOptions o) => WithCancel(ct => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),
@@ -109,7 +116,7 @@ public static class BenchVerb
     }
 
     /// <summary>SIGINT and SIGTERM cancel the work instead of killing the process, so finally blocks tear the network down.</summary>
-    private static async Task<int> WithCancel(Func<CancellationToken, Task<int>> body)
+    internal static async Task<int> WithCancel(Func<CancellationToken, Task<int>> body)
     {
         using var cancel = new CancellationTokenSource();
         void Handler(PosixSignalContext c) { c.Cancel = true; cancel.Cancel(); }
@@ -126,11 +133,12 @@ public static class BenchVerb
             var delay = ParseMs(o.Delay);
             if (o.Data is not ("csv" or "random")) throw new FormatException("--data must be csv or random");
             if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
+            if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
-            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch());
+            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue);
             var size = ByteSize.Parse(o.Size);
-            var record = await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode);
-            Emit(o.Out, record);
+            for (var run = 0; run < o.Repeat; run++)
+                Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct));
@@ -177,46 +185,47 @@ public static class BenchVerb
                 double Predict(long s, bool _) => Limits.DirectFetch(n, h, s, rate) * 1.25 + 5 + n * 0.3;
                 if (clock.Elapsed.TotalSeconds + Predict(sizes[0], false) > bound.TotalSeconds)
                 {
-                    foreach (var s in sizes) foreach (var c in compression) Skip(o.Out, n, h, s, c, rate, delay, "time bound reached");
+                    foreach (var s in sizes) foreach (var c in compression) Skip(o.Out, n, h, s, c, rate, delay, o.HostQueue, "time bound reached");
                     continue;
                 }
                 Console.Error.WriteLine($"[{clock.Elapsed:mm\\:ss}] N={n} H={h}: building the network");
-                await using var session = ClusterSession.Create(n, h, rate, delay, ClusterSession.NewScratch());
+                await using var session = ClusterSession.Create(n, h, rate, delay, ClusterSession.NewScratch(), o.HostQueue);
                 if (calibrate > 0)
                 {
                     Emit(o.Out, await session.CalibratePullAsync(calibrate, ct));
                     // A single node would send to itself over loopback, which no link shapes.
                     if (h == hostCounts[0] && n > 1) Emit(o.Out, await session.CalibrateNeighbourAsync(calibrate, ct));
                 }
-                foreach (var s in sizes)
-                    foreach (var c in compression)
+                // Repetitions go round the whole cell list, so a slow spell of the machine does not land on one cell's every run.
+                var cells = from run in Enumerable.Range(0, o.Repeat) from s in sizes from c in compression select (s, c);
+                foreach (var (s, c) in cells)
+                {
+                    if (clock.Elapsed.TotalSeconds + Predict(s, c) > bound.TotalSeconds)
                     {
-                        if (clock.Elapsed.TotalSeconds + Predict(s, c) > bound.TotalSeconds)
-                        {
-                            Skip(o.Out, n, h, s, c, rate, delay, "time bound reached");
-                            continue;
-                        }
-                        try
-                        {
-                            Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
-                        }
-                        catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or TimeoutException or InvalidDataException)
-                        {
-                            failures++;
-                            Console.Error.WriteLine($"  N={n} H={h} S={ByteSize.Format(s)} compress={c}: failed: {e.Message}");
-                            Skip(o.Out, n, h, s, c, rate, delay, "failed: " + e.Message.Split('\n')[0]);
-                        }
+                        Skip(o.Out, n, h, s, c, rate, delay, o.HostQueue, "time bound reached");
+                        continue;
                     }
+                    try
+                    {
+                        Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
+                    }
+                    catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or TimeoutException or InvalidDataException)
+                    {
+                        failures++;
+                        Console.Error.WriteLine($"  N={n} H={h} S={ByteSize.Format(s)} compress={c}: failed: {e.Message}");
+                        Skip(o.Out, n, h, s, c, rate, delay, o.HostQueue, "failed: " + e.Message.Split('\n')[0]);
+                    }
+                }
             }
         Console.Error.WriteLine($"matrix done in {clock.Elapsed:mm\\:ss}; {failures} failed runs");
         return failures == 0 ? 0 : 1;
     }
 
-    private static void Skip(string dir, int n, int h, long s, bool c, int rate, double delay, string why) =>
+    private static void Skip(string dir, int n, int h, long s, bool c, int rate, double delay, string queue, string why) =>
         BenchJson.Append(dir, new BenchRecord
         {
             Kind = "skipped", Note = why,
-            Config = new RunConfig { Nodes = n, Hosts = h, SizeBytes = s, Compress = c, RateMbit = rate, DelayMs = delay },
+            Config = new RunConfig { Nodes = n, Hosts = h, SizeBytes = s, Compress = c, RateMbit = rate, DelayMs = delay, HostQueue = queue == "fifo" ? null : queue },
         });
 
     private static void Emit(string dir, BenchRecord r)

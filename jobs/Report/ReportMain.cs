@@ -39,7 +39,8 @@ public static class ReportMain
     /// <summary>One configuration, aggregated over its repeated runs (medians).</summary>
     public sealed record Cell(int Nodes, int Hosts, long SizeBytes, bool Compress, int RateMbit, int Runs, double MeasuredSeconds, double LimitSeconds,
         double Efficiency, double NodeMin, double NodeMedian, double NodeMax, long RawBytes, long StoredBytes, List<HostBytes> CacheHosts,
-        double CpuSecondsHosts, double CpuSecondsAgents, long PeakRssAgentBytes, double? AttachMsMedian, string? Note, bool WarmAgents = false);
+        double CpuSecondsHosts, double CpuSecondsAgents, long PeakRssAgentBytes, double? AttachMsMedian, string? Note, bool WarmAgents = false,
+        double MeasuredMin = double.NaN, double MeasuredMax = double.NaN, string? HostQueue = null);
 
     public sealed record Calibration(string Pattern, int Nodes, int Hosts, long Bytes, int RateMbit, double MeasuredSeconds, double LimitSeconds, double Efficiency,
         double NodeMin, double NodeMax);
@@ -52,7 +53,7 @@ public static class ReportMain
     public static Report Build(ResultReader.Data data)
     {
         var cells = data.Records.Where(r => r.Kind == "cluster" && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
-            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode))
+            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode, r.Config.HostQueue))
             .Select(g =>
             {
                 var runs = g.ToList();
@@ -66,7 +67,8 @@ public static class ReportMain
                     processes.Where(p => p.Name.StartsWith("cachehost", StringComparison.Ordinal)).Sum(p => p.CpuSeconds),
                     processes.Where(p => p.Name.StartsWith("agent", StringComparison.Ordinal)).Sum(p => p.CpuSeconds),
                     processes.Where(p => p.Name.StartsWith("agent", StringComparison.Ordinal)).Select(p => p.PeakRssBytes).DefaultIfEmpty(0).Max(),
-                    attach.Count == 0 ? null : Median(attach), last.Note, g.Key.WarmAgents);
+                    attach.Count == 0 ? null : Median(attach), last.Note, g.Key.WarmAgents,
+                    runs.Min(r => r.MeasuredSeconds), runs.Max(r => r.MeasuredSeconds), g.Key.HostQueue);
             })
             .OrderBy(c => c.Hosts).ThenBy(c => !c.Compress).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ToList();
         var calibrations = data.Records.Where(r => r.Kind == "calibration" && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
@@ -107,10 +109,10 @@ public static class ReportMain
                            (data.Unreadable > 0 ? $", {data.Unreadable} unreadable (truncated or malformed) lines ignored" : "") +
                            (data.UnknownKinds > 0 ? $", {data.UnknownKinds} lines of other kinds ignored" : "") + ".").AppendLine();
 
-        foreach (var g in r.Cells.GroupBy(c => (c.Hosts, c.Compress, c.RateMbit, c.WarmAgents)))
+        foreach (var g in r.Cells.GroupBy(c => (c.Hosts, c.Compress, c.RateMbit, c.WarmAgents, c.HostQueue)))
         {
             var nodeCounts = g.Select(c => c.Nodes).Distinct().Order().ToList();
-            sb.AppendLine(inv, $"## Data access time (s): {g.Key.Hosts} cache host{(g.Key.Hosts == 1 ? "" : "s")}, {Codec(g.Key.Compress)}, {g.Key.RateMbit} Mbit/s links{(g.Key.WarmAgents ? ", warm agents" : "")}").AppendLine();
+            sb.AppendLine(inv, $"## Data access time (s): {g.Key.Hosts} cache host{(g.Key.Hosts == 1 ? "" : "s")}, {Codec(g.Key.Compress)}, {g.Key.RateMbit} Mbit/s links{(g.Key.WarmAgents ? ", warm agents" : "")}{(g.Key.HostQueue is { } q ? $", {q} host queues" : "")}").AppendLine();
             sb.AppendLine("Time from the common start until the last node's copy was complete and verified; in brackets the efficiency = physical limit / measured.").AppendLine();
             sb.AppendLine("| data size | " + string.Join(" | ", nodeCounts.Select(n => $"N={n}")) + " |");
             sb.AppendLine("|---|" + string.Concat(nodeCounts.Select(_ => "---|")));
@@ -123,17 +125,18 @@ public static class ReportMain
         if (r.Cells.Count > 0)
         {
             sb.AppendLine("## Every configuration").AppendLine();
-            sb.AppendLine("| N | H | size | codec | stored | measured s | limit s | efficiency | node min / median / max s | bytes sent per cache host (MB) | host CPU s | agents CPU s | agent peak RSS | attach ms |");
-            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            sb.AppendLine("Measured: the median over the configuration's runs, with their range when there was more than one.").AppendLine();
+            sb.AppendLine("| N | H | size | codec | stored | runs | measured s | limit s | efficiency | node min / median / max s | bytes sent per cache host (MB) | host CPU s | agents CPU s | agent peak RSS | attach ms |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
             foreach (var c in r.Cells.OrderBy(c => c.SizeBytes).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ThenBy(c => !c.Compress))
-                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {Codec(c.Compress)}{(c.WarmAgents ? " warm" : "")} | {P(c.RawBytes == 0 ? double.NaN : (double)c.StoredBytes / c.RawBytes)} | " +
-                              $"{F(c.MeasuredSeconds)} | {F(c.LimitSeconds)} | {P(c.Efficiency)} | {F(c.NodeMin)} / {F(c.NodeMedian)} / {F(c.NodeMax)} | " +
+                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {Codec(c.Compress)}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | {P(c.RawBytes == 0 ? double.NaN : (double)c.StoredBytes / c.RawBytes)} | {c.Runs} | " +
+                              $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.LimitSeconds)} | {P(c.Efficiency)} | {F(c.NodeMin)} / {F(c.NodeMedian)} / {F(c.NodeMax)} | " +
                               $"{string.Join(", ", c.CacheHosts.Select(h => F(h.NetOutputBytes / 1e6, "0.0")))} | {F(c.CpuSecondsHosts, "0.0")} | {F(c.CpuSecondsAgents, "0.0")} | " +
                               $"{(c.PeakRssAgentBytes > 0 ? ByteSize.Format(c.PeakRssAgentBytes) : "–")} | {(c.AttachMsMedian is { } a ? F(a, "0") : "–")} |");
             sb.AppendLine();
         }
 
-        var pairs = r.Cells.Where(c => c.Compress).Select(c => (lz4: c, raw: r.Cells.FirstOrDefault(x => !x.Compress && x.Nodes == c.Nodes && x.Hosts == c.Hosts && x.SizeBytes == c.SizeBytes && x.RateMbit == c.RateMbit && x.WarmAgents == c.WarmAgents)))
+        var pairs = r.Cells.Where(c => c.Compress).Select(c => (lz4: c, raw: r.Cells.FirstOrDefault(x => !x.Compress && x.Nodes == c.Nodes && x.Hosts == c.Hosts && x.SizeBytes == c.SizeBytes && x.RateMbit == c.RateMbit && x.WarmAgents == c.WarmAgents && x.HostQueue == c.HostQueue)))
             .Where(p => p.raw is not null).ToList();
         if (pairs.Count > 0)
         {
@@ -186,17 +189,17 @@ public static class ReportMain
     {
         var written = new List<string>();
         if (r.Cells.Count == 0 && r.Calibrations.Count == 0) return written;
-        var series = r.Cells.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents)).OrderBy(g => g.Key.SizeBytes).ThenBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
+        var series = r.Cells.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue)).OrderBy(g => g.Key.SizeBytes).ThenBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
 
         var time = new LineChart { Title = "Data access time vs node count", XLabel = "nodes", YLabel = "seconds" };
         foreach (var g in series)
-            time.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}",
+            time.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}{(g.Key.HostQueue is { } q ? " " + q : "")}",
                 g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: !g.Key.Compress));
         if (time.Lines.Count > 0) { PngWriter.Save(time.Draw(), Path.Combine(dir, "time-vs-nodes.png")); written.Add("time-vs-nodes.png"); }
 
         var efficiency = new LineChart { Title = "Efficiency (direct-fetch limit / measured)", XLabel = "nodes", YLabel = "efficiency", YMax = 1.2, YPercent = true };
         foreach (var g in series)
-            efficiency.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}",
+            efficiency.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}{(g.Key.HostQueue is { } q ? " " + q : "")}",
                 g.Select(c => ((double)c.Nodes, c.Efficiency)).ToList(), Dashed: !g.Key.Compress));
         foreach (var g in r.Calibrations.GroupBy(c => (c.Pattern, Hosts: c.Pattern == "neighbour" ? 0 : c.Hosts)))
             efficiency.Lines.Add(new LineChart.Series(g.Key.Pattern == "neighbour" ? "tcp neighbour" : $"tcp pull H={g.Key.Hosts}",

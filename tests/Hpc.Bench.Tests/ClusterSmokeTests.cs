@@ -58,6 +58,40 @@ public class ClusterSmokeTests
     }
 
     [Fact]
+    public async Task Flow_fair_host_queues_are_a_recorded_configuration_of_their_own()
+    {
+        if (!Shell.IsRoot) return;
+        var dir = Path.Combine(Path.GetTempPath(), $"hcd-test-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        try
+        {
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--hosts", "1", "--size", "4MB", "--out", dir, "--host-queue", "fq_codel");
+            Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
+            Assert.Empty(Topology.Leftovers());
+            using var run = JsonDocument.Parse(File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Single());
+            Assert.Equal("fq_codel", run.RootElement.GetProperty("config").GetProperty("hostQueue").GetString());
+            Assert.Equal(2, run.RootElement.GetProperty("nodes").GetArrayLength());
+
+            (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "report", dir);
+            Assert.True(code == 0, $"report exited {code}: {stderr}");
+            Assert.Contains("fq_codel host queues", File.ReadAllText(Path.Combine(dir, "report.md")));
+        }
+        finally
+        {
+            if (Shell.IsRoot && Topology.Leftovers().Count > 0) Topology.CleanAll();
+            try { Directory.Delete(dir, recursive: true); } catch (IOException) { }
+        }
+    }
+
+    [Theory]
+    [InlineData("red", 0, "use fifo or fq_codel")]
+    [InlineData("fq_codel", 5, "cannot both be")]
+    public void A_host_queue_the_emulator_cannot_build_is_refused_before_anything_is_created(string queue, double delayMs, string message)
+    {
+        var e = Assert.Throws<ArgumentException>(() => new Topology(1, 1, 100, delayMs, queue));
+        Assert.Contains(message, e.Message);
+    }
+
+    [Fact]
     public async Task Refuses_to_start_over_leftovers_and_clean_removes_them()
     {
         if (!Shell.IsRoot) return;
@@ -93,11 +127,9 @@ public class ClusterSmokeTests
         finally { Directory.Delete(dir, recursive: true); }
     }
 
-    /// <summary>Runs hpcdata as a child; on timeout or test failure disposal SIGTERMs it, and the bench tears down on SIGTERM.</summary>
     private static async Task<(int Code, string Stderr)> HpcdataAsync(TimeSpan timeout, params string[] args)
     {
-        await using var p = ComponentProcess.Start("hpcdata", args, name: "hpcdata " + args[0]);
-        var code = await p.WaitForExitAsync(timeout);
-        return (code, p.StandardErrorTail);
+        var r = await HpcdataProcess.RunAsync(timeout, args);
+        return (r.Code, r.Stderr);
     }
 }

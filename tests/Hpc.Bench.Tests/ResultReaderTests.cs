@@ -47,6 +47,21 @@ public class ResultReaderTests
     }
 
     [Fact]
+    public void Repeated_runs_of_one_configuration_become_one_cell_with_their_median_and_range()
+    {
+        string Run(double seconds) => Cluster.Replace("\"measuredSeconds\":1.2", $"\"measuredSeconds\":{seconds}");
+        var data = ResultReader.ReadLines([Run(1.5), Run(1.2), Run(3.0)]);
+        var cell = Assert.Single(ReportMain.Build(data).Cells);
+        Assert.Equal(3, cell.Runs);
+        Assert.Equal(1.5, cell.MeasuredSeconds);
+        Assert.Equal(1.2, cell.MeasuredMin);
+        Assert.Equal(3.0, cell.MeasuredMax);
+        var md = ReportMain.Markdown(data, ReportMain.Build(data), []);
+        Assert.Contains("| 16 MB | 1.50 (80%) |", md);
+        Assert.Contains("| 3 | 1.50 (1.20–3.00) |", md);
+    }
+
+    [Fact]
     public void Fetch_telemetry_from_a_real_cluster_becomes_one_run_per_version()
     {
         var t0 = DateTimeOffset.Parse("2026-01-01T00:00:10Z");

@@ -1,0 +1,48 @@
+using System.Text.Json;
+
+namespace Hpc.Bench.Tests;
+
+/// <summary><c>hpcdata bench codec</c>: the stager as users run it, measured against the raw codec on the same data.</summary>
+public class CodecBenchTests
+{
+    [Fact]
+    public async Task Measures_the_stager_and_the_raw_codec_on_compressible_and_random_data_in_one_run()
+    {
+        var dir = Directory.CreateTempSubdirectory("hcd-codec-").FullName;
+        try
+        {
+            var r = await HpcdataProcess.RunAsync(TimeSpan.FromMinutes(3), "bench", "codec", "--size", "4MB", "--repeat", "2", "--out", dir);
+            Assert.True(r.Code == 0, $"bench codec exited {r.Code}: {r.Stderr}");
+
+            var runs = File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Select(l => JsonDocument.Parse(l).RootElement).ToList();
+            Assert.Equal(4, runs.Count);                                    // 2 kinds of data × 2 runs
+            Assert.All(runs, x =>
+            {
+                Assert.Equal("codec", x.GetProperty("kind").GetString());
+                Assert.True(x.GetProperty("codecSeconds").GetDouble() > 0);
+                Assert.True(x.GetProperty("stagerSeconds").GetDouble() > 0);
+                Assert.True(x.GetProperty("stagerCpuSeconds").GetDouble() > 0, "the stager's CPU time is measured, not assumed");
+                Assert.True(x.GetProperty("stagerProcessSeconds").GetDouble() >= x.GetProperty("stagerSeconds").GetDouble());
+            });
+            double Stored(string data) => runs.Where(x => x.GetProperty("data").GetString() == data)
+                .Average(x => (double)x.GetProperty("storedBytes").GetInt64() / x.GetProperty("rawBytes").GetInt64());
+            Assert.InRange(Stored("csv"), 0.05, 0.7);                        // market history compresses
+            Assert.InRange(Stored("random"), 1.0, 1.01);                     // random bytes are stored raw, plus headers
+
+            Assert.Contains("| csv | 4 MB |", r.Stdout);
+            Assert.Contains("| random | 4 MB |", r.Stdout);
+        }
+        finally { Directory.Delete(dir, recursive: true); }
+    }
+
+    [Theory]
+    [InlineData("--data", "xml", "--data 'xml'")]
+    [InlineData("--repeat", "0", "--repeat")]
+    [InlineData("--size", "10KB", "--size")]
+    public async Task Bad_options_are_named_and_nothing_runs(string option, string value, string message)
+    {
+        var r = await HpcdataProcess.RunAsync(TimeSpan.FromSeconds(30), "bench", "codec", option, value);
+        Assert.Equal(2, r.Code);
+        Assert.Contains(message, r.Stderr);
+    }
+}
