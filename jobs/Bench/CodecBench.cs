@@ -11,7 +11,7 @@ namespace Hpc.Jobs.Bench;
 
 /// <summary>One measured run of <c>hpcdata bench codec</c> (JSON line kind "codec").</summary>
 public sealed record CodecRecord(
-    string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, int Hosts, int Run,
+    string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Hosts, int Run,
     double CodecSeconds, double CodecCpuSeconds, double StagerSeconds, double StagerProcessSeconds, double StagerCpuSeconds,
     double CacheHostCpuSeconds, MachineInfo Machine);
 
@@ -23,7 +23,10 @@ public sealed record CodecRecord(
 /// </summary>
 public static class CodecBench
 {
-    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir);
+    /// <param name="StagerCores">0: everything shares every core. N: the codec runs on N threads, the stager is pinned to
+    /// cores 0..N-1 and the cache hosts to the rest, so stager and codec have the same cores and the receiving side
+    /// does not eat into them.</param>
+    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0);
 
     public static async Task<List<CodecRecord>> RunAsync(Options o, CancellationToken ct)
     {
@@ -35,15 +38,15 @@ public static class CodecBench
             if (kind == "random") SampleData.GenerateRandom(path, o.Size);
             else MarketHistory.Generate(path, o.Size);
             var data = await File.ReadAllBytesAsync(path, ct);    // also leaves the file in the page cache for the stager
-            CodecBaseline.Run(data);                              // warm-up: JIT and first touch of the pool buffers
+            CodecBaseline.Run(data, threads: o.StagerCores);      // warm-up: JIT and first touch of the pool buffers
             for (var run = 1; run <= o.Repeat; run++)
             {
                 ct.ThrowIfCancellationRequested();
                 var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
-                var codec = CodecBaseline.Run(data);
+                var codec = CodecBaseline.Run(data, threads: o.StagerCores);
                 var codecCpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
-                var stage = await StageOnceAsync(path, o.Hosts, o.Size, ct);
-                var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, Environment.ProcessorCount, o.Hosts, run,
+                var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, ct);
+                var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount, o.StagerCores > 0, o.Hosts, run,
                     codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine());
                 records.Add(r);
                 if (o.Out is not null) BenchJson.Append(o.Out, r);
@@ -58,19 +61,23 @@ public static class CodecBench
     private sealed record StageRun(long StoredBytes, double Seconds, double ProcessSeconds, double CpuSeconds, double HostCpuSeconds);
 
     /// <summary>Fresh cache hosts every run, so the stager sends every segment instead of finding them already cached.</summary>
-    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, CancellationToken ct)
+    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, CancellationToken ct)
     {
+        var all = Environment.ProcessorCount;
+        string[]? Pin(int first, int last) => stagerCores > 0 ? ["taskset", "-c", $"{first}-{last}"] : null;
+        var stagerPin = Pin(0, stagerCores - 1);
+        var hostPin = stagerCores < all ? Pin(stagerCores, all - 1) : null;
         var hosts = new List<ComponentProcess>();
         try
         {
             var budget = (long)(size * 1.2) + (64L << 20);
-            for (var h = 0; h < hostCount; h++) hosts.Add(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", budget.ToString(CultureInfo.InvariantCulture)], name: $"cachehost{h + 1}"));
+            for (var h = 0; h < hostCount; h++) hosts.Add(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", budget.ToString(CultureInfo.InvariantCulture)], name: $"cachehost{h + 1}", launcher: hostPin));
             var endpoints = new List<string>();
             foreach (var h in hosts) endpoints.Add(await h.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
             var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
             var children0 = ChildrenCpuSeconds();
             var clock = Stopwatch.StartNew();
-            await using var stager = ComponentProcess.Start("Hpc.Stager", [path, "--name", "bench/codec", "--cache-hosts", string.Join(",", endpoints), "--json"], name: "stager");
+            await using var stager = ComponentProcess.Start("Hpc.Stager", [path, "--name", "bench/codec", "--cache-hosts", string.Join(",", endpoints), "--json"], name: "stager", launcher: stagerPin);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var process = clock.Elapsed.TotalSeconds;
             // Children are counted once reaped; the cache hosts are still running, so this is the stager alone.
@@ -93,7 +100,7 @@ public static class CodecBench
         var sb = new System.Text.StringBuilder();
         sb.AppendLine("| data | size | stored | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
         sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|");
-        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes)))
+        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned)))
         {
             double Med(Func<CodecRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
@@ -106,8 +113,10 @@ public static class CodecBench
         }
         var first = records.FirstOrDefault();
         if (first is not null)
-            sb.AppendLine().AppendLine($"{first.Cores} cores, {first.Hosts} cache host(s) on loopback sharing them; stager MB/s from its own clock " +
-                                       "(process start excluded), its CPU seconds include start-up; medians with the runs' range.");
+            sb.AppendLine().AppendLine((first.Pinned
+                    ? $"Codec on {first.Cores} thread(s); stager pinned to {first.Cores} core(s), {first.Hosts} cache host(s) on loopback pinned to the other(s). "
+                    : $"{first.Cores} cores shared by codec, stager and {first.Hosts} cache host(s) on loopback. ") +
+                "Stager MB/s from its own clock (process start excluded), its CPU seconds include start-up; medians with the runs' range.");
         return sb.ToString();
     }
 

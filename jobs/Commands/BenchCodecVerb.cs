@@ -19,6 +19,9 @@ public sealed class BenchCodecOptions
     [Option("hosts", Default = 1, HelpText = "Cache hosts the stager sends to (fresh ones every run).")]
     public int Hosts { get; set; } = 1;
 
+    [Option("stager-cores", Default = 0, HelpText = "Give the stager and the codec the same N cores (taskset) and the cache hosts the others; 0 = all share all.")]
+    public int StagerCores { get; set; }
+
     [Option("out", HelpText = "Directory to append results.jsonl to (kind \"codec\").")]
     public string? Out { get; set; }
 }
@@ -54,12 +57,14 @@ public static class BenchCodecVerb
         if (kinds.Count == 0 || kinds.Any(k => k is not ("csv" or "random"))) throw new FormatException($"--data '{o.Data}': use csv, random or csv,random");
         if (o.Repeat is < 1 or > 50) throw new FormatException("--repeat must be between 1 and 50");
         if (o.Hosts is < 1 or > 16) throw new FormatException("--hosts must be between 1 and 16");
+        if (o.StagerCores < 0 || o.StagerCores > Environment.ProcessorCount)
+            throw new FormatException($"--stager-cores must be between 0 and the {Environment.ProcessorCount} cores this process may use");
         var size = ByteSize.Parse(o.Size);
         if (size < 1 << 20) throw new FormatException("--size must be at least 1MB");
         var work = Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-codec-{Environment.ProcessId}");
         try
         {
-            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work), ct);
+            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores), ct);
             Console.WriteLine(CodecBench.Table(records));
             return 0;
         }

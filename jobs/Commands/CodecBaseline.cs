@@ -22,13 +22,13 @@ public static class CodecBaseline
         return new Result(data.Length / 1e6 / best, data.Length == 0 ? 1 : (double)passes[^1].StoredBytes / data.Length, data.Length);
     }
 
-    /// <summary>One pass: every segment hashed and encoded on all cores, the encoded bytes discarded.</summary>
-    public static Pass Run(byte[] data, int segmentSize = SegmentCodec.DefaultSegmentSize)
+    /// <summary>One pass: every segment hashed and encoded on <paramref name="threads"/> cores (default all), the encoded bytes discarded.</summary>
+    public static Pass Run(byte[] data, int segmentSize = SegmentCodec.DefaultSegmentSize, int threads = 0)
     {
         var segments = (data.Length + segmentSize - 1) / segmentSize;
         long total = 0;
         var clock = Stopwatch.StartNew();
-        Parallel.For(0, segments, new ParallelOptions { MaxDegreeOfParallelism = Environment.ProcessorCount },
+        Parallel.For(0, segments, new ParallelOptions { MaxDegreeOfParallelism = threads > 0 ? threads : Environment.ProcessorCount },
             () => ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(segmentSize)),
             (i, _, buffer) =>
             {
