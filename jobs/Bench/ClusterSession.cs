@@ -41,6 +41,7 @@ public sealed class ClusterSession : IAsyncDisposable
     {
         var topology = new Topology(hosts, nodes, rateMbit, delayMs, hostQueue);
         CheckCanRun();
+        CheckKernelQueues(topology);
         var session = new ClusterSession(topology, scratchRoot);
         try
         {
@@ -66,6 +67,20 @@ public sealed class ClusterSession : IAsyncDisposable
         if (leftovers.Count > 0)
             throw new BenchRefusedException($"leftovers of an earlier bench run would collide: {string.Join(", ", leftovers.Take(8))}{(leftovers.Count > 8 ? ", …" : "")}\n" +
                                             "remove them with: hpcdata bench clean", 3);
+    }
+
+    private static void CheckKernelQueues(Topology topology)
+    {
+        var needed = new List<(string Kind, string Option)>();
+        if (topology.HostQueue != "fifo") needed.Add((topology.HostQueue, "--host-queue fifo"));
+        if (topology.DelayMs > 0) needed.Add(("netem delay 1ms", "--delay 0ms"));
+        foreach (var (kind, option) in needed)
+            if (Topology.QdiscUnavailable(kind) is { } complaint)
+            {
+                var name = kind.Split(' ')[0];
+                throw new BenchRefusedException($"this kernel cannot build the {name} queueing discipline (module sch_{name} missing; tc: {complaint}); " +
+                                                $"run with {option}, or on a kernel that has it", 2);
+            }
     }
 
     /// <summary>A scratch directory name unique to this process, under /dev/shm so datasets never touch a disk.</summary>

@@ -41,6 +41,24 @@ public sealed class Topology
         HostQueue = hostQueue;
     }
 
+    /// <summary>
+    /// Whether this kernel can build a queueing discipline, tried on a throw-away veth pair in a namespace of its own,
+    /// because schedulers such as fq_codel and netem are modules a minimal kernel may lack, and finding out half-way
+    /// through building a cluster would leave a broken network behind. Returns tc's complaint when it cannot.
+    /// </summary>
+    public static string? QdiscUnavailable(string kind)
+    {
+        var ns = $"{Prefix}-probe-{Environment.ProcessId}";
+        try
+        {
+            Shell.Check("ip", "netns", "add", ns);
+            Shell.Check("ip", "-n", ns, "link", "add", "dev", "p0", "type", "veth", "peer", "name", "p1");
+            var r = Shell.Run("tc", ["-n", ns, "qdisc", "add", "dev", "p0", "root", .. kind.Split(' ')]);
+            return r.ExitCode == 0 ? null : r.Stderr.Trim();
+        }
+        finally { Shell.Run("ip", "netns", "del", ns); }
+    }
+
     /// <summary>Leftover namespaces, links, sockets and scratch directories of an earlier run, by name.</summary>
     public static List<string> Leftovers()
     {
