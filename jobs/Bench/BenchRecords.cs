@@ -49,7 +49,9 @@ public sealed class RunConfig
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
 public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
-public sealed record WorkerTime(string Node, string Mode, double AttachMs, double WarmAttachMs, bool Verified);
+/// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
+/// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>
+public sealed record WorkerTime(string Node, string Mode, double AttachMs, double WarmAttachMs, bool Verified, double? VerifyMs = null, double? WallMs = null);
 public sealed record MachineInfo(string Host, int Cores, string Kernel, string Runtime);
 
 public static class Limits

@@ -6,6 +6,7 @@ using Hpc.CommonData;
 using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Commands;
 using Hpc.Jobs.Sample;
+using static Hpc.Jobs.Bench.Stats;
 
 namespace Hpc.Jobs.Bench;
 
@@ -75,13 +76,13 @@ public static class CodecBench
             var endpoints = new List<string>();
             foreach (var h in hosts) endpoints.Add(await h.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
             var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
-            var children0 = ChildrenCpuSeconds();
+            var children0 = CpuClock.ReapedChildrenSeconds();
             var clock = Stopwatch.StartNew();
             await using var stager = ComponentProcess.Start("Hpc.Stager", [path, "--name", "bench/codec", "--cache-hosts", string.Join(",", endpoints), "--json"], name: "stager", launcher: stagerPin);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var process = clock.Elapsed.TotalSeconds;
             // Children are counted once reaped; the cache hosts are still running, so this is the stager alone.
-            var stagerCpu = ChildrenCpuSeconds() - children0;
+            var stagerCpu = CpuClock.ReapedChildrenSeconds() - children0;
             var hostCpu = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds) - hostCpu0;
             using var summary = JsonDocument.Parse(stager.StandardOutput.Last());
             return new StageRun(summary.RootElement.GetProperty("StoredBytes").GetInt64(), summary.RootElement.GetProperty("Seconds").GetDouble(), process, stagerCpu, hostCpu);
@@ -118,28 +119,5 @@ public static class CodecBench
                     : $"{first.Cores} cores shared by codec, stager and {first.Hosts} cache host(s) on loopback. ") +
                 "Stager MB/s from its own clock (process start excluded), its CPU seconds include start-up; medians with the runs' range.");
         return sb.ToString();
-    }
-
-    private static double Median(IEnumerable<double> values)
-    {
-        var v = values.Order().ToList();
-        return v.Count == 0 ? double.NaN : v.Count % 2 == 1 ? v[v.Count / 2] : (v[v.Count / 2 - 1] + v[v.Count / 2]) / 2;
-    }
-
-    [StructLayout(LayoutKind.Sequential)]
-    private struct RUsage
-    {
-        public long UserSeconds, UserMicroseconds, SystemSeconds, SystemMicroseconds;
-        public long MaxRss, IxRss, IdRss, IsRss, MinFlt, MajFlt, NSwap, InBlock, OuBlock, MsgSnd, MsgRcv, NSignals, NvCsw, NivCsw;
-    }
-
-    [DllImport("libc", SetLastError = true)]
-    private static extern int getrusage(int who, out RUsage usage);
-
-    /// <summary>CPU time of every terminated, reaped child (RUSAGE_CHILDREN); the kernel keeps it after /proc is gone.</summary>
-    private static double ChildrenCpuSeconds()
-    {
-        if (!OperatingSystem.IsLinux() || getrusage(-1, out var u) != 0) return double.NaN;
-        return u.UserSeconds + u.UserMicroseconds / 1e6 + u.SystemSeconds + u.SystemMicroseconds / 1e6;
     }
 }

@@ -98,9 +98,11 @@ public static class BenchVerb
     public static async Task<int> RunAsync(string[] args)
     {
         var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
-        return await parser.ParseArguments<BenchClusterOptions, BenchCodecOptions, BenchCleanOptions, TcpServeOptions, TcpPullOptions>(args).MapResult(
+        return await parser.ParseArguments<BenchClusterOptions, BenchCodecOptions, BenchAttachOptions, BenchCacheOptions, BenchCleanOptions, TcpServeOptions, TcpPullOptions>(args).MapResult(
             (BenchClusterOptions o) => ClusterAsync(o),
             (BenchCodecOptions o) => WithCancel(ct => BenchCodecVerb.RunAsync(o, ct)),
+            (BenchAttachOptions o) => WithCancel(ct => BenchAttachVerb.RunAsync(o, ct)),
+            (BenchCacheOptions o) => WithCancel(ct => BenchCacheVerb.RunAsync(o, ct)),
             (BenchCleanOptions _) => Task.FromResult(Clean()),
             (TcpServeOptions o) => WithCancel(ct => TcpTools.ServeAsync(o.Address, o.Port, ct)),
             (TcpPullOptions o) => WithCancel(ct => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),

@@ -3,7 +3,7 @@ using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
-using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Bench;
 using Hpc.Jobs.Sample;
 
 namespace Hpc.Jobs.Commands;
@@ -36,7 +36,7 @@ public sealed class DemoOptions
 public sealed class DemoCommand(DemoOptions o)
 {
     private const string DatasetName = "demo/market-history";
-    private readonly List<ComponentProcess> _processes = [];
+    private readonly LocalCluster _cluster = new();
 
     public async Task<int> RunAsync()
     {
@@ -60,14 +60,13 @@ public sealed class DemoCommand(DemoOptions o)
         }
         finally
         {
-            await Task.WhenAll(_processes.Select(p => p.DisposeAsync().AsTask()));
+            await _cluster.DisposeAsync();
             try { Directory.Delete(root, recursive: true); } catch (IOException) { } catch (UnauthorizedAccessException) { }
         }
     }
 
     private async Task<int> RunCoreAsync(long size, string root, CancellationToken ct)
     {
-        var readyTimeout = TimeSpan.FromSeconds(30);
         Console.WriteLine($"HPC Common Data demo: {ByteSize.Format(size)} dataset, {o.Hosts} cache hosts, {o.Nodes} nodes × {o.Workers} workers");
 
         var clock = Stopwatch.StartNew();
@@ -89,16 +88,10 @@ public sealed class DemoCommand(DemoOptions o)
 
         var budget = (long)(size * 1.5) + (64L << 20);
         var hosts = new List<string>();
-        for (var h = 0; h < o.Hosts; h++)
-        {
-            var p = Track(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", budget.ToString()], name: $"cachehost{h + 1}"));
-            hosts.Add(await p.WaitReadyAsync(readyTimeout, ct));
-        }
+        for (var h = 0; h < o.Hosts; h++) hosts.Add(await _cluster.StartCacheHostAsync($"cachehost{h + 1}", budget, ct));
         var hostList = string.Join(",", hosts);
 
-        var stager = Track(ComponentProcess.Start("Hpc.Stager", [csv, "--name", DatasetName, "--cache-hosts", hostList, "--json"], name: "stager"));
-        if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(10), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
-        var stage = JsonSerializer.Deserialize<StageSummary>(stager.StandardOutput.Last())!;
+        var stage = await _cluster.StageAsync(csv, DatasetName, hostList, ct);
         Console.WriteLine($"  staged     {ByteSize.Format(stage.RawBytes)} → {ByteSize.Format(stage.StoredBytes)} stored ({100.0 * stage.StoredBytes / Math.Max(1, stage.RawBytes):0.0}%), " +
                           $"{stage.Segments} segments in {stage.Seconds:0.00} s = {stage.RawBytes / 1e6 / stage.Seconds:0} MB/s " +
                           $"({stage.RawBytes / 1e6 / stage.Seconds / codec.MegabytesPerSecond:P0} of the raw codec), version {stage.Version[..12]}…");
@@ -107,23 +100,14 @@ public sealed class DemoCommand(DemoOptions o)
         for (var n = 0; n < o.Nodes; n++)
         {
             var pipe = $"hd{Environment.ProcessId}n{n + 1}";
-            var p = Track(ComponentProcess.Start("Hpc.NodeAgent",
-                ["--pipe", pipe, "--data-dir", Path.Combine(root, $"node{n + 1}"), "--cache-hosts", hostList, "--node", $"node{n + 1}", "--budget", budget.ToString()],
-                name: $"agent{n + 1}"));
-            await p.WaitReadyAsync(readyTimeout, ct);
+            await _cluster.StartAgentAsync(pipe, Path.Combine(root, $"node{n + 1}"), hostList, $"node{n + 1}", budget, ct);
             pipes.Add(pipe);
         }
 
         // Node preparation on every node at once, as a scheduler would start it.
-        var fetches = await Task.WhenAll(pipes.Select(async pipe =>
-        {
-            await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
-            var sw = Stopwatch.StartNew();
-            var local = await agent.PrefetchAsync(DatasetName, stage.Version, pin: "demo", ct);
-            return (local, seconds: sw.Elapsed.TotalSeconds);
-        }));
+        var fetches = await Task.WhenAll(pipes.Select(pipe => LocalCluster.PrefetchAsync(pipe, DatasetName, stage.Version, pin: "demo", ct)));
         for (var n = 0; n < fetches.Length; n++)
-            Console.WriteLine($"  node{n + 1}      fetched and verified in {fetches[n].seconds:0.00} s ({fetches[n].local.Length / 1e6 / fetches[n].seconds:0} MB/s)");
+            Console.WriteLine($"  node{n + 1}      fetched and verified in {fetches[n].Seconds:0.00} s ({fetches[n].Copy.Length / 1e6 / fetches[n].Seconds:0} MB/s)");
 
         var mapped = await RunWorkersAsync(pipes, "map", compute: !random, ct);
         var streamed = await RunWorkersAsync(pipes, "stream", compute: false, ct);
@@ -133,46 +117,23 @@ public sealed class DemoCommand(DemoOptions o)
         if (!random) Console.WriteLine($"  result     99% one-day VaR of an equal-weight portfolio over {mapped[0].Days} days: {mapped[0].ValueAtRisk99:P3}" +
                           (vars.Count == 1 ? $" (all {mapped.Count} computing workers agree)" : " (WORKERS DISAGREE)"));
         if (o.Json is not null)
-            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.seconds), mapped, streamed }), ct);
+            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.Seconds), mapped, streamed }), ct);
         Console.WriteLine($"  done in {clock.Elapsed.TotalSeconds:0.0} s; shutting down");
         return vars.Count == 1 ? 0 : 1;
     }
 
-    /// <summary>Starts every worker, waits until all are ready, then releases them together so attach times overlap.</summary>
-    private async Task<List<WorkerCommand.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct)
-    {
-        var workers = new List<ComponentProcess>();
-        foreach (var pipe in pipes)
-            for (var w = 0; w < o.Workers; w++)
-                workers.Add(Track(ComponentProcess.Start("hpcdata", compute ? ["worker", "--dataset", DatasetName, "--mode", mode, "--wait-go"] : ["worker", "--dataset", DatasetName, "--mode", mode, "--wait-go", "--no-compute"],
-                    new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe }, name: $"worker-{mode}-{pipe}-{w + 1}")));
-        foreach (var w in workers) await w.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
-        var clock = Stopwatch.StartNew();
-        await Task.WhenAll(workers.Select(w => w.SendLineAsync("go")));
-        var results = new List<WorkerCommand.WorkerResult>();
-        foreach (var w in workers)
-        {
-            if (await w.WaitForExitAsync(TimeSpan.FromMinutes(10), ct) != 0) throw new InvalidOperationException($"{w.Name} failed:\n{w.StandardErrorTail}");
-            results.Add(JsonSerializer.Deserialize<WorkerCommand.WorkerResult>(w.StandardOutput.Last())!);
-        }
-        return results;
-    }
+    /// <summary>Every worker of every node released together, so their opens overlap.</summary>
+    private async Task<List<WorkerCommand.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
+        (await _cluster.RunWorkersAsync(pipes, o.Workers, DatasetName, mode, compute ? [] : ["--no-compute"], TimeSpan.FromMinutes(10), ct)).Results;
 
     private static void Report(string label, string what, List<WorkerCommand.WorkerResult> r)
     {
         var attach = r.Select(x => x.AttachMs).Order().ToList();
         var compute = r.Select(x => x.ComputeMs).Order().ElementAt(r.Count / 2);
         var warm = r.Select(x => x.WarmAttachMs).Order().ToList();
+        var verify = r.Select(x => x.VerifyMs).Order().ElementAt(r.Count / 2);
         Console.WriteLine($"  {label,-10} {what}: {r.Count} workers started together; open min/median/max {attach[0]:0.0} / {attach[attach.Count / 2]:0.0} / {attach[^1]:0.0} ms " +
                           $"(warm re-open median {warm[warm.Count / 2]:0.00} ms); " +
-                          $"hash check median {r.Select(x => x.VerifyMs).Order().ElementAt(r.Count / 2):0} ms" + (compute > 0 ? $", VaR pass median {compute:0} ms" : ""));
+                          (verify > 0 ? $"hash check median {verify:0} ms" : "hash checked within the open") + (compute > 0 ? $", VaR pass median {compute:0} ms" : ""));
     }
-
-    private ComponentProcess Track(ComponentProcess p)
-    {
-        lock (_processes) _processes.Add(p);
-        return p;
-    }
-
-    private sealed record StageSummary(string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, double Seconds);
 }
