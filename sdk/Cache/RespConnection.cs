@@ -23,8 +23,6 @@ public sealed class RespConnection : IAsyncDisposable
     private readonly long _maxBulk;
     private bool _broken;
     private bool _sawEof;
-    private int _lowWater = 1;
-    private static bool s_lowWaterUnsupported;
 
     public CacheEndpoint Endpoint { get; }
     public bool IsBroken => _broken;
@@ -226,18 +224,6 @@ public sealed class RespConnection : IAsyncDisposable
     /// <summary>Reads an MGET reply of <paramref name="count"/> elements, handing each value over as soon as it is complete.</summary>
     public async ValueTask ReadBulkArrayAsync(int count, BulkHandler handler, CancellationToken ct)
     {
-        try
-        {
-            await ReadBulkArrayCoreAsync(count, handler, ct);
-        }
-        finally
-        {
-            SetLowWater(1);
-        }
-    }
-
-    private async ValueTask ReadBulkArrayCoreAsync(int count, BulkHandler handler, CancellationToken ct)
-    {
         var headerRead = false;
         var next = 0;
         while (next < count || !headerRead)
@@ -271,35 +257,9 @@ public sealed class RespConnection : IAsyncDisposable
                 _broken = true;
                 throw;
             }
-            // A value whose header has arrived is certain to follow in full, so the socket need not wake this reader
-            // for every packet of it: on a slow link that is one wake-up per 1.5 KB, and most of a fetch's CPU time.
-            if (headerRead && next < count) SetLowWater(RespReplyParser.PendingBulkBytes(reader));
             _reader.AdvanceTo(reader.Position, buffer.End);
         }
     }
-
-    /// <summary>
-    /// SO_RCVLOWAT: readiness is reported only once this many bytes are queued (or the connection ends). Only ever set to
-    /// bytes the server has already committed to, so a read can never wait for data that is not coming.
-    /// </summary>
-    private void SetLowWater(long bytes)
-    {
-        var value = (int)Math.Clamp(bytes, 1, MaxLowWater);
-        if (value == _lowWater || s_lowWaterUnsupported) return;
-        try
-        {
-            _socket.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.ReceiveLowWater, value);
-            _lowWater = value;
-        }
-        catch (Exception e) when (e is SocketException or PlatformNotSupportedException)
-        {
-            s_lowWaterUnsupported = true;   // e.g. Windows: only the wake-up saving is lost
-        }
-        catch (ObjectDisposedException) { }
-    }
-
-    /// <summary>Well under the 1 MB receive buffer, so the kernel can always queue this much before the window closes.</summary>
-    private const int MaxLowWater = 128 * 1024;
 
     private async ValueTask<ReadOnlySequence<byte>> ReadAsync(CancellationToken ct)
     {

@@ -76,21 +76,6 @@ public static class RespReplyParser
         return true;
     }
 
-    /// <summary>
-    /// When the reader stands on a bulk string whose header has arrived but whose payload has not, the bytes still to
-    /// come before it is complete (payload and CRLF); otherwise 0. The server has committed to sending them.
-    /// </summary>
-    public static long PendingBulkBytes(SequenceReader<byte> reader)
-    {
-        if (!reader.TryPeek(out var type) || type != (byte)'$') return 0;
-        reader.Advance(1);
-        if (!TryReadLine(ref reader, out var lenLine) || lenLine.Length is 0 or > 20) return 0;
-        Span<byte> digits = stackalloc byte[20];
-        lenLine.CopyTo(digits);
-        if (!Utf8Parser.TryParse(digits[..(int)lenLine.Length], out long len, out _) || len < 0) return 0;
-        return Math.Max(0, len + 2 - reader.Remaining);
-    }
-
     public static bool TryReadArrayHeader(ref SequenceReader<byte> reader, out long count)
     {
         count = 0;

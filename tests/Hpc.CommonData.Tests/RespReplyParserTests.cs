@@ -65,20 +65,4 @@ public class RespReplyParserTests
             return next;
         }
     }
-
-    [Theory]
-    [InlineData("$10\r\nabc", 9)]            // header in, 3 of 10 payload bytes: 7 more plus CRLF
-    [InlineData("$10\r\n", 12)]
-    [InlineData("$10\r\n0123456789\r", 1)]
-    [InlineData("$3\r\nabc\r\n", 0)]        // complete
-    [InlineData("$10\r", 0)]                  // header not complete: nothing is promised yet
-    [InlineData("$-1\r\n", 0)]
-    [InlineData("+OK\r\n", 0)]
-    [InlineData("", 0)]
-    public void Pending_bulk_bytes_counts_only_what_a_received_header_promises(string wire, long expected)
-    {
-        var reader = new SequenceReader<byte>(new ReadOnlySequence<byte>(Encoding.UTF8.GetBytes(wire)));
-        Assert.Equal(expected, RespReplyParser.PendingBulkBytes(reader));
-        Assert.Equal(0, reader.Consumed);
-    }
 }
