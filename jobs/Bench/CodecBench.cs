@@ -99,24 +99,23 @@ public static class CodecBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| data | size | stored | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|");
+        sb.AppendLine("| data | size | stored | cores | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
         foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned)))
         {
             double Med(Func<CodecRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
             var codec = Med(r => Mbps(r.RawBytes, r.CodecSeconds));
             var stager = Med(r => Mbps(r.RawBytes, r.StagerSeconds));
-            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | {g.Count()} | " +
+            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+                               $"{(g.Key.Pinned ? $"{g.Key.Cores} pinned" : $"all {g.Key.Cores} shared")} | {g.Count()} | " +
                                $"{codec:0} ({g.Min(r => Mbps(r.RawBytes, r.CodecSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.CodecSeconds)):0}) | " +
                                $"{stager:0} ({g.Min(r => Mbps(r.RawBytes, r.StagerSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.StagerSeconds)):0}) | " +
                                $"{100 * Med(r => r.CodecSeconds / r.StagerSeconds):0}% | {Med(r => r.CodecCpuSeconds) / gb:0.00} | {Med(r => r.StagerCpuSeconds) / gb:0.00} | {Med(r => r.CacheHostCpuSeconds) / gb:0.00} |");
         }
-        var first = records.FirstOrDefault();
-        if (first is not null)
-            sb.AppendLine().AppendLine((first.Pinned
-                    ? $"Codec on {first.Cores} thread(s); stager pinned to {first.Cores} core(s), {first.Hosts} cache host(s) on loopback pinned to the other(s). "
-                    : $"{first.Cores} cores shared by codec, stager and {first.Hosts} cache host(s) on loopback. ") +
+        if (records.Count > 0)
+            sb.AppendLine().AppendLine("cores: \"all N shared\" = codec on N threads, and stager and cache hosts (loopback) sharing every core; " +
+                "\"N pinned\" = codec on N threads, stager pinned to N cores, cache hosts to the others. " +
                 "Stager MB/s from its own clock (process start excluded), its CPU seconds include start-up; medians with the runs' range.");
         return sb.ToString();
     }

@@ -27,8 +27,8 @@ public static class ReportMain
             var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
-            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Calibrations, report.Attaches, report.Skipped, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
-            return report.Cells.Count + report.Calibrations.Count + report.Attaches.Count == 0 ? 1 : 0;
+            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Calibrations, report.Attaches, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
+            return report.Cells.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
@@ -172,6 +172,19 @@ public static class ReportMain
                 sb.AppendLine($"| {(a.RateMbit == 0 ? "loopback" : $"{a.RateMbit} Mbit/s cluster")} | {ByteSize.Format(a.SizeBytes)} | {a.Mode} | {a.PerNode} | {a.Runs} | {a.Workers} | " +
                               $"{F(a.MinMs, "0")} / {F(a.MedianMs, "0")} / {F(a.MaxMs, "0")} | {F(a.WarmMedianMs, "0.0")} | {F(a.SlowestSeconds, "0.000")} | {(a.AllVerified ? "yes" : "NO")} |");
             sb.AppendLine();
+        }
+
+        if (data.Codecs.Count > 0)
+        {
+            sb.AppendLine("## Stager vs the raw codec (bench codec)").AppendLine();
+            sb.AppendLine(CodecBench.Table(data.Codecs));
+        }
+
+        // Ratios to redis-server are taken within a round, so measurements made with other settings get tables of their own.
+        foreach (var g in data.Caches.GroupBy(c => (c.Config.Pipeline, c.Config.Clients, c.Config.Keys)).OrderBy(g => g.Key.Pipeline))
+        {
+            sb.AppendLine(inv, $"## Cache stores, 64 KB values, pipeline {g.Key.Pipeline} (bench cache)").AppendLine();
+            sb.AppendLine(CacheBench.Table(g.ToList(), []));
         }
 
         if (r.Skipped.Count > 0)

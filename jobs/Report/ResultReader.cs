@@ -12,6 +12,9 @@ public static class ResultReader
     public sealed class Data
     {
         public List<BenchRecord> Records { get; } = [];
+        /// <summary><c>bench codec</c> and <c>bench cache</c> measurements, shown as the verbs themselves show them.</summary>
+        public List<CodecRecord> Codecs { get; } = [];
+        public List<CacheRecord> Caches { get; } = [];
         public int Lines { get; set; }
         public int Unreadable { get; set; }
         public int UnknownKinds { get; set; }
@@ -74,6 +77,14 @@ public static class ResultReader
                     if (r is null || r.Config is null) { data.Unreadable++; return; }
                     r.Nodes ??= [];
                     data.Records.Add(r);
+                    break;
+                case "codec":
+                    if (doc.RootElement.Deserialize<CodecRecord>(BenchJson.Options) is { RawBytes: > 0 } codec) data.Codecs.Add(codec);
+                    else data.Unreadable++;
+                    break;
+                case "cache":
+                    if (doc.RootElement.Deserialize<CacheRecord>(BenchJson.Options) is { Rps: > 0, Config: not null } cache) data.Caches.Add(cache);
+                    else data.Unreadable++;
                     break;
                 case "fetch":
                     if (doc.RootElement.Deserialize<FetchTelemetry>(BenchJson.Options) is { Version.Length: > 0 } t) fetches.Add(t);

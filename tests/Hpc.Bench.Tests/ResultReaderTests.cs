@@ -74,4 +74,27 @@ public class ResultReaderTests
         Assert.Equal(3.0, run.MeasuredSeconds, 6);     // first start 00:00:08, last end 00:00:11
         Assert.Equal(1.0, run.LimitSeconds, 6);        // 2 nodes × 0.5 MB / (1 host × 1 MB/s)
     }
+
+    [Fact]
+    public void Codec_and_cache_measurements_get_their_own_sections_and_cache_ratios_stay_within_one_pipeline_depth()
+    {
+        var machine = new Hpc.Jobs.Bench.MachineInfo("m", 2, "6.x", ".NET 10");
+        string Json<T>(T record) => System.Text.Json.JsonSerializer.Serialize(record, Hpc.Jobs.Bench.BenchJson.Options);
+        var codec = new Hpc.Jobs.Bench.CodecRecord("codec", 1, DateTimeOffset.UnixEpoch, "csv", 1_000_000_000, 400_000_000, 2, false, 1, 1,
+            CodecSeconds: 1.0, CodecCpuSeconds: 2.0, StagerSeconds: 2.0, StagerProcessSeconds: 2.5, StagerCpuSeconds: 3.0, CacheHostCpuSeconds: 1.0, machine);
+        Hpc.Jobs.Bench.CacheRecord Cache(string server, int pipeline, double rps) => new("cache", 1, "run", DateTimeOffset.UnixEpoch, server, null, "redis-benchmark", "GET", 1,
+            new Hpc.Jobs.Bench.CacheConfig(1000, 1000, 16, pipeline, 100, 65536, 1), 1000 / rps, rps, rps * 65536 / 1e6, 1, 0.5, 2, 1, 1, 2, 1, null, machine);
+
+        var data = ResultReader.ReadLines([Json(codec), Json(Cache("cachehost", 1, 2000)), Json(Cache("redis-server", 1, 1000)),
+            Json(Cache("cachehost", 16, 3000)), Json(Cache("redis-server", 16, 4000))]);
+        Assert.Equal(0, data.Unreadable + data.UnknownKinds);
+        var markdown = ReportMain.Markdown(data, ReportMain.Build(data), []);
+
+        Assert.Contains("## Stager vs the raw codec", markdown);
+        Assert.Matches(@"\| csv \| [^|]+ \| 40\.0% \| all 2 shared \| 1 \| 1000 \(1000–1000\) \| 500 \(500–500\) \| 50% \|", markdown);
+        var pipeline1 = markdown[markdown.IndexOf("pipeline 1 (bench cache)", StringComparison.Ordinal)..markdown.IndexOf("pipeline 16 (bench cache)", StringComparison.Ordinal)];
+        var pipeline16 = markdown[markdown.IndexOf("pipeline 16 (bench cache)", StringComparison.Ordinal)..];
+        Assert.Matches(@"\| cachehost \| redis-benchmark \| GET \| 2000 \|[^\n]*\| 2\.00× \|", pipeline1);
+        Assert.Matches(@"\| cachehost \| redis-benchmark \| GET \| 3000 \|[^\n]*\| 0\.75× \|", pipeline16);
+    }
 }
