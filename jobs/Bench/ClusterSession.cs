@@ -37,10 +37,10 @@ public sealed class ClusterSession : IAsyncDisposable
     }
 
     /// <summary>Checks the preconditions, then builds the network. Throws <see cref="BenchRefusedException"/> when it must not start.</summary>
-    public static ClusterSession Create(int nodes, int hosts, int rateMbit, double delayMs, string scratchRoot, string hostQueue = "fifo")
+    public static ClusterSession Create(int nodes, int hosts, int rateMbit, double delayMs, string scratchRoot, string hostQueue = "fifo", int instance = 0)
     {
-        var topology = new Topology(hosts, nodes, rateMbit, delayMs, hostQueue);
-        CheckCanRun();
+        var topology = new Topology(hosts, nodes, rateMbit, delayMs, hostQueue, instance);
+        CheckCanRun(instance);
         CheckKernelQueues(topology);
         var session = new ClusterSession(topology, scratchRoot);
         try
@@ -57,16 +57,23 @@ public sealed class ClusterSession : IAsyncDisposable
         }
     }
 
-    public static void CheckCanRun()
+    public static void CheckCanRun(int instance)
     {
         if (!OperatingSystem.IsLinux()) throw new BenchRefusedException("bench cluster needs Linux network namespaces", 2);
         if (!Shell.IsRoot) throw new BenchRefusedException("bench cluster needs root (it creates network namespaces, veth links and tc shapers); run it with sudo", 2);
         foreach (var tool in new[] { "ip", "tc" })
             if (!Shell.Exists(tool)) throw new BenchRefusedException($"'{tool}' not found; install iproute2 (apt-get install iproute2)", 2);
-        var leftovers = Topology.Leftovers();
+        var leftovers = Topology.Leftovers(instance);
         if (leftovers.Count > 0)
-            throw new BenchRefusedException($"leftovers of an earlier bench run would collide: {string.Join(", ", leftovers.Take(8))}{(leftovers.Count > 8 ? ", …" : "")}\n" +
-                                            "remove them with: hpcdata bench clean", 3);
+        {
+            var free = Topology.FreeInstance();
+            throw new BenchRefusedException($"leftovers of another bench run of instance {instance} would collide: {string.Join(", ", leftovers.Take(8))}{(leftovers.Count > 8 ? ", …" : "")}\n" +
+                                            $"remove them with: hpcdata bench clean --instance {instance}" +
+                                            (free >= 0 ? $"\nor, if that run is still going, run beside it with --instance {free}" : ""), 3);
+        }
+        var stale = Topology.StaleScratch();
+        if (stale.Count > 0)
+            Console.Error.WriteLine($"hpcdata bench: {stale.Count} scratch path(s) of dead bench runs hold tmpfs space ({stale[0]}…); hpcdata bench clean removes them");
     }
 
     private static void CheckKernelQueues(Topology topology)
@@ -132,7 +139,7 @@ public sealed class ClusterSession : IAsyncDisposable
                 if (await warmStager.WaitForExitAsync(TimeSpan.FromMinutes(2), ct) != 0) throw new InvalidOperationException($"staging the warm-up data failed:\n{warmStager.StandardErrorTail}");
             }
 
-            var pipes = _topology.Nodes.Select((_, i) => Path.Combine(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId % 100000}n{i + 1}")).ToList();
+            var pipes = _topology.Nodes.Select((_, i) => Path.Combine(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n{i + 1}")).ToList();
             var agents = _topology.Nodes.Select((n, i) => Start(processes, "Hpc.NodeAgent",
                 ["--pipe", pipes[i], "--data-dir", Path.Combine(_scratch, run, $"node{i + 1}"), "--cache-hosts", hostList,
                  "--node", $"node{i + 1}", "--budget", (budget * 2).ToString()], $"agent{i + 1}", n)).ToList();
@@ -299,7 +306,7 @@ public sealed class ClusterSession : IAsyncDisposable
         {
             _topology.Destroy();
             try { Directory.Delete(_scratch, recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
-            foreach (var sock in Directory.GetFiles(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId % 100000}n*"))
+            foreach (var sock in Directory.GetFiles(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n*"))
                 try { File.Delete(sock); } catch (IOException) { }
         }
     }

@@ -72,10 +72,17 @@ public sealed class BenchClusterOptions
 
     [Option("repeat", Default = 1, HelpText = "Runs per configuration; the report shows their median and range.")]
     public int Repeat { get; set; } = 1;
+
+    [Option("instance", Default = 0, HelpText = "0-63: names and addresses of this cluster (namespaces hcdK-*, bridge hcdbrK, 198.18.4K.0/22), so clusters can run side by side.")]
+    public int Instance { get; set; }
 }
 
-[Verb("clean", HelpText = "Remove every hcd* namespace, link, agent socket and scratch directory left by an interrupted bench run.")]
-public sealed class BenchCleanOptions;
+[Verb("clean", HelpText = "Remove the hcd* namespaces and links of interrupted bench runs (one --instance, or all), and their dead scratch directories and agent sockets.")]
+public sealed class BenchCleanOptions
+{
+    [Option("instance", HelpText = "Only this instance's namespaces and links (default: every instance).")]
+    public int? Instance { get; set; }
+}
 
 [Verb("tcp-serve", Hidden = true)]
 public sealed class TcpServeOptions
@@ -103,18 +110,21 @@ public static class BenchVerb
             (BenchCodecOptions o) => WithCancel(ct => BenchCodecVerb.RunAsync(o, ct)),
             (BenchAttachOptions o) => WithCancel(ct => BenchAttachVerb.RunAsync(o, ct)),
             (BenchCacheOptions o) => WithCancel(ct => BenchCacheVerb.RunAsync(o, ct)),
-            (BenchCleanOptions _) => Task.FromResult(Clean()),
+            (BenchCleanOptions o) => Task.FromResult(Clean(o.Instance)),
             (TcpServeOptions o) => WithCancel(ct => TcpTools.ServeAsync(o.Address, o.Port, ct)),
             (TcpPullOptions o) => WithCancel(ct => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),
             _ => Task.FromResult(2));
     }
 
-    private static int Clean()
+    private static int Clean(int? instance)
     {
         if (!Shell.IsRoot) { Console.Error.WriteLine("hpcdata bench clean: needs root"); return 2; }
-        var removed = Topology.CleanAll();
+        if (instance is < 0 or > Topology.MaxInstance) { Console.Error.WriteLine($"hpcdata bench clean: --instance must be 0..{Topology.MaxInstance}"); return 2; }
+        var removed = Topology.Clean(instance);
         Console.WriteLine(removed.Count == 0 ? "nothing to clean" : $"removed {removed.Count}: {string.Join(", ", removed)}");
-        return Topology.Leftovers().Count == 0 ? 0 : 1;
+        var left = Topology.Leftovers(instance);
+        if (left.Count > 0) Console.Error.WriteLine($"still there: {string.Join(", ", left)}");
+        return left.Count == 0 ? 0 : 1;
     }
 
     /// <summary>SIGINT and SIGTERM cancel the work instead of killing the process, so finally blocks tear the network down.</summary>
@@ -136,8 +146,9 @@ public static class BenchVerb
             if (o.Data is not ("csv" or "random")) throw new FormatException("--data must be csv or random");
             if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
             if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
+            if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
-            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue);
+            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
             var size = ByteSize.Parse(o.Size);
             for (var run = 0; run < o.Repeat; run++)
                 Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
@@ -191,7 +202,7 @@ public static class BenchVerb
                     continue;
                 }
                 Console.Error.WriteLine($"[{clock.Elapsed:mm\\:ss}] N={n} H={h}: building the network");
-                await using var session = ClusterSession.Create(n, h, rate, delay, ClusterSession.NewScratch(), o.HostQueue);
+                await using var session = ClusterSession.Create(n, h, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
                 if (calibrate > 0)
                 {
                     Emit(o.Out, await session.CalibratePullAsync(calibrate, ct));

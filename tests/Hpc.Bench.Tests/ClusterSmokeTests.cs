@@ -14,9 +14,10 @@ public class ClusterSmokeTests
     public async Task Bench_cluster_then_report_produce_times_efficiency_and_valid_charts()
     {
         var dir = Path.Combine(Path.GetTempPath(), $"hcd-test-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        var instance = OwnInstance();
         try
         {
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "4", "--hosts", "1", "--size", "8MB", "--out", dir, "--calibrate");
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "4", "--hosts", "1", "--size", "8MB", "--out", dir, "--calibrate", "--instance", $"{instance}");
             if (!Shell.IsRoot)
             {
                 Assert.Equal(2, code);
@@ -24,7 +25,7 @@ public class ClusterSmokeTests
                 return;
             }
             Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
-            Assert.Empty(Topology.Leftovers());
+            Assert.Empty(Topology.Leftovers(instance));
 
             var lines = File.ReadAllLines(Path.Combine(dir, "results.jsonl"));
             using var cluster = JsonDocument.Parse(lines.First(l => l.Contains("\"kind\":\"cluster\"")));
@@ -52,7 +53,7 @@ public class ClusterSmokeTests
         }
         finally
         {
-            if (Shell.IsRoot && Topology.Leftovers().Count > 0) Topology.CleanAll();
+            if (Shell.IsRoot) Topology.Clean(instance);
             try { Directory.Delete(dir, recursive: true); } catch (IOException) { }
         }
     }
@@ -62,22 +63,23 @@ public class ClusterSmokeTests
     {
         if (!Shell.IsRoot) return;
         var dir = Path.Combine(Path.GetTempPath(), $"hcd-test-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        var instance = OwnInstance();
         try
         {
             var kernelLacksFqCodel = Topology.QdiscUnavailable("fq_codel") is not null;
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--hosts", "1", "--size", "4MB", "--out", dir, "--host-queue", "fq_codel");
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--hosts", "1", "--size", "4MB", "--out", dir, "--host-queue", "fq_codel", "--instance", $"{instance}");
             if (kernelLacksFqCodel)
             {
                 // Refused up front, saying what is missing and what to run instead, with nothing built.
                 Assert.Equal(2, code);
                 Assert.Contains("fq_codel queueing discipline", stderr);
                 Assert.Contains("--host-queue fifo", stderr);
-                Assert.Empty(Topology.Leftovers());
+                Assert.Empty(Topology.Leftovers(instance));
                 Assert.False(File.Exists(Path.Combine(dir, "results.jsonl")));
                 return;
             }
             Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
-            Assert.Empty(Topology.Leftovers());
+            Assert.Empty(Topology.Leftovers(instance));
             using var run = JsonDocument.Parse(File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Single());
             Assert.Equal("fq_codel", run.RootElement.GetProperty("config").GetProperty("hostQueue").GetString());
             Assert.Equal(2, run.RootElement.GetProperty("nodes").GetArrayLength());
@@ -88,7 +90,7 @@ public class ClusterSmokeTests
         }
         finally
         {
-            if (Shell.IsRoot && Topology.Leftovers().Count > 0) Topology.CleanAll();
+            if (Shell.IsRoot) Topology.Clean(instance);
             try { Directory.Delete(dir, recursive: true); } catch (IOException) { }
         }
     }
@@ -103,25 +105,48 @@ public class ClusterSmokeTests
     }
 
     [Fact]
-    public async Task Refuses_to_start_over_leftovers_and_clean_removes_them()
+    public async Task Refuses_to_start_over_leftovers_of_its_instance_and_clean_removes_only_those()
     {
         if (!Shell.IsRoot) return;
-        const string leftover = "hcd-n250";
+        var mine = OwnInstance();
+        var other = Topology.FreeInstance(from: mine + 1);
+        var leftover = new Topology(1, 250, 100, 0, instance: mine).Nodes[^1].Namespace;
+        var neighbour = new Topology(1, 250, 100, 0, instance: other).Nodes[^1].Namespace;
         try
         {
             Shell.Check("ip", "netns", "add", leftover);
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "cluster", "--nodes", "1", "--hosts", "1", "--size", "1MB", "--out", Path.GetTempPath());
+            Shell.Check("ip", "netns", "add", neighbour);
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "cluster", "--nodes", "1", "--hosts", "1", "--size", "1MB", "--out", Path.GetTempPath(), "--instance", $"{mine}");
             Assert.Equal(3, code);
             Assert.Contains(leftover, stderr);
-            Assert.Contains("hpcdata bench clean", stderr);
-            (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "clean");
+            Assert.Contains($"hpcdata bench clean --instance {mine}", stderr);
+            Assert.DoesNotContain(neighbour, stderr);
+
+            (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "clean", "--instance", $"{mine}");
             Assert.True(code == 0, stderr);
-            Assert.Empty(Topology.Leftovers());
+            Assert.Empty(Topology.Leftovers(mine));
+            Assert.Equal([$"namespace {neighbour}"], Topology.Leftovers(other));
         }
         finally
         {
             Shell.Run("ip", "netns", "del", leftover);
+            Shell.Run("ip", "netns", "del", neighbour);
         }
+    }
+
+    [Fact]
+    public void Instances_get_names_and_addresses_of_their_own()
+    {
+        var first = new Topology(2, 3, 100, 0);
+        var seventh = new Topology(2, 3, 100, 0, instance: 7);
+        Assert.Equal(("hcd-h1", "hcdh1", "198.18.1.1"), (first.Hosts[0].Namespace, first.Hosts[0].Link, first.Hosts[0].Address));
+        Assert.Equal(("hcd7-n3", "hcd7n3", "198.18.30.3"), (seventh.Nodes[2].Namespace, seventh.Nodes[2].Link, seventh.Nodes[2].Address));
+        Assert.Equal(("hcdbr7", "198.18.28.1"), (seventh.Bridge, seventh.BridgeAddress));
+        var all = new[] { first, seventh }.SelectMany(t => t.Hosts.Concat(t.Nodes)).ToList();
+        Assert.Equal(all.Count, all.Select(m => m.Namespace).Distinct().Count());
+        Assert.Equal(all.Count, all.Select(m => m.Address).Distinct().Count());
+        Assert.All(all, m => Assert.True(m.Link.Length <= 15, m.Link));
+        Assert.Throws<ArgumentOutOfRangeException>(() => new Topology(1, 1, 100, 0, instance: Topology.MaxInstance + 1));
     }
 
     [Fact]
@@ -137,6 +162,10 @@ public class ClusterSmokeTests
         }
         finally { Directory.Delete(dir, recursive: true); }
     }
+
+    /// <summary>A cluster instance nothing else on the machine uses, so a bench someone runs beside the tests (or the
+    /// leftovers of one that was killed) neither breaks them nor is broken by them. 0 is left to people.</summary>
+    private static int OwnInstance() => Shell.IsRoot ? Topology.FreeInstance(from: 1) : 1;
 
     private static async Task<(int Code, string Stderr)> HpcdataAsync(TimeSpan timeout, params string[] args)
     {
