@@ -153,7 +153,7 @@ public sealed class CacheTierClient : IAsyncDisposable
             for (var h = 0; h < Hosts.Count; h++)
             {
                 if (byHost[h] is null) continue;
-                queues[h] = new ConcurrentQueue<int[]>(byHost[h].Chunk(_options.BatchSize));
+                queues[h] = new ConcurrentQueue<int[]>(byHost[h]!.Chunk(_options.BatchSize));
                 var host = h;
                 for (var k = 0; k < Math.Min(_options.ConnectionsPerHost, queues[h].Count); k++)
                     tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, retry, replica < Replicas - 1, ct), ct));

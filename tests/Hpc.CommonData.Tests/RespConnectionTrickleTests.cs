@@ -25,7 +25,7 @@ public class RespConnectionTrickleTests
             using var client = await listener.AcceptTcpClientAsync();
             var stream = client.GetStream();
             var request = new byte[4096];
-            await stream.ReadAsync(request);                                      // the MGET
+            await stream.ReadAtLeastAsync(request, 1);                                   // the MGET
             var reply = new List<byte>();
             reply.AddRange(Encoding.ASCII.GetBytes($"*3\r\n${value.Length}\r\n"));
             reply.AddRange(value);
@@ -36,7 +36,7 @@ public class RespConnectionTrickleTests
                 await stream.WriteAsync(bytes.AsMemory(at, Math.Min(7_000, bytes.Length - at)));
                 await Task.Delay(2);
             }
-            await stream.ReadAsync(request);                                      // the PING
+            await stream.ReadAtLeastAsync(request, 1);                                   // the PING
             await stream.WriteAsync("+PONG\r\n"u8.ToArray());
             await Task.Delay(200);
         });

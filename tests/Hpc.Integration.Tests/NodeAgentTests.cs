@@ -66,7 +66,7 @@ public class NodeAgentTests
         // Turn the complete copy into a crashed partial one: a journal naming segments 0-5, of which 5 is damaged.
         var complete = Path.Combine(dir, "complete", staged.Version + ".data");
         var partial = Path.Combine(dir, "partial", staged.Version + ".data");
-        File.SetUnixFileMode(complete, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(complete, UnixFileMode.UserRead | UnixFileMode.UserWrite);  // the agent publishes copies read-only
         File.Move(complete, partial);
         await using (var f = new FileStream(partial, FileMode.Open, FileAccess.Write))
         {

@@ -14,7 +14,7 @@ public class TimeoutTests
         using var client = await listener.AcceptTcpClientAsync(ct);
         var stream = client.GetStream();
         var buffer = new byte[4096];
-        await stream.ReadAsync(buffer, ct); // the GET
+        await stream.ReadAtLeastAsync(buffer, 1, cancellationToken: ct); // the GET
         if (silent) { await Task.Delay(Timeout.Infinite, ct); return; }
         var value = new byte[65536];
         var reply = Encoding.ASCII.GetBytes($"${value.Length}\r\n").Concat(value).Concat("\r\n"u8.ToArray()).ToArray();

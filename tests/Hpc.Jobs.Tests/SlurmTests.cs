@@ -81,7 +81,7 @@ public class SlurmTests
                 var hpcdata = $"{Hpc.CommonData.Hosting.ComponentProcess.DotnetHost()} {Hpc.CommonData.Hosting.ComponentLocator.Find("hpcdata")}";
                 File.WriteAllText(Path.Combine(dir, "epilog.sh"),
                     $"#!/bin/sh\nHPCDATA_STATE_DIR={s.StateDirectory} exec {hpcdata} noderelease --job \"$SLURM_JOB_ID\" --pipe {dir}/agent.sock >>{dir}/epilog.log 2>&1\n");
-                File.SetUnixFileMode(Path.Combine(dir, "epilog.sh"), (UnixFileMode)0b111_101_101);
+                if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(Path.Combine(dir, "epilog.sh"), (UnixFileMode)0b111_101_101);
                 File.WriteAllText(slurm.Conf, $"""
                     ClusterName=hcdtest
                     SlurmctldHost={host}
