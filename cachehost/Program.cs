@@ -17,7 +17,15 @@ if (Environment.GetEnvironmentVariable(InlineCompletions) is null)
 
 // Layers, later wins: appsettings.json, environment (CacheHost__Port=...), then the command line, which also takes
 // short switches such as --port 0 --max-memory 2GB.
-var builder = Host.CreateApplicationBuilder(args);
+// appsettings.json is read from beside the program, once. The default (content root = working directory, reload on
+// change) puts a recursive inotify watch on wherever the daemon was started, e.g. /tmp, and wakes it on every file
+// written there.
+var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
+{
+    Args = args,
+    ContentRootPath = AppContext.BaseDirectory,
+    Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
+});
 builder.Configuration.AddCommandLine(args, CacheHostOptions.SwitchMappings);
 
 // stdout carries only the READY line that launchers parse; every log line goes to stderr.

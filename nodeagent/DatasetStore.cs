@@ -189,6 +189,7 @@ public sealed class DatasetStore
                 if (f.Length != manifest.RawLength) f.SetLength(manifest.RawLength);
             var resumed = 0;
             using (var map = MappedFile.Open(partial, manifest.RawLength, writable: true))
+            using (var file = File.OpenHandle(partial, FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite))
             {
                 resumed = LoadJournal(version, manifest, map, done);
                 var wanted = Enumerable.Range(0, done.Length).Where(i => !done[i]).ToArray();
@@ -197,14 +198,15 @@ public sealed class DatasetStore
                 await using (var journal = new FileStream(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, 4096))
                 {
                     var gate = new object();
-                    await SegmentFetcher.FetchAsync(_tier, manifest, version, MapAddress(map), wanted, index =>
+                    await SegmentFetcher.FetchToFileAsync(_tier, manifest, version, file, wanted, index =>
                     {
                         Span<byte> entry = stackalloc byte[4];
                         System.Buffers.Binary.BinaryPrimitives.WriteInt32LittleEndian(entry, index);
                         lock (gate) journal.Write(entry);
                     }, CancellationToken.None);
                 }
-                map.Flush();
+                // On a disk data directory the bytes must be durable before the copy is published under its final name.
+                RandomAccess.FlushToDisk(file);
                 if (!HashMatches(manifest, map))
                 {
                     TryDelete(JournalPath(version));
@@ -257,7 +259,6 @@ public sealed class DatasetStore
         }
     }
 
-    private static unsafe nint MapAddress(MappedFile map) => (nint)map.Pointer;
     private static unsafe bool HashMatches(Manifest m, MappedFile map) => SegmentFetcher.HashMatches(m, map.Pointer, map.Length);
 
     /// <summary>

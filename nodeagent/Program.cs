@@ -6,7 +6,15 @@ using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 
-var builder = Host.CreateApplicationBuilder(args);
+// appsettings.json is read from beside the program, once. The default (content root = working directory, reload on
+// change) puts a recursive inotify watch on wherever the daemon was started, e.g. /tmp, and wakes it on every file
+// written there.
+var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
+{
+    Args = args,
+    ContentRootPath = AppContext.BaseDirectory,
+    Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
+});
 builder.Configuration.AddEnvironmentVariables("HPCDATA_AGENT_");
 builder.Configuration.AddCommandLine(args, new Dictionary<string, string>
 {

@@ -26,6 +26,33 @@ public static unsafe class SegmentFetcher
         }, $"dataset '{manifest.Name}' version {version}", ct);
     }
 
+    /// <summary>
+    /// As <see cref="FetchAsync"/>, but each segment is decoded into a pooled buffer and written at its offset with a
+    /// positional write. For files on tmpfs this is cheaper than decoding into a shared mapping: a store through the
+    /// mapping faults every 4 KB page in and the kernel zeroes it first, a full-page write needs neither.
+    /// </summary>
+    /// <param name="destination">A writable handle of a file at least <c>manifest.RawLength</c> bytes long.</param>
+    public static Task FetchToFileAsync(CacheTierClient client, Manifest manifest, string version, Microsoft.Win32.SafeHandles.SafeFileHandle destination,
+        IReadOnlyList<int> wanted, Action<int>? onSegment, CancellationToken ct)
+    {
+        var ids = manifest.SegmentIds;
+        var offsets = manifest.Offsets;
+        return client.FetchSegmentsAsync(ids, wanted, (index, stored) =>
+        {
+            var length = manifest.Segments[index].RawLength;
+            var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(length);
+            try
+            {
+                var problem = SegmentCodec.TryDecode(stored, ids[index], buffer.AsSpan(0, length));
+                if (problem is not null) return problem;
+                RandomAccess.Write(destination, buffer.AsSpan(0, length), offsets[index]);
+                onSegment?.Invoke(index);
+                return null;
+            }
+            finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
+        }, $"dataset '{manifest.Name}' version {version}", ct);
+    }
+
     /// <summary>Recomputes the whole-dataset hash over the bytes and compares it with the manifest's.</summary>
     public static bool HashMatches(Manifest manifest, byte* data, long length) =>
         length == manifest.RawLength && XxHash.Hash128Of(data, length).ToString("x32") == manifest.Hash;
