@@ -43,6 +43,20 @@ public sealed class DatasetStore
 
     public string DataDirectory => Path.GetDirectoryName(_complete)!;
 
+    /// <summary>
+    /// Before the agent says it is ready: the segment codec must work (a missing native library stops the agent here,
+    /// with the reason), and the cache tier's connections are opened, so the first fetch on a freshly started node
+    /// neither pays for connection set-up nor learns only then that a host is misconfigured. Unreachable hosts are
+    /// logged, not fatal.
+    /// </summary>
+    public async Task PrepareAsync(CancellationToken ct)
+    {
+        if (SegmentCodec.SelfCheck() is { } problem) throw new InvalidOperationException($"segment codec self-check failed: {problem}");
+        var unreachable = await _tier.ConnectAllAsync(ct);
+        for (var h = 0; h < unreachable.Length; h++)
+            if (unreachable[h] is { } why) _log.LogWarning("Cache host {Host} not reachable at start-up: {Error}", _tier.Hosts[h], why);
+    }
+
     private sealed class LocalCopy(string version, Manifest manifest)
     {
         public string Version { get; } = version;

@@ -61,6 +61,7 @@ public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore stor
     private async Task ServeAllAsync(CancellationToken stoppingToken)
     {
         RemoveStaleSocket();
+        await store.PrepareAsync(stoppingToken);
         var first = true;
         var handlers = new List<Task>();
         while (!stoppingToken.IsCancellationRequested)

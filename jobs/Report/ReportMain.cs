@@ -161,6 +161,22 @@ public static class ReportMain
             sb.AppendLine();
         }
 
+        // The same N, H and rate carrying plain TCP is what this machine can actually move in that pattern; a product run
+        // is read against it as well as against the link limit.
+        var againstTcp = r.Cells.Select(c => (Cell: c, Tcp: r.Calibrations.FirstOrDefault(k => k.Pattern == "pull" && k.Nodes == c.Nodes && k.Hosts == c.Hosts && k.RateMbit == c.RateMbit)))
+            .Where(p => p.Tcp is not null).ToList();
+        if (againstTcp.Count > 0)
+        {
+            sb.AppendLine("## Against plain TCP in the same namespaces").AppendLine();
+            sb.AppendLine("Efficiency of the product run and of the plain-TCP pull calibration with the same N, H and link rate; the ratio is the share of what the emulator carries that the product achieved.").AppendLine();
+            sb.AppendLine("| N | H | size | codec | product efficiency | plain TCP efficiency | product / TCP |");
+            sb.AppendLine("|---|---|---|---|---|---|---|");
+            foreach (var (c, tcp) in againstTcp.OrderBy(p => p.Cell.SizeBytes).ThenBy(p => p.Cell.Hosts).ThenBy(p => p.Cell.Nodes).ThenBy(p => !p.Cell.Compress))
+                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {Codec(c.Compress)}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | " +
+                              $"{P(c.Efficiency)} | {P(tcp!.Efficiency)} | {P(c.Efficiency / tcp.Efficiency)} |");
+            sb.AppendLine();
+        }
+
         if (r.Attaches.Count > 0)
         {
             sb.AppendLine("## Workers attaching the node's copy").AppendLine();

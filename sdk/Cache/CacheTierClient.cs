@@ -352,6 +352,37 @@ public sealed class CacheTierClient : IAsyncDisposable
     // ---------------- connections, timeouts and retries ----------------
 
     /// <summary>
+    /// Opens every host's pooled connections and PINGs each once, so a daemon learns of an unreachable or misconfigured
+    /// host when it starts rather than at its first fetch, and that fetch finds its connections open. Returns, per host
+    /// (same order as <see cref="Hosts"/>), why it could not be reached, or null. An unreachable host is an answer, not
+    /// an exception: a node keeps serving its local copies through a cache-tier outage.
+    /// </summary>
+    public async Task<string?[]> ConnectAllAsync(CancellationToken ct = default) =>
+        await Task.WhenAll(_pools.Select(async pool =>
+        {
+            var open = new List<RespConnection>();
+            using var timeout = CancellationTokenSource.CreateLinkedTokenSource(ct);
+            timeout.CancelAfter(_options.ConnectTimeout + _options.ConnectTimeout);
+            try
+            {
+                for (var i = 0; i < Math.Max(1, _options.ConnectionsPerHost); i++) open.Add(await pool.RentAsync(timeout.Token));
+                foreach (var c in open) c.Command("PING"u8);
+                foreach (var reply in await Task.WhenAll(open.Select(c => c.FlushAndReadAsync(timeout.Token).AsTask())))
+                    if (reply.Kind == RespKind.Error) throw new RespErrorException(pool.Endpoint.ToString(), reply.Text!);
+                return (string?)null;
+            }
+            catch (Exception e) when (IsTransient(e, ct) || e is RespErrorException)
+            {
+                foreach (var c in open) c.MarkBroken();
+                return Describe(e);
+            }
+            finally
+            {
+                foreach (var c in open) await pool.ReturnAsync(c);
+            }
+        }));
+
+    /// <summary>
     /// Runs one exchange on a pooled connection to host <paramref name="h"/>, with a per-attempt timeout that restarts
     /// whenever reply bytes arrive (it catches a silent host, not a busy link), and jittered exponential backoff between
     /// attempts. Server errors (e.g. out of memory) are not retried: they are answers.
@@ -424,6 +455,7 @@ public sealed class CacheTierClient : IAsyncDisposable
 
     private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options) : IAsyncDisposable
     {
+        public CacheEndpoint Endpoint => endpoint;
         private readonly ConcurrentBag<RespConnection> _idle = [];
         private readonly SemaphoreSlim _slots = new(Math.Max(1, options.ConnectionsPerHost));
 

@@ -56,6 +56,34 @@ public static class SegmentCodec
         BinaryPrimitives.WriteUInt64LittleEndian(d[16..], XxHash.Hash64Of(payload));
     }
 
+    /// <summary>
+    /// Encodes and decodes one segment of compressible and one of random bytes and checks the result, so a program can
+    /// refuse to start when the native LZ4 or xxHash library is missing or broken instead of failing its first fetch.
+    /// Returns what went wrong, or null.
+    /// </summary>
+    public static string? SelfCheck()
+    {
+        try
+        {
+            var raw = new byte[DefaultSegmentSize];
+            var stored = new byte[MaxEncodedLength(raw.Length)];
+            var back = new byte[raw.Length];
+            for (var pass = 0; pass < 2; pass++)
+            {
+                if (pass == 0) for (var i = 0; i < raw.Length; i++) raw[i] = (byte)('0' + i % 10);
+                else new Random(20111).NextBytes(raw);
+                var n = Encode(raw, stored);
+                if (TryDecode(stored.AsSpan(0, n), SegmentId.Of(raw), back) is { } problem) return problem;
+                if (!back.AsSpan().SequenceEqual(raw)) return "segment round trip returned different bytes";
+            }
+            return null;
+        }
+        catch (Exception e) when (e is DllNotFoundException or EntryPointNotFoundException or BadImageFormatException or TypeInitializationException)
+        {
+            return e.Message;
+        }
+    }
+
     /// <summary>Reads the raw length from a header without validating the rest.</summary>
     public static bool TryReadRawLength(ReadOnlySpan<byte> stored, out int rawLength)
     {

@@ -47,6 +47,17 @@ public class ResultReaderTests
     }
 
     [Fact]
+    public void A_run_is_also_read_against_plain_tcp_in_the_same_pattern_and_link_rate()
+    {
+        const string pull = """{"kind":"calibration","pattern":"pull","config":{"nodes":2,"hosts":1,"sizeBytes":16777216,"rateMbit":100,"data":"tcp"},"limitSeconds":2.68,"measuredSeconds":2.98,"efficiency":0.9,"nodes":[{"node":"node1","wallSeconds":2.9,"fetchSeconds":2.9,"bytes":16777216}]}""";
+        var otherRate = pull.Replace("\"rateMbit\":100", "\"rateMbit\":10").Replace("\"efficiency\":0.9", "\"efficiency\":0.5");
+        var data = ResultReader.ReadLines([Cluster, otherRate, pull]);
+        var md = ReportMain.Markdown(data, ReportMain.Build(data), []);
+        Assert.Contains("## Against plain TCP in the same namespaces", md);
+        Assert.Contains("| 2 | 1 | 16 MB | lz4 | 80% | 90% | 89% |", md);
+    }
+
+    [Fact]
     public void Repeated_runs_of_one_configuration_become_one_cell_with_their_median_and_range()
     {
         string Run(double seconds) => Cluster.Replace("\"measuredSeconds\":1.2", $"\"measuredSeconds\":{seconds}");

@@ -35,6 +35,24 @@ public class NodeAgentTests
     }
 
     [Fact]
+    public async Task An_agent_opens_its_cache_connections_before_it_is_ready_and_names_a_host_it_cannot_reach()
+    {
+        await using var c = new Cluster();
+        var live = await c.StartCacheHostAsync();
+        c.Hosts.Add("127.0.0.1:1");                    // nothing listens there
+        var (agent, _, _) = await c.StartAgentAsync();
+
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [live] });
+        var info = (await tier.ExecuteOnAsync(0, "INFO"u8.ToArray(), ["clients"])).ToString();
+        var connected = int.Parse(info.Split("\r\n").Single(l => l.StartsWith("connected_clients:"))["connected_clients:".Length..]);
+        Assert.True(connected >= new CacheTierOptions().ConnectionsPerHost + 1, info); // the agent's pool and this client
+        // The console logger writes from a queue of its own, so the line may trail the READY line a little.
+        for (var i = 0; i < 50 && !agent.StandardErrorTail.Contains("127.0.0.1:1 not reachable"); i++) await Task.Delay(100);
+        Assert.Contains("Cache host 127.0.0.1:1 not reachable at start-up", agent.StandardErrorTail);
+        Assert.False(agent.HasExited);
+    }
+
+    [Fact]
     public async Task An_agent_killed_outright_is_replaced_on_the_same_pipe_and_a_second_agent_is_refused()
     {
         await using var c = new Cluster();
