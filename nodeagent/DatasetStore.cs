@@ -52,6 +52,7 @@ public sealed class DatasetStore
     public async Task PrepareAsync(CancellationToken ct)
     {
         if (SegmentCodec.SelfCheck() is { } problem) throw new InvalidOperationException($"segment codec self-check failed: {problem}");
+        WarmUpMessages();
         var unreachable = await _tier.ConnectAllAsync(ct);
         for (var h = 0; h < unreachable.Length; h++)
             if (unreachable[h] is { } why) _log.LogWarning("Cache host {Host} not reachable at start-up: {Error}", _tier.Hosts[h], why);
@@ -177,6 +178,22 @@ public sealed class DatasetStore
         lock (_lock) _copies.Remove(copy.Version);
         TryDelete(CompletePath(copy.Version));
         throw new DataIntegrityException($"local copy of '{copy.Manifest.Name}' version {copy.Version} was damaged and has been discarded; ask again to refetch");
+    }
+
+    /// <summary>
+    /// One JSON round trip of each message the first request involves. Every agent of a job gets that request at the
+    /// same moment, and each first use of a message type costs type loading and compilation; done here, before the agent
+    /// is ready, it does not delay the first fetch.
+    /// </summary>
+    private static void WarmUpMessages()
+    {
+        var request = JsonSerializer.SerializeToUtf8Bytes(new AgentRequest { Op = AgentOps.Prefetch, Dataset = "warm/up" }, AgentJson.Default.AgentRequest);
+        JsonSerializer.Deserialize(request, AgentJson.Default.AgentRequest);
+        var response = JsonSerializer.SerializeToUtf8Bytes(new AgentResponse { Ok = true, Dataset = new LocalDataset { Name = "warm/up", Version = "0", Path = "/" } },
+            AgentJson.Default.AgentResponse);
+        JsonSerializer.Deserialize(response, AgentJson.Default.AgentResponse);
+        var manifest = new Manifest { Name = "warm/up", RawLength = 1, StoredLength = 1, Hash = new string('0', 32), Segments = [new ManifestSegment(new string('0', 32), 1, 1)] };
+        _ = Manifest.Parse(manifest.Serialize()).SegmentIds;
     }
 
     private async Task<LocalCopy> FetchAsync(string name, string version)
