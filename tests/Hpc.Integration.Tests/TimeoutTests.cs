@@ -21,7 +21,7 @@ public class TimeoutTests
         for (var o = 0; o < reply.Length; o += 4096)
         {
             await stream.WriteAsync(reply.AsMemory(o, Math.Min(4096, reply.Length - o)), ct);
-            await Task.Delay(100, ct); // about 1.7 s for the whole reply
+            await Task.Delay(250, ct); // about 4.3 s for the whole reply
         }
         await Task.Delay(Timeout.Infinite, ct);
     }
@@ -38,7 +38,7 @@ public class TimeoutTests
         var port = ((IPEndPoint)listener.LocalEndpoint).Port;
         await using var tier = new CacheTierClient(new CacheTierOptions
         {
-            Hosts = [$"127.0.0.1:{port}"], OperationTimeout = TimeSpan.FromMilliseconds(700), MaxAttempts = 1,
+            Hosts = [$"127.0.0.1:{port}"], OperationTimeout = TimeSpan.FromMilliseconds(1500), MaxAttempts = 1,
         });
         try
         {
@@ -51,7 +51,7 @@ public class TimeoutTests
             }
             else
             {
-                Assert.Equal(65536, (await task).Bulk!.Length); // took ~1.7 s, more than twice the timeout
+                Assert.Equal(65536, (await task).Bulk!.Length); // took ~4.3 s, more than twice the timeout
             }
         }
         finally
