@@ -18,7 +18,7 @@ Invoke-Step "build"   { dotnet build Hpc.sln -c $Configuration --no-restore }
 if (-not $SkipTests) {
     Invoke-Step "test" { dotnet test Hpc.sln -c $Configuration --no-build }
 }
-Invoke-Step "pack"    { dotnet pack sdk/Hpc.CommonData.csproj -c $Configuration --no-build -o artifacts/packages }
+Invoke-Step "pack"    { dotnet pack sdk/Worker/Hpc.CommonData.csproj -c $Configuration --no-build -o artifacts/packages }
 # One folder with every program, precompiled (ReadyToRun): a worker's first open then costs far less JIT time.
 $rid = if ($IsWindows -or $env:OS -eq "Windows_NT") { "win-x64" } else { "linux-x64" }
 foreach ($project in "jobs/Hpc.Jobs.csproj", "cachehost/Hpc.CacheHost.csproj", "nodeagent/Hpc.NodeAgent.csproj", "stager/Hpc.Stager.csproj") {

@@ -104,7 +104,7 @@ public sealed class DatasetStore
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
             version = await ResolveLatestAsync(name, ct);
-        if (!SegmentId.TryParse(version, out _)) throw new DatasetNotFoundException($"dataset '{name}' version '{version}' is not a valid version id");
+        if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
 
         var clock = Stopwatch.StartNew();
         var source = "local";
@@ -112,7 +112,7 @@ public sealed class DatasetStore
         lock (_lock) _copies.TryGetValue(version, out copy);
         if (copy is { Complete: true })
         {
-            if (copy.Manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{copy.Manifest.Name}', not '{name}'");
+            if (copy.Manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{copy.Manifest.Name}', not '{name}'");
             if (!copy.Verified) await Task.Run(() => VerifyComplete(copy), ct);
         }
         else
@@ -121,7 +121,7 @@ public sealed class DatasetStore
             var fetch = _fetches.GetOrAdd(version, v => new Lazy<Task<LocalCopy>>(() => FetchAsync(name, v)));
             try { copy = await fetch.Value.WaitAsync(ct); }
             finally { if (fetch.Value.IsCompleted) _fetches.TryRemove(new(version, fetch)); }
-            if (copy.Manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{copy.Manifest.Name}', not '{name}'");
+            if (copy.Manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{copy.Manifest.Name}', not '{name}'");
         }
         lock (_lock)
         {
@@ -143,7 +143,7 @@ public sealed class DatasetStore
         try
         {
             return await _tier.GetLatestAsync(name, ct)
-                   ?? throw new DatasetNotFoundException($"dataset '{name}' not found on cache hosts {string.Join(", ", _tier.Hosts)}");
+                   ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' not found on cache hosts {string.Join(", ", _tier.Hosts)}");
         }
         catch (CacheHostUnavailableException e)
         {
@@ -177,7 +177,7 @@ public sealed class DatasetStore
         _log.LogError("Local copy of {Dataset} {Version} failed verification; discarding it", copy.Manifest.Name, copy.Version);
         lock (_lock) _copies.Remove(copy.Version);
         TryDelete(CompletePath(copy.Version));
-        throw new DataIntegrityException($"local copy of '{copy.Manifest.Name}' version {copy.Version} was damaged and has been discarded; ask again to refetch");
+        throw new CommonDataException(ErrorCode.Integrity, $"local copy of '{copy.Manifest.Name}' version {copy.Version} was damaged and has been discarded; ask again to refetch");
     }
 
     /// <summary>
@@ -241,7 +241,7 @@ public sealed class DatasetStore
                 if (!HashMatches(manifest, map))
                 {
                     TryDelete(JournalPath(version));
-                    throw new DataIntegrityException($"dataset '{name}' version {version}: whole-dataset hash mismatch after fetch");
+                    throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version {version}: whole-dataset hash mismatch after fetch");
                 }
             }
             if (OperatingSystem.IsWindows()) File.SetAttributes(partial, FileAttributes.ReadOnly);
@@ -257,7 +257,7 @@ public sealed class DatasetStore
         catch (Exception e)
         {
             _log.LogError("Fetch of {Dataset} {Version} failed: {Error}", name, version, e.Message);
-            if (e is DataIntegrityException) lock (_lock) { _copies.Remove(version); TryDelete(partial); TryDelete(JournalPath(version)); }
+            if (e is CommonDataException { Code: ErrorCode.Integrity }) lock (_lock) { _copies.Remove(version); TryDelete(partial); TryDelete(JournalPath(version)); }
             throw;
         }
     }
@@ -329,7 +329,7 @@ public sealed class DatasetStore
             used -= victim.Manifest.RawLength;
             if (used + needed <= _options.BudgetBytes) return;
         }
-        throw new InsufficientStorageException(
+        throw new CommonDataException(ErrorCode.NoSpace, 
             $"node data budget of {_options.BudgetBytes} bytes cannot hold {needed} more: {used} bytes are leased, pinned or being fetched");
     }
 
@@ -411,5 +411,3 @@ public sealed class DatasetStore
     }
 }
 
-/// <summary>The node's data budget cannot take another copy without evicting something in use.</summary>
-public sealed class InsufficientStorageException(string message) : IOException(message);

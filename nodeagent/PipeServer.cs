@@ -135,7 +135,7 @@ public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore stor
                 catch (InvalidDataException e)
                 {
                     log.LogWarning("Closing pipe connection after a bad frame: {Error}", e.Message);
-                    await Reply(writer, Error("bad-request", e.Message), stoppingToken);
+                    await Reply(writer, AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, e.Message)), stoppingToken);
                     return;
                 }
                 if (request is null) return;
@@ -194,24 +194,18 @@ public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore stor
                     response = new AgentResponse { Ok = true, Status = store.Status() };
                     break;
                 default:
-                    response = Error("bad-request", $"unknown operation '{request.Op}'");
+                    response = AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, $"unknown operation '{request.Op}'"));
                     break;
             }
         }
-        catch (DatasetNotFoundException e) { response = Error("not-found", e.Message); }
-        catch (DataIntegrityException e) { response = Error("integrity", e.Message); }
-        catch (CacheHostUnavailableException e) { response = Error("unavailable", e.Message); }
-        catch (InsufficientStorageException e) { response = Error("no-space", e.Message); }
-        catch (ArgumentException e) { response = Error("bad-request", e.Message); }
         catch (Exception e) when (e is not OperationCanceledException)
         {
-            log.LogError(e, "Request {Op} {Dataset} failed", request.Op, request.Dataset);
-            response = Error("internal", e.Message);
+            var error = CommonDataException.From(e);
+            if (error.Code == ErrorCode.Internal) log.LogError(e, "Request {Op} {Dataset} failed", request.Op, request.Dataset);
+            response = AgentResponse.Failure(error);
         }
         await Reply(writer, response, ct);
     }
-
-    private static AgentResponse Error(string code, string message) => new() { Ok = false, Code = code, Error = message };
 
     private static async ValueTask Reply(PipeWriter writer, AgentResponse response, CancellationToken ct) =>
         await AgentFrames.WriteMessageAsync(writer, response, () => AgentJson.Default.AgentResponse, ct);

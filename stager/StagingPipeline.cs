@@ -175,7 +175,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     return Result(manifest, latest, sent, skipped, unchanged: true, clock);
                 }
             }
-            catch (Exception e) when (e is DatasetNotFoundException or DataIntegrityException or InvalidDataException)
+            catch (Exception e) when (e is CommonDataException { Code: ErrorCode.NotFound or ErrorCode.Integrity } or InvalidDataException)
             {
                 logger.LogWarning("{Dataset}: current latest {Version} is unreadable ({Reason}); publishing a new version", manifest.Name, latest, e.Message);
             }

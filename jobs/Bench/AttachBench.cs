@@ -109,7 +109,7 @@ public static class AttachBench
                 Log($"  {what,-20} run {rep}: slowest {walls[^1]:0.000} s (workers {walls[0]:0.000}…{walls[^1]:0.000} s), " +
                     $"first open max {workers.Max(w => w.AttachMs):0} ms" + (mode == "map" ? $", re-open median {Median(workers.Select(w => w.WarmAttachMs)):0.0} ms" : ""));
             }
-            catch (Exception e) when (e is InvalidOperationException or IOException or TimeoutException or InvalidDataException or AgentException)
+            catch (Exception e) when (e is InvalidOperationException or IOException or TimeoutException or InvalidDataException or CommonDataException)
             {
                 failures++;
                 Log($"  {what,-20} run {rep}: failed: {e.Message}");

@@ -65,7 +65,7 @@ public static class BenchAttachVerb
             return 130;
         }
         catch (Exception e) when (e is InvalidOperationException or IOException or TimeoutException or InvalidDataException or UnauthorizedAccessException
-                                       or Hpc.CommonData.Agent.AgentException)
+                                       or CommonDataException)
         {
             Console.Error.WriteLine($"hpcdata bench attach: {e.Message}");
             return 1;

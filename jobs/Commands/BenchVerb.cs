@@ -169,7 +169,7 @@ public static class BenchVerb
             Console.Error.WriteLine("hpcdata bench: interrupted; everything it started was removed");
             return 130;
         }
-        catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or FormatException or ArgumentException or TimeoutException or InvalidDataException)
+        catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or FormatException or ArgumentException or TimeoutException or InvalidDataException)
         {
             Console.Error.WriteLine($"hpcdata bench: {e.Message}");
             return 1;
@@ -222,7 +222,7 @@ public static class BenchVerb
                     {
                         Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
                     }
-                    catch (Exception e) when (e is InvalidOperationException or IOException or AgentException or TimeoutException or InvalidDataException)
+                    catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException or InvalidDataException)
                     {
                         failures++;
                         Console.Error.WriteLine($"  N={n} H={h} S={ByteSize.Format(s)} compress={c}: failed: {e.Message}");

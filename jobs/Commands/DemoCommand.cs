@@ -53,7 +53,7 @@ public sealed class DemoCommand(DemoOptions o)
         {
             return 130;
         }
-        catch (Exception e) when (e is InvalidOperationException or IOException or AgentException)
+        catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException)
         {
             Console.Error.WriteLine($"hpcdata demo: {e.Message}");
             return 1;

@@ -104,12 +104,12 @@ public static class NodePrepCommand
         {
             return Fail(1, $"fetching {name} took longer than {fetchTimeout.TotalMinutes:0.#} min (--timeout); nothing was pinned");
         }
-        catch (AgentException e)
+        catch (CommonDataException e)
         {
             return Fail(1, e.Code switch
             {
-                "not-found" => $"{e.Message} (was it staged? check the name and the agent's cache hosts)",
-                "unavailable" => $"the cache tier is unreachable from this node: {e.Message}",
+                ErrorCode.NotFound => $"{e.Message} (was it staged? check the name and the agent's cache hosts)",
+                ErrorCode.Unavailable => $"the cache tier is unreachable from this node: {e.Message}",
                 _ => e.Message,
             });
         }
@@ -175,7 +175,7 @@ public static class NodePrepCommand
             await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2));
             await agent.ReleaseAsync(name, version, job, evict);
         }
-        catch (Exception e) when (e is IOException or TimeoutException or AgentException) { }
+        catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
     }
 
     private static int Fail(int code, string message)
@@ -225,7 +225,7 @@ public static class NodePrepCommand
                     shown = true;
                 }
             }
-            catch (Exception e) when (e is OperationCanceledException or IOException or TimeoutException or AgentException) { }
+            catch (Exception e) when (e is OperationCanceledException or IOException or TimeoutException or CommonDataException) { }
             finally { if (shown) Console.Error.Write("\r" + new string(' ', 79) + "\r"); }
         }
 

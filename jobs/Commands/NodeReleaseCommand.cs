@@ -56,7 +56,7 @@ public static class NodeReleaseCommand
             ForgetDeadAgent(pipe);
             return Say(0, $"no node agent answers on pipe '{pipe}'; nothing to release for job {job}");
         }
-        catch (AgentException e)
+        catch (CommonDataException e)
         {
             return Say(0, $"the agent could not release {name} for job {job}: {e.Message}; nothing else done");
         }

@@ -116,7 +116,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             return Say(130, $"cancelled{(jobId is null ? "" : $"; job {jobId}'s nodes were released")}");
         }
         catch (Exception e) when (e is IOException or InvalidOperationException or ArgumentException or FormatException or TimeoutException
-                                       or DatasetNotFoundException or RespErrorException or UnauthorizedAccessException)
+                                       or CommonDataException or RespErrorException or UnauthorizedAccessException)
         {
             return Say(1, e.Message);
         }
@@ -155,7 +155,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var given = JobVariables.First(o.CacheHosts, Environment.GetEnvironmentVariable(JobVariables.CacheHosts));
         if (given is not null) return CacheEndpoint.ParseList(given).Select(h => h.ToString()).ToList();
         if (!local) throw new ArgumentException($"the {o.Scheduler} scheduler needs the cluster's cache hosts: --cache-hosts or HPCDATA_CACHE_HOSTS");
-        if (named) throw new DatasetNotFoundException($"'{o.Source}' is not a path, and a dataset of that name can only be found on existing cache hosts (--cache-hosts); the local scheduler's own cache tier starts empty");
+        if (named) throw new CommonDataException(ErrorCode.NotFound, $"'{o.Source}' is not a path, and a dataset of that name can only be found on existing cache hosts (--cache-hosts); the local scheduler's own cache tier starts empty");
         var hosts = new List<string>();
         for (var h = 0; h < o.EmbeddedCacheHosts; h++)
         {
@@ -184,7 +184,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         await using var tier = new CacheTierClient(options);
         return await tier.GetLatestAsync(name, ct)
-               ?? throw new DatasetNotFoundException($"dataset '{name}' has not been staged on {string.Join(", ", tier.Hosts)} (and '{name}' is not a path here)");
+               ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' has not been staged on {string.Join(", ", tier.Hosts)} (and '{name}' is not a path here)");
     }
 
     private async Task<int> SubmitAsync(JobSpec job, CacheTierOptions? tier, CancellationToken ct)
@@ -229,7 +229,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
                 Console.WriteLine($"prestage: removed {name} version {version} from the cache tier (lifetime: job)");
             });
         }
-        catch (Exception e) when (e is IOException or TimeoutException or DatasetNotFoundException or RespErrorException)
+        catch (Exception e) when (e is IOException or TimeoutException or CommonDataException or RespErrorException)
         {
             Console.Error.WriteLine($"hpcdata prestage: could not drop the job's version {version}: {e.Message}");
         }

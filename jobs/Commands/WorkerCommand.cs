@@ -43,25 +43,25 @@ public static class WorkerCommand
     public static async Task<int> RunAsync(WorkerOptions o)
     {
         using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning).AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
-        var name = o.Dataset ?? Environment.GetEnvironmentVariable(CommonDataOptions.DatasetVariable);
+        var name = o.Dataset ?? Environment.GetEnvironmentVariable(DatasetOptions.DatasetVariable);
         if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine("hpcdata worker: no dataset (--dataset or HPCDATA_DATASET)"); return 2; }
         if (o.Reopens is < 0 or > 1000) { Console.Error.WriteLine("hpcdata worker: --reopens must be between 0 and 1000"); return 2; }
         try
         {
-            var options = new CommonDataOptions { Mode = CommonDataOptions.ParseMode(o.Mode), Logger = loggerFactory.CreateLogger("worker") };
+            var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Logger = loggerFactory.CreateLogger("worker") };
             if (o.WaitGo)
             {
                 Console.WriteLine("READY");
                 await Console.In.ReadLineAsync();
             }
             var clock = Stopwatch.StartNew();
-            await using var data = await Hpc.CommonData.CommonData.OpenAsync(name, options);
+            await using var data = await Dataset.OpenAsync(name, options);
             var attach = clock.Elapsed.TotalMilliseconds;
             var verify = 0.0;
             if (data.Mode == DataAccessMode.Map)
             {
                 clock.Restart();
-                if (!data.VerifyHash()) throw new DataIntegrityException($"dataset '{name}' does not match its hash in this worker");
+                if (!data.VerifyHash()) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' does not match its hash in this worker");
                 verify = clock.Elapsed.TotalMilliseconds;
             }
             var verifiedAt = UnixMs();
@@ -69,7 +69,7 @@ public static class WorkerCommand
             for (var i = 0; i < o.Reopens; i++)
             {
                 clock.Restart();
-                await using (await Hpc.CommonData.CommonData.OpenAsync(name, options)) { }
+                await using (await Dataset.OpenAsync(name, options)) { }
                 warm.Add(clock.Elapsed.TotalMilliseconds);
             }
             var warmAttach = warm.Count == 0 ? 0 : warm.Order().ElementAt(warm.Count / 2);
@@ -81,8 +81,8 @@ public static class WorkerCommand
             Console.WriteLine(JsonSerializer.Serialize(result));
             return 0;
         }
-        catch (Exception e) when (e is DatasetNotFoundException or DataIntegrityException or IOException or ArgumentException
-                                       or Hpc.CommonData.Agent.AgentException or InvalidDataException or TimeoutException)
+        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException
+                                       or CommonDataException or InvalidDataException or TimeoutException)
         {
             Console.Error.WriteLine($"hpcdata worker: {e.Message}");
             return 1;

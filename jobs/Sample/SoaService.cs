@@ -65,7 +65,7 @@ public static class SoaHost
         var clock = Stopwatch.StartNew();
         if (synthetic) return Returns.Synthetic(MarketHistory.DefaultInstruments, days);
         var name = Environment.GetEnvironmentVariable(JobVariables.Dataset) ?? throw new InvalidOperationException("HPCDATA_DATASET is not set: run under hpcdata prestage");
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync(name, new CommonDataOptions { Logger = log });
+        await using var data = await Dataset.OpenAsync(name, new DatasetOptions { Logger = log });
         var opened = clock.Elapsed.TotalMilliseconds;
         var r = Returns.Load(data.Windows());
         Console.Error.WriteLine($"soa-host {Environment.ProcessId}: {name} {data.Version[..12]}… opened via {data.Mode.ToString().ToLowerInvariant()} in {opened:0.0} ms, " +

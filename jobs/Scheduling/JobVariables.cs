@@ -10,8 +10,8 @@ namespace Hpc.Jobs.Scheduling;
 /// </summary>
 public static class JobVariables
 {
-    public const string Dataset = CommonDataOptions.DatasetVariable;
-    public const string Version = CommonDataOptions.VersionVariable;
+    public const string Dataset = DatasetOptions.DatasetVariable;
+    public const string Version = DatasetOptions.VersionVariable;
     public const string CacheHosts = CacheTierOptions.HostsVariable;
     public const string AgentPipe = AgentClient.PipeVariable;
     public const string JobId = "HPCDATA_JOB_ID";

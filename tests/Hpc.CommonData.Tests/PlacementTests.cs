@@ -59,5 +59,5 @@ public class PlacementTests
     [InlineData("1.5MB", 1572864)]
     [InlineData("1GB", 1073741824)]
     [InlineData("100", 100)]
-    public void Parses_sizes(string text, long bytes) => Assert.Equal(bytes, ByteSize.Parse(text));
+    public void Parses_sizes(string text, long bytes) => Assert.Equal(bytes, ByteSize.Parse(text).Bytes);
 }

@@ -19,17 +19,19 @@ public class BadInputTests
         var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "a.bin", Cluster.RandomBytes(1000)), "known/data");
         var (_, pipe, _) = await c.StartAgentAsync();
 
-        var e = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("nobody/staged-this", Cluster.Via(pipe)));
-        Assert.Equal("not-found", e.Code);
+        var e = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("nobody/staged-this", Cluster.Via(pipe)));
+        Assert.Equal(ErrorCode.NotFound, e.Code);
         Assert.Contains("nobody/staged-this", e.Message);
 
         var wrongVersion = new string('0', 32);
-        var v = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("known/data", new CommonDataOptions { AgentPipe = pipe, Version = wrongVersion }));
+        var v = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("known/data", new DatasetOptions { AgentPipe = pipe, Version = wrongVersion }));
+        Assert.Equal(ErrorCode.NotFound, v.Code);
         Assert.Contains(wrongVersion, v.Message);
 
         // A real version of another dataset is not accepted under this name.
         await c.StageAsync(Cluster.WriteFile(c.Root, "b.bin", Cluster.RandomBytes(1000, seed: 5)), "other/data");
-        var mixed = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("other/data", new CommonDataOptions { AgentPipe = pipe, Version = staged.Version }));
+        var mixed = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("other/data", new DatasetOptions { AgentPipe = pipe, Version = staged.Version }));
+        Assert.Equal(ErrorCode.NotFound, mixed.Code);
         Assert.Contains("known/data", mixed.Message);
     }
 
@@ -53,15 +55,15 @@ public class BadInputTests
         }
 
         var (_, pipe, dataDir) = await c.StartAgentAsync();
-        var e = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("risk/corrupt", Cluster.Via(pipe)));
-        Assert.Equal("integrity", e.Code);
+        var e = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("risk/corrupt", Cluster.Via(pipe)));
+        Assert.Equal(ErrorCode.Integrity, e.Code);
         Assert.Contains("checksum", e.Message);
         Assert.Empty(Directory.GetFiles(Path.Combine(dataDir, "complete")));
         Assert.Empty(Directory.GetFiles(Path.Combine(dataDir, "partial")));
 
         // The SDK's direct path verifies the same way.
-        var direct = new CommonDataOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
-        await Assert.ThrowsAsync<DataIntegrityException>(() => Hpc.CommonData.CommonData.OpenAsync("risk/corrupt", direct));
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
+        Assert.Equal(ErrorCode.Integrity, (await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("risk/corrupt", direct))).Code);
         Assert.NotEqual("", staged.Version);
     }
 
@@ -88,7 +90,7 @@ public class BadInputTests
         }
         var status = await good.StatusAsync();
         Assert.NotNull(status);
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ok/data", Cluster.Via(pipe));
+        await using var data = await Dataset.OpenAsync("ok/data", Cluster.Via(pipe));
         Assert.Equal(1000, data.Length);
     }
 
@@ -119,7 +121,7 @@ public class BadInputTests
         await using var client = await AgentClient.ConnectAsync(pipe);
         var response = await client.SendAsync(new AgentRequest { Op = AgentOps.Open, Dataset = name });
         Assert.False(response.Ok);
-        Assert.Equal("bad-request", response.Code);
+        Assert.Equal(ErrorCode.BadRequest, response.Code);
         Assert.Contains("dataset name", response.Error);
 
         var (code, _, stderr) = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "x.bin", [1, 2, 3]), "--name", name, "--cache-hosts", c.HostList]);
@@ -166,12 +168,12 @@ public class BadInputTests
         var bytes = Cluster.Csvish(200_000);
         await c.StageAsync(Cluster.WriteFile(c.Root, "d.csv", bytes), "a/direct");
         var log = new ListLogger();
-        var options = new CommonDataOptions
+        var options = new DatasetOptions
         {
             AgentPipe = $"hcd-none-{Environment.ProcessId}", AgentConnectTimeout = TimeSpan.FromMilliseconds(200),
             CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() }, Logger = log,
         };
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("a/direct", options);
+        await using var data = await Dataset.OpenAsync("a/direct", options);
         Assert.Equal(DataAccessMode.Direct, data.Mode);
         Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
         Assert.Contains(log.Messages, m => m.Contains("No node agent"));

@@ -71,7 +71,7 @@ public sealed class Cluster : IAsyncDisposable
     }
 
     /// <summary>SDK options that reach the data only through this agent (the cache tier address is deliberately dead).</summary>
-    public static Hpc.CommonData.CommonDataOptions Via(string pipe, Hpc.CommonData.DataAccessMode mode = Hpc.CommonData.DataAccessMode.Map) =>
+    public static Hpc.CommonData.DatasetOptions Via(string pipe, Hpc.CommonData.DataAccessMode mode = Hpc.CommonData.DataAccessMode.Map) =>
         new() { AgentPipe = pipe, Mode = mode, CacheTier = new CacheTierOptions { Hosts = ["127.0.0.1:1"] } };
 
     public CacheTierClient Tier(int attempts = 5) => new(new CacheTierOptions { Hosts = Hosts.ToList(), MaxAttempts = attempts });

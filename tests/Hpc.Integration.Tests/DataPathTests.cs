@@ -22,7 +22,7 @@ public class DataPathTests
         Assert.True(staged.StoredBytes < data.Length / 2, $"csv should compress, stored {staged.StoredBytes}");
         var (_, pipe, dataDir) = await c.StartAgentAsync();
 
-        await using (var mapped = await Hpc.CommonData.CommonData.OpenAsync("risk/prices", Cluster.Via(pipe)))
+        await using (var mapped = await Dataset.OpenAsync("risk/prices", Cluster.Via(pipe)))
         {
             Assert.Equal(DataAccessMode.Map, mapped.Mode);
             Assert.Equal(staged.Version, mapped.Version);
@@ -33,7 +33,7 @@ public class DataPathTests
             await stream.CopyToAsync(copy);
             Assert.Equal(data, copy.ToArray());
         }
-        await using (var streamed = await Hpc.CommonData.CommonData.OpenAsync("risk/prices", Cluster.Via(pipe, DataAccessMode.Stream)))
+        await using (var streamed = await Dataset.OpenAsync("risk/prices", Cluster.Via(pipe, DataAccessMode.Stream)))
         {
             Assert.Equal(DataAccessMode.Stream, streamed.Mode);
             Assert.Equal(data, streamed.GetSpan(0, data.Length).ToArray());
@@ -73,7 +73,7 @@ public class DataPathTests
         Cluster.WriteFile(dir, "readme.txt", "hello"u8.ToArray());
         await c.StageAsync(dir, "ml/model");
         var (_, pipe, _) = await c.StartAgentAsync();
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ml/model", Cluster.Via(pipe));
+        await using var data = await Dataset.OpenAsync("ml/model", Cluster.Via(pipe));
         Assert.Equal(["empty.txt", "readme.txt", "weights/a.bin", "weights/b.bin"], data.Files.Select(f => f.Path));
         using var reader = new StreamReader(data.OpenFile("readme.txt"));
         Assert.Equal("hello", await reader.ReadToEndAsync());
@@ -94,9 +94,9 @@ public class DataPathTests
         var empty = await c.StageAsync(Cluster.WriteFile(c.Root, "empty.bin", []), "io/empty");
         Assert.Equal(0, empty.Segments);
         var (_, pipe, _) = await c.StartAgentAsync();
-        await using (var d = await Hpc.CommonData.CommonData.OpenAsync("io/stdin", Cluster.Via(pipe)))
+        await using (var d = await Dataset.OpenAsync("io/stdin", Cluster.Via(pipe)))
             Assert.Equal(await File.ReadAllBytesAsync(input), d.GetSpan(0, (int)d.Length).ToArray());
-        await using (var e = await Hpc.CommonData.CommonData.OpenAsync("io/empty", Cluster.Via(pipe)))
+        await using (var e = await Dataset.OpenAsync("io/empty", Cluster.Via(pipe)))
             Assert.Equal(0, e.Length);
         Assert.Contains("io/stdin", stdout.Last());
     }
@@ -128,7 +128,7 @@ public class DataPathTests
         var (_, pipe, _) = await c.StartAgentAsync();
         await using var tier = c.Tier();
         var before = await BytesSent(tier);
-        var opens = await Task.WhenAll(Enumerable.Range(0, 8).Select(_ => Hpc.CommonData.CommonData.OpenAsync("x/once", Cluster.Via(pipe))));
+        var opens = await Task.WhenAll(Enumerable.Range(0, 8).Select(_ => Dataset.OpenAsync("x/once", Cluster.Via(pipe))));
         var sent = await BytesSent(tier) - before;
         Assert.All(opens, o => Assert.Equal(opens[0].LocalPath, o.LocalPath));
         foreach (var o in opens) await o.DisposeAsync();

@@ -63,7 +63,7 @@ public class NodeAgentTests
         await agent.KillAsync(); // leaves its socket file behind
 
         await c.StartAgentAsync(dataDir: dir, pipe: pipe);
-        await using (var data = await Hpc.CommonData.CommonData.OpenAsync("a/crash", Cluster.Via(pipe)))
+        await using (var data = await Dataset.OpenAsync("a/crash", Cluster.Via(pipe)))
             Assert.True(data.VerifyHash());
 
         var (code, _, stderr) = await c.RunAsync("Hpc.NodeAgent", ["--pipe", pipe, "--data-dir", Path.Combine(c.Root, "other"), "--cache-hosts", c.HostList]);
@@ -98,7 +98,7 @@ public class NodeAgentTests
         await using var tier = c.Tier();
         var before = await DataPathTests.BytesSent(tier);
         var (_, pipe2, _) = await c.StartAgentAsync(dataDir: dir, pipe: pipe);
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("a/resume", Cluster.Via(pipe2));
+        await using var data = await Dataset.OpenAsync("a/resume", Cluster.Via(pipe2));
         var sent = await DataPathTests.BytesSent(tier) - before;
         Assert.True(data.VerifyHash());
         Assert.InRange(sent, 5 * 65536, 6 * 65536 + 32_768); // segments 5-9 only, plus the manifest
@@ -115,7 +115,7 @@ public class NodeAgentTests
         var (_, pipe, _) = await c.StartAgentAsync(budget: (5L << 20) / 2); // room for two copies
         await using var client = await AgentClient.ConnectAsync(pipe);
 
-        await using var leased = await Hpc.CommonData.CommonData.OpenAsync("evict/a", Cluster.Via(pipe)); // an open worker is a lease
+        await using var leased = await Dataset.OpenAsync("evict/a", Cluster.Via(pipe)); // an open worker is a lease
         await client.PrefetchAsync("evict/b");
         await client.PrefetchAsync("evict/c"); // b is the oldest unleased one
         var names = (await client.StatusAsync()).Copies.Select(x => x.Name).ToList();
@@ -123,8 +123,8 @@ public class NodeAgentTests
         Assert.Equal(1, leased.GetSpan(0, 1).Length); // the leased mapping is still readable
 
         await client.PrefetchAsync("evict/b", pin: "job7"); // pinned copies survive too
-        var full = await Assert.ThrowsAsync<AgentException>(() => client.PrefetchAsync("evict/d"));
-        Assert.Equal("no-space", full.Code);
+        var full = await Assert.ThrowsAsync<CommonDataException>(() => client.PrefetchAsync("evict/d"));
+        Assert.Equal(ErrorCode.NoSpace, full.Code);
 
         await client.ReleaseAsync("evict/b", null, "job7", evict: true);
         await client.ReleaseAsync("evict/b", null, "job7", evict: true); // never fails when the data is already gone
@@ -147,16 +147,16 @@ public class CacheTierFailoverTests
         var process = c.Processes.First(p => p.ReadyText == victim);
         await process.KillAsync();
 
-        var options = new CommonDataOptions
+        var options = new DatasetOptions
         {
             Mode = DataAccessMode.Direct,
             CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), Replicas = 2, MaxAttempts = 2, RetryBaseDelay = TimeSpan.FromMilliseconds(10) },
         };
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("ha/data", options);
+        await using var data = await Dataset.OpenAsync("ha/data", options);
         Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
 
         options.CacheTier.Replicas = 1; // a reader that does not know about the replicas loses the dead host's share
-        var e = await Assert.ThrowsAnyAsync<Exception>(() => Hpc.CommonData.CommonData.OpenAsync("ha/data", options));
+        var e = await Assert.ThrowsAnyAsync<Exception>(() => Dataset.OpenAsync("ha/data", options));
         Assert.Contains(victim, e.Message);
     }
 
@@ -173,8 +173,8 @@ public class CacheTierFailoverTests
         Assert.Equal(1, denied);
         Assert.Contains("NOAUTH", why, StringComparison.OrdinalIgnoreCase);
 
-        var options = new CommonDataOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), Password = "s3cret" } };
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("sec/data", options);
+        var options = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), Password = "s3cret" } };
+        await using var data = await Dataset.OpenAsync("sec/data", options);
         Assert.Equal(1000, data.Length);
     }
 }
@@ -191,10 +191,10 @@ public class CacheTierOutageTests
         await using (var client = await AgentClient.ConnectAsync(pipe)) await client.PrefetchAsync("out/age");
         foreach (var p in c.Processes.Where(p => p.Name == "cachehost")) await p.KillAsync();
 
-        await using var data = await Hpc.CommonData.CommonData.OpenAsync("out/age", Cluster.Via(pipe));
+        await using var data = await Dataset.OpenAsync("out/age", Cluster.Via(pipe));
         Assert.Equal(staged.Version, data.Version);
-        var missing = await Assert.ThrowsAsync<AgentException>(() => Hpc.CommonData.CommonData.OpenAsync("never/fetched", Cluster.Via(pipe)));
-        Assert.Equal("unavailable", missing.Code);
+        var missing = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("never/fetched", Cluster.Via(pipe)));
+        Assert.Equal(ErrorCode.Unavailable, missing.Code);
         Assert.Contains(c.Hosts[0], missing.Message);
     }
 }
@@ -220,9 +220,9 @@ public class SegmentCollectionTests
         Assert.Contains("freed 4 segments", string.Join("\n", stdout));
         Assert.Equal(10, await Segments());
 
-        var direct = new CommonDataOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
-        await using (var data = await Hpc.CommonData.CommonData.OpenAsync("gc/b", direct)) Assert.True(data.VerifyHash());
-        await Assert.ThrowsAsync<DatasetNotFoundException>(() => tier.ResolveAsync("gc/a"));
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
+        await using (var data = await Dataset.OpenAsync("gc/b", direct)) Assert.True(data.VerifyHash());
+        Assert.Equal(ErrorCode.NotFound, (await Assert.ThrowsAsync<CommonDataException>(() => tier.ResolveAsync("gc/a"))).Code);
         Assert.NotEqual(a.Version, b.Version);
     }
 

@@ -46,15 +46,15 @@ public sealed class RedisInteropTests : IAsyncLifetime
         var again = await c.StageAsync(Cluster.WriteFile(c.Root, "d.csv", bytes), "redis/interop");
         Assert.True(again.Unchanged);
 
-        var direct = new CommonDataOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
-        await using (var data = await Hpc.CommonData.CommonData.OpenAsync("redis/interop", direct))
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
+        await using (var data = await Dataset.OpenAsync("redis/interop", direct))
         {
             Assert.Equal(staged.Version, data.Version);
             Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
         }
 
         var (_, pipe, _) = await c.StartAgentAsync();
-        await using var viaAgent = await Hpc.CommonData.CommonData.OpenAsync("redis/interop", new CommonDataOptions { AgentPipe = pipe, Mode = DataAccessMode.Map });
+        await using var viaAgent = await Dataset.OpenAsync("redis/interop", new DatasetOptions { AgentPipe = pipe, Mode = DataAccessMode.Map });
         Assert.True(viaAgent.VerifyHash());
     }
 
@@ -62,7 +62,7 @@ public sealed class RedisInteropTests : IAsyncLifetime
     public async Task Missing_keys_and_server_errors_are_reported_from_redis()
     {
         await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [$"127.0.0.1:{_port}"] });
-        var e = await Assert.ThrowsAsync<DatasetNotFoundException>(() => tier.ResolveAsync("no/such"));
+        var e = await Assert.ThrowsAsync<CommonDataException>(() => tier.ResolveAsync("no/such"));
         Assert.Contains("no/such", e.Message);
         var replies = await tier.ExecuteOnAllAsync("NOSUCHCOMMAND"u8.ToArray(), []);
         Assert.Equal(RespKind.Error, replies[0].Kind);

@@ -84,7 +84,7 @@ public class PrestageLocalTests
         var last = await s.HpcdataAsync(["remove", "risk/short", "--job", "other-job", "--cache-hosts", s.HostList]);
         Assert.Equal(0, last.Code);
         Assert.Null(await tier.GetLatestAsync("risk/short"));
-        await Assert.ThrowsAsync<DatasetNotFoundException>(() => tier.ResolveAsync("risk/short", staged.Version));
+        Assert.Equal(ErrorCode.NotFound, (await Assert.ThrowsAsync<CommonDataException>(() => tier.ResolveAsync("risk/short", staged.Version))).Code);
 
         var gone = await s.HpcdataAsync(["remove", "risk/short", "--cache-hosts", s.HostList]);
         Assert.Equal(0, gone.Code);

@@ -10,106 +10,6 @@ using Microsoft.Extensions.Logging.Abstractions;
 
 namespace Hpc.CommonData;
 
-/// <summary>
-/// The worker's entry point: <c>await using var data = await CommonData.OpenAsync("risk/market-history");</c>
-/// </summary>
-public static class CommonData
-{
-    /// <summary>
-    /// Opens a dataset for reading. With a node agent, the agent's verified local copy is memory-mapped read-only
-    /// (every worker on the node shares the same pages); without one, the data is fetched from the cache tier into
-    /// private memory and a warning is logged. Every byte returned has been verified against its content hash.
-    /// </summary>
-    /// <exception cref="DatasetNotFoundException">No such dataset or version.</exception>
-    /// <exception cref="DataIntegrityException">The data failed verification; nothing was returned.</exception>
-    public static async Task<CommonDataSet> OpenAsync(string name, CommonDataOptions? options = null, CancellationToken ct = default)
-    {
-        DatasetName.Validate(name);
-        options ??= new CommonDataOptions();
-        var log = options.Logger ?? NullLogger.Instance;
-        var version = options.VersionFor(name);
-        var clock = Stopwatch.StartNew();
-        if (options.Mode == DataAccessMode.Direct) return await OpenDirectAsync(name, version, options, clock, ct);
-
-        AgentClient agent;
-        try
-        {
-            agent = await AgentClient.ConnectAsync(options.AgentPipe, options.AgentConnectTimeout, ct);
-        }
-        catch (Exception e) when (options.Mode == DataAccessMode.Auto && e is TimeoutException or IOException or UnauthorizedAccessException)
-        {
-            log.LogWarning("No node agent on pipe '{Pipe}' ({Reason}); fetching {Dataset} straight from the cache tier into private memory",
-                options.AgentPipe, e.Message, name);
-            return await OpenDirectAsync(name, version, options, clock, ct);
-        }
-        catch (Exception e) when (e is TimeoutException or IOException)
-        {
-            throw new IOException($"no node agent answers on pipe '{options.AgentPipe}' ({e.Message}); is it running? (HPCDATA_AGENT_PIPE)", e);
-        }
-
-        try
-        {
-            if (options.Mode != DataAccessMode.Stream)
-            {
-                var local = await agent.OpenAsync(name, version, ct);
-                try
-                {
-                    var map = MappedFile.Open(local.Path, local.Length, writable: false);
-                    return new CommonDataSet(local, DataAccessMode.Map, new MappedBacking(map), agent, clock.Elapsed);
-                }
-                catch (Exception e) when (options.Mode == DataAccessMode.Auto && e is IOException or UnauthorizedAccessException)
-                {
-                    log.LogWarning("Cannot map {Path} ({Reason}); streaming {Dataset} over the pipe instead", local.Path, e.Message, name);
-                }
-            }
-            return await OpenStreamAsync(name, version, agent, clock, ct);
-        }
-        catch
-        {
-            await agent.DisposeAsync();
-            throw;
-        }
-    }
-
-    private static async Task<CommonDataSet> OpenStreamAsync(string name, string? version, AgentClient agent, Stopwatch clock, CancellationToken ct)
-    {
-        NativeBacking? memory = null;
-        try
-        {
-            var local = await agent.StreamAsync(name, version, (offset, data) => memory!.Write(offset, data), ct,
-                onHeader: length => memory = new NativeBacking(length));
-            return new CommonDataSet(local, DataAccessMode.Stream, memory!, agent, clock.Elapsed, verifyOnOpen: true);
-        }
-        catch
-        {
-            memory?.Dispose();
-            throw;
-        }
-    }
-
-    private static async Task<CommonDataSet> OpenDirectAsync(string name, string? version, CommonDataOptions options, Stopwatch clock, CancellationToken ct)
-    {
-        await using var client = new CacheTierClient(options.CacheTier, options.Logger);
-        var (v, manifest) = await client.ResolveAsync(name, version, ct);
-        var memory = new NativeBacking(manifest.RawLength);
-        try
-        {
-            await SegmentFetcher.FetchAsync(client, manifest, v, memory.Address, Enumerable.Range(0, manifest.Segments.Count).ToArray(), null, ct);
-            var local = new LocalDataset
-            {
-                Name = name, Version = v, Length = manifest.RawLength, StoredLength = manifest.StoredLength, Hash = manifest.Hash,
-                Files = manifest.Files, Source = "cache-tier", Path = "",
-            };
-            return new CommonDataSet(local, DataAccessMode.Direct, memory, null, clock.Elapsed, verifyOnOpen: true);
-        }
-        catch
-        {
-            memory.Dispose();
-            throw;
-        }
-    }
-}
-
 /// <summary>Where the bytes of an open dataset live.</summary>
 internal abstract unsafe class DataBacking : IDisposable
 {
@@ -150,22 +50,18 @@ internal sealed unsafe class NativeBacking : DataBacking
 }
 
 /// <summary>
-/// An open, verified, read-only dataset. Dispose it when done: that ends the lease on the node's copy.
+/// An open, verified, read-only dataset: <c>await using var data = await Dataset.OpenAsync("risk/market-history");</c>.
+/// Dispose it when done: that ends the lease on the node's copy.
 /// </summary>
-public sealed unsafe class CommonDataSet : IAsyncDisposable, IDisposable
+public sealed unsafe partial class Dataset : IAsyncDisposable, IDisposable
 {
-    private readonly LocalDataset _info;
-    private readonly DataBacking _backing;
-    private readonly AgentClient? _agent;
-    private int _disposed;
-
-    internal CommonDataSet(LocalDataset info, DataAccessMode mode, DataBacking backing, AgentClient? agent, TimeSpan openTime, bool verifyOnOpen = false)
+    internal Dataset(LocalDataset info, DataAccessMode mode, DataBacking backing, AgentClient? agent, TimeSpan openTime, bool verifyOnOpen = false)
     {
         _info = info; _backing = backing; _agent = agent; Mode = mode; OpenTime = openTime;
         if (verifyOnOpen && XxHash.Hash128Of(backing.Pointer, backing.Length).ToString("x32") != info.Hash)
         {
             backing.Dispose();
-            throw new DataIntegrityException($"dataset '{info.Name}' version {info.Version}: whole-dataset hash mismatch after transfer");
+            throw new CommonDataException(ErrorCode.Integrity, $"dataset '{info.Name}' version {info.Version}: whole-dataset hash mismatch after transfer");
         }
     }
 

@@ -165,8 +165,8 @@ public sealed class CacheTierClient : IAsyncDisposable
         {
             var first = failures.OrderBy(f => f.Key).Take(3).Select(f => $"#{f.Key}: {f.Value}");
             var message = $"{what}: {failures.Count} segment(s) could not be fetched intact from {string.Join(", ", Hosts)} — {string.Join("; ", first)}";
-            if (failures.Values.All(v => v.StartsWith("missing", StringComparison.Ordinal))) throw new DatasetNotFoundException(message);
-            throw new DataIntegrityException(message);
+            if (failures.Values.All(v => v.StartsWith("missing", StringComparison.Ordinal))) throw new CommonDataException(ErrorCode.NotFound, message);
+            throw new CommonDataException(ErrorCode.Integrity, message);
         }
     }
 
@@ -272,18 +272,18 @@ public sealed class CacheTierClient : IAsyncDisposable
         if (string.IsNullOrEmpty(version) || version == "latest")
         {
             version = await GetLatestAsync(name, ct)
-                ?? throw new DatasetNotFoundException($"dataset '{name}' not found on cache hosts {string.Join(", ", Hosts)}");
+                ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' not found on cache hosts {string.Join(", ", Hosts)}");
         }
         if (!SegmentId.TryParse(version, out var versionId))
-            throw new DatasetNotFoundException($"dataset '{name}' version '{version}' is not a valid version id");
+            throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
         var (manifest, problem) = await GetManifestAsync(version, versionId, ct);
         if (manifest is not null)
         {
-            if (manifest.Name != name) throw new DatasetNotFoundException($"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
+            if (manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
             return (version, manifest);
         }
-        if (problem is not null) throw new DataIntegrityException($"dataset '{name}' version '{version}': {problem}");
-        throw new DatasetNotFoundException($"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
+        if (problem is not null) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {problem}");
+        throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
     }
 
     /// <summary>The verified manifest of a version from the first host with a good copy; else null and what was wrong.</summary>

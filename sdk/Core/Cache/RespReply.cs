@@ -21,14 +21,22 @@ public sealed record RespReply(RespKind Kind, string? Text = null, long Integer 
 }
 
 /// <summary>The server answered with a RESP error (the connection is still usable).</summary>
-public sealed class RespErrorException(string host, string message) : Exception($"{host}: {message}")
+public sealed class RespErrorException(string host, string message) : CommonDataException(CodeOf(message), $"{host}: {message}")
 {
+    /// <summary>OOM is a full budget; NOAUTH / WRONGPASS / NOPERM are refused credentials; the rest are refused requests.</summary>
+    private static ErrorCode CodeOf(string message) => message.Split(' ', 2)[0] switch
+    {
+        "OOM" => ErrorCode.NoSpace,
+        "NOAUTH" or "WRONGPASS" or "NOPERM" => ErrorCode.AccessDenied,
+        _ => ErrorCode.BadRequest,
+    };
+
     public string Host { get; } = host;
     public string ServerMessage { get; } = message;
 }
 
 /// <summary>The byte stream is not valid RESP; the connection cannot be trusted afterwards.</summary>
-public sealed class RespProtocolException(string message) : Exception(message);
+public sealed class RespProtocolException(string message) : CommonDataException(ErrorCode.Protocol, message);
 
 /// <summary>Incremental RESP2 reply parsing over a <see cref="ReadOnlySequence{T}"/>: false means "need more bytes".</summary>
 public static class RespReplyParser

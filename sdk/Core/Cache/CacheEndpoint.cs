@@ -42,7 +42,7 @@ public sealed record CacheEndpoint(string Host, int Port)
 
 /// <summary>A cache host could not be reached or dropped the connection; the message names the host.</summary>
 public sealed class CacheHostUnavailableException(CacheEndpoint endpoint, string reason, Exception? inner = null)
-    : IOException($"cache host {endpoint} unavailable: {reason}", inner)
+    : CommonDataException(ErrorCode.Unavailable, $"cache host {endpoint} unavailable: {reason}", inner)
 {
     public CacheEndpoint Endpoint { get; } = endpoint;
 }

@@ -18,12 +18,12 @@ public enum DataAccessMode
 }
 
 /// <summary>
-/// Options for <see cref="CommonData.OpenAsync(string, CommonDataOptions?, CancellationToken)"/>. Defaults come from the
+/// Options for <see cref="Dataset.OpenAsync(string, DatasetOptions?, CancellationToken)"/>. Defaults come from the
 /// environment variables that <c>hpcdata prestage</c> sets on every job:
 /// <c>HPCDATA_AGENT_PIPE</c>, <c>HPCDATA_MODE</c> (auto|map|stream|direct), <c>HPCDATA_CACHE_HOSTS</c>,
 /// <c>HPCDATA_CACHE_PASSWORD</c>, and <c>HPCDATA_DATASET</c> + <c>HPCDATA_VERSION</c> (the version the job was staged with).
 /// </summary>
-public sealed class CommonDataOptions
+public sealed class DatasetOptions
 {
     public const string ModeVariable = "HPCDATA_MODE";
     public const string DatasetVariable = "HPCDATA_DATASET";

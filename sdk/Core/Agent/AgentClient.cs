@@ -4,12 +4,6 @@ using Hpc.CommonData.Format;
 
 namespace Hpc.CommonData.Agent;
 
-/// <summary>The agent answered with an error; <see cref="Code"/> says which kind.</summary>
-public sealed class AgentException(string code, string message) : Exception(message)
-{
-    public string Code { get; } = code;
-}
-
 /// <summary>
 /// A connection to the node agent over its named pipe (a Unix domain socket on Linux). While it stays open, every
 /// dataset opened through it is leased: the agent will not evict it.
@@ -69,7 +63,7 @@ public sealed class AgentClient : IAsyncDisposable
     private async Task<LocalDataset> DatasetCallAsync(AgentRequest request, CancellationToken ct)
     {
         var response = await SendAsync(request, ct);
-        if (!response.Ok || response.Dataset is null) throw new AgentException(response.Code ?? "internal", response.Error ?? "agent returned no dataset");
+        if (!response.Ok || response.Dataset is null) throw response.ToException("agent returned no dataset");
         return response.Dataset;
     }
 
@@ -84,13 +78,13 @@ public sealed class AgentClient : IAsyncDisposable
     public async Task ReleaseAsync(string name, string? version, string pin, bool evict = false, CancellationToken ct = default)
     {
         var response = await SendAsync(new AgentRequest { Op = AgentOps.Release, Dataset = DatasetName.Validate(name), Version = version, Pin = pin, Evict = evict }, ct);
-        if (!response.Ok) throw new AgentException(response.Code ?? "internal", response.Error ?? "release failed");
+        if (!response.Ok) throw response.ToException("release failed");
     }
 
     public async Task<AgentStatus> StatusAsync(CancellationToken ct = default)
     {
         var response = await SendAsync(new AgentRequest { Op = AgentOps.Status }, ct);
-        return response.Status ?? throw new AgentException(response.Code ?? "internal", response.Error ?? "no status");
+        return response.Status ?? throw response.ToException("no status");
     }
 
     /// <summary>
@@ -106,7 +100,7 @@ public sealed class AgentClient : IAsyncDisposable
                 () => AgentJson.Default.AgentRequest, ct);
             var header = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct)
                          ?? throw new IOException($"node agent on pipe '{PipeName}' closed the connection");
-            if (!header.Ok || header.Dataset is null) throw new AgentException(header.Code ?? "internal", header.Error ?? "stream refused");
+            if (!header.Ok || header.Dataset is null) throw header.ToException("stream refused");
             onHeader?.Invoke(header.Dataset.Length);
             long offset = 0;
             while (true)

@@ -96,10 +96,14 @@ public sealed class AgentResponse
 {
     [JsonPropertyName("ok")] public bool Ok { get; set; }
     [JsonPropertyName("error")] public string? Error { get; set; }
-    /// <summary>not-found, integrity, unavailable, bad-request, internal.</summary>
-    [JsonPropertyName("code")] public string? Code { get; set; }
+    [JsonPropertyName("code")] public ErrorCode? Code { get; set; }
     [JsonPropertyName("dataset")] public LocalDataset? Dataset { get; set; }
     [JsonPropertyName("status")] public AgentStatus? Status { get; set; }
+
+    public static AgentResponse Failure(CommonDataException e) => new() { Ok = false, Code = e.Code, Error = e.Message };
+
+    /// <summary>The agent's error as the exception it was on the agent's side: same code, same message.</summary>
+    public CommonDataException ToException(string fallback) => new(Code ?? ErrorCode.Internal, Error ?? fallback);
 }
 
 /// <summary>A verified, read-only local copy of one dataset version.</summary>
