@@ -1,0 +1,237 @@
+using System.Collections;
+using System.ComponentModel;
+using System.Globalization;
+using System.Reflection;
+using System.Text;
+
+namespace Hpc.CommonData.Hosting;
+
+/// <summary>
+/// Marks an options property as a command-line switch (and, with <see cref="Environment"/>, an environment variable).
+/// Properties whose type has switches of its own (e.g. the cache-tier settings inside the agent's options) are
+/// followed, so one options type describes the program's whole command line.
+/// </summary>
+[AttributeUsage(AttributeTargets.Property)]
+public sealed class SwitchAttribute(string name, string help) : Attribute
+{
+    /// <summary>The switch as typed, e.g. <c>--data-dir</c>; empty for the program's one positional argument.</summary>
+    public string Name { get; } = name;
+    public string Help { get; } = help;
+    /// <summary>An environment variable read for this setting (below the command line, above appsettings.json).</summary>
+    public string? Environment { get; init; }
+    /// <summary>A secret is never put on a command line a launcher builds (argv is visible in <c>ps</c>): launchers pass it in the environment.</summary>
+    public bool Secret { get; init; }
+    /// <summary>Shown as the value's placeholder in help, e.g. <c>SIZE</c>.</summary>
+    public string? Meta { get; init; }
+}
+
+/// <summary>An options type that is the command line of one program.</summary>
+public interface IProgramOptions
+{
+    /// <summary>The configuration section the options bind from (appsettings.json, environment, command line).</summary>
+    static abstract string SectionName { get; }
+    /// <summary>The program as users start it, for help and errors.</summary>
+    static abstract string ProgramName { get; }
+    static abstract string Summary { get; }
+    /// <summary>Problems with the values, each a sentence naming the switch; empty when the options are usable.</summary>
+    IEnumerable<string> Validate();
+}
+
+/// <summary>What <see cref="ProgramContract{T}.Parse"/> found on a command line.</summary>
+public sealed record ParsedCommandLine(IReadOnlyDictionary<string, string?> Settings, bool HelpRequested, string? Error);
+
+/// <summary>
+/// The command line of a program, derived from its options type <typeparamref name="T"/> once, for both sides of the
+/// contract: the program parses its arguments into configuration keys (unknown switches refused, <c>--help</c>
+/// answered), and launchers build the arguments from an options object, so a switch is spelled in one place.
+/// </summary>
+public static class ProgramContract<T> where T : class, IProgramOptions, new()
+{
+    private sealed record Entry(SwitchAttribute Switch, string Key, PropertyInfo Property, PropertyInfo[] Path);
+
+    private static readonly Entry[] Entries = Collect(typeof(T), T.SectionName, []).ToArray();
+
+    private static IEnumerable<Entry> Collect(Type type, string prefix, PropertyInfo[] path)
+    {
+        foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance))
+        {
+            var key = $"{prefix}:{p.Name}";
+            if (p.GetCustomAttribute<SwitchAttribute>() is { } s) yield return new Entry(s, key, p, [.. path, p]);
+            else if (p.PropertyType.IsClass && p.PropertyType != typeof(string) && p.PropertyType.GetProperties().Any(q => q.IsDefined(typeof(SwitchAttribute))))
+                foreach (var e in Collect(p.PropertyType, key, [.. path, p])) yield return e;
+        }
+    }
+
+    /// <summary>The switches, in declaration order (for help and documentation).</summary>
+    public static IEnumerable<SwitchAttribute> Switches => Entries.Select(e => e.Switch);
+
+    /// <summary>
+    /// Reads the command line into configuration keys of <see cref="IProgramOptions.SectionName"/>. A list value
+    /// (<c>--cache-hosts a:1,b:2</c>) becomes indexed keys; a switch that takes no value stands for <c>true</c>.
+    /// </summary>
+    public static ParsedCommandLine Parse(IReadOnlyList<string> args)
+    {
+        var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
+        var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
+        for (var i = 0; i < args.Count; i++)
+        {
+            var arg = args[i];
+            if (arg is "--help" or "-h" or "-?" or "help") return new(settings, true, null);
+            if (!arg.StartsWith("--", StringComparison.Ordinal) || arg == "--")
+            {
+                if (positional is null || settings.ContainsKey(positional.Key)) return new(settings, false, $"unexpected argument '{arg}'");
+                settings[positional.Key] = arg;
+                continue;
+            }
+            var name = arg;
+            string? value = null;
+            if (arg.IndexOf('=') is var eq and > 0) { name = arg[..eq]; value = arg[(eq + 1)..]; }
+            var entry = Entries.FirstOrDefault(e => e.Switch.Name.Length > 0 && string.Equals(e.Switch.Name, name, StringComparison.OrdinalIgnoreCase));
+            if (entry is null) return new(settings, false, $"unknown option '{name}' (see {T.ProgramName} --help)");
+            var isFlag = entry.Property.PropertyType == typeof(bool);
+            if (value is null)
+            {
+                if (isFlag && (i + 1 >= args.Count || !bool.TryParse(args[i + 1], out _))) value = "true";
+                else if (i + 1 < args.Count && !(args[i + 1].StartsWith("--", StringComparison.Ordinal) && args[i + 1].Length > 2)) value = args[++i];
+                else return new(settings, false, $"option '{name}' needs a value");
+            }
+            if (Check(entry, value) is { } problem) return new(settings, false, $"option '{name}': {problem}");
+            foreach (var (k, v) in Expand(entry, value)) settings[k] = v;
+        }
+        if (positional is not null && !settings.ContainsKey(positional.Key) && positional.Switch.Meta is { } meta && !meta.EndsWith(']'))
+            return new(settings, false, $"missing {meta} (see {T.ProgramName} --help)");
+        return new(settings, false, null);
+    }
+
+    /// <summary>The documented environment variables that are set, as configuration keys.</summary>
+    public static IReadOnlyDictionary<string, string?> FromEnvironment()
+    {
+        var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
+        foreach (var e in Entries)
+            if (e.Switch.Environment is { } v && Environment.GetEnvironmentVariable(v) is { Length: > 0 } value)
+                foreach (var (k, x) in Expand(e, value)) settings[k] = x;
+        return settings;
+    }
+
+    /// <summary>The command line that makes the program run with <paramref name="options"/>: every setting that
+    /// differs from the default, secrets left out (pass those with <see cref="SecretEnvironment"/>).</summary>
+    public static IReadOnlyList<string> ToArguments(T options)
+    {
+        var defaults = new T();
+        var args = new List<string>();
+        foreach (var e in Entries)
+        {
+            if (e.Switch.Secret) continue;
+            var value = Read(e, options);
+            if (Format(value) is not { } text || text == Format(Read(e, defaults))) continue;
+            if (e.Switch.Name == "") args.Insert(0, text);
+            else if (e.Property.PropertyType == typeof(bool)) { if ((bool)value!) args.Add(e.Switch.Name); else args.AddRange([e.Switch.Name, "false"]); }
+            else args.AddRange([e.Switch.Name, text]);
+        }
+        return args;
+    }
+
+    /// <summary>The secrets of <paramref name="options"/> as the environment variables the program reads them from.</summary>
+    public static IReadOnlyDictionary<string, string?> SecretEnvironment(T options)
+    {
+        var env = new Dictionary<string, string?>();
+        foreach (var e in Entries)
+            if (e.Switch is { Secret: true, Environment: { } name } && Format(Read(e, options)) is { } text) env[name] = text;
+        return env;
+    }
+
+    /// <summary>Usage, the summary and one line per switch with its default, for <c>--help</c>.</summary>
+    public static string Help()
+    {
+        var defaults = new T();
+        var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
+        var sb = new StringBuilder();
+        sb.AppendLine($"{T.ProgramName} — {T.Summary}").AppendLine();
+        sb.AppendLine($"usage: {T.ProgramName}{(positional is null ? "" : " " + positional.Switch.Meta)} [options]").AppendLine();
+        foreach (var e in Entries)
+        {
+            var left = e.Switch.Name == "" ? e.Switch.Meta ?? "ARG"
+                : e.Property.PropertyType == typeof(bool) ? e.Switch.Name : $"{e.Switch.Name} {e.Switch.Meta ?? MetaOf(e.Property.PropertyType)}";
+            var help = e.Switch.Help;
+            if (!e.Switch.Secret && Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
+            if (e.Switch.Environment is { } env) help += $" [{env}]";
+            sb.AppendLine($"  {left,-28} {help}");
+        }
+        sb.AppendLine($"  {"--help",-28} this text");
+        sb.AppendLine().AppendLine($"Settings can also come from appsettings.json beside the program (section \"{T.SectionName}\").");
+        return sb.ToString();
+    }
+
+    /// <summary>
+    /// What a program's Main does first: answers <c>--help</c> on stdout (exit 0) and refuses a bad command line with one
+    /// line on stderr (exit 2); otherwise returns null and the configuration keys to layer over appsettings.json.
+    /// </summary>
+    public static int? Handle(string[] args, out IReadOnlyDictionary<string, string?> settings)
+    {
+        var parsed = Parse(args);
+        var merged = new Dictionary<string, string?>(FromEnvironment(), StringComparer.OrdinalIgnoreCase);
+        foreach (var (k, v) in parsed.Settings) merged[k] = v;
+        settings = merged;
+        if (parsed.HelpRequested) { Console.Out.Write(Help()); return 0; }
+        if (parsed.Error is not null) { Console.Error.WriteLine($"{T.ProgramName}: {parsed.Error}"); return 2; }
+        return null;
+    }
+
+    private static object? Read(Entry e, object root)
+    {
+        object? o = root;
+        foreach (var p in e.Path) o = o is null ? null : p.GetValue(o);
+        return o;
+    }
+
+    private static string? Format(object? value) => value switch
+    {
+        null => null,
+        string s => s,
+        bool b => b ? "true" : "false",
+        ByteSize b => b.ToExactString(),
+        TimeSpan t => t.ToString("c", CultureInfo.InvariantCulture),
+        IFormattable f => f.ToString(null, CultureInfo.InvariantCulture),
+        IEnumerable list => string.Join(",", list.Cast<object?>().Select(Format)),
+        _ => value.ToString(),
+    };
+
+    private static IEnumerable<KeyValuePair<string, string?>> Expand(Entry e, string value)
+    {
+        if (IsList(e.Property.PropertyType))
+        {
+            var items = value.Split([',', ' ', ';'], StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+            for (var i = 0; i < items.Length; i++) yield return new($"{e.Key}:{i}", items[i]);
+        }
+        else yield return new(e.Key, value);
+    }
+
+    /// <summary>Converts the text as configuration binding will, so a bad value is a usage error here, not a crash later.</summary>
+    private static string? Check(Entry e, string value)
+    {
+        var type = Nullable.GetUnderlyingType(e.Property.PropertyType) ?? e.Property.PropertyType;
+        if (IsList(type) || type == typeof(string)) return null;
+        try
+        {
+            if (type == typeof(TimeSpan)) { _ = TimeSpan.Parse(value, CultureInfo.InvariantCulture); return null; }
+            if (type.IsEnum) return Enum.TryParse(type, value, ignoreCase: true, out _) ? null : $"'{value}' is not one of {string.Join(", ", Enum.GetNames(type)).ToLowerInvariant()}";
+            TypeDescriptor.GetConverter(type).ConvertFromInvariantString(value);
+            return null;
+        }
+        catch (Exception ex) when (ex is FormatException or ArgumentException or NotSupportedException or OverflowException)
+        {
+            return ex is FormatException && ex.Message.StartsWith('\'') ? ex.Message : $"'{value}' is not a valid {MetaOf(type).ToLowerInvariant()}";
+        }
+    }
+
+    private static bool IsList(Type t) => t != typeof(string) && typeof(IEnumerable).IsAssignableFrom(t);
+
+    private static string MetaOf(Type t) => (Nullable.GetUnderlyingType(t) ?? t) switch
+    {
+        var x when x == typeof(ByteSize) => "SIZE",
+        var x when x == typeof(TimeSpan) => "HH:MM:SS",
+        var x when x == typeof(int) || x == typeof(long) => "N",
+        var x when IsList(x) => "A,B,…",
+        _ => "VALUE",
+    };
+}
