@@ -1,19 +1,21 @@
-using CommandLine;
+using Hpc.Jobs.Cli;
 using Hpc.Jobs.Commands;
 
-// hpcdata: what users type. Each verb hands off to its command class, which maps failures to exit codes.
-if (args is ["stage", .. var stageArgs]) return await StageVerb.RunAsync(stageArgs);
-if (args is ["prestage", .. var prestageArgs]) return await PrestageCommand.RunAsync(prestageArgs);
-if (args is ["bench", .. var benchArgs]) return await BenchVerb.RunAsync(benchArgs);
-if (args is ["report", .. var reportArgs]) return await ReportCommand.RunAsync(reportArgs);
-var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
-return await parser.ParseArguments<DemoOptions, WorkerOptions, GenerateOptions, NodePrepOptions, NodeReleaseOptions, RemoveOptions, Hpc.Jobs.Sample.SoaHostOptions, Hpc.Jobs.Sample.SoaClientOptions>(args).MapResult(
-    (DemoOptions o) => new DemoCommand(o).RunAsync(),
-    (NodePrepOptions o) => NodePrepCommand.RunAsync(o),
-    (NodeReleaseOptions o) => NodeReleaseCommand.RunAsync(o),
-    (RemoveOptions o) => RemoveCommand.RunAsync(o),
-    (Hpc.Jobs.Sample.SoaHostOptions o) => Hpc.Jobs.Sample.SoaHost.RunAsync(o),
-    (Hpc.Jobs.Sample.SoaClientOptions o) => Hpc.Jobs.Sample.SoaClient.RunAsync(o),
-    (WorkerOptions o) => WorkerCommand.RunAsync(o),
-    (GenerateOptions o) => o.RunAsync(),
-    _ => Task.FromResult(2));
+// hpcdata: what users type. Each verb hands off to its command; CommandTree owns help, usage errors and exit codes.
+const string Me = "hpcdata";
+return await new CommandTree(Me, "get a shared read-only dataset onto every compute node once, verified, and share it with every worker", [
+    new("stage", "Stage a file, a directory or stdin as a new dataset version (runs the stager).", StageVerb.RunAsync),
+    new("prestage", "Stage a dataset if it changed, then run or submit a job whose nodes get it first: prestage PATH|NAME [options] -- command…",
+        PrestageCommand.RunAsync),
+    VerbEntry.Of<NodePrepOptions>(Me, NodePrepCommand.RunAsync),
+    VerbEntry.Of<NodeReleaseOptions>(Me, NodeReleaseCommand.RunAsync),
+    VerbEntry.Of<RemoveOptions>(Me, RemoveCommand.RunAsync),
+    VerbEntry.Of<WorkerOptions>(Me, (o, ct) => WorkerCommand.RunAsync(o, compute: null, ct)),
+    VerbEntry.Of<GenerateOptions>(Me, GenerateCommand.RunAsync),
+    new("demo", "Run the whole system on this machine: cache hosts, node agents, staging and sample workers (runs Hpc.Samples).",
+        args => ProgramVerb.RunAsync("Hpc.Samples", ["demo", .. args])),
+    new("bench", "The lab: scale-model cluster, codec, cache and attach benchmarks (runs Hpc.Bench).",
+        args => ProgramVerb.RunAsync("Hpc.Bench", args)),
+    new("report", "Tables, charts and a Markdown summary of bench results or agents' fetch telemetry (runs Hpc.Bench).",
+        args => ProgramVerb.RunAsync("Hpc.Bench", ["report", .. args])),
+]).RunAsync(args);

@@ -3,6 +3,7 @@ using System.Diagnostics;
 using System.Threading.Channels;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Hosting;
 using Microsoft.Extensions.Logging;
 
 namespace Hpc.Stager;
@@ -22,14 +23,6 @@ public sealed class StageOptions
 }
 
 public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
-
-public sealed record StageResult(
-    string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments,
-    bool Unchanged, double Seconds, string Hash)
-{
-    public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
-    public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
-}
 
 /// <summary>
 /// Chunks, compresses and hashes on all cores, uploads pipelined batches to every cache host in parallel, skips

@@ -52,10 +52,9 @@ public sealed class NodePrepOptions
 /// </summary>
 public static class NodePrepCommand
 {
-    public static async Task<int> RunAsync(NodePrepOptions o)
+    public static async Task<int> RunAsync(NodePrepOptions o, CancellationToken stop)
     {
-        using var cancel = new CancellationTokenSource();
-        using var signals = CancelOnSignals(cancel);
+        using var cancel = CancellationTokenSource.CreateLinkedTokenSource(stop);
         var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
         var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
         var job = JobVariables.JobIdFromEnvironment(o.Job);
@@ -182,20 +181,6 @@ public static class NodePrepCommand
     {
         Console.Error.WriteLine($"hpcdata nodeprep: {message}");
         return code;
-    }
-
-    /// <summary>Ctrl-C and the scheduler's SIGTERM (scancel, job time limit) both cancel.</summary>
-    internal static IDisposable CancelOnSignals(CancellationTokenSource cancel)
-    {
-        var registrations = new List<PosixSignalRegistration>();
-        foreach (var s in new[] { PosixSignal.SIGINT, PosixSignal.SIGTERM })
-            registrations.Add(PosixSignalRegistration.Create(s, c => { c.Cancel = true; cancel.Cancel(); }));
-        return new Registrations(registrations);
-    }
-
-    private sealed class Registrations(List<PosixSignalRegistration> list) : IDisposable
-    {
-        public void Dispose() { foreach (var r in list) r.Dispose(); }
     }
 
     /// <summary>One self-overwriting line on the terminal from the agent's fetch journal.</summary>

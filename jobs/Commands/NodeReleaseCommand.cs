@@ -30,7 +30,7 @@ public sealed class NodeReleaseOptions
 /// <summary>Exit codes: 0 released (or nothing to release), 2 bad usage. Problems reaching the agent are reported, not failed on.</summary>
 public static class NodeReleaseCommand
 {
-    public static async Task<int> RunAsync(NodeReleaseOptions o)
+    public static async Task<int> RunAsync(NodeReleaseOptions o, CancellationToken ct)
     {
         var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
         var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));

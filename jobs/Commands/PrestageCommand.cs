@@ -64,19 +64,17 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     private readonly List<ComponentProcess> _cacheHosts = [];
 
     /// <summary>Everything after "--" is the service-host command, passed through untouched.</summary>
-    public static async Task<int> RunAsync(string[] args)
+    public static Task<int> RunAsync(string[] args)
     {
         var split = Array.IndexOf(args, "--");
         var (own, command) = split < 0 ? (args, Array.Empty<string>()) : (args[..split], args[(split + 1)..]);
-        var parser = new Parser(s => { s.HelpWriter = Console.Error; s.CaseInsensitiveEnumValues = true; });
-        return await parser.ParseArguments<PrestageOptions>(own).MapResult(o => new PrestageCommand(o, command).RunAsync(), _ => Task.FromResult(2));
+        return Cli.CommandTree.ParseAndRunAsync<PrestageOptions>("hpcdata prestage", own, (o, ct) => new PrestageCommand(o, command).RunAsync(ct));
     }
 
-    public async Task<int> RunAsync()
+    public async Task<int> RunAsync(CancellationToken stop)
     {
         if (Validate() is { } usage) return Say(2, usage);
-        using var cancel = new CancellationTokenSource();
-        using var signals = NodePrepCommand.CancelOnSignals(cancel);
+        using var cancel = CancellationTokenSource.CreateLinkedTokenSource(stop);
         var local = o.Scheduler == "local";
         var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-job-{Environment.ProcessId}");
         var jobId = o.JobId ?? (local ? $"local-{DateTime.UtcNow:yyyyMMdd-HHmmss}-{Environment.ProcessId}" : null);
@@ -116,7 +114,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             return Say(130, $"cancelled{(jobId is null ? "" : $"; job {jobId}'s nodes were released")}");
         }
         catch (Exception e) when (e is IOException or InvalidOperationException or ArgumentException or FormatException or TimeoutException
-                                       or CommonDataException or RespErrorException or UnauthorizedAccessException)
+                                       or CommonDataException or UnauthorizedAccessException)
         {
             return Say(1, e.Message);
         }
@@ -168,16 +166,13 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
 
     private async Task<(string Version, string How)> StageAsync(string path, string name, IReadOnlyList<string> hosts, CancellationToken ct)
     {
-        var args = new List<string> { path, "--name", name, "--cache-hosts", string.Join(",", hosts), "--json" };
-        if (o.Lifetime is { } l && l != "job") args.AddRange(["--lifetime", l]);
-        await using var stager = ComponentProcess.Start("Hpc.Stager", args, name: "stager");
-        if (await stager.WaitForExitAsync(TimeSpan.FromHours(2), ct) != 0)
-            throw new IOException($"staging '{path}' failed: {stager.StandardErrorTail.Replace("hpcdata-stage: ", "")}");
-        using var summary = JsonDocument.Parse(stager.StandardOutput.Last());
-        var r = summary.RootElement;
-        var unchanged = r.GetProperty("Unchanged").GetBoolean();
-        var how = unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.GetProperty("RawBytes").GetInt64())} in {r.GetProperty("Seconds").GetDouble():0.00} s";
-        return (r.GetProperty("Version").GetString()!, how);
+        var stager = new StagerOptions
+        {
+            Path = path, Name = name, CacheHosts = [.. hosts], Json = true, Lifetime = o.Lifetime is { } l && l != "job" ? l : null,
+        };
+        var r = await ComponentProcess.StageAsync(stager, TimeSpan.FromHours(2), ct);
+        var how = r.Unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.RawBytes)} in {r.Seconds:0.00} s";
+        return (r.Version, how);
     }
 
     private static async Task<string> LatestAsync(string name, CacheTierOptions options, CancellationToken ct)
@@ -229,7 +224,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
                 Console.WriteLine($"prestage: removed {name} version {version} from the cache tier (lifetime: job)");
             });
         }
-        catch (Exception e) when (e is IOException or TimeoutException or CommonDataException or RespErrorException)
+        catch (Exception e) when (e is IOException or TimeoutException or CommonDataException)
         {
             Console.Error.WriteLine($"hpcdata prestage: could not drop the job's version {version}: {e.Message}");
         }

@@ -24,7 +24,7 @@ public sealed class RemoveOptions
 /// <summary>Exit codes: 0 removed, kept for other jobs, or already gone; 1 the cache tier failed; 2 bad usage.</summary>
 public static class RemoveCommand
 {
-    public static async Task<int> RunAsync(RemoveOptions o)
+    public static async Task<int> RunAsync(RemoveOptions o, CancellationToken ct)
     {
         if (!DatasetName.TryValidate(o.Name, out var error)) return Say(2, error!);
         try
@@ -32,7 +32,7 @@ public static class RemoveCommand
             var options = CacheTierOptions.FromEnvironment();
             if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             await using var tier = new CacheTierClient(options);
-            var version = o.Version ?? await tier.GetLatestAsync(o.Name);
+            var version = o.Version ?? await tier.GetLatestAsync(o.Name, ct);
             if (version is null) return Say(0, $"dataset '{o.Name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
             var lifetime = new DatasetLifetime(tier, options);
             if (o.Job is not null)
@@ -47,7 +47,7 @@ public static class RemoveCommand
                                   : $"segments not collected now ({gc?.SkippedBecause}); the next removal collects them"));
             return 0;
         }
-        catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or RespErrorException)
+        catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
         {
             return Say(1, e.Message);
         }

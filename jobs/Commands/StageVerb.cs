@@ -2,16 +2,28 @@ using Hpc.CommonData.Hosting;
 
 namespace Hpc.Jobs.Commands;
 
-/// <summary><c>hpcdata stage PATH --name owner/name …</c>: forwards to the stager program with its own options.</summary>
-public static class StageVerb
+/// <summary>
+/// Verbs served by another program of the installation (the stager, the lab, the samples): the arguments pass through
+/// untouched and that program's exit code is ours. The product never references those programs' code.
+/// </summary>
+public static class ProgramVerb
 {
-    public static async Task<int> RunAsync(string[] args)
+    public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args)
     {
         var info = new System.Diagnostics.ProcessStartInfo(ComponentProcess.DotnetHost()) { UseShellExecute = false };
-        info.ArgumentList.Add(ComponentLocator.Find("Hpc.Stager"));
+        info.ArgumentList.Add(ComponentLocator.Find(assembly));
         foreach (var a in args) info.ArgumentList.Add(a);
         using var p = System.Diagnostics.Process.Start(info)!;
+        // A terminal's Ctrl-C reaches the whole process group; a scheduler's SIGTERM reaches only us: pass it on.
+        using var sigterm = OperatingSystem.IsWindows() ? null : System.Runtime.InteropServices.PosixSignalRegistration.Create(
+            System.Runtime.InteropServices.PosixSignal.SIGTERM, c => { c.Cancel = true; ComponentProcess.Terminate(p.Id); });
         await p.WaitForExitAsync();
         return p.ExitCode;
     }
+}
+
+/// <summary><c>hpcdata stage PATH --name owner/name …</c>: the stager program with its own command line (<see cref="StagerOptions"/>).</summary>
+public static class StageVerb
+{
+    public static Task<int> RunAsync(string[] args) => ProgramVerb.RunAsync("Hpc.Stager", args);
 }

@@ -3,13 +3,12 @@ using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
-using Hpc.Jobs.Sample;
 using Microsoft.Extensions.Logging;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("worker", HelpText = "Run one sample worker: open a dataset through the SDK, verify it, compute 1-day VaR, print a JSON result.")]
-public sealed class WorkerOptions
+[Verb("worker", HelpText = "Check a worker's view of a dataset on this node: open it through the SDK as a service would, verify it, time it, print one JSON line.")]
+public class WorkerOptions
 {
     [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
     public string? Dataset { get; set; }
@@ -20,9 +19,6 @@ public sealed class WorkerOptions
     [Option("wait-go", HelpText = "Print READY and wait for a line on stdin before opening (so many workers start together).")]
     public bool WaitGo { get; set; }
 
-    [Option("no-compute", HelpText = "Only attach and verify.")]
-    public bool NoCompute { get; set; }
-
     [Option("reopens", Default = 5, HelpText = "Opens after the first, in the same process, for the re-open time (0: none; in stream mode each one copies the whole dataset again).")]
     public int Reopens { get; set; } = 5;
 }
@@ -30,17 +26,19 @@ public sealed class WorkerOptions
 public static class WorkerCommand
 {
     /// <summary>
-    /// AttachMs is the first open in a fresh process (includes JIT); WarmAttachMs the median of the re-opens in the same
+    /// What a worker prints (one JSON line). AttachMs is the first open in a fresh process (includes JIT); WarmAttachMs the median of the re-opens in the same
     /// process (0 with --reopens 0). VerifyMs is the worker's own hash of a mapped copy; 0 in stream and direct mode, whose
     /// open already hashed the private copy before returning it. VerifiedUnixMs is the wall-clock moment the whole dataset
-    /// was open and verified, so a launcher on the same machine can time workers from a common start.
+    /// was open and verified, so a launcher on the same machine can time workers from a common start. Computed is what a
+    /// service's own pass over the data produced (the samples' value-at-risk), absent for a plain check.
     /// </summary>
     public sealed record WorkerResult(int Pid, string Mode, string Version, long Bytes, double AttachMs, double WarmAttachMs, double VerifyMs, double ComputeMs,
-        bool Verified, double ValueAtRisk99, int Days, double VerifiedUnixMs = 0);
+        bool Verified, double VerifiedUnixMs = 0, string? Computed = null);
 
     public static double UnixMs() => (DateTime.UtcNow - DateTime.UnixEpoch).TotalMilliseconds;
 
-    public static async Task<int> RunAsync(WorkerOptions o)
+    /// <param name="compute">A pass over the open data, as a service would make (timed as ComputeMs); null for a plain check.</param>
+    public static async Task<int> RunAsync(WorkerOptions o, Func<Dataset, string>? compute, CancellationToken ct)
     {
         using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning).AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
         var name = o.Dataset ?? Environment.GetEnvironmentVariable(DatasetOptions.DatasetVariable);
@@ -55,7 +53,7 @@ public static class WorkerCommand
                 await Console.In.ReadLineAsync();
             }
             var clock = Stopwatch.StartNew();
-            await using var data = await Dataset.OpenAsync(name, options);
+            await using var data = await Dataset.OpenAsync(name, options, ct);
             var attach = clock.Elapsed.TotalMilliseconds;
             var verify = 0.0;
             if (data.Mode == DataAccessMode.Map)
@@ -69,20 +67,18 @@ public static class WorkerCommand
             for (var i = 0; i < o.Reopens; i++)
             {
                 clock.Restart();
-                await using (await Dataset.OpenAsync(name, options)) { }
+                await using (await Dataset.OpenAsync(name, options, ct)) { }
                 warm.Add(clock.Elapsed.TotalMilliseconds);
             }
             var warmAttach = warm.Count == 0 ? 0 : warm.Order().ElementAt(warm.Count / 2);
             clock.Restart();
-            var var99 = o.NoCompute ? null : MarketHistory.ValueAtRisk(data.Windows());
-            var compute = clock.Elapsed.TotalMilliseconds;
+            var computed = compute?.Invoke(data);
             var result = new WorkerResult(Environment.ProcessId, data.Mode.ToString().ToLowerInvariant(), data.Version, data.Length,
-                attach, warmAttach, verify, compute, Verified: true, var99?.ValueAtRisk99 ?? 0, var99?.Days ?? 0, verifiedAt);
+                attach, warmAttach, verify, clock.Elapsed.TotalMilliseconds, Verified: true, verifiedAt, computed);
             Console.WriteLine(JsonSerializer.Serialize(result));
             return 0;
         }
-        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException
-                                       or CommonDataException or InvalidDataException or TimeoutException)
+        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or InvalidDataException or TimeoutException)
         {
             Console.Error.WriteLine($"hpcdata worker: {e.Message}");
             return 1;

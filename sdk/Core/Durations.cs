@@ -5,6 +5,14 @@ namespace Hpc.CommonData;
 /// <summary>Durations as people write them: 90s, 15m, 12h, 7d (a bare number is seconds).</summary>
 public static class Durations
 {
+    public static bool TryParse(string? text, out TimeSpan duration)
+    {
+        duration = default;
+        if (text is null) return false;
+        try { duration = Parse(text); return true; }
+        catch (FormatException) { return false; }
+    }
+
     public static TimeSpan Parse(string text)
     {
         var t = text.Trim().ToLowerInvariant();

@@ -1,6 +1,6 @@
 using System.Text.Json;
 using Hpc.CommonData.Hosting;
-using Hpc.Jobs.Bench;
+using Hpc.Bench;
 
 namespace Hpc.Bench.Tests;
 

@@ -1,7 +1,7 @@
 using System.Buffers.Binary;
 using System.IO.Compression;
 using System.Text;
-using Hpc.Jobs.Report;
+using Hpc.Bench.Report;
 
 namespace Hpc.Bench.Tests;
 

@@ -49,7 +49,7 @@ public class DataPathTests
         var staged = await c.StageAsync(csv, "demo/market");
         var (_, pipe, _) = await c.StartAgentAsync();
         var env = new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe };
-        var runs = await Task.WhenAll(Enumerable.Range(0, 3).Select(_ => c.RunAsync("hpcdata", ["worker", "--dataset", "demo/market", "--mode", "map"], env)));
+        var runs = await Task.WhenAll(Enumerable.Range(0, 3).Select(_ => c.RunAsync("Hpc.Samples", ["worker", "--dataset", "demo/market", "--mode", "map"], env)));
         var results = runs.Select(r =>
         {
             Assert.True(r.Code == 0, r.Stderr);
@@ -57,8 +57,8 @@ public class DataPathTests
         }).ToList();
         Assert.All(results, r => Assert.Equal(staged.Version, r.GetProperty("Version").GetString()));
         Assert.All(results, r => Assert.True(r.GetProperty("Verified").GetBoolean()));
-        Assert.Single(results.Select(r => r.GetProperty("ValueAtRisk99").GetDouble()).Distinct());
-        Assert.True(results[0].GetProperty("ValueAtRisk99").GetDouble() > 0);
+        Assert.Single(results.Select(r => r.GetProperty("Computed").GetString()).Distinct());
+        Assert.Contains("99% one-day VaR", results[0].GetProperty("Computed").GetString());
     }
 
     [Fact]

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Cache;
 
 namespace Hpc.Jobs.Tests;
@@ -113,8 +114,10 @@ public class PrestageLocalTests
         await using var s = new Sandbox();
         var csv = Path.Combine(s.Root, "prices.csv");
         Assert.Equal(0, (await s.HpcdataAsync(["generate", csv, "--size", "2MB"])).Code);
+        // The sample service is a program of its own, started by the job as any user's service would be.
+        string[] sample = [ComponentProcess.DotnetHost(), ComponentLocator.Find("Hpc.Samples")];
         var r = await s.HpcdataAsync(["prestage", csv, "--name", "risk/soa", "--nodes", "2", "--hosts-per-node", "2",
-            "--client", "hpcdata soa-client --requests 200", "--", "hpcdata", "soa-host"]);
+            "--client", string.Join(' ', sample) + " soa-client --requests 200", "--", .. sample, "soa-host"]);
         Assert.True(r.Code == 0, r.Stderr + r.Out);
         Assert.Contains(r.Stdout, l => l.Contains("soa-client: 200 requests to 4 service hosts") && !l.Contains("history of 0 days"));
         Assert.Equal(4, r.Stdout.Count(l => l.Contains("opened via map")));

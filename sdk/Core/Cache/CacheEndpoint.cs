@@ -31,6 +31,12 @@ public sealed record CacheEndpoint(string Host, int Port)
         return new CacheEndpoint(host, port);
     }
 
+    public static bool TryParse(string text, out CacheEndpoint? endpoint)
+    {
+        try { endpoint = Parse(text); return true; }
+        catch (FormatException) { endpoint = null; return false; }
+    }
+
     /// <summary>Parses a comma- or whitespace-separated host list, as in HPCDATA_CACHE_HOSTS.</summary>
     public static IReadOnlyList<CacheEndpoint> ParseList(string? text) =>
         (text ?? "").Split([',', ' ', ';', '\n'], StringSplitOptions.RemoveEmptyEntries).Select(Parse).ToArray();

@@ -70,6 +70,22 @@ public sealed class ComponentProcess : IAsyncDisposable
         return p;
     }
 
+    /// <summary>
+    /// Runs the stager with <paramref name="options"/> (which must ask for <c>--json</c>) and returns what it staged; a
+    /// failure is an exception carrying the stager's own last error lines.
+    /// </summary>
+    public static async Task<StageResult> StageAsync(StagerOptions options, TimeSpan timeout, CancellationToken ct, IReadOnlyList<string>? launcher = null,
+        Func<ComponentProcess, ComponentProcess>? track = null)
+    {
+        if (!options.Json) throw new ArgumentException("the stager must be asked for its JSON summary", nameof(options));
+        await using var stager = Start("Hpc.Stager", ProgramContract<StagerOptions>.ToArguments(options), name: "stager", launcher: launcher);
+        track?.Invoke(stager);
+        if (await stager.WaitForExitAsync(timeout, ct) != 0)
+            throw new CommonDataException(ErrorCode.Internal, $"staging '{options.Path}' failed: {stager.StandardErrorTail.Replace(StagerOptions.ProgramName + ": ", "")}");
+        return System.Text.Json.JsonSerializer.Deserialize(stager.StandardOutput.LastOrDefault() ?? "null", ContractJson.Default.StageResult)
+               ?? throw new CommonDataException(ErrorCode.Protocol, $"the stager printed no summary: {stager.StandardErrorTail}");
+    }
+
     /// <summary>Waits for the READY line; on timeout or early exit the error carries the process's last stderr lines.</summary>
     public async Task<string> WaitReadyAsync(TimeSpan timeout, CancellationToken ct = default)
     {
@@ -136,6 +152,12 @@ public sealed class ComponentProcess : IAsyncDisposable
         Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") is { Length: > 0 } h && File.Exists(h) ? h
         : Environment.ProcessPath is { } p && Path.GetFileNameWithoutExtension(p) == "dotnet" ? p
         : "dotnet";
+
+    /// <summary>Asks a process to stop as a service manager would (SIGTERM); on Windows there is no such request.</summary>
+    public static void Terminate(int pid)
+    {
+        if (!OperatingSystem.IsWindows()) Posix.Kill(pid, Posix.SIGTERM);
+    }
 
     private static class Posix
     {

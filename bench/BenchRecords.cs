@@ -1,0 +1,92 @@
+using System.Text.Json;
+using System.Text.Json.Serialization;
+
+namespace Hpc.Bench;
+
+/// <summary>
+/// One line of results.jsonl (format "hpcdata-bench", schema 1; documented in docs/benchmarks.md). Readers must ignore
+/// fields they do not know, so later schemas only add.
+/// </summary>
+public sealed class BenchRecord
+{
+    public string Kind { get; set; } = "cluster";          // cluster | calibration | skipped
+    public int Schema { get; set; } = 1;
+    public string Run { get; set; } = "";
+    public DateTimeOffset Time { get; set; } = DateTimeOffset.UtcNow;
+    public string? Pattern { get; set; }                   // calibration: pull | neighbour
+    public string? Note { get; set; }
+    public RunConfig Config { get; set; } = new();
+    public DatasetInfo? Dataset { get; set; }
+    /// <summary>Seconds the configuration needs at the link rate with nothing lost (see <see cref="Limits"/>).</summary>
+    public double LimitSeconds { get; set; }
+    /// <summary>From the common start until the last node had a complete, verified copy.</summary>
+    public double MeasuredSeconds { get; set; }
+    public double Efficiency { get; set; }
+    public List<NodeTime> Nodes { get; set; } = [];
+    public List<HostBytes>? CacheHosts { get; set; }
+    public List<ProcStats.Sample>? Processes { get; set; }
+    public List<WorkerTime>? Workers { get; set; }
+    public MachineInfo? Machine { get; set; }
+}
+
+public sealed class RunConfig
+{
+    public int Nodes { get; set; }
+    public int Hosts { get; set; }
+    public long SizeBytes { get; set; }
+    public int RateMbit { get; set; }
+    public double DelayMs { get; set; }
+    public bool Compress { get; set; } = true;
+    public int Workers { get; set; }
+    public string Data { get; set; } = "csv";
+    public bool WarmAgents { get; set; }
+    /// <summary>How workers attach when <see cref="Workers"/> &gt; 0: map (shared mapping) or stream (private copy over the pipe).</summary>
+    public string? WorkerMode { get; set; }
+    /// <summary>Members' egress queue when not the plain FIFO (see <see cref="Topology.HostQueue"/>); absent means fifo.</summary>
+    public string? HostQueue { get; set; }
+}
+
+public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
+public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null);
+public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
+/// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
+/// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>
+public sealed record WorkerTime(string Node, string Mode, double AttachMs, double WarmAttachMs, bool Verified, double? VerifyMs = null, double? WallMs = null);
+public sealed record MachineInfo(string Host, int Cores, string Kernel, string Runtime);
+
+public static class Limits
+{
+    /// <summary>
+    /// Direct fetch: the H cache-host links must send N·S between them, and each node's own link must carry S, so the
+    /// time is at least max(N/H, 1)·S/B. B is the shaped link rate in bytes per second.
+    /// </summary>
+    public static double DirectFetch(int nodes, int hosts, long bytes, int rateMbit) =>
+        Math.Max((double)nodes / hosts, 1.0) * bytes / (rateMbit * 1e6 / 8);
+
+    /// <summary>Every node sends S to its neighbour while receiving S from the other one: S/B on every link at once.</summary>
+    public static double Neighbour(long bytes, int rateMbit) => bytes / (rateMbit * 1e6 / 8);
+}
+
+public static class BenchJson
+{
+    public static readonly JsonSerializerOptions Options = new()
+    {
+        PropertyNamingPolicy = JsonNamingPolicy.CamelCase,
+        DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull,
+        NumberHandling = JsonNumberHandling.AllowNamedFloatingPointLiterals,
+    };
+
+    /// <summary>Appends one line and flushes it to disk, so an interrupted matrix keeps every finished run.</summary>
+    public static void Append<T>(string dir, T record)
+    {
+        Directory.CreateDirectory(dir);
+        var line = JsonSerializer.Serialize(record, Options) + "\n";
+        using var f = new FileStream(Path.Combine(dir, "results.jsonl"), FileMode.Append, FileAccess.Write, FileShare.Read);
+        f.Write(System.Text.Encoding.UTF8.GetBytes(line));
+        f.Flush(flushToDisk: true);
+    }
+
+    public static MachineInfo Machine() => new(Environment.MachineName, Environment.ProcessorCount,
+        File.Exists("/proc/sys/kernel/osrelease") ? File.ReadAllText("/proc/sys/kernel/osrelease").Trim() : Environment.OSVersion.VersionString,
+        System.Runtime.InteropServices.RuntimeInformation.FrameworkDescription);
+}

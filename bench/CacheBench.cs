@@ -1,0 +1,200 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Text;
+using static Hpc.Bench.Stats;
+
+namespace Hpc.Bench;
+
+/// <summary>The settings of one <c>bench cache</c> measurement; <see cref="Commands"/> is what was sent.</summary>
+public sealed record CacheConfig(int Requests, int Commands, int Clients, int Pipeline, int Keys, int ValueBytes, int KeysPerCommand);
+
+/// <summary>
+/// One measurement of <c>hpcdata bench cache</c> (JSON line kind "cache"): one store × client × command × round. CPU
+/// seconds cover the whole measurement call (<see cref="CpuWindowSeconds"/>); machine CPU is every core's busy time,
+/// so machine − server − client is what everything else on the machine used meanwhile.
+/// </summary>
+public sealed record CacheRecord(
+    string Kind, int Schema, string Run, DateTimeOffset Time, string Server, string? ServerVersion, string Client, string Op, int Round,
+    CacheConfig Config, double Seconds, double Rps, double MegabytesPerSecond, double AvgMs, double P50Ms, double P99Ms,
+    double ServerCpuSeconds, double ClientCpuSeconds, double MachineCpuSeconds, double CpuWindowSeconds, double? ClientAllocatedBytesPerCommand,
+    MachineInfo Machine);
+
+/// <summary>
+/// Our cache host against redis-server (and garnet-server when there is one) on loopback, 64 KB values, GET and a
+/// 16-key MGET, each measured by redis-benchmark and by the SDK's own RESP client with the same connections, pipeline
+/// depth, key count and request count. Stores run for the whole session; rounds alternate their order, so a slow
+/// spell of the shared machine does not land on one store in every round.
+/// </summary>
+public static class CacheBench
+{
+    public const int ValueBytes = 64 * 1024;
+
+    public sealed record Options(IReadOnlyList<string> Servers, int Requests, int Clients, int Pipeline, int Keys, int Rounds, string? Out, TimeSpan Timeout);
+
+    public sealed record Outcome(List<CacheRecord> Records, List<string> Notes);
+
+    /// <summary>MGET moves 16 values per command, so it sends a sixteenth of the commands: both move the same bytes.</summary>
+    public static int Commands(Options o, CacheOp op) => Math.Max(o.Clients, o.Requests / op.KeysPerCommand);
+
+    public static async Task<Outcome> RunAsync(Options o, CancellationToken ct)
+    {
+        var notes = new List<string>();
+        var clients = new List<string>();
+        var redisBenchmark = CacheBenchTools.RedisBenchmark();
+        if (redisBenchmark.Path is null) Note(notes, $"redis-benchmark not found: {redisBenchmark.Missing}; measuring with {SdkLoad.ClientName} only");
+        else clients.Add(RedisBenchmark.ClientName);
+        clients.Add(SdkLoad.ClientName);
+
+        var run = $"cache-{DateTime.UtcNow:yyyyMMdd'T'HHmmss}-{Environment.ProcessId}";
+        var machine = BenchJson.Machine();
+        var keys = new KeySpace(o.Keys, ValueBytes);
+        var servers = new List<CacheBenchServer>();
+        var records = new List<CacheRecord>();
+        try
+        {
+            foreach (var name in o.Servers)
+            {
+                ct.ThrowIfCancellationRequested();
+                if (await StartAsync(name, notes, ct) is not { } server) continue;
+                servers.Add(server);
+                Console.Error.WriteLine($"  {server.Name}{(server.Version is null ? "" : " " + server.Version)} on {server.Endpoint} (pid {server.Pid}): " +
+                                        $"storing {o.Keys} × 64 KB, then a warm-up");
+                await keys.PreloadAsync(server.Endpoint, o.Timeout, ct);
+                await WarmUpAsync(server, keys, o, ct);
+            }
+            if (servers.Count == 0) throw new BenchRefusedException("no store to measure: " + string.Join("; ", notes), 2);
+
+            for (var round = 1; round <= o.Rounds; round++)
+            {
+                var order = round % 2 == 1 ? servers : Enumerable.Reverse(servers).ToList();
+                foreach (var server in order)
+                    foreach (var client in clients)
+                        foreach (var op in new[] { CacheOp.Get, CacheOp.Mget })
+                        {
+                            var r = await MeasureAsync(server, client, redisBenchmark.Path, op, round, keys, o, run, machine, ct);
+                            records.Add(r);
+                            if (o.Out is not null) BenchJson.Append(o.Out, r);
+                            Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                                $"  round {round} {r.Server,-13} {r.Client,-15} {r.Op,-4} {r.Rps,8:0} req/s {r.MegabytesPerSecond,6:0} MB/s  " +
+                                $"p50 {r.P50Ms,6:0.000} ms  p99 {r.P99Ms,7:0.000} ms"));
+                        }
+            }
+        }
+        finally
+        {
+            await Task.WhenAll(servers.Select(s => s.DisposeAsync().AsTask()));
+        }
+        return new Outcome(records, notes);
+    }
+
+    private static void Note(List<string> notes, string line)
+    {
+        notes.Add(line);
+        Console.Error.WriteLine($"hpcdata bench cache: {line}");
+    }
+
+    private static async Task<CacheBenchServer?> StartAsync(string name, List<string> notes, CancellationToken ct)
+    {
+        switch (name)
+        {
+            case CacheBenchServer.CacheHost:
+                return await CacheBenchServer.StartCacheHostAsync(ct);
+            case CacheBenchServer.Redis:
+                var redis = CacheBenchTools.RedisServer();
+                if (redis.Path is not null) return await CacheBenchServer.StartRedisAsync(redis.Path, ct);
+                Note(notes, $"redis-server not found: {redis.Missing}; going on without it (no ratios to redis-server)");
+                return null;
+            case CacheBenchServer.Garnet:
+                var garnet = CacheBenchTools.Garnet();
+                if (garnet.Path is not null) return await CacheBenchServer.StartGarnetAsync(garnet.Path, ct);
+                Note(notes, $"garnet-server not found: {garnet.Missing}; going on without it");
+                return null;
+            default:
+                throw new FormatException($"unknown store '{name}'");
+        }
+    }
+
+    /// <summary>
+    /// Three of the stores are .NET programs whose hot paths are compiled (and recompiled with profile data) on first
+    /// use; a short unmeasured pass of both commands keeps that out of round 1, for every store alike.
+    /// </summary>
+    private static async Task WarmUpAsync(CacheBenchServer server, KeySpace keys, Options o, CancellationToken ct)
+    {
+        var warm = o with { Requests = Math.Min(o.Requests, 2000) };
+        foreach (var op in new[] { CacheOp.Get, CacheOp.Mget })
+            await SdkLoad.RunAsync(server.Endpoint, op, Commands(warm, op), o.Clients, o.Pipeline, keys, o.Timeout, ct);
+    }
+
+    private static async Task<CacheRecord> MeasureAsync(CacheBenchServer server, string client, string? redisBenchmark, CacheOp op, int round, KeySpace keys,
+        Options o, string run, MachineInfo machine, CancellationToken ct)
+    {
+        var commands = Commands(o, op);
+        var byRedisBenchmark = client == RedisBenchmark.ClientName;
+        double ClientCpu() => byRedisBenchmark ? CpuClock.ReapedChildrenSeconds() : CpuClock.SelfSeconds();
+        var time = DateTimeOffset.UtcNow;
+        var (server0, client0, machine0) = (server.CpuSeconds(), ClientCpu(), CpuClock.MachineBusySeconds());
+        var window = Stopwatch.StartNew();
+        var result = byRedisBenchmark
+            ? await RedisBenchmark.RunAsync(redisBenchmark!, server.Endpoint, op, commands, o.Clients, o.Pipeline, o.Keys, o.Timeout, ct)
+            : await SdkLoad.RunAsync(server.Endpoint, op, commands, o.Clients, o.Pipeline, keys, o.Timeout, ct);
+        var windowSeconds = window.Elapsed.TotalSeconds;
+        var (server1, client1, machine1) = (server.CpuSeconds(), ClientCpu(), CpuClock.MachineBusySeconds());
+        return new CacheRecord("cache", 1, run, time, server.Name, server.Version, client, op.Name, round,
+            new CacheConfig(o.Requests, commands, o.Clients, o.Pipeline, o.Keys, ValueBytes, op.KeysPerCommand),
+            result.Seconds, result.Rps, result.Rps * op.KeysPerCommand * ValueBytes / 1e6, result.AvgMs, result.P50Ms, result.P99Ms,
+            server1 - server0, client1 - client0, machine1 - machine0, windowSeconds, result.AllocatedBytesPerCommand, machine);
+    }
+
+    /// <summary>
+    /// Medians over rounds per store × client × command, with the rounds' range; the ratio to redis-server is taken
+    /// per round (same client, same command, same round) and its median shown.
+    /// </summary>
+    public static string Table(IReadOnlyList<CacheRecord> records, IReadOnlyList<string> notes)
+    {
+        var inv = CultureInfo.InvariantCulture;
+        var sb = new StringBuilder();
+        sb.AppendLine("| store | client | command | req/s | MB/s | p50 ms | p99 ms | × redis-server (same client) | CPU cores: store / client / rest of machine |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|");
+        var serverOrder = records.Select(r => r.Server).Distinct().ToList();
+        var clientOrder = records.Select(r => r.Client).Distinct().ToList();
+        var groups = records.GroupBy(r => (r.Server, r.Client, r.Op))
+            .OrderBy(g => serverOrder.IndexOf(g.Key.Server)).ThenBy(g => clientOrder.IndexOf(g.Key.Client)).ThenBy(g => g.Key.Op == "GET" ? 0 : 1);
+        foreach (var g in groups)
+        {
+            var first = g.First();
+            string Spread(Func<CacheRecord, double> f, string format)
+            {
+                var v = g.Select(f).ToList();
+                var median = Median(v).ToString(format, inv);
+                return v.Count == 1 ? median : $"{median} ({v.Min().ToString(format, inv)}–{v.Max().ToString(format, inv)})";
+            }
+            var ratios = g.Select(r => records.FirstOrDefault(b => b.Server == CacheBenchServer.Redis && b.Client == r.Client && b.Op == r.Op && b.Round == r.Round))
+                .Zip(g, (b, r) => b is null ? double.NaN : r.Rps / b.Rps).Where(x => !double.IsNaN(x)).ToList();
+            var ratio = ratios.Count == 0 ? "–"
+                : ratios.Count == 1 ? $"{ratios[0].ToString("0.00", inv)}×"
+                : $"{Median(ratios).ToString("0.00", inv)}× ({ratios.Min().ToString("0.00", inv)}–{ratios.Max().ToString("0.00", inv)})";
+            var store = Median(g.Select(r => r.ServerCpuSeconds / r.CpuWindowSeconds));
+            var client = Median(g.Select(r => r.ClientCpuSeconds / r.CpuWindowSeconds));
+            var rest = Median(g.Select(r => Math.Max(0, r.MachineCpuSeconds - r.ServerCpuSeconds - r.ClientCpuSeconds) / r.CpuWindowSeconds));
+            var command = first.Op == "GET" ? "GET" : $"MGET ({first.Config.KeysPerCommand} keys)";
+            sb.AppendLine(inv, $"| {first.Server}{(first.ServerVersion is null ? "" : " " + first.ServerVersion)} | {first.Client} | {command} | " +
+                               $"{Spread(r => r.Rps, "0")} | {Median(g.Select(r => r.MegabytesPerSecond)).ToString("0", inv)} | " +
+                               $"{Spread(r => r.P50Ms, "0.000")} | {Spread(r => r.P99Ms, "0.000")} | {ratio} | " +
+                               $"{store.ToString("0.00", inv)} / {client.ToString("0.00", inv)} / {rest.ToString("0.00", inv)} |");
+        }
+        var any = records.FirstOrDefault();
+        if (any is not null)
+        {
+            var c = any.Config;
+            var get = records.First(r => r.Op == "GET").Config.Commands;
+            var mget = records.FirstOrDefault(r => r.Op == "MGET")?.Config.Commands ?? 0;
+            sb.AppendLine().AppendLine(inv,
+                $"{records.Select(r => r.Round).Distinct().Count()} round(s), medians with the rounds' range. {ValueBytes / 1024} KB values, {c.Keys} keys drawn uniformly, " +
+                $"{c.Clients} connections, pipeline {c.Pipeline}; {get} GET and {mget} MGET commands per measurement (the same bytes). " +
+                $"Loopback on {any.Machine.Cores} cores, {any.Machine.Runtime}, kernel {any.Machine.Kernel}.");
+        }
+        foreach (var n in notes) sb.AppendLine().AppendLine("Not measured: " + n);
+        return sb.ToString();
+    }
+
+}

@@ -1,0 +1,322 @@
+using System.Diagnostics;
+using System.Text.Json;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Commands;
+using Hpc.Jobs.Data;
+using Hpc.Jobs.Local;
+using Hpc.Jobs.Commands;
+
+namespace Hpc.Bench;
+
+/// <summary>
+/// One emulated cluster (H cache-host and N node namespaces) and the runs made in it: the product's direct fetch, and
+/// the plain-TCP calibrations. Every run starts its own processes and stops them before it returns, so runs in one
+/// session do not share state; the namespaces and links are reused because building them is the slow part.
+/// </summary>
+public sealed class ClusterSession : IAsyncDisposable
+{
+    public const int CachePort = 6380;
+    private const int TcpPort = 6390;
+    private static readonly TimeSpan ReadyTimeout = TimeSpan.FromSeconds(120);
+
+    private readonly Topology _topology;
+    private readonly string _scratch;
+    private readonly string _runId;
+    private readonly List<ComponentProcess> _processes = [];
+
+    public int Nodes => _topology.Nodes.Count;
+    public int Hosts => _topology.Hosts.Count;
+    public int RateMbit => _topology.RateMbit;
+    public double DelayMs => _topology.DelayMs;
+
+    private ClusterSession(Topology topology, string scratch)
+    {
+        _topology = topology;
+        _scratch = scratch;
+        _runId = Path.GetFileName(scratch);
+    }
+
+    /// <summary>Checks the preconditions, then builds the network. Throws <see cref="BenchRefusedException"/> when it must not start.</summary>
+    public static ClusterSession Create(int nodes, int hosts, int rateMbit, double delayMs, string scratchRoot, string hostQueue = "fifo", int instance = 0)
+    {
+        var topology = new Topology(hosts, nodes, rateMbit, delayMs, hostQueue, instance);
+        CheckCanRun(instance);
+        CheckKernelQueues(topology);
+        var session = new ClusterSession(topology, scratchRoot);
+        try
+        {
+            Directory.CreateDirectory(scratchRoot);
+            topology.Create();
+            return session;
+        }
+        catch
+        {
+            topology.Destroy();
+            try { Directory.Delete(scratchRoot, recursive: true); } catch (IOException) { }
+            throw;
+        }
+    }
+
+    public static void CheckCanRun(int instance)
+    {
+        if (!OperatingSystem.IsLinux()) throw new BenchRefusedException("bench cluster needs Linux network namespaces", 2);
+        if (!Shell.IsRoot) throw new BenchRefusedException("bench cluster needs root (it creates network namespaces, veth links and tc shapers); run it with sudo", 2);
+        foreach (var tool in new[] { "ip", "tc" })
+            if (!Shell.Exists(tool)) throw new BenchRefusedException($"'{tool}' not found; install iproute2 (apt-get install iproute2)", 2);
+        var leftovers = Topology.Leftovers(instance);
+        if (leftovers.Count > 0)
+        {
+            var free = Topology.FreeInstance();
+            throw new BenchRefusedException($"leftovers of another bench run of instance {instance} would collide: {string.Join(", ", leftovers.Take(8))}{(leftovers.Count > 8 ? ", …" : "")}\n" +
+                                            $"remove them with: hpcdata bench clean --instance {instance}" +
+                                            (free >= 0 ? $"\nor, if that run is still going, run beside it with --instance {free}" : ""), 3);
+        }
+        var stale = Topology.StaleScratch();
+        if (stale.Count > 0)
+            Console.Error.WriteLine($"hpcdata bench: {stale.Count} scratch path(s) of dead bench runs hold tmpfs space ({stale[0]}…); hpcdata bench clean removes them");
+    }
+
+    private static void CheckKernelQueues(Topology topology)
+    {
+        var needed = new List<(string Kind, string Option)>();
+        if (topology.HostQueue != "fifo") needed.Add((topology.HostQueue, "--host-queue fifo"));
+        if (topology.DelayMs > 0) needed.Add(("netem delay 1ms", "--delay 0ms"));
+        foreach (var (kind, option) in needed)
+            if (Topology.QdiscUnavailable(kind) is { } complaint)
+            {
+                var name = kind.Split(' ')[0];
+                throw new BenchRefusedException($"this kernel cannot build the {name} queueing discipline (module sch_{name} missing; tc: {complaint}); " +
+                                                $"run with {option}, or on a kernel that has it", 2);
+            }
+    }
+
+    /// <summary>A scratch directory name unique to this process, under /dev/shm so datasets never touch a disk.</summary>
+    public static string NewScratch() => Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"{Topology.Prefix}-{Environment.ProcessId}");
+
+    /// <summary>Generated once per size and kind and reused by every run of the session.</summary>
+    public string Dataset(long size, string kind)
+    {
+        var path = Path.Combine(_scratch, $"data-{size}-{kind}");
+        if (File.Exists(path)) return path;
+        var partial = path + ".tmp";
+        if (kind == "random") SampleData.GenerateRandom(partial, size);
+        else MarketHistory.Generate(partial, size);
+        File.Move(partial, path);
+        return path;
+    }
+
+    // ---------------- the product: stage, then every node fetches at once ----------------
+
+    /// <param name="warmAgents">Before the clock starts, every agent fetches a tiny dataset once, so the timed fetch
+    /// measures a running daemon rather than a fresh process's JIT and first connections.</param>
+    public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map")
+    {
+        var config = Config(size, compress, workers, data);
+        config.WarmAgents = warmAgents;
+        if (workers > 0) config.WorkerMode = workerMode;
+        var file = Dataset(size, data);
+        var run = $"{_runId}-c{DateTime.UtcNow:HHmmssfff}";
+        const string name = "bench/data";
+        var budget = (long)(size * 1.3) + (64L << 20);
+        var processes = new List<ComponentProcess>();
+        try
+        {
+            var hosts = _topology.Hosts.Select((h, i) => Start(processes, "Hpc.CacheHost",
+                ["--address", h.Address, "--port", CachePort.ToString(), "--max-memory", budget.ToString()], $"cachehost{i + 1}", h)).ToList();
+            foreach (var h in hosts) await h.WaitReadyAsync(ReadyTimeout, ct);
+            var hostList = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
+
+            var stagerArgs = new List<string> { file, "--name", name, "--cache-hosts", hostList, "--json" };
+            if (!compress) stagerArgs.Add("--no-compress");
+            var stager = Start(processes, "Hpc.Stager", stagerArgs, "stager", null);
+            if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+            var stage = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
+            const string warmName = "bench/warmup";
+            if (warmAgents)
+            {
+                var warmFile = Dataset(256 << 10, data);
+                var warmStager = Start(processes, "Hpc.Stager", [warmFile, "--name", warmName, "--cache-hosts", hostList, "--json"], "stager-warmup", null);
+                if (await warmStager.WaitForExitAsync(TimeSpan.FromMinutes(2), ct) != 0) throw new InvalidOperationException($"staging the warm-up data failed:\n{warmStager.StandardErrorTail}");
+            }
+
+            var pipes = _topology.Nodes.Select((_, i) => Path.Combine(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n{i + 1}")).ToList();
+            var agents = _topology.Nodes.Select((n, i) => Start(processes, "Hpc.NodeAgent",
+                ["--pipe", pipes[i], "--data-dir", Path.Combine(_scratch, run, $"node{i + 1}"), "--cache-hosts", hostList,
+                 "--node", $"node{i + 1}", "--budget", (budget * 2).ToString()], $"agent{i + 1}", n)).ToList();
+            await Task.WhenAll(agents.Select(a => a.WaitReadyAsync(ReadyTimeout, ct)));
+
+            var clients = await Task.WhenAll(pipes.Select(p => AgentClient.ConnectAsync(p, TimeSpan.FromSeconds(10), ct)));
+            if (warmAgents) await Task.WhenAll(clients.Select(c => c.PrefetchAsync(warmName, null, pin: null, ct)));
+            var before = await InfoAsync(ct);
+            List<NodeTime> nodes;
+            try
+            {
+                // Every connection is open before the clock starts, so the start is common to all nodes.
+                var start = Stopwatch.StartNew();
+                nodes = (await Task.WhenAll(clients.Select(async (c, i) =>
+                {
+                    var local = await c.PrefetchAsync(name, stage.Version, pin: null, ct);
+                    var wall = start.Elapsed.TotalSeconds;
+                    if (local.Length != stage.RawBytes || local.Hash.Length == 0) throw new InvalidDataException($"node{i + 1} reported {local.Length} bytes, hash '{local.Hash}'");
+                    return new NodeTime($"node{i + 1}", wall, local.FetchSeconds, local.Length, local.Source);
+                }))).ToList();
+            }
+            finally
+            {
+                foreach (var c in clients) await c.DisposeAsync();
+            }
+            var after = await InfoAsync(ct);
+            var cacheHosts = _topology.Hosts.Select((h, i) => new HostBytes($"{h.Address}:{CachePort}",
+                after[i].Output - before[i].Output, after[i].Used)).ToList();
+
+            List<WorkerTime>? workerTimes = workers > 0 ? await RunWorkersAsync(processes, name, pipes, workers, workerMode, ct) : null;
+
+            var samples = processes.Where(p => !p.HasExited).Select(p => ProcStats.Read(p.Name, p.Id)).Append(ProcStats.Self("driver")).ToList();
+            var measured = nodes.Max(n => n.WallSeconds);
+            var limit = Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit);
+            return new BenchRecord
+            {
+                Kind = "cluster", Run = run, Config = config,
+                Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
+                LimitSeconds = limit, MeasuredSeconds = measured, Efficiency = limit / measured,
+                Nodes = nodes, CacheHosts = cacheHosts, Processes = samples, Workers = workerTimes, Machine = BenchJson.Machine(),
+            };
+        }
+        finally
+        {
+            await StopAllAsync(processes);
+            try { Directory.Delete(Path.Combine(_scratch, run), recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
+        }
+    }
+
+    private async Task<List<WorkerTime>> RunWorkersAsync(List<ComponentProcess> processes, string name, List<string> pipes, int perNode, string mode, CancellationToken ct)
+    {
+        var workers = new List<(string Node, ComponentProcess P)>();
+        for (var n = 0; n < Nodes; n++)
+            for (var w = 0; w < perNode; w++)
+                workers.Add(($"node{n + 1}", Start(processes, "hpcdata", ["worker", "--dataset", name, "--mode", mode, "--wait-go", "--no-compute"],
+                    $"worker{n + 1}.{w + 1}", _topology.Nodes[n], new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipes[n] })));
+        await Task.WhenAll(workers.Select(w => w.P.WaitReadyAsync(ReadyTimeout, ct)));
+        await Task.WhenAll(workers.Select(w => w.P.SendLineAsync("go")));
+        var result = new List<WorkerTime>();
+        foreach (var (node, p) in workers)
+        {
+            if (await p.WaitForExitAsync(TimeSpan.FromMinutes(5), ct) != 0) throw new InvalidOperationException($"{p.Name} failed:\n{p.StandardErrorTail}");
+            var r = JsonSerializer.Deserialize<WorkerCommand.WorkerResult>(p.StandardOutput.Last())!;
+            result.Add(new WorkerTime(node, r.Mode, r.AttachMs, r.WarmAttachMs, r.Verified));
+        }
+        return result;
+    }
+
+    private async Task<List<(long Output, long Used)>> InfoAsync(CancellationToken ct) =>
+        (await Task.WhenAll(_topology.Hosts.Select(async h =>
+        {
+            var info = await RespInfo.ReadAsync(h.Address, CachePort, ct);
+            return (RespInfo.Long(info, "total_net_output_bytes"), RespInfo.Long(info, "used_memory"));
+        }))).ToList();
+
+    // ---------------- calibration: plain TCP over the same links ----------------
+
+    /// <summary>(a) every node pulls bytes/H from each cache-host namespace at once: the direct-fetch pattern.</summary>
+    public async Task<BenchRecord> CalibratePullAsync(long bytes, CancellationToken ct)
+    {
+        var each = bytes / Hosts;
+        var servers = _topology.Hosts.Select(h => (Member: h, Source: $"{h.Address}:{TcpPort}")).ToList();
+        var record = await CalibrateAsync("pull", bytes, servers.Select(s => s.Member).ToList(),
+            _ => servers.Select(s => s.Source).ToList(), each, ct);
+        record.LimitSeconds = Limits.DirectFetch(Nodes, Hosts, each * Hosts, RateMbit);
+        record.Efficiency = record.LimitSeconds / record.MeasuredSeconds;
+        return record;
+    }
+
+    /// <summary>(b) every node sends bytes to its neighbour at once: the pattern a fan-out between nodes needs.</summary>
+    public async Task<BenchRecord> CalibrateNeighbourAsync(long bytes, CancellationToken ct)
+    {
+        var record = await CalibrateAsync("neighbour", bytes, _topology.Nodes.ToList(),
+            n => [$"{_topology.Nodes[(n + Nodes - 1) % Nodes].Address}:{TcpPort}"], bytes, ct);
+        record.LimitSeconds = Limits.Neighbour(bytes, RateMbit);
+        record.Efficiency = record.LimitSeconds / record.MeasuredSeconds;
+        return record;
+    }
+
+    private async Task<BenchRecord> CalibrateAsync(string pattern, long bytes, List<Topology.Member> serveIn, Func<int, List<string>> sourcesOf, long bytesEach, CancellationToken ct)
+    {
+        var processes = new List<ComponentProcess>();
+        try
+        {
+            var servers = serveIn.Select((m, i) => Start(processes, "hpcdata", ["bench", "tcp-serve", "--address", m.Address, "--port", TcpPort.ToString()], $"tcp-serve{i + 1}", m)).ToList();
+            await Task.WhenAll(servers.Select(s => s.WaitReadyAsync(ReadyTimeout, ct)));
+            var pullers = _topology.Nodes.Select((n, i) => Start(processes, "hpcdata",
+                ["bench", "tcp-pull", "--from", string.Join(",", sourcesOf(i)), "--bytes", bytesEach.ToString(), "--wait-go"], $"tcp-pull{i + 1}", n)).ToList();
+            await Task.WhenAll(pullers.Select(p => p.WaitReadyAsync(ReadyTimeout, ct)));
+            var start = Stopwatch.StartNew();
+            await Task.WhenAll(pullers.Select(p => p.SendLineAsync("go")));
+            var nodes = (await Task.WhenAll(pullers.Select(async (p, i) =>
+            {
+                if (await p.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"{p.Name} failed:\n{p.StandardErrorTail}");
+                var wall = start.Elapsed.TotalSeconds;
+                var r = JsonSerializer.Deserialize<TcpTools.PullResult>(p.StandardOutput.Last(), BenchJson.Options)!;
+                return new NodeTime($"node{i + 1}", wall, r.Seconds, r.Bytes);
+            }))).ToList();
+            // A process's exit is noticed late on a busy machine; its own clock is the better end time.
+            var measured = nodes.Max(n => n.FetchSeconds);
+            return new BenchRecord
+            {
+                Kind = "calibration", Pattern = pattern, Run = $"{_runId}-{pattern}{DateTime.UtcNow:HHmmssfff}", Config = Config(bytes, false, 0, "tcp"),
+                MeasuredSeconds = measured, Nodes = nodes, Machine = BenchJson.Machine(),
+                Processes = servers.Select(s => ProcStats.Read(s.Name, s.Id)).ToList(),
+            };
+        }
+        finally
+        {
+            await StopAllAsync(processes);
+        }
+    }
+
+    // ---------------- plumbing ----------------
+
+    private RunConfig Config(long size, bool compress, int workers, string data) => new()
+    {
+        Nodes = Nodes, Hosts = Hosts, SizeBytes = size, RateMbit = RateMbit, DelayMs = DelayMs, Compress = compress, Workers = workers, Data = data,
+        HostQueue = _topology.HostQueue == "fifo" ? null : _topology.HostQueue,
+    };
+
+    private ComponentProcess Start(List<ComponentProcess> list, string assembly, IEnumerable<string> args, string name, Topology.Member? inside,
+        Dictionary<string, string?>? env = null)
+    {
+        var p = ComponentProcess.Start(assembly, args, env, name, inside is null ? null : Topology.Launcher(inside));
+        lock (list) list.Add(p);
+        lock (_processes) _processes.Add(p);
+        return p;
+    }
+
+    private async Task StopAllAsync(List<ComponentProcess> list)
+    {
+        await Task.WhenAll(list.Select(p => p.DisposeAsync().AsTask()));
+        lock (_processes) _processes.RemoveAll(list.Contains);
+        list.Clear();
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        List<ComponentProcess> left;
+        lock (_processes) left = [.. _processes];
+        try { await StopAllAsync(left); }
+        finally
+        {
+            _topology.Destroy();
+            try { Directory.Delete(_scratch, recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
+            foreach (var sock in Directory.GetFiles(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n*"))
+                try { File.Delete(sock); } catch (IOException) { }
+        }
+    }
+
+}
+
+/// <summary>The run must not start (no root, missing tools, leftovers); the message says what to do.</summary>
+public sealed class BenchRefusedException(string message, int exitCode) : Exception(message)
+{
+    public int ExitCode { get; } = exitCode;
+}

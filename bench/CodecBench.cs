@@ -1,0 +1,124 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Runtime.InteropServices;
+using System.Text.Json;
+using Hpc.CommonData;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Commands;
+using Hpc.Jobs.Data;
+using Hpc.Jobs.Local;
+using Hpc.Jobs.Commands;
+using static Hpc.Bench.Stats;
+
+namespace Hpc.Bench;
+
+/// <summary>One measured run of <c>hpcdata bench codec</c> (JSON line kind "codec").</summary>
+public sealed record CodecRecord(
+    string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Hosts, int Run,
+    double CodecSeconds, double CodecCpuSeconds, double StagerSeconds, double StagerProcessSeconds, double StagerCpuSeconds,
+    double CacheHostCpuSeconds, MachineInfo Machine);
+
+/// <summary>
+/// The stager, as users run it (its own process, sending to real cache hosts on loopback), against the raw codec it is
+/// built on (LZ4 + XXH3 content id + segment checksum over the same 64 KB segments, from memory, on every core), on the
+/// same data in the same run. CPU seconds are reported next to wall time because on a small machine the cache hosts
+/// that receive the data share the cores with the stager, and CPU per gigabyte is what carries over to a bigger one.
+/// </summary>
+public static class CodecBench
+{
+    /// <param name="StagerCores">0: everything shares every core. N: the codec runs on N threads, the stager is pinned to
+    /// cores 0..N-1 and the cache hosts to the rest, so stager and codec have the same cores and the receiving side
+    /// does not eat into them.</param>
+    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0);
+
+    public static async Task<List<CodecRecord>> RunAsync(Options o, CancellationToken ct)
+    {
+        var records = new List<CodecRecord>();
+        Directory.CreateDirectory(o.WorkDir);
+        foreach (var kind in o.Data)
+        {
+            var path = Path.Combine(o.WorkDir, kind == "random" ? "random.bin" : "market-history.csv");
+            if (kind == "random") SampleData.GenerateRandom(path, o.Size);
+            else MarketHistory.Generate(path, o.Size);
+            var data = await File.ReadAllBytesAsync(path, ct);    // also leaves the file in the page cache for the stager
+            CodecBaseline.Run(data, threads: o.StagerCores);      // warm-up: JIT and first touch of the pool buffers
+            for (var run = 1; run <= o.Repeat; run++)
+            {
+                ct.ThrowIfCancellationRequested();
+                var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
+                var codec = CodecBaseline.Run(data, threads: o.StagerCores);
+                var codecCpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
+                var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, ct);
+                var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount, o.StagerCores > 0, o.Hosts, run,
+                    codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine());
+                records.Add(r);
+                if (o.Out is not null) BenchJson.Append(o.Out, r);
+                Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                    $"  {kind,-6} run {run}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time)"));
+            }
+            File.Delete(path);
+        }
+        return records;
+    }
+
+    private sealed record StageRun(long StoredBytes, double Seconds, double ProcessSeconds, double CpuSeconds, double HostCpuSeconds);
+
+    /// <summary>Fresh cache hosts every run, so the stager sends every segment instead of finding them already cached.</summary>
+    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, CancellationToken ct)
+    {
+        var all = Environment.ProcessorCount;
+        string[]? Pin(int first, int last) => stagerCores > 0 ? ["taskset", "-c", $"{first}-{last}"] : null;
+        var stagerPin = Pin(0, stagerCores - 1);
+        var hostPin = stagerCores < all ? Pin(stagerCores, all - 1) : null;
+        var hosts = new List<ComponentProcess>();
+        try
+        {
+            var budget = (long)(size * 1.2) + (64L << 20);
+            for (var h = 0; h < hostCount; h++) hosts.Add(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", budget.ToString(CultureInfo.InvariantCulture)], name: $"cachehost{h + 1}", launcher: hostPin));
+            var endpoints = new List<string>();
+            foreach (var h in hosts) endpoints.Add(await h.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
+            var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
+            var children0 = CpuClock.ReapedChildrenSeconds();
+            var clock = Stopwatch.StartNew();
+            await using var stager = ComponentProcess.Start("Hpc.Stager", [path, "--name", "bench/codec", "--cache-hosts", string.Join(",", endpoints), "--json"], name: "stager", launcher: stagerPin);
+            if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+            var process = clock.Elapsed.TotalSeconds;
+            // Children are counted once reaped; the cache hosts are still running, so this is the stager alone.
+            var stagerCpu = CpuClock.ReapedChildrenSeconds() - children0;
+            var hostCpu = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds) - hostCpu0;
+            using var summary = JsonDocument.Parse(stager.StandardOutput.Last());
+            return new StageRun(summary.RootElement.GetProperty("StoredBytes").GetInt64(), summary.RootElement.GetProperty("Seconds").GetDouble(), process, stagerCpu, hostCpu);
+        }
+        finally
+        {
+            foreach (var h in hosts) await h.DisposeAsync();
+        }
+    }
+
+    public static double Mbps(long bytes, double seconds) => bytes / 1e6 / seconds;
+
+    public static string Table(IReadOnlyList<CodecRecord> records)
+    {
+        var inv = CultureInfo.InvariantCulture;
+        var sb = new System.Text.StringBuilder();
+        sb.AppendLine("| data | size | stored | cores | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned)))
+        {
+            double Med(Func<CodecRecord, double> f) => Median(g.Select(f));
+            var gb = g.Key.RawBytes / 1e9;
+            var codec = Med(r => Mbps(r.RawBytes, r.CodecSeconds));
+            var stager = Med(r => Mbps(r.RawBytes, r.StagerSeconds));
+            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+                               $"{(g.Key.Pinned ? $"{g.Key.Cores} pinned" : $"all {g.Key.Cores} shared")} | {g.Count()} | " +
+                               $"{codec:0} ({g.Min(r => Mbps(r.RawBytes, r.CodecSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.CodecSeconds)):0}) | " +
+                               $"{stager:0} ({g.Min(r => Mbps(r.RawBytes, r.StagerSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.StagerSeconds)):0}) | " +
+                               $"{100 * Med(r => r.CodecSeconds / r.StagerSeconds):0}% | {Med(r => r.CodecCpuSeconds) / gb:0.00} | {Med(r => r.StagerCpuSeconds) / gb:0.00} | {Med(r => r.CacheHostCpuSeconds) / gb:0.00} |");
+        }
+        if (records.Count > 0)
+            sb.AppendLine().AppendLine("cores: \"all N shared\" = codec on N threads, and stager and cache hosts (loopback) sharing every core; " +
+                "\"N pinned\" = codec on N threads, stager pinned to N cores, cache hosts to the others. " +
+                "Stager MB/s from its own clock (process start excluded), its CPU seconds include start-up; medians with the runs' range.");
+        return sb.ToString();
+    }
+}

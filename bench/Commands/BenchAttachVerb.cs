@@ -1,0 +1,107 @@
+using System.Globalization;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.Bench;
+
+namespace Hpc.Bench.Commands;
+
+[Verb("attach", HelpText = "One node on this machine (cache host and node agent on loopback): K workers started together get the node's copy, mapped or streamed; the reference's core-allocation table.")]
+public sealed class BenchAttachOptions
+{
+    [Option("sizes", Default = "16MB,64MB,256MB,1GB", HelpText = "Dataset sizes (market-history CSV).")]
+    public string Sizes { get; set; } = "16MB,64MB,256MB,1GB";
+
+    [Option("workers", Default = "1,2,4,8", HelpText = "Worker processes started together (K), one cell each.")]
+    public string Workers { get; set; } = "1,2,4,8";
+
+    [Option("modes", Default = "map,stream", HelpText = "map (the agent's shared copy, memory-mapped), stream (a private copy over the pipe), or both.")]
+    public string Modes { get; set; } = "map,stream";
+
+    [Option("repeat", Default = 3, HelpText = "Runs of every cell; the table shows the median of each run's slowest worker.")]
+    public int Repeat { get; set; } = 3;
+
+    [Option("out", Required = true, HelpText = "Directory to append results.jsonl to (one line per size, K, mode and run).")]
+    public string Out { get; set; } = "";
+
+    [Option("work-dir", HelpText = "Scratch directory for the data and the agent's copies (default: under /dev/shm); must not exist yet, removed afterwards.")]
+    public string? WorkDir { get; set; }
+
+    [Option("time-limit", Default = "90m", HelpText = "Cells that would start after this are not run and are written as skipped lines.")]
+    public string TimeLimit { get; set; } = "90m";
+}
+
+public static class BenchAttachVerb
+{
+    public static async Task<int> RunAsync(BenchAttachOptions o, CancellationToken ct)
+    {
+        AttachBench.Options options;
+        try
+        {
+            options = Parse(o);
+        }
+        catch (FormatException e)
+        {
+            Console.Error.WriteLine($"hpcdata bench attach: {e.Message}");
+            return 2;
+        }
+        // Only a directory this run created is deleted afterwards.
+        var created = false;
+        try
+        {
+            if (Directory.Exists(options.WorkDir) && Directory.EnumerateFileSystemEntries(options.WorkDir).Any())
+            {
+                Console.Error.WriteLine($"hpcdata bench attach: --work-dir {options.WorkDir} exists and is not empty; give a new directory (it is removed afterwards)");
+                return 2;
+            }
+            created = true;
+            Directory.CreateDirectory(options.WorkDir);
+            var outcome = await AttachBench.RunAsync(options, ct);
+            Console.WriteLine(AttachBench.Table(outcome.Records, options.Repeat));
+            return outcome.Failures == 0 ? 0 : 1;
+        }
+        catch (OperationCanceledException)
+        {
+            Console.Error.WriteLine("hpcdata bench attach: interrupted; everything it started was stopped and removed");
+            return 130;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or TimeoutException or InvalidDataException or UnauthorizedAccessException
+                                       or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata bench attach: {e.Message}");
+            return 1;
+        }
+        finally
+        {
+            if (created)
+                try { Directory.Delete(options.WorkDir, recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
+        }
+    }
+
+    private static AttachBench.Options Parse(BenchAttachOptions o)
+    {
+        static List<string> Items(string text, string option)
+        {
+            var items = text.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
+            return items.Count > 0 ? items : throw new FormatException($"--{option} is empty");
+        }
+        var sizes = Items(o.Sizes, "sizes").Select(s =>
+        {
+            long v;
+            try { v = ByteSize.Parse(s); }
+            catch (FormatException) { throw new FormatException($"--sizes: '{s}' is not a size (examples: 1MB, 256MB, 1GB)"); }
+            return v is >= 64 << 10 and <= 64L << 30 ? v : throw new FormatException($"--sizes: '{s}' is outside 64KB…64GB");
+        }).Distinct().Order().ToList();
+        var workers = Items(o.Workers, "workers").Select(w =>
+            int.TryParse(w, NumberStyles.None, CultureInfo.InvariantCulture, out var k) && k is >= 1 and <= 64 ? k
+                : throw new FormatException($"--workers: '{w}' is not a worker count from 1 to 64")).Distinct().Order().ToList();
+        var modes = Items(o.Modes, "modes").Select(m => m.ToLowerInvariant() is "map" or "stream" ? m.ToLowerInvariant()
+            : throw new FormatException($"--modes: '{m}' is not map or stream")).Distinct().OrderBy(m => m == "stream").ToList();
+        if (o.Repeat is < 1 or > 100) throw new FormatException($"--repeat {o.Repeat}: must be from 1 to 100");
+        if (string.IsNullOrWhiteSpace(o.Out)) throw new FormatException("--out is empty");
+        TimeSpan limit;
+        try { limit = Durations.Parse(o.TimeLimit); }
+        catch (FormatException e) { throw new FormatException($"--time-limit: {e.Message}"); }
+        var work = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-attach-{Environment.ProcessId}");
+        return new AttachBench.Options(sizes, workers, modes, o.Repeat, Path.GetFullPath(o.Out), Path.GetFullPath(work), limit);
+    }
+}

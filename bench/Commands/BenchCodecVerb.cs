@@ -1,0 +1,76 @@
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.Bench;
+
+namespace Hpc.Bench.Commands;
+
+[Verb("codec", HelpText = "The stager (its own process, real cache hosts on loopback) against the raw LZ4 + XXH3 codec on the same data, cores and run.")]
+public sealed class BenchCodecOptions
+{
+    [Option("size", Default = "256MB", HelpText = "Bytes of each kind of data.")]
+    public string Size { get; set; } = "256MB";
+
+    [Option("data", Default = "csv,random", HelpText = "csv (market history, compressible), random (incompressible), or both.")]
+    public string Data { get; set; } = "csv,random";
+
+    [Option("repeat", Default = 3, HelpText = "Measured runs of each (after one codec warm-up); the table shows medians.")]
+    public int Repeat { get; set; } = 3;
+
+    [Option("hosts", Default = 1, HelpText = "Cache hosts the stager sends to (fresh ones every run).")]
+    public int Hosts { get; set; } = 1;
+
+    [Option("stager-cores", Default = 0, HelpText = "Give the stager and the codec the same N cores (taskset) and the cache hosts the others; 0 = all share all.")]
+    public int StagerCores { get; set; }
+
+    [Option("out", HelpText = "Directory to append results.jsonl to (kind \"codec\").")]
+    public string? Out { get; set; }
+}
+
+public static class BenchCodecVerb
+{
+    public static async Task<int> RunAsync(BenchCodecOptions o, CancellationToken ct)
+    {
+        try
+        {
+            return await RunCoreAsync(o, ct);
+        }
+        catch (FormatException e)
+        {
+            Console.Error.WriteLine($"hpcdata bench codec: {e.Message}");
+            return 2;
+        }
+        catch (OperationCanceledException)
+        {
+            Console.Error.WriteLine("hpcdata bench codec: interrupted; everything it started was stopped");
+            return 130;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or TimeoutException or FileNotFoundException)
+        {
+            Console.Error.WriteLine($"hpcdata bench codec: {e.Message}");
+            return 1;
+        }
+    }
+
+    private static async Task<int> RunCoreAsync(BenchCodecOptions o, CancellationToken ct)
+    {
+        var kinds = o.Data.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct().ToList();
+        if (kinds.Count == 0 || kinds.Any(k => k is not ("csv" or "random"))) throw new FormatException($"--data '{o.Data}': use csv, random or csv,random");
+        if (o.Repeat is < 1 or > 50) throw new FormatException("--repeat must be between 1 and 50");
+        if (o.Hosts is < 1 or > 16) throw new FormatException("--hosts must be between 1 and 16");
+        if (o.StagerCores < 0 || o.StagerCores > Environment.ProcessorCount)
+            throw new FormatException($"--stager-cores must be between 0 and the {Environment.ProcessorCount} cores this process may use");
+        var size = ByteSize.Parse(o.Size);
+        if (size < 1 << 20) throw new FormatException("--size must be at least 1MB");
+        var work = Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-codec-{Environment.ProcessId}");
+        try
+        {
+            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores), ct);
+            Console.WriteLine(CodecBench.Table(records));
+            return 0;
+        }
+        finally
+        {
+            try { Directory.Delete(work, recursive: true); } catch (DirectoryNotFoundException) { }
+        }
+    }
+}

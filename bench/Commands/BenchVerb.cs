@@ -1,0 +1,247 @@
+using System.Globalization;
+using System.Runtime.InteropServices;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.Bench;
+
+namespace Hpc.Bench.Commands;
+
+[Verb("cluster", HelpText = "Scale-model cluster in network namespaces: H cache hosts, N nodes, tc-shaped links; stage, prefetch everywhere at once, time it.")]
+public sealed class BenchClusterOptions
+{
+    [Option("nodes", Default = 4, HelpText = "Compute-node namespaces, each with a node agent.")]
+    public int Nodes { get; set; } = 4;
+
+    [Option("hosts", Default = 1, HelpText = "Cache-host namespaces, each with a cache host.")]
+    public int Hosts { get; set; } = 1;
+
+    [Option("size", Default = "64MB", HelpText = "Dataset size.")]
+    public string Size { get; set; } = "64MB";
+
+    [Option("out", Required = true, HelpText = "Directory for results.jsonl.")]
+    public string Out { get; set; } = "";
+
+    [Option("rate", Default = "100mbit", HelpText = "Link rate, both directions of every link (e.g. 100mbit, 1gbit).")]
+    public string Rate { get; set; } = "100mbit";
+
+    [Option("delay", Default = "0ms", HelpText = "One-way delay added on every link egress (netem).")]
+    public string Delay { get; set; } = "0ms";
+
+    [Option("no-compress", HelpText = "Stage the data uncompressed.")]
+    public bool NoCompress { get; set; }
+
+    [Option("workers", Default = 0, HelpText = "Workers per node that attach the copy (map mode) after the fetch.")]
+    public int Workers { get; set; }
+
+    [Option("worker-mode", Default = "map", HelpText = "How the workers attach: map (the shared copy) or stream (a private copy over the pipe).")]
+    public string WorkerMode { get; set; } = "map";
+
+    [Option("host-queue", Default = "fifo", HelpText = "Queue at every member's own link egress: fifo, or fq_codel (flow-fair, what a Linux host's NIC uses by default).")]
+    public string HostQueue { get; set; } = "fifo";
+
+    [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random.")]
+    public string Data { get; set; } = "csv";
+
+    [Option("warm-agents", HelpText = "Let every agent fetch a tiny dataset before the clock starts (a long-running daemon rather than a fresh process).")]
+    public bool WarmAgents { get; set; }
+
+    [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
+    public bool Calibrate { get; set; }
+
+    [Option("matrix", HelpText = "Run the reference axes (--sizes × --node-counts × --host-counts × compression on/off) instead of one run.")]
+    public bool Matrix { get; set; }
+
+    [Option("sizes", Default = "16MB,64MB,256MB", HelpText = "Matrix: data sizes.")]
+    public string Sizes { get; set; } = "16MB,64MB,256MB";
+
+    [Option("node-counts", Default = "1,2,4,8,16,32", HelpText = "Matrix: node counts.")]
+    public string NodeCounts { get; set; } = "1,2,4,8,16,32";
+
+    [Option("host-counts", Default = "1,2", HelpText = "Matrix: cache-host counts.")]
+    public string HostCounts { get; set; } = "1,2";
+
+    [Option("compression", Default = "on,off", HelpText = "Matrix: compression settings to run (on, off or both).")]
+    public string Compression { get; set; } = "on,off";
+
+    [Option("time-limit", Default = "20m", HelpText = "Matrix: total time bound; runs predicted to pass it are skipped and noted.")]
+    public string TimeLimit { get; set; } = "20m";
+
+    [Option("calibrate-size", Default = "16MB", HelpText = "Matrix: bytes per node moved by each calibration (once per node/host count).")]
+    public string CalibrateSize { get; set; } = "16MB";
+
+    [Option("repeat", Default = 1, HelpText = "Runs per configuration; the report shows their median and range.")]
+    public int Repeat { get; set; } = 1;
+
+    [Option("instance", Default = 0, HelpText = "0-63: names and addresses of this cluster (namespaces hcdK-*, bridge hcdbrK, 198.18.4K.0/22), so clusters can run side by side.")]
+    public int Instance { get; set; }
+}
+
+[Verb("clean", HelpText = "Remove the hcd* namespaces and links of interrupted bench runs (one --instance, or all), and their dead scratch directories and agent sockets.")]
+public sealed class BenchCleanOptions
+{
+    [Option("instance", HelpText = "Only this instance's namespaces and links (default: every instance).")]
+    public int? Instance { get; set; }
+}
+
+[Verb("tcp-serve", Hidden = true)]
+public sealed class TcpServeOptions
+{
+    [Option("address", Required = true)] public string Address { get; set; } = "";
+    [Option("port", Default = 0)] public int Port { get; set; }
+}
+
+[Verb("tcp-pull", Hidden = true)]
+public sealed class TcpPullOptions
+{
+    [Option("from", Required = true)] public string From { get; set; } = "";
+    [Option("bytes", Required = true)] public long Bytes { get; set; }
+    [Option("wait-go")] public bool WaitGo { get; set; }
+}
+
+/// <summary><c>hpcdata bench cluster|clean</c>: the scale-model cluster, its calibration and cleanup.</summary>
+public static class BenchVerb
+{
+    public static int Clean(int? instance)
+    {
+        if (!Shell.IsRoot) { Console.Error.WriteLine("hpcdata bench clean: needs root"); return 2; }
+        if (instance is < 0 or > Topology.MaxInstance) { Console.Error.WriteLine($"hpcdata bench clean: --instance must be 0..{Topology.MaxInstance}"); return 2; }
+        var removed = Topology.Clean(instance);
+        Console.WriteLine(removed.Count == 0 ? "nothing to clean" : $"removed {removed.Count}: {string.Join(", ", removed)}");
+        var left = Topology.Leftovers(instance);
+        if (left.Count > 0) Console.Error.WriteLine($"still there: {string.Join(", ", left)}");
+        return left.Count == 0 ? 0 : 1;
+    }
+
+    public static async Task<int> ClusterAsync(BenchClusterOptions o, CancellationToken ct)
+    {
+        try
+        {
+            var rate = ParseRateMbit(o.Rate);
+            var delay = ParseMs(o.Delay);
+            if (o.Data is not ("csv" or "random")) throw new FormatException("--data must be csv or random");
+            if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
+            if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
+            if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
+            if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
+            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
+            var size = ByteSize.Parse(o.Size);
+            for (var run = 0; run < o.Repeat; run++)
+                Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
+            if (o.Calibrate)
+            {
+                Emit(o.Out, await session.CalibratePullAsync(size, ct));
+                if (o.Nodes > 1) Emit(o.Out, await session.CalibrateNeighbourAsync(size, ct));
+            }
+            return 0;
+        }
+        catch (BenchRefusedException e)
+        {
+            Console.Error.WriteLine($"hpcdata bench: {e.Message}");
+            return e.ExitCode;
+        }
+        catch (OperationCanceledException)
+        {
+            Console.Error.WriteLine("hpcdata bench: interrupted; everything it started was removed");
+            return 130;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or FormatException or ArgumentException or TimeoutException or InvalidDataException)
+        {
+            Console.Error.WriteLine($"hpcdata bench: {e.Message}");
+            return 1;
+        }
+    }
+
+    private static async Task<int> MatrixAsync(BenchClusterOptions o, int rate, double delay, CancellationToken ct)
+    {
+        var sizes = o.Sizes.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(ByteSize.Parse).Order().ToList();
+        var nodeCounts = o.NodeCounts.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(int.Parse).Order().ToList();
+        var hostCounts = o.HostCounts.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(int.Parse).Order().ToList();
+        var compression = o.Compression.Split(',', StringSplitOptions.RemoveEmptyEntries).Select(c => c.Trim().ToLowerInvariant() switch
+        {
+            "on" or "true" => true, "off" or "false" => false, var x => throw new FormatException($"--compression: '{x}' is not on or off"),
+        }).ToList();
+        var bound = Durations.Parse(o.TimeLimit);
+        var calibrate = ByteSize.Parse(o.CalibrateSize);
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var failures = 0;
+
+        // Smallest clusters first, so the bound cuts the largest (slowest) cells, and every size is seen at every N it reaches.
+        foreach (var n in nodeCounts)
+            foreach (var h in hostCounts)
+            {
+                // The uncompressed run at the largest size dominates; a cell that cannot finish in the bound is noted, not started.
+                double Predict(long s, bool _) => Limits.DirectFetch(n, h, s, rate) * 1.25 + 5 + n * 0.3;
+                if (clock.Elapsed.TotalSeconds + Predict(sizes[0], false) > bound.TotalSeconds)
+                {
+                    foreach (var s in sizes) foreach (var c in compression) Skip(o.Out, n, h, s, c, rate, delay, o.HostQueue, "time bound reached");
+                    continue;
+                }
+                Console.Error.WriteLine($"[{clock.Elapsed:mm\\:ss}] N={n} H={h}: building the network");
+                await using var session = ClusterSession.Create(n, h, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
+                if (calibrate > 0)
+                {
+                    Emit(o.Out, await session.CalibratePullAsync(calibrate, ct));
+                    // A single node would send to itself over loopback, which no link shapes.
+                    if (h == hostCounts[0] && n > 1) Emit(o.Out, await session.CalibrateNeighbourAsync(calibrate, ct));
+                }
+                // Repetitions go round the whole cell list, so a slow spell of the machine does not land on one cell's every run.
+                var cells = from run in Enumerable.Range(0, o.Repeat) from s in sizes from c in compression select (s, c);
+                foreach (var (s, c) in cells)
+                {
+                    if (clock.Elapsed.TotalSeconds + Predict(s, c) > bound.TotalSeconds)
+                    {
+                        Skip(o.Out, n, h, s, c, rate, delay, o.HostQueue, "time bound reached");
+                        continue;
+                    }
+                    try
+                    {
+                        Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
+                    }
+                    catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException or InvalidDataException)
+                    {
+                        failures++;
+                        Console.Error.WriteLine($"  N={n} H={h} S={ByteSize.Format(s)} compress={c}: failed: {e.Message}");
+                        Skip(o.Out, n, h, s, c, rate, delay, o.HostQueue, "failed: " + e.Message.Split('\n')[0]);
+                    }
+                }
+            }
+        Console.Error.WriteLine($"matrix done in {clock.Elapsed:mm\\:ss}; {failures} failed runs");
+        return failures == 0 ? 0 : 1;
+    }
+
+    private static void Skip(string dir, int n, int h, long s, bool c, int rate, double delay, string queue, string why) =>
+        BenchJson.Append(dir, new BenchRecord
+        {
+            Kind = "skipped", Note = why,
+            Config = new RunConfig { Nodes = n, Hosts = h, SizeBytes = s, Compress = c, RateMbit = rate, DelayMs = delay, HostQueue = queue == "fifo" ? null : queue },
+        });
+
+    private static void Emit(string dir, BenchRecord r)
+    {
+        BenchJson.Append(dir, r);
+        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}  ";
+        var nodes = r.Nodes.Select(x => x.WallSeconds).Order().ToList();
+        Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +
+            $"{r.MeasuredSeconds,7:0.00} s (nodes {nodes[0]:0.00}…{nodes[^1]:0.00}), limit {r.LimitSeconds,7:0.00} s, efficiency {r.Efficiency:P1}"));
+    }
+
+    public static int ParseRateMbit(string text)
+    {
+        var t = text.Trim().ToLowerInvariant();
+        double factor = t.EndsWith("gbit") ? 1000 : t.EndsWith("mbit") ? 1 : throw new FormatException($"rate '{text}': use e.g. 100mbit or 1gbit");
+        var v = double.Parse(t[..^4], CultureInfo.InvariantCulture) * factor;
+        if (v < 1 || v > 100_000) throw new FormatException($"rate '{text}' out of range");
+        return (int)v;
+    }
+
+    public static double ParseMs(string text)
+    {
+        var t = text.Trim().ToLowerInvariant();
+        if (t.EndsWith("ms")) t = t[..^2];
+        var v = double.Parse(t, CultureInfo.InvariantCulture);
+        if (v is < 0 or > 10_000) throw new FormatException($"delay '{text}' out of range");
+        return v;
+    }
+}

@@ -1,0 +1,16 @@
+using Hpc.Bench;
+using Hpc.Bench.Commands;
+using Hpc.Jobs.Cli;
+
+// The lab: what measures the product. `hpcdata bench …` and `hpcdata report …` run this program.
+const string Me = "hpcdata bench";
+return await new CommandTree(Me, "the lab: scale-model cluster, codec, cache and attach benchmarks, and their report", [
+    VerbEntry.Of<BenchClusterOptions>(Me, BenchVerb.ClusterAsync),
+    VerbEntry.Of<BenchCodecOptions>(Me, BenchCodecVerb.RunAsync),
+    VerbEntry.Of<BenchCacheOptions>(Me, BenchCacheVerb.RunAsync),
+    VerbEntry.Of<BenchAttachOptions>(Me, BenchAttachVerb.RunAsync),
+    VerbEntry.Of<BenchCleanOptions>(Me, (o, _) => Task.FromResult(BenchVerb.Clean(o.Instance))),
+    new("report", "Tables, charts and report.md from results.jsonl or agents' telemetry: report DIR|FILE.jsonl [--json].", a => Task.FromResult(Hpc.Bench.Report.ReportMain.Run(a))),
+    VerbEntry.Of<TcpServeOptions>(Me, (o, ct) => TcpTools.ServeAsync(o.Address, o.Port, ct)),
+    VerbEntry.Of<TcpPullOptions>(Me, (o, ct) => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),
+]).RunAsync(args);

@@ -1,0 +1,242 @@
+using System.Globalization;
+using System.Text;
+using System.Text.Json;
+using Hpc.CommonData;
+using Hpc.Bench;
+using static Hpc.Bench.Stats;
+
+namespace Hpc.Bench.Report;
+
+/// <summary><c>hpcdata report DIR [--json]</c>: tables, charts and a Markdown summary of bench results or cluster telemetry.</summary>
+public static class ReportMain
+{
+    public static int Run(string[] args)
+    {
+        var json = args.Contains("--json");
+        var paths = args.Where(a => !a.StartsWith("--", StringComparison.Ordinal)).ToList();
+        if (paths.Count != 1 || args.Any(a => a.StartsWith("--", StringComparison.Ordinal) && a != "--json"))
+        {
+            Console.Error.WriteLine("usage: hpcdata report DIR|FILE.jsonl [--json]");
+            return 2;
+        }
+        try
+        {
+            var data = ResultReader.Read(paths[0]);
+            var outDir = Directory.Exists(paths[0]) ? paths[0] : Path.GetDirectoryName(Path.GetFullPath(paths[0]))!;
+            var report = Build(data);
+            var charts = WriteCharts(report, outDir);
+            var markdown = Markdown(data, report, charts);
+            File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
+            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Calibrations, report.Attaches, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
+            return report.Cells.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            Console.Error.WriteLine($"hpcdata report: {e.Message}");
+            return 1;
+        }
+    }
+
+    /// <summary>One configuration, aggregated over its repeated runs (medians).</summary>
+    public sealed record Cell(int Nodes, int Hosts, long SizeBytes, bool Compress, int RateMbit, int Runs, double MeasuredSeconds, double LimitSeconds,
+        double Efficiency, double NodeMin, double NodeMedian, double NodeMax, long RawBytes, long StoredBytes, List<HostBytes> CacheHosts,
+        double CpuSecondsHosts, double CpuSecondsAgents, long PeakRssAgentBytes, double? AttachMsMedian, string? Note, bool WarmAgents = false,
+        double MeasuredMin = double.NaN, double MeasuredMax = double.NaN, string? HostQueue = null);
+
+    public sealed record Calibration(string Pattern, int Nodes, int Hosts, long Bytes, int RateMbit, double MeasuredSeconds, double LimitSeconds, double Efficiency,
+        double NodeMin, double NodeMax);
+
+    public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches);
+
+    /// <summary>Workers attaching a node's copy, the shape of the reference's core-allocation table. SlowestSeconds: the
+    /// median over runs of each run's slowest worker from the common start to a verified copy (NaN when not timed);
+    /// RateMbit 0 is <c>bench attach</c> on loopback, otherwise a namespace cluster's link rate.</summary>
+    public sealed record Attach(long SizeBytes, int PerNode, string Mode, int Workers, double MinMs, double MedianMs, double MaxMs, double WarmMedianMs, bool AllVerified,
+        int Runs = 0, double SlowestSeconds = double.NaN, int RateMbit = 0);
+
+    public static Report Build(ResultReader.Data data)
+    {
+        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
+            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode, r.Config.HostQueue))
+            .Select(g =>
+            {
+                var runs = g.ToList();
+                var walls = runs.SelectMany(r => r.Nodes.Select(n => n.WallSeconds)).Order().ToList();
+                var last = runs[^1];
+                var processes = last.Processes ?? [];
+                var attach = runs.SelectMany(r => r.Workers ?? []).Select(w => w.AttachMs).Order().ToList();
+                return new Cell(g.Key.Nodes, g.Key.Hosts, g.Key.SizeBytes, g.Key.Compress, g.Key.RateMbit, runs.Count,
+                    Median(runs.Select(r => r.MeasuredSeconds)), Median(runs.Select(r => r.LimitSeconds)), Median(runs.Select(r => r.Efficiency)),
+                    walls[0], Median(walls), walls[^1], last.Dataset?.RawBytes ?? g.Key.SizeBytes, last.Dataset?.StoredBytes ?? 0, last.CacheHosts ?? [],
+                    processes.Where(p => p.Name.StartsWith("cachehost", StringComparison.Ordinal)).Sum(p => p.CpuSeconds),
+                    processes.Where(p => p.Name.StartsWith("agent", StringComparison.Ordinal)).Sum(p => p.CpuSeconds),
+                    processes.Where(p => p.Name.StartsWith("agent", StringComparison.Ordinal)).Select(p => p.PeakRssBytes).DefaultIfEmpty(0).Max(),
+                    attach.Count == 0 ? null : Median(attach), last.Note, g.Key.WarmAgents,
+                    runs.Min(r => r.MeasuredSeconds), runs.Max(r => r.MeasuredSeconds), g.Key.HostQueue);
+            })
+            .OrderBy(c => c.Hosts).ThenBy(c => !c.Compress).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ToList();
+        var calibrations = data.Records.Where(r => r.Kind == "calibration" && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
+            .Select(r => new Calibration(r.Pattern ?? "?", r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.RateMbit, r.MeasuredSeconds, r.LimitSeconds,
+                r.Efficiency, r.Nodes.Min(n => n.FetchSeconds), r.Nodes.Max(n => n.FetchSeconds)))
+            .OrderBy(c => c.Pattern).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ToList();
+        var skipped = data.Records.Where(r => r.Kind == "skipped")
+            .Select(r => $"N={r.Config.Nodes} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes)} {(r.Config.Compress ? "lz4" : "raw")}: {r.Note}").ToList();
+        var attaches = data.Records.Where(r => r.Kind == "cluster" && r.Workers is { Count: > 0 })
+            .GroupBy(r => (r.Config.SizeBytes, r.Config.Workers, Mode: r.Config.WorkerMode ?? r.Workers![0].Mode, r.Config.RateMbit))
+            .Select(g =>
+            {
+                var w = g.SelectMany(r => r.Workers!).ToList();
+                var ms = w.Select(x => x.AttachMs).Order().ToList();
+                var slowest = g.Where(r => r.Workers!.All(x => x.WallMs is not null)).Select(r => r.Workers!.Max(x => x.WallMs!.Value) / 1000);
+                return new Attach(g.Key.SizeBytes, g.Key.Workers, g.Key.Mode, w.Count, ms[0], Median(ms), ms[^1], Median(w.Select(x => x.WarmAttachMs)), w.All(x => x.Verified),
+                    g.Count(), Median(slowest), g.Key.RateMbit);
+            })
+            .OrderBy(a => a.RateMbit).ThenBy(a => a.SizeBytes).ThenBy(a => a.Mode).ThenBy(a => a.PerNode).ToList();
+        return new Report(cells, calibrations, skipped, attaches);
+    }
+
+
+    private static string F(double v, string format = "0.00") => double.IsFinite(v) ? v.ToString(format, CultureInfo.InvariantCulture) : "–";
+    private static string P(double v) => double.IsFinite(v) ? (v * 100).ToString("0", CultureInfo.InvariantCulture) + "%" : "–";
+    private static string Codec(bool compress) => compress ? "lz4" : "raw";
+
+    public static string Markdown(ResultReader.Data data, Report r, List<string> charts)
+    {
+        var sb = new StringBuilder();
+        var inv = CultureInfo.InvariantCulture;
+        sb.AppendLine("# HPC Common Data — throughput report").AppendLine();
+        sb.AppendLine($"{data.Lines} lines from {string.Join(", ", data.Files.Select(Path.GetFileName))}: {r.Cells.Sum(c => c.Runs)} cluster runs in {r.Cells.Count} configurations, " +
+                           $"{r.Calibrations.Count} calibrations, {r.Skipped.Count} skipped" +
+                           (data.Unreadable > 0 ? $", {data.Unreadable} unreadable (truncated or malformed) lines ignored" : "") +
+                           (data.UnknownKinds > 0 ? $", {data.UnknownKinds} lines of other kinds ignored" : "") + ".").AppendLine();
+
+        foreach (var g in r.Cells.GroupBy(c => (c.Hosts, c.Compress, c.RateMbit, c.WarmAgents, c.HostQueue)))
+        {
+            var nodeCounts = g.Select(c => c.Nodes).Distinct().Order().ToList();
+            sb.AppendLine(inv, $"## Data access time (s): {g.Key.Hosts} cache host{(g.Key.Hosts == 1 ? "" : "s")}, {Codec(g.Key.Compress)}, {g.Key.RateMbit} Mbit/s links{(g.Key.WarmAgents ? ", warm agents" : "")}{(g.Key.HostQueue is { } q ? $", {q} host queues" : "")}").AppendLine();
+            sb.AppendLine("Time from the common start until the last node's copy was complete and verified; in brackets the efficiency = physical limit / measured.").AppendLine();
+            sb.AppendLine("| data size | " + string.Join(" | ", nodeCounts.Select(n => $"N={n}")) + " |");
+            sb.AppendLine("|---|" + string.Concat(nodeCounts.Select(_ => "---|")));
+            foreach (var s in g.GroupBy(c => c.SizeBytes).OrderBy(s => s.Key))
+                sb.AppendLine($"| {ByteSize.Format(s.Key)} | " + string.Join(" | ", nodeCounts.Select(n => s.FirstOrDefault(c => c.Nodes == n) is { } c
+                    ? $"{F(c.MeasuredSeconds)} ({P(c.Efficiency)})" : "")) + " |");
+            sb.AppendLine();
+        }
+
+        if (r.Cells.Count > 0)
+        {
+            sb.AppendLine("## Every configuration").AppendLine();
+            sb.AppendLine("Measured: the median over the configuration's runs, with their range when there was more than one.").AppendLine();
+            sb.AppendLine("| N | H | size | codec | stored | runs | measured s | limit s | efficiency | node min / median / max s | bytes sent per cache host (MB) | host CPU s | agents CPU s | agent peak RSS | attach ms |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            foreach (var c in r.Cells.OrderBy(c => c.SizeBytes).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ThenBy(c => !c.Compress))
+                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {Codec(c.Compress)}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | {P(c.RawBytes == 0 ? double.NaN : (double)c.StoredBytes / c.RawBytes)} | {c.Runs} | " +
+                              $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.LimitSeconds)} | {P(c.Efficiency)} | {F(c.NodeMin)} / {F(c.NodeMedian)} / {F(c.NodeMax)} | " +
+                              $"{string.Join(", ", c.CacheHosts.Select(h => F(h.NetOutputBytes / 1e6, "0.0")))} | {F(c.CpuSecondsHosts, "0.0")} | {F(c.CpuSecondsAgents, "0.0")} | " +
+                              $"{(c.PeakRssAgentBytes > 0 ? ByteSize.Format(c.PeakRssAgentBytes) : "–")} | {(c.AttachMsMedian is { } a ? F(a, "0") : "–")} |");
+            sb.AppendLine();
+        }
+
+        var pairs = r.Cells.Where(c => c.Compress).Select(c => (lz4: c, raw: r.Cells.FirstOrDefault(x => !x.Compress && x.Nodes == c.Nodes && x.Hosts == c.Hosts && x.SizeBytes == c.SizeBytes && x.RateMbit == c.RateMbit && x.WarmAgents == c.WarmAgents && x.HostQueue == c.HostQueue)))
+            .Where(p => p.raw is not null).ToList();
+        if (pairs.Count > 0)
+        {
+            sb.AppendLine("## Compression savings").AppendLine();
+            sb.AppendLine("| N | H | size | stored (lz4) | raw s | lz4 s | time saved |");
+            sb.AppendLine("|---|---|---|---|---|---|---|");
+            foreach (var (lz4, raw) in pairs.OrderBy(p => p.lz4.SizeBytes).ThenBy(p => p.lz4.Hosts).ThenBy(p => p.lz4.Nodes))
+                sb.AppendLine($"| {lz4.Nodes} | {lz4.Hosts} | {ByteSize.Format(lz4.SizeBytes)} | {P((double)lz4.StoredBytes / Math.Max(1, lz4.RawBytes))} | " +
+                              $"{F(raw!.MeasuredSeconds)} | {F(lz4.MeasuredSeconds)} | {P(1 - lz4.MeasuredSeconds / raw.MeasuredSeconds)} |");
+            sb.AppendLine();
+        }
+
+        if (r.Calibrations.Count > 0)
+        {
+            sb.AppendLine("## Emulator calibration: plain TCP, no product code").AppendLine();
+            sb.AppendLine("pull: every node pulls its share from each cache-host namespace at once (limit N·S/(H·B)); neighbour: every node sends S to the next at once (limit S/B).").AppendLine();
+            sb.AppendLine("| pattern | N | H | bytes per node | measured s | limit s | efficiency | node min / max s |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|");
+            foreach (var c in r.Calibrations)
+                sb.AppendLine($"| {c.Pattern} | {c.Nodes} | {(c.Pattern == "neighbour" ? "–" : c.Hosts.ToString(inv))} | {ByteSize.Format(c.Bytes)} | {F(c.MeasuredSeconds)} | {F(c.LimitSeconds)} | {P(c.Efficiency)} | {F(c.NodeMin)} / {F(c.NodeMax)} |");
+            sb.AppendLine();
+        }
+
+        // The same N, H and rate carrying plain TCP is what this machine can actually move in that pattern; a product run
+        // is read against it as well as against the link limit.
+        var againstTcp = r.Cells.Select(c => (Cell: c, Tcp: r.Calibrations.FirstOrDefault(k => k.Pattern == "pull" && k.Nodes == c.Nodes && k.Hosts == c.Hosts && k.RateMbit == c.RateMbit)))
+            .Where(p => p.Tcp is not null).ToList();
+        if (againstTcp.Count > 0)
+        {
+            sb.AppendLine("## Against plain TCP in the same namespaces").AppendLine();
+            sb.AppendLine("Efficiency of the product run and of the plain-TCP pull calibration with the same N, H and link rate; the ratio is the share of what the emulator carries that the product achieved.").AppendLine();
+            sb.AppendLine("| N | H | size | codec | product efficiency | plain TCP efficiency | product / TCP |");
+            sb.AppendLine("|---|---|---|---|---|---|---|");
+            foreach (var (c, tcp) in againstTcp.OrderBy(p => p.Cell.SizeBytes).ThenBy(p => p.Cell.Hosts).ThenBy(p => p.Cell.Nodes).ThenBy(p => !p.Cell.Compress))
+                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {Codec(c.Compress)}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | " +
+                              $"{P(c.Efficiency)} | {P(tcp!.Efficiency)} | {P(c.Efficiency / tcp.Efficiency)} |");
+            sb.AppendLine();
+        }
+
+        if (r.Attaches.Count > 0)
+        {
+            sb.AppendLine("## Workers attaching the node's copy").AppendLine();
+            sb.AppendLine("K workers per node start together after the fetch; first open in a fresh process (ms), the median re-open in the same process, " +
+                          "and, where the run timed it, the slowest worker from the common start until its copy was open and verified (median over runs).").AppendLine();
+            sb.AppendLine("| where | size | mode | workers per node | runs | workers | first open min / median / max ms | warm re-open ms | slowest to a verified copy s | all verified |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|");
+            foreach (var a in r.Attaches)
+                sb.AppendLine($"| {(a.RateMbit == 0 ? "loopback" : $"{a.RateMbit} Mbit/s cluster")} | {ByteSize.Format(a.SizeBytes)} | {a.Mode} | {a.PerNode} | {a.Runs} | {a.Workers} | " +
+                              $"{F(a.MinMs, "0")} / {F(a.MedianMs, "0")} / {F(a.MaxMs, "0")} | {F(a.WarmMedianMs, "0.0")} | {F(a.SlowestSeconds, "0.000")} | {(a.AllVerified ? "yes" : "NO")} |");
+            sb.AppendLine();
+        }
+
+        if (data.Codecs.Count > 0)
+        {
+            sb.AppendLine("## Stager vs the raw codec (bench codec)").AppendLine();
+            sb.AppendLine(CodecBench.Table(data.Codecs));
+        }
+
+        // Ratios to redis-server are taken within a round, so measurements made with other settings get tables of their own.
+        foreach (var g in data.Caches.GroupBy(c => (c.Config.Pipeline, c.Config.Clients, c.Config.Keys)).OrderBy(g => g.Key.Pipeline))
+        {
+            sb.AppendLine(inv, $"## Cache stores, 64 KB values, pipeline {g.Key.Pipeline} (bench cache)").AppendLine();
+            sb.AppendLine(CacheBench.Table(g.ToList(), []));
+        }
+
+        if (r.Skipped.Count > 0)
+        {
+            sb.AppendLine("## Not run").AppendLine();
+            foreach (var s in r.Skipped) sb.AppendLine($"- {s}");
+            sb.AppendLine();
+        }
+        if (charts.Count > 0)
+        {
+            sb.AppendLine("## Charts").AppendLine();
+            foreach (var c in charts) sb.AppendLine($"![{Path.GetFileNameWithoutExtension(c)}]({c})").AppendLine();
+        }
+        return sb.ToString();
+    }
+
+    public static List<string> WriteCharts(Report r, string dir)
+    {
+        var written = new List<string>();
+        if (r.Cells.Count == 0 && r.Calibrations.Count == 0) return written;
+        var series = r.Cells.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue)).OrderBy(g => g.Key.SizeBytes).ThenBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
+
+        var time = new LineChart { Title = "Data access time vs node count", XLabel = "nodes", YLabel = "seconds" };
+        foreach (var g in series)
+            time.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}{(g.Key.HostQueue is { } q ? " " + q : "")}",
+                g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: !g.Key.Compress));
+        if (time.Lines.Count > 0) { PngWriter.Save(time.Draw(), Path.Combine(dir, "time-vs-nodes.png")); written.Add("time-vs-nodes.png"); }
+
+        var efficiency = new LineChart { Title = "Efficiency (direct-fetch limit / measured)", XLabel = "nodes", YLabel = "efficiency", YMax = 1.2, YPercent = true };
+        foreach (var g in series)
+            efficiency.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}{(g.Key.HostQueue is { } q ? " " + q : "")}",
+                g.Select(c => ((double)c.Nodes, c.Efficiency)).ToList(), Dashed: !g.Key.Compress));
+        foreach (var g in r.Calibrations.GroupBy(c => (c.Pattern, Hosts: c.Pattern == "neighbour" ? 0 : c.Hosts)))
+            efficiency.Lines.Add(new LineChart.Series(g.Key.Pattern == "neighbour" ? "tcp neighbour" : $"tcp pull H={g.Key.Hosts}",
+                g.GroupBy(c => c.Nodes).Select(n => ((double)n.Key, Median(n.Select(c => c.Efficiency)))).ToList(), Dashed: true));
+        if (efficiency.Lines.Count > 0) { PngWriter.Save(efficiency.Draw(), Path.Combine(dir, "efficiency-vs-nodes.png")); written.Add("efficiency-vs-nodes.png"); }
+        return written;
+    }
+}

@@ -1,0 +1,153 @@
+using System.Runtime.InteropServices;
+using CommandLine;
+using CommandLine.Text;
+
+namespace Hpc.Jobs.Cli;
+
+/// <summary>One verb of a program: its name, one line for the verb list, and what runs it with the remaining arguments.</summary>
+public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<int>> Run, bool Hidden = false)
+{
+    /// <summary>A verb whose options type carries <see cref="VerbAttribute"/>: name and summary come from it.</summary>
+    public static VerbEntry Of<TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
+    {
+        var verb = typeof(TOptions).GetCustomAttributes(typeof(VerbAttribute), false).Cast<VerbAttribute>().Single();
+        return new VerbEntry(verb.Name, verb.HelpText, args => CommandTree.ParseAndRunAsync($"{program} {verb.Name}", args, run), verb.Hidden);
+    }
+}
+
+/// <summary>
+/// The command tree of a program (<c>hpcdata</c>, <c>hpcdata-bench</c>, <c>hpcdata-sample</c>): every verb listed by
+/// <c>--help</c> on stdout with exit 0; <c>help VERB</c> is <c>VERB --help</c>; an unknown verb or option is one line on
+/// stderr and exit 2; a failure is one line and exit 1 (<see cref="ExitCodes"/>); never a stack trace for bad input.
+/// </summary>
+public sealed class CommandTree(string program, string summary, IReadOnlyList<VerbEntry> verbs)
+{
+    public string Program { get; } = program;
+
+    public async Task<int> RunAsync(string[] args)
+    {
+        if (args is [] or ["--help"] or ["-h"] or ["help"]) { Console.Out.Write(Help()); return 0; }
+        if (args is ["--version"]) { Console.Out.WriteLine($"{Program} {typeof(CommandTree).Assembly.GetName().Version}"); return 0; }
+        if (args is ["help", var topic, ..]) args = [topic, "--help"];
+        var verb = verbs.FirstOrDefault(v => v.Name == args[0]);
+        if (verb is null)
+        {
+            Console.Error.WriteLine($"{Program}: unknown command '{args[0]}' (see {Program} --help)");
+            return ExitCodes.Usage;
+        }
+        try
+        {
+            return await verb.Run(args[1..]);
+        }
+        catch (Exception e) when (ExitCodes.IsExpected(e))
+        {
+            return ExitCodes.Report($"{Program} {verb.Name}", e);
+        }
+    }
+
+    public string Help()
+    {
+        var width = verbs.Where(v => !v.Hidden).Max(v => v.Name.Length) + 2;
+        var lines = verbs.Where(v => !v.Hidden).Select(v => $"  {v.Name.PadRight(width)}{v.Summary}");
+        return $"{Program} — {summary}\n\nusage: {Program} COMMAND [options]   ({Program} help COMMAND for its options)\n\ncommands:\n" +
+               string.Join('\n', lines) + "\n";
+    }
+
+    /// <summary>
+    /// Parses one verb's options with CommandLineParser and runs it: <c>--help</c> prints the options on stdout (exit 0);
+    /// a bad or unknown option is one line on stderr (exit 2). The token is cancelled by SIGINT or SIGTERM
+    /// (<see cref="Signals"/>), so a cancelled verb cleans up in its finally blocks and exits 130.
+    /// </summary>
+    public static async Task<int> ParseAndRunAsync<TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run)
+    {
+        using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
+        var parsed = parser.ParseArguments<TOptions>(args);
+        if (parsed is Parsed<TOptions> ok)
+        {
+            using var cancel = new CancellationTokenSource();
+            using var signals = Signals.CancelOn(cancel);
+            try
+            {
+                return await run(ok.Value, cancel.Token);
+            }
+            catch (OperationCanceledException) when (cancel.IsCancellationRequested)
+            {
+                Console.Error.WriteLine($"{usage}: cancelled");
+                return ExitCodes.Cancelled;
+            }
+        }
+        var errors = ((NotParsed<TOptions>)parsed).Errors.ToList();
+        if (errors.Any(e => e.Tag is ErrorType.HelpRequestedError or ErrorType.HelpVerbRequestedError))
+        {
+            var help = HelpText.AutoBuild(parsed, h =>
+            {
+                h.Heading = usage; h.Copyright = ""; h.AdditionalNewLineAfterOption = false; h.AddDashesToOption = true; h.AutoVersion = false;
+                h.MaximumDisplayWidth = 120;
+                return h;
+            }, e => e);
+            Console.Out.WriteLine(help);
+            return 0;
+        }
+        Console.Error.WriteLine($"{usage}: {Describe(errors[0])} (see {usage} --help)");
+        return ExitCodes.Usage;
+    }
+
+    private static string Describe(Error e) => e switch
+    {
+        UnknownOptionError u => $"unknown option '--{u.Token}'",
+        MissingRequiredOptionError m => $"missing required {(m.NameInfo.LongName.Length > 0 ? "--" + m.NameInfo.LongName : "argument")}",
+        BadFormatConversionError b => $"bad value for --{b.NameInfo.LongName}",
+        MissingValueOptionError m => $"--{m.NameInfo.LongName} needs a value",
+        SequenceOutOfRangeError s => $"wrong number of values for --{s.NameInfo.LongName}",
+        RepeatedOptionError r => $"--{r.NameInfo.LongName} given twice",
+        UnknownOptionError or BadVerbSelectedError => "unknown command",
+        _ when e.Tag == ErrorType.MissingValueOptionError => "an option needs a value",
+        _ => e.Tag switch
+        {
+            ErrorType.BadFormatTokenError => $"cannot read '{((BadFormatTokenError)e).Token}'",
+            _ => e.Tag.ToString(),
+        },
+    };
+}
+
+/// <summary>The one way a verb learns of SIGINT (Ctrl-C) and SIGTERM (scancel, job-manager stop): its token is cancelled.</summary>
+public static class Signals
+{
+    public static IDisposable CancelOn(CancellationTokenSource cancel)
+    {
+        void Handler(PosixSignalContext c) { c.Cancel = true; cancel.Cancel(); }
+        var registrations = new List<IDisposable> { PosixSignalRegistration.Create(PosixSignal.SIGINT, Handler) };
+        if (!OperatingSystem.IsWindows()) registrations.Add(PosixSignalRegistration.Create(PosixSignal.SIGTERM, Handler));
+        return new Registrations(registrations);
+    }
+
+    private sealed class Registrations(List<IDisposable> all) : IDisposable
+    {
+        public void Dispose() { foreach (var r in all) r.Dispose(); }
+    }
+}
+
+/// <summary>Exit codes of every command, decided here only.</summary>
+public static class ExitCodes
+{
+    public const int Ok = 0;
+    /// <summary>The command ran and failed (the line on stderr says why: not found, integrity, unavailable, no space …).</summary>
+    public const int Failed = 1;
+    /// <summary>The command line was wrong; nothing was done.</summary>
+    public const int Usage = 2;
+    /// <summary>Cancelled by SIGINT / SIGTERM after cleaning up (128 + SIGINT, as shells report it).</summary>
+    public const int Cancelled = 130;
+
+    /// <summary>Failures that are the world's fault, not a bug: reported as one line, no stack trace.</summary>
+    public static bool IsExpected(Exception e) => e is CommonDataException or IOException or UnauthorizedAccessException or TimeoutException
+        or InvalidDataException or FormatException or ArgumentException or InvalidOperationException or System.Text.Json.JsonException
+        or System.Net.Sockets.SocketException;
+
+    /// <summary>Writes <c>who: message</c> on stderr and returns the exit code for <paramref name="e"/>.</summary>
+    public static int Report(string who, Exception e)
+    {
+        var error = CommonDataException.From(e);
+        Console.Error.WriteLine($"{who}: {e.Message}");
+        return e is FormatException or ArgumentException || error.Code == ErrorCode.BadRequest && e is not CommonDataException ? Usage : Failed;
+    }
+}

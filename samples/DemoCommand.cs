@@ -1,0 +1,140 @@
+using System.Diagnostics;
+using System.Text.Json;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.Jobs.Local;
+using Hpc.Jobs.Commands;
+using Hpc.Jobs.Data;
+
+namespace Hpc.Samples;
+
+[Verb("demo", HelpText = "Run the whole system on this machine: cache hosts, node agents, staging, and sample workers.")]
+public sealed class DemoOptions
+{
+    [Option("size", Default = "256MB", HelpText = "Dataset size (e.g. 64MB, 1GB).")]
+    public string Size { get; set; } = "256MB";
+
+    [Option("hosts", Default = 2, HelpText = "Cache hosts.")]
+    public int Hosts { get; set; } = 2;
+
+    [Option("nodes", Default = 2, HelpText = "Node agents (each stands in for a compute node).")]
+    public int Nodes { get; set; } = 2;
+
+    [Option("workers", Default = 4, HelpText = "Worker processes per node.")]
+    public int Workers { get; set; } = 4;
+
+    [Option("work-dir", HelpText = "Scratch directory (default: under /dev/shm or the temp folder); removed afterwards.")]
+    public string? WorkDir { get; set; }
+
+    [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random (incompressible; workers then only attach and verify).")]
+    public string Data { get; set; } = "csv";
+
+    [Option("json", HelpText = "Also write the measurements as JSON to this file.")]
+    public string? Json { get; set; }
+}
+
+public sealed class DemoCommand(DemoOptions o)
+{
+    private const string DatasetName = "demo/market-history";
+    private readonly LocalCluster _cluster = new();
+
+    public async Task<int> RunAsync(CancellationToken ct)
+    {
+        var size = ByteSize.Parse(o.Size);
+        var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-demo-{Environment.ProcessId}");
+        Directory.CreateDirectory(root);
+        try
+        {
+            return await RunCoreAsync(size, root, ct);
+        }
+        catch (OperationCanceledException)
+        {
+            Console.Error.WriteLine("hpcdata demo: interrupted; everything it started was stopped");
+            return 130;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata demo: {e.Message}");
+            return 1;
+        }
+        finally
+        {
+            await _cluster.DisposeAsync();
+            try { Directory.Delete(root, recursive: true); } catch (IOException) { } catch (UnauthorizedAccessException) { }
+        }
+    }
+
+    private async Task<int> RunCoreAsync(long size, string root, CancellationToken ct)
+    {
+        Console.WriteLine($"HPC Common Data demo: {ByteSize.Format(size)} dataset, {o.Hosts} cache hosts, {o.Nodes} nodes × {o.Workers} workers");
+
+        var clock = Stopwatch.StartNew();
+        var random = o.Data == "random";
+        var csv = Path.Combine(root, random ? "random.bin" : "market-history.csv");
+        if (random)
+        {
+            SampleData.GenerateRandom(csv, size);
+            Console.WriteLine($"  generated  {ByteSize.Format(size)} of random bytes in {clock.Elapsed.TotalSeconds:0.0} s");
+        }
+        else
+        {
+            var (days, instruments) = MarketHistory.Generate(csv, size);
+            Console.WriteLine($"  generated  {instruments} instruments × {days} days of closing prices in {clock.Elapsed.TotalSeconds:0.0} s");
+        }
+        var codec = CodecBaseline.Measure(csv);
+        Console.WriteLine($"  baseline   raw LZ4 codec + XXH3 on the same 64 KB segments, {Environment.ProcessorCount} cores, in memory: " +
+                          $"{codec.MegabytesPerSecond:0} MB/s (ratio {codec.Ratio:P1})");
+
+        var budget = (long)(size * 1.5) + (64L << 20);
+        var hosts = new List<string>();
+        for (var h = 0; h < o.Hosts; h++) hosts.Add(await _cluster.StartCacheHostAsync($"cachehost{h + 1}", budget, ct));
+        var hostList = string.Join(",", hosts);
+
+        var stage = await _cluster.StageAsync(csv, DatasetName, hostList, ct);
+        Console.WriteLine($"  staged     {ByteSize.Format(stage.RawBytes)} → {ByteSize.Format(stage.StoredBytes)} stored ({100.0 * stage.StoredBytes / Math.Max(1, stage.RawBytes):0.0}%), " +
+                          $"{stage.Segments} segments in {stage.Seconds:0.00} s = {stage.RawBytes / 1e6 / stage.Seconds:0} MB/s " +
+                          $"({stage.RawBytes / 1e6 / stage.Seconds / codec.MegabytesPerSecond:P0} of the raw codec), version {stage.Version[..12]}…");
+
+        var pipes = new List<string>();
+        for (var n = 0; n < o.Nodes; n++)
+        {
+            var pipe = $"hd{Environment.ProcessId}n{n + 1}";
+            await _cluster.StartAgentAsync(pipe, Path.Combine(root, $"node{n + 1}"), hostList, $"node{n + 1}", budget, ct);
+            pipes.Add(pipe);
+        }
+
+        // Node preparation on every node at once, as a scheduler would start it.
+        var fetches = await Task.WhenAll(pipes.Select(pipe => LocalCluster.PrefetchAsync(pipe, DatasetName, stage.Version, pin: "demo", ct)));
+        for (var n = 0; n < fetches.Length; n++)
+            Console.WriteLine($"  node{n + 1}      fetched and verified in {fetches[n].Seconds:0.00} s ({fetches[n].Copy.Length / 1e6 / fetches[n].Seconds:0} MB/s)");
+
+        var mapped = await RunWorkersAsync(pipes, "map", compute: !random, ct);
+        var streamed = await RunWorkersAsync(pipes, "stream", compute: false, ct);
+        Report("attach", "map: memory-mapped shared copy", mapped);
+        Report("copy", "stream: private copy over the pipe", streamed);
+        var vars = mapped.Select(r => r.Computed).Distinct().ToList();
+        if (!random) Console.WriteLine($"  result     {mapped[0].Computed}" +
+                          (vars.Count == 1 ? $" (all {mapped.Count} computing workers agree)" : " (WORKERS DISAGREE)"));
+        if (o.Json is not null)
+            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.Seconds), mapped, streamed }), ct);
+        Console.WriteLine($"  done in {clock.Elapsed.TotalSeconds:0.0} s; shutting down");
+        return vars.Count == 1 ? 0 : 1;
+    }
+
+    /// <summary>Every worker of every node released together, so their opens overlap.</summary>
+    private async Task<List<WorkerCommand.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
+        (await _cluster.RunWorkersAsync(pipes, o.Workers, DatasetName, mode, compute ? [] : ["--no-compute"], TimeSpan.FromMinutes(10), ct,
+            program: "Hpc.Samples")).Results;
+
+    private static void Report(string label, string what, List<WorkerCommand.WorkerResult> r)
+    {
+        var attach = r.Select(x => x.AttachMs).Order().ToList();
+        var compute = r.Select(x => x.ComputeMs).Order().ElementAt(r.Count / 2);
+        var warm = r.Select(x => x.WarmAttachMs).Order().ToList();
+        var verify = r.Select(x => x.VerifyMs).Order().ElementAt(r.Count / 2);
+        Console.WriteLine($"  {label,-10} {what}: {r.Count} workers started together; open min/median/max {attach[0]:0.0} / {attach[attach.Count / 2]:0.0} / {attach[^1]:0.0} ms " +
+                          $"(warm re-open median {warm[warm.Count / 2]:0.00} ms); " +
+                          (verify > 0 ? $"hash check median {verify:0} ms" : "hash checked within the open") + (compute > 0 ? $", VaR pass median {compute:0} ms" : ""));
+    }
+}

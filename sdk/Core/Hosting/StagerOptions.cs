@@ -1,0 +1,59 @@
+using System.Text.Json.Serialization;
+
+namespace Hpc.CommonData.Hosting;
+
+/// <summary>The stager's command line: <c>Hpc.Stager PATH --name owner/name [options]</c>, what <c>hpcdata stage</c> runs.</summary>
+public sealed class StagerOptions : IProgramOptions
+{
+    public static string SectionName => "Stager";
+    public static string ProgramName => "hpcdata stage";
+    public static string Summary => "chunk, compress, checksum and upload a file, a directory or standard input as a new dataset version";
+
+    [Switch("", "File or directory to stage, or - for standard input.", Meta = "PATH")]
+    public string Path { get; set; } = "";
+
+    [Switch("--name", "Dataset name, owner/name (a-z 0-9 . _ -).", Meta = "OWNER/NAME")]
+    public string Name { get; set; } = "";
+
+    [Switch("--cache-hosts", "Cache hosts host:port,… (default 127.0.0.1:6380).", Environment = "HPCDATA_CACHE_HOSTS", Meta = "HOST:PORT,…")]
+    public List<string> CacheHosts { get; set; } = [];
+
+    [Switch("--replicas", "Copies of each segment.", Environment = "HPCDATA_CACHE_REPLICAS")]
+    public int Replicas { get; set; } = 1;
+
+    [Switch("--segment-size", "Raw bytes per segment.")]
+    public ByteSize SegmentSize { get; set; } = new(64 << 10);
+
+    [Switch("--no-compress", "Store segments uncompressed.")]
+    public bool NoCompress { get; set; }
+
+    [Switch("--lifetime", "Cache-tier lifetime of the version, e.g. 90m, 12h, 7d (default: until removed).", Meta = "DURATION")]
+    public string? Lifetime { get; set; }
+
+    [Switch("--json", "Print the summary as one JSON object (a StageResult) on the last line, for scripts.")]
+    public bool Json { get; set; }
+
+    public IEnumerable<string> Validate()
+    {
+        if (Path.Length == 0) yield return "no PATH to stage (a file, a directory or -)";
+        if (Name.Length == 0) yield return "--name is required (owner/name)";
+        else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
+        if (Replicas < 1) yield return "--replicas must be at least 1";
+        if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
+        if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
+        foreach (var h in CacheHosts)
+            if (!Cache.CacheEndpoint.TryParse(h, out _)) yield return $"--cache-hosts: '{h}' is not host:port";
+    }
+}
+
+/// <summary>What a staging did: the stager's <c>--json</c> line, read by <c>prestage</c> and the local cluster.</summary>
+public sealed record StageResult(
+    string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments,
+    bool Unchanged, double Seconds, string Hash)
+{
+    [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
+    [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
+}
+
+[JsonSerializable(typeof(StageResult))]
+public sealed partial class ContractJson : JsonSerializerContext;

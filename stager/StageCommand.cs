@@ -1,0 +1,69 @@
+using System.Text.Json;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.Stager;
+
+/// <summary>Runs one staging from validated options and prints its summary; failures are one line and exit 1.</summary>
+public static class StageCommand
+{
+    public static async Task<int> RunAsync(StagerOptions o)
+    {
+        using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning)
+            .AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
+        var log = loggerFactory.CreateLogger("stager");
+        using var cancel = new CancellationTokenSource();
+        Console.CancelKeyPress += (_, e) => { e.Cancel = true; cancel.Cancel(); };
+        try
+        {
+            var tierOptions = CacheTierOptions.FromEnvironment();
+            if (o.CacheHosts.Count > 0) tierOptions.Hosts = o.CacheHosts.SelectMany(CacheEndpoint.ParseList).Select(h => h.ToString()).ToList();
+            tierOptions.Replicas = o.Replicas;
+            await using var tier = new CacheTierClient(tierOptions, log);
+            using var source = StageSource.Open(o.Path);
+            var options = new StageOptions
+            {
+                Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compress = !o.NoCompress,
+                Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime),
+            };
+            var progress = Console.IsErrorRedirected ? null : new TerminalProgress();
+            var result = await new StagingPipeline(tier, log).StageAsync(source, options, progress, cancel.Token);
+            progress?.Finish();
+            if (o.Json) Console.WriteLine(JsonSerializer.Serialize(result, ContractJson.Default.StageResult));
+            else
+            {
+                Console.WriteLine($"staged {result.Name} version {result.Version}{(result.Unchanged ? " (unchanged: nothing new published)" : "")}");
+                Console.WriteLine($"  raw {ByteSize.Format(result.RawBytes)}, stored {ByteSize.Format(result.StoredBytes)} (ratio {result.Ratio:P1}), " +
+                                  $"{result.Segments} segments ({result.SkippedSegments} already cached), sent {ByteSize.Format(result.SentBytes)}");
+                Console.WriteLine($"  {result.Seconds:0.00} s, {result.MegabytesPerSecond:0} MB/s, hash {result.Hash}");
+            }
+            return 0;
+        }
+        catch (OperationCanceledException) when (cancel.IsCancellationRequested)
+        {
+            Console.Error.WriteLine($"{StagerOptions.ProgramName}: cancelled; nothing was published");
+            return 130;
+        }
+        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or FormatException or UnauthorizedAccessException)
+        {
+            Console.Error.WriteLine($"{StagerOptions.ProgramName}: {e.Message}");
+            return 1;
+        }
+    }
+}
+
+/// <summary>One self-overwriting progress line on the terminal, at most four times a second.</summary>
+internal sealed class TerminalProgress : IProgress<StageProgress>
+{
+    private long _lastTicks;
+    public void Report(StageProgress p)
+    {
+        var now = Environment.TickCount64;
+        if (now - Interlocked.Read(ref _lastTicks) < 250) return;
+        Interlocked.Exchange(ref _lastTicks, now);
+        var pct = p.TotalBytes is > 0 ? $"{100.0 * p.RawBytes / p.TotalBytes.Value,5:0.0}% " : "";
+        Console.Error.Write($"\r  {pct}{ByteSize.Format(p.RawBytes)} read, {p.Segments} segments stored, {p.RawBytes / 1e6 / Math.Max(p.Elapsed.TotalSeconds, 1e-9):0} MB/s   ");
+    }
+    public void Finish() => Console.Error.Write("\r" + new string(' ', 79) + "\r");
+}
