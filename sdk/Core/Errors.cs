@@ -2,28 +2,29 @@ using System.Text.Json.Serialization;
 
 namespace Hpc.CommonData;
 
-/// <summary>What kind of failure a <see cref="CommonDataException"/> reports. It crosses the agent's pipe as itself.</summary>
+/// <summary>What kind of failure a <see cref="CommonDataException"/> reports. It crosses the agent's pipe as itself,
+/// spelled as in the attribute (<c>"code":"not-found"</c>).</summary>
 [JsonConverter(typeof(JsonStringEnumConverter<ErrorCode>))]
 public enum ErrorCode
 {
     /// <summary>A fault of the system itself; the message and the component's log say more.</summary>
-    Internal = 0,
+    [JsonStringEnumMemberName("internal")] Internal = 0,
     /// <summary>The request or the input is malformed (bad name, bad option, bad frame).</summary>
-    BadRequest,
+    [JsonStringEnumMemberName("bad-request")] BadRequest,
     /// <summary>No such dataset, version or file; the message names which.</summary>
-    NotFound,
+    [JsonStringEnumMemberName("not-found")] NotFound,
     /// <summary>Bytes failed verification (checksum, length or content hash); they were never handed to a caller.</summary>
-    Integrity,
+    [JsonStringEnumMemberName("integrity")] Integrity,
     /// <summary>A cache host or the node agent cannot be reached or went away; the message names it.</summary>
-    Unavailable,
+    [JsonStringEnumMemberName("unavailable")] Unavailable,
     /// <summary>A memory or disk budget, or the disk itself, cannot take the data.</summary>
-    NoSpace,
+    [JsonStringEnumMemberName("no-space")] NoSpace,
     /// <summary>The caller is not allowed to do this (authentication or permissions).</summary>
-    AccessDenied,
+    [JsonStringEnumMemberName("access-denied")] AccessDenied,
     /// <summary>A peer stayed silent for longer than allowed.</summary>
-    Timeout,
+    [JsonStringEnumMemberName("timeout")] Timeout,
     /// <summary>A peer broke its protocol (a malformed reply); the connection was dropped.</summary>
-    Protocol,
+    [JsonStringEnumMemberName("protocol")] Protocol,
 }
 
 /// <summary>
