@@ -100,7 +100,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 
-            if (lifetimeJob) await WithTier(tierOptions, (t, opt) => new DatasetLifetime(t, opt).AddJobAsync(version, jobId!, cancel.Token));
+            if (lifetimeJob) await WithTier(tierOptions, t => t.Catalog.AddJobAsync(version, jobId!, cancel.Token));
             Console.WriteLine($"prestage: job {jobId}: {o.Nodes} node(s) × {o.HostsPerNode} service host(s)");
             var scheduler = new LocalScheduler(Console.Out, Console.Error);
             var code = await scheduler.RunAsync(job, jobId!, root, Math.Max(size * 2, 256L << 20), cancel.Token);
@@ -207,7 +207,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var id = stdout.Trim().Split(';')[0];
         Console.WriteLine($"prestage: submitted job {id} ({file})");
         if (job.LifetimeJob && tier is not null)
-            await WithTier(tier, (t, opt) => new DatasetLifetime(t, opt).AddJobAsync(job.Version, id, ct));
+            await WithTier(tier, t => t.Catalog.AddJobAsync(job.Version, id, ct));
         return 0;
     }
 
@@ -215,12 +215,11 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         try
         {
-            await WithTier(options, async (t, opt) =>
+            await WithTier(options, async t =>
             {
-                var lifetime = new DatasetLifetime(t, opt);
-                var others = await lifetime.RemoveJobAsync(version, jobId);
+                var others = await t.Catalog.RemoveJobAsync(version, jobId);
                 if (others.Count > 0) { Console.WriteLine($"prestage: version {version} kept for job(s) {string.Join(", ", others)}"); return; }
-                await lifetime.RemoveVersionAsync(name, version);
+                await t.Catalog.RemoveVersionAsync(name, version);
                 Console.WriteLine($"prestage: removed {name} version {version} from the cache tier (lifetime: job)");
             });
         }
@@ -230,10 +229,10 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         }
     }
 
-    private static async Task WithTier(CacheTierOptions options, Func<CacheTierClient, CacheTierOptions, Task> action)
+    private static async Task WithTier(CacheTierOptions options, Func<CacheTierClient, Task> action)
     {
         await using var tier = new CacheTierClient(options);
-        await action(tier, options);
+        await action(tier);
     }
 
     private string Hpcdata() => o.Hpcdata ?? Quote.Sh([ComponentProcess.DotnetHost(), ComponentLocator.Find("hpcdata")]);

@@ -34,17 +34,15 @@ public static class RemoveCommand
             await using var tier = new CacheTierClient(options);
             var version = o.Version ?? await tier.GetLatestAsync(o.Name, ct);
             if (version is null) return Say(0, $"dataset '{o.Name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
-            var lifetime = new DatasetLifetime(tier, options);
             if (o.Job is not null)
             {
-                var others = await lifetime.RemoveJobAsync(version, o.Job);
+                var others = await tier.Catalog.RemoveJobAsync(version, o.Job, ct);
                 if (others.Count > 0) return Say(0, $"{o.Name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
             }
-            var latest = await lifetime.RemoveVersionAsync(o.Name, version);
-            var gc = lifetime.LastCollection;
+            var (latest, gc) = await tier.Catalog.RemoveVersionAsync(o.Name, version, ct);
             Console.WriteLine($"removed {o.Name} version {version}{(latest ? " (it was the latest)" : "")}; " +
-                              (gc is { Ran: true } ? $"freed {gc.SegmentsDeleted} segments no other version uses"
-                                  : $"segments not collected now ({gc?.SkippedBecause}); the next removal collects them"));
+                              (gc.Ran ? $"freed {gc.SegmentsDeleted} segments no other version uses"
+                                  : $"segments not collected now ({gc.SkippedBecause}); the next removal collects them"));
             return 0;
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)

@@ -212,7 +212,7 @@ public class SegmentCollectionTests
         var b = await c.StageAsync(Cluster.WriteFile(c.Root, "b.bin", [.. shared, .. Cluster.RandomBytes(2 * 65536, seed: 3)]), "gc/b");
         Assert.Equal(8, b.SkippedSegments);
         await using var tier = c.Tier();
-        async Task<int> Segments() => (await tier.KeysAsync("hcd:s:")).Sum(k => k.Count);
+        async Task<int> Segments() => (await tier.KeysAsync(CacheKeys.SegmentPrefix)).Sum(k => k.Count);
         Assert.Equal(14, await Segments());
 
         var (code, stdout, stderr) = await c.RunAsync("hpcdata", ["remove", "gc/a", "--cache-hosts", c.HostList]);

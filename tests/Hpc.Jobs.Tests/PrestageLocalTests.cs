@@ -74,8 +74,7 @@ public class PrestageLocalTests
         var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(400_000));
         var staged = await s.StageAsync(data, "risk/short");
         await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = s.Hosts.ToList() });
-        var lifetime = new Hpc.Jobs.Scheduling.DatasetLifetime(tier, new CacheTierOptions { Hosts = s.Hosts.ToList() });
-        await lifetime.AddJobAsync(staged.Version, "other-job");
+        await tier.Catalog.AddJobAsync(staged.Version, "other-job");
 
         var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/short", "--cache-hosts", s.HostList, "--lifetime", "job", "--job-id", "j1", "--", "true"]);
         Assert.True(r.Code == 0, r.Stderr);

@@ -10,14 +10,12 @@ namespace Hpc.CommonData.Cache;
 /// Segments are shared across versions and datasets, and a stager decides to skip a segment because it is already
 /// there; deleting it under a running stager would publish a version with a hole. So collection and staging exclude
 /// each other through two flags on one designated host (the first in sorted order): the collector sets
-/// <c>hcd:gc</c> and then looks for <c>hcd:staging:*</c> leases; a stager sets its lease and then waits while
-/// <c>hcd:gc</c> exists. Each writes its own flag before reading the other's, so at least one of them sees the other.
+/// <see cref="CacheKeys.Collection"/> and then looks for <see cref="CacheKeys.StagingPrefix"/> leases; a stager sets its lease and then waits while
+/// the collection flag exists. Each writes its own flag before reading the other's, so at least one of them sees the other.
 /// </para>
 /// </summary>
 public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = null)
 {
-    private const string GcKey = "hcd:gc";
-    private const string StagingPrefix = "hcd:staging:";
     private static readonly TimeSpan FlagLifetime = TimeSpan.FromSeconds(60);
     private readonly ILogger _log = logger ?? NullLogger.Instance;
 
@@ -30,30 +28,30 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     {
         var designated = tier.Hosts[Designated];
         var token = Guid.NewGuid().ToString("n");
-        var set = await tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [GcKey, token, "NX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
+        var set = await tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [CacheKeys.Collection, token, "NX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
         if (set.Kind != RespKind.SimpleString)
-            return new Collection(false, $"another collection is running ({GcKey} is set on {designated})", 0, 0, 0);
+            return new Collection(false, $"another collection is running ({CacheKeys.Collection} is set on {designated})", 0, 0, 0);
         try
         {
-            var stagers = (await tier.KeysAsync(StagingPrefix, ct))[Designated];
+            var stagers = (await tier.KeysAsync(CacheKeys.StagingPrefix, ct))[Designated];
             if (stagers.Count > 0) return new Collection(false, $"{stagers.Count} stager(s) running", 0, 0, 0);
 
             var referenced = new HashSet<SegmentId>();
-            var versions = (await tier.KeysAsync("hcd:m:", ct)).SelectMany(k => k).Select(k => k["hcd:m:".Length..]).Distinct().ToList();
+            var versions = (await tier.KeysAsync(CacheKeys.ManifestPrefix, ct)).SelectMany(k => k).Select(k => k[CacheKeys.ManifestPrefix.Length..]).Distinct().ToList();
             foreach (var version in versions)
             {
                 if (!SegmentId.TryParse(version, out var id)) continue;
-                var (manifest, problem) = await tier.GetManifestAsync(version, id, ct);
+                var (manifest, problem) = await tier.Catalog.GetManifestAsync(version, id, ct);
                 if (manifest is null)
                     return new Collection(false, $"manifest {version} is unreadable ({problem ?? "vanished"}): cannot prove any segment unused", versions.Count, 0, 0);
                 referenced.UnionWith(manifest.SegmentIds);
             }
 
             long deleted = 0;
-            var perHost = await tier.KeysAsync("hcd:s:", ct);
+            var perHost = await tier.KeysAsync(CacheKeys.SegmentPrefix, ct);
             for (var h = 0; h < perHost.Length; h++)
             {
-                var garbage = perHost[h].Where(k => !SegmentId.TryParse(k["hcd:s:".Length..], out var id) || !referenced.Contains(id)).ToList();
+                var garbage = perHost[h].Where(k => !SegmentId.TryParse(k[CacheKeys.SegmentPrefix.Length..], out var id) || !referenced.Contains(id)).ToList();
                 if (garbage.Count > 0) deleted += await tier.DeleteAsync(h, garbage, ct);
             }
             _log.LogInformation("Segment collection: {Manifests} manifests reference {Kept} segments; deleted {Deleted}", versions.Count, referenced.Count, deleted);
@@ -61,7 +59,7 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
         }
         finally
         {
-            await tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [GcKey], CancellationToken.None);
+            await tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [CacheKeys.Collection], CancellationToken.None);
         }
     }
 
@@ -70,13 +68,13 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     /// </summary>
     public async Task<IAsyncDisposable> BeginStagingAsync(TimeSpan? wait = null, CancellationToken ct = default)
     {
-        var key = StagingPrefix + Guid.NewGuid().ToString("n");
+        var key = CacheKeys.Staging(Guid.NewGuid().ToString("n"));
         var designated = Designated;
         await SetLeaseAsync(key, ct);
         var deadline = DateTime.UtcNow + (wait ?? TimeSpan.FromMinutes(2));
         for (var delay = 50; ; delay = Math.Min(delay * 2, 2000))
         {
-            var gc = await tier.ExecuteOnAsync(designated, "EXISTS"u8.ToArray(), [GcKey], ct);
+            var gc = await tier.ExecuteOnAsync(designated, "EXISTS"u8.ToArray(), [CacheKeys.Collection], ct);
             if (gc.Integer == 0) break;
             if (DateTime.UtcNow > deadline)
             {

@@ -1,0 +1,167 @@
+using System.Text;
+using Hpc.CommonData.Format;
+
+namespace Hpc.CommonData.Cache;
+
+/// <summary>
+/// What the cache tier knows about datasets: manifests (on every host, verified by their version id), the "latest"
+/// pointer of each dataset, and the job references of versions whose lifetime is "the jobs that use them".
+/// </summary>
+public sealed class CacheCatalog
+{
+    private readonly CacheHostSet _hosts;
+    private readonly CacheTierClient _tier;
+
+    internal CacheCatalog(CacheHostSet hosts, CacheTierClient tier)
+    {
+        _hosts = hosts;
+        _tier = tier;
+    }
+
+    private IReadOnlyList<CacheEndpoint> Hosts => _hosts.Hosts;
+
+    /// <summary>Stores a manifest on every host (it is small and every reader needs it first).</summary>
+    public Task PutManifestAsync(string version, ReadOnlyMemory<byte> encoded, TimeSpan? ttl = null, CancellationToken ct = default) =>
+        _hosts.ForAllAsync(async (c, token) =>
+        {
+            c.BeginCommand(ttl is null ? 3 : 5);
+            c.Argument("SET"u8);
+            c.Argument(CacheKeys.Manifest(version));
+            c.Argument(encoded.Span);
+            if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
+            Check(c, await c.FlushAndReadAsync(token));
+            return 0;
+        }, ct);
+
+    /// <summary>Moves the "latest" pointer of a dataset, on every host. Call only after every segment and the manifest are stored.</summary>
+    public Task SetLatestAsync(string name, string version, CancellationToken ct = default) =>
+        _hosts.ForAllAsync(async (c, token) =>
+        {
+            c.Command("SET"u8, CacheKeys.Latest(name), version);
+            Check(c, await c.FlushAndReadAsync(token));
+            return 0;
+        }, ct);
+
+    /// <summary>The version "latest" points to, or null when no host knows the dataset.</summary>
+    public async Task<string?> GetLatestAsync(string name, CancellationToken ct = default)
+    {
+        var key = CacheKeys.Latest(name);
+        foreach (var value in await _hosts.AskAnswerableAsync((c, token) => c.FlushAndReadCommandAsync("GET"u8, key, token), ct))
+            if (value.Kind == RespKind.Bulk) return Encoding.UTF8.GetString(value.Bulk!);
+        return null;
+    }
+
+    /// <summary>Resolves a dataset name and optional version ("latest" or null for the current one) to a verified manifest.</summary>
+    public async Task<(string Version, Manifest Manifest)> ResolveAsync(string name, string? version = null, CancellationToken ct = default)
+    {
+        DatasetName.Validate(name);
+        if (string.IsNullOrEmpty(version) || version == "latest")
+        {
+            version = await GetLatestAsync(name, ct)
+                ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' not found on cache hosts {string.Join(", ", Hosts)}");
+        }
+        if (!SegmentId.TryParse(version, out var versionId))
+            throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
+        var (manifest, problem) = await GetManifestAsync(version, versionId, ct);
+        if (manifest is not null)
+        {
+            if (manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
+            return (version, manifest);
+        }
+        if (problem is not null) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {problem}");
+        throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
+    }
+
+    /// <summary>The verified manifest of a version from the first host with a good copy; else null and what was wrong.</summary>
+    internal async Task<(Manifest? Manifest, string? Problem)> GetManifestAsync(string version, SegmentId versionId, CancellationToken ct)
+    {
+        var key = CacheKeys.Manifest(version);
+        string? problem = null;
+        foreach (var reply in await _hosts.AskAnswerableAsync((c, token) => c.FlushAndReadCommandAsync("GET"u8, key, token), ct))
+        {
+            if (reply.Kind != RespKind.Bulk) continue;
+            var stored = reply.Bulk!;
+            if (!SegmentCodec.TryReadRawLength(stored, out var rawLength)) { problem = "manifest header is damaged"; continue; }
+            var raw = new byte[rawLength];
+            problem = SegmentCodec.TryDecode(stored, versionId, raw);
+            if (problem is null) return (Manifest.Parse(raw), null);
+        }
+        return (null, problem);
+    }
+
+    // ---------------- versions kept for jobs ----------------
+    // Each version's job list lives on one designated host (the first in sorted order, so every client picks the same
+    // one) and changes under a short SET NX lock. When the last job lets go, the manifest goes everywhere, "latest"
+    // too when it still points at it, and a segment collection frees what no remaining manifest references (it defers
+    // to running stagers; a skipped pass leaves the segments for the next one).
+
+    /// <summary>Adds a job to the version's reference list.</summary>
+    public Task AddJobAsync(string version, string job, CancellationToken ct = default) => UpdateJobsAsync(version, job, jobs => jobs.Add(job), ct);
+
+    /// <summary>Removes a job; returns the jobs still using the version.</summary>
+    public Task<IReadOnlyList<string>> RemoveJobAsync(string version, string job, CancellationToken ct = default) =>
+        UpdateJobsAsync(version, job, jobs => jobs.Remove(job), ct);
+
+    public async Task<IReadOnlyList<string>> JobsAsync(string version, CancellationToken ct = default) =>
+        ParseJobs(await _hosts.RunAsync(Designated, (c, token) => c.FlushAndReadCommandAsync("GET"u8, CacheKeys.Jobs(version), token), ct));
+
+    /// <summary>
+    /// Deletes the manifest (and "latest" when it points here) on every host, then collects unreferenced segments.
+    /// Returns whether "latest" was removed and what the collection did.
+    /// </summary>
+    public async Task<(bool LatestRemoved, SegmentCollector.Collection Collection)> RemoveVersionAsync(string name, string version, CancellationToken ct = default)
+    {
+        DatasetName.Validate(name);
+        if (!SegmentId.TryParse(version, out _)) throw new ArgumentException($"'{version}' is not a version id");
+        var latestRemoved = false;
+        if (await GetLatestAsync(name, ct) == version)
+        {
+            await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Latest(name), token), ct);
+            latestRemoved = true;
+        }
+        await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("DEL"u8, [CacheKeys.Manifest(version), CacheKeys.Jobs(version)], token), ct);
+        return (latestRemoved, await new SegmentCollector(_tier).CollectAsync(ct));
+    }
+
+    private int Designated => Hosts.Select((h, i) => (h, i)).OrderBy(x => x.h.ToString(), StringComparer.Ordinal).First().i;
+
+    private Task<IReadOnlyList<string>> UpdateJobsAsync(string version, string job, Action<HashSet<string>> change, CancellationToken ct) =>
+        _hosts.RunAsync(Designated, async (c, token) =>
+        {
+            await LockAsync(c, version, job, token);
+            try
+            {
+                var jobs = ParseJobs(await c.FlushAndReadCommandAsync("GET"u8, CacheKeys.Jobs(version), token)).ToHashSet();
+                change(jobs);
+                Check(c, jobs.Count == 0
+                    ? await c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Jobs(version), token)
+                    : await c.FlushAndReadCommandAsync("SET"u8, [CacheKeys.Jobs(version), string.Join("\n", jobs.Order())], token));
+                return (IReadOnlyList<string>)jobs.Order().ToList();
+            }
+            finally
+            {
+                await c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Lock(version), CancellationToken.None);
+            }
+        }, ct);
+
+    /// <summary>A lock that expires on its own (10 s), so a crashed holder cannot wedge the version.</summary>
+    private static async Task LockAsync(RespConnection c, string version, string job, CancellationToken ct)
+    {
+        for (var attempt = 0; attempt < 200; attempt++)
+        {
+            var reply = await c.FlushAndReadCommandAsync("SET"u8, [CacheKeys.Lock(version), job, "NX", "PX", "10000"], ct);
+            if (reply.Kind == RespKind.SimpleString) return;
+            Check(c, reply);
+            await Task.Delay(TimeSpan.FromMilliseconds(10 + Random.Shared.Next(0, 40)), ct);
+        }
+        throw new CommonDataException(ErrorCode.Timeout, $"the job reference list of version {version} stayed locked on {c.Endpoint}");
+    }
+
+    private static IReadOnlyList<string> ParseJobs(RespReply reply) =>
+        reply.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(reply.Bulk!).Split('\n', StringSplitOptions.RemoveEmptyEntries) : [];
+
+    private static void Check(RespConnection c, RespReply reply)
+    {
+        if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
+    }
+}
