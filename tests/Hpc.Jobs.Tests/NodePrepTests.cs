@@ -141,8 +141,10 @@ public class NodePrepTests
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
         await s.StageAsync(s.WriteFile("big.bin", Sandbox.RandomBytes(96 << 20)), "risk/cancel");
+        // 96 MB at 24 MB/s: about four seconds of fetching, however fast this machine is.
+        await using var slowLink = new ThrottledRelay(s.HostList, 24 << 20);
         var pipe = s.NewPipe();
-        var args = new[] { "nodeprep", "--dataset", "risk/cancel", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node") };
+        var args = new[] { "nodeprep", "--dataset", "risk/cancel", "--cache-hosts", slowLink.Address, "--data-dir", Path.Combine(s.Root, "node") };
         var prep = s.StartHpcdata(args, Node(pipe));
 
         var fetching = false;
@@ -152,7 +154,7 @@ public class NodePrepTests
             try { fetching = (await s.StatusAsync(pipe)).Copies.Any(c => c.State != "complete"); }
             catch (Exception e) when (e is IOException or TimeoutException) { }
         }
-        Assert.True(fetching, "the fetch was over before it could be cancelled; use a larger dataset");
+        Assert.True(fetching, "the fetch was over before it could be cancelled");
         await prep.StopAsync(TimeSpan.FromSeconds(20)); // SIGTERM, as scancel sends
         Assert.Equal(130, prep.ExitCode);
         Assert.Contains("cancelled", prep.StandardErrorTail);
