@@ -66,7 +66,7 @@ public sealed class StageCommand
             }
             return 0;
         }
-        catch (Exception e) when (e is IOException or ArgumentException or FormatException or UnauthorizedAccessException or RespErrorException or OperationCanceledException)
+        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or FormatException or UnauthorizedAccessException or RespErrorException or OperationCanceledException)
         {
             Console.Error.WriteLine($"hpcdata-stage: {e.Message}");
             return 1;
