@@ -2,10 +2,9 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.IO.Pipes;
 using Hpc.CommonData.Agent;
-using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
-using Microsoft.Extensions.Options;
 
 namespace Hpc.NodeAgent;
 
@@ -14,9 +13,9 @@ namespace Hpc.NodeAgent;
 /// framed requests; datasets opened on a connection stay leased until it closes. A malformed or oversized frame
 /// closes that connection only.
 /// </summary>
-public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
+public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
 {
-    private readonly AgentOptions _options = options.Value;
+    private readonly NodeAgentOptions _options = options;
     private int _connections;
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
@@ -40,7 +39,7 @@ public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore stor
     private void RemoveStaleSocket()
     {
         if (OperatingSystem.IsWindows()) return;
-        var path = Path.IsPathRooted(_options.Pipe) ? _options.Pipe : Path.Combine(Path.GetTempPath(), "CoreFxPipe_" + _options.Pipe);
+        var path = NodeAgentOptions.SocketPath(_options.Pipe);
         if (!File.Exists(path)) return;
         using (var probe = new NamedPipeClientStream(".", _options.Pipe, PipeDirection.InOut))
         {
@@ -72,8 +71,8 @@ public sealed class PipeServer(IOptions<AgentOptions> options, DatasetStore stor
                 // The listening socket exists once the first instance is created: announce readiness to launchers.
                 Console.Out.WriteLine($"READY {_options.Pipe}");
                 Console.Out.Flush();
-                log.LogInformation("Node agent {Node} serving pipe {Pipe}, data in {Dir}, budget {Budget} bytes",
-                    _options.NodeName, _options.Pipe, store.DataDirectory, _options.BudgetBytes);
+                log.LogInformation("Node agent {Node} serving pipe {Pipe}, data in {Dir}, budget {Budget}",
+                    _options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget);
                 first = false;
             }
             try

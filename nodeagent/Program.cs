@@ -1,42 +1,35 @@
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
 using Hpc.NodeAgent;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
-using Microsoft.Extensions.Options;
+
+// The command line and the documented HPCDATA_* variables first: --help, an unknown switch or a bad value ends here.
+if (ProgramContract<NodeAgentOptions>.Handle(args, out var settings) is { } exit) return exit;
+settings = AgentConfiguration.CommandLineListsWin(args, settings);
 
 // appsettings.json is read from beside the program, once. The default (content root = working directory, reload on
 // change) puts a recursive inotify watch on wherever the daemon was started, e.g. /tmp, and wakes it on every file
 // written there.
 var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
 {
-    Args = args,
     ContentRootPath = AppContext.BaseDirectory,
     Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
 });
-builder.Configuration.AddEnvironmentVariables("HPCDATA_AGENT_");
-builder.Configuration.AddCommandLine(args, new Dictionary<string, string>
+builder.Configuration.AddInMemoryCollection(settings);
+if (AgentConfiguration.Bind(builder.Configuration, settings, out var options) is { } problem)
 {
-    ["--pipe"] = "Agent:Pipe",
-    ["--data-dir"] = "Agent:DataDirectory",
-    ["--budget"] = "Agent:BudgetBytes",
-    ["--node"] = "Agent:NodeName",
-    ["--telemetry"] = "Agent:TelemetryFile",
-    ["--cache-hosts"] = "CacheTier:Hosts:0",
-    ["--replicas"] = "CacheTier:Replicas",
-});
+    Console.Error.WriteLine($"{NodeAgentOptions.ProgramName}: {problem}");
+    return 2;
+}
+
 builder.Logging.AddConsole(o => o.LogToStandardErrorThreshold = LogLevel.Trace);
-builder.Services.Configure<AgentOptions>(builder.Configuration.GetSection("Agent"));
-builder.Services.AddSingleton(sp =>
-{
-    var tier = CacheTierOptions.FromEnvironment();
-    var hosts = builder.Configuration.GetSection("CacheTier:Hosts").Get<string[]>();
-    builder.Configuration.GetSection("CacheTier").Bind(tier);
-    // "--cache-hosts a:1,b:2" arrives as one entry; split it like the environment variable.
-    if (hosts is { Length: > 0 }) tier.Hosts = hosts.SelectMany(CacheEndpoint.ParseList).Select(e => e.ToString()).Distinct().ToList();
-    return new CacheTierClient(tier, sp.GetRequiredService<ILoggerFactory>().CreateLogger<CacheTierClient>());
-});
-builder.Services.AddSingleton<DatasetStore>();
+builder.Services.AddSingleton(options);
+builder.Services.AddSingleton(sp => new CacheTierClient(options.CacheTier, sp.GetRequiredService<ILoggerFactory>().CreateLogger<CacheTierClient>()));
+builder.Services.AddSingleton<ISegmentSource, CacheTierSource>();
+builder.Services.AddSingleton(sp => new DatasetStore(options, sp.GetRequiredService<ISegmentSource>(), sp.GetRequiredService<ILoggerFactory>()));
 builder.Services.AddHostedService<PipeServer>();
 await builder.Build().RunAsync();
+return Environment.ExitCode;

@@ -40,11 +40,17 @@ public sealed class Cluster : IAsyncDisposable
     {
         pipe ??= $"hcd{Environment.ProcessId}x{Interlocked.Increment(ref _counter)}";
         dataDir ??= Path.Combine(Root, pipe);
-        var p = Track(ComponentProcess.Start("Hpc.NodeAgent",
-            ["--pipe", pipe, "--data-dir", dataDir, "--cache-hosts", HostList, "--budget", budget.ToString()], name: "agent"));
+        var p = Track(ComponentProcess.Start("Hpc.NodeAgent", AgentArguments(pipe, dataDir, budget), name: "agent"));
         await p.WaitReadyAsync(Ready);
         return (p, pipe, dataDir);
     }
+
+    /// <summary>The agent's command line for this cluster's cache hosts, built from its options type.</summary>
+    public IReadOnlyList<string> AgentArguments(string pipe, string dataDir, long budget = 1L << 30) =>
+        ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
+        {
+            Pipe = pipe, DataDirectory = dataDir, Budget = budget, CacheTier = new CacheTierOptions { Hosts = Hosts.ToList() },
+        });
 
     public sealed record Staged(string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments, bool Unchanged, string Hash);
 

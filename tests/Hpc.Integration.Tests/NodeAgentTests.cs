@@ -3,6 +3,7 @@ using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.Integration.Tests;
 
@@ -66,9 +67,51 @@ public class NodeAgentTests
         await using (var data = await Dataset.OpenAsync("a/crash", Cluster.Via(pipe)))
             Assert.True(data.VerifyHash());
 
-        var (code, _, stderr) = await c.RunAsync("Hpc.NodeAgent", ["--pipe", pipe, "--data-dir", Path.Combine(c.Root, "other"), "--cache-hosts", c.HostList]);
+        var (code, _, stderr) = await c.RunAsync("Hpc.NodeAgent", [.. c.AgentArguments(pipe, Path.Combine(c.Root, "other"))]);
         Assert.Equal(1, code);
         Assert.Contains("already served by a running agent", stderr);
+    }
+
+    [Fact]
+    public async Task A_bad_agent_command_line_is_refused_with_one_line_and_exit_code_2()
+    {
+        await using var c = new Cluster();
+        var dir = Path.Combine(c.Root, "bad");
+        foreach (var (args, says) in new (string[], string)[]
+        {
+            (["--data-dir", dir, "--cache-hosts", "127.0.0.1:1", "--budget", "lots"], "'lots' is not a size"),
+            (["--data-dir", dir, "--cache-hosts", "127.0.0.1:1", "--budget", "0"], "--budget must be more than 0"),
+            (["--data-dir", dir, "--cache-hosts", "127.0.0.1:1", "--replicas", "0"], "--replicas must be at least 1"),
+            (["--data-dir", dir, "--cache-hosts", "127.0.0.1:1", "--bogus", "1"], "unknown option '--bogus'"),
+        })
+        {
+            var (code, stdout, stderr) = await c.RunAsync("Hpc.NodeAgent", args);
+            Assert.Equal(2, code);
+            Assert.Empty(stdout);
+            var line = Assert.Single(stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries));
+            Assert.StartsWith("Hpc.NodeAgent: ", line);
+            Assert.Contains(says, line);
+        }
+        var (_, help, _) = await c.RunAsync("Hpc.NodeAgent", ["--help"]);
+        Assert.Contains(help, l => l.TrimStart().StartsWith("--budget SIZE", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task An_agent_takes_its_budget_in_units_and_reports_fetch_progress_in_its_status()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(3 * 65536 + 100)), "a/units");
+        var pipe = $"hcd{Environment.ProcessId}u";
+        var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent",
+            ["--pipe", pipe, "--data-dir", Path.Combine(c.Root, "u"), "--cache-hosts", c.HostList, "--budget", "8GB"], name: "agent"));
+        await agent.WaitReadyAsync(Cluster.Ready);
+        await using var client = await AgentClient.ConnectAsync(pipe);
+        await client.PrefetchAsync("a/units");
+        var status = await client.StatusAsync();
+        Assert.Equal(8L << 30, status.BudgetBytes);
+        var copy = Assert.Single(status.Copies);
+        Assert.Equal(("complete", staged.Segments, staged.Segments, staged.RawBytes), (copy.State, copy.Segments, copy.SegmentsDone, copy.BytesDone));
     }
 
     [Fact]

@@ -116,7 +116,7 @@ public sealed class LocalDataset
     [JsonPropertyName("storedLength")] public long StoredLength { get; set; }
     [JsonPropertyName("hash")] public string Hash { get; set; } = "";
     [JsonPropertyName("files")] public IReadOnlyList<DatasetFile>? Files { get; set; }
-    /// <summary>local (already on the node), fetched, or resumed (a partial copy was completed).</summary>
+    /// <summary>local (already on the node), fetched, or resumed (a partial copy was completed: some of its segments were already on the node).</summary>
     [JsonPropertyName("source")] public string Source { get; set; } = "";
     [JsonPropertyName("fetchSeconds")] public double FetchSeconds { get; set; }
 }
@@ -130,12 +130,28 @@ public sealed class AgentStatus
     [JsonPropertyName("copies")] public List<CopyStatus> Copies { get; set; } = [];
 }
 
+/// <summary>One local copy in <see cref="AgentStatus"/>: what it is, how far its fetch got, and what holds it.</summary>
 public sealed class CopyStatus
 {
     [JsonPropertyName("name")] public string Name { get; set; } = "";
     [JsonPropertyName("version")] public string Version { get; set; } = "";
+    /// <summary>Raw (decoded) bytes of the version.</summary>
     [JsonPropertyName("length")] public long Length { get; set; }
+    /// <summary>
+    /// <c>complete</c> (published, read-only), <c>fetching</c> (a fetch is running now) or <c>partial</c> (an interrupted
+    /// or failed fetch; the next request resumes it).
+    /// </summary>
     [JsonPropertyName("state")] public string State { get; set; } = "";
+    /// <summary>Segments of the version, from its manifest.</summary>
+    [JsonPropertyName("segments")] public int Segments { get; set; }
+    /// <summary>
+    /// Segments verified and written on this node: all of them for a complete copy; while fetching, those done so far
+    /// (including those a resumed fetch found intact); for a partial copy, those its journal records, which are
+    /// re-verified when the fetch resumes.
+    /// </summary>
+    [JsonPropertyName("segmentsDone")] public int SegmentsDone { get; set; }
+    /// <summary>Raw bytes of the segments counted in <see cref="SegmentsDone"/>; <see cref="Length"/> when complete.</summary>
+    [JsonPropertyName("bytesDone")] public long BytesDone { get; set; }
     [JsonPropertyName("leases")] public int Leases { get; set; }
     [JsonPropertyName("pins")] public List<string> Pins { get; set; } = [];
     [JsonPropertyName("lastAccess")] public DateTimeOffset LastAccess { get; set; }

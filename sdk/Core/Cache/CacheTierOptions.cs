@@ -1,13 +1,26 @@
+using Hpc.CommonData.Hosting;
+
 namespace Hpc.CommonData.Cache;
 
-/// <summary>How to reach the cache tier. Bound from configuration section "CacheTier" or from HPCDATA_* variables.</summary>
+/// <summary>
+/// How to reach the cache tier. Bound from configuration (e.g. section "CacheTier", or nested in a program's options,
+/// whose command line then has the switches below) or from HPCDATA_* variables.
+/// </summary>
 public sealed class CacheTierOptions
 {
     /// <summary>Cache hosts, <c>host:port</c>. The order does not matter: placement is by rendezvous hashing.</summary>
+    [Switch("--cache-hosts", "cache hosts, host:port,…", Environment = HostsVariable, Meta = "HOST:PORT,…")]
     public List<string> Hosts { get; set; } = [];
     /// <summary>Copies of each segment (1 by default; 2 for high availability).</summary>
+    [Switch("--replicas", "copies of each segment on the cache tier", Environment = ReplicasVariable)]
     public int Replicas { get; set; } = 1;
+    /// <summary>AUTH password of the cache hosts. A secret: launchers pass it in the environment, never in argv.</summary>
+    [Switch("--cache-password", "AUTH password of the cache hosts (visible in ps: prefer the variable or --cache-password-file)",
+        Environment = PasswordVariable, Secret = true, Meta = "PASSWORD")]
     public string? Password { get; set; }
+    /// <summary>A file whose first line is the AUTH password; read by <see cref="LoadPasswordFile"/> when no password is given.</summary>
+    [Switch("--cache-password-file", "file whose first line is the AUTH password of the cache hosts", Meta = "PATH")]
+    public string? PasswordFile { get; set; }
     /// <summary>Connections kept per host; each carries one pipelined batch at a time.</summary>
     public int ConnectionsPerHost { get; set; } = 4;
     /// <summary>Keys per MGET / pipelined SET batch (16 × 64 KB ≈ 1 MB in flight per connection).</summary>
@@ -22,6 +35,35 @@ public sealed class CacheTierOptions
     public const string HostsVariable = "HPCDATA_CACHE_HOSTS";
     public const string PasswordVariable = "HPCDATA_CACHE_PASSWORD";
     public const string ReplicasVariable = "HPCDATA_CACHE_REPLICAS";
+
+    /// <summary>Problems with the settings, each a sentence naming the switch; empty when they are usable.</summary>
+    public IEnumerable<string> Validate()
+    {
+        if (Hosts.Count == 0) yield return $"no cache hosts: give --cache-hosts HOST:PORT,… or set {HostsVariable}";
+        foreach (var h in Hosts)
+        {
+            string? problem = null;
+            try { CacheEndpoint.Parse(h); }
+            catch (FormatException e) { problem = e.Message; }
+            if (problem is not null) yield return $"--cache-hosts: {problem}";
+        }
+        if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
+        if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile)) yield return $"--cache-password-file: '{PasswordFile}' does not exist";
+        if (ConnectionsPerHost < 1) yield return $"ConnectionsPerHost must be at least 1 (got {ConnectionsPerHost})";
+        if (BatchSize < 1) yield return $"BatchSize must be at least 1 (got {BatchSize})";
+        if (MaxAttempts < 1) yield return $"MaxAttempts must be at least 1 (got {MaxAttempts})";
+    }
+
+    /// <summary>
+    /// When <see cref="PasswordFile"/> is set and no <see cref="Password"/> is: reads the password from the file's first
+    /// line (a trailing newline is not part of it).
+    /// </summary>
+    public void LoadPasswordFile()
+    {
+        if (string.IsNullOrEmpty(PasswordFile) || !string.IsNullOrEmpty(Password)) return;
+        using var reader = new StreamReader(PasswordFile);
+        Password = reader.ReadLine() ?? "";
+    }
 
     /// <summary>Options from the documented environment variables (hosts default to 127.0.0.1:6380).</summary>
     public static CacheTierOptions FromEnvironment()

@@ -1,4 +1,5 @@
 using Hpc.CommonData.Cache;
+using System.Runtime.ExceptionServices;
 using Hpc.CommonData.Format;
 
 namespace Hpc.CommonData.Fetch;
@@ -8,11 +9,11 @@ namespace Hpc.CommonData.Fetch;
 /// destination mapping (the agent's partial file, or private memory). Used by the node agent and by the SDK's
 /// direct mode, so both verify exactly the same way.
 /// </summary>
-public static unsafe class SegmentFetcher
+public static class SegmentFetcher
 {
     /// <param name="destination">Base of a writable region of at least <c>manifest.RawLength</c> bytes.</param>
     /// <param name="onSegment">Called once per segment that decoded and verified (from several threads).</param>
-    public static Task FetchAsync(CacheTierClient client, Manifest manifest, string version, nint destination,
+    public static unsafe Task FetchAsync(CacheTierClient client, Manifest manifest, string version, nint destination,
         IReadOnlyList<int> wanted, Action<int>? onSegment, CancellationToken ct)
     {
         var ids = manifest.SegmentIds;
@@ -32,28 +33,54 @@ public static unsafe class SegmentFetcher
     /// mapping faults every 4 KB page in and the kernel zeroes it first, a full-page write needs neither.
     /// </summary>
     /// <param name="destination">A writable handle of a file at least <c>manifest.RawLength</c> bytes long.</param>
-    public static Task FetchToFileAsync(CacheTierClient client, Manifest manifest, string version, Microsoft.Win32.SafeHandles.SafeFileHandle destination,
+    /// <remarks>
+    /// A failure on this side — writing the file (a full disk: ENOSPC) or in <paramref name="onSegment"/> — stops the
+    /// fetch and is thrown as it is. It is not the cache host's fault, so it is neither retried against the host nor
+    /// reported as the host being unavailable.
+    /// </remarks>
+    public static async Task FetchToFileAsync(CacheTierClient client, Manifest manifest, string version, Microsoft.Win32.SafeHandles.SafeFileHandle destination,
         IReadOnlyList<int> wanted, Action<int>? onSegment, CancellationToken ct)
     {
         var ids = manifest.SegmentIds;
         var offsets = manifest.Offsets;
-        return client.FetchSegmentsAsync(ids, wanted, (index, stored) =>
+        ExceptionDispatchInfo? localFailure = null;
+        using var stop = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        try
         {
-            var length = manifest.Segments[index].RawLength;
-            var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(length);
-            try
+            await client.FetchSegmentsAsync(ids, wanted, (index, stored) =>
             {
-                var problem = SegmentCodec.TryDecode(stored, ids[index], buffer.AsSpan(0, length));
-                if (problem is not null) return problem;
-                RandomAccess.Write(destination, buffer.AsSpan(0, length), offsets[index]);
-                onSegment?.Invoke(index);
-                return null;
-            }
-            finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
-        }, $"dataset '{manifest.Name}' version {version}", ct);
+                var length = manifest.Segments[index].RawLength;
+                var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(length);
+                try
+                {
+                    var problem = SegmentCodec.TryDecode(stored, ids[index], buffer.AsSpan(0, length));
+                    if (problem is not null) return problem;
+                    try
+                    {
+                        RandomAccess.Write(destination, buffer.AsSpan(0, length), offsets[index]);
+                        onSegment?.Invoke(index);
+                    }
+                    catch (Exception e)
+                    {
+                        Interlocked.CompareExchange(ref localFailure, ExceptionDispatchInfo.Capture(e), null);
+                        stop.Cancel();
+                        throw new LocalFailureException(e);
+                    }
+                    return null;
+                }
+                finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
+            }, $"dataset '{manifest.Name}' version {version}", stop.Token);
+        }
+        catch (Exception) when (localFailure is not null)
+        {
+            localFailure.Throw();
+        }
     }
 
+    /// <summary>Carries a local failure through the cache-tier client, which would take an <see cref="IOException"/> for a host's.</summary>
+    private sealed class LocalFailureException(Exception inner) : Exception(inner.Message, inner);
+
     /// <summary>Recomputes the whole-dataset hash over the bytes and compares it with the manifest's.</summary>
-    public static bool HashMatches(Manifest manifest, byte* data, long length) =>
+    public static unsafe bool HashMatches(Manifest manifest, byte* data, long length) =>
         length == manifest.RawLength && XxHash.Hash128Of(data, length).ToString("x32") == manifest.Hash;
 }

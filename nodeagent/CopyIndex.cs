@@ -1,0 +1,211 @@
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Format;
+
+namespace Hpc.NodeAgent;
+
+/// <summary>One version's local copy as the index knows it. Mutated only by <see cref="CopyIndex"/>, under its lock.</summary>
+public sealed class LocalCopy(string version, Manifest manifest)
+{
+    public string Version { get; } = version;
+    public Manifest Manifest { get; } = manifest;
+    public bool Complete { get; internal set; }
+    /// <summary>The whole-dataset hash was checked since the agent started (complete copies found at start-up are not).</summary>
+    public bool Verified { get; internal set; }
+    public bool Fetching { get; internal set; }
+    public int Leases { get; internal set; }
+    public HashSet<string> Pins { get; } = [];
+    public DateTimeOffset LastAccess { get; internal set; }
+    /// <summary>Order of last use (higher is more recent); eviction takes the lowest first.</summary>
+    internal long Recency { get; set; }
+    public int SegmentsDone { get; internal set; }
+    public long BytesDone { get; internal set; }
+}
+
+/// <summary>
+/// The node's copies in memory: which versions are here, complete or partial, who leases or pins them, how far their
+/// fetch got, and what the budget allows. Thread-safe (one lock); touches no files. What must happen on disk is told
+/// through two hooks, called under the lock so no other request sees the index ahead of the disk: a copy removed (its
+/// files go) and the pins changed (pins.json is rewritten).
+/// </summary>
+public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null, Action<IReadOnlyDictionary<string, string[]>>? pinsChanged = null)
+{
+    private readonly object _lock = new();
+    private readonly Dictionary<string, LocalCopy> _copies = new();
+    private long _clock;
+
+    public ByteSize Budget { get; } = budget;
+
+    public long UsedBytes { get { lock (_lock) return _copies.Values.Sum(c => c.Manifest.RawLength); } }
+
+    public LocalCopy? Find(string version) { lock (_lock) return _copies.GetValueOrDefault(version); }
+
+    /// <summary>Adds a copy found on disk at start-up (no budget check: it is already there).</summary>
+    public void Restore(string version, Manifest manifest, bool complete, IEnumerable<string> pins, int segmentsDone, long bytesDone, DateTimeOffset lastAccess)
+    {
+        lock (_lock)
+        {
+            var copy = new LocalCopy(version, manifest) { Complete = complete, LastAccess = lastAccess, Recency = ++_clock };
+            copy.Pins.UnionWith(pins);
+            (copy.SegmentsDone, copy.BytesDone) = complete ? (manifest.Segments.Count, manifest.RawLength) : (segmentsDone, bytesDone);
+            _copies[version] = copy;
+        }
+    }
+
+    /// <summary>
+    /// The copy a fetch writes into, marked as fetching: the existing partial copy, or a new one once the budget has room
+    /// for it (evicting unleased, unpinned copies, least recently used first). Throws <see cref="ErrorCode.NoSpace"/>
+    /// when leased, pinned and in-flight copies leave no room.
+    /// </summary>
+    public LocalCopy BeginFetch(string version, Manifest manifest)
+    {
+        lock (_lock)
+        {
+            if (!_copies.TryGetValue(version, out var copy))
+            {
+                MakeRoom(manifest.RawLength);
+                copy = new LocalCopy(version, manifest) { LastAccess = DateTimeOffset.UtcNow, Recency = ++_clock };
+                _copies[version] = copy;
+            }
+            copy.Fetching = true;
+            return copy;
+        }
+    }
+
+    /// <summary>Ends a fetch that did not publish (it failed); the partial copy stays for a later resume unless removed.</summary>
+    public void EndFetch(string version)
+    {
+        lock (_lock) if (_copies.TryGetValue(version, out var c)) c.Fetching = false;
+    }
+
+    /// <summary>Sets a fetch's progress (segments found intact when it resumed).</summary>
+    public void SetProgress(string version, int segments, long bytes)
+    {
+        lock (_lock) if (_copies.TryGetValue(version, out var c)) (c.SegmentsDone, c.BytesDone) = (segments, bytes);
+    }
+
+    /// <summary>Counts one more segment of <paramref name="bytes"/> raw bytes as written and verified.</summary>
+    public void SegmentDone(string version, long bytes)
+    {
+        lock (_lock) if (_copies.TryGetValue(version, out var c)) { c.SegmentsDone++; c.BytesDone += bytes; }
+    }
+
+    /// <summary>The copy is published and verified.</summary>
+    public void Completed(string version)
+    {
+        lock (_lock)
+        {
+            if (!_copies.TryGetValue(version, out var c)) return;
+            c.Complete = c.Verified = true;
+            c.Fetching = false;
+            (c.SegmentsDone, c.BytesDone) = (c.Manifest.Segments.Count, c.Manifest.RawLength);
+        }
+    }
+
+    public void Verified(string version)
+    {
+        lock (_lock) if (_copies.TryGetValue(version, out var c)) c.Verified = true;
+    }
+
+    /// <summary>
+    /// Marks a copy as used (and optionally leases or pins it) before it is handed out. Under the lock eviction holds,
+    /// so a copy handed out is never evicted before its lease. Throws when the copy was evicted in the meantime.
+    /// </summary>
+    public void Acquire(string version, bool lease, string? pin)
+    {
+        lock (_lock)
+        {
+            if (!_copies.TryGetValue(version, out var copy)) throw new IOException($"local copy of {version} was evicted while being opened; ask again");
+            Touch(copy);
+            if (lease) copy.Leases++;
+            if (pin is not null && copy.Pins.Add(pin)) PinsChanged();
+        }
+    }
+
+    /// <summary>Adds <paramref name="delta"/> leases (a worker's connection closing gives its leases back with -1).</summary>
+    public void Lease(string version, int delta)
+    {
+        lock (_lock)
+            if (_copies.TryGetValue(version, out var c)) { c.Leases = Math.Max(0, c.Leases + delta); Touch(c); }
+    }
+
+    /// <summary>
+    /// Drops a pin from the copies of a dataset (one version, or every version for null or "latest"); never fails because
+    /// the data is already gone. With <paramref name="evict"/>, complete copies nothing else holds are removed. Returns
+    /// whether any was.
+    /// </summary>
+    public bool Release(string name, string? version, string pin, bool evict)
+    {
+        lock (_lock)
+        {
+            var matches = _copies.Values.Where(c => c.Manifest.Name == name && (string.IsNullOrEmpty(version) || version == "latest" || c.Version == version)).ToList();
+            var evicted = false;
+            foreach (var c in matches)
+            {
+                c.Pins.Remove(pin);
+                if (evict && c.Complete && c.Leases == 0 && c.Pins.Count == 0) { RemoveLocked(c); evicted = true; }
+            }
+            PinsChanged();
+            return evicted;
+        }
+    }
+
+    /// <summary>Forgets a copy (its files go through the removal hook).</summary>
+    public void Remove(string version)
+    {
+        lock (_lock) if (_copies.TryGetValue(version, out var c)) RemoveLocked(c);
+    }
+
+    /// <summary>The newest complete copy of a dataset by manifest creation time, or null.</summary>
+    public LocalCopy? NewestComplete(string name)
+    {
+        lock (_lock) return _copies.Values.Where(c => c.Complete && c.Manifest.Name == name).MaxBy(c => c.Manifest.Created);
+    }
+
+    /// <summary>The copies as the agent's status reports them, by dataset name.</summary>
+    public List<CopyStatus> Snapshot()
+    {
+        lock (_lock)
+            return _copies.Values.OrderBy(c => c.Manifest.Name, StringComparer.Ordinal).ThenBy(c => c.Version, StringComparer.Ordinal).Select(c => new CopyStatus
+            {
+                Name = c.Manifest.Name, Version = c.Version, Length = c.Manifest.RawLength,
+                State = c.Complete ? "complete" : c.Fetching ? "fetching" : "partial",
+                Segments = c.Manifest.Segments.Count, SegmentsDone = c.SegmentsDone, BytesDone = c.BytesDone,
+                Leases = c.Leases, Pins = c.Pins.Order(StringComparer.Ordinal).ToList(), LastAccess = c.LastAccess,
+            }).ToList();
+    }
+
+    private void Touch(LocalCopy c)
+    {
+        c.LastAccess = DateTimeOffset.UtcNow;
+        c.Recency = ++_clock;
+    }
+
+    /// <summary>Evicts unleased, unpinned copies, least recently used first, until <paramref name="needed"/> fits.</summary>
+    private void MakeRoom(long needed)
+    {
+        var used = _copies.Values.Sum(c => c.Manifest.RawLength);
+        if (used + needed <= Budget.Bytes) return;
+        // Abandoned partial copies (a fetch that failed and was not asked for again) serve nobody: they go first.
+        var candidates = _copies.Values
+            .Where(c => c.Leases == 0 && c.Pins.Count == 0 && !c.Fetching)
+            .OrderBy(c => c.Complete).ThenBy(c => c.Recency).ToList();
+        foreach (var victim in candidates)
+        {
+            RemoveLocked(victim);
+            used -= victim.Manifest.RawLength;
+            if (used + needed <= Budget.Bytes) return;
+        }
+        throw new CommonDataException(ErrorCode.NoSpace,
+            $"node data budget of {Budget} ({Budget.Bytes} bytes) cannot hold {needed} more: {used} bytes are leased, pinned or being fetched");
+    }
+
+    private void RemoveLocked(LocalCopy c)
+    {
+        _copies.Remove(c.Version);
+        removed?.Invoke(c);
+        if (c.Pins.Count > 0) PinsChanged();
+    }
+
+    private void PinsChanged() =>
+        pinsChanged?.Invoke(_copies.Values.Where(c => c.Pins.Count > 0).ToDictionary(c => c.Version, c => c.Pins.Order(StringComparer.Ordinal).ToArray()));
+}

@@ -1,0 +1,47 @@
+using System.Text.Json;
+using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
+
+namespace Hpc.NodeAgent;
+
+/// <summary>
+/// One JSON line of <c>kind: "fetch"</c> per completed fetch, so a cluster's fetch times can be reported like a bench
+/// run (<c>hpcdata report</c>; docs/benchmarks.md). Reusing a local copy writes nothing.
+/// </summary>
+public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger? log = null)
+{
+    private readonly object _lock = new();
+    private readonly ILogger _log = log ?? NullLogger.Instance;
+
+    /// <summary>Where the lines go, null for nowhere.</summary>
+    public string? Path { get; } = path;
+
+    /// <summary>The file a <c>--telemetry</c> setting names: empty for <c>telemetry.jsonl</c> in the data directory, "none" for off.</summary>
+    public static string? Resolve(string setting, string dataDirectory) => setting switch
+    {
+        "none" => null,
+        "" => System.IO.Path.Combine(dataDirectory, "telemetry.jsonl"),
+        var p => p,
+    };
+
+    /// <param name="source">"fetched", or "resumed" when part of the copy was already on the node.</param>
+    public void Fetched(Manifest manifest, string version, double seconds, string source)
+    {
+        if (Path is null) return;
+        var line = JsonSerializer.Serialize(new Dictionary<string, object>
+        {
+            ["kind"] = "fetch", ["schema"] = 1, ["time"] = DateTimeOffset.UtcNow, ["node"] = node,
+            ["dataset"] = manifest.Name, ["version"] = version, ["rawBytes"] = manifest.RawLength,
+            ["storedBytes"] = manifest.StoredLength, ["seconds"] = Math.Round(seconds, 4), ["source"] = source, ["hosts"] = hosts,
+        });
+        try
+        {
+            lock (_lock) File.AppendAllText(Path, line + "\n");
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _log.LogWarning("Could not write telemetry to {Path}: {Error}", Path, e.Message);
+        }
+    }
+}

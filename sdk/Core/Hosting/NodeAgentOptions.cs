@@ -1,0 +1,67 @@
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+
+namespace Hpc.CommonData.Hosting;
+
+/// <summary>
+/// The node agent's settings and its command line: <c>Hpc.NodeAgent --pipe … --data-dir … --budget 8GB --cache-hosts …</c>.
+/// Each setting also comes from appsettings.json beside the program (section "Agent", the cache tier nested as
+/// "Agent:CacheTier") and, where named, from an environment variable. Launchers build the command line from an
+/// instance with <see cref="ProgramContract{T}.ToArguments"/>.
+/// </summary>
+public sealed class NodeAgentOptions : IProgramOptions
+{
+    public static string SectionName => "Agent";
+    public static string ProgramName => "Hpc.NodeAgent";
+    public static string Summary => "keeps verified local copies of datasets on this node and serves them to local workers over a pipe";
+
+    /// <summary>Pipe name (or, on Linux, an absolute socket path). Keep it short: Unix socket paths are limited to ~100 bytes.</summary>
+    [Switch("--pipe", "pipe name, or on Linux an absolute socket path", Environment = AgentClient.PipeVariable, Meta = "NAME")]
+    public string Pipe { get; set; } = AgentClient.DefaultPipe;
+
+    /// <summary>Where local copies live. tmpfs (/dev/shm) by default; a local disk directory for data larger than RAM.</summary>
+    [Switch("--data-dir", "directory of the local copies (tmpfs, or a local disk for data larger than RAM)", Environment = "HPCDATA_AGENT_DATA_DIR", Meta = "DIR")]
+    public string DataDirectory { get; set; } = Directory.Exists("/dev/shm") ? "/dev/shm/hpcdata" : Path.Combine(Path.GetTempPath(), "hpcdata");
+
+    /// <summary>Bytes of local copies kept before unleased, unpinned ones are evicted, least recently used first.</summary>
+    [Switch("--budget", "local copies kept before unleased ones are evicted, least recently used first", Environment = "HPCDATA_AGENT_BUDGET")]
+    public ByteSize Budget { get; set; } = new(8L << 30);
+
+    /// <summary>The node's name in status replies, logs and telemetry.</summary>
+    [Switch("--node", "this node's name in status, logs and telemetry", Environment = "HPCDATA_AGENT_NODE", Meta = "NAME")]
+    public string NodeName { get; set; } = Environment.MachineName;
+
+    /// <summary>
+    /// JSON-lines file that gets one <c>kind: "fetch"</c> line per completed fetch (the format <c>hpcdata report</c>
+    /// reads; docs/benchmarks.md). Empty: <c>telemetry.jsonl</c> in the data directory; "none": off.
+    /// </summary>
+    [Switch("--telemetry", "JSON-lines file of completed fetches; empty: telemetry.jsonl in the data directory; none: off",
+        Environment = "HPCDATA_AGENT_TELEMETRY", Meta = "PATH")]
+    public string TelemetryFile { get; set; } = "";
+
+    /// <summary>Concurrent pipe connections served; more wait in the accept queue.</summary>
+    [Switch("--max-connections", "pipe connections served at once")]
+    public int MaxConnections { get; set; } = 256;
+
+    /// <summary>How the agent reaches the cache tier (its switches: --cache-hosts, --replicas, --cache-password-file).</summary>
+    public CacheTierOptions CacheTier { get; set; } = new();
+
+    /// <summary>Longest Unix socket path the kernel accepts (sun_path is 108 bytes including the terminator).</summary>
+    private const int MaxSocketPath = 107;
+
+    public IEnumerable<string> Validate()
+    {
+        if (string.IsNullOrWhiteSpace(Pipe)) yield return "--pipe must not be empty";
+        else if (!OperatingSystem.IsWindows() && System.Text.Encoding.UTF8.GetByteCount(SocketPath(Pipe)) > MaxSocketPath)
+            yield return $"--pipe: socket path '{SocketPath(Pipe)}' is longer than {MaxSocketPath} bytes; use a shorter name";
+        if (string.IsNullOrWhiteSpace(DataDirectory)) yield return "--data-dir must not be empty";
+        if (Budget.Bytes <= 0) yield return $"--budget must be more than 0 (got {Budget.ToExactString()})";
+        if (string.IsNullOrWhiteSpace(NodeName)) yield return "--node must not be empty";
+        if (MaxConnections < 1) yield return $"--max-connections must be at least 1 (got {MaxConnections})";
+        if (CacheTier is null) { yield return "no cache-tier settings"; yield break; }
+        foreach (var problem in CacheTier.Validate()) yield return problem;
+    }
+
+    /// <summary>The file system path of the agent's socket on Unix (.NET puts a relative pipe name in the temp directory).</summary>
+    public static string SocketPath(string pipe) => Path.IsPathRooted(pipe) ? pipe : Path.Combine(Path.GetTempPath(), "CoreFxPipe_" + pipe);
+}

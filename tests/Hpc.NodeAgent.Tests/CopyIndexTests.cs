@@ -1,0 +1,122 @@
+using Hpc.CommonData.Format;
+using Hpc.NodeAgent;
+
+namespace Hpc.NodeAgent.Tests;
+
+/// <summary>The in-memory index on its own: budget, LRU order, leases and pins, with the removal hook observed.</summary>
+public class CopyIndexTests
+{
+    private static (string Version, Manifest Manifest) Version(string name, int length, int seed)
+    {
+        var source = new FakeSegmentSource();
+        var version = source.Stage(name, FakeSegmentSource.Bytes(length, seed));
+        return (version, source.GetManifestAsync(name, version, default).Result);
+    }
+
+    private static (string, Manifest) A = Version("i/a", 100, 1), B = Version("i/b", 100, 2), C = Version("i/c", 100, 3), D = Version("i/d", 100, 4);
+
+    private static CopyIndex Index(long budget, List<string> removed, List<IReadOnlyDictionary<string, string[]>>? pins = null) =>
+        new(budget, c => removed.Add(c.Manifest.Name), p => pins?.Add(p));
+
+    private static void Complete(CopyIndex index, (string Version, Manifest Manifest) v)
+    {
+        index.BeginFetch(v.Version, v.Manifest);
+        index.Completed(v.Version);
+    }
+
+    [Fact]
+    public void Copies_that_fit_the_budget_are_all_kept()
+    {
+        var removed = new List<string>();
+        var index = Index(300, removed);
+        Complete(index, A); Complete(index, B); Complete(index, C);
+        Assert.Empty(removed);
+        Assert.Equal(300, index.UsedBytes);
+    }
+
+    [Fact]
+    public void Eviction_takes_the_least_recently_used_first_and_only_as_many_as_needed()
+    {
+        var removed = new List<string>();
+        var index = Index(300, removed);
+        Complete(index, A); Complete(index, B); Complete(index, C);
+        index.Acquire(A.Item1, lease: false, pin: null); // A used again: B, then C, are older now
+        Complete(index, D);
+        Assert.Equal(["i/b"], removed);
+        Assert.Equal(["i/a", "i/c", "i/d"], index.Snapshot().Select(c => c.Name));
+    }
+
+    [Fact]
+    public void Leased_pinned_and_in_flight_copies_are_never_evicted()
+    {
+        var removed = new List<string>();
+        var index = Index(300, removed);
+        Complete(index, A); Complete(index, B);
+        index.Acquire(A.Item1, lease: true, pin: null);
+        index.Acquire(B.Item1, lease: false, pin: "job1");
+        index.BeginFetch(C.Item1, C.Item2);  // still fetching
+
+        var e = Assert.Throws<CommonDataException>(() => index.BeginFetch(D.Item1, D.Item2));
+        Assert.Equal(ErrorCode.NoSpace, e.Code);
+        Assert.Empty(removed);
+
+        index.Lease(A.Item1, -1);
+        index.BeginFetch(D.Item1, D.Item2);
+        Assert.Equal(["i/a"], removed);
+    }
+
+    [Fact]
+    public void An_abandoned_partial_copy_goes_before_any_complete_one()
+    {
+        var removed = new List<string>();
+        var index = Index(300, removed);
+        Complete(index, A);
+        index.BeginFetch(B.Item1, B.Item2);
+        index.EndFetch(B.Item1);             // failed, nobody asked again
+        Complete(index, C);
+        Complete(index, D);
+        Assert.Equal(["i/b"], removed);
+    }
+
+    [Fact]
+    public void Every_pin_change_hands_the_whole_pin_set_to_be_saved()
+    {
+        var pins = new List<IReadOnlyDictionary<string, string[]>>();
+        var index = Index(1000, [], pins);
+        Complete(index, A);
+        index.Acquire(A.Item1, lease: false, pin: "job2");
+        index.Acquire(A.Item1, lease: false, pin: "job1");
+        Assert.Equal(["job1", "job2"], pins[^1][A.Item1]);
+        index.Release("i/a", null, "job1", evict: false);
+        index.Release("i/a", null, "job2", evict: false);
+        Assert.Empty(pins[^1]);
+    }
+
+    [Fact]
+    public void Acquiring_a_copy_that_was_evicted_meanwhile_fails_so_the_caller_asks_again()
+    {
+        var index = Index(1000, []);
+        Complete(index, A);
+        index.Remove(A.Item1);
+        Assert.Throws<IOException>(() => index.Acquire(A.Item1, lease: true, pin: null));
+    }
+}
+
+public class DataDirectoryTests
+{
+    [Fact]
+    public void Paths_are_built_only_from_version_ids()
+    {
+        var root = Path.Combine(Path.GetTempPath(), $"hcd-dd-{Guid.NewGuid():N}");
+        try
+        {
+            var dir = new DataDirectory(root);
+            var version = new string('a', 32);
+            Assert.Equal(Path.Combine(root, "complete", version + ".data"), dir.CompletePath(version));
+            Assert.Equal(Path.Combine(root, "partial", version + ".done"), dir.JournalPath(version));
+            Assert.Throws<ArgumentException>(() => dir.PartialPath("../../etc/passwd"));
+            Assert.Throws<ArgumentException>(() => dir.ManifestPath("risk/a"));
+        }
+        finally { Directory.Delete(root, recursive: true); }
+    }
+}

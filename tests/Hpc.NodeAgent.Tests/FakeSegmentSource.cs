@@ -1,0 +1,115 @@
+using System.Collections.Concurrent;
+using Hpc.CommonData.Format;
+using Hpc.NodeAgent;
+using Microsoft.Win32.SafeHandles;
+
+namespace Hpc.NodeAgent.Tests;
+
+/// <summary>
+/// An in-memory cache tier: datasets staged here have real manifests (real segment ids and dataset hash), and fetches
+/// write their bytes into the agent's file. It can be told to go down, to stop or fail part-way through a fetch, to
+/// serve damaged bytes, and it records what it was asked for.
+/// </summary>
+public sealed class FakeSegmentSource : ISegmentSource
+{
+    private readonly ConcurrentDictionary<string, string> _latest = new();
+    private readonly ConcurrentDictionary<string, (Manifest Manifest, byte[] Data)> _versions = new();
+    private int _fetches;
+
+    public IReadOnlyList<string> Hosts { get; } = ["fake:6380"];
+
+    /// <summary>Every call fails as an unreachable cache tier does.</summary>
+    public bool Down { get; set; }
+
+    /// <summary>Fetches made (each <see cref="FetchAsync"/> call).</summary>
+    public int Fetches => _fetches;
+
+    /// <summary>Segment indexes written, across all fetches.</summary>
+    public ConcurrentQueue<int> SegmentsServed { get; } = new();
+
+    /// <summary>After this many segments of a fetch, the fetch waits for <see cref="Resume"/> (then goes on).</summary>
+    public int? PauseAfter { get; set; }
+
+    /// <summary>After this many segments of a fetch, it fails with <see cref="Failure"/>.</summary>
+    public int? FailAfter { get; set; }
+
+    public Exception Failure { get; set; } = new CommonDataException(ErrorCode.Unavailable, "cache host fake:6380 unavailable: connection reset");
+
+    /// <summary>Segments served with one byte flipped (as a source that does not verify would).</summary>
+    public HashSet<int> Damaged { get; } = [];
+
+    private TaskCompletionSource _paused = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private TaskCompletionSource _resume = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    /// <summary>Completes when a fetch has reached <see cref="PauseAfter"/>.</summary>
+    public Task Paused => _paused.Task;
+
+    public void Resume() => _resume.TrySetResult();
+
+    /// <summary>Stages <paramref name="data"/> as the latest version of <paramref name="name"/>, cut into segments of <paramref name="segmentSize"/>.</summary>
+    public string Stage(string name, byte[] data, int segmentSize = 4096, DateTimeOffset? created = null)
+    {
+        var segments = data.Chunk(segmentSize).Select(s => new ManifestSegment(SegmentId.Of(s).ToString(), s.Length, s.Length)).ToList();
+        var manifest = new Manifest
+        {
+            Name = name, Created = created ?? DateTimeOffset.UtcNow, RawLength = data.Length, StoredLength = data.Length,
+            Hash = XxHash.Hash128Of(data).ToString("x32"), SegmentSize = segmentSize, Segments = segments,
+        };
+        var version = Manifest.VersionOf(manifest.Serialize());
+        _versions[version] = (Manifest.Parse(manifest.Serialize()), data);
+        _latest[name] = version;
+        return version;
+    }
+
+    public static byte[] Bytes(int length, int seed = 1)
+    {
+        var b = new byte[length];
+        new Random(seed).NextBytes(b);
+        return b;
+    }
+
+    public Task<string?[]> ConnectAsync(CancellationToken ct) => Task.FromResult(new string?[] { Down ? "connection refused" : null });
+
+    public Task<string?> GetLatestAsync(string name, CancellationToken ct)
+    {
+        ThrowIfDown();
+        return Task.FromResult(_latest.TryGetValue(name, out var v) ? v : null);
+    }
+
+    public Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct)
+    {
+        ThrowIfDown();
+        if (!_versions.TryGetValue(version, out var v) || v.Manifest.Name != name)
+            throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' not found");
+        return Task.FromResult(v.Manifest);
+    }
+
+    public async Task FetchAsync(Manifest manifest, string version, SafeFileHandle file, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct)
+    {
+        Interlocked.Increment(ref _fetches);
+        ThrowIfDown();
+        var data = _versions[version].Data;
+        var written = 0;
+        foreach (var i in wanted)
+        {
+            if (written == FailAfter) throw Failure;
+            if (written == PauseAfter)
+            {
+                _paused.TrySetResult();
+                await _resume.Task.WaitAsync(ct);
+            }
+            var bytes = data.AsSpan((int)manifest.Offsets[i], manifest.Segments[i].RawLength).ToArray();
+            if (Damaged.Contains(i)) bytes[0] ^= 0xFF;
+            RandomAccess.Write(file, bytes, manifest.Offsets[i]);
+            SegmentsServed.Enqueue(i);
+            onSegment(i);
+            written++;
+            await Task.Yield();
+        }
+    }
+
+    private void ThrowIfDown()
+    {
+        if (Down) throw new CommonDataException(ErrorCode.Unavailable, "cache host fake:6380 unavailable: connection refused");
+    }
+}
