@@ -99,6 +99,29 @@ public class FormatCompatibilityTests
         fixed (byte* p = data) Assert.Equal(v.Id128, XxHash.Hash128Of(p, data.Length).ToString("x32"));
     }
 
+    /// <summary>
+    /// A mapped dataset past 2 GB (more than a span can describe) hashes as the reference does: XXH3-128 of 2^31 + 4099
+    /// zero bytes, recorded with libxxhash 0.8.1 (<c>head -c 2147487747 /dev/zero | xxhsum -H2</c>). Zeroed pages are
+    /// never written, so this costs address space, not memory.
+    /// </summary>
+    [Fact]
+    public unsafe void Datasets_longer_than_2_GB_hash_to_the_recorded_value()
+    {
+        const long length = (1L << 31) + 4099;
+        const string expected = "18845f66f25fc1736067ef0f9561bc5d";
+        var p = (byte*)System.Runtime.InteropServices.NativeMemory.AllocZeroed((nuint)length);
+        try
+        {
+            Assert.Equal(expected, XxHash.Hash128Of(p, length).ToString("x32"));
+            using var h = new XxHash.Streaming128();
+            h.Append(p, 1000);
+            h.Append(new ReadOnlySpan<byte>(p + 1000, 3));
+            h.Append(p + 1003, length - 1003);
+            Assert.Equal(expected, h.Digest().ToString("x32"));
+        }
+        finally { System.Runtime.InteropServices.NativeMemory.Free(p); }
+    }
+
     [Theory]
     [MemberData(nameof(Fixtures))]
     public void Segments_written_by_earlier_builds_decode_to_the_original_bytes(string file, string input, int index)
