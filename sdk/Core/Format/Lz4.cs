@@ -1,42 +1,30 @@
-using System.Runtime.InteropServices;
-using Hpc.CommonData.Native;
+using K4os.Compression.LZ4;
 
 namespace Hpc.CommonData.Format;
 
-/// <summary>LZ4 block format over the reference C implementation (liblz4).</summary>
-public static unsafe partial class Lz4
+/// <summary>
+/// LZ4 block format (managed: K4os.Compression.LZ4). Compression is the reference fast mode, LZ4_compress_default
+/// (acceleration 1), which is what segments have always been written with: for the same input it produces the same
+/// block as liblz4, so stored lengths and manifests stay the same (FormatCompatibilityTests pin this).
+/// </summary>
+public static class Lz4
 {
-    static Lz4() => NativeLibraries.EnsureRegistered();
-
-    [LibraryImport(NativeLibraries.Lz4, EntryPoint = "LZ4_compressBound")]
-    private static partial int CompressBoundNative(int inputSize);
-
-    [LibraryImport(NativeLibraries.Lz4, EntryPoint = "LZ4_compress_fast")]
-    private static partial int CompressFast(byte* src, byte* dst, int srcSize, int dstCapacity, int acceleration);
-
-    [LibraryImport(NativeLibraries.Lz4, EntryPoint = "LZ4_decompress_safe")]
-    private static partial int DecompressSafe(byte* src, byte* dst, int compressedSize, int dstCapacity);
-
-    public static int MaximumOutputLength(int inputLength) => CompressBoundNative(inputLength);
+    /// <summary>The reference LZ4_COMPRESSBOUND: the largest block <paramref name="inputLength"/> bytes can encode to.</summary>
+    public static int MaximumOutputLength(int inputLength) => LZ4Codec.MaximumOutputSize(inputLength);
 
     /// <summary>Compresses into <paramref name="destination"/>; returns 0 when it does not fit.</summary>
-    public static int Encode(ReadOnlySpan<byte> source, Span<byte> destination, int acceleration = 1)
+    public static int Encode(ReadOnlySpan<byte> source, Span<byte> destination)
     {
         if (source.IsEmpty) return 0;
-        fixed (byte* s = source)
-        fixed (byte* d = destination)
-            return CompressFast(s, d, source.Length, destination.Length, acceleration);
+        var n = LZ4Codec.Encode(source, destination, LZ4Level.L00_FAST);
+        return n > 0 ? n : 0;
     }
 
     /// <summary>Decompresses; returns the decoded length, or -1 when the input is malformed or does not fit.</summary>
     public static int Decode(ReadOnlySpan<byte> source, Span<byte> destination)
     {
         if (source.IsEmpty) return destination.IsEmpty ? 0 : -1;
-        fixed (byte* s = source)
-        fixed (byte* d = destination)
-        {
-            var n = DecompressSafe(s, d, source.Length, destination.Length);
-            return n < 0 ? -1 : n;
-        }
+        var n = LZ4Codec.Decode(source, destination);
+        return n < 0 ? -1 : n;
     }
 }

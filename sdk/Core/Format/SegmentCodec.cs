@@ -57,9 +57,10 @@ public static class SegmentCodec
     }
 
     /// <summary>
-    /// Encodes and decodes one segment of compressible and one of random bytes and checks the result, so a program can
-    /// refuse to start when the native LZ4 or xxHash library is missing or broken instead of failing its first fetch.
-    /// Returns what went wrong, or null.
+    /// Encodes and decodes one segment of compressible and one of random bytes and checks the result, and checks the
+    /// compressible one against the id, stored length and checksum that every earlier build wrote for it, so a program
+    /// refuses to start when its codec would not round-trip or would not read and name segments as the cache holds them,
+    /// instead of failing its first fetch. Returns what went wrong, or null.
     /// </summary>
     public static string? SelfCheck()
     {
@@ -75,13 +76,29 @@ public static class SegmentCodec
                 var n = Encode(raw, stored);
                 if (TryDecode(stored.AsSpan(0, n), SegmentId.Of(raw), back) is { } problem) return problem;
                 if (!back.AsSpan().SequenceEqual(raw)) return "segment round trip returned different bytes";
+                if (pass == 0 && KnownVector(stored.AsSpan(0, n)) is { } mismatch) return mismatch;
             }
             return null;
         }
-        catch (Exception e) when (e is DllNotFoundException or EntryPointNotFoundException or BadImageFormatException or TypeInitializationException)
+        catch (Exception e)
         {
-            return e.Message;
+            return $"{e.GetType().Name}: {e.Message}";
         }
+    }
+
+    /// <summary>The digits segment of <see cref="SelfCheck"/> as the reference liblz4 and libxxhash wrote it.</summary>
+    private static string? KnownVector(ReadOnlySpan<byte> stored)
+    {
+        const string id = "df6cf367d0e5a812d4c175976ac55b42";
+        const int storedLength = 300;
+        const ulong checksum = 0x3EA54B0D421C26B6;
+        var raw = new byte[DefaultSegmentSize];
+        for (var i = 0; i < raw.Length; i++) raw[i] = (byte)('0' + i % 10);
+        if (SegmentId.Of(raw).ToString() != id) return $"content id of the known segment is {SegmentId.Of(raw)}, expected {id}";
+        if (stored.Length != storedLength || stored[4] != (byte)SegmentCodecKind.Lz4)
+            return $"known segment encoded to {stored.Length} bytes with codec {stored[4]}, expected {storedLength} with LZ4";
+        var actual = BinaryPrimitives.ReadUInt64LittleEndian(stored[16..]);
+        return actual == checksum ? null : $"known segment has payload checksum {actual:x16}, expected {checksum:x16}";
     }
 
     /// <summary>Reads the raw length from a header without validating the rest.</summary>
