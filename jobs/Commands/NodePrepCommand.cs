@@ -79,13 +79,13 @@ public static class NodePrepCommand
             // Fetch without the pin first: if we are cancelled mid-fetch, the agent finishes the fetch on its own
             // and no pin is left behind. Pinning an already-local copy takes milliseconds.
             LocalDataset fetched;
-            using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name, status.DataDirectory))
+            using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name))
                 fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
             pinned = true;
             var local = await agent.PrefetchAsync(name, fetched.Version, pin: job, CancellationToken.None);
             cancel.Token.ThrowIfCancellationRequested();
 
-            var problem = await ConfirmAsync(pipe, name, version ?? fetched.Version, local, status.DataDirectory, cancel.Token);
+            var problem = await ConfirmAsync(pipe, name, version ?? fetched.Version, local, cancel.Token);
             if (problem is not null)
             {
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
@@ -141,23 +141,19 @@ public static class NodePrepCommand
     }
 
     /// <summary>
-    /// Opens the copy as a worker would and checks the chain version → manifest → whole-dataset hash → bytes on this
-    /// node. Returns what is wrong, or null.
+    /// Opens the copy as a worker would and checks it independently of the agent's own verification: the version and
+    /// description are what was pinned, the agent's status counts every segment done, and the bytes a worker maps hash to
+    /// the whole-dataset hash. Returns what is wrong, or null.
     /// </summary>
-    private static async Task<string?> ConfirmAsync(string pipe, string name, string expectedVersion, LocalDataset pinned, string dataDirectory, CancellationToken ct)
+    private static async Task<string?> ConfirmAsync(string pipe, string name, string expectedVersion, LocalDataset pinned, CancellationToken ct)
     {
         await using var check = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
         var local = await check.OpenAsync(name, expectedVersion, ct); // leased while we check
         if (local.Version != expectedVersion) return $"agent serves version {local.Version}, expected {expectedVersion}";
         if (local.Hash != pinned.Hash || local.Length != pinned.Length) return "agent describes the copy differently on a second open";
-        var manifestPath = Path.Combine(dataDirectory, "manifests", local.Version + ".json");
-        if (File.Exists(manifestPath))
-        {
-            var bytes = await File.ReadAllBytesAsync(manifestPath, ct);
-            if (Manifest.VersionOf(bytes) != local.Version) return $"the node's manifest {manifestPath} does not hash to the version";
-            var manifest = Manifest.Parse(bytes);
-            if (manifest.Hash != local.Hash || manifest.RawLength != local.Length) return "the node's manifest disagrees with the agent";
-        }
+        var copy = (await check.StatusAsync(ct)).Copies.FirstOrDefault(c => c.Version == local.Version);
+        if (copy is not { State: "complete" } || copy.SegmentsDone != copy.Segments || copy.BytesDone != local.Length)
+            return $"the agent's status does not show a complete copy ({copy?.State ?? "absent"}, {copy?.SegmentsDone}/{copy?.Segments} segments)";
         return await Task.Run(() =>
         {
             using var map = MappedFile.Open(local.Path, local.Length, writable: false);
@@ -183,15 +179,15 @@ public static class NodePrepCommand
         return code;
     }
 
-    /// <summary>One self-overwriting line on the terminal from the agent's fetch journal.</summary>
+    /// <summary>One self-overwriting line on the terminal from the agent's status (segments done of all).</summary>
     private sealed class FetchProgress : IDisposable
     {
         private readonly CancellationTokenSource _stop = new();
         private readonly Task _loop;
 
-        public FetchProgress(string pipe, string name, string dataDirectory) => _loop = Task.Run(() => LoopAsync(pipe, name, dataDirectory));
+        public FetchProgress(string pipe, string name) => _loop = Task.Run(() => LoopAsync(pipe, name));
 
-        private async Task LoopAsync(string pipe, string name, string dataDirectory)
+        private async Task LoopAsync(string pipe, string name)
         {
             var shown = false;
             try
@@ -202,22 +198,13 @@ public static class NodePrepCommand
                     await Task.Delay(500, _stop.Token);
                     var copy = (await agent.StatusAsync(_stop.Token)).Copies.FirstOrDefault(c => c.Name == name && c.State != "complete");
                     if (copy is null) continue;
-                    var total = SegmentCount(dataDirectory, copy.Version);
-                    var journal = new FileInfo(Path.Combine(dataDirectory, "partial", copy.Version + ".done"));
-                    var done = journal.Exists ? journal.Length / 4 : 0;
-                    var pct = total > 0 ? $"{100.0 * Math.Min(done, total) / total,5:0.0}% of " : "";
+                    var pct = copy.Segments > 0 ? $"{100.0 * copy.SegmentsDone / copy.Segments,5:0.0}% of " : "";
                     Console.Error.Write($"\r  fetching {name}: {pct}{ByteSize.Format(copy.Length)}   ");
                     shown = true;
                 }
             }
             catch (Exception e) when (e is OperationCanceledException or IOException or TimeoutException or CommonDataException) { }
             finally { if (shown) Console.Error.Write("\r" + new string(' ', 79) + "\r"); }
-        }
-
-        private static int SegmentCount(string dataDirectory, string version)
-        {
-            try { return Manifest.Parse(File.ReadAllBytes(Path.Combine(dataDirectory, "manifests", version + ".json"))).Segments.Count; }
-            catch (Exception e) when (e is IOException or InvalidDataException or UnauthorizedAccessException) { return 0; }
         }
 
         public void Dispose()
