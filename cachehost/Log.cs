@@ -12,6 +12,9 @@ internal static partial class Log
     [LoggerMessage(2, LogLevel.Information, "Cache host stopping; closing {Count} client connections")]
     public static partial void Stopping(ILogger logger, int count);
 
+    [LoggerMessage(3, LogLevel.Warning, "The password was given with --password, which every user of this machine can read in the process list; use --password-file or HPCDATA_CACHE_PASSWORD instead")]
+    public static partial void PasswordOnCommandLine(ILogger logger);
+
     [LoggerMessage(10, LogLevel.Debug, "Client {ClientId} connected from {Remote}")]
     public static partial void ClientConnected(ILogger logger, long clientId, EndPoint? remote);
 

@@ -2,6 +2,7 @@ using System.Reflection;
 using System.Text;
 using Hpc.CacheHost.Resp;
 using Hpc.CacheHost.Storage;
+using Hpc.CommonData.Hosting;
 using Microsoft.Extensions.Options;
 
 namespace Hpc.CacheHost.Server;

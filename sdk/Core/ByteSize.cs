@@ -4,7 +4,7 @@ using System.Globalization;
 namespace Hpc.CommonData;
 
 /// <summary>
-/// A byte count as people write it: 65536, 64KB, 256MB, 1.5GB (powers of 1024). One type for every size option of every
+/// A byte count as people write it: 65536, 64KB, 256MB, 1.5GB, 64 KiB (powers of 1024). One type for every size option of every
 /// program, so <c>--budget 8GB</c>, <c>--max-memory 8GB</c>, <c>--size 8GB</c> and <c>"Budget": "8GB"</c> in
 /// appsettings.json all read the same; a bad size is a <see cref="FormatException"/> naming the text, never a crash.
 /// </summary>
@@ -12,7 +12,8 @@ namespace Hpc.CommonData;
 public readonly record struct ByteSize(long Bytes) : IComparable<ByteSize>
 {
     private static readonly (string Suffix, long Factor)[] Units =
-        [("TB", 1L << 40), ("GB", 1L << 30), ("MB", 1L << 20), ("KB", 1L << 10), ("T", 1L << 40), ("G", 1L << 30), ("M", 1L << 20), ("K", 1L << 10), ("B", 1L)];
+        [("TIB", 1L << 40), ("GIB", 1L << 30), ("MIB", 1L << 20), ("KIB", 1L << 10),
+         ("TB", 1L << 40), ("GB", 1L << 30), ("MB", 1L << 20), ("KB", 1L << 10), ("T", 1L << 40), ("G", 1L << 30), ("M", 1L << 20), ("K", 1L << 10), ("B", 1L)];
 
     public static ByteSize Parse(string text) =>
         TryParse(text, out var size) ? size : throw new FormatException($"'{text}' is not a size (examples: 65536, 64KB, 256MB, 1GB)");

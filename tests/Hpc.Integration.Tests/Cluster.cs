@@ -28,9 +28,14 @@ public sealed class Cluster : IAsyncDisposable
 
     public ComponentProcess Track(ComponentProcess p) { lock (_processes) _processes.Add(p); return p; }
 
-    public async Task<string> StartCacheHostAsync(params string[] extra)
+    /// <summary>Starts a cache host on a free port; <paramref name="configure"/> changes its defaults (the command line is
+    /// built from the options, the password passed in the environment).</summary>
+    public async Task<string> StartCacheHostAsync(Action<CacheHostOptions>? configure = null)
     {
-        var p = Track(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", .. extra], name: "cachehost"));
+        var options = new CacheHostOptions { Port = 0 };
+        configure?.Invoke(options);
+        var p = Track(ComponentProcess.Start("Hpc.CacheHost", ProgramContract<CacheHostOptions>.ToArguments(options),
+            new Dictionary<string, string?>(ProgramContract<CacheHostOptions>.SecretEnvironment(options)), name: "cachehost"));
         var address = await p.WaitReadyAsync(Ready);
         Hosts.Add(address);
         return address;

@@ -207,7 +207,7 @@ public class CacheTierFailoverTests
     public async Task A_password_protected_tier_is_used_with_the_password_and_refused_without()
     {
         await using var c = new Cluster();
-        await c.StartCacheHostAsync("--password", "s3cret");
+        await c.StartCacheHostAsync(o => o.Password = "s3cret");
         var env = new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "s3cret" };
         var path = Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(1000));
         var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [path, "--name", "sec/data", "--cache-hosts", c.HostList], env);

@@ -30,7 +30,8 @@ public sealed class Sandbox : IAsyncDisposable
 
     public async Task<string> StartCacheHostAsync(int port = 0)
     {
-        var p = Track(ComponentProcess.Start("Hpc.CacheHost", ["--port", port.ToString(), "--max-memory", "512MB"], name: "cachehost"));
+        var options = new CacheHostOptions { Port = port, MaxMemoryBytes = ByteSize.Parse("512MB") };
+        var p = Track(ComponentProcess.Start("Hpc.CacheHost", ProgramContract<CacheHostOptions>.ToArguments(options), name: "cachehost"));
         var address = await p.WaitReadyAsync(Ready);
         Hosts.Add(address);
         return address;

@@ -96,7 +96,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
                 else return new(settings, false, $"option '{name}' needs a value");
             }
             if (Check(entry, value) is { } problem) return new(settings, false, $"option '{name}': {problem}");
-            foreach (var (k, v) in Expand(entry, value)) settings[k] = v;
+            Put(settings, entry, value);
         }
         if (positional is not null && !settings.ContainsKey(positional.Key) && positional.Switch.Meta is { } meta && !meta.EndsWith(']'))
             return new(settings, false, $"missing {meta} (see {T.ProgramName} --help)");
@@ -104,13 +104,29 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     }
 
     /// <summary>The documented environment variables that are set, as configuration keys.</summary>
-    public static IReadOnlyDictionary<string, string?> FromEnvironment()
+    public static IReadOnlyDictionary<string, string?> FromEnvironment() => ReadEnvironment(out _);
+
+    private static Dictionary<string, string?> ReadEnvironment(out string? error)
     {
+        error = null;
         var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
         foreach (var e in Entries)
-            if (e.Switch.Environment is { } v && Environment.GetEnvironmentVariable(v) is { Length: > 0 } value)
-                foreach (var (k, x) in Expand(e, value)) settings[k] = x;
+        {
+            if (e.Switch.Environment is not { } v || Environment.GetEnvironmentVariable(v) is not { Length: > 0 } value) continue;
+            if (Check(e, value) is { } problem) { error ??= $"environment variable {v}: {problem}"; continue; }
+            Put(settings, e, value);
+        }
         return settings;
+    }
+
+    /// <summary>Sets one switch's keys, first dropping what an earlier layer or an earlier occurrence gave it (a list
+    /// given again replaces the old one instead of overwriting only its first items).</summary>
+    private static void Put(Dictionary<string, string?> settings, Entry e, string value)
+    {
+        settings.Remove(e.Key);
+        if (IsList(e.Property.PropertyType))
+            foreach (var k in settings.Keys.Where(k => k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)).ToList()) settings.Remove(k);
+        foreach (var (k, v) in Expand(e, value)) settings[k] = v;
     }
 
     /// <summary>The command line that makes the program run with <paramref name="options"/>: every setting that
@@ -126,6 +142,8 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             if (Format(value) is not { } text || text == Format(Read(e, defaults))) continue;
             if (e.Switch.Name == "") args.Insert(0, text);
             else if (e.Property.PropertyType == typeof(bool)) { if ((bool)value!) args.Add(e.Switch.Name); else args.AddRange([e.Switch.Name, "false"]); }
+            // A value that looks like a switch would be refused as a missing value; the name=value form carries it.
+            else if (text.StartsWith("--", StringComparison.Ordinal)) args.Add($"{e.Switch.Name}={text}");
             else args.AddRange([e.Switch.Name, text]);
         }
         return args;
@@ -169,12 +187,34 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     public static int? Handle(string[] args, out IReadOnlyDictionary<string, string?> settings)
     {
         var parsed = Parse(args);
-        var merged = new Dictionary<string, string?>(FromEnvironment(), StringComparer.OrdinalIgnoreCase);
+        var merged = ReadEnvironment(out var environmentError);
+        // A switch on the command line replaces everything the environment gave it (all items of a list).
+        foreach (var e in Entries)
+            if (parsed.Settings.Keys.Any(k => k.Equals(e.Key, StringComparison.OrdinalIgnoreCase) || k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)))
+                foreach (var k in merged.Keys.Where(k => k.Equals(e.Key, StringComparison.OrdinalIgnoreCase) || k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)).ToList())
+                    merged.Remove(k);
         foreach (var (k, v) in parsed.Settings) merged[k] = v;
         settings = merged;
         if (parsed.HelpRequested) { Console.Out.Write(Help()); return 0; }
-        if (parsed.Error is not null) { Console.Error.WriteLine($"{T.ProgramName}: {parsed.Error}"); return 2; }
+        if ((parsed.Error ?? environmentError) is { } error) return Refuse(error);
         return null;
+    }
+
+    /// <summary>
+    /// What a program does once its options are bound: runs <see cref="IProgramOptions.Validate"/> and, if anything is
+    /// wrong, says so in one line on stderr and returns exit code 2; null when the options are usable.
+    /// </summary>
+    public static int? Validate(T options)
+    {
+        var problems = options.Validate().ToList();
+        return problems.Count == 0 ? null : Refuse(string.Join(" ", problems));
+    }
+
+    /// <summary>Refuses to run: one line on stderr, prefixed with the program's name, and exit code 2 (a usage error).</summary>
+    public static int Refuse(string problem)
+    {
+        Console.Error.WriteLine($"{T.ProgramName}: {problem.ReplaceLineEndings(" ")}");
+        return 2;
     }
 
     private static object? Read(Entry e, object root)
@@ -220,9 +260,19 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         }
         catch (Exception ex) when (ex is FormatException or ArgumentException or NotSupportedException or OverflowException)
         {
-            return ex is FormatException && ex.Message.StartsWith('\'') ? ex.Message : $"'{value}' is not a valid {MetaOf(type).ToLowerInvariant()}";
+            return ex is FormatException && ex.Message.StartsWith('\'') ? ex.Message : $"'{value}' is not {Describe(type)}";
         }
     }
+
+    private static string Describe(Type t) => t switch
+    {
+        _ when t == typeof(int) || t == typeof(long) || t == typeof(short) => "a whole number",
+        _ when t == typeof(double) || t == typeof(float) || t == typeof(decimal) => "a number",
+        _ when t == typeof(bool) => "true or false",
+        _ when t == typeof(TimeSpan) => "a duration (HH:MM:SS)",
+        _ when t == typeof(ByteSize) => "a size (examples: 65536, 64KB, 256MB, 1GB)",
+        _ => $"a valid {t.Name}",
+    };
 
     private static bool IsList(Type t) => t != typeof(string) && typeof(IEnumerable).IsAssignableFrom(t);
 

@@ -2,12 +2,14 @@ using System.Diagnostics;
 using System.Reflection;
 using System.Runtime.InteropServices;
 using System.Text;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.CacheHost.Tests.Process;
 
 /// <summary>
-/// The real cache host executable on a free port. It learns the port from the READY line and always kills the
-/// process on dispose, so a failing test never leaves a server behind.
+/// The real cache host executable on a free port. Its command line is built from <see cref="CacheHostOptions"/>, as
+/// every launcher's is; it learns the port from the READY line and always kills the process on dispose, so a failing
+/// test never leaves a server behind.
 /// </summary>
 internal sealed partial class CacheHostProcess : IDisposable
 {
@@ -44,9 +46,18 @@ internal sealed partial class CacheHostProcess : IDisposable
         }
     }
 
-    public static CacheHostProcess Start(params string[] extraArgs)
+    /// <summary>Starts a host on a free port with the defaults, changed by <paramref name="configure"/>.</summary>
+    public static CacheHostProcess Start(Action<CacheHostOptions>? configure = null)
     {
-        var host = new CacheHostProcess(System.Diagnostics.Process.Start(StartInfo(extraArgs)) ?? throw new InvalidOperationException("dotnet did not start"));
+        var options = new CacheHostOptions { Port = 0 };
+        configure?.Invoke(options);
+        return StartWithArguments(ProgramContract<CacheHostOptions>.ToArguments(options), ProgramContract<CacheHostOptions>.SecretEnvironment(options));
+    }
+
+    /// <summary>Starts a host with a command line spelled by hand (for the compatibility of switches launchers no longer use).</summary>
+    public static CacheHostProcess StartWithArguments(IEnumerable<string> args, IReadOnlyDictionary<string, string?>? environment = null)
+    {
+        var host = new CacheHostProcess(System.Diagnostics.Process.Start(StartInfo(args, environment)) ?? throw new InvalidOperationException("dotnet did not start"));
         try
         {
             host.WaitForReady();
@@ -59,17 +70,22 @@ internal sealed partial class CacheHostProcess : IDisposable
         }
     }
 
-    /// <summary>Runs a host that is expected to refuse to start; returns its exit code and log.</summary>
-    public static (int ExitCode, string Log) RunToExit(params string[] extraArgs)
+    /// <summary>Runs a host that is expected to exit without serving; returns its exit code, stdout and stderr.</summary>
+    public static (int ExitCode, string Stdout, string Log) RunToExit(CacheHostOptions options) =>
+        RunToExit([.. ProgramContract<CacheHostOptions>.ToArguments(options)]);
+
+    /// <summary>Runs a host, with exactly these arguments, that is expected to exit without serving.</summary>
+    public static (int ExitCode, string Stdout, string Log) RunToExit(params string[] args)
     {
-        using var host = new CacheHostProcess(System.Diagnostics.Process.Start(StartInfo(extraArgs)) ?? throw new InvalidOperationException("dotnet did not start"));
+        using var host = new CacheHostProcess(System.Diagnostics.Process.Start(StartInfo(args, null)) ?? throw new InvalidOperationException("dotnet did not start"));
+        var stdout = host._process.StandardOutput.ReadToEndAsync();
         if (!host._process.WaitForExit(StartTimeout))
-            throw new TimeoutException($"Cache host kept running although it should have refused to start.\n{host.Log}");
+            throw new TimeoutException($"Cache host kept running although it should have exited.\n{host.Log}");
         host._process.WaitForExit();
-        return (host._process.ExitCode, host.Log);
+        return (host._process.ExitCode, stdout.Result, host.Log);
     }
 
-    private static ProcessStartInfo StartInfo(string[] extraArgs)
+    private static ProcessStartInfo StartInfo(IEnumerable<string> args, IReadOnlyDictionary<string, string?>? environment)
     {
         var start = new ProcessStartInfo("dotnet")
         {
@@ -79,9 +95,13 @@ internal sealed partial class CacheHostProcess : IDisposable
             UseShellExecute = false,
         };
         start.ArgumentList.Add(CacheHostDll);
-        foreach (string arg in (string[])["--port", "0", .. extraArgs])
+        foreach (string arg in args)
             start.ArgumentList.Add(arg);
         start.Environment["Logging__LogLevel__Default"] = "Debug";
+        // Only what the test gives: a password in the test runner's own environment must not leak into the host.
+        start.Environment.Remove("HPCDATA_CACHE_PASSWORD");
+        foreach (var (name, value) in environment ?? new Dictionary<string, string?>())
+            start.Environment[name] = value;
         return start;
     }
 

@@ -1,4 +1,5 @@
 using System.Text;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.CacheHost.Tests.Process;
 
@@ -71,7 +72,7 @@ public sealed class CacheHostProcessTests : IDisposable
     [Fact]
     public void An_oversized_bulk_header_is_rejected_before_the_payload_is_sent()
     {
-        var host = Start("--max-frame", "1MB");
+        var host = Start(o => o.MaxFrameBytes = ByteSize.Parse("1MB"));
         using var client = new RespTestClient(host);
 
         client.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2000000\r\n");
@@ -97,7 +98,7 @@ public sealed class CacheHostProcessTests : IDisposable
     [Fact]
     public void A_write_past_max_memory_is_refused_with_OOM_and_stored_data_survives()
     {
-        var host = Start("--max-memory", "200KB");
+        var host = Start(o => o.MaxMemoryBytes = ByteSize.Parse("200KB"));
         using var client = new RespTestClient(host);
         byte[] first = Enumerable.Repeat((byte)1, 100 * 1024).ToArray();
 
@@ -114,13 +115,38 @@ public sealed class CacheHostProcessTests : IDisposable
     [Fact]
     public void With_a_password_every_data_command_needs_AUTH_first()
     {
-        var host = Start("--password", "s3cret");
+        // Launchers pass the password in the environment (HPCDATA_CACHE_PASSWORD), never on the command line.
+        var host = Start(o => o.Password = "s3cret");
         using var client = new RespTestClient(host);
 
         Assert.StartsWith("NOAUTH", Assert.IsType<RespError>(client.Call("GET", "k")).Message);
         Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(client.Call("AUTH", "wrong")).Message);
         Assert.Equal("OK", client.Call("AUTH", "s3cret"));
         Assert.Null(client.Call("GET", "k"));
+    }
+
+    [Fact]
+    public void The_password_can_come_from_a_file_or_still_from_the_command_line()
+    {
+        var file = Path.GetTempFileName();
+        try
+        {
+            File.WriteAllText(file, "from-file\n");
+            var fromFile = Start(o => o.PasswordFile = file);
+            var fromArgv = StartWithArguments("--port", "0", "--password", "on-argv");
+            using var a = new RespTestClient(fromFile);
+            using var b = new RespTestClient(fromArgv);
+
+            Assert.StartsWith("NOAUTH", Assert.IsType<RespError>(a.Call("GET", "k")).Message);
+            Assert.Equal("OK", a.Call("AUTH", "from-file"));
+            Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(b.Call("AUTH", "from-file")).Message);
+            Assert.Equal("OK", b.Call("AUTH", "on-argv"));
+            Assert.Contains("process list", fromArgv.Log);
+        }
+        finally
+        {
+            File.Delete(file);
+        }
     }
 
     [Fact]
@@ -169,7 +195,7 @@ public sealed class CacheHostProcessTests : IDisposable
     [Fact]
     public void Clients_beyond_max_clients_are_turned_away()
     {
-        var host = Start("--max-clients", "1");
+        var host = Start(o => o.MaxClients = 1);
         using var first = new RespTestClient(host);
         Assert.Equal("PONG", first.Call("PING"));
 
@@ -197,26 +223,63 @@ public sealed class CacheHostProcessTests : IDisposable
     {
         var first = Start();
 
-        var (exitCode, log) = CacheHostProcess.RunToExit("--port", first.Port.ToString());
+        var (exitCode, _, log) = CacheHostProcess.RunToExit(new CacheHostOptions { Port = first.Port });
 
         Assert.Equal(1, exitCode);
         Assert.Contains("Address already in use", log);
     }
 
     [Theory]
-    [InlineData("--port", "99999", "Port must be 0..65535")]
-    [InlineData("--max-memory", "12XB", "is not a byte size")]
-    public void Invalid_options_fail_startup_with_a_clear_message(string option, string value, string expected)
+    [InlineData("--port", "99999", "--port must be 0..65535, not 99999")]
+    [InlineData("--max-memory", "12XB", "'12XB' is not a size")]
+    [InlineData("--max-clients", "many", "'many' is not a whole number")]
+    [InlineData("--password-file", "/nonexistent/pw", "--password-file '/nonexistent/pw' does not exist")]
+    public void Invalid_option_values_are_refused_with_exit_2_and_one_line(string option, string value, string expected)
     {
-        var (exitCode, log) = CacheHostProcess.RunToExit(option, value);
+        var (exitCode, stdout, log) = CacheHostProcess.RunToExit(option, value);
 
-        Assert.Equal(1, exitCode);
-        Assert.Contains(expected, log);
+        Assert.Equal(2, exitCode);
+        Assert.Equal("", stdout);
+        var line = Assert.Single(log.Split('\n', StringSplitOptions.RemoveEmptyEntries));
+        Assert.StartsWith("Hpc.CacheHost: ", line);
+        Assert.Contains(expected, line);
+        Assert.Contains(value, line);
     }
 
-    private CacheHostProcess Start(params string[] args)
+    [Fact]
+    public void An_unknown_option_is_refused_with_exit_2_and_one_line_naming_it()
     {
-        var host = CacheHostProcess.Start(args);
+        var (exitCode, stdout, log) = CacheHostProcess.RunToExit("--port", "0", "--bogus", "1");
+
+        Assert.Equal(2, exitCode);
+        Assert.Equal("", stdout);
+        var line = Assert.Single(log.Split('\n', StringSplitOptions.RemoveEmptyEntries));
+        Assert.Contains("unknown option '--bogus'", line);
+    }
+
+    [Fact]
+    public void Help_prints_usage_on_stdout_and_exits_0_without_serving()
+    {
+        var (exitCode, stdout, log) = CacheHostProcess.RunToExit("--help");
+
+        Assert.Equal(0, exitCode);
+        Assert.Contains("usage: Hpc.CacheHost", stdout);
+        foreach (var option in (string[])["--address", "--port", "--max-memory", "--max-frame", "--max-clients", "--password", "--password-file", "HPCDATA_CACHE_PASSWORD"])
+            Assert.Contains(option, stdout);
+        Assert.DoesNotContain(stdout.Split('\n'), line => line.StartsWith("READY", StringComparison.Ordinal));
+        Assert.Equal("", log);
+    }
+
+    private CacheHostProcess Start(Action<CacheHostOptions>? configure = null)
+    {
+        var host = CacheHostProcess.Start(configure);
+        _hosts.Add(host);
+        return host;
+    }
+
+    private CacheHostProcess StartWithArguments(params string[] args)
+    {
+        var host = CacheHostProcess.StartWithArguments(args);
         _hosts.Add(host);
         return host;
     }

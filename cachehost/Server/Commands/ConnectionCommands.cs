@@ -1,0 +1,171 @@
+using System.Security.Cryptography;
+using System.Text;
+using Hpc.CacheHost.Resp;
+
+namespace Hpc.CacheHost.Server.Commands;
+
+/// <summary>The connection's own state: PING, ECHO, AUTH, HELLO, SELECT, QUIT, CLIENT.</summary>
+internal static class ConnectionCommands
+{
+    public static void Ping(ClientSession s)
+    {
+        if (s.Args.Count == 1)
+            s.Reply.WriteRaw("+PONG\r\n"u8);
+        else if (s.Args.Count == 2)
+            s.Reply.WriteBulk(s.Args.Span(1));
+        else
+            s.Reply.WriteError("ERR wrong number of arguments for 'ping' command"u8);
+    }
+
+    public static void Echo(ClientSession s) => s.Reply.WriteBulk(s.Args.Span(1));
+
+    public static void Quit(ClientSession s)
+    {
+        s.RequestQuit();
+        s.Reply.WriteRaw(Replies.Ok);
+    }
+
+    /// <summary>AUTH password, or AUTH default password.</summary>
+    public static void Auth(ClientSession s)
+    {
+        var args = s.Args;
+        if (args.Count > 3)
+        {
+            s.Reply.WriteError(Replies.SyntaxError);
+            return;
+        }
+        if (s.Server.Password is null)
+        {
+            s.Reply.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"u8);
+            return;
+        }
+        if (TryAuthenticate(s, args.Count == 3 ? args.Span(1) : "default"u8, args.Span(args.Count - 1)))
+            s.Reply.WriteRaw(Replies.Ok);
+        else
+            s.Reply.WriteError(Replies.WrongPass);
+    }
+
+    private static bool TryAuthenticate(ClientSession s, ReadOnlySpan<byte> user, ReadOnlySpan<byte> password)
+    {
+        var expected = s.Server.Password;
+        bool valid = expected is null || (user.SequenceEqual("default"u8) && CryptographicOperations.FixedTimeEquals(password, expected));
+        if (valid)
+            s.Authenticated = true;
+        return valid;
+    }
+
+    /// <summary>HELLO negotiates RESP3 in newer clients; this server speaks RESP2 only and says so.</summary>
+    public static void Hello(ClientSession s)
+    {
+        var args = s.Args;
+        var reply = s.Reply;
+        if (args.Count >= 2)
+        {
+            if (!RespParser.TryParseInt64(args.Span(1), out long version))
+            {
+                reply.WriteError("ERR Protocol version is not an integer or out of range"u8);
+                return;
+            }
+            if (version != 2)
+            {
+                reply.WriteError("NOPROTO unsupported protocol version"u8);
+                return;
+            }
+        }
+
+        byte[]? newName = null;
+        for (int i = 2; i < args.Count; i++)
+        {
+            var option = args.Span(i);
+            if (Ascii.EqualsIgnoreCase(option, "AUTH"u8) && i + 2 < args.Count)
+            {
+                if (!TryAuthenticate(s, args.Span(i + 1), args.Span(i + 2)))
+                {
+                    reply.WriteError(Replies.WrongPass);
+                    return;
+                }
+                i += 2;
+            }
+            else if (Ascii.EqualsIgnoreCase(option, "SETNAME"u8) && i + 1 < args.Count)
+            {
+                newName = args.Span(++i).ToArray();
+            }
+            else
+            {
+                reply.WriteError("ERR Syntax error in HELLO option '"u8, Replies.Sanitize(option), "'"u8);
+                return;
+            }
+        }
+        if (!s.Authenticated)
+        {
+            reply.WriteError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"u8);
+            return;
+        }
+        if (newName is not null)
+            s.ClientName = newName;
+
+        reply.WriteArrayHeader(14);
+        reply.WriteBulk("server"u8);
+        reply.WriteBulk("redis"u8);
+        reply.WriteBulk("version"u8);
+        reply.WriteBulk(InfoReport.RedisCompatibleVersion);
+        reply.WriteBulk("proto"u8);
+        reply.WriteInteger(2);
+        reply.WriteBulk("id"u8);
+        reply.WriteInteger(s.Id);
+        reply.WriteBulk("mode"u8);
+        reply.WriteBulk("standalone"u8);
+        reply.WriteBulk("role"u8);
+        reply.WriteBulk("master"u8);
+        reply.WriteBulk("modules"u8);
+        reply.WriteArrayHeader(0);
+    }
+
+    /// <summary>One database: SELECT 0 is accepted, any other index refused.</summary>
+    public static void Select(ClientSession s)
+    {
+        if (!RespParser.TryParseInt64(s.Args.Span(1), out long index))
+            s.Reply.WriteError(Replies.NotAnInteger);
+        else if (index != 0)
+            s.Reply.WriteError("ERR DB index is out of range"u8);
+        else
+            s.Reply.WriteRaw(Replies.Ok);
+    }
+
+    /// <summary>CLIENT ID | GETNAME | SETNAME name | SETINFO attr value (accepted and ignored).</summary>
+    public static void Client(ClientSession s)
+    {
+        var args = s.Args;
+        var sub = args.Span(1);
+        if (Ascii.EqualsIgnoreCase(sub, "ID"u8) && args.Count == 2)
+        {
+            s.Reply.WriteInteger(s.Id);
+        }
+        else if (Ascii.EqualsIgnoreCase(sub, "GETNAME"u8) && args.Count == 2)
+        {
+            if (s.ClientName is { Length: > 0 } name)
+                s.Reply.WriteBulk(name);
+            else
+                s.Reply.WriteNullBulk();
+        }
+        else if (Ascii.EqualsIgnoreCase(sub, "SETNAME"u8) && args.Count == 3)
+        {
+            var name = args.Span(2);
+            if (name.IndexOfAnyExceptInRange((byte)'!', (byte)'~') >= 0)
+            {
+                s.Reply.WriteError("ERR Client names cannot contain spaces, newlines or special characters."u8);
+                return;
+            }
+            s.ClientName = name.ToArray();
+            s.Reply.WriteRaw(Replies.Ok);
+        }
+        else if (Ascii.EqualsIgnoreCase(sub, "SETINFO"u8) && args.Count == 4)
+        {
+            s.Reply.WriteRaw(Replies.Ok);
+        }
+        else
+        {
+            Replies.UnknownSubcommand(s, sub, "CLIENT"u8);
+        }
+    }
+}

@@ -1,0 +1,84 @@
+using Hpc.CommonData.Cache;
+
+namespace Hpc.CommonData.Hosting;
+
+/// <summary>
+/// The command line and settings of one cache host (<c>Hpc.CacheHost</c>), bound from the "CacheHost" configuration
+/// section. Launchers build the host's arguments from it with <see cref="ProgramContract{T}.ToArguments"/> and pass
+/// the password with <see cref="ProgramContract{T}.SecretEnvironment"/>, so no switch is spelled twice.
+/// </summary>
+public sealed class CacheHostOptions : IProgramOptions
+{
+    public static string SectionName => "CacheHost";
+    public static string ProgramName => "Hpc.CacheHost";
+    public static string Summary => "in-memory segment store of the cache tier, speaking a RESP2 subset (redis-cli and redis-benchmark work against it)";
+
+    /// <summary>IP address (or host name) to listen on; 0.0.0.0 or :: for all interfaces.</summary>
+    [Switch("--address", "address to listen on; 0.0.0.0 or :: for all interfaces", Meta = "ADDR")]
+    public string Address { get; set; } = "127.0.0.1";
+
+    /// <summary>TCP port; 0 picks a free one, announced on the READY line.</summary>
+    [Switch("--port", "TCP port; 0 picks a free one, announced as READY host:port on stdout", Meta = "PORT")]
+    public int Port { get; set; } = 6380;
+
+    /// <summary>Budget for stored keys, values and per-entry overhead; writes beyond it are refused, never paged.</summary>
+    [Switch("--max-memory", "budget for keys, values and per-entry overhead; writes beyond it are refused with OOM")]
+    public ByteSize MaxMemoryBytes { get; set; } = new(1L << 30);
+
+    /// <summary>Largest request frame accepted; it also bounds a single bulk string, an inline line and the argument count.</summary>
+    [Switch("--max-frame", "largest request accepted (bounds one value, an inline line and the argument count)")]
+    public ByteSize MaxFrameBytes { get; set; } = new(64L << 20);
+
+    [Switch("--max-clients", "connections served at once; more are turned away")]
+    public int MaxClients { get; set; } = 10_000;
+
+    /// <summary>When set, every connection must AUTH before any data command. Launchers pass it in the environment.</summary>
+    [Switch("--password", "clients must AUTH with it; on the command line it is visible to every user in ps, so prefer --password-file or the environment",
+        Environment = CacheTierOptions.PasswordVariable, Secret = true)]
+    public string? Password { get; set; }
+
+    /// <summary>A file whose first line is the password, so the secret never appears in the process list.</summary>
+    [Switch("--password-file", "read the password from the first line of this file", Meta = "PATH")]
+    public string? PasswordFile { get; set; }
+
+    public IEnumerable<string> Validate()
+    {
+        if (Port is < 0 or > 65535)
+            yield return $"--port must be 0..65535, not {Port}.";
+        if (MaxMemoryBytes.Bytes <= 0)
+            yield return "--max-memory must be positive.";
+        if (MaxFrameBytes.Bytes is < 1024 or > int.MaxValue)
+            yield return $"--max-frame must be between 1KB and 2GB, not {MaxFrameBytes.ToExactString()}.";
+        if (MaxClients <= 0)
+            yield return $"--max-clients must be positive, not {MaxClients}.";
+        if (string.IsNullOrWhiteSpace(Address))
+            yield return "--address must not be empty.";
+        if (!string.IsNullOrEmpty(Password) && !string.IsNullOrEmpty(PasswordFile))
+            yield return "--password (or HPCDATA_CACHE_PASSWORD) and --password-file are both given; use one.";
+        if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile))
+            yield return $"--password-file '{PasswordFile}' does not exist.";
+    }
+
+    /// <summary>
+    /// Reads <see cref="PasswordFile"/>, when given, into <see cref="Password"/> (its first line, without the line end).
+    /// Returns why that failed, or null.
+    /// </summary>
+    public string? LoadPasswordFile()
+    {
+        if (string.IsNullOrEmpty(PasswordFile))
+            return null;
+        try
+        {
+            using var reader = new StreamReader(PasswordFile);
+            var line = reader.ReadLine();
+            if (string.IsNullOrEmpty(line))
+                return $"--password-file '{PasswordFile}' is empty.";
+            Password = line;
+            return null;
+        }
+        catch (Exception ex) when (ex is IOException or UnauthorizedAccessException)
+        {
+            return $"--password-file '{PasswordFile}' cannot be read: {ex.Message}";
+        }
+    }
+}

@@ -1,0 +1,218 @@
+using Hpc.CommonData.Hosting;
+using Microsoft.Extensions.Configuration;
+
+namespace Hpc.CommonData.Tests;
+
+public enum SampleMode { Fast, Careful }
+
+public sealed class SampleTier
+{
+    [Switch("--hosts", "cache hosts")]
+    public List<string> Hosts { get; set; } = [];
+
+    [Switch("--attempts", "tries per request")]
+    public int Attempts { get; set; } = 3;
+}
+
+/// <summary>An options type with one switch of every kind a program uses.</summary>
+public sealed class SampleOptions : IProgramOptions
+{
+    public static string SectionName => "Sample";
+    public static string ProgramName => "sample";
+    public static string Summary => "exercises the program contract";
+
+    [Switch("", "what to read", Meta = "PATH")]
+    public string Path { get; set; } = "";
+
+    [Switch("--name", "a name")]
+    public string Name { get; set; } = "default-name";
+
+    [Switch("--count", "how many")]
+    public int Count { get; set; } = 1;
+
+    [Switch("--budget", "how much", Environment = "HPCDATA_TEST_BUDGET")]
+    public ByteSize Budget { get; set; } = new(1L << 30);
+
+    [Switch("--timeout", "how long")]
+    public TimeSpan Timeout { get; set; } = TimeSpan.FromSeconds(30);
+
+    [Switch("--verbose", "say more")]
+    public bool Verbose { get; set; }
+
+    [Switch("--mode", "how")]
+    public SampleMode Mode { get; set; } = SampleMode.Fast;
+
+    [Switch("--token", "a secret", Environment = "HPCDATA_TEST_TOKEN", Secret = true)]
+    public string? Token { get; set; }
+
+    public SampleTier Tier { get; set; } = new();
+
+    public IEnumerable<string> Validate()
+    {
+        if (Count < 0)
+            yield return $"--count must not be negative, not {Count}.";
+    }
+}
+
+public class ProgramContractTests
+{
+    private static SampleOptions Bind(IReadOnlyDictionary<string, string?> settings) =>
+        new ConfigurationBuilder().AddInMemoryCollection(settings).Build().GetSection(SampleOptions.SectionName).Get<SampleOptions>() ?? new();
+
+    private static SampleOptions ParseAndBind(params string[] args)
+    {
+        var parsed = ProgramContract<SampleOptions>.Parse(args);
+        Assert.Null(parsed.Error);
+        Assert.False(parsed.HelpRequested);
+        return Bind(parsed.Settings);
+    }
+
+    [Fact]
+    public void Switches_of_every_kind_parse_and_bind()
+    {
+        var o = ParseAndBind("data.bin", "--name", "n1", "--count=7", "--budget", "2GB", "--timeout", "00:01:30", "--verbose", "--mode", "careful",
+            "--hosts", "a:1,b:2", "--attempts", "5");
+
+        Assert.Equal("data.bin", o.Path);
+        Assert.Equal("n1", o.Name);
+        Assert.Equal(7, o.Count);
+        Assert.Equal(2L << 30, o.Budget.Bytes);
+        Assert.Equal(TimeSpan.FromSeconds(90), o.Timeout);
+        Assert.True(o.Verbose);
+        Assert.Equal(SampleMode.Careful, o.Mode);
+        Assert.Equal(["a:1", "b:2"], o.Tier.Hosts);
+        Assert.Equal(5, o.Tier.Attempts);
+    }
+
+    [Fact]
+    public void Switch_names_are_case_insensitive_and_a_flag_may_take_an_explicit_value()
+    {
+        var o = ParseAndBind("p", "--COUNT", "2", "--verbose", "false");
+
+        Assert.Equal(2, o.Count);
+        Assert.False(o.Verbose);
+    }
+
+    [Fact]
+    public void A_list_given_twice_is_replaced_not_merged()
+    {
+        var o = ParseAndBind("p", "--hosts", "a,b,c", "--hosts", "d");
+
+        Assert.Equal(["d"], o.Tier.Hosts);
+    }
+
+    [Theory]
+    [InlineData(new[] { "p", "--bogus" }, "unknown option '--bogus'")]
+    [InlineData(new[] { "p", "--count" }, "option '--count' needs a value")]
+    [InlineData(new[] { "p", "--name", "--count", "1" }, "option '--name' needs a value")]
+    [InlineData(new[] { "p", "--budget", "12XB" }, "'12XB' is not a size")]
+    [InlineData(new[] { "p", "--count", "many" }, "'many' is not a whole number")]
+    [InlineData(new[] { "p", "--mode", "sloppy" }, "'sloppy' is not one of fast, careful")]
+    [InlineData(new[] { "p", "--timeout", "soon" }, "'soon' is not a duration")]
+    [InlineData(new[] { "p", "q" }, "unexpected argument 'q'")]
+    [InlineData(new string[0], "missing PATH")]
+    public void A_bad_command_line_is_one_error_naming_the_problem(string[] args, string expected)
+    {
+        var parsed = ProgramContract<SampleOptions>.Parse(args);
+
+        Assert.NotNull(parsed.Error);
+        Assert.Contains(expected, parsed.Error);
+        Assert.DoesNotContain('\n', parsed.Error);
+    }
+
+    [Theory]
+    [InlineData("--help")]
+    [InlineData("-h")]
+    public void Help_is_recognised_anywhere(string help)
+    {
+        Assert.True(ProgramContract<SampleOptions>.Parse(["p", "--count", "1", help]).HelpRequested);
+    }
+
+    [Fact]
+    public void Help_lists_every_switch_with_its_default_and_environment_variable_but_no_secret_value()
+    {
+        var help = ProgramContract<SampleOptions>.Help();
+
+        Assert.Contains("usage: sample PATH [options]", help);
+        foreach (var name in (string[])["--name", "--count", "--budget", "--timeout", "--verbose", "--mode", "--token", "--hosts", "--attempts", "--help"])
+            Assert.Contains(name, help);
+        Assert.Contains("(default: 1GB)", help);
+        Assert.Contains("[HPCDATA_TEST_BUDGET]", help);
+    }
+
+    [Fact]
+    public void Options_survive_the_round_trip_through_a_command_line()
+    {
+        var options = new SampleOptions
+        {
+            Path = "/data/set one",
+            Name = "--looks-like-a-switch",
+            Count = 0,
+            Budget = new(3L << 20),
+            Timeout = TimeSpan.FromMinutes(2),
+            Verbose = true,
+            Mode = SampleMode.Careful,
+            Token = "t0k3n",
+            Tier = new SampleTier { Hosts = ["h1:6380", "h2:6380"], Attempts = 9 },
+        };
+
+        var args = ProgramContract<SampleOptions>.ToArguments(options);
+        var secrets = ProgramContract<SampleOptions>.SecretEnvironment(options);
+        var back = ParseAndBind([.. args]);
+
+        Assert.DoesNotContain("t0k3n", args);
+        Assert.Equal("t0k3n", secrets["HPCDATA_TEST_TOKEN"]);
+        back.Token = secrets["HPCDATA_TEST_TOKEN"];
+        Assert.Equivalent(options, back, strict: true);
+    }
+
+    [Fact]
+    public void Default_options_need_no_arguments_but_the_positional_one()
+    {
+        Assert.Equal(["p"], ProgramContract<SampleOptions>.ToArguments(new SampleOptions { Path = "p" }));
+        Assert.Equivalent(new SampleOptions { Path = "p" }, ParseAndBind("p"), strict: true);
+    }
+
+    [Fact]
+    public void Documented_environment_variables_lie_under_the_command_line_and_are_checked_too()
+    {
+        var error = new StringWriter();
+        var previous = Console.Error;
+        Console.SetError(error);
+        try
+        {
+            Environment.SetEnvironmentVariable("HPCDATA_TEST_BUDGET", "5MB");
+            Assert.Null(ProgramContract<SampleOptions>.Handle(["p"], out var fromEnvironment));
+            Assert.Equal(5L << 20, Bind(fromEnvironment).Budget.Bytes);
+            Assert.Null(ProgramContract<SampleOptions>.Handle(["p", "--budget", "7MB"], out var fromCommandLine));
+            Assert.Equal(7L << 20, Bind(fromCommandLine).Budget.Bytes);
+
+            Environment.SetEnvironmentVariable("HPCDATA_TEST_BUDGET", "lots");
+            Assert.Equal(2, ProgramContract<SampleOptions>.Handle(["p"], out _));
+        }
+        finally
+        {
+            Environment.SetEnvironmentVariable("HPCDATA_TEST_BUDGET", null);
+            Console.SetError(previous);
+        }
+        Assert.Equal("sample: environment variable HPCDATA_TEST_BUDGET: 'lots' is not a size (examples: 65536, 64KB, 256MB, 1GB)" + Environment.NewLine, error.ToString());
+    }
+
+    [Fact]
+    public void Validate_refuses_with_exit_code_2()
+    {
+        var error = new StringWriter();
+        var previous = Console.Error;
+        Console.SetError(error);
+        try
+        {
+            Assert.Null(ProgramContract<SampleOptions>.Validate(new SampleOptions()));
+            Assert.Equal(2, ProgramContract<SampleOptions>.Validate(new SampleOptions { Count = -1 }));
+        }
+        finally
+        {
+            Console.SetError(previous);
+        }
+        Assert.Equal("sample: --count must not be negative, not -1." + Environment.NewLine, error.ToString());
+    }
+}
