@@ -151,7 +151,7 @@ public sealed class CacheBenchServer : IAsyncDisposable
     /// <summary>Our cache host picks its own free port and says which on its READY line.</summary>
     public static async Task<CacheBenchServer> StartCacheHostAsync(CancellationToken ct)
     {
-        var p = ComponentProcess.Start("Hpc.CacheHost", ["--address", "127.0.0.1", "--port", "0", "--max-memory", "2GB"], name: CacheHost);
+        var p = ComponentProcess.Start(new CacheHostOptions { Address = "127.0.0.1", Port = 0, MaxMemoryBytes = 2L << 30 }, name: CacheHost);
         try
         {
             var ready = await p.WaitReadyAsync(ReadyTimeout, ct);

@@ -6,7 +6,6 @@ using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Commands;
 using Hpc.Jobs.Data;
 using Hpc.Jobs.Local;
-using Hpc.Jobs.Commands;
 
 namespace Hpc.Bench;
 
@@ -123,28 +122,30 @@ public sealed class ClusterSession : IAsyncDisposable
         var processes = new List<ComponentProcess>();
         try
         {
-            var hosts = _topology.Hosts.Select((h, i) => Start(processes, "Hpc.CacheHost",
-                ["--address", h.Address, "--port", CachePort.ToString(), "--max-memory", budget.ToString()], $"cachehost{i + 1}", h)).ToList();
+            var hosts = _topology.Hosts.Select((h, i) => Start(processes,
+                new CacheHostOptions { Address = h.Address, Port = CachePort, MaxMemoryBytes = budget }, $"cachehost{i + 1}", h)).ToList();
             foreach (var h in hosts) await h.WaitReadyAsync(ReadyTimeout, ct);
             var hostList = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
 
-            var stagerArgs = new List<string> { file, "--name", name, "--cache-hosts", hostList, "--json" };
-            if (!compress) stagerArgs.Add("--no-compress");
-            var stager = Start(processes, "Hpc.Stager", stagerArgs, "stager", null);
+            var stager = Start(processes, new StagerOptions { Path = file, Name = name, CacheTier = { Hosts = [hostList] }, Json = true, NoCompress = !compress },
+                "stager", null);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var stage = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
             const string warmName = "bench/warmup";
             if (warmAgents)
             {
                 var warmFile = Dataset(256 << 10, data);
-                var warmStager = Start(processes, "Hpc.Stager", [warmFile, "--name", warmName, "--cache-hosts", hostList, "--json"], "stager-warmup", null);
+                var warmStager = Start(processes, new StagerOptions { Path = warmFile, Name = warmName, CacheTier = { Hosts = [hostList] }, Json = true },
+                    "stager-warmup", null);
                 if (await warmStager.WaitForExitAsync(TimeSpan.FromMinutes(2), ct) != 0) throw new InvalidOperationException($"staging the warm-up data failed:\n{warmStager.StandardErrorTail}");
             }
 
             var pipes = _topology.Nodes.Select((_, i) => Path.Combine(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n{i + 1}")).ToList();
-            var agents = _topology.Nodes.Select((n, i) => Start(processes, "Hpc.NodeAgent",
-                ["--pipe", pipes[i], "--data-dir", Path.Combine(_scratch, run, $"node{i + 1}"), "--cache-hosts", hostList,
-                 "--node", $"node{i + 1}", "--budget", (budget * 2).ToString()], $"agent{i + 1}", n)).ToList();
+            var agents = _topology.Nodes.Select((n, i) => Start(processes, new NodeAgentOptions
+            {
+                Pipe = pipes[i], DataDirectory = Path.Combine(_scratch, run, $"node{i + 1}"), CacheTier = { Hosts = [hostList] },
+                NodeName = $"node{i + 1}", Budget = budget * 2,
+            }, $"agent{i + 1}", n)).ToList();
             await Task.WhenAll(agents.Select(a => a.WaitReadyAsync(ReadyTimeout, ct)));
 
             var clients = await Task.WhenAll(pipes.Select(p => AgentClient.ConnectAsync(p, TimeSpan.FromSeconds(10), ct)));
@@ -284,9 +285,14 @@ public sealed class ClusterSession : IAsyncDisposable
     };
 
     private ComponentProcess Start(List<ComponentProcess> list, string assembly, IEnumerable<string> args, string name, Topology.Member? inside,
-        Dictionary<string, string?>? env = null)
+        Dictionary<string, string?>? env = null) =>
+        Track(list, ComponentProcess.Start(assembly, args, env, name, inside is null ? null : Topology.Launcher(inside)));
+
+    private ComponentProcess Start<T>(List<ComponentProcess> list, T options, string name, Topology.Member? inside) where T : class, IProgramOptions, new() =>
+        Track(list, ComponentProcess.Start(options, name: name, launcher: inside is null ? null : Topology.Launcher(inside)));
+
+    private ComponentProcess Track(List<ComponentProcess> list, ComponentProcess p)
     {
-        var p = ComponentProcess.Start(assembly, args, env, name, inside is null ? null : Topology.Launcher(inside));
         lock (list) list.Add(p);
         lock (_processes) _processes.Add(p);
         return p;

@@ -7,7 +7,6 @@ using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Commands;
 using Hpc.Jobs.Data;
 using Hpc.Jobs.Local;
-using Hpc.Jobs.Commands;
 using static Hpc.Bench.Stats;
 
 namespace Hpc.Bench;
@@ -74,20 +73,21 @@ public static class CodecBench
         try
         {
             var budget = (long)(size * 1.2) + (64L << 20);
-            for (var h = 0; h < hostCount; h++) hosts.Add(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", budget.ToString(CultureInfo.InvariantCulture)], name: $"cachehost{h + 1}", launcher: hostPin));
+            for (var h = 0; h < hostCount; h++) hosts.Add(ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = budget }, name: $"cachehost{h + 1}", launcher: hostPin));
             var endpoints = new List<string>();
             foreach (var h in hosts) endpoints.Add(await h.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
             var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
             var children0 = CpuClock.ReapedChildrenSeconds();
             var clock = Stopwatch.StartNew();
-            await using var stager = ComponentProcess.Start("Hpc.Stager", [path, "--name", "bench/codec", "--cache-hosts", string.Join(",", endpoints), "--json"], name: "stager", launcher: stagerPin);
+            await using var stager = ComponentProcess.Start(new StagerOptions { Path = path, Name = "bench/codec", CacheTier = { Hosts = endpoints }, Json = true },
+                name: "stager", launcher: stagerPin);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var process = clock.Elapsed.TotalSeconds;
             // Children are counted once reaped; the cache hosts are still running, so this is the stager alone.
             var stagerCpu = CpuClock.ReapedChildrenSeconds() - children0;
             var hostCpu = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds) - hostCpu0;
-            using var summary = JsonDocument.Parse(stager.StandardOutput.Last());
-            return new StageRun(summary.RootElement.GetProperty("StoredBytes").GetInt64(), summary.RootElement.GetProperty("Seconds").GetDouble(), process, stagerCpu, hostCpu);
+            var summary = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
+            return new StageRun(summary.StoredBytes, summary.Seconds, process, stagerCpu, hostCpu);
         }
         finally
         {

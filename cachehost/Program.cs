@@ -30,17 +30,7 @@ var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
 });
 builder.Configuration.AddInMemoryCollection(commandLine);
 
-CacheHostOptions options;
-try
-{
-    options = builder.Configuration.GetSection(CacheHostOptions.SectionName).Get<CacheHostOptions>() ?? new();
-}
-catch (InvalidOperationException ex)
-{
-    // A bad value in appsettings.json or a CacheHost__ variable (the command line's were checked by Handle).
-    return Contract.Refuse(ex.InnerException is { } inner ? $"{ex.Message} {inner.Message}" : ex.Message);
-}
-if (Contract.Validate(options) is { } invalid)
+if (Contract.Bind(builder.Configuration, commandLine, out var options) is { } invalid)
     return invalid;
 if (options.LoadPasswordFile() is { } unreadable)
     return Contract.Refuse(unreadable);

@@ -8,7 +8,6 @@ using Microsoft.Extensions.Logging;
 
 // The command line and the documented HPCDATA_* variables first: --help, an unknown switch or a bad value ends here.
 if (ProgramContract<NodeAgentOptions>.Handle(args, out var settings) is { } exit) return exit;
-settings = AgentConfiguration.CommandLineListsWin(args, settings);
 
 // appsettings.json is read from beside the program, once. The default (content root = working directory, reload on
 // change) puts a recursive inotify watch on wherever the daemon was started, e.g. /tmp, and wakes it on every file
@@ -19,11 +18,7 @@ var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
     Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
 });
 builder.Configuration.AddInMemoryCollection(settings);
-if (AgentConfiguration.Bind(builder.Configuration, settings, out var options) is { } problem)
-{
-    Console.Error.WriteLine($"{NodeAgentOptions.ProgramName}: {problem}");
-    return 2;
-}
+if (AgentConfiguration.Bind(builder.Configuration, settings, out var options) is { } refused) return refused;
 
 builder.Logging.AddConsole(o => o.LogToStandardErrorThreshold = LogLevel.Trace);
 builder.Services.AddSingleton(options);

@@ -17,10 +17,8 @@ public static class StageCommand
         Console.CancelKeyPress += (_, e) => { e.Cancel = true; cancel.Cancel(); };
         try
         {
-            var tierOptions = CacheTierOptions.FromEnvironment();
-            if (o.CacheHosts.Count > 0) tierOptions.Hosts = o.CacheHosts.SelectMany(CacheEndpoint.ParseList).Select(h => h.ToString()).ToList();
-            tierOptions.Replicas = o.Replicas;
-            await using var tier = new CacheTierClient(tierOptions, log);
+            o.CacheTier.LoadPasswordFile();
+            await using var tier = new CacheTierClient(o.CacheTier, log);
             using var source = StageSource.Open(o.Path);
             var options = new StageOptions
             {

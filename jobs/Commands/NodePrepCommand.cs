@@ -4,7 +4,9 @@ using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Fetch;
+using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Scheduling;
 
 namespace Hpc.Jobs.Commands;
@@ -130,7 +132,11 @@ public static class NodePrepCommand
         var dataDir = JobVariables.First(o.DataDirectory) ?? DefaultDataDirectory(pipe);
         var hosts = JobVariables.First(o.CacheHosts, Environment.GetEnvironmentVariable(JobVariables.CacheHosts));
         Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
-        await NodeAgentLauncher.StartAsync(pipe, dataDir, hosts, o.Budget, o.Node, startTimeout, ct);
+        var agent = new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDir };
+        if (hosts is not null) agent.CacheTier.Hosts = CacheEndpoint.ParseList(hosts).Select(h => h.ToString()).ToList();
+        if (o.Budget is not null) agent.Budget = ByteSize.Parse(o.Budget);
+        if (o.Node is not null) agent.NodeName = o.Node;
+        await NodeAgentLauncher.StartAsync(agent, startTimeout, ct);
         return await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
     }
 

@@ -157,7 +157,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var hosts = new List<string>();
         for (var h = 0; h < o.EmbeddedCacheHosts; h++)
         {
-            var p = ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", ((long)(size * 1.5) + (64L << 20)).ToString()], name: $"cachehost{h + 1}");
+            var p = ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = (long)(size * 1.5) + (64L << 20) }, name: $"cachehost{h + 1}");
             _cacheHosts.Add(p);
             hosts.Add(await p.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
         }
@@ -168,7 +168,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         var stager = new StagerOptions
         {
-            Path = path, Name = name, CacheHosts = [.. hosts], Json = true, Lifetime = o.Lifetime is { } l && l != "job" ? l : null,
+            Path = path, Name = name, CacheTier = { Hosts = [.. hosts] }, Json = true, Lifetime = o.Lifetime is { } l && l != "job" ? l : null,
         };
         var r = await ComponentProcess.StageAsync(stager, TimeSpan.FromHours(2), ct);
         var how = r.Unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.RawBytes)} in {r.Seconds:0.00} s";

@@ -26,18 +26,19 @@ public sealed class LocalCluster : IAsyncDisposable
     /// <summary>Starts a cache host on a free loopback port and returns its <c>host:port</c>.</summary>
     public async Task<string> StartCacheHostAsync(string name, long maxMemoryBytes, CancellationToken ct)
     {
-        var p = Track(ComponentProcess.Start("Hpc.CacheHost", ["--port", "0", "--max-memory", maxMemoryBytes.ToString(CultureInfo.InvariantCulture)], name: name));
+        var p = Track(ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = maxMemoryBytes }, name: name));
         return await p.WaitReadyAsync(ReadyTimeout, ct);
     }
 
     public Task<StageResult> StageAsync(string path, string dataset, string cacheHosts, CancellationToken ct) =>
-        ComponentProcess.StageAsync(new StagerOptions { Path = path, Name = dataset, CacheHosts = [cacheHosts], Json = true }, TimeSpan.FromMinutes(20), ct);
+        ComponentProcess.StageAsync(new StagerOptions { Path = path, Name = dataset, CacheTier = { Hosts = [cacheHosts] }, Json = true }, TimeSpan.FromMinutes(20), ct);
 
     public async Task StartAgentAsync(string pipe, string dataDirectory, string cacheHosts, string node, long budgetBytes, CancellationToken ct)
     {
-        var p = Track(ComponentProcess.Start("Hpc.NodeAgent",
-            ["--pipe", pipe, "--data-dir", dataDirectory, "--cache-hosts", cacheHosts, "--node", node, "--budget", budgetBytes.ToString(CultureInfo.InvariantCulture)],
-            name: $"agent-{node}"));
+        var p = Track(ComponentProcess.Start(new NodeAgentOptions
+        {
+            Pipe = pipe, DataDirectory = dataDirectory, CacheTier = { Hosts = [cacheHosts] }, NodeName = node, Budget = budgetBytes,
+        }, name: $"agent-{node}"));
         await p.WaitReadyAsync(ReadyTimeout, ct);
     }
 

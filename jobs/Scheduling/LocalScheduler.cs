@@ -27,9 +27,11 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         {
             for (var n = 0; n < job.Nodes; n++)
             {
-                var agent = ComponentProcess.Start("Hpc.NodeAgent",
-                    ["--pipe", pipes[n], "--data-dir", Path.Combine(root, $"node{n + 1}"), "--cache-hosts", job.CacheHostList,
-                     "--node", $"node{n + 1}", "--budget", agentBudget.ToString()], name: $"agent{n + 1}");
+                var agent = ComponentProcess.Start(new NodeAgentOptions
+                {
+                    Pipe = pipes[n], DataDirectory = Path.Combine(root, $"node{n + 1}"), CacheTier = { Hosts = [.. job.CacheHosts] },
+                    NodeName = $"node{n + 1}", Budget = agentBudget,
+                }, name: $"agent{n + 1}");
                 agents.Add(agent);
                 await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
             }

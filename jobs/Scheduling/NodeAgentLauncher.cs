@@ -39,15 +39,12 @@ public static class NodeAgentLauncher
     /// Starts the agent in its own session with its output in a log file (so it holds none of our pipes and survives
     /// us), then waits until it answers on its pipe. Throws with the agent's last log lines when it does not.
     /// </summary>
-    public static async Task<StartedAgent> StartAsync(string pipe, string dataDirectory, string? cacheHosts, string? budget, string? node,
-        TimeSpan timeout, CancellationToken ct)
+    public static async Task<StartedAgent> StartAsync(NodeAgentOptions agent, TimeSpan timeout, CancellationToken ct)
     {
+        var (pipe, dataDirectory) = (agent.Pipe, agent.DataDirectory);
         Directory.CreateDirectory(StateDirectory);
         var log = Path.Combine(StateDirectory, Path.GetFileNameWithoutExtension(StateFile(pipe)) + ".log");
-        var command = new List<string> { ComponentProcess.DotnetHost(), ComponentLocator.Find("Hpc.NodeAgent"), "--pipe", pipe, "--data-dir", dataDirectory };
-        if (cacheHosts is not null) command.AddRange(["--cache-hosts", cacheHosts]);
-        if (budget is not null) command.AddRange(["--budget", budget]);
-        if (node is not null) command.AddRange(["--node", node]);
+        List<string> command = [ComponentProcess.DotnetHost(), ComponentLocator.Find(NodeAgentOptions.Assembly), .. ProgramContract<NodeAgentOptions>.ToArguments(agent)];
 
         var info = new ProcessStartInfo("/bin/sh") { UseShellExecute = false, RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true };
         // setsid: a new session, so a terminal's Ctrl-C or the end of the scheduler step does not take the agent down.
@@ -56,6 +53,7 @@ public static class NodeAgentLauncher
         info.ArgumentList.Add("sh");
         info.ArgumentList.Add(log);
         foreach (var a in command) info.ArgumentList.Add(a);
+        foreach (var (k, v) in ProgramContract<NodeAgentOptions>.SecretEnvironment(agent)) info.Environment[k] = v;
         using var sh = Process.Start(info) ?? throw new IOException("cannot run /bin/sh to start the node agent");
         sh.StandardInput.Close();
         var pidText = await sh.StandardOutput.ReadToEndAsync(ct);

@@ -19,6 +19,7 @@ public sealed class SampleOptions : IProgramOptions
 {
     public static string SectionName => "Sample";
     public static string ProgramName => "sample";
+    public static string Assembly => "Sample";
     public static string Summary => "exercises the program contract";
 
     [Switch("", "what to read", Meta = "PATH")]

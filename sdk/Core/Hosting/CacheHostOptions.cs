@@ -11,6 +11,7 @@ public sealed class CacheHostOptions : IProgramOptions
 {
     public static string SectionName => "CacheHost";
     public static string ProgramName => "Hpc.CacheHost";
+    public static string Assembly => "Hpc.CacheHost";
     public static string Summary => "in-memory segment store of the cache tier, speaking a RESP2 subset (redis-cli and redis-benchmark work against it)";
 
     /// <summary>IP address (or host name) to listen on; 0.0.0.0 or :: for all interfaces.</summary>

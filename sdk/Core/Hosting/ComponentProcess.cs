@@ -78,12 +78,24 @@ public sealed class ComponentProcess : IAsyncDisposable
         Func<ComponentProcess, ComponentProcess>? track = null)
     {
         if (!options.Json) throw new ArgumentException("the stager must be asked for its JSON summary", nameof(options));
-        await using var stager = Start("Hpc.Stager", ProgramContract<StagerOptions>.ToArguments(options), name: "stager", launcher: launcher);
+        await using var stager = Start(options, name: "stager", launcher: launcher);
         track?.Invoke(stager);
         if (await stager.WaitForExitAsync(timeout, ct) != 0)
             throw new CommonDataException(ErrorCode.Internal, $"staging '{options.Path}' failed: {stager.StandardErrorTail.Replace(StagerOptions.ProgramName + ": ", "")}");
         return System.Text.Json.JsonSerializer.Deserialize(stager.StandardOutput.LastOrDefault() ?? "null", ContractJson.Default.StageResult)
                ?? throw new CommonDataException(ErrorCode.Protocol, $"the stager printed no summary: {stager.StandardErrorTail}");
+    }
+
+    /// <summary>
+    /// Starts the program whose command line <typeparamref name="T"/> is, with <paramref name="options"/>: the arguments
+    /// from <see cref="ProgramContract{T}.ToArguments"/>, its secrets in the environment, never in argv.
+    /// </summary>
+    public static ComponentProcess Start<T>(T options, IDictionary<string, string?>? environment = null, string? name = null,
+        IReadOnlyList<string>? launcher = null) where T : class, IProgramOptions, new()
+    {
+        var env = new Dictionary<string, string?>(environment ?? new Dictionary<string, string?>());
+        foreach (var (k, v) in ProgramContract<T>.SecretEnvironment(options)) env[k] = v;
+        return Start(T.Assembly, ProgramContract<T>.ToArguments(options), env, name ?? T.Assembly, launcher);
     }
 
     /// <summary>Waits for the READY line; on timeout or early exit the error carries the process's last stderr lines.</summary>

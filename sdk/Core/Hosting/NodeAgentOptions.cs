@@ -13,6 +13,7 @@ public sealed class NodeAgentOptions : IProgramOptions
 {
     public static string SectionName => "Agent";
     public static string ProgramName => "Hpc.NodeAgent";
+    public static string Assembly => "Hpc.NodeAgent";
     public static string Summary => "keeps verified local copies of datasets on this node and serves them to local workers over a pipe";
 
     /// <summary>Pipe name (or, on Linux, an absolute socket path). Keep it short: Unix socket paths are limited to ~100 bytes.</summary>

@@ -32,6 +32,8 @@ public interface IProgramOptions
     static abstract string SectionName { get; }
     /// <summary>The program as users start it, for help and errors.</summary>
     static abstract string ProgramName { get; }
+    /// <summary>The program's assembly (<c>Hpc.CacheHost</c>), which launchers start with <see cref="ComponentProcess.Start{T}"/>.</summary>
+    static abstract string Assembly { get; }
     static abstract string Summary { get; }
     /// <summary>Problems with the values, each a sentence naming the switch; empty when the options are usable.</summary>
     IEnumerable<string> Validate();
@@ -130,7 +132,8 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     }
 
     /// <summary>The command line that makes the program run with <paramref name="options"/>: every setting that
-    /// differs from the default, secrets left out (pass those with <see cref="SecretEnvironment"/>).</summary>
+    /// differs from the default or that an environment variable could otherwise change, secrets left out (pass those
+    /// with <see cref="SecretEnvironment"/>).</summary>
     public static IReadOnlyList<string> ToArguments(T options)
     {
         var defaults = new T();
@@ -139,7 +142,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         {
             if (e.Switch.Secret) continue;
             var value = Read(e, options);
-            if (Format(value) is not { } text || text == Format(Read(e, defaults))) continue;
+            if (Format(value) is not { Length: > 0 } text || (text == Format(Read(e, defaults)) && e.Switch.Environment is null)) continue;
             if (e.Switch.Name == "") args.Insert(0, text);
             else if (e.Property.PropertyType == typeof(bool)) { if ((bool)value!) args.Add(e.Switch.Name); else args.AddRange([e.Switch.Name, "false"]); }
             // A value that looks like a switch would be refused as a missing value; the name=value form carries it.
@@ -198,6 +201,36 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         if (parsed.HelpRequested) { Console.Out.Write(Help()); return 0; }
         if ((parsed.Error ?? environmentError) is { } error) return Refuse(error);
         return null;
+    }
+
+    /// <summary>
+    /// Binds the program's section of <paramref name="configuration"/> (appsettings.json under the keys
+    /// <see cref="Handle"/> returned) and validates it. A list the command line or a variable gave is the whole list:
+    /// configuration would otherwise lay it over appsettings.json's item by item. Returns null and the options, or the
+    /// exit code after refusing them in one line.
+    /// </summary>
+    public static int? Bind(Microsoft.Extensions.Configuration.IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options)
+    {
+        options = new T();
+        try
+        {
+            Microsoft.Extensions.Configuration.ConfigurationBinder.Bind(configuration.GetSection(T.SectionName), options);
+        }
+        catch (InvalidOperationException e)
+        {
+            // A bad value in appsettings.json (the command line's and the variables' were checked by Handle).
+            return Refuse(e.InnerException is { } inner ? $"{e.Message} {inner.Message}" : e.Message);
+        }
+        foreach (var e in Entries.Where(e => IsList(e.Property.PropertyType)))
+        {
+            var items = settings.Where(kv => kv.Key.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase) && kv.Value is not null)
+                .OrderBy(kv => int.TryParse(kv.Key[(e.Key.Length + 1)..], out var i) ? i : int.MaxValue).Select(kv => kv.Value!).ToList();
+            if (items.Count == 0) continue;
+            object? owner = options;
+            foreach (var p in e.Path[..^1]) owner = owner is null ? null : p.GetValue(owner);
+            if (owner is not null && e.Property.PropertyType.IsAssignableFrom(typeof(List<string>))) e.Property.SetValue(owner, items);
+        }
+        return Validate(options);
     }
 
     /// <summary>

@@ -7,6 +7,7 @@ public sealed class StagerOptions : IProgramOptions
 {
     public static string SectionName => "Stager";
     public static string ProgramName => "hpcdata stage";
+    public static string Assembly => "Hpc.Stager";
     public static string Summary => "chunk, compress, checksum and upload a file, a directory or standard input as a new dataset version";
 
     [Switch("", "File or directory to stage, or - for standard input.", Meta = "PATH")]
@@ -15,11 +16,8 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--name", "Dataset name, owner/name (a-z 0-9 . _ -).", Meta = "OWNER/NAME")]
     public string Name { get; set; } = "";
 
-    [Switch("--cache-hosts", "Cache hosts host:port,… (default 127.0.0.1:6380).", Environment = "HPCDATA_CACHE_HOSTS", Meta = "HOST:PORT,…")]
-    public List<string> CacheHosts { get; set; } = [];
-
-    [Switch("--replicas", "Copies of each segment.", Environment = "HPCDATA_CACHE_REPLICAS")]
-    public int Replicas { get; set; } = 1;
+    /// <summary>Where to stage (its switches: --cache-hosts, --replicas, --cache-password-file); a local cache host by default.</summary>
+    public Cache.CacheTierOptions CacheTier { get; set; } = new() { Hosts = [$"127.0.0.1:{Cache.CacheEndpoint.DefaultPort}"] };
 
     [Switch("--segment-size", "Raw bytes per segment.")]
     public ByteSize SegmentSize { get; set; } = new(64 << 10);
@@ -38,11 +36,9 @@ public sealed class StagerOptions : IProgramOptions
         if (Path.Length == 0) yield return "no PATH to stage (a file, a directory or -)";
         if (Name.Length == 0) yield return "--name is required (owner/name)";
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
-        if (Replicas < 1) yield return "--replicas must be at least 1";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
-        foreach (var h in CacheHosts)
-            if (!Cache.CacheEndpoint.TryParse(h, out _)) yield return $"--cache-hosts: '{h}' is not host:port";
+        foreach (var problem in CacheTier.Validate()) yield return problem;
     }
 }
 
