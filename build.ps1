@@ -18,10 +18,14 @@ Invoke-Step "build"   { dotnet build Hpc.sln -c $Configuration --no-restore }
 if (-not $SkipTests) {
     Invoke-Step "test" { dotnet test Hpc.sln -c $Configuration --no-build }
 }
-Invoke-Step "pack"    { dotnet pack sdk/Worker/Hpc.CommonData.csproj -c $Configuration --no-build -o artifacts/packages }
+foreach ($package in "sdk/Core/Hpc.CommonData.Core.csproj", "sdk/Worker/Hpc.CommonData.csproj") {
+    Invoke-Step "pack $package" { dotnet pack $package -c $Configuration --no-build -o artifacts/packages }
+}
 # One folder with every program, precompiled (ReadyToRun): a worker's first open then costs far less JIT time.
 $rid = if ($IsWindows -or $env:OS -eq "Windows_NT") { "win-x64" } else { "linux-x64" }
-foreach ($project in "jobs/Hpc.Jobs.csproj", "cachehost/Hpc.CacheHost.csproj", "nodeagent/Hpc.NodeAgent.csproj", "stager/Hpc.Stager.csproj") {
+# The lab and the samples go in the same folder, so `hpcdata bench` and `hpcdata demo` find them beside hpcdata.
+foreach ($project in "jobs/Hpc.Jobs.csproj", "cachehost/Hpc.CacheHost.csproj", "nodeagent/Hpc.NodeAgent.csproj", "stager/Hpc.Stager.csproj",
+                     "bench/Hpc.Bench.csproj", "samples/Hpc.Samples.csproj") {
     Invoke-Step "publish $project" { dotnet publish $project -c $Configuration -r $rid --self-contained false -p:PublishReadyToRun=true -o artifacts/publish/hpcdata }
 }
 Write-Host "done: packages in artifacts/packages, programs in artifacts/publish/hpcdata"
