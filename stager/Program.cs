@@ -1,12 +1,10 @@
 using Hpc.CommonData.Hosting;
 using Hpc.Stager;
 using Microsoft.Extensions.Configuration;
+using Contract = Hpc.CommonData.Hosting.ProgramContract<Hpc.CommonData.Hosting.StagerOptions>;
 
-if (ProgramContract<StagerOptions>.Handle(args, out var settings) is { } exit) return exit;
-var options = new ConfigurationBuilder().AddInMemoryCollection(settings).Build().GetSection(StagerOptions.SectionName).Get<StagerOptions>() ?? new();
-if (options.Validate().FirstOrDefault() is { } problem)
-{
-    Console.Error.WriteLine($"{StagerOptions.ProgramName}: {problem}");
-    return 2;
-}
+// --help answered, an unknown switch or a bad value refused (exit 2), before anything is read or sent.
+if (Contract.Handle(args, out var settings) is { } exit) return exit;
+var configuration = new ConfigurationBuilder().AddInMemoryCollection(settings).Build();
+if (Contract.Bind(configuration, settings, out var options) is { } refused) return refused;
 return await StageCommand.RunAsync(options);
