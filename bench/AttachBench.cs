@@ -89,7 +89,7 @@ public static class AttachBench
                 var (name, stage) = staged[size];
                 var time = DateTimeOffset.UtcNow;
                 // Re-opens in stream mode would each copy the whole dataset again while the other workers are still copying.
-                string[] args = mode == "map" ? ["--no-compute"] : ["--no-compute", "--reopens", "0"];
+                string[] args = mode == "map" ? [] : ["--reopens", "0"];
                 var batch = await cluster.RunWorkersAsync([pipe], k, name, mode, args, CellTimeout, ct);
                 var workers = batch.Results.Select(r => new WorkerTime("node1", r.Mode, r.AttachMs, mode == "map" ? r.WarmAttachMs : double.NaN, r.Verified,
                     r.VerifyMs, r.VerifiedUnixMs - batch.StartUnixMs)).ToList();

@@ -197,7 +197,7 @@ public sealed class ClusterSession : IAsyncDisposable
         var workers = new List<(string Node, ComponentProcess P)>();
         for (var n = 0; n < Nodes; n++)
             for (var w = 0; w < perNode; w++)
-                workers.Add(($"node{n + 1}", Start(processes, "hpcdata", ["worker", "--dataset", name, "--mode", mode, "--wait-go", "--no-compute"],
+                workers.Add(($"node{n + 1}", Start(processes, "hpcdata", ["worker", "--dataset", name, "--mode", mode, "--wait-go"],
                     $"worker{n + 1}.{w + 1}", _topology.Nodes[n], new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipes[n] })));
         await Task.WhenAll(workers.Select(w => w.P.WaitReadyAsync(ReadyTimeout, ct)));
         await Task.WhenAll(workers.Select(w => w.P.SendLineAsync("go")));

@@ -190,31 +190,28 @@ public static class ComponentLocator
     public static string Find(string assembly)
     {
         var file = assembly + ".dll";
-        var tried = new List<string>();
-        foreach (var dir in Candidates(assembly))
-        {
-            var path = Path.Combine(dir, file);
-            tried.Add(path);
-            if (File.Exists(path)) return path;
-        }
-        throw new FileNotFoundException($"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable}. Looked in: {string.Join(", ", tried)}");
+        var installed = new List<string>();
+        if (Environment.GetEnvironmentVariable(BinVariable) is { Length: > 0 } bin) installed.Add(bin);
+        installed.Add(AppContext.BaseDirectory);
+        foreach (var dir in installed)
+            if (Path.Combine(dir, file) is var path && File.Exists(path)) return path;
+        // A build tree (artifacts/bin/<project>/<configuration>/): a program may also sit, copied, in the output of
+        // projects that reference it; the newest build of it is the one meant.
+        var built = BuildTree().Select(d => Path.Combine(d, file)).Where(File.Exists).MaxBy(File.GetLastWriteTimeUtc);
+        return built ?? throw new FileNotFoundException(
+            $"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable} to the folder of the installed programs. " +
+            $"Looked in: {string.Join(", ", installed)} and the build's artifacts/bin");
     }
 
-    private static IEnumerable<string> Candidates(string assembly)
+    private static IEnumerable<string> BuildTree()
     {
-        if (Environment.GetEnvironmentVariable(BinVariable) is { Length: > 0 } bin) yield return bin;
         var baseDir = AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar);
-        yield return baseDir;
         var config = Path.GetFileName(baseDir);
-        var project = assembly == "hpcdata" ? "Hpc.Jobs" : assembly; // the CLI's assembly is named for what users type
         for (var dir = new DirectoryInfo(baseDir); dir is not null; dir = dir.Parent)
         {
-            if (dir.Name == "bin" && dir.Parent?.Name == "artifacts")
-            {
-                yield return Path.Combine(dir.FullName, project, config);
-                foreach (var other in new[] { "debug", "release" }) yield return Path.Combine(dir.FullName, project, other);
-                yield break;
-            }
+            if (dir.Name != "bin" || dir.Parent?.Name != "artifacts") continue;
+            return dir.EnumerateDirectories().Select(project => Path.Combine(project.FullName, config));
         }
+        return [];
     }
 }
