@@ -101,6 +101,19 @@ public static class SegmentCodec
         return actual == checksum ? null : $"known segment has payload checksum {actual:x16}, expected {checksum:x16}";
     }
 
+    /// <summary>
+    /// Checks a stored segment's header and payload checksum without decoding it: what a node that only forwards a
+    /// segment can check cheaply, so damage is not passed on. The receiver still runs the full <see cref="TryDecode"/>.
+    /// </summary>
+    public static string? CheckStored(ReadOnlySpan<byte> stored, int expectedRawLength)
+    {
+        if (stored.Length < HeaderLength || stored[0] != 'H' || stored[1] != 'C' || stored[2] != 'S' || stored[3] != FormatVersion)
+            return "not a stored segment";
+        if (BinaryPrimitives.ReadInt32LittleEndian(stored[8..]) != expectedRawLength) return "raw length differs from the manifest";
+        if (BinaryPrimitives.ReadInt32LittleEndian(stored[12..]) != stored.Length - HeaderLength) return "payload length differs from the bytes present";
+        return XxHash.Hash64Of(stored[HeaderLength..]) == BinaryPrimitives.ReadUInt64LittleEndian(stored[16..]) ? null : "payload checksum mismatch";
+    }
+
     /// <summary>Reads the raw length from a header without validating the rest.</summary>
     public static bool TryReadRawLength(ReadOnlySpan<byte> stored, out int rawLength)
     {

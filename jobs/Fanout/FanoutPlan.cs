@@ -1,0 +1,69 @@
+using Hpc.CommonData.Format;
+
+namespace Hpc.Jobs.Fanout;
+
+/// <summary>A run of consecutive segments that travels the ring as one message.</summary>
+public readonly record struct Block(int Share, int First, int Count, long StoredBytes);
+
+/// <summary>
+/// Who fetches what, computed alike by every rank from the manifest alone: the segment list cut into N contiguous
+/// shares of about equal stored size (rank k fetches share k from the cache tier), each share cut into blocks of at most
+/// <see cref="MaxBlockBytes"/> stored bytes (the unit that is pipelined: fetched, sent, forwarded and written while the
+/// next one is on its way).
+/// </summary>
+public sealed class FanoutPlan
+{
+    /// <summary>About 1 MB: large enough that per-message costs vanish, small enough to pipeline a 16 MB dataset over 32 ranks.</summary>
+    public const int DefaultMaxBlockBytes = 1 << 20;
+
+    public FanoutPlan(Manifest manifest, int ranks, int maxBlockBytes = DefaultMaxBlockBytes)
+    {
+        if (ranks < 1) throw new ArgumentOutOfRangeException(nameof(ranks));
+        Ranks = ranks;
+        MaxBlockBytes = Math.Max(maxBlockBytes, manifest.Segments.Count == 0 ? 1 : manifest.Segments.Max(s => s.StoredLength));
+        var segments = manifest.Segments;
+        var shares = new List<Block>[ranks];
+        var total = manifest.StoredLength;
+        var start = 0;
+        long done = 0;
+        for (var k = 0; k < ranks; k++)
+        {
+            shares[k] = [];
+            // Share k ends where the running stored size passes (k+1)/N of the whole: equal bytes, not equal counts.
+            var target = total * (k + 1) / ranks;
+            var end = start;
+            while (end < segments.Count)
+            {
+                var next = segments[end].StoredLength;
+                // The last share takes the rest; the others stop where the cut is nearest their target.
+                if (k < ranks - 1 && (done >= target || done + next - target > target - done)) break;
+                done += next;
+                end++;
+            }
+            for (var first = start; first < end;)
+            {
+                long bytes = 0;
+                var count = 0;
+                while (first + count < end && (count == 0 || bytes + segments[first + count].StoredLength <= MaxBlockBytes))
+                    bytes += segments[first + count++].StoredLength;
+                shares[k].Add(new Block(k, first, count, bytes));
+                first += count;
+            }
+            start = end;
+        }
+        Shares = shares;
+        Manifest = manifest;
+    }
+
+    public Manifest Manifest { get; }
+    public int Ranks { get; }
+    public int MaxBlockBytes { get; }
+    /// <summary>Blocks of each share, in segment order.</summary>
+    public IReadOnlyList<IReadOnlyList<Block>> Shares { get; }
+
+    /// <summary>Bytes of the largest block message (header, record headers and payloads).</summary>
+    public int MaxMessageBytes => BlockMessage.HeaderLength + MaxBlockBytes + BlockMessage.RecordHeaderLength * Shares.SelectMany(s => s).Select(b => b.Count).DefaultIfEmpty(0).Max();
+
+    /// <summary>How many block messages rank <paramref name="rank"/> receives from its left neighbour: every block but its own.</summary>
+    public int BlocksReceivedBy(int rank) => Shares.Where((_, k) => k != rank).Sum(s => s.Count);
+}

@@ -1,0 +1,33 @@
+using System.Threading.Channels;
+
+namespace Hpc.Jobs.Fanout;
+
+/// <summary>
+/// N ranks in one process, each link a channel that holds one message (a send completes only when the neighbour has
+/// room, as a large MPI send completes only when matched). For running the exchange without MPI, in tests and on a
+/// single node.
+/// </summary>
+public static class InProcessRing
+{
+    public static IReadOnlyList<IRingLink> Create(int size)
+    {
+        var wires = Enumerable.Range(0, size).Select(_ => Channel.CreateBounded<byte[]>(1)).ToArray();
+        // Rank r sends on wire r (read by r+1) and receives on wire r−1.
+        return Enumerable.Range(0, size).Select(r => (IRingLink)new Link(r, size, wires[r], wires[(r - 1 + size) % size])).ToArray();
+    }
+
+    private sealed class Link(int rank, int size, Channel<byte[]> output, Channel<byte[]> input) : IRingLink
+    {
+        public int Rank => rank;
+        public int Size => size;
+
+        public async Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => await output.Writer.WriteAsync(message.ToArray(), ct);
+
+        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        {
+            var message = await input.Reader.ReadAsync(ct);
+            message.CopyTo(buffer);
+            return message.Length;
+        }
+    }
+}

@@ -1,0 +1,144 @@
+using System.Buffers;
+using System.Threading.Channels;
+
+namespace Hpc.Jobs.Fanout;
+
+/// <summary>
+/// One rank's link in the ring: messages go to the right neighbour and come from the left one, in order. Sends
+/// complete when the buffer may be reused; a receive fills a buffer of <see cref="FanoutPlan.MaxMessageBytes"/>.
+/// </summary>
+public interface IRingLink
+{
+    int Rank { get; }
+    int Size { get; }
+    Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct);
+    Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct);
+}
+
+/// <summary>What the exchange did on one rank.</summary>
+public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent);
+
+/// <summary>
+/// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
+/// sends each block to r+1 as soon as it is fetched; every block it receives from r−1 it hands to its node and, unless
+/// the block belongs to r+1 (whose ring it has then completed), forwards it. Every link carries (N−1)/N of the data,
+/// all links at once, so the exchange takes about S/B whatever N is, while the cache tier sends each byte once.
+/// <para>
+/// Fetching, sending, receiving and writing run concurrently. Forwarded blocks are never held back (a receive that
+/// waited for room to forward could close a cycle of waits around the ring); only fetching runs ahead by at most a few
+/// blocks.
+/// </para>
+/// </summary>
+public static class RingAllGather
+{
+    /// <summary>Own blocks fetched but not yet sent, at most; the fetch waits beyond that.</summary>
+    private const int FetchAhead = 4;
+
+    /// <param name="fetch">Fills a message with one of this rank's own blocks (header and records) and returns its length.</param>
+    /// <param name="deliver">Hands one block message to this node (the agent); called in order of arrival, one at a time.</param>
+    public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
+        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct)
+    {
+        var rank = link.Rank;
+        var right = (rank + 1) % plan.Ranks;
+        var size = plan.MaxMessageBytes;
+        using var failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        var token = failed.Token;
+        var outgoing = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true });
+        var toNode = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = false });
+        var fetchSlots = new SemaphoreSlim(FetchAhead);
+        long fetchedBytes = 0, receivedBytes = 0, sentBytes = 0;
+        int fetched = 0, received = 0, sent = 0;
+
+        async Task FetchOwn()
+        {
+            foreach (var block in plan.Shares[rank])
+            {
+                await fetchSlots.WaitAsync(token);
+                var m = Message.Rent(size, holders: plan.Ranks > 1 ? 2 : 1);
+                m.Length = await fetch(block, m.Buffer, token);
+                fetched++;
+                fetchedBytes += m.Length;
+                m.Own = true;
+                await toNode.Writer.WriteAsync(m, token);
+                if (plan.Ranks > 1) await outgoing.Writer.WriteAsync(m, token);
+                else fetchSlots.Release();
+            }
+        }
+
+        async Task ReceiveAll()
+        {
+            for (var i = plan.BlocksReceivedBy(rank); i > 0; i--)
+            {
+                var m = Message.Rent(size, holders: 2);
+                m.Length = await link.ReceiveAsync(m.Buffer, token);
+                var (share, _, _, length) = BlockMessage.ReadHeader(m.Buffer.Span[..m.Length], plan);
+                if (length != m.Length) throw new InvalidDataException($"block message of {m.Length} bytes says {length}");
+                received++;
+                receivedBytes += m.Length;
+                await toNode.Writer.WriteAsync(m, token);
+                if (share != right) await outgoing.Writer.WriteAsync(m, token);
+                else m.Release();
+            }
+        }
+
+        async Task SendAll(Task producers)
+        {
+            _ = producers.ContinueWith(_ => outgoing.Writer.TryComplete(), TaskScheduler.Default);
+            await foreach (var m in outgoing.Reader.ReadAllAsync(token))
+            {
+                await link.SendAsync(m.Buffer[..m.Length], token);
+                sent++;
+                sentBytes += m.Length;
+                if (m.Own) fetchSlots.Release();
+                m.Release();
+            }
+        }
+
+        async Task DeliverAll(Task producers)
+        {
+            _ = producers.ContinueWith(_ => toNode.Writer.TryComplete(), TaskScheduler.Default);
+            await foreach (var m in toNode.Reader.ReadAllAsync(token))
+            {
+                await deliver(m.Buffer[..m.Length], token);
+                m.Release();
+            }
+        }
+
+        var fetching = Guard(FetchOwn());
+        var receiving = Guard(plan.Ranks > 1 ? ReceiveAll() : Task.CompletedTask);
+        var producers = Task.WhenAll(fetching, receiving);
+        var sending = Guard(SendAll(producers));
+        var delivering = Guard(DeliverAll(producers));
+        await Task.WhenAll(fetching, receiving, sending, delivering);
+        return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes);
+
+        // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
+        async Task Guard(Task task)
+        {
+            try { await task; }
+            catch
+            {
+                failed.Cancel();
+                throw;
+            }
+        }
+    }
+
+    /// <summary>A pooled message buffer shared by the node writer and the sender; returned when both are done.</summary>
+    private sealed class Message
+    {
+        private int _holders;
+        public byte[] Array = [];
+        public Memory<byte> Buffer => Array;
+        public int Length;
+        public bool Own;
+
+        public static Message Rent(int size, int holders) => new() { Array = ArrayPool<byte>.Shared.Rent(size), _holders = holders };
+
+        public void Release()
+        {
+            if (Interlocked.Decrement(ref _holders) == 0) ArrayPool<byte>.Shared.Return(Array);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+using System.Collections.Concurrent;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Fanout;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>The fan-out's exchange, run by N ranks in one process over in-memory links.</summary>
+public sealed class RingAllGatherTests
+{
+    private static Manifest ManifestOf(int segments, int seed = 1)
+    {
+        var rng = new Random(seed);
+        var list = Enumerable.Range(0, segments)
+            .Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, rng.Next(2000, 65536))).ToList();
+        return new Manifest
+        {
+            Name = "test/ring", Hash = new string('0', 32), Segments = list,
+            RawLength = list.Sum(s => (long)s.RawLength), StoredLength = list.Sum(s => (long)s.StoredLength),
+        };
+    }
+
+    /// <summary>A stand-in for a stored segment: its index repeated, as long as the manifest says.</summary>
+    private static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 7 + 3), m.Segments[index].StoredLength).ToArray();
+
+    private static async Task<int> FakeFetch(FanoutPlan plan, Block block, Memory<byte> message, ConcurrentBag<int> fetched)
+    {
+        var at = BlockMessage.HeaderLength;
+        for (var i = block.First; i < block.First + block.Count; i++)
+        {
+            fetched.Add(i);
+            at += BlockMessage.WriteRecord(message.Span[at..], i, StoredBytes(plan.Manifest, i));
+        }
+        BlockMessage.WriteHeader(message.Span, block, at);
+        await Task.Yield();
+        return at;
+    }
+
+    [Theory]
+    [InlineData(1, 40)]
+    [InlineData(2, 40)]
+    [InlineData(3, 7)]
+    [InlineData(5, 160)]
+    [InlineData(8, 5)]   // more ranks than some shares have segments: empty shares are fine
+    public async Task Every_rank_gets_every_segment_once_and_each_is_fetched_from_the_cache_tier_once(int ranks, int segments)
+    {
+        var manifest = ManifestOf(segments);
+        var plan = new FanoutPlan(manifest, ranks, maxBlockBytes: 256 << 10);
+        var fetched = new ConcurrentBag<int>();
+        var delivered = Enumerable.Range(0, ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
+        var links = InProcessRing.Create(ranks);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+
+        var results = await Task.WhenAll(links.Select(link => Task.Run(() => RingAllGather.RunAsync(plan, link,
+            (block, message, _) => FakeFetch(plan, block, message, fetched),
+            (message, _) =>
+            {
+                foreach (var (index, stored) in BlockMessage.Records(message, plan))
+                    Assert.True(delivered[link.Rank].TryAdd(index, stored.ToArray()), $"rank {link.Rank} got segment {index} twice");
+                return ValueTask.CompletedTask;
+            }, timeout.Token))));
+
+        Assert.Equal(Enumerable.Range(0, segments), fetched.Order());
+        foreach (var got in delivered)
+        {
+            Assert.Equal(Enumerable.Range(0, segments), got.Keys.Order());
+            Assert.All(got, kv => Assert.Equal(StoredBytes(manifest, kv.Key), kv.Value));
+        }
+        // Bandwidth: each rank sends every block but its right neighbour's, i.e. (N−1)/N of the data for equal shares.
+        for (var r = 0; r < ranks; r++)
+            Assert.Equal(ranks == 1 ? 0 : plan.Shares.Where((_, k) => k != (r + 1) % ranks).Sum(s => s.Count), results[r].BlocksSent);
+    }
+
+    [Fact]
+    public void Shares_are_contiguous_cover_every_segment_and_hold_about_equal_stored_bytes()
+    {
+        var manifest = ManifestOf(1000, seed: 7);
+        var plan = new FanoutPlan(manifest, 7);
+        var blocks = plan.Shares.SelectMany(s => s).ToList();
+        Assert.Equal(Enumerable.Range(0, 1000), blocks.SelectMany(b => Enumerable.Range(b.First, b.Count)));
+        Assert.All(blocks, b => Assert.True(b.StoredBytes <= plan.MaxBlockBytes));
+        var perShare = plan.Shares.Select(s => s.Sum(b => b.StoredBytes)).ToList();
+        Assert.True(perShare.Max() - perShare.Min() <= 2 * 65536, string.Join(", ", perShare));
+    }
+
+    [Fact]
+    public async Task A_rank_whose_fetch_fails_stops_at_once_with_that_error()
+    {
+        var plan = new FanoutPlan(ManifestOf(30), 3, maxBlockBytes: 128 << 10);
+        var links = InProcessRing.Create(3);
+        using var others = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        var failing = RingAllGather.RunAsync(plan, links[1],
+            (_, _, _) => throw new IOException("cache host gone"), (_, _) => ValueTask.CompletedTask, CancellationToken.None);
+        var e = await Assert.ThrowsAsync<IOException>(() => failing.WaitAsync(TimeSpan.FromSeconds(10)));
+        Assert.Equal("cache host gone", e.Message);
+        others.Cancel();
+    }
+
+    [Fact]
+    public void A_message_that_is_not_a_block_of_this_plan_is_refused()
+    {
+        var plan = new FanoutPlan(ManifestOf(4), 2);
+        Assert.Throws<InvalidDataException>(() => BlockMessage.ReadHeader(new byte[40], plan));
+        var message = new byte[64];
+        BlockMessage.WriteHeader(message, new Block(0, 3, 5, 0), 64);   // segments 3..7 of a 4-segment dataset
+        Assert.Throws<InvalidDataException>(() => BlockMessage.ReadHeader(message, plan));
+    }
+}
