@@ -54,6 +54,16 @@ public sealed class CacheCatalog
     /// <summary>Resolves a dataset name and optional version ("latest" or null for the current one) to a verified manifest.</summary>
     public async Task<(string Version, Manifest Manifest)> ResolveAsync(string name, string? version = null, CancellationToken ct = default)
     {
+        var (v, manifest, _) = await ResolveWithBytesAsync(name, version, ct);
+        return (v, manifest);
+    }
+
+    /// <summary>
+    /// As <see cref="ResolveAsync"/>, with the manifest's bytes exactly as staged (their hash is the version id), for
+    /// handing the manifest on to another node that checks it against the version itself.
+    /// </summary>
+    public async Task<(string Version, Manifest Manifest, byte[] Bytes)> ResolveWithBytesAsync(string name, string? version = null, CancellationToken ct = default)
+    {
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
         {
@@ -62,18 +72,18 @@ public sealed class CacheCatalog
         }
         if (!SegmentId.TryParse(version, out var versionId))
             throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
-        var (manifest, problem) = await GetManifestAsync(version, versionId, ct);
+        var (manifest, raw, problem) = await GetManifestAsync(version, versionId, ct);
         if (manifest is not null)
         {
             if (manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
-            return (version, manifest);
+            return (version, manifest, raw!);
         }
         if (problem is not null) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {problem}");
         throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
     }
 
     /// <summary>The verified manifest of a version from the first host with a good copy; else null and what was wrong.</summary>
-    internal async Task<(Manifest? Manifest, string? Problem)> GetManifestAsync(string version, SegmentId versionId, CancellationToken ct)
+    internal async Task<(Manifest? Manifest, byte[]? Raw, string? Problem)> GetManifestAsync(string version, SegmentId versionId, CancellationToken ct)
     {
         var key = CacheKeys.Manifest(version);
         string? problem = null;
@@ -84,9 +94,9 @@ public sealed class CacheCatalog
             if (!SegmentCodec.TryReadRawLength(stored, out var rawLength)) { problem = "manifest header is damaged"; continue; }
             var raw = new byte[rawLength];
             problem = SegmentCodec.TryDecode(stored, versionId, raw);
-            if (problem is null) return (Manifest.Parse(raw), null);
+            if (problem is null) return (Manifest.Parse(raw), raw, null);
         }
-        return (null, problem);
+        return (null, null, problem);
     }
 
     // ---------------- versions kept for jobs ----------------

@@ -41,7 +41,7 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
             foreach (var version in versions)
             {
                 if (!SegmentId.TryParse(version, out var id)) continue;
-                var (manifest, problem) = await tier.Catalog.GetManifestAsync(version, id, ct);
+                var (manifest, _, problem) = await tier.Catalog.GetManifestAsync(version, id, ct);
                 if (manifest is null)
                     return new Collection(false, $"manifest {version} is unreadable ({problem ?? "vanished"}): cannot prove any segment unused", versions.Count, 0, 0);
                 referenced.UnionWith(manifest.SegmentIds);
