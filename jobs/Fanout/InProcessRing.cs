@@ -31,3 +31,27 @@ public static class InProcessRing
         }
     }
 }
+
+/// <summary>N ranks in one process (tests, and a single machine standing in for a cluster).</summary>
+public static class InProcessRanks
+{
+    public static IReadOnlyList<IRankGroup> Create(int size)
+    {
+        var links = InProcessRing.Create(size);
+        var announcement = new TaskCompletionSource<byte[]>(TaskCreationOptions.RunContinuationsAsynchronously);
+        return links.Select(l => (IRankGroup)new Group(l, announcement)).ToArray();
+    }
+
+    private sealed class Group(IRingLink link, TaskCompletionSource<byte[]> announcement) : IRankGroup
+    {
+        public int Rank => link.Rank;
+        public int Size => link.Size;
+        public IRingLink Ring => link;
+
+        public Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct)
+        {
+            if (Rank == 0) announcement.TrySetResult(fromRoot ?? throw new ArgumentNullException(nameof(fromRoot)));
+            return announcement.Task.WaitAsync(ct);
+        }
+    }
+}

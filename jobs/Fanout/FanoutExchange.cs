@@ -1,0 +1,98 @@
+using System.Diagnostics;
+using System.Text;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+
+namespace Hpc.Jobs.Fanout;
+
+/// <summary>The ranks of a fan-out, one per node: who we are, a way to agree on the manifest, and the ring.</summary>
+public interface IRankGroup
+{
+    int Rank { get; }
+    int Size { get; }
+    /// <summary>Rank 0's bytes, on every rank (rank 0 passes them, the others null).</summary>
+    Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct);
+    IRingLink Ring { get; }
+}
+
+/// <summary>This node's side of an exchange: hands stored segments to the node's agent, which verifies and keeps them.</summary>
+public interface INodeIngest : IAsyncDisposable
+{
+    /// <summary>Starts taking segments of a version; false when the node already holds it complete (nothing will be written).</summary>
+    Task<bool> BeginAsync(string name, string version, ReadOnlyMemory<byte> manifest, CancellationToken ct);
+    /// <summary>One block's records: segment index and stored bytes.</summary>
+    ValueTask WriteAsync(ReadOnlyMemory<byte> blockMessage, FanoutPlan plan, CancellationToken ct);
+    /// <summary>Ends the exchange; returns segments accepted, already held, and rejected.</summary>
+    Task<(int Accepted, int AlreadyHeld, int Rejected)> EndAsync(CancellationToken ct);
+}
+
+/// <summary>What one rank's exchange did, for the node-prep line and the report.</summary>
+public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt);
+
+/// <summary>
+/// One rank's whole fan-out: rank 0 resolves the version and hands its manifest to all (each checks it hashes to the
+/// version), every rank fetches its share and the ring brings it the rest, and every block goes to this node's agent.
+/// It never publishes: the node's ordinary prefetch that follows verifies the whole copy and publishes it, and fetches
+/// from the cache tier whatever the exchange did not deliver — so a failed exchange costs time, never data.
+/// </summary>
+public static class FanoutExchange
+{
+    public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct)
+    {
+        var clock = Stopwatch.StartNew();
+        byte[]? announcement = null;
+        if (group.Rank == 0)
+        {
+            try
+            {
+                var (v, _, bytes) = await tier.Catalog.ResolveWithBytesAsync(name, version, ct);
+                announcement = Announce(v, bytes);
+            }
+            catch (CommonDataException e)
+            {
+                // Every rank must learn why, or the others would wait for a manifest that never comes.
+                announcement = Announce(null, Encoding.UTF8.GetBytes($"{e.Code}:{e.Message}"));
+                await group.BroadcastAsync(announcement, ct);
+                throw;
+            }
+        }
+        var (resolved, manifestBytes) = Read(await group.BroadcastAsync(announcement, ct));
+        if (resolved is null)
+        {
+            var text = Encoding.UTF8.GetString(manifestBytes.Span);
+            var colon = text.IndexOf(':');
+            throw new CommonDataException(Enum.TryParse<ErrorCode>(text[..Math.Max(colon, 0)], out var code) ? code : ErrorCode.Internal, text[(colon + 1)..]);
+        }
+        if (Manifest.VersionOf(manifestBytes.Span) != resolved)
+            throw new CommonDataException(ErrorCode.Integrity, $"the manifest rank 0 sent does not hash to version {resolved}");
+        var manifest = Manifest.Parse(manifestBytes.Span);
+        if (manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version {resolved} belongs to '{manifest.Name}', not '{name}'");
+
+        var plan = new FanoutPlan(manifest, group.Size);
+        var wanted = await node.BeginAsync(name, resolved, manifestBytes, ct);
+        var fetcher = new BlockFetcher(tier, plan, resolved);
+        // A node that already holds the version still fetches its share and forwards: the ring needs every link.
+        var ring = await RingAllGather.RunAsync(plan, group.Ring, fetcher.FetchAsync,
+            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct);
+        var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
+        return new FanoutSummary(group.Size, resolved, ring, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted);
+    }
+
+    /// <summary>Version (or none, then the bytes are "Code:message") and manifest bytes, length-prefixed.</summary>
+    private static byte[] Announce(string? version, byte[] bytes)
+    {
+        var v = Encoding.ASCII.GetBytes(version ?? "");
+        var message = new byte[1 + v.Length + bytes.Length];
+        message[0] = (byte)v.Length;
+        v.CopyTo(message, 1);
+        bytes.CopyTo(message, 1 + v.Length);
+        return message;
+    }
+
+    private static (string? Version, ReadOnlyMemory<byte> Bytes) Read(byte[] message)
+    {
+        if (message.Length < 1 || message.Length < 1 + message[0]) throw new InvalidDataException("malformed manifest announcement");
+        var version = Encoding.ASCII.GetString(message, 1, message[0]);
+        return (version.Length == 0 ? null : version, message.AsMemory(1 + message[0]));
+    }
+}
