@@ -36,8 +36,10 @@ public static class RingAllGather
 
     /// <param name="fetch">Fills a message with one of this rank's own blocks (header and records) and returns its length.</param>
     /// <param name="deliver">Hands one block message to this node (the agent); called in order of arrival, one at a time.</param>
+    /// <param name="stallTimeout">How long nothing may move (no block fetched, sent, received or delivered) before the
+    /// exchange counts as stuck — a neighbour that died leaves its peers waiting, not failing. Default two minutes.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
-        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct)
+        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null)
     {
         var rank = link.Rank;
         var right = (rank + 1) % plan.Ranks;
@@ -49,6 +51,7 @@ public static class RingAllGather
         var fetchSlots = new SemaphoreSlim(FetchAhead);
         long fetchedBytes = 0, receivedBytes = 0, sentBytes = 0;
         int fetched = 0, received = 0, sent = 0;
+        long progress = 0;
 
         async Task FetchOwn()
         {
@@ -58,6 +61,7 @@ public static class RingAllGather
                 var m = Message.Rent(size, holders: plan.Ranks > 1 ? 2 : 1);
                 m.Length = await fetch(block, m.Buffer, token);
                 fetched++;
+                Interlocked.Increment(ref progress);
                 fetchedBytes += m.Length;
                 m.Own = true;
                 await toNode.Writer.WriteAsync(m, token);
@@ -76,6 +80,7 @@ public static class RingAllGather
                 if (length != m.Length) throw new InvalidDataException($"block message of {m.Length} bytes says {length}");
                 received++;
                 receivedBytes += m.Length;
+                Interlocked.Increment(ref progress);
                 await toNode.Writer.WriteAsync(m, token);
                 if (share != right) await outgoing.Writer.WriteAsync(m, token);
                 else m.Release();
@@ -90,6 +95,7 @@ public static class RingAllGather
                 await link.SendAsync(m.Buffer[..m.Length], token);
                 sent++;
                 sentBytes += m.Length;
+                Interlocked.Increment(ref progress);
                 if (m.Own) fetchSlots.Release();
                 m.Release();
             }
@@ -101,6 +107,7 @@ public static class RingAllGather
             await foreach (var m in toNode.Reader.ReadAllAsync(token))
             {
                 await deliver(m.Buffer[..m.Length], token);
+                Interlocked.Increment(ref progress);
                 m.Release();
             }
         }
@@ -110,7 +117,22 @@ public static class RingAllGather
         var producers = Task.WhenAll(fetching, receiving);
         var sending = Guard(SendAll(producers));
         var delivering = Guard(DeliverAll(producers));
-        await Task.WhenAll(fetching, receiving, sending, delivering);
+        var all = Task.WhenAll(fetching, receiving, sending, delivering);
+        var limit = stallTimeout ?? TimeSpan.FromMinutes(2);
+        for (var seen = -1L; ;)
+        {
+            if (await Task.WhenAny(all, Task.Delay(limit, token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
+            if (token.IsCancellationRequested) break;
+            var now = Interlocked.Read(ref progress);
+            if (now == seen)
+            {
+                failed.Cancel();
+                throw new TimeoutException($"the fan-out ring stalled on rank {rank}: nothing moved for {limit.TotalSeconds:0} s " +
+                                           $"(received {received} of {plan.BlocksReceivedBy(rank)} blocks from rank {(rank - 1 + plan.Ranks) % plan.Ranks})");
+            }
+            seen = now;
+        }
+        await all;
         return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes);
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.

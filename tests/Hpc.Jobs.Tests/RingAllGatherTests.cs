@@ -104,4 +104,17 @@ public sealed class RingAllGatherTests
         BlockMessage.WriteHeader(message, new Block(0, 3, 5, 0), 64);   // segments 3..7 of a 4-segment dataset
         Assert.Throws<InvalidDataException>(() => BlockMessage.ReadHeader(message, plan));
     }
+
+    [Fact]
+    public async Task A_rank_whose_neighbour_never_sends_reports_a_stall_instead_of_waiting_for_ever()
+    {
+        var plan = new FanoutPlan(ManifestOf(12), 2, maxBlockBytes: 128 << 10);
+        var links = InProcessRing.Create(2);
+        var fetched = new ConcurrentBag<int>();
+        // Rank 0 runs; rank 1 never starts, as if its node had died before the exchange.
+        var lonely = RingAllGather.RunAsync(plan, links[0], (block, message, _) => FakeFetch(plan, block, message, fetched),
+            (_, _) => ValueTask.CompletedTask, CancellationToken.None, stallTimeout: TimeSpan.FromSeconds(1));
+        var e = await Assert.ThrowsAsync<TimeoutException>(() => lonely.WaitAsync(TimeSpan.FromSeconds(20)));
+        Assert.Contains("stalled on rank 0", e.Message);
+    }
 }
