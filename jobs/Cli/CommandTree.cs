@@ -11,7 +11,7 @@ public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<
     public static VerbEntry Of<TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
     {
         var verb = typeof(TOptions).GetCustomAttributes(typeof(VerbAttribute), false).Cast<VerbAttribute>().Single();
-        return new VerbEntry(verb.Name, verb.HelpText, args => CommandTree.ParseAndRunAsync($"{program} {verb.Name}", args, run), verb.Hidden);
+        return new VerbEntry(verb.Name, verb.HelpText, args => CommandTree.ParseAndRunAsync($"{program} {verb.Name}", args, run, verb.HelpText), verb.Hidden);
     }
 }
 
@@ -58,7 +58,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     /// a bad or unknown option is one line on stderr (exit 2). The token is cancelled by SIGINT or SIGTERM
     /// (<see cref="Signals"/>), so a cancelled verb cleans up in its finally blocks and exits 130.
     /// </summary>
-    public static async Task<int> ParseAndRunAsync<TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run)
+    public static async Task<int> ParseAndRunAsync<TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
     {
         using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
         var parsed = parser.ParseArguments<TOptions>(args);
@@ -81,7 +81,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
         {
             var help = HelpText.AutoBuild(parsed, h =>
             {
-                h.Heading = usage; h.Copyright = ""; h.AdditionalNewLineAfterOption = false; h.AddDashesToOption = true; h.AutoVersion = false;
+                h.Heading = summary is null ? usage : $"{usage} — {summary}"; h.Copyright = ""; h.AdditionalNewLineAfterOption = false; h.AddDashesToOption = true; h.AutoVersion = false;
                 h.MaximumDisplayWidth = 120;
                 return h;
             }, e => e);
