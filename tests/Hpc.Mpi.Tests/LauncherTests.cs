@@ -1,0 +1,95 @@
+using System.Diagnostics;
+
+namespace Hpc.Mpi.Tests;
+
+/// <summary>
+/// The binding on 3 real ranks under each installed launcher. One collection, so launches never overlap: MPICH's
+/// waiting ranks spin, and the machines have 2 cores.
+/// </summary>
+[Collection(nameof(LauncherTests))]
+public sealed class LauncherTests
+{
+    public static TheoryData<Launcher> Launchers => new() { Launcher.Hydra, Launcher.OpenMpi };
+
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task Every_rank_sees_its_rank_the_size_and_the_library_of_its_launcher(Launcher launcher)
+    {
+        var run = await MpiRun.ProbeAsync(launcher, "info");
+
+        string abi = launcher == Launcher.Hydra ? "Mpich" : "OpenMpi";
+        MpiRun.AssertEveryRank(run, $"^size 3 abi {abi} library ");
+        // The runtime's NullReferenceException relies on SIGSEGV, which UCX would otherwise take over.
+        MpiRun.AssertEveryRank(run, "^null reference caught$");
+        Assert.Contains(run.Of(0), t => t.StartsWith("implementation " + (launcher == Launcher.Hydra ? "MPICH" : "Open MPI"), StringComparison.Ordinal));
+    }
+
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task A_ring_of_nonblocking_segment_sends_delivers_every_byte(Launcher launcher)
+    {
+        var run = await MpiRun.ProbeAsync(launcher, "ring", (4 << 20).ToString());
+
+        MpiRun.AssertEveryRank(run, "^ring ok 4194304 bytes in 64 segments from rank [0-2] in [0-9]+ ms$");
+        for (int rank = 0; rank < MpiRun.Ranks; rank++)
+        {
+            int previous = (rank + MpiRun.Ranks - 1) % MpiRun.Ranks;
+            Assert.Contains(run.Of(rank), t => t.Contains($"from rank {previous} in", StringComparison.Ordinal));
+        }
+    }
+
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task Broadcast_gives_every_rank_the_roots_bytes(Launcher launcher)
+    {
+        var run = await MpiRun.ProbeAsync(launcher, "bcast", (3 << 20).ToString());
+
+        MpiRun.AssertEveryRank(run, "^bcast ok 3145728 bytes$");
+    }
+
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task AllGather_gives_every_rank_every_ranks_value(Launcher launcher)
+    {
+        var run = await MpiRun.ProbeAsync(launcher, "allgather");
+
+        MpiRun.AssertEveryRank(run, "^allgather ok 5,1000000012,2000000019$");
+    }
+
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task SplitByNode_puts_ranks_of_one_machine_in_one_group(Launcher launcher)
+    {
+        var run = await MpiRun.ProbeAsync(launcher, "split");
+
+        MpiRun.AssertEveryRank(run, "^node rank [0-2] node size 3$");
+        MpiRun.AssertEveryRank(run, "^node members 0,1,2$");
+        for (int rank = 0; rank < MpiRun.Ranks; rank++) Assert.Contains($"node rank {rank} node size 3", run.Of(rank));
+    }
+
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task An_error_comes_back_as_an_exception_naming_the_call_instead_of_ending_the_job(Launcher launcher)
+    {
+        var run = await MpiRun.ProbeAsync(launcher, "error");
+
+        MpiRun.AssertEveryRank(run, "^error ok MPI_Send code [1-9][0-9]*: MPI_Send failed with MPI error [0-9]+: .*[Ii]nvalid rank");
+    }
+
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task A_rank_that_aborts_ends_the_job_with_a_failure_status(Launcher launcher)
+    {
+        var clock = Stopwatch.StartNew();
+        var run = await MpiRun.ProbeAsync(launcher, "abort");
+
+        Assert.True(run.ExitCode != 0, $"the launcher exited 0 although a rank aborted. Output:\n{run.Output}");
+        Assert.Contains("aborting", run.Of(MpiRun.Ranks - 1));
+        Assert.DoesNotContain(run.Lines, l => l.Text.StartsWith("FAIL", StringComparison.Ordinal));
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(30), $"the aborted job took {clock.Elapsed.TotalSeconds:F1} s to end");
+    }
+
+    [Fact]
+    public async Task A_library_that_does_not_match_the_launcher_is_refused_instead_of_running_as_singletons()
+    {
+        // Open MPI's library under MPICH's launcher initializes as a world of 1 on every rank.
+        var run = await MpiRun.ProbeAsync(Launcher.Hydra, new Dictionary<string, string> { ["HPCDATA_MPI_LIBRARY"] = "libmpi.so.40" }, "info");
+
+        Assert.True(run.ExitCode != 0, $"the ranks ran with a mismatched library. Output:\n{run.Output}");
+        Assert.Contains("MpiUnavailableException", run.Output);
+        Assert.Contains("does not match the launcher", run.Output);
+    }
+}
