@@ -12,6 +12,8 @@ public sealed class LocalCopy(string version, Manifest manifest)
     /// <summary>The whole-dataset hash was checked since the agent started (complete copies found at start-up are not).</summary>
     public bool Verified { get; internal set; }
     public bool Fetching { get; internal set; }
+    /// <summary>A process on the node is handing the agent segments of this version (an ingest is its writer now).</summary>
+    public bool Ingesting { get; internal set; }
     public int Leases { get; internal set; }
     public HashSet<string> Pins { get; } = [];
     public DateTimeOffset LastAccess { get; internal set; }
@@ -69,6 +71,33 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
             copy.Fetching = true;
             return copy;
         }
+    }
+
+    /// <summary>
+    /// The copy an ingest writes into, marked as ingesting: the existing partial copy, or a new one once the budget has
+    /// room for it, exactly as for a fetch (<see cref="BeginFetch"/>; <see cref="ErrorCode.NoSpace"/> when it has not).
+    /// An ingesting copy is never evicted.
+    /// </summary>
+    public LocalCopy BeginIngest(string version, Manifest manifest)
+    {
+        lock (_lock)
+        {
+            if (!_copies.TryGetValue(version, out var copy))
+            {
+                MakeRoom(manifest.RawLength);
+                copy = new LocalCopy(version, manifest) { LastAccess = DateTimeOffset.UtcNow, Recency = ++_clock };
+                _copies[version] = copy;
+            }
+            else Touch(copy);
+            copy.Ingesting = true;
+            return copy;
+        }
+    }
+
+    /// <summary>Ends an ingest; the partial copy stays (marked used now) for the fetch that completes it.</summary>
+    public void EndIngest(string version)
+    {
+        lock (_lock) if (_copies.TryGetValue(version, out var c)) { c.Ingesting = false; Touch(c); }
     }
 
     /// <summary>Ends a fetch that did not publish (it failed); the partial copy stays for a later resume unless removed.</summary>
@@ -168,7 +197,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
             return _copies.Values.OrderBy(c => c.Manifest.Name, StringComparer.Ordinal).ThenBy(c => c.Version, StringComparer.Ordinal).Select(c => new CopyStatus
             {
                 Name = c.Manifest.Name, Version = c.Version, Length = c.Manifest.RawLength,
-                State = c.Complete ? "complete" : c.Fetching ? "fetching" : "partial",
+                State = c.Complete ? "complete" : c.Fetching ? "fetching" : c.Ingesting ? "ingesting" : "partial",
                 Segments = c.Manifest.Segments.Count, SegmentsDone = c.SegmentsDone, BytesDone = c.BytesDone,
                 Leases = c.Leases, Pins = c.Pins.Order(StringComparer.Ordinal).ToList(), LastAccess = c.LastAccess,
             }).ToList();
@@ -187,7 +216,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
         if (used + needed <= Budget.Bytes) return;
         // Abandoned partial copies (a fetch that failed and was not asked for again) serve nobody: they go first.
         var candidates = _copies.Values
-            .Where(c => c.Leases == 0 && c.Pins.Count == 0 && !c.Fetching)
+            .Where(c => c.Leases == 0 && c.Pins.Count == 0 && !c.Fetching && !c.Ingesting)
             .OrderBy(c => c.Complete).ThenBy(c => c.Recency).ToList();
         foreach (var victim in candidates)
         {
@@ -196,7 +225,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
             if (used + needed <= Budget.Bytes) return;
         }
         throw new CommonDataException(ErrorCode.NoSpace,
-            $"node data budget of {Budget} ({Budget.Bytes} bytes) cannot hold {needed} more: {used} bytes are leased, pinned or being fetched");
+            $"node data budget of {Budget} ({Budget.Bytes} bytes) cannot hold {needed} more: {used} bytes are leased, pinned, being fetched or being ingested");
     }
 
     private void RemoveLocked(LocalCopy c)

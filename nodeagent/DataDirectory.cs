@@ -62,6 +62,9 @@ public sealed class DataDirectory
 
     public Task WriteManifestAsync(string version, Manifest manifest) => File.WriteAllBytesAsync(ManifestPath(version), manifest.Serialize());
 
+    /// <summary>Stores a manifest's bytes as received (they hash to <paramref name="version"/>).</summary>
+    public Task WriteManifestAsync(string version, ReadOnlyMemory<byte> serialized) => File.WriteAllBytesAsync(ManifestPath(version), serialized);
+
     /// <summary>The segment indexes a partial copy's journal records, in the order written (unverified, possibly repeated).</summary>
     public int[] ReadJournal(string version)
     {

@@ -23,6 +23,7 @@ public sealed class DatasetStore
     private readonly DataDirectory _directory;
     private readonly CopyIndex _index;
     private readonly FetchCoordinator _fetches;
+    private readonly VersionWriters _writers = new();
 
     public DatasetStore(NodeAgentOptions options, ISegmentSource source, ILoggerFactory? loggers = null)
     {
@@ -33,7 +34,7 @@ public sealed class DatasetStore
         _directory = new DataDirectory(options.DataDirectory, _log);
         _index = new CopyIndex(options.Budget, Removed, _directory.SavePins);
         var telemetry = new FetchTelemetry(FetchTelemetry.Resolve(options.TelemetryFile, _directory.Root), options.NodeName, source.Hosts.Count, _log);
-        _fetches = new FetchCoordinator(_directory, _index, source, telemetry, loggers.CreateLogger<FetchCoordinator>());
+        _fetches = new FetchCoordinator(_directory, _index, source, telemetry, loggers.CreateLogger<FetchCoordinator>(), _writers);
         Recover();
     }
 
@@ -123,6 +124,15 @@ public sealed class DatasetStore
         _index.Acquire(version, lease, pin);
         return new Ensured(Describe(copy, source, clock.Elapsed.TotalSeconds), version);
     }
+
+    /// <summary>
+    /// Begins an ingest of stored segments of <paramref name="version"/> that a process on the node obtained elsewhere
+    /// (see <see cref="SegmentIngest"/>). <paramref name="serializedManifest"/> is the manifest as stored: it must hash
+    /// to the version and name the dataset. Waits while a fetch or another ingest of the version writes it. Dispose the
+    /// result to end the ingest.
+    /// </summary>
+    public Task<SegmentIngest> BeginIngestAsync(string name, string version, ReadOnlyMemory<byte> serializedManifest, CancellationToken ct) =>
+        SegmentIngest.BeginAsync(_directory, _index, _writers, name, version, serializedManifest, _log, ct);
 
     private static void CheckBelongs(LocalCopy copy, string name)
     {

@@ -13,9 +13,16 @@ namespace Hpc.NodeAgent;
 /// whole copy is checked against the manifest's hash, made durable and read-only, and published by an atomic rename.
 /// A fetch that failed on bad data (<see cref="ErrorCode.Integrity"/>) or a full disk (<see cref="ErrorCode.NoSpace"/>)
 /// leaves nothing behind; one that failed otherwise (e.g. the cache tier went away) keeps its partial copy to resume.
+/// A fetch writes only in its version's turn (<see cref="VersionWriters"/>), so it never writes beside an ingest of
+/// the same version: it waits for the ingest to end and then fetches only what the journal does not hold. A partial
+/// copy already on the node carries its verified manifest, so completing one whose segments are all here (ingested)
+/// needs nothing from the cache tier.
 /// </summary>
-public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, ISegmentSource source, FetchTelemetry telemetry, ILogger? log = null)
+public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, ISegmentSource source, FetchTelemetry telemetry, ILogger? log = null,
+    VersionWriters? writers = null)
 {
+    private readonly VersionWriters _writers = writers ?? new VersionWriters();
+
     private readonly ILogger _log = log ?? NullLogger.Instance;
     private readonly ConcurrentDictionary<string, Lazy<Task<Fetched>>> _fetches = new();
 
@@ -48,26 +55,32 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     private async Task<Fetched> FetchAndPublishAsync(string name, string version)
     {
         var clock = Stopwatch.StartNew();
-        var manifest = await source.GetManifestAsync(name, version, CancellationToken.None);
+        using var turn = await _writers.AcquireAsync(version, CancellationToken.None);
+        var existing = index.Find(version);
+        if (existing is { Complete: true }) return new Fetched(existing, false); // published by a fetch that ended while this one waited
+        var manifest = existing?.Manifest ?? await source.GetManifestAsync(name, version, CancellationToken.None);
+        if (manifest.Name != name)
+            throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
         var copy = index.BeginFetch(version, manifest);
         var partial = directory.PartialPath(version);
         try
         {
-            await directory.WriteManifestAsync(version, manifest);
+            if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, manifest);
             await using (var f = new FileStream(partial, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.ReadWrite))
                 if (f.Length != manifest.RawLength) f.SetLength(manifest.RawLength);
             int resumed;
             using (var map = MappedFile.Open(partial, manifest.RawLength, writable: true))
             using (var file = File.OpenHandle(partial, FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite))
             {
-                var done = VerifiedJournalEntries(version, manifest, map);
+                var done = VerifiedJournalEntries(directory, version, manifest, map);
                 resumed = done.Count(d => d);
                 index.SetProgress(version, resumed, Enumerable.Range(0, done.Length).Where(i => done[i]).Sum(i => (long)manifest.Segments[i].RawLength));
                 var wanted = Enumerable.Range(0, done.Length).Where(i => !done[i]).ToArray();
                 _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already on the node)",
                     name, version, wanted.Length, done.Length, resumed);
-                await using (var journal = directory.OpenJournal(version))
+                if (wanted.Length > 0) // all on the node (ingested, or journaled before a restart): the cache tier is not asked
                 {
+                    await using var journal = directory.OpenJournal(version);
                     var gate = new object();
                     await source.FetchAsync(manifest, version, file, wanted, i =>
                     {
@@ -111,7 +124,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     /// The segments a partial copy's journal records whose bytes still match their content ids: the journal may have
     /// reached the disk before the data did, so an entry alone proves nothing.
     /// </summary>
-    private unsafe bool[] VerifiedJournalEntries(string version, Manifest manifest, MappedFile map)
+    internal static unsafe bool[] VerifiedJournalEntries(DataDirectory directory, string version, Manifest manifest, MappedFile map)
     {
         var done = new bool[manifest.Segments.Count];
         foreach (var i in directory.ReadJournal(version))

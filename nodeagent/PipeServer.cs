@@ -119,7 +119,8 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
 
     private async Task ServeAsync(NamedPipeServerStream pipe, CancellationToken stoppingToken)
     {
-        var reader = PipeReader.Create(pipe, new StreamPipeReaderOptions(leaveOpen: true));
+        // Buffers of 128 KB: an ingest's 64 KB segments then mostly arrive in one piece and in few reads.
+        var reader = PipeReader.Create(pipe, new StreamPipeReaderOptions(bufferSize: 1 << 17, leaveOpen: true));
         var writer = PipeWriter.Create(pipe, new StreamPipeWriterOptions(minimumBufferSize: AgentFrames.DataFrameSize + 8, leaveOpen: true));
         var leases = new List<string>();
         try
@@ -138,6 +139,11 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                     return;
                 }
                 if (request is null) return;
+                if (request.Op == AgentOps.Ingest)
+                {
+                    if (!await IngestAsync(request, reader, writer, stoppingToken)) return;
+                    continue;
+                }
                 await HandleAsync(request, writer, leases, stoppingToken);
             }
         }
@@ -204,6 +210,126 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             response = AgentResponse.Failure(error);
         }
         await Reply(writer, response, ct);
+    }
+
+    /// <summary>
+    /// An ingest: the manifest frame, the first answer (complete, or the bitmap of missing segments), then data frames
+    /// of records until an empty frame, then the counts. A refusal before any data (bad manifest, no space) is one error
+    /// reply and the connection stays usable; a malformed frame, an index out of range or a failure while writing is
+    /// one error reply and the connection is closed. Returns whether the connection stays open.
+    /// </summary>
+    private async Task<bool> IngestAsync(AgentRequest request, PipeReader reader, PipeWriter writer, CancellationToken ct)
+    {
+        byte[]? manifest;
+        try
+        {
+            manifest = await AgentFrames.ReadFrameAsync(reader, AgentFrames.MaxManifestFrame, ct);
+        }
+        catch (InvalidDataException e)
+        {
+            log.LogWarning("Closing pipe connection after a bad ingest manifest frame: {Error}", e.Message);
+            await Reply(writer, AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, e.Message)), ct);
+            return false;
+        }
+        if (manifest is null) return false;
+
+        SegmentIngest ingest;
+        try
+        {
+            ingest = await store.BeginIngestAsync(request.Dataset ?? throw new ArgumentException("request names no dataset"),
+                request.Version ?? throw new ArgumentException("ingest needs a version"), manifest, ct);
+        }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            var error = CommonDataException.From(e);
+            if (error.Code == ErrorCode.Internal) log.LogError(e, "Ingest of {Dataset} {Version} refused", request.Dataset, request.Version);
+            else log.LogWarning("Ingest of {Dataset} {Version} refused: {Error}", request.Dataset, request.Version, error.Message);
+            await Reply(writer, AgentResponse.Failure(error), ct);
+            return true;
+        }
+        using (ingest)
+        {
+            await Reply(writer, new AgentResponse { Ok = true, Ingest = ingest.Begun() }, ct);
+            if (ingest.Complete) return true;
+            CommonDataException? failure = null;
+            try
+            {
+                if (!await ReceiveSegmentsAsync(reader, ingest, ct))
+                {
+                    log.LogWarning("Ingest of {Version} broken off: the connection ended before its last frame", ingest.Version);
+                    return false;
+                }
+                await Reply(writer, new AgentResponse { Ok = true, Ingest = ingest.Finish() }, ct);
+                return true;
+            }
+            catch (InvalidDataException e) { failure = new CommonDataException(ErrorCode.BadRequest, $"ingest of version {ingest.Version}: {e.Message}"); }
+            catch (CommonDataException e) { failure = e; }
+            log.LogWarning("Closing pipe connection after a failed ingest: {Error}", failure.Message);
+            await Reply(writer, AgentResponse.Failure(failure), ct);
+            return false;
+        }
+    }
+
+    /// <summary>Feeds the records of data frames to the ingest until the empty frame (true) or the end of the connection (false).</summary>
+    private static async Task<bool> ReceiveSegmentsAsync(PipeReader reader, SegmentIngest ingest, CancellationToken ct)
+    {
+        while (true)
+        {
+            var result = await reader.ReadAsync(ct);
+            var buffer = result.Buffer;
+            var examined = buffer.End;
+            try
+            {
+                while (AgentFrames.TryParse(ref buffer, AgentFrames.MaxIngestFrame, out var payload))
+                {
+                    if (payload.Length == 0)
+                    {
+                        examined = buffer.Start;
+                        return true;
+                    }
+                    AcceptRecords(payload, ingest);
+                }
+                if (result.IsCompleted) return false;
+            }
+            finally { reader.AdvanceTo(buffer.Start, examined); }
+        }
+    }
+
+    /// <summary>Splits a data frame into its records (index, stored length, stored bytes) and hands each to the ingest.</summary>
+    private static void AcceptRecords(ReadOnlySequence<byte> payload, SegmentIngest ingest)
+    {
+        var records = new SequenceReader<byte>(payload);
+        byte[]? pieced = null;
+        try
+        {
+            while (!records.End)
+            {
+                if (!records.TryReadLittleEndian(out int index) || !records.TryReadLittleEndian(out int length))
+                    throw new InvalidDataException("data frame ends inside a record header");
+                if (length <= 0 || length > records.Remaining)
+                    throw new InvalidDataException($"record of segment {index} claims {length} bytes but {records.Remaining} remain in its frame");
+                if (records.UnreadSpan.Length >= length)
+                {
+                    ingest.Accept(index, records.UnreadSpan[..length]);
+                }
+                else
+                {
+                    // The record straddles two of the pipe's buffers: piece it together once.
+                    if (pieced is null || pieced.Length < length)
+                    {
+                        if (pieced is not null) ArrayPool<byte>.Shared.Return(pieced);
+                        pieced = ArrayPool<byte>.Shared.Rent(length);
+                    }
+                    records.UnreadSequence.Slice(0, length).CopyTo(pieced);
+                    ingest.Accept(index, pieced.AsSpan(0, length));
+                }
+                records.Advance(length);
+            }
+        }
+        finally
+        {
+            if (pieced is not null) ArrayPool<byte>.Shared.Return(pieced);
+        }
     }
 
     private static async ValueTask Reply(PipeWriter writer, AgentResponse response, CancellationToken ct) =>

@@ -14,6 +14,7 @@ public sealed class FakeSegmentSource : ISegmentSource
 {
     private readonly ConcurrentDictionary<string, string> _latest = new();
     private readonly ConcurrentDictionary<string, (Manifest Manifest, byte[] Data)> _versions = new();
+    private readonly ConcurrentDictionary<string, byte[]> _manifestBytes = new();
     private int _fetches;
 
     public IReadOnlyList<string> Hosts { get; } = ["fake:6380"];
@@ -55,10 +56,24 @@ public sealed class FakeSegmentSource : ISegmentSource
             Name = name, Created = created ?? DateTimeOffset.UtcNow, RawLength = data.Length, StoredLength = data.Length,
             Hash = XxHash.Hash128Of(data).ToString("x32"), SegmentSize = segmentSize, Segments = segments,
         };
-        var version = Manifest.VersionOf(manifest.Serialize());
-        _versions[version] = (Manifest.Parse(manifest.Serialize()), data);
+        var serialized = manifest.Serialize();
+        var version = Manifest.VersionOf(serialized);
+        _versions[version] = (Manifest.Parse(serialized), data);
+        _manifestBytes[version] = serialized;
         _latest[name] = version;
         return version;
+    }
+
+    /// <summary>The manifest of a staged version as stored: the bytes whose hash is the version id.</summary>
+    public byte[] ManifestBytes(string version) => _manifestBytes[version];
+
+    /// <summary>Segment <paramref name="index"/> of a staged version in its stored form (header, LZ4 or raw payload), as the cache tier holds it.</summary>
+    public byte[] StoredSegment(string version, int index)
+    {
+        var (manifest, data) = _versions[version];
+        var raw = data.AsSpan((int)manifest.Offsets[index], manifest.Segments[index].RawLength);
+        var stored = new byte[SegmentCodec.MaxEncodedLength(raw.Length)];
+        return stored.AsSpan(0, SegmentCodec.Encode(raw, stored)).ToArray();
     }
 
     public static byte[] Bytes(int length, int seed = 1)

@@ -17,6 +17,8 @@ public sealed class AgentClient : IAsyncDisposable
     private readonly PipeReader _reader;
     private readonly PipeWriter _writer;
     private readonly SemaphoreSlim _gate = new(1, 1);
+    /// <summary>Why the connection can no longer be used (an ingest broke off mid-stream), or null.</summary>
+    private volatile string? _broken;
 
     public string PipeName { get; }
 
@@ -53,6 +55,7 @@ public sealed class AgentClient : IAsyncDisposable
         await _gate.WaitAsync(ct);
         try
         {
+            ThrowIfBroken();
             await AgentFrames.WriteMessageAsync(_writer, request, () => AgentJson.Default.AgentRequest, ct);
             return await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct)
                    ?? throw new IOException($"node agent on pipe '{PipeName}' closed the connection");
@@ -96,6 +99,7 @@ public sealed class AgentClient : IAsyncDisposable
         await _gate.WaitAsync(ct);
         try
         {
+            ThrowIfBroken();
             await AgentFrames.WriteMessageAsync(_writer, new AgentRequest { Op = AgentOps.Stream, Dataset = DatasetName.Validate(name), Version = version },
                 () => AgentJson.Default.AgentRequest, ct);
             var header = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct)
@@ -129,6 +133,80 @@ public sealed class AgentClient : IAsyncDisposable
     }
 
     public delegate void SpanAction(long offset, ReadOnlySpan<byte> data);
+
+    /// <summary>
+    /// Begins handing the agent stored segments of <paramref name="version"/>, obtained elsewhere (another node). Sends
+    /// the request and <paramref name="manifest"/> — the version's manifest exactly as stored, whose XXH3-128 is the
+    /// version id — and returns once the agent has answered what the node lacks. The session holds this connection until
+    /// it is completed or disposed. Throws the agent's error: <see cref="ErrorCode.Integrity"/> when the manifest does not
+    /// hash to the version, <see cref="ErrorCode.NotFound"/> when it names another dataset, <see cref="ErrorCode.NoSpace"/>
+    /// when the node's budget cannot hold the version.
+    /// </summary>
+    public async Task<IngestSession> BeginIngestAsync(string name, string version, ReadOnlyMemory<byte> manifest, CancellationToken ct = default)
+    {
+        DatasetName.Validate(name);
+        if (manifest.Length is 0 || manifest.Length > AgentFrames.MaxManifestFrame)
+            throw new ArgumentOutOfRangeException(nameof(manifest), $"a manifest of {manifest.Length} bytes cannot be sent");
+        await _gate.WaitAsync(ct);
+        var held = false;
+        try
+        {
+            ThrowIfBroken();
+            var request = System.Text.Json.JsonSerializer.SerializeToUtf8Bytes(
+                new AgentRequest { Op = AgentOps.Ingest, Dataset = name, Version = version }, AgentJson.Default.AgentRequest);
+            AgentFrames.Write(_writer, request);
+            var head = _writer.GetSpan(4);
+            System.Buffers.Binary.BinaryPrimitives.WriteUInt32LittleEndian(head, (uint)manifest.Length);
+            _writer.Advance(4);
+            System.Buffers.BuffersExtensions.Write(_writer, manifest.Span);
+            AgentResponse? reply;
+            try
+            {
+                await _writer.FlushAsync(ct);
+                reply = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct);
+            }
+            catch (Exception e) when (e is OperationCanceledException or IOException or InvalidDataException)
+            {
+                _broken = $"an ingest request on this connection was interrupted ({e.Message}); connect again";
+                throw;
+            }
+            if (reply is null) throw new IOException($"node agent on pipe '{PipeName}' closed the connection");
+            if (!reply.Ok || reply.Ingest is null) throw reply.ToException("ingest refused");
+            var session = new IngestSession(this, _reader, _writer, name, version, reply.Ingest);
+            held = !reply.Ingest.Complete; // a complete version needs no more frames: the connection is free again
+            return session;
+        }
+        finally
+        {
+            if (!held) _gate.Release();
+        }
+    }
+
+    /// <summary>
+    /// One-shot ingest: begins, sends those of <paramref name="segments"/> the node lacks, completes. Returns the agent's
+    /// counts (<see cref="IngestReport.Complete"/> when the node already had the version).
+    /// </summary>
+    public async Task<IngestReport> IngestAsync(string name, string version, ReadOnlyMemory<byte> manifest,
+        IEnumerable<(int Index, ReadOnlyMemory<byte> Stored)> segments, CancellationToken ct = default)
+    {
+        await using var session = await BeginIngestAsync(name, version, manifest, ct);
+        if (session.Complete) return await session.CompleteAsync(ct);
+        foreach (var (index, stored) in segments)
+            if (session.IsMissing(index)) await session.SendAsync(index, stored, ct);
+        return await session.CompleteAsync(ct);
+    }
+
+    /// <summary>Called by the ingest session when it ends: frees the connection, or marks it unusable.</summary>
+    internal void EndIngest(string? broken)
+    {
+        if (broken is not null) _broken = broken;
+        _gate.Release();
+    }
+
+    private void ThrowIfBroken()
+    {
+        if (_broken is { } why) throw new CommonDataException(ErrorCode.Unavailable, $"node agent connection on pipe '{PipeName}' cannot be used: {why}");
+    }
 
     public async ValueTask DisposeAsync()
     {

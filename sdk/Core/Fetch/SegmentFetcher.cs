@@ -41,40 +41,55 @@ public static class SegmentFetcher
     public static async Task FetchToFileAsync(CacheTierClient client, Manifest manifest, string version, Microsoft.Win32.SafeHandles.SafeFileHandle destination,
         IReadOnlyList<int> wanted, Action<int>? onSegment, CancellationToken ct)
     {
-        var ids = manifest.SegmentIds;
-        var offsets = manifest.Offsets;
         ExceptionDispatchInfo? localFailure = null;
         using var stop = CancellationTokenSource.CreateLinkedTokenSource(ct);
         try
         {
-            await client.FetchSegmentsAsync(ids, wanted, (index, stored) =>
+            await client.FetchSegmentsAsync(manifest.SegmentIds, wanted, (index, stored) =>
             {
-                var length = manifest.Segments[index].RawLength;
-                var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(length);
                 try
                 {
-                    var problem = SegmentCodec.TryDecode(stored, ids[index], buffer.AsSpan(0, length));
-                    if (problem is not null) return problem;
-                    try
-                    {
-                        RandomAccess.Write(destination, buffer.AsSpan(0, length), offsets[index]);
-                        onSegment?.Invoke(index);
-                    }
-                    catch (Exception e)
-                    {
-                        Interlocked.CompareExchange(ref localFailure, ExceptionDispatchInfo.Capture(e), null);
-                        stop.Cancel();
-                        throw new LocalFailureException(e);
-                    }
-                    return null;
+                    var problem = TryWriteSegment(manifest, index, stored, destination);
+                    if (problem is null) onSegment?.Invoke(index);
+                    return problem;
                 }
-                finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
+                catch (Exception e)
+                {
+                    Interlocked.CompareExchange(ref localFailure, ExceptionDispatchInfo.Capture(e), null);
+                    stop.Cancel();
+                    throw new LocalFailureException(e);
+                }
             }, $"dataset '{manifest.Name}' version {version}", stop.Token);
         }
         catch (Exception) when (localFailure is not null)
         {
             localFailure.Throw();
         }
+    }
+
+    /// <summary>
+    /// Verifies stored segment <paramref name="index"/> of <paramref name="manifest"/> — header, payload checksum, decode,
+    /// raw length, content id — decoding it into a pooled buffer, and only then writes its raw bytes at its offset in
+    /// <paramref name="destination"/>. Returns null when written, otherwise why the segment was rejected (nothing was
+    /// written). A failure writing the file is thrown as it is. Fetches and the agent's ingest both verify through here.
+    /// </summary>
+    public static string? TryWriteSegment(Manifest manifest, int index, ReadOnlySpan<byte> stored, Microsoft.Win32.SafeHandles.SafeFileHandle destination)
+    {
+        var length = manifest.Segments[index].RawLength;
+        var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(length);
+        try
+        {
+            string? problem;
+            try { problem = SegmentCodec.TryDecode(stored, manifest.SegmentIds[index], buffer.AsSpan(0, length)); }
+            catch (Exception e) when (e is ArgumentException or InvalidOperationException or IndexOutOfRangeException)
+            {
+                problem = $"segment {manifest.SegmentIds[index]}: payload cannot be decoded ({e.Message})"; // damaged bytes never fail the caller
+            }
+            if (problem is not null) return problem;
+            RandomAccess.Write(destination, buffer.AsSpan(0, length), manifest.Offsets[index]);
+            return null;
+        }
+        finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
     }
 
     /// <summary>Carries a local failure through the cache-tier client, which would take an <see cref="IOException"/> for a host's.</summary>

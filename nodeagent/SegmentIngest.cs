@@ -1,0 +1,200 @@
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Fetch;
+using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+using Microsoft.Win32.SafeHandles;
+
+namespace Hpc.NodeAgent;
+
+/// <summary>
+/// One ingest: stored segments of a version handed to the agent by a process on the node (node preparation receiving
+/// them from other nodes), written into the version's partial copy exactly as a fetch writes it. Each segment is
+/// verified as a fetched one is (<see cref="SegmentFetcher.TryWriteSegment"/>: checksum, decode, raw length, content
+/// id) and only then written at its offset and appended to the journal; a rejected one is neither. The ingest holds the
+/// version's writer turn from <see cref="BeginAsync"/> to <see cref="Dispose"/>, so no fetch writes the same copy
+/// meanwhile, and its copy is marked as ingesting, so it is not evicted. It never publishes: the next fetch of the
+/// version (prefetch or open) resumes from the journal, asks the cache tier only for what is still missing — nothing
+/// when every segment arrived — verifies the whole copy and publishes it.
+/// </summary>
+public sealed class SegmentIngest : IDisposable
+{
+    /// <summary>How many rejection reasons the final report carries.</summary>
+    public const int MaxReasons = 5;
+
+    private readonly CopyIndex? _index;
+    private readonly ILogger _log;
+    private readonly IDisposable? _turn;
+    private readonly SafeFileHandle? _file;
+    private readonly FileStream? _journal;
+    private readonly bool[] _have;
+    private readonly List<string> _reasons = [];
+    private int _missing, _accepted, _alreadyHad, _rejected;
+    private CommonDataException? _failure;
+    private bool _disposed;
+
+    private SegmentIngest(string version, Manifest manifest, bool complete, ILogger log, CopyIndex? index = null, IDisposable? turn = null,
+        SafeFileHandle? file = null, FileStream? journal = null, bool[]? have = null)
+    {
+        (Version, Manifest, Complete, _log, _index, _turn, _file, _journal) = (version, manifest, complete, log, index, turn, file, journal);
+        _have = have ?? [];
+        _missing = complete ? 0 : _have.Count(h => !h);
+    }
+
+    public string Version { get; }
+    public Manifest Manifest { get; }
+
+    /// <summary>The version was already published on the node when the ingest began: nothing is written.</summary>
+    public bool Complete { get; }
+
+    /// <summary>
+    /// Checks the manifest (it must hash to <paramref name="version"/> and name <paramref name="name"/>), waits for the
+    /// version's writer turn (a running fetch or ingest of it finishes first), and opens the version's partial copy:
+    /// the existing one, its journal entries re-verified, or a new one once the budget has room
+    /// (<see cref="ErrorCode.NoSpace"/> otherwise). For a version already complete on the node, returns a finished
+    /// ingest with <see cref="Complete"/> set.
+    /// </summary>
+    public static async Task<SegmentIngest> BeginAsync(DataDirectory directory, CopyIndex index, VersionWriters writers,
+        string name, string version, ReadOnlyMemory<byte> serializedManifest, ILogger log, CancellationToken ct)
+    {
+        DatasetName.Validate(name);
+        if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.BadRequest, $"ingest: '{version}' is not a version id");
+        if (Manifest.VersionOf(serializedManifest.Span) != version)
+            throw new CommonDataException(ErrorCode.Integrity, $"ingest of '{name}' version {version}: the manifest sent hashes to {Manifest.VersionOf(serializedManifest.Span)}, not to the version");
+        Manifest manifest;
+        try { manifest = Manifest.Parse(serializedManifest.Span); }
+        catch (InvalidDataException e) { throw new CommonDataException(ErrorCode.BadRequest, $"ingest of '{name}' version {version}: {e.Message}", e); }
+        if (manifest.Name != name)
+            throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
+
+        var turn = await writers.AcquireAsync(version, ct);
+        try
+        {
+            var existing = index.Find(version);
+            if (existing is { Complete: true })
+            {
+                turn.Dispose();
+                return new SegmentIngest(version, existing.Manifest, complete: true, log);
+            }
+            index.BeginIngest(version, manifest);
+            SafeFileHandle? file = null;
+            try
+            {
+                if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, serializedManifest);
+                var partial = directory.PartialPath(version);
+                file = File.OpenHandle(partial, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.ReadWrite);
+                if (RandomAccess.GetLength(file) != manifest.RawLength) RandomAccess.SetLength(file, manifest.RawLength);
+                bool[] have;
+                using (var map = MappedFile.Open(partial, manifest.RawLength, writable: false))
+                    have = FetchCoordinator.VerifiedJournalEntries(directory, version, manifest, map);
+                index.SetProgress(version, have.Count(h => h), Enumerable.Range(0, have.Length).Where(i => have[i]).Sum(i => (long)manifest.Segments[i].RawLength));
+                var journal = directory.OpenJournal(version);
+                var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have);
+                log.LogInformation("Ingesting {Dataset} {Version}: {Missing} of {Total} segments missing on the node", name, version, ingest._missing, have.Length);
+                return ingest;
+            }
+            catch (Exception e)
+            {
+                file?.Dispose();
+                index.EndIngest(version);
+                var error = CommonDataException.From(e);
+                if (error.Code != ErrorCode.NoSpace) throw;
+                index.Remove(version); // as for a fetch: a partial copy on a full disk only holds the space the next request needs
+                throw e is CommonDataException ? e : new CommonDataException(ErrorCode.NoSpace,
+                    $"ingest of '{name}' version {version}: no space left in the data directory {directory.Root} ({e.Message}); the partial copy was removed", e);
+            }
+        }
+        catch
+        {
+            turn.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>The first answer: complete, or how many and which segments the node lacks.</summary>
+    public IngestReport Begun() => Complete
+        ? new IngestReport { Complete = true, Segments = Manifest.Segments.Count }
+        : new IngestReport { Segments = _have.Length, Missing = _missing, MissingBitmap = IngestReport.BitmapOfMissing(_have) };
+
+    /// <summary>
+    /// Takes one stored segment. Rejected (counted, first reasons kept) when it fails verification; counted as already
+    /// had when the node has it; otherwise written and journaled. Throws <see cref="ErrorCode.BadRequest"/> for an index
+    /// outside the manifest, and the failure (e.g. <see cref="ErrorCode.NoSpace"/>) when the file cannot be written;
+    /// either ends the ingest.
+    /// </summary>
+    public void Accept(int index, ReadOnlySpan<byte> stored)
+    {
+        if (Complete || _disposed || _failure is not null) throw new InvalidOperationException("this ingest takes no more segments");
+        if ((uint)index >= (uint)_have.Length)
+            throw new CommonDataException(ErrorCode.BadRequest, $"ingest of version {Version}: segment index {index} is out of range (the version has {_have.Length} segments)");
+        if (_have[index]) { _alreadyHad++; return; }
+        string? problem;
+        try
+        {
+            problem = SegmentFetcher.TryWriteSegment(Manifest, index, stored, _file!);
+            if (problem is null) DataDirectory.AppendJournal(_journal!, index);
+        }
+        catch (Exception e)
+        {
+            throw Fail(e);
+        }
+        if (problem is not null)
+        {
+            _rejected++;
+            if (_reasons.Count < MaxReasons) _reasons.Add($"index {index}: {problem}");
+            return;
+        }
+        _have[index] = true;
+        _missing--;
+        _accepted++;
+        _index!.SegmentDone(Version, Manifest.Segments[index].RawLength);
+    }
+
+    /// <summary>The second answer, after the last frame: what became of the segments sent; the journal is flushed.</summary>
+    public IngestReport Finish()
+    {
+        if (!Complete)
+        {
+            try { _journal!.Flush(); }
+            catch (Exception e) { throw Fail(e); }
+        }
+        _log.LogInformation("Ingest of {Dataset} {Version} ended: {Accepted} accepted, {Had} already on the node, {Rejected} rejected, {Missing} still missing",
+            Manifest.Name, Version, _accepted, _alreadyHad, _rejected, _missing);
+        if (_rejected > 0) _log.LogWarning("Ingest of {Dataset} {Version} rejected {Rejected} segments, first: {Reason}", Manifest.Name, Version, _rejected, _reasons[0]);
+        return new IngestReport
+        {
+            Complete = Complete, Segments = Manifest.Segments.Count, Missing = _missing, Accepted = _accepted, AlreadyHad = _alreadyHad,
+            Rejected = _rejected, Rejections = _reasons.Count > 0 ? _reasons.ToList() : null,
+        };
+    }
+
+    private CommonDataException Fail(Exception e)
+    {
+        var error = CommonDataException.From(e);
+        if (error.Code == ErrorCode.NoSpace && e is not CommonDataException)
+            error = new CommonDataException(ErrorCode.NoSpace,
+                $"ingest of '{Manifest.Name}' version {Version}: no space left in the data directory ({e.Message}); the partial copy was removed", e);
+        _failure = error;
+        _log.LogError("Ingest of {Dataset} {Version} failed: {Error}", Manifest.Name, Version, e.Message);
+        return error;
+    }
+
+    /// <summary>
+    /// Ends the ingest, whether finished or broken off (the connection went away): the journal and file are closed, the
+    /// copy is no longer ingesting and stays partial for the next fetch — unless the disk was full, in which case it
+    /// goes, as a fetch's would — and the writer turn passes on.
+    /// </summary>
+    public void Dispose()
+    {
+        if (_disposed) return;
+        _disposed = true;
+        if (!Complete)
+        {
+            try { _journal!.Dispose(); }
+            catch (IOException e) { _log.LogWarning("Closing the journal of {Version} failed: {Error}", Version, e.Message); }
+            _file!.Dispose();
+            _index!.EndIngest(Version);
+            if (_failure?.Code == ErrorCode.NoSpace) _index.Remove(Version);
+        }
+        _turn?.Dispose();
+    }
+}
