@@ -7,6 +7,8 @@ using Hpc.CommonData.Fetch;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Fanout;
+using Hpc.Mpi;
 using Hpc.Jobs.Scheduling;
 
 namespace Hpc.Jobs.Commands;
@@ -46,6 +48,14 @@ public sealed class NodePrepOptions
 
     [Option("timeout", Default = "60m", HelpText = "How long fetching may take.")]
     public string Timeout { get; set; } = "60m";
+
+    [Option("fanout", Default = "none", HelpText = "none, or mpi: run as one MPI rank per node (mpiexec -ppn 1, srun --ntasks-per-node=1); " +
+        "the ranks share the fetching and pass the data on to each other, so the cache tier sends each byte about once. " +
+        "Without MPI, or when the exchange fails, the node fetches what it lacks directly. {rank} in --pipe and --data-dir is the rank.")]
+    public string Fanout { get; set; } = "none";
+
+    [Option("cache-password-file", HelpText = "File whose first line is the cache hosts' AUTH password (default: $HPCDATA_CACHE_PASSWORD).")]
+    public string? CachePasswordFile { get; set; }
 }
 
 /// <summary>
@@ -68,15 +78,40 @@ public static class NodePrepCommand
         TimeSpan startTimeout, fetchTimeout;
         try { (startTimeout, fetchTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout)); }
         catch (FormatException e) { return Fail(2, e.Message); }
+        if (o.Fanout is not ("none" or "mpi")) return Fail(2, $"--fanout '{o.Fanout}' is not one of none, mpi");
 
         var clock = Stopwatch.StartNew();
         var pinned = false;
+        using var ranks = o.Fanout == "mpi" ? JoinRanks() : null;
+        if (ranks is not null)
+        {
+            pipe = pipe.Replace("{rank}", ranks.Rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
+            o.DataDirectory = o.DataDirectory?.Replace("{rank}", ranks.Rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+        var fanout = "";
         try
         {
             await using var agent = await ConnectOrStartAsync(o, pipe, startTimeout, cancel.Token);
             var status = await agent.StatusAsync(cancel.Token);
             using var fetchTimer = CancellationTokenSource.CreateLinkedTokenSource(cancel.Token);
             fetchTimer.CancelAfter(fetchTimeout);
+            if (ranks is not null)
+            {
+                // The exchange never publishes; the prefetch below verifies and publishes, fetching whatever it missed.
+                try
+                {
+                    var summary = await ExchangeAsync(ranks, o, pipe, name, version, fetchTimer.Token);
+                    version = summary.Version;
+                    fanout = $" fanout=mpi ranks={summary.Ranks} exchange-seconds={summary.Seconds:0.000} fetched-bytes={summary.Ring.BytesFetched} " +
+                             $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
+                }
+                catch (Exception e) when (!cancel.IsCancellationRequested)
+                {
+                    ranks.Abandon();
+                    Console.Error.WriteLine($"hpcdata nodeprep: fan-out stopped on {status.Node} ({e.Message}); completing by direct fetch");
+                    fanout = " fanout=failed";
+                }
+            }
 
             // Fetch without the pin first: if we are cancelled mid-fetch, the agent finishes the fetch on its own
             // and no pin is left behind. Pinning an already-local copy takes milliseconds.
@@ -93,7 +128,7 @@ public static class NodePrepCommand
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
                 return Fail(1, $"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
             }
-            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}");
+            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{fanout}");
             return 0;
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)
@@ -118,6 +153,31 @@ public static class NodePrepCommand
         {
             return Fail(1, e.Message);
         }
+    }
+
+    /// <summary>This process as one rank of an MPI job; null (and one line saying so) when the node has no MPI.</summary>
+    private static MpiRankGroup? JoinRanks()
+    {
+        try
+        {
+            return MpiRankGroup.Start();
+        }
+        catch (Exception e) when (e is MpiUnavailableException or MpiException)
+        {
+            Console.Error.WriteLine($"hpcdata nodeprep: no MPI for the fan-out here ({e.Message}); fetching directly");
+            return null;
+        }
+    }
+
+    private static async Task<FanoutSummary> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version, CancellationToken ct)
+    {
+        var tierOptions = CacheTierOptions.FromEnvironment();
+        if (JobVariables.First(o.CacheHosts) is { } hosts) tierOptions.Hosts = CacheEndpoint.ParseList(hosts).Select(h => h.ToString()).ToList();
+        tierOptions.PasswordFile = o.CachePasswordFile;
+        tierOptions.LoadPasswordFile();
+        await using var tier = new CacheTierClient(tierOptions);
+        await using var ingest = new AgentIngest(pipe);
+        return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct);
     }
 
     private static async Task<AgentClient> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)

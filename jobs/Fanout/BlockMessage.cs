@@ -37,7 +37,11 @@ public static class BlockMessage
     }
 
     /// <summary>The records of a message, in order: segment index and its stored bytes (a slice of the message).</summary>
-    public static IEnumerable<(int Index, ReadOnlyMemory<byte> Stored)> Records(ReadOnlyMemory<byte> message, FanoutPlan plan)
+    public static IEnumerable<(int Index, ReadOnlyMemory<byte> Stored)> Records(ReadOnlyMemory<byte> message, FanoutPlan plan) =>
+        Layout(message, plan).Select(r => (r.Index, message.Slice(r.Offset, r.Length)));
+
+    /// <summary>Where each record's stored bytes lie in the message.</summary>
+    public static IEnumerable<(int Index, int Offset, int Length)> Layout(ReadOnlyMemory<byte> message, FanoutPlan plan)
     {
         var (_, first, count, length) = ReadHeader(message.Span, plan);
         var at = HeaderLength;
@@ -48,7 +52,7 @@ public static class BlockMessage
             var stored = BinaryPrimitives.ReadInt32LittleEndian(message.Span[(at + 4)..]);
             at += RecordHeaderLength;
             if (index != first + i || stored < 0 || at + stored > length) throw new InvalidDataException($"block message record {i} is malformed");
-            yield return (index, message.Slice(at, stored));
+            yield return (index, at, stored);
             at += stored;
         }
     }

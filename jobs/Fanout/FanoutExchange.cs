@@ -37,7 +37,8 @@ public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, i
 /// </summary>
 public static class FanoutExchange
 {
-    public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct)
+    public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct,
+        TimeSpan? stallTimeout = null)
     {
         var clock = Stopwatch.StartNew();
         byte[]? announcement = null;
@@ -73,7 +74,7 @@ public static class FanoutExchange
         var fetcher = new BlockFetcher(tier, plan, resolved);
         // A node that already holds the version still fetches its share and forwards: the ring needs every link.
         var ring = await RingAllGather.RunAsync(plan, group.Ring, fetcher.FetchAsync,
-            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct);
+            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout);
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
         return new FanoutSummary(group.Size, resolved, ring, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted);
     }

@@ -1,0 +1,143 @@
+using System.Buffers.Binary;
+using System.Collections.Concurrent;
+using Hpc.Mpi;
+
+namespace Hpc.Jobs.Fanout;
+
+/// <summary>
+/// The ranks of an MPI job as an <see cref="IRankGroup"/>. Every MPI call — initialization included — runs on one
+/// thread of its own, so the library is only ever asked for single-threaded use, and the async exchange above never
+/// blocks in MPI: sends and receives are posted there and polled (MPI_Test) until they complete. The thread sleeps a
+/// little when nothing moved, so waiting ranks do not take a core from the node's agent.
+/// </summary>
+public sealed class MpiRankGroup : IRankGroup, IDisposable
+{
+    private const int Tag = 0x4843; // "HC"
+    private readonly BlockingCollection<Action> _work = [];
+    private readonly List<(MpiRequest Request, TaskCompletionSource Done)> _active = [];
+    private readonly Thread _thread;
+    private MpiRuntime? _mpi;
+    private Communicator? _world;
+    private bool _abandoned;
+
+    private MpiRankGroup()
+    {
+        var ready = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        _thread = new Thread(() => Pump(ready)) { IsBackground = true, Name = "mpi" };
+        _thread.Start();
+        ready.Task.GetAwaiter().GetResult();
+        Ring = new Link(this);
+    }
+
+    /// <summary>Initializes MPI; throws <see cref="MpiUnavailableException"/> when the node has no MPI library.</summary>
+    public static MpiRankGroup Start() => new();
+
+    public int Rank { get; private set; }
+    public int Size { get; private set; }
+    public string Implementation { get; private set; } = "";
+    public IRingLink Ring { get; }
+
+    public Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct) => RunAsync(() =>
+    {
+        Span<byte> length = stackalloc byte[8];
+        BinaryPrimitives.WriteInt64LittleEndian(length, fromRoot?.Length ?? 0);
+        _world!.Broadcast(length, 0);
+        var bytes = Rank == 0 ? fromRoot! : new byte[BinaryPrimitives.ReadInt64LittleEndian(length)];
+        _world.Broadcast(bytes, 0);
+        return bytes;
+    }, ct);
+
+    /// <summary>
+    /// The exchange failed and peers may be gone: never call MPI again (a collective could wait forever) and leave the
+    /// posted buffers pinned. The process finishes its node's data on its own and exits without MPI_Finalize.
+    /// </summary>
+    public void Abandon() => _abandoned = true;
+
+    public void Dispose()
+    {
+        if (!_abandoned)
+        {
+            try
+            {
+                RunAsync(() => { _world!.Barrier(); _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(TimeSpan.FromMinutes(1));
+            }
+            catch (AggregateException) { }
+        }
+        _work.CompleteAdding();
+    }
+
+    private Task<T> RunAsync<T>(Func<T> call, CancellationToken ct)
+    {
+        var done = new TaskCompletionSource<T>(TaskCreationOptions.RunContinuationsAsynchronously);
+        _work.Add(() =>
+        {
+            try { done.TrySetResult(call()); }
+            catch (Exception e) { done.TrySetException(e); }
+        }, ct);
+        return done.Task.WaitAsync(ct);
+    }
+
+    private Task Post(Func<MpiRequest> start, CancellationToken ct)
+    {
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        _work.Add(() =>
+        {
+            try { _active.Add((start(), done)); }
+            catch (Exception e) { done.TrySetException(e); }
+        }, ct);
+        return done.Task.WaitAsync(ct);
+    }
+
+    private void Pump(TaskCompletionSource ready)
+    {
+        try
+        {
+            _mpi = MpiRuntime.Initialize(MpiThreadLevel.Single);
+            _world = _mpi.World;
+            (Rank, Size, Implementation) = (_world.Rank, _world.Size, _mpi.Implementation);
+            ready.SetResult();
+        }
+        catch (Exception e)
+        {
+            ready.SetException(e);
+            return;
+        }
+        var idle = 0;
+        while (!_work.IsCompleted)
+        {
+            var moved = false;
+            while (_work.TryTake(out var action)) { action(); moved = true; }
+            for (var i = _active.Count - 1; i >= 0; i--)
+            {
+                var (request, done) = _active[i];
+                try
+                {
+                    if (!request.Test()) continue;
+                    done.TrySetResult();
+                }
+                catch (Exception e) { done.TrySetException(e); }
+                _active.RemoveAt(i);
+                moved = true;
+            }
+            idle = moved ? 0 : idle + 1;
+            if (idle > 200) Thread.Sleep(1);
+            else if (idle > 20) Thread.Yield();
+        }
+    }
+
+    private sealed class Link(MpiRankGroup group) : IRingLink
+    {
+        public int Rank => group.Rank;
+        public int Size => group.Size;
+
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) =>
+            group.Post(() => group._world!.ISend(message, (Rank + 1) % Size, Tag), ct);
+
+        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        {
+            await group.Post(() => group._world!.IReceive(buffer, (Rank - 1 + Size) % Size, Tag), ct);
+            // Messages carry their own length (the block header), so no MPI status is needed.
+            return BinaryPrimitives.ReadInt32LittleEndian(buffer.Span[16..]);
+        }
+    }
+}

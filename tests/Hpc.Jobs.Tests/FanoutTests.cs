@@ -1,0 +1,118 @@
+using System.Text;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Fanout;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// The fan-out against real processes: one cache host, one real node agent per rank, the ranks in this process. The
+/// exchange only hands segments to the agents; each node's ordinary prefetch then verifies and publishes.
+/// </summary>
+public sealed class FanoutTests
+{
+    private static readonly TimeSpan Stall = TimeSpan.FromSeconds(20);
+
+    private static async Task<long> BytesSentAsync(CacheTierClient tier)
+    {
+        var info = await tier.ExecuteOnAllAsync("INFO"u8.ToArray(), []);
+        return info.Sum(r => long.Parse(Encoding.UTF8.GetString(r.Bulk!).Split("\r\n").First(l => l.StartsWith("total_net_output_bytes:"))
+            ["total_net_output_bytes:".Length..]));
+    }
+
+    private static async Task<List<string>> StartAgentsAsync(Sandbox s, int n)
+    {
+        var pipes = new List<string>();
+        for (var i = 0; i < n; i++)
+        {
+            var pipe = s.NewPipe();
+            var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
+            {
+                Pipe = pipe, DataDirectory = Path.Combine(s.Root, $"node{i}"), CacheTier = { Hosts = [.. s.Hosts] }, NodeName = $"node{i}",
+            }));
+            await agent.WaitReadyAsync(Sandbox.Ready);
+            pipes.Add(pipe);
+        }
+        return pipes;
+    }
+
+    [Fact]
+    public async Task Four_nodes_get_the_version_while_the_cache_tier_sends_it_about_once()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(6 << 20)), "risk/fan");
+        var pipes = await StartAgentsAsync(s, 4);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await BytesSentAsync(tier);
+
+        var ranks = InProcessRanks.Create(4);
+        var summaries = await Task.WhenAll(ranks.Select(async r =>
+        {
+            await using var node = new AgentIngest(pipes[r.Rank]);
+            return await FanoutExchange.RunAsync(r, tier, node, "risk/fan", null, CancellationToken.None, Stall);
+        })).WaitAsync(TimeSpan.FromSeconds(60));
+        var sent = await BytesSentAsync(tier) - before;
+
+        Assert.All(summaries, x => Assert.Equal(staged.Version, x.Version));
+        Assert.All(summaries, x => Assert.Equal((96, 0), (x.Accepted, x.Rejected)));   // 6 MB in 64 KB segments, each node took all
+        var stored = summaries.Sum(x => x.Ring.BytesFetched);
+        // Every segment left the cache tier once (plus RESP framing and the manifest), not once per node.
+        Assert.InRange(sent, stored, stored * 11 / 10 + (64 << 10));
+        foreach (var pipe in pipes)
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe);
+            var copy = await agent.PrefetchAsync("risk/fan", staged.Version);
+            Assert.Equal(staged.Hash, copy.Hash);
+            Assert.Equal(6 << 20, copy.Length);
+        }
+        // The prefetch found every segment already on the node: the tier sent nothing more but the manifest.
+        Assert.InRange(await BytesSentAsync(tier) - before - sent, 0, 4 * (64 << 10));
+    }
+
+    [Fact]
+    public async Task A_node_that_already_holds_the_version_passes_blocks_on_and_rewrites_nothing()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(3 << 20, seed: 9)), "risk/held");
+        var pipes = await StartAgentsAsync(s, 3);
+        await using (var first = await AgentClient.ConnectAsync(pipes[1])) await first.PrefetchAsync("risk/held", staged.Version);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+
+        var ranks = InProcessRanks.Create(3);
+        var summaries = await Task.WhenAll(ranks.Select(async r =>
+        {
+            await using var node = new AgentIngest(pipes[r.Rank]);
+            return await FanoutExchange.RunAsync(r, tier, node, "risk/held", staged.Version, CancellationToken.None, Stall);
+        }));
+
+        Assert.True(summaries[1].NodeHadIt);
+        Assert.Equal(0, summaries[1].Accepted);
+        Assert.False(summaries[0].NodeHadIt);
+        Assert.True(summaries[0].Accepted > 0 && summaries[2].Accepted > 0);
+        foreach (var pipe in pipes)
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe);
+            Assert.Equal(staged.Hash, (await agent.PrefetchAsync("risk/held", staged.Version)).Hash);
+        }
+    }
+
+    [Fact]
+    public async Task A_dataset_nobody_staged_fails_on_every_rank_with_the_same_reason()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var pipes = await StartAgentsAsync(s, 2);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var ranks = InProcessRanks.Create(2);
+        var errors = await Task.WhenAll(ranks.Select(async r =>
+        {
+            await using var node = new AgentIngest(pipes[r.Rank]);
+            return await Assert.ThrowsAsync<CommonDataException>(() => FanoutExchange.RunAsync(r, tier, node, "nobody/staged", null, CancellationToken.None, Stall));
+        }));
+        Assert.All(errors, e => Assert.Equal(ErrorCode.NotFound, e.Code));
+        Assert.All(errors, e => Assert.Contains("nobody/staged", e.Message));
+    }
+}
