@@ -37,12 +37,6 @@ public sealed class VersionWriters
         return new Holder(this, version, turn);
     }
 
-    /// <summary>Whether someone is writing or waiting to write the version.</summary>
-    public bool Busy(string version)
-    {
-        lock (_turns) return _turns.ContainsKey(version);
-    }
-
     private void Leave(string version, Turn turn, bool holding)
     {
         if (holding) turn.Gate.Release();

@@ -211,7 +211,8 @@ public sealed class AgentClient : IAsyncDisposable
     public async ValueTask DisposeAsync()
     {
         await _reader.CompleteAsync();
-        await _writer.CompleteAsync();
+        try { await _writer.CompleteAsync(); }
+        catch (IOException) { } // the agent went away (or closed the connection after an error): nothing left to send
         await _pipe.DisposeAsync();
     }
 }

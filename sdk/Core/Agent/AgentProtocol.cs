@@ -59,10 +59,14 @@ public static class AgentFrames
         {
             var result = await input.ReadAsync(ct);
             var buffer = result.Buffer;
+            // Everything is examined only when more bytes are needed: bytes already received after the frame (an ingest's
+            // manifest and data follow its request at once) must be seen by the next read without waiting for more.
+            var examined = buffer.End;
             try
             {
                 if (TryParse(ref buffer, MaxControlFrame, out var payload))
                 {
+                    examined = buffer.Start;
                     var reader = new Utf8JsonReader(payload);
                     return JsonSerializer.Deserialize(ref reader, type()) ?? throw new InvalidDataException("empty message");
                 }
@@ -73,7 +77,7 @@ public static class AgentFrames
                 }
             }
             catch (JsonException e) { throw new InvalidDataException($"malformed message: {e.Message}", e); }
-            finally { input.AdvanceTo(buffer.Start, buffer.End); }
+            finally { input.AdvanceTo(buffer.Start, examined); }
         }
     }
 

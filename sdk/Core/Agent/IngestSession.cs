@@ -163,9 +163,18 @@ public sealed class IngestSession : IAsyncDisposable
         {
             throw await FailAsync(e);
         }
+        if (reply is null)
+        {
+            Finish(broken: "the agent closed the connection during an ingest");
+            throw new CommonDataException(ErrorCode.Unavailable, $"node agent on pipe '{_client.PipeName}' closed the connection during an ingest");
+        }
+        if (!reply.Ok || reply.Ingest is null)
+        {
+            // Once data frames flowed, the agent answers a failure once and closes the connection.
+            Finish(broken: $"the agent ended an ingest on this connection with an error ({reply.Error})");
+            throw reply.ToException("ingest failed");
+        }
         Finish();
-        if (reply is null) throw new CommonDataException(ErrorCode.Unavailable, $"node agent on pipe '{_client.PipeName}' closed the connection during an ingest");
-        if (!reply.Ok || reply.Ingest is null) throw reply.ToException("ingest failed");
         return reply.Ingest;
     }
 
