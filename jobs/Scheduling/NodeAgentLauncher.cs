@@ -13,7 +13,7 @@ public sealed record StartedAgent(int Pid, string Pipe, string DataDirectory, st
 /// Starts a node agent that outlives the node-prep process (the scheduler's step ends, the agent keeps serving the
 /// job's workers), and remembers it in a small state file keyed by pipe name.
 /// </summary>
-public static class NodeAgentLauncher
+public static partial class NodeAgentLauncher
 {
     public const string StateDirectoryVariable = "HPCDATA_STATE_DIR";
     public const string ManagedVariable = "HPCDATA_AGENT_MANAGED";
@@ -54,6 +54,7 @@ public static class NodeAgentLauncher
         info.ArgumentList.Add(log);
         foreach (var a in command) info.ArgumentList.Add(a);
         foreach (var (k, v) in ProgramContract<NodeAgentOptions>.SecretEnvironment(agent)) info.Environment[k] = v;
+        KeepInheritedDescriptorsFromChildren();
         using var sh = Process.Start(info) ?? throw new IOException("cannot run /bin/sh to start the node agent");
         sh.StandardInput.Close();
         var pidText = await sh.StandardOutput.ReadToEndAsync(ct);
@@ -149,4 +150,27 @@ public static class NodeAgentLauncher
 
     [DllImport("libc", EntryPoint = "kill", SetLastError = true)]
     private static extern int Kill(int pid, int signal);
+
+    /// <summary>
+    /// Descriptors this process inherited beyond stdio (an MPI launcher hands its ranks pipes of its own) would pass on
+    /// to the agent, and an agent holding them keeps the launcher waiting for the end of a step that is long over. The
+    /// runtime opens its own descriptors close-on-exec; this marks the inherited ones so too.
+    /// </summary>
+    private static void KeepInheritedDescriptorsFromChildren()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        foreach (var entry in Directory.EnumerateFileSystemEntries("/proc/self/fd"))
+            if (int.TryParse(Path.GetFileName(entry), out var fd) && fd > 2)
+            {
+                var flags = Libc.Fcntl(fd, Libc.F_GETFD, 0);
+                if (flags >= 0) Libc.Fcntl(fd, Libc.F_SETFD, flags | Libc.FD_CLOEXEC);
+            }
+    }
+
+    private static partial class Libc
+    {
+        public const int F_GETFD = 1, F_SETFD = 2, FD_CLOEXEC = 1;
+        [LibraryImport("libc", EntryPoint = "fcntl")]
+        public static partial int Fcntl(int fd, int command, int argument);
+    }
 }
