@@ -53,7 +53,23 @@ public static class AgentFrames
     }
 
     /// <summary>Reads one frame; null at a clean end of stream. A stream ending inside a frame is an error.</summary>
-    public static async ValueTask<T?> ReadMessageAsync<T>(PipeReader input, JsonTypeInfoProvider<T> type, CancellationToken ct) where T : class
+    public static ValueTask<T?> ReadMessageAsync<T>(PipeReader input, JsonTypeInfoProvider<T> type, CancellationToken ct) where T : class =>
+        ReadFrameAsync(input, MaxControlFrame, payload =>
+        {
+            try
+            {
+                var reader = new Utf8JsonReader(payload);
+                return JsonSerializer.Deserialize(ref reader, type()) ?? throw new InvalidDataException("empty message");
+            }
+            catch (JsonException e) { throw new InvalidDataException($"malformed message: {e.Message}", e); }
+        }, ct);
+
+    /// <summary>Reads one frame of at most <paramref name="maxFrame"/> bytes as an array; null at a clean end of stream.</summary>
+    public static ValueTask<byte[]?> ReadFrameAsync(PipeReader input, int maxFrame, CancellationToken ct) =>
+        ReadFrameAsync(input, maxFrame, payload => payload.ToArray(), ct);
+
+    private static async ValueTask<T?> ReadFrameAsync<T>(PipeReader input, int maxFrame, Func<ReadOnlySequence<byte>, T> parse, CancellationToken ct)
+        where T : class
     {
         while (true)
         {
@@ -64,37 +80,10 @@ public static class AgentFrames
             var examined = buffer.End;
             try
             {
-                if (TryParse(ref buffer, MaxControlFrame, out var payload))
-                {
-                    examined = buffer.Start;
-                    var reader = new Utf8JsonReader(payload);
-                    return JsonSerializer.Deserialize(ref reader, type()) ?? throw new InvalidDataException("empty message");
-                }
-                if (result.IsCompleted)
-                {
-                    if (buffer.IsEmpty) return null;
-                    throw new InvalidDataException("connection ended inside a frame");
-                }
-            }
-            catch (JsonException e) { throw new InvalidDataException($"malformed message: {e.Message}", e); }
-            finally { input.AdvanceTo(buffer.Start, examined); }
-        }
-    }
-
-    /// <summary>Reads one frame of at most <paramref name="maxFrame"/> bytes as an array; null at a clean end of stream.</summary>
-    public static async ValueTask<byte[]?> ReadFrameAsync(PipeReader input, int maxFrame, CancellationToken ct)
-    {
-        while (true)
-        {
-            var result = await input.ReadAsync(ct);
-            var buffer = result.Buffer;
-            var examined = buffer.End;
-            try
-            {
                 if (TryParse(ref buffer, maxFrame, out var payload))
                 {
                     examined = buffer.Start;
-                    return payload.ToArray();
+                    return parse(payload);
                 }
                 if (result.IsCompleted)
                 {
