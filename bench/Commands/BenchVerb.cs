@@ -145,9 +145,14 @@ public static class BenchVerb
             Console.Error.WriteLine("hpcdata bench: interrupted; everything it started was removed");
             return 130;
         }
-        catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or FormatException or ArgumentException or TimeoutException or InvalidDataException)
+        catch (Exception e) when (e is FormatException or ArgumentException)
         {
-            Console.Error.WriteLine($"hpcdata bench: {e.Message}");
+            Console.Error.WriteLine($"hpcdata bench cluster: {e.Message}");
+            return 2;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException or InvalidDataException)
+        {
+            Console.Error.WriteLine($"hpcdata bench cluster: {e.Message}");
             return 1;
         }
     }

@@ -12,11 +12,13 @@ public static class ReportMain
 {
     public static int Run(string[] args)
     {
+        const string usage = "usage: hpcdata report DIR|FILE.jsonl [--json] — tables, charts (PNG) and report.md from bench results or agents' telemetry";
+        if (args is ["--help"] or ["-h"]) { Console.Out.WriteLine(usage); return 0; }
         var json = args.Contains("--json");
         var paths = args.Where(a => !a.StartsWith("--", StringComparison.Ordinal)).ToList();
         if (paths.Count != 1 || args.Any(a => a.StartsWith("--", StringComparison.Ordinal) && a != "--json"))
         {
-            Console.Error.WriteLine("usage: hpcdata report DIR|FILE.jsonl [--json]");
+            Console.Error.WriteLine($"hpcdata report: {(paths.Count == 0 ? "no results given" : "one DIR or FILE.jsonl and optionally --json")} ({usage})");
             return 2;
         }
         try

@@ -44,6 +44,7 @@ public static class WorkerCommand
         var name = o.Dataset ?? Environment.GetEnvironmentVariable(DatasetOptions.DatasetVariable);
         if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine("hpcdata worker: no dataset (--dataset or HPCDATA_DATASET)"); return 2; }
         if (o.Reopens is < 0 or > 1000) { Console.Error.WriteLine("hpcdata worker: --reopens must be between 0 and 1000"); return 2; }
+        if (o.Mode is not ("auto" or "map" or "stream" or "direct")) { Console.Error.WriteLine($"hpcdata worker: --mode '{o.Mode}' is not one of auto, map, stream, direct"); return 2; }
         try
         {
             var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Logger = loggerFactory.CreateLogger("worker") };
