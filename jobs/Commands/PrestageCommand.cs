@@ -45,6 +45,10 @@ public sealed class PrestageOptions
     [Option("evict", HelpText = "Node release also deletes the nodes' copies.")]
     public bool Evict { get; set; }
 
+    [Option("fanout", Default = "none", HelpText = "none, or mpi: node prep runs as one MPI rank per node and the nodes share the fetching " +
+        "(local: mpiexec.hydra on this machine; slurm: the srun step; needs an MPI on the nodes, else each node fetches directly).")]
+    public string Fanout { get; set; } = "none";
+
     [Option("dry-run", HelpText = "slurm, hpcpack: print the job instead of submitting it.")]
     public bool DryRun { get; set; }
 
@@ -96,7 +100,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
 
             var lifetimeJob = o.Lifetime == "job";
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, hosts, o.Nodes, o.HostsPerNode, command,
-                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.AgentPipe, o.Evict, lifetimeJob);
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.AgentPipe, o.Evict, lifetimeJob, FanoutMpi: o.Fanout == "mpi");
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 
@@ -131,6 +135,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         if (o.Scheduler is not ("local" or "slurm" or "hpcpack")) return $"--scheduler '{o.Scheduler}' is not one of local, slurm, hpcpack";
         if (o.Nodes < 1 || o.HostsPerNode < 1) return "--nodes and --hosts-per-node must be at least 1";
+        if (o.Fanout is not ("none" or "mpi")) return $"--fanout '{o.Fanout}' is not one of none, mpi";
+        if (o.Fanout == "mpi" && o.Scheduler == "hpcpack") return "--fanout mpi is not available for hpcpack yet: its node-preparation task runs on each node alone";
         if (command.Count == 0) return "no job command: put it after --, e.g. hpcdata prestage data.csv --name risk/prices -- hpcdata worker";
         if (o.Lifetime is not null && o.Lifetime != "job")
             try { Durations.Parse(o.Lifetime); } catch (FormatException e) { return $"--lifetime: {e.Message} (or 'job')"; }

@@ -21,8 +21,12 @@ public sealed record JobSpec(
     string? AgentPipe = null,
     bool EvictOnRelease = false,
     bool LifetimeJob = false,
-    string? WorkDirectory = null)
+    string? WorkDirectory = null,
+    bool FanoutMpi = false)
 {
+    /// <summary>Node prep's own arguments: with the fan-out, one MPI rank per node shares the fetching.</summary>
+    public IReadOnlyList<string> NodePrepArguments => FanoutMpi ? ["nodeprep", "--fanout", "mpi"] : ["nodeprep"];
+
     public string CacheHostList => string.Join(",", CacheHosts);
 
     /// <summary>A command as a node's shell runs it: a first word of "hpcdata" becomes <see cref="Hpcdata"/>.</summary>

@@ -20,7 +20,9 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
     {
         var agents = new List<ComponentProcess>();
         var hosts = new List<JobProcess>();
-        var pipes = Enumerable.Range(1, job.Nodes).Select(n => $"hd{Environment.ProcessId}{jobId.GetHashCode() & 0xffff:x}n{n}").ToList();
+        // The pipe of node n ends in n−1, so a fan-out rank finds its node's agent as "{rank}".
+        var pipePrefix = $"hd{Environment.ProcessId}{jobId.GetHashCode() & 0xffff:x}n";
+        var pipes = Enumerable.Range(0, job.Nodes).Select(n => pipePrefix + n).ToList();
         double prepare = 0, run = 0;
         var clock = Stopwatch.StartNew();
         try
@@ -36,7 +38,9 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
                 await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
             }
 
-            var preps = await Task.WhenAll(Enumerable.Range(0, job.Nodes).Select(n => RunHpcdataAsync(["nodeprep", "--job", jobId], JobEnvironment(job, jobId, pipes[n]), ct)));
+            var preps = job.FanoutMpi
+                ? await FanoutPrepAsync(job, jobId, pipePrefix, ct)
+                : await Task.WhenAll(Enumerable.Range(0, job.Nodes).Select(n => RunHpcdataAsync(["nodeprep", "--job", jobId], JobEnvironment(job, jobId, pipes[n]), ct)));
             prepare = clock.Elapsed.TotalSeconds;
             var failed = false;
             for (var n = 0; n < job.Nodes; n++)
@@ -106,9 +110,23 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         [JobVariables.JobId] = jobId,
     };
 
-    private static async Task<(int Code, string Stdout, string Stderr)> RunHpcdataAsync(string[] args, IDictionary<string, string?> env, CancellationToken ct)
+    /// <summary>
+    /// Node prep as one MPI job on this machine, a rank per "node" (<c>mpiexec.hydra -n N</c>), each rank finding its
+    /// node's agent by rank. Returns one result per node, from the line each rank printed.
+    /// </summary>
+    private static async Task<(int Code, string Stdout, string Stderr)[]> FanoutPrepAsync(JobSpec job, string jobId, string pipePrefix, CancellationToken ct)
     {
-        await using var p = ComponentProcess.Start("hpcdata", args, env, name: $"hpcdata {args[0]}");
+        var (code, stdout, stderr) = await RunHpcdataAsync([.. job.NodePrepArguments, "--job", jobId, "--pipe", pipePrefix + "{rank}"],
+            JobEnvironment(job, jobId, pipePrefix + "{rank}"), ct, launcher: ["mpiexec.hydra", "-n", job.Nodes.ToString(System.Globalization.CultureInfo.InvariantCulture)]);
+        var lines = stdout.Split('\n').Where(l => l.StartsWith("node=", StringComparison.Ordinal)).ToList();
+        return Enumerable.Range(0, job.Nodes).Select(n =>
+            code == 0 && n < lines.Count ? (0, lines[n], "") : (code == 0 ? 1 : code, "", stderr)).ToArray();
+    }
+
+    private static async Task<(int Code, string Stdout, string Stderr)> RunHpcdataAsync(string[] args, IDictionary<string, string?> env, CancellationToken ct,
+        IReadOnlyList<string>? launcher = null)
+    {
+        await using var p = ComponentProcess.Start("hpcdata", args, env, name: $"hpcdata {args[0]}", launcher: launcher);
         int code;
         try { code = await p.WaitForExitAsync(TimeSpan.FromHours(2), ct); }
         catch (OperationCanceledException)
@@ -117,6 +135,6 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
             await p.StopAsync(TimeSpan.FromSeconds(10));
             throw;
         }
-        return (code, string.Join(" ", p.StandardOutput), p.StandardErrorTail);
+        return (code, string.Join(launcher is null ? " " : "\n", p.StandardOutput), p.StandardErrorTail);
     }
 }

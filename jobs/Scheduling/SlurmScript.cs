@@ -50,7 +50,7 @@ public static class SlurmScript
             trap 'exit 130' INT
 
             # 1. Node preparation: every node fetches, pins and verifies the data before any service host starts.
-            srun {{perNode}} {{hpcdata}} nodeprep || { echo "hpcdata: node preparation failed" >&2; exit 1; }
+            srun {{perNode}} {{hpcdata}} {{string.Join(" ", job.NodePrepArguments)}} || { echo "hpcdata: node preparation failed" >&2; exit 1; }
 
             # 2. Service hosts: {{job.HostsPerNode}} per node.
 

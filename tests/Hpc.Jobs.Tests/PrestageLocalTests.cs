@@ -27,6 +27,21 @@ public class PrestageLocalTests
     }
 
     [Fact]
+    public async Task With_fanout_mpi_the_local_nodes_are_prepared_by_one_mpi_job_that_shares_the_fetching()
+    {
+        await using var s = new Sandbox();
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(3_000_000, seed: 21));
+        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/fan", "--nodes", "3", "--fanout", "mpi", "--job-id", "job-fan",
+            "--", "/bin/sh", "-c", ShowEnvironment]);
+        Assert.True(r.Code == 0, r.Stderr + r.Out);
+        var preps = r.Stdout.Where(l => l.Contains("nodeprep") && l.Contains("dataset=risk/fan") && l.Contains("bytes=3000000")).ToList();
+        Assert.Equal(3, preps.Count);
+        Assert.All(preps, l => Assert.Contains("fanout=mpi ranks=3", l));
+        Assert.Equal(3, r.Stdout.Count(l => l.StartsWith("[node")));
+        Assert.Empty(Sandbox.ProcessesMentioning("job-fan"));
+    }
+
+    [Fact]
     public async Task Unchanged_content_is_not_staged_again_and_a_failing_job_still_releases_its_nodes()
     {
         await using var s = new Sandbox();
