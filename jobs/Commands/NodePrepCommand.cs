@@ -54,6 +54,9 @@ public sealed class NodePrepOptions
         "Without MPI, or when the exchange fails, the node fetches what it lacks directly. {rank} in --pipe and --data-dir is the rank.")]
     public string Fanout { get; set; } = "none";
 
+    [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long the exchange may go without anything moving (a rank that died) before this node fetches the rest directly.")]
+    public string StallTimeout { get; set; } = "2m";
+
     [Option("cache-password-file", HelpText = "File whose first line is the cache hosts' AUTH password (default: $HPCDATA_CACHE_PASSWORD).")]
     public string? CachePasswordFile { get; set; }
 }
@@ -75,8 +78,8 @@ public static class NodePrepCommand
         if (job is null) return Fail(2, "no job id to pin the data with (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
         if (!DatasetName.TryValidate(name, out var nameError)) return Fail(2, nameError!);
         if (version == "latest") version = null;
-        TimeSpan startTimeout, fetchTimeout;
-        try { (startTimeout, fetchTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout)); }
+        TimeSpan startTimeout, fetchTimeout, stallTimeout;
+        try { (startTimeout, fetchTimeout, stallTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout), Durations.Parse(o.StallTimeout)); }
         catch (FormatException e) { return Fail(2, e.Message); }
         if (o.Fanout is not ("none" or "mpi")) return Fail(2, $"--fanout '{o.Fanout}' is not one of none, mpi");
 
@@ -100,7 +103,7 @@ public static class NodePrepCommand
                 // The exchange never publishes; the prefetch below verifies and publishes, fetching whatever it missed.
                 try
                 {
-                    var summary = await ExchangeAsync(ranks, o, pipe, name, version, fetchTimer.Token);
+                    var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
                     fanout = $" fanout=mpi ranks={summary.Ranks} exchange-seconds={summary.Seconds:0.000} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
@@ -169,7 +172,8 @@ public static class NodePrepCommand
         }
     }
 
-    private static async Task<FanoutSummary> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version, CancellationToken ct)
+    private static async Task<FanoutSummary> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version,
+        TimeSpan stallTimeout, CancellationToken ct)
     {
         var tierOptions = CacheTierOptions.FromEnvironment();
         if (JobVariables.First(o.CacheHosts) is { } hosts) tierOptions.Hosts = CacheEndpoint.ParseList(hosts).Select(h => h.ToString()).ToList();
@@ -177,7 +181,7 @@ public static class NodePrepCommand
         tierOptions.LoadPasswordFile();
         await using var tier = new CacheTierClient(tierOptions);
         await using var ingest = new AgentIngest(pipe);
-        return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct);
+        return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout);
     }
 
     private static async Task<AgentClient> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)
