@@ -46,6 +46,10 @@ public sealed class BenchClusterOptions
     [Option("warm-agents", HelpText = "Let every agent fetch a tiny dataset before the clock starts (a long-running daemon rather than a fresh process).")]
     public bool WarmAgents { get; set; }
 
+    [Option("fanout", Default = "none", HelpText = "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
+        "per node namespace (mpiexec.openmpi), the nodes sharing the fetching and passing the data on to each other.")]
+    public string Fanout { get; set; } = "none";
+
     [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
     public bool Calibrate { get; set; }
 
@@ -123,11 +127,14 @@ public static class BenchVerb
             if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
             if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
             if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
+            if (o.Fanout is not ("none" or "mpi")) throw new FormatException("--fanout must be none or mpi");
+            if (o.Fanout == "mpi" && !Shell.Exists("mpiexec.openmpi"))
+                throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
             var size = ByteSize.Parse(o.Size);
             for (var run = 0; run < o.Repeat; run++)
-                Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
+                Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, o.Fanout));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct));
@@ -196,7 +203,7 @@ public static class BenchVerb
                     }
                     try
                     {
-                        Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
+                        Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, o.Fanout));
                     }
                     catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException or InvalidDataException)
                     {
@@ -220,7 +227,7 @@ public static class BenchVerb
     private static void Emit(string dir, BenchRecord r)
     {
         BenchJson.Append(dir, r);
-        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}  ";
+        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}{(r.Config.Fanout is { } f ? " " + f : "")}  ";
         var nodes = r.Nodes.Select(x => x.WallSeconds).Order().ToList();
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +
