@@ -219,8 +219,10 @@ public sealed class ClusterSession : IAsyncDisposable
         var agent = Path.Combine(_scratch, "netns-rsh");
         if (!File.Exists(agent) && !OperatingSystem.IsWindows())
         {
+            // Every namespace also gets a host name of its own (a UTS namespace): otherwise all daemons carry the
+            // machine's name, the same as mpiexec's, and Open MPI 4.1's daemons now and then crashed at start-up.
             File.WriteAllText(agent, "#!/bin/sh\n# Open MPI's rsh agent: $1 is the host, here a network namespace; the rest is what ssh would hand a shell.\n" +
-                                     "host=$1; shift\nexec ip netns exec \"$host\" sh -c \"$*\"\n");
+                                     "host=$1; shift\nexec ip netns exec \"$host\" unshare --uts sh -c \"hostname $host; $*\"\n");
             File.SetUnixFileMode(agent, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute | UnixFileMode.GroupRead |
                                         UnixFileMode.GroupExecute | UnixFileMode.OtherRead | UnixFileMode.OtherExecute);
         }
