@@ -44,10 +44,17 @@ public sealed class RunConfig
     public string? WorkerMode { get; set; }
     /// <summary>Members' egress queue when not the plain FIFO (see <see cref="Topology.HostQueue"/>); absent means fifo.</summary>
     public string? HostQueue { get; set; }
+    /// <summary>How the data reached the nodes when not every agent fetching directly: "mpi" (hpcdata nodeprep --fanout
+    /// mpi, one Open MPI rank per node namespace, sharing the fetching and passing the data on); absent means direct.</summary>
+    public string? Fanout { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
-public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null);
+/// <summary>LinkRxBytes/LinkTxBytes: the node namespace's eth0 counters over the timed part (its shaped veth end).
+/// LaunchSeconds/ExchangeSeconds (fan-out runs): from the common start until the rank's process started its clock, and
+/// the rank's own exchange time as it reported it.</summary>
+public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null,
+    long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>
@@ -62,6 +69,10 @@ public static class Limits
     /// </summary>
     public static double DirectFetch(int nodes, int hosts, long bytes, int rateMbit) =>
         Math.Max((double)nodes / hosts, 1.0) * bytes / (rateMbit * 1e6 / 8);
+
+    /// <summary>Fan-out between nodes: every node's own link must receive S (from the cache tier and the other nodes
+    /// together), so S/B is the least any node can take, whatever N and H.</summary>
+    public static double Fanout(long bytes, int rateMbit) => bytes / (rateMbit * 1e6 / 8);
 
     /// <summary>Every node sends S to its neighbour while receiving S from the other one: S/B on every link at once.</summary>
     public static double Neighbour(long bytes, int rateMbit) => bytes / (rateMbit * 1e6 / 8);

@@ -110,10 +110,15 @@ public sealed class ClusterSession : IAsyncDisposable
 
     /// <param name="warmAgents">Before the clock starts, every agent fetches a tiny dataset once, so the timed fetch
     /// measures a running daemon rather than a fresh process's JIT and first connections.</param>
-    public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map")
+    /// <param name="fanout">"none": every agent prefetches directly. "mpi": hpcdata nodeprep --fanout mpi runs as one Open
+    /// MPI rank per node namespace, each rank talking to its own node's agent.</param>
+    public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
+        string fanout = "none")
     {
+        if (fanout is not ("none" or "mpi")) throw new ArgumentException($"fan-out '{fanout}': use none or mpi");
         var config = Config(size, compress, workers, data);
         config.WarmAgents = warmAgents;
+        if (fanout != "none") config.Fanout = fanout;
         if (workers > 0) config.WorkerMode = workerMode;
         var file = Dataset(size, data);
         var run = $"{_runId}-c{DateTime.UtcNow:HHmmssfff}";
@@ -140,7 +145,9 @@ public sealed class ClusterSession : IAsyncDisposable
                 if (await warmStager.WaitForExitAsync(TimeSpan.FromMinutes(2), ct) != 0) throw new InvalidOperationException($"staging the warm-up data failed:\n{warmStager.StandardErrorTail}");
             }
 
-            var pipes = _topology.Nodes.Select((_, i) => Path.Combine(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n{i + 1}")).ToList();
+            // Numbered from 0 like MPI ranks, so one {rank} pattern names every node's pipe for nodeprep --fanout mpi.
+            var pipePattern = Path.Combine(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n{{rank}}");
+            var pipes = _topology.Nodes.Select((_, i) => pipePattern.Replace("{rank}", i.ToString(System.Globalization.CultureInfo.InvariantCulture))).ToList();
             var agents = _topology.Nodes.Select((n, i) => Start(processes, new NodeAgentOptions
             {
                 Pipe = pipes[i], DataDirectory = Path.Combine(_scratch, run, $"node{i + 1}"), CacheTier = { Hosts = [hostList] },
@@ -151,9 +158,14 @@ public sealed class ClusterSession : IAsyncDisposable
             var clients = await Task.WhenAll(pipes.Select(p => AgentClient.ConnectAsync(p, TimeSpan.FromSeconds(10), ct)));
             if (warmAgents) await Task.WhenAll(clients.Select(c => c.PrefetchAsync(warmName, null, pin: null, ct)));
             var before = await InfoAsync(ct);
+            var linksBefore = LinkCounters();
             List<NodeTime> nodes;
             try
             {
+                if (fanout == "mpi")
+                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, ct);
+                else
+                {
                 // Every connection is open before the clock starts, so the start is common to all nodes.
                 var start = Stopwatch.StartNew();
                 nodes = (await Task.WhenAll(clients.Select(async (c, i) =>
@@ -163,12 +175,15 @@ public sealed class ClusterSession : IAsyncDisposable
                     if (local.Length != stage.RawBytes || local.Hash.Length == 0) throw new InvalidDataException($"node{i + 1} reported {local.Length} bytes, hash '{local.Hash}'");
                     return new NodeTime($"node{i + 1}", wall, local.FetchSeconds, local.Length, local.Source);
                 }))).ToList();
+                }
             }
             finally
             {
                 foreach (var c in clients) await c.DisposeAsync();
             }
             var after = await InfoAsync(ct);
+            var linksAfter = LinkCounters();
+            nodes = nodes.Select((n, i) => n with { LinkRxBytes = linksAfter[i].Rx - linksBefore[i].Rx, LinkTxBytes = linksAfter[i].Tx - linksBefore[i].Tx }).ToList();
             var cacheHosts = _topology.Hosts.Select((h, i) => new HostBytes($"{h.Address}:{CachePort}",
                 after[i].Output - before[i].Output, after[i].Used)).ToList();
 
@@ -176,7 +191,7 @@ public sealed class ClusterSession : IAsyncDisposable
 
             var samples = processes.Where(p => !p.HasExited).Select(p => ProcStats.Read(p.Name, p.Id)).Append(ProcStats.Self("driver")).ToList();
             var measured = nodes.Max(n => n.WallSeconds);
-            var limit = Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit);
+            var limit = fanout == "mpi" ? Limits.Fanout(stage.StoredBytes, RateMbit) : Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit);
             return new BenchRecord
             {
                 Kind = "cluster", Run = run, Config = config,
@@ -191,6 +206,83 @@ public sealed class ClusterSession : IAsyncDisposable
             try { Directory.Delete(Path.Combine(_scratch, run), recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
         }
     }
+
+    /// <summary>
+    /// mpiexec.openmpi in the root namespace, one rank per node namespace: Open MPI's rsh launcher is pointed at a script
+    /// that runs the daemon inside the namespace named as its host, and both its out-of-band channel and the TCP
+    /// transport are held to the cluster's subnet, so the exchange between ranks crosses the shaped veth links. The
+    /// clock starts as mpiexec is started; a node's time is when its rank's line arrived.
+    /// </summary>
+    private async Task<List<NodeTime>> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
+        string pipePattern, string run, CancellationToken ct)
+    {
+        var agent = Path.Combine(_scratch, "netns-rsh");
+        if (!File.Exists(agent) && !OperatingSystem.IsWindows())
+        {
+            // Every namespace also gets a host name of its own (a UTS namespace): otherwise all daemons carry the
+            // machine's name, the same as mpiexec's, and Open MPI 4.1's daemons now and then crashed at start-up.
+            File.WriteAllText(agent, "#!/bin/sh\n# Open MPI's rsh agent: $1 is the host, here a network namespace; the rest is what ssh would hand a shell.\n" +
+                                     "host=$1; shift\nexec ip netns exec \"$host\" unshare --uts sh -c \"hostname $host; $*\"\n");
+            File.SetUnixFileMode(agent, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute | UnixFileMode.GroupRead |
+                                        UnixFileMode.GroupExecute | UnixFileMode.OtherRead | UnixFileMode.OtherExecute);
+        }
+        string[] launcher =
+        [
+            "mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", Nodes.ToString(System.Globalization.CultureInfo.InvariantCulture),
+            "--host", string.Join(",", _topology.Nodes.Select(n => n.Namespace)), "--map-by", "node",
+            "--mca", "plm_rsh_agent", agent, "--mca", "oob_tcp_if_include", _topology.Subnet,
+            "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", _topology.Subnet, "--mca", "mpi_yield_when_idle", "1",
+            // The host names are namespace names no resolver knows: with 8 of them mpiexec spent 5 s trying to resolve
+            // them before launching anything (7: none).
+            "--mca", "if_base_do_not_resolve", "1",
+        ];
+        var start = Stopwatch.StartNew();
+        var mpi = Track(processes, ComponentProcess.Start("hpcdata",
+            ["nodeprep", "--fanout", "mpi", "--dataset", name, "--version", stage.Version, "--job", run, "--pipe", pipePattern,
+             "--cache-hosts", hostList, "--no-start", "--timeout", "20m"],
+            new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
+        // Lines are stamped as they arrive: the process keeps them, but not when each came.
+        var arrived = new Dictionary<string, double>();
+        var seen = 0;
+        var exited = mpi.WaitForExitAsync(TimeSpan.FromMinutes(20), ct);
+        while (true)
+        {
+            var done = exited.IsCompleted;
+            var lines = mpi.StandardOutput.ToList();
+            for (; seen < lines.Count; seen++)
+                if (lines[seen].StartsWith("node=", StringComparison.Ordinal)) arrived[lines[seen]] = start.Elapsed.TotalSeconds;
+            if (done) break;
+            await Task.WhenAny(exited, Task.Delay(10, ct));
+        }
+        var code = await exited;
+        var total = start.Elapsed.TotalSeconds;
+        if (code != 0 || arrived.Count != Nodes)
+            throw new InvalidOperationException($"mpiexec exited {code} with {arrived.Count} of {Nodes} ranks' lines:\n{mpi.StandardErrorTail}");
+        Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture, $"  mpiexec: every rank's line by {arrived.Values.Max():0.00} s, exited at {total:0.00} s"));
+        var nodes = arrived.Select(a =>
+        {
+            var f = a.Key.Split(' ', StringSplitOptions.RemoveEmptyEntries).Select(kv => kv.Split('=', 2)).Where(kv => kv.Length == 2).ToDictionary(kv => kv[0], kv => kv[1]);
+            if (f.GetValueOrDefault("fanout") != "mpi") throw new InvalidDataException($"a rank did not take part in the fan-out: {a.Key}");
+            if (f["version"] != stage.Version || long.Parse(f["bytes"], System.Globalization.CultureInfo.InvariantCulture) != stage.RawBytes)
+                throw new InvalidDataException($"a rank reported another copy: {a.Key}");
+            var own = double.Parse(f["seconds"], System.Globalization.CultureInfo.InvariantCulture);
+            return new NodeTime(f["node"], a.Value, own, stage.RawBytes, f.GetValueOrDefault("source"),
+                LaunchSeconds: Math.Max(0, a.Value - own), ExchangeSeconds: double.Parse(f["exchange-seconds"], System.Globalization.CultureInfo.InvariantCulture));
+        }).ToList();
+        // In node order, so the link counters (read per namespace, in order) line up with them.
+        var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
+        if (!order.Order().SequenceEqual(nodes.Select(n => n.Node).Order()))
+            throw new InvalidDataException($"ranks reported nodes {string.Join(",", nodes.Select(n => n.Node))}");
+        return [.. nodes.OrderBy(n => order.IndexOf(n.Node))];
+    }
+
+    /// <summary>Bytes received and sent so far by every node namespace's own interface (its end of the shaped veth).</summary>
+    private List<(long Rx, long Tx)> LinkCounters() => _topology.Nodes.Select(n =>
+    {
+        using var doc = JsonDocument.Parse(Shell.Check("ip", "-n", n.Namespace, "-s", "-j", "link", "show", "dev", "eth0"));
+        var stats = doc.RootElement[0].GetProperty("stats64");
+        return (stats.GetProperty("rx").GetProperty("bytes").GetInt64(), stats.GetProperty("tx").GetProperty("bytes").GetInt64());
+    }).ToList();
 
     private async Task<List<WorkerTime>> RunWorkersAsync(List<ComponentProcess> processes, string name, List<string> pipes, int perNode, string mode, CancellationToken ct)
     {

@@ -23,6 +23,8 @@ public sealed partial class Topology
     public int Instance { get; }
     public string Bridge { get; }
     public string BridgeAddress { get; }
+    /// <summary>The cluster's whole address block (bridge, hosts and nodes), e.g. for an MPI library's interface selection.</summary>
+    public string Subnet => $"198.18.{4 * Instance}.0{Mask}";
     public IReadOnlyList<Member> Hosts { get; }
     public IReadOnlyList<Member> Nodes { get; }
     public int RateMbit { get; }

@@ -46,6 +46,11 @@ public sealed class BenchClusterOptions
     [Option("warm-agents", HelpText = "Let every agent fetch a tiny dataset before the clock starts (a long-running daemon rather than a fresh process).")]
     public bool WarmAgents { get; set; }
 
+    [Option("fanout", Default = "none", HelpText = "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
+        "per node namespace (mpiexec.openmpi), the nodes sharing the fetching and passing the data on to each other. " +
+        "A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
+    public string Fanout { get; set; } = "none";
+
     [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
     public bool Calibrate { get; set; }
 
@@ -123,11 +128,16 @@ public static class BenchVerb
             if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
             if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
             if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
+            var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
+            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi"))) throw new FormatException("--fanout must be none, mpi or a list of them");
+            if (fanouts.Contains("mpi") && !Shell.Exists("mpiexec.openmpi"))
+                throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
             var size = ByteSize.Parse(o.Size);
             for (var run = 0; run < o.Repeat; run++)
-                Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
+                foreach (var fanout in fanouts)
+                    Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct));
@@ -191,8 +201,9 @@ public static class BenchVerb
                     if (h == hostCounts[0] && n > 1) Emit(o.Out, await session.CalibrateNeighbourAsync(calibrate, ct));
                 }
                 // Repetitions go round the whole cell list, so a slow spell of the machine does not land on one cell's every run.
-                var cells = from run in Enumerable.Range(0, o.Repeat) from s in sizes from c in compression select (s, c);
-                foreach (var (s, c) in cells)
+                var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+                var cells = from run in Enumerable.Range(0, o.Repeat) from s in sizes from c in compression from f in fanouts select (s, c, f);
+                foreach (var (s, c, f) in cells)
                 {
                     if (clock.Elapsed.TotalSeconds + Predict(s, c) > bound.TotalSeconds)
                     {
@@ -201,7 +212,7 @@ public static class BenchVerb
                     }
                     try
                     {
-                        Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode));
+                        Emit(o.Out, await session.RunClusterAsync(s, c, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, f));
                     }
                     catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException or InvalidDataException)
                     {
@@ -225,7 +236,7 @@ public static class BenchVerb
     private static void Emit(string dir, BenchRecord r)
     {
         BenchJson.Append(dir, r);
-        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}  ";
+        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}{(r.Config.Fanout is { } f ? " " + f : "")}  ";
         var nodes = r.Nodes.Select(x => x.WallSeconds).Order().ToList();
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +

@@ -95,6 +95,42 @@ public class ClusterSmokeTests
         }
     }
 
+    [Fact]
+    public async Task Mpi_fanout_run_is_recorded_with_the_cache_tier_sending_the_data_about_once_over_the_shaped_links()
+    {
+        if (!Shell.IsRoot || !Shell.Exists("mpiexec.openmpi")) return;
+        var dir = Path.Combine(Path.GetTempPath(), $"hcd-test-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        var instance = OwnInstance();
+        try
+        {
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(120), "bench", "cluster", "--nodes", "3", "--hosts", "1", "--size", "4MB",
+                "--data", "random", "--no-compress", "--fanout", "mpi", "--out", dir, "--instance", $"{instance}");
+            Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
+            Assert.Empty(Topology.Leftovers(instance));
+            using var run = JsonDocument.Parse(File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Single());
+            var r = run.RootElement;
+            Assert.Equal(("cluster", "mpi"), (r.GetProperty("kind").GetString(), r.GetProperty("config").GetProperty("fanout").GetString()));
+            var stored = r.GetProperty("dataset").GetProperty("storedBytes").GetInt64();
+            Assert.Equal(stored / (100e6 / 8), r.GetProperty("limitSeconds").GetDouble(), 6);
+            // Once, not three times, from the cache tier; every node's own shaped link received the whole dataset and
+            // passed part of it on: the exchange between ranks went over the veth links.
+            Assert.InRange(r.GetProperty("cacheHosts")[0].GetProperty("netOutputBytes").GetInt64(), stored, stored * 13 / 10);
+            var nodes = r.GetProperty("nodes").EnumerateArray().ToList();
+            Assert.Equal(["node1", "node2", "node3"], nodes.Select(n => n.GetProperty("node").GetString()));
+            Assert.All(nodes, n =>
+            {
+                Assert.True(n.GetProperty("wallSeconds").GetDouble() > 0);
+                Assert.InRange(n.GetProperty("linkRxBytes").GetInt64(), stored, stored * 13 / 10);
+                Assert.InRange(n.GetProperty("linkTxBytes").GetInt64(), stored / 2, stored * 13 / 10);
+            });
+        }
+        finally
+        {
+            if (Shell.IsRoot) Topology.Clean(instance);
+            try { Directory.Delete(dir, recursive: true); } catch (IOException) { }
+        }
+    }
+
     [Theory]
     [InlineData("red", 0, "use fifo or fq_codel")]
     [InlineData("fq_codel", 5, "cannot both be")]
