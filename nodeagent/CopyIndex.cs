@@ -62,15 +62,21 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     {
         lock (_lock)
         {
-            if (!_copies.TryGetValue(version, out var copy))
-            {
-                MakeRoom(manifest.RawLength);
-                copy = new LocalCopy(version, manifest) { LastAccess = DateTimeOffset.UtcNow, Recency = ++_clock };
-                _copies[version] = copy;
-            }
+            var copy = GetOrAdd(version, manifest, out _);
             copy.Fetching = true;
             return copy;
         }
+    }
+
+    /// <summary>The copy of a version, or a new one once the budget has room for it. Call under the lock.</summary>
+    private LocalCopy GetOrAdd(string version, Manifest manifest, out bool existed)
+    {
+        existed = _copies.TryGetValue(version, out var copy);
+        if (existed) return copy!;
+        MakeRoom(manifest.RawLength);
+        copy = new LocalCopy(version, manifest) { LastAccess = DateTimeOffset.UtcNow, Recency = ++_clock };
+        _copies[version] = copy;
+        return copy;
     }
 
     /// <summary>
@@ -82,13 +88,8 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     {
         lock (_lock)
         {
-            if (!_copies.TryGetValue(version, out var copy))
-            {
-                MakeRoom(manifest.RawLength);
-                copy = new LocalCopy(version, manifest) { LastAccess = DateTimeOffset.UtcNow, Recency = ++_clock };
-                _copies[version] = copy;
-            }
-            else Touch(copy);
+            var copy = GetOrAdd(version, manifest, out var existed);
+            if (existed) Touch(copy);
             copy.Ingesting = true;
             return copy;
         }

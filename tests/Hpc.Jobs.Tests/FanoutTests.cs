@@ -1,4 +1,3 @@
-using System.Text;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
@@ -13,13 +12,6 @@ namespace Hpc.Jobs.Tests;
 public sealed class FanoutTests
 {
     private static readonly TimeSpan Stall = TimeSpan.FromSeconds(20);
-
-    private static async Task<long> BytesSentAsync(CacheTierClient tier)
-    {
-        var info = await tier.ExecuteOnAllAsync("INFO"u8.ToArray(), []);
-        return info.Sum(r => long.Parse(Encoding.UTF8.GetString(r.Bulk!).Split("\r\n").First(l => l.StartsWith("total_net_output_bytes:"))
-            ["total_net_output_bytes:".Length..]));
-    }
 
     private static async Task<List<string>> StartAgentsAsync(Sandbox s, int n)
     {
@@ -45,7 +37,7 @@ public sealed class FanoutTests
         var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(6 << 20)), "risk/fan");
         var pipes = await StartAgentsAsync(s, 4);
         await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
-        var before = await BytesSentAsync(tier);
+        var before = await Sandbox.BytesSentAsync(tier);
 
         var ranks = InProcessRanks.Create(4);
         var summaries = await Task.WhenAll(ranks.Select(async r =>
@@ -53,7 +45,7 @@ public sealed class FanoutTests
             await using var node = new AgentIngest(pipes[r.Rank]);
             return await FanoutExchange.RunAsync(r, tier, node, "risk/fan", null, CancellationToken.None, Stall);
         })).WaitAsync(TimeSpan.FromSeconds(60));
-        var sent = await BytesSentAsync(tier) - before;
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
 
         Assert.All(summaries, x => Assert.Equal(staged.Version, x.Version));
         Assert.All(summaries, x => Assert.Equal((96, 0), (x.Accepted, x.Rejected)));   // 6 MB in 64 KB segments, each node took all
@@ -68,7 +60,7 @@ public sealed class FanoutTests
             Assert.Equal(6 << 20, copy.Length);
         }
         // The prefetch found every segment already on the node: the tier sent nothing more but the manifest.
-        Assert.InRange(await BytesSentAsync(tier) - before - sent, 0, 4 * (64 << 10));
+        Assert.InRange(await Sandbox.BytesSentAsync(tier) - before - sent, 0, 4 * (64 << 10));
     }
 
     [Fact]

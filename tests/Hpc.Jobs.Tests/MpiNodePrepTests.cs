@@ -1,4 +1,3 @@
-using System.Text;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
 
@@ -17,9 +16,6 @@ public sealed class MpiNodePrepTests
         ? ["mpiexec.hydra", "-n", "3"]
         : ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-n", "3"];
 
-    private static async Task<long> BytesSentAsync(CacheTierClient tier) =>
-        (await tier.ExecuteOnAllAsync("INFO"u8.ToArray(), [])).Sum(r => long.Parse(Encoding.UTF8.GetString(r.Bulk!).Split("\r\n")
-            .First(l => l.StartsWith("total_net_output_bytes:"))["total_net_output_bytes:".Length..]));
 
     [Theory]
     [MemberData(nameof(Launchers))]
@@ -29,7 +25,7 @@ public sealed class MpiNodePrepTests
         await s.StartCacheHostAsync();
         var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(8 << 20, seed: 11)), "risk/mpi");
         await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
-        var before = await BytesSentAsync(tier);
+        var before = await Sandbox.BytesSentAsync(tier);
         var pipe = s.NewPipe() + "r{rank}";
 
         await using var job = ComponentProcess.Start("hpcdata",
@@ -52,7 +48,7 @@ public sealed class MpiNodePrepTests
             Assert.Contains("job-7", copy.Pins);
         }
         // 8 MB to three nodes: each segment left the cache tier once, not three times.
-        var sent = await BytesSentAsync(tier) - before;
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
         Assert.InRange(sent, 8L << 20, (8L << 20) * 13 / 10);
     }
 

@@ -84,6 +84,11 @@ public sealed class Sandbox : IAsyncDisposable
         return await agent.StatusAsync();
     }
 
+    /// <summary>Bytes the cache hosts have sent so far, summed from their INFO (what a fan-out must keep near one copy).</summary>
+    public static async Task<long> BytesSentAsync(Hpc.CommonData.Cache.CacheTierClient tier) =>
+        (await tier.ExecuteOnAllAsync("INFO"u8.ToArray(), [])).Sum(r => long.Parse(System.Text.Encoding.UTF8.GetString(r.Bulk!).Split("\r\n")
+            .First(l => l.StartsWith("total_net_output_bytes:"))["total_net_output_bytes:".Length..]));
+
     public string WriteFile(string name, byte[] data)
     {
         var path = Path.Combine(Root, name);
