@@ -13,14 +13,24 @@ public readonly record struct Block(int Share, int First, int Count, long Stored
 /// </summary>
 public sealed class FanoutPlan
 {
-    /// <summary>About 1 MB: large enough that per-message costs vanish, small enough to pipeline a 16 MB dataset over 32 ranks.</summary>
-    public const int DefaultMaxBlockBytes = 1 << 20;
+    /// <summary>Blocks are at most 1 MB (per-message costs are long gone by then) ...</summary>
+    public const int LargestBlockBytes = 1 << 20;
 
-    public FanoutPlan(Manifest manifest, int ranks, int maxBlockBytes = DefaultMaxBlockBytes)
+    /// <summary>... and at least 128 KB, whatever the dataset and rank count.</summary>
+    public const int SmallestBlockBytes = 128 << 10;
+
+    /// <summary>Each share is cut into about this many blocks, so the pipeline fills and drains in a fraction of the whole.</summary>
+    public const int BlocksPerShare = 8;
+
+    /// <param name="maxBlockBytes">Default: a share's stored size over <see cref="BlocksPerShare"/>, within the bounds above.
+    /// The last block of the exchange crosses N−1 links one after another, each in a block's time; small blocks keep
+    /// that tail short at many ranks, large ones keep per-message costs small at few.</param>
+    public FanoutPlan(Manifest manifest, int ranks, int? maxBlockBytes = null)
     {
         if (ranks < 1) throw new ArgumentOutOfRangeException(nameof(ranks));
         Ranks = ranks;
-        MaxBlockBytes = Math.Max(maxBlockBytes, manifest.Segments.Count == 0 ? 1 : manifest.Segments.Max(s => s.StoredLength));
+        var block = maxBlockBytes ?? (int)Math.Clamp(manifest.StoredLength / ranks / BlocksPerShare, SmallestBlockBytes, LargestBlockBytes);
+        MaxBlockBytes = Math.Max(block, manifest.Segments.Count == 0 ? 1 : manifest.Segments.Max(s => s.StoredLength));
         var segments = manifest.Segments;
         var shares = new List<Block>[ranks];
         var total = manifest.StoredLength;

@@ -7,8 +7,8 @@ namespace Hpc.Jobs.Fanout;
 /// <summary>
 /// The ranks of an MPI job as an <see cref="IRankGroup"/>. Every MPI call — initialization included — runs on one
 /// thread of its own, so the library is only ever asked for single-threaded use, and the async exchange above never
-/// blocks in MPI: sends and receives are posted there and polled (MPI_Test) until they complete. The thread sleeps a
-/// little when nothing moved, so waiting ranks do not take a core from the node's agent.
+/// blocks in MPI: sends and receives are posted there and polled (MPI_Test) until they complete. The thread waits a
+/// millisecond for new work when nothing moved, so waiting ranks do not take a core from the node's agent.
 /// </summary>
 public sealed class MpiRankGroup : IRankGroup, IDisposable
 {
@@ -102,11 +102,10 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
             ready.SetException(e);
             return;
         }
-        var idle = 0;
         while (!_work.IsCompleted)
         {
+            while (_work.TryTake(out var action)) action();
             var moved = false;
-            while (_work.TryTake(out var action)) { action(); moved = true; }
             for (var i = _active.Count - 1; i >= 0; i--)
             {
                 var (request, done) = _active[i];
@@ -119,9 +118,9 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
                 _active.RemoveAt(i);
                 moved = true;
             }
-            idle = moved ? 0 : idle + 1;
-            if (idle > 200) Thread.Sleep(1);
-            else if (idle > 20) Thread.Yield();
+            // Nothing finished: wait for new work or the next poll. A millisecond is far shorter than a block takes on
+            // any link, and socket buffers carry the data meanwhile; spinning instead took a core from the node.
+            if (!moved && _work.TryTake(out var next, _active.Count == 0 ? 50 : 1)) next();
         }
     }
 
