@@ -112,15 +112,25 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
 
     /// <summary>
     /// Node prep as one MPI job on this machine, a rank per "node" (<c>mpiexec.hydra -n N</c>), each rank finding its
-    /// node's agent by rank. Returns one result per node, from the line each rank printed.
+    /// node's agent by rank. A rank that dies ends the whole MPI job (the launcher stops the others); the agents keep
+    /// every segment they verified, so each node without a result then runs a plain node prep, which fetches only what
+    /// is missing. Returns one result per node.
     /// </summary>
-    private static async Task<(int Code, string Stdout, string Stderr)[]> FanoutPrepAsync(JobSpec job, string jobId, string pipePrefix, CancellationToken ct)
+    private async Task<(int Code, string Stdout, string Stderr)[]> FanoutPrepAsync(JobSpec job, string jobId, string pipePrefix, CancellationToken ct)
     {
         var (code, stdout, stderr) = await RunHpcdataAsync([.. job.NodePrepArguments, "--job", jobId, "--pipe", pipePrefix + "{rank}"],
             JobEnvironment(job, jobId, pipePrefix + "{rank}"), ct, launcher: ["mpiexec.hydra", "-n", job.Nodes.ToString(System.Globalization.CultureInfo.InvariantCulture)]);
-        var lines = stdout.Split('\n').Where(l => l.StartsWith("node=", StringComparison.Ordinal)).ToList();
-        return Enumerable.Range(0, job.Nodes).Select(n =>
-            code == 0 && n < lines.Count ? (0, lines[n], "") : (code == 0 ? 1 : code, "", stderr)).ToArray();
+        var lines = stdout.Split('\n');
+        var results = Enumerable.Range(0, job.Nodes).Select(n =>
+            lines.FirstOrDefault(l => l.StartsWith($"node=node{n + 1} ", StringComparison.Ordinal)) is { } line ? (0, line, "") : (-1, "", "")).ToArray();
+        var missing = Enumerable.Range(0, job.Nodes).Where(n => results[n].Item1 != 0).ToList();
+        if (missing.Count == 0) return results;
+        ct.ThrowIfCancellationRequested();
+        output.WriteLine($"prestage: fan-out ended with exit {code} before {missing.Count} of {job.Nodes} node(s) were prepared; " +
+                         $"completing them by direct fetch{(stderr.Length > 0 ? $" ({stderr.Trim().Split('\n')[^1]})" : "")}");
+        var direct = await Task.WhenAll(missing.Select(n => RunHpcdataAsync(["nodeprep", "--job", jobId], JobEnvironment(job, jobId, pipePrefix + n), ct)));
+        for (var i = 0; i < missing.Count; i++) results[missing[i]] = direct[i];
+        return results;
     }
 
     private static async Task<(int Code, string Stdout, string Stderr)> RunHpcdataAsync(string[] args, IDictionary<string, string?> env, CancellationToken ct,

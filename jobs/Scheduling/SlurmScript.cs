@@ -50,7 +50,7 @@ public static class SlurmScript
             trap 'exit 130' INT
 
             # 1. Node preparation: every node fetches, pins and verifies the data before any service host starts.
-            srun {{perNode}} {{hpcdata}} {{string.Join(" ", job.NodePrepArguments)}} || { echo "hpcdata: node preparation failed" >&2; exit 1; }
+            {{NodePrep(job, perNode, hpcdata)}}
 
             # 2. Service hosts: {{job.HostsPerNode}} per node.
 
@@ -85,5 +85,18 @@ public static class SlurmScript
                 """);
         }
         return s.ToString();
+    }
+
+    /// <summary>
+    /// With the fan-out, a rank or node that drops out ends the whole MPI step; the agents keep every segment they
+    /// verified, so a plain node prep on every node then fetches only what is missing.
+    /// </summary>
+    private static string NodePrep(JobSpec job, string perNode, string hpcdata)
+    {
+        var direct = $"srun {perNode} {hpcdata} nodeprep";
+        return job.FanoutMpi
+            ? $"srun {perNode} {hpcdata} {string.Join(" ", job.NodePrepArguments)} || {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; " +
+              $"{direct} || {{ echo \"hpcdata: node preparation failed\" >&2; exit 1; }}; }}"
+            : $"{direct} || {{ echo \"hpcdata: node preparation failed\" >&2; exit 1; }}";
     }
 }

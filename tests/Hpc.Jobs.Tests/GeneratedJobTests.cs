@@ -43,6 +43,21 @@ public class GeneratedJobTests
     }
 
     [Fact]
+    public void Slurm_fanout_runs_node_prep_as_one_mpi_step_and_falls_back_to_a_direct_step_when_it_fails()
+    {
+        var script = SlurmScript.Generate(Batch with { FanoutMpi = true });
+        const string perNode = "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 hpcdata";
+        var line = Assert.Single(script.Split('\n'), l => l.StartsWith($"{perNode} nodeprep --fanout mpi", StringComparison.Ordinal));
+        Assert.Contains($"|| {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; {perNode} nodeprep ||", line);
+        Assert.EndsWith("exit 1; }; }", line);
+        var bash = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo("bash", ["-n"]) { RedirectStandardInput = true, RedirectStandardError = true })!;
+        bash.StandardInput.Write(script);
+        bash.StandardInput.Close();
+        bash.WaitForExit();
+        Assert.True(bash.ExitCode == 0, bash.StandardError.ReadToEnd());
+    }
+
+    [Fact]
     public void Arguments_with_shell_or_cmd_metacharacters_are_quoted()
     {
         var job = Batch with { Command = ["/bin/sh", "-c", "echo $HOME; rm -rf 'x'"] };

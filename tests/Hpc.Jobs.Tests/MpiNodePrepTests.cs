@@ -52,6 +52,47 @@ public sealed class MpiNodePrepTests
         Assert.InRange(sent, 8L << 20, (8L << 20) * 13 / 10);
     }
 
+    [Theory]
+    [MemberData(nameof(Launchers))]
+    public async Task A_rank_killed_mid_exchange_loses_no_verified_segment_and_a_plain_node_prep_completes_every_node(string launcher)
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const int size = 12 << 20;
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 17)), "risk/kill");
+        // A slow cache tier keeps the exchange going long enough to kill a rank in the middle of it.
+        await using var slowLink = new ThrottledRelay(s.HostList, 1 << 20);
+        var pipe = s.NewPipe() + "r";
+        string[] NodePrep(params string[] extra) =>
+            ["nodeprep", .. extra, "--dataset", "risk/kill", "--job", "job-k", "--cache-hosts", slowLink.Address];
+        var env = new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" };
+
+        await using var job = ComponentProcess.Start("hpcdata",
+            NodePrep("--fanout", "mpi", "--stall-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")),
+            env, name: "mpi nodeprep", launcher: Launcher(launcher));
+        var victim = await Sandbox.KillRankOnceTheExchangeMovesAsync("job-k", rank: 1, TimeSpan.FromSeconds(60));
+        Assert.True(victim > 0, "no rank was seen exchanging data");
+        var code = await job.WaitForExitAsync(TimeSpan.FromMinutes(2));
+
+        // What every node holds now was verified by its agent; the plain node prep the job runs next keeps it.
+        var kept = new int[3];
+        var segments = (int)Math.Ceiling(size / 65536.0);
+        for (var r = 0; r < 3; r++)
+            kept[r] = (await s.StatusAsync(pipe + r)).Copies.Where(c => c.Version == staged.Version).Sum(c => c.SegmentsDone);
+        Assert.True(kept.Sum() > 0, $"nothing kept after the kill (mpiexec exit {code})");
+        // The killed rank's node at least had not been given everything: the kill landed mid-exchange.
+        Assert.True(kept[1] < segments, $"node 1 was complete before its rank was killed ({string.Join(",", kept)} of {segments})");
+        for (var r = 0; r < 3; r++)
+        {
+            var direct = await s.HpcdataAsync([.. NodePrep("--pipe", pipe + r)], env, TimeSpan.FromMinutes(2));
+            Assert.True(direct.Code == 0, $"node {r}: {direct.Stderr}");
+            Assert.Contains($"version={staged.Version}", direct.Out);
+            if (kept[r] > 0) Assert.Matches("source=(resumed|local)", direct.Out);
+            var copy = Assert.Single((await s.StatusAsync(pipe + r)).Copies);
+            Assert.Equal(("complete", size), (copy.State, (int)copy.Length));
+        }
+    }
+
     [Fact]
     public async Task Without_an_mpi_launcher_node_prep_fetches_directly_and_says_so()
     {

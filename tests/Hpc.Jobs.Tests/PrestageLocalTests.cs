@@ -42,6 +42,28 @@ public class PrestageLocalTests
     }
 
     [Fact]
+    public async Task When_a_fanout_rank_dies_the_nodes_it_left_unprepared_are_completed_by_direct_fetch_and_the_job_runs()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const int size = 12 << 20;
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 23));
+        await s.StageAsync(data, "risk/die");
+        await using var slowLink = new ThrottledRelay(s.HostList, 1 << 20);
+        var prestage = s.StartHpcdata(["prestage", "risk/die", "--cache-hosts", slowLink.Address, "--nodes", "3", "--fanout", "mpi",
+            "--job-id", "job-die", "--", "/bin/sh", "-c", ShowEnvironment]);
+        Assert.True(await Sandbox.KillRankOnceTheExchangeMovesAsync("job-die", rank: 1, TimeSpan.FromSeconds(60)) > 0, "no rank was seen exchanging data");
+        var code = await prestage.WaitForExitAsync(TimeSpan.FromMinutes(3));
+        var output = string.Join("\n", prestage.StandardOutput);
+
+        Assert.True(code == 0, prestage.StandardErrorTail + output);
+        Assert.Contains("completing them by direct fetch", output);
+        Assert.Equal(3, prestage.StandardOutput.Count(l => l.Contains("nodeprep") && l.Contains("dataset=risk/die") && l.Contains($"bytes={size}")));
+        Assert.Equal(3, prestage.StandardOutput.Count(l => l.StartsWith("[node")));
+        Assert.Empty(Sandbox.ProcessesMentioning("job-die"));
+    }
+
+    [Fact]
     public async Task Unchanged_content_is_not_staged_again_and_a_failing_job_still_releases_its_nodes()
     {
         await using var s = new Sandbox();

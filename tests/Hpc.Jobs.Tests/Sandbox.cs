@@ -117,6 +117,51 @@ public sealed class Sandbox : IAsyncDisposable
         return found;
     }
 
+    /// <summary>
+    /// Waits until an MPI node prep whose command line mentions <paramref name="marker"/> has handed some node's agent
+    /// segments, then SIGKILLs the process of the given rank. Returns its pid, or 0 if nothing moved in time.
+    /// </summary>
+    public static async Task<int> KillRankOnceTheExchangeMovesAsync(string marker, int rank, TimeSpan limit)
+    {
+        var deadline = DateTime.UtcNow + limit;
+        while (DateTime.UtcNow < deadline)
+        {
+            foreach (var pid in ProcessesMentioning(marker))
+            {
+                string[] args, environ;
+                try
+                {
+                    args = File.ReadAllText($"/proc/{pid}/cmdline").Split('\0');
+                    environ = File.ReadAllText($"/proc/{pid}/environ").Split('\0');
+                }
+                catch (IOException) { continue; }
+                var at = Array.IndexOf(args, "--pipe");
+                if (!args.Contains("nodeprep") || at < 0 || at + 1 >= args.Length) continue;
+                if (!environ.Any(v => v == $"PMI_RANK={rank}" || v == $"OMPI_COMM_WORLD_RANK={rank}")) continue;
+                if (!await AnyAgentHasSegmentsAsync(args[at + 1])) continue;
+                System.Diagnostics.Process.GetProcessById(pid).Kill();
+                return pid;
+            }
+            await Task.Delay(50);
+        }
+        return 0;
+    }
+
+    private static async Task<bool> AnyAgentHasSegmentsAsync(string pipeTemplate)
+    {
+        for (var r = 0; r < 64; r++)
+        {
+            try
+            {
+                await using var agent = await Hpc.CommonData.Agent.AgentClient.ConnectAsync(pipeTemplate.Replace("{rank}", r.ToString()),
+                    TimeSpan.FromMilliseconds(200), CancellationToken.None);
+                if ((await agent.StatusAsync(CancellationToken.None)).Copies.Any(c => c.SegmentsDone > 0)) return true;
+            }
+            catch (Exception e) when (e is CommonDataException or TimeoutException or IOException) { return false; }
+        }
+        return false;
+    }
+
     public async ValueTask DisposeAsync()
     {
         await Task.WhenAll(_processes.Select(p => p.DisposeAsync().AsTask()));
