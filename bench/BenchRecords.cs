@@ -27,6 +27,8 @@ public sealed class BenchRecord
     public List<ProcStats.Sample>? Processes { get; set; }
     public List<WorkerTime>? Workers { get; set; }
     public MachineInfo? Machine { get; set; }
+    /// <summary>Share of all cores busy (user, system, interrupts) over the timed part: near 1, the emulator itself limited the run.</summary>
+    public double? MachineBusy { get; set; }
 }
 
 public sealed class RunConfig
@@ -54,7 +56,8 @@ public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes
 /// LaunchSeconds/ExchangeSeconds (fan-out runs): from the common start until the rank's process started its clock, and
 /// the rank's own exchange time as it reported it.</summary>
 public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null,
-    long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null);
+    long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null,
+    double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>

@@ -111,11 +111,11 @@ public sealed class ClusterSession : IAsyncDisposable
     /// <param name="warmAgents">Before the clock starts, every agent fetches a tiny dataset once, so the timed fetch
     /// measures a running daemon rather than a fresh process's JIT and first connections.</param>
     /// <param name="fanout">"none": every agent prefetches directly. "mpi": hpcdata nodeprep --fanout mpi runs as one Open
-    /// MPI rank per node namespace, each rank talking to its own node's agent.</param>
+    /// MPI rank per node namespace, each rank talking to its own node's agent; "mpich": the same under MPICH's hydra.</param>
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
         string fanout = "none")
     {
-        if (fanout is not ("none" or "mpi")) throw new ArgumentException($"fan-out '{fanout}': use none or mpi");
+        if (fanout is not ("none" or "mpi" or "mpich")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi or mpich");
         var config = Config(size, compress, workers, data);
         config.WarmAgents = warmAgents;
         if (fanout != "none") config.Fanout = fanout;
@@ -159,11 +159,12 @@ public sealed class ClusterSession : IAsyncDisposable
             if (warmAgents) await Task.WhenAll(clients.Select(c => c.PrefetchAsync(warmName, null, pin: null, ct)));
             var before = await InfoAsync(ct);
             var linksBefore = LinkCounters();
+            var (busyBefore, timed) = (CpuClock.MachineBusySeconds(), Stopwatch.StartNew());
             List<NodeTime> nodes;
             try
             {
-                if (fanout == "mpi")
-                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, ct);
+                if (fanout != "none")
+                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct);
                 else
                 {
                 // Every connection is open before the clock starts, so the start is common to all nodes.
@@ -181,6 +182,7 @@ public sealed class ClusterSession : IAsyncDisposable
             {
                 foreach (var c in clients) await c.DisposeAsync();
             }
+            var machineBusy = (CpuClock.MachineBusySeconds() - busyBefore) / (timed.Elapsed.TotalSeconds * Environment.ProcessorCount);
             var after = await InfoAsync(ct);
             var linksAfter = LinkCounters();
             nodes = nodes.Select((n, i) => n with { LinkRxBytes = linksAfter[i].Rx - linksBefore[i].Rx, LinkTxBytes = linksAfter[i].Tx - linksBefore[i].Tx }).ToList();
@@ -191,13 +193,14 @@ public sealed class ClusterSession : IAsyncDisposable
 
             var samples = processes.Where(p => !p.HasExited).Select(p => ProcStats.Read(p.Name, p.Id)).Append(ProcStats.Self("driver")).ToList();
             var measured = nodes.Max(n => n.WallSeconds);
-            var limit = fanout == "mpi" ? Limits.Fanout(stage.StoredBytes, RateMbit) : Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit);
+            var limit = fanout != "none" ? Limits.Fanout(stage.StoredBytes, RateMbit) : Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit);
             return new BenchRecord
             {
                 Kind = "cluster", Run = run, Config = config,
                 Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
                 LimitSeconds = limit, MeasuredSeconds = measured, Efficiency = limit / measured,
                 Nodes = nodes, CacheHosts = cacheHosts, Processes = samples, Workers = workerTimes, Machine = BenchJson.Machine(),
+                MachineBusy = double.IsFinite(machineBusy) ? Math.Round(machineBusy, 3) : null,
             };
         }
         finally
@@ -214,7 +217,7 @@ public sealed class ClusterSession : IAsyncDisposable
     /// clock starts as mpiexec is started; a node's time is when its rank's line arrived.
     /// </summary>
     private async Task<List<NodeTime>> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
-        string pipePattern, string run, CancellationToken ct)
+        string pipePattern, string run, bool mpich, CancellationToken ct)
     {
         var agent = Path.Combine(_scratch, "netns-rsh");
         if (!File.Exists(agent) && !OperatingSystem.IsWindows())
@@ -226,16 +229,27 @@ public sealed class ClusterSession : IAsyncDisposable
             File.SetUnixFileMode(agent, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute | UnixFileMode.GroupRead |
                                         UnixFileMode.GroupExecute | UnixFileMode.OtherRead | UnixFileMode.OtherExecute);
         }
-        string[] launcher =
-        [
-            "mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", Nodes.ToString(System.Globalization.CultureInfo.InvariantCulture),
-            "--host", string.Join(",", _topology.Nodes.Select(n => n.Namespace)), "--map-by", "node",
-            "--mca", "plm_rsh_agent", agent, "--mca", "oob_tcp_if_include", _topology.Subnet,
-            "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", _topology.Subnet, "--mca", "mpi_yield_when_idle", "1",
-            // The host names are namespace names no resolver knows: with 8 of them mpiexec spent 5 s trying to resolve
-            // them before launching anything (7: none).
-            "--mca", "if_base_do_not_resolve", "1",
-        ];
+        var hosts = string.Join(",", _topology.Nodes.Select(n => n.Namespace));
+        var count = Nodes.ToString(System.Globalization.CultureInfo.InvariantCulture);
+        string[] launcher = mpich
+            ?
+            [
+                // Hydra starts a proxy per host through the same agent; the proxies call back to mpiexec at the bridge's
+                // address (the root namespace's side of the cluster). UCX is kept to TCP on the namespace's own link:
+                // its shared-memory transports would carry the exchange past the shaped links, all ranks being on one machine.
+                "mpiexec.hydra", "-launcher", "rsh", "-launcher-exec", agent, "-hosts", hosts, "-n", count, "-ppn", "1",
+                "-localhost", _topology.BridgeAddress, "-genv", "UCX_TLS", "tcp,self", "-genv", "UCX_NET_DEVICES", "eth0",
+            ]
+            :
+            [
+                "mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", count,
+                "--host", hosts, "--map-by", "node",
+                "--mca", "plm_rsh_agent", agent, "--mca", "oob_tcp_if_include", _topology.Subnet,
+                "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", _topology.Subnet, "--mca", "mpi_yield_when_idle", "1",
+                // The host names are namespace names no resolver knows: with 8 of them mpiexec spent 5 s trying to resolve
+                // them before launching anything (7: none).
+                "--mca", "if_base_do_not_resolve", "1",
+            ];
         var start = Stopwatch.StartNew();
         var mpi = Track(processes, ComponentProcess.Start("hpcdata",
             ["nodeprep", "--fanout", "mpi", "--dataset", name, "--version", stage.Version, "--job", run, "--pipe", pipePattern,
@@ -266,8 +280,10 @@ public sealed class ClusterSession : IAsyncDisposable
             if (f["version"] != stage.Version || long.Parse(f["bytes"], System.Globalization.CultureInfo.InvariantCulture) != stage.RawBytes)
                 throw new InvalidDataException($"a rank reported another copy: {a.Key}");
             var own = double.Parse(f["seconds"], System.Globalization.CultureInfo.InvariantCulture);
+            double? Seconds(string key) => f.TryGetValue(key, out var v) ? double.Parse(v, System.Globalization.CultureInfo.InvariantCulture) : null;
             return new NodeTime(f["node"], a.Value, own, stage.RawBytes, f.GetValueOrDefault("source"),
-                LaunchSeconds: Math.Max(0, a.Value - own), ExchangeSeconds: double.Parse(f["exchange-seconds"], System.Globalization.CultureInfo.InvariantCulture));
+                LaunchSeconds: Math.Max(0, a.Value - own), ExchangeSeconds: Seconds("exchange-seconds"),
+                RingSeconds: Seconds("ring-seconds"), PublishSeconds: Seconds("publish-seconds"), RankCpuSeconds: Seconds("cpu-seconds"));
         }).ToList();
         // In node order, so the link counters (read per namespace, in order) line up with them.
         var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();

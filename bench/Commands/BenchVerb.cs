@@ -48,7 +48,7 @@ public sealed class BenchClusterOptions
 
     [Option("fanout", Default = "none", HelpText = "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
         "per node namespace (mpiexec.openmpi), the nodes sharing the fetching and passing the data on to each other. " +
-        "A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
+        "mpich: the same under MPICH (mpiexec.hydra). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
     public string Fanout { get; set; } = "none";
 
     [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
@@ -129,9 +129,11 @@ public static class BenchVerb
             if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
             if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
             var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
-            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi"))) throw new FormatException("--fanout must be none, mpi or a list of them");
+            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich"))) throw new FormatException("--fanout must be none, mpi, mpich or a list of them");
             if (fanouts.Contains("mpi") && !Shell.Exists("mpiexec.openmpi"))
                 throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
+            if (fanouts.Contains("mpich") && !Shell.Exists("mpiexec.hydra"))
+                throw new BenchRefusedException("--fanout mpich needs MPICH's mpiexec.hydra (apt-get install mpich)", 2);
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
             var size = ByteSize.Parse(o.Size);

@@ -29,8 +29,8 @@ public static class ReportMain
             var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
-            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Calibrations, report.Attaches, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
-            return report.Cells.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
+            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Fanouts, report.Calibrations, report.Attaches, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
+            return report.Cells.Count + report.Fanouts.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
@@ -48,7 +48,16 @@ public static class ReportMain
     public sealed record Calibration(string Pattern, int Nodes, int Hosts, long Bytes, int RateMbit, double MeasuredSeconds, double LimitSeconds, double Efficiency,
         double NodeMin, double NodeMax);
 
-    public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches);
+    public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches, List<FanoutCell> Fanouts);
+
+    /// <summary>
+    /// A fan-out configuration (nodeprep --fanout mpi) beside direct fetch with the same N, H, size and rate (medians over
+    /// runs). LimitSeconds is S_stored/B; HostShare the bytes each cache host sent over S_stored/H (1 = each byte once);
+    /// NodeRx/NodeTx the median node's eth0 bytes over S_stored.
+    /// </summary>
+    public sealed record FanoutCell(string Mpi, int Nodes, int Hosts, long SizeBytes, long StoredBytes, bool Compress, int RateMbit, int Runs, double MeasuredSeconds,
+        double MeasuredMin, double MeasuredMax, double LimitSeconds, double LaunchSeconds, double HostShare, double NodeRx, double NodeTx,
+        double? DirectSeconds, double? DirectLimitSeconds, double? DirectHostShare, double? NeighbourEfficiency, double MachineBusy = double.NaN);
 
     /// <summary>Workers attaching a node's copy, the shape of the reference's core-allocation table. SlowestSeconds: the
     /// median over runs of each run's slowest worker from the common start to a verified copy (NaN when not timed);
@@ -94,8 +103,31 @@ public static class ReportMain
                     g.Count(), Median(slowest), g.Key.RateMbit);
             })
             .OrderBy(a => a.RateMbit).ThenBy(a => a.SizeBytes).ThenBy(a => a.Mode).ThenBy(a => a.PerNode).ToList();
-        return new Report(cells, calibrations, skipped, attaches);
+        return new Report(cells, calibrations, skipped, attaches, FanoutCells(data, cells, calibrations));
     }
+
+    private static List<FanoutCell> FanoutCells(ResultReader.Data data, List<Cell> direct, List<Calibration> calibrations) =>
+        data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is ("mpi" or "mpich") && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
+            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.Fanout))
+            .Select(g =>
+            {
+                var runs = g.ToList();
+                var stored = runs[^1].Dataset?.StoredBytes ?? g.Key.SizeBytes;
+                var perHost = (double)stored / g.Key.Hosts;
+                var d = direct.FirstOrDefault(c => (c.Nodes, c.Hosts, c.SizeBytes, c.Compress, c.RateMbit) == (g.Key.Nodes, g.Key.Hosts, g.Key.SizeBytes, g.Key.Compress, g.Key.RateMbit)
+                    && !c.WarmAgents && c.HostQueue is null);
+                var neighbour = calibrations.Where(c => c.Pattern == "neighbour" && c.Nodes == g.Key.Nodes && c.RateMbit == g.Key.RateMbit).Select(c => c.Efficiency).ToList();
+                double Share(IEnumerable<HostBytes> hosts) => Median(hosts.Select(h => h.NetOutputBytes / perHost));
+                return new FanoutCell(g.Key.Fanout == "mpich" ? "MPICH" : "Open MPI", g.Key.Nodes, g.Key.Hosts, g.Key.SizeBytes, stored, g.Key.Compress, g.Key.RateMbit, runs.Count,
+                    Median(runs.Select(r => r.MeasuredSeconds)), runs.Min(r => r.MeasuredSeconds), runs.Max(r => r.MeasuredSeconds), Median(runs.Select(r => r.LimitSeconds)),
+                    Median(runs.SelectMany(r => r.Nodes).Select(n => n.LaunchSeconds ?? double.NaN)),
+                    Share(runs.SelectMany(r => r.CacheHosts ?? [])),
+                    Median(runs.SelectMany(r => r.Nodes).Select(n => (n.LinkRxBytes ?? double.NaN) / stored)),
+                    Median(runs.SelectMany(r => r.Nodes).Select(n => (n.LinkTxBytes ?? double.NaN) / stored)),
+                    d?.MeasuredSeconds, d?.LimitSeconds, d is null ? null : Share(d.CacheHosts), neighbour.Count == 0 ? null : Median(neighbour),
+                    Median(runs.Select(r => r.MachineBusy ?? double.NaN)));
+            })
+            .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ThenByDescending(c => c.Mpi).ToList();
 
 
     private static string F(double v, string format = "0.00") => double.IsFinite(v) ? v.ToString(format, CultureInfo.InvariantCulture) : "–";
@@ -108,6 +140,7 @@ public static class ReportMain
         var inv = CultureInfo.InvariantCulture;
         sb.AppendLine("# HPC Common Data — throughput report").AppendLine();
         sb.AppendLine($"{data.Lines} lines from {string.Join(", ", data.Files.Select(Path.GetFileName))}: {r.Cells.Sum(c => c.Runs)} cluster runs in {r.Cells.Count} configurations, " +
+                           (r.Fanouts.Count > 0 ? $"{r.Fanouts.Sum(c => c.Runs)} fan-out runs in {r.Fanouts.Count}, " : "") +
                            $"{r.Calibrations.Count} calibrations, {r.Skipped.Count} skipped" +
                            (data.Unreadable > 0 ? $", {data.Unreadable} unreadable (truncated or malformed) lines ignored" : "") +
                            (data.UnknownKinds > 0 ? $", {data.UnknownKinds} lines of other kinds ignored" : "") + ".").AppendLine();
@@ -149,6 +182,24 @@ public static class ReportMain
             foreach (var (lz4, raw) in pairs.OrderBy(p => p.lz4.SizeBytes).ThenBy(p => p.lz4.Hosts).ThenBy(p => p.lz4.Nodes))
                 sb.AppendLine($"| {lz4.Nodes} | {lz4.Hosts} | {ByteSize.Format(lz4.SizeBytes)} | {P((double)lz4.StoredBytes / Math.Max(1, lz4.RawBytes))} | " +
                               $"{F(raw!.MeasuredSeconds)} | {F(lz4.MeasuredSeconds)} | {P(1 - lz4.MeasuredSeconds / raw.MeasuredSeconds)} |");
+            sb.AppendLine();
+        }
+
+        if (r.Fanouts.Count > 0)
+        {
+            sb.AppendLine("## Fan-out between nodes (nodeprep --fanout mpi) beside direct fetch").AppendLine();
+            sb.AppendLine("Fan-out: from mpiexec starting (so with the MPI launch) until the last rank's copy was verified; its limit is S_stored/B, " +
+                          "whatever N is. Direct: every agent fetching from the cache hosts, limit N·S_stored/(H·B). Bytes per cache host are given " +
+                          "as multiples of S_stored/H (1 = the cache tier sent each byte once); node rx/tx are the median node's link bytes over S_stored. " +
+                          "Neighbour: the plain-TCP calibration of every node sending to the next at once, what this machine's links carry in that pattern. " +
+                          "Cores busy: the machine's CPU over the fan-out's timed part; near 100%, the emulator's 2 cores rather than the links set the time.").AppendLine();
+            sb.AppendLine("| rate | size | stored | H | N | MPI | runs | fan-out s | × S/B | launch s | direct s | × its limit | fan-out / direct | bytes per cache host, fan-out → direct | node rx / tx | neighbour TCP efficiency | cores busy |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            foreach (var c in r.Fanouts)
+                sb.AppendLine($"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {ByteSize.Format(c.StoredBytes)} | {c.Hosts} | {c.Nodes} | {c.Mpi} | {c.Runs} | " +
+                              $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.MeasuredSeconds / c.LimitSeconds)} | {F(c.LaunchSeconds)} | " +
+                              $"{F(c.DirectSeconds ?? double.NaN)} | {F((c.DirectSeconds ?? double.NaN) / (c.DirectLimitSeconds ?? double.NaN))} | {F(c.MeasuredSeconds / (c.DirectSeconds ?? double.NaN))} | " +
+                              $"{F(c.HostShare)} → {F(c.DirectHostShare ?? double.NaN)} | {F(c.NodeRx)} / {F(c.NodeTx)} | {P(c.NeighbourEfficiency ?? double.NaN)} | {P(c.MachineBusy)} |");
             sb.AppendLine();
         }
 

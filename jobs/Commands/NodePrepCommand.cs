@@ -105,7 +105,7 @@ public static class NodePrepCommand
                 {
                     var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
-                    fanout = $" fanout=mpi ranks={summary.Ranks} exchange-seconds={summary.Seconds:0.000} fetched-bytes={summary.Ring.BytesFetched} " +
+                    fanout = $" fanout=mpi ranks={summary.Ranks} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
                 catch (Exception e) when (!cancel.IsCancellationRequested)
@@ -119,8 +119,11 @@ public static class NodePrepCommand
             // Fetch without the pin first: if we are cancelled mid-fetch, the agent finishes the fetch on its own
             // and no pin is left behind. Pinning an already-local copy takes milliseconds.
             LocalDataset fetched;
+            var fetchStart = clock.Elapsed;
             using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name))
                 fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
+            if (ranks is not null)
+                fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} cpu-seconds={Environment.CpuUsage.TotalTime.TotalSeconds:0.000}";
             pinned = true;
             var local = await agent.PrefetchAsync(name, fetched.Version, pin: job, CancellationToken.None);
             cancel.Token.ThrowIfCancellationRequested();

@@ -53,13 +53,22 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     /// </summary>
     public void Abandon() => _abandoned = true;
 
+    /// <summary>How long the closing barrier and MPI_Finalize may take before the process leaves them behind.</summary>
+    public static readonly TimeSpan FinalizeLimit = TimeSpan.FromSeconds(5);
+
     public void Dispose()
     {
         if (!_abandoned)
         {
             try
             {
-                RunAsync(() => { _world!.Barrier(); _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(TimeSpan.FromMinutes(1));
+                // Every rank is done with the exchange by now, so nothing is lost if finalizing never returns: MPICH
+                // 4.0 over UCX's TCP transport hung in MPI_Finalize (UCX stops progressing TCP endpoints before it
+                // flushes them) with three ranks or more on separate hosts.
+                var finished = RunAsync(() => { _world!.Barrier(); _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeLimit);
+                if (!finished)
+                    Console.Error.WriteLine($"hpcdata nodeprep: MPI_Finalize did not return within {FinalizeLimit.TotalSeconds:0} s ({Implementation}); " +
+                                            "the exchange had ended, leaving it behind");
             }
             catch (AggregateException) { }
         }

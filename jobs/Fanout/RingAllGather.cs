@@ -18,7 +18,7 @@ public interface IRingLink
 }
 
 /// <summary>What the exchange did on one rank.</summary>
-public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent);
+public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -55,6 +55,7 @@ public static class RingAllGather
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null)
     {
+        var clock = System.Diagnostics.Stopwatch.StartNew();
         var rank = link.Rank;
         var right = (rank + 1) % plan.Ranks;
         var size = plan.MaxMessageBytes;
@@ -175,7 +176,7 @@ public static class RingAllGather
             seen = now;
         }
         await all;
-        return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes);
+        return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds);
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
         async Task Guard(Task task)

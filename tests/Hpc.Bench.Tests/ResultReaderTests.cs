@@ -58,6 +58,27 @@ public class ResultReaderTests
     }
 
     [Fact]
+    public void Fanout_runs_get_their_own_section_beside_direct_fetch_with_the_bytes_each_cache_host_sent()
+    {
+        // N = 2, H = 1, 6 MB stored at 100 Mbit/s: S/B = 0.48 s. Direct sent 2·S from the host, the fan-out 1·S.
+        var fanout = Cluster.Replace("\"compress\":true", "\"compress\":true,\"fanout\":\"mpi\"").Replace("\"limitSeconds\":0.96", "\"limitSeconds\":0.48")
+            .Replace("\"measuredSeconds\":1.2", "\"measuredSeconds\":0.6").Replace("\"netOutputBytes\":12000000", "\"netOutputBytes\":6000000")
+            .Replace("\"bytes\":16777216}", "\"bytes\":16777216,\"linkRxBytes\":6000000,\"linkTxBytes\":3000000,\"launchSeconds\":0.2}");
+        const string neighbour = """{"kind":"calibration","pattern":"neighbour","config":{"nodes":2,"hosts":1,"sizeBytes":4194304,"rateMbit":100,"data":"tcp"},"limitSeconds":0.34,"measuredSeconds":0.4,"efficiency":0.85,"nodes":[{"node":"node1","wallSeconds":0.4,"fetchSeconds":0.4,"bytes":4194304}]}""";
+        var data = ResultReader.ReadLines([Cluster, fanout, neighbour]);
+        var report = ReportMain.Build(data);
+
+        var direct = Assert.Single(report.Cells);
+        Assert.Equal(1.2, direct.MeasuredSeconds);
+        var f = Assert.Single(report.Fanouts);
+        Assert.Equal((0.6, 0.48, 1.0, 2.0), (f.MeasuredSeconds, f.LimitSeconds, f.HostShare, f.DirectHostShare));
+        Assert.Equal((1.0, 0.5, 0.2, 0.85), (f.NodeRx, f.NodeTx, f.LaunchSeconds, f.NeighbourEfficiency));
+        var md = ReportMain.Markdown(data, report, []);
+        Assert.Contains("## Fan-out between nodes", md);
+        Assert.True(md.Contains("| 100 Mbit/s | 16 MB | 5.72 MB | 1 | 2 | Open MPI | 1 | 0.60 | 1.25 | 0.20 | 1.20 | 1.25 | 0.50 | 1.00 → 2.00 | 1.00 / 0.50 | 85% | – |"), md);
+    }
+
+    [Fact]
     public void Repeated_runs_of_one_configuration_become_one_cell_with_their_median_and_range()
     {
         string Run(double seconds) => Cluster.Replace("\"measuredSeconds\":1.2", $"\"measuredSeconds\":{seconds}");
