@@ -20,6 +20,7 @@ public static class InProcessRing
     {
         public int Rank => rank;
         public int Size => size;
+        public int SendWindow => 4;
 
         public async Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => await output.Writer.WriteAsync(message.ToArray(), ct);
 

@@ -6,13 +6,15 @@ namespace Hpc.Jobs.Fanout;
 /// <summary>
 /// One rank's link in the ring: messages go to the right neighbour and come from the left one, in order. Sends
 /// complete when the buffer may be reused; a receive fills a buffer of <see cref="FanoutPlan.MaxMessageBytes"/>. Up to
-/// <see cref="RingAllGather.SendWindow"/> sends and <see cref="RingAllGather.ReceiveWindow"/> receives may be
-/// outstanding at once; messages are sent and receives matched in the order of the calls.
+/// <see cref="SendWindow"/> sends and <see cref="RingAllGather.ReceiveWindow"/> receives may be outstanding at once;
+/// messages are sent and receives matched in the order of the calls.
 /// </summary>
 public interface IRingLink
 {
     int Rank { get; }
     int Size { get; }
+    /// <summary>Sends this link may have in flight at once (1 or more); receives are always posted <see cref="RingAllGather.ReceiveWindow"/> deep.</summary>
+    int SendWindow { get; }
     Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct);
     Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct);
 }
@@ -42,11 +44,6 @@ public static class RingAllGather
     /// <summary>Receives kept posted on each link.</summary>
     public const int ReceiveWindow = 4;
 
-    /// <summary>
-    /// Sends in flight on each link. One: with more, MPICH 4.0.2 (ch4:ucx) now and then never delivered the last
-    /// messages of a run, while four showed no gain under Open MPI on the shaped links.
-    /// </summary>
-    public const int SendWindow = 1;
 
     /// <param name="fetch">Fills a message with one of this rank's own blocks (header and records) and returns its length.</param>
     /// <param name="deliver">Hands one block message to this node (the agent); called in order of arrival, one at a time.</param>
@@ -125,10 +122,13 @@ public static class RingAllGather
         async Task SendAll(Task producers)
         {
             _ = producers.ContinueWith(_ => outgoing.Writer.TryComplete(), TaskScheduler.Default);
+            // More than one send in flight hides the round trip with which a large message starts (its receiver's
+            // go-ahead waits behind the data queued on the receiver's own uplink).
+            var window = Math.Max(1, link.SendWindow);
             var inFlight = new Queue<(Message Message, Task Sent)>();
             await foreach (var m in outgoing.Reader.ReadAllAsync(token))
             {
-                if (inFlight.Count == SendWindow) await Sent(inFlight.Dequeue());
+                if (inFlight.Count == window) await Sent(inFlight.Dequeue());
                 inFlight.Enqueue((m, link.SendAsync(m.Buffer[..m.Length], token)));
             }
             while (inFlight.Count > 0) await Sent(inFlight.Dequeue());
