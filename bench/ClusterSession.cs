@@ -264,14 +264,18 @@ public sealed class ClusterSession : IAsyncDisposable
             var done = exited.IsCompleted;
             var lines = mpi.StandardOutput.ToList();
             for (; seen < lines.Count; seen++)
-                if (lines[seen].StartsWith("node=", StringComparison.Ordinal)) arrived[lines[seen]] = start.Elapsed.TotalSeconds;
+                // With 32 ranks Open MPI's output forwarding once ran two ranks' lines together: split them apart.
+                foreach (var line in System.Text.RegularExpressions.Regex.Split(lines[seen], @"(?=node=\S+ dataset=)"))
+                    if (line.StartsWith("node=", StringComparison.Ordinal)) arrived[line.TrimEnd()] = start.Elapsed.TotalSeconds;
             if (done) break;
             await Task.WhenAny(exited, Task.Delay(10, ct));
         }
         var code = await exited;
         var total = start.Elapsed.TotalSeconds;
         if (code != 0 || arrived.Count != Nodes)
-            throw new InvalidOperationException($"mpiexec exited {code} with {arrived.Count} of {Nodes} ranks' lines:\n{mpi.StandardErrorTail}");
+            throw new InvalidOperationException($"mpiexec exited {code} with {arrived.Count} of {Nodes} ranks' lines " +
+                $"({string.Join(",", arrived.Keys.Select(k => k.Split(' ')[0][5..]).Order())}); other output: " +
+                $"{string.Join(" | ", mpi.StandardOutput.Where(l => !l.StartsWith("node=", StringComparison.Ordinal)).TakeLast(5))}\n{mpi.StandardErrorTail}");
         Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture, $"  mpiexec: every rank's line by {arrived.Values.Max():0.00} s, exited at {total:0.00} s"));
         var nodes = arrived.Select(a =>
         {

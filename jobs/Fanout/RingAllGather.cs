@@ -123,24 +123,31 @@ public static class RingAllGather
         {
             _ = producers.ContinueWith(_ => outgoing.Writer.TryComplete(), TaskScheduler.Default);
             // More than one send in flight hides the round trip with which a large message starts (its receiver's
-            // go-ahead waits behind the data queued on the receiver's own uplink).
-            var window = Math.Max(1, link.SendWindow);
-            var inFlight = new Queue<(Message Message, Task Sent)>();
+            // go-ahead waits behind the data queued on the receiver's own uplink). Each send is accounted for as soon
+            // as it completes, not when the next message comes: an own block's fetch slot must come back even when
+            // nothing else is queued, or the fetch that would queue the next block waits for ever.
+            using var window = new SemaphoreSlim(Math.Max(1, link.SendWindow));
+            var inFlight = new List<Task>();
             await foreach (var m in outgoing.Reader.ReadAllAsync(token))
             {
-                if (inFlight.Count == window) await Sent(inFlight.Dequeue());
-                inFlight.Enqueue((m, link.SendAsync(m.Buffer[..m.Length], token)));
+                await window.WaitAsync(token);
+                inFlight.RemoveAll(t => t.IsCompletedSuccessfully);
+                inFlight.Add(SendOne(m));
             }
-            while (inFlight.Count > 0) await Sent(inFlight.Dequeue());
+            await Task.WhenAll(inFlight);
 
-            async Task Sent((Message Message, Task Sent) s)
+            async Task SendOne(Message m)
             {
-                await s.Sent;
-                sent++;
-                sentBytes += s.Message.Length;
-                Interlocked.Increment(ref progress);
-                if (s.Message.Own) fetchSlots.Release();
-                s.Message.Release();
+                try
+                {
+                    await link.SendAsync(m.Buffer[..m.Length], token);
+                    Interlocked.Increment(ref sent);
+                    Interlocked.Add(ref sentBytes, m.Length);
+                    Interlocked.Increment(ref progress);
+                    if (m.Own) fetchSlots.Release();
+                    m.Release();
+                }
+                finally { window.Release(); }
             }
         }
 

@@ -70,6 +70,29 @@ public sealed class RingAllGatherTests
             Assert.Equal(ranks == 1 ? 0 : plan.Shares.Where((_, k) => k != (r + 1) % ranks).Sum(s => s.Count), results[r].BlocksSent);
     }
 
+    [Theory]
+    [InlineData(2)] // nothing is forwarded: only the rank's own sends free its fetch slots
+    [InlineData(3)]
+    public async Task Ranks_with_many_more_own_blocks_than_blocks_in_flight_finish(int ranks)
+    {
+        var manifest = ManifestOf(300, seed: 5);
+        var plan = new FanoutPlan(manifest, ranks, maxBlockBytes: 64 << 10);
+        Assert.All(plan.Shares, share => Assert.True(share.Count > 20));
+        var fetched = new ConcurrentBag<int>();
+        var delivered = new int[ranks];
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+
+        await Task.WhenAll(InProcessRing.Create(ranks).Select(link => Task.Run(() => RingAllGather.RunAsync(plan, link,
+            (block, message, _) => FakeFetch(plan, block, message, fetched),
+            (message, _) =>
+            {
+                Interlocked.Add(ref delivered[link.Rank], BlockMessage.Records(message, plan).Count());
+                return ValueTask.CompletedTask;
+            }, timeout.Token, stallTimeout: TimeSpan.FromSeconds(10)))));
+
+        Assert.All(delivered, count => Assert.Equal(300, count));
+    }
+
     [Fact]
     public void Shares_are_contiguous_cover_every_segment_and_hold_about_equal_stored_bytes()
     {
