@@ -61,20 +61,17 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
     {
         RemoveStaleSocket();
         await store.PrepareAsync(stoppingToken);
-        var first = true;
         var handlers = new List<Task>();
+        // One instance is always waiting, also while the last connection closes: on Unix the pipe is a socket that
+        // exists only while some server instance does, so a gap between instances makes connects fail with ENOENT.
+        var server = CreateInstance(first: true);
+        // The listening socket exists once the first instance is created: announce readiness to launchers.
+        Console.Out.WriteLine($"READY {_options.Pipe}");
+        Console.Out.Flush();
+        log.LogInformation("Node agent {Node} serving pipe {Pipe}, data in {Dir}, budget {Budget}",
+            _options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget);
         while (!stoppingToken.IsCancellationRequested)
         {
-            var server = CreateInstance(first);
-            if (first)
-            {
-                // The listening socket exists once the first instance is created: announce readiness to launchers.
-                Console.Out.WriteLine($"READY {_options.Pipe}");
-                Console.Out.Flush();
-                log.LogInformation("Node agent {Node} serving pipe {Pipe}, data in {Dir}, budget {Budget}",
-                    _options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget);
-                first = false;
-            }
             try
             {
                 await server.WaitForConnectionAsync(stoppingToken);
@@ -87,19 +84,24 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             catch (IOException e)
             {
                 log.LogWarning("Accept failed: {Error}", e.Message);
+                var replacement = CreateInstance(first: false);
                 await server.DisposeAsync();
+                server = replacement;
                 continue;
             }
+            var accepted = server;
+            server = CreateInstance(first: false);
             handlers.RemoveAll(t => t.IsCompleted);
             if (Interlocked.Increment(ref _connections) > _options.MaxConnections)
             {
                 log.LogWarning("Refusing connection: {Max} already open", _options.MaxConnections);
                 Interlocked.Decrement(ref _connections);
-                await server.DisposeAsync();
+                await accepted.DisposeAsync();
                 continue;
             }
-            handlers.Add(Task.Run(() => ServeAsync(server, stoppingToken), CancellationToken.None));
+            handlers.Add(Task.Run(() => ServeAsync(accepted, stoppingToken), CancellationToken.None));
         }
+        await server.DisposeAsync();
         await Task.WhenAll(handlers);
     }
 

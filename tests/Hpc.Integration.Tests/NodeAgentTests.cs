@@ -36,6 +36,39 @@ public class NodeAgentTests
     }
 
     [Fact]
+    public async Task The_agents_socket_stays_connectable_while_clients_connect_and_close_in_a_tight_loop()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var (_, pipe, _) = await c.StartAgentAsync();
+        var path = NodeAgentOptions.SocketPath(pipe);
+        var stop = DateTime.UtcNow + TimeSpan.FromSeconds(3);
+        var failures = new System.Collections.Concurrent.ConcurrentBag<string>();
+        long connects = 0;
+
+        // A plain blocking Unix-socket client, as a third-party program would be: no retry, connect and close at once.
+        await Task.WhenAll(Enumerable.Range(0, 4).Select(_ => Task.Run(() =>
+        {
+            while (DateTime.UtcNow < stop && failures.Count < 20)
+            {
+                using var socket = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.Unix, System.Net.Sockets.SocketType.Stream,
+                    System.Net.Sockets.ProtocolType.Unspecified);
+                try
+                {
+                    socket.Connect(new System.Net.Sockets.UnixDomainSocketEndPoint(path));
+                    Interlocked.Increment(ref connects);
+                }
+                catch (System.Net.Sockets.SocketException e) { failures.Add(e.SocketErrorCode.ToString()); }
+            }
+        })));
+
+        Assert.True(failures.IsEmpty, $"{failures.Count} of {connects + failures.Count} connects failed: {string.Join(", ", failures.Distinct())}");
+        Assert.True(connects > 100, $"only {connects} connects in 3 s");
+        await using var client = await AgentClient.ConnectAsync(pipe);
+        Assert.Empty((await client.StatusAsync()).Copies); // and the agent still answers
+    }
+
+    [Fact]
     public async Task An_agent_opens_its_cache_connections_before_it_is_ready_and_names_a_host_it_cannot_reach()
     {
         await using var c = new Cluster();
