@@ -29,7 +29,10 @@ public sealed class LocalCopy(string version, Manifest manifest)
 /// through two hooks, called under the lock so no other request sees the index ahead of the disk: a copy removed (its
 /// files go) and the pins changed (pins.json is rewritten).
 /// </summary>
-public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null, Action<IReadOnlyDictionary<string, string[]>>? pinsChanged = null)
+/// <param name="freeBytes">The data directory's real free space (statvfs), asked before a new copy is admitted, so a fetch
+/// that cannot fit fails at once instead of filling the disk; null to trust the budget alone.</param>
+public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null, Action<IReadOnlyDictionary<string, string[]>>? pinsChanged = null,
+    Func<long>? freeBytes = null, string? directory = null)
 {
     private readonly object _lock = new();
     private readonly Dictionary<string, LocalCopy> _copies = new();
@@ -210,11 +213,15 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
         c.Recency = ++_clock;
     }
 
-    /// <summary>Evicts unleased, unpinned copies, least recently used first, until <paramref name="needed"/> fits.</summary>
+    /// <summary>
+    /// Evicts unleased, unpinned copies, least recently used first, until <paramref name="needed"/> fits both the budget
+    /// and the file system's free space.
+    /// </summary>
     private void MakeRoom(long needed)
     {
         var used = _copies.Values.Sum(c => c.Manifest.RawLength);
-        if (used + needed <= Budget.Bytes) return;
+        bool Fits() => used + needed <= Budget.Bytes && (freeBytes is null || freeBytes() >= needed);
+        if (Fits()) return;
         // Abandoned partial copies (a fetch that failed and was not asked for again) serve nobody: they go first.
         var candidates = _copies.Values
             .Where(c => c.Leases == 0 && c.Pins.Count == 0 && !c.Fetching && !c.Ingesting)
@@ -223,10 +230,14 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
         {
             RemoveLocked(victim);
             used -= victim.Manifest.RawLength;
-            if (used + needed <= Budget.Bytes) return;
+            if (Fits()) return;
         }
+        if (used + needed > Budget.Bytes)
+            throw new CommonDataException(ErrorCode.NoSpace,
+                $"node data budget of {Budget} ({Budget.Bytes} bytes) cannot hold {needed} more: {used} bytes are leased, pinned, being fetched or being ingested");
         throw new CommonDataException(ErrorCode.NoSpace,
-            $"node data budget of {Budget} ({Budget.Bytes} bytes) cannot hold {needed} more: {used} bytes are leased, pinned, being fetched or being ingested");
+            $"no space in the data directory{(directory is null ? "" : $" {directory}")}: {needed} bytes needed, {freeBytes!()} free " +
+            $"({used} bytes of copies are leased, pinned, being fetched or being ingested)");
     }
 
     private void RemoveLocked(LocalCopy c)

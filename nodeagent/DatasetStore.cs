@@ -32,7 +32,7 @@ public sealed class DatasetStore
         _source = source;
         _log = loggers.CreateLogger<DatasetStore>();
         _directory = new DataDirectory(options.DataDirectory, _log);
-        _index = new CopyIndex(options.Budget, Removed, _directory.SavePins);
+        _index = new CopyIndex(options.Budget, Removed, _directory.SavePins, () => FreeBytes(_directory.Root), _directory.Root);
         var telemetry = new FetchTelemetry(FetchTelemetry.Resolve(options.TelemetryFile, _directory.Root), options.NodeName, source.Hosts.Count, _log);
         _fetches = new FetchCoordinator(_directory, _index, source, telemetry, loggers.CreateLogger<FetchCoordinator>(), _writers);
         Recover();
@@ -92,6 +92,13 @@ public sealed class DatasetStore
     }
 
     /// <summary>A copy left the index (evicted, released, damaged, failed): its files go with it.</summary>
+    /// <summary>Bytes the data directory's file system still has for this process (statvfs f_bavail).</summary>
+    private static long FreeBytes(string root)
+    {
+        try { return new DriveInfo(root).AvailableFreeSpace; }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException) { return long.MaxValue; }
+    }
+
     private void Removed(LocalCopy c)
     {
         _log.LogInformation("Removing {State} copy of {Dataset} {Version} ({Bytes} bytes, last used {Last:u})",
