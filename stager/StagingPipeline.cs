@@ -36,6 +36,42 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
 
     public async Task<StageResult> StageAsync(StageSource source, StageOptions options, IProgress<StageProgress>? progress = null, CancellationToken ct = default)
     {
+        var sent = new SentSegments();
+        try
+        {
+            return await StageCoreAsync(source, options, progress, sent, ct);
+        }
+        catch (Exception) when (Volatile.Read(ref sent.Count) > 0)
+        {
+            // Segments this stage sent belong to no version: left behind they would hold the cache hosts' memory (with
+            // no TTL) until some removal collected them, and refuse the next stage. Our staging lease is gone by now,
+            // so the collection can run; another running stager makes it wait for the next one.
+            await CollectAfterFailureAsync(sent.Count);
+            throw;
+        }
+    }
+
+    /// <summary>How many new segments a stage has sent so far, for the clean-up when it fails.</summary>
+    private sealed class SentSegments { public int Count; }
+
+    private async Task CollectAfterFailureAsync(int sent)
+    {
+        using var limit = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        try
+        {
+            var gc = await new SegmentCollector(tier, logger).CollectAsync(limit.Token);
+            if (gc.Ran) logger.LogWarning("Staging failed after sending {Sent} new segments; freed {Deleted} segments no version references", sent, gc.SegmentsDeleted);
+            else logger.LogWarning("Staging failed after sending {Sent} new segments; they stay until the next collection ({Reason})", sent, gc.SkippedBecause);
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or OperationCanceledException or CommonDataException)
+        {
+            logger.LogWarning("Staging failed after sending {Sent} new segments; freeing them failed too ({Error})", sent, e.Message);
+        }
+    }
+
+    private async Task<StageResult> StageCoreAsync(StageSource source, StageOptions options, IProgress<StageProgress>? progress, SentSegments sentSegments,
+        CancellationToken ct)
+    {
         DatasetName.Validate(options.Name);
         if (options.SegmentSize is < 4096 or > 16 << 20) throw new ArgumentOutOfRangeException(nameof(options), "segment size must be between 4 KB and 16 MB");
         var clock = Stopwatch.StartNew();
@@ -100,6 +136,8 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                 {
                     var present = await tier.ContainsSegmentsAsync(batch.Select(b => b.Id).ToArray(), cts.Token);
                     var missing = batch.Where((b, i) => !present[i]).Select(b => (b.Id, (ReadOnlyMemory<byte>)b.Buffer.AsMemory(0, b.Length))).ToArray();
+                    // Counted before the put: a put that fails half-way may have stored some of them.
+                    if (missing.Length > 0) Interlocked.Add(ref sentSegments.Count, missing.Length);
                     var sent = missing.Length == 0 ? 0 : await tier.PutSegmentsAsync(missing, options.Lifetime, cts.Token);
                     Interlocked.Add(ref sentTotal, sent);
                     Interlocked.Add(ref skipped, batch.Count - missing.Length);

@@ -341,6 +341,29 @@ public class SegmentCollectionTests
     }
 
     [Fact]
+    public async Task A_stage_refused_past_the_memory_budget_frees_what_it_sent_and_the_next_stage_fits()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync(o => o.MaxMemoryBytes = new ByteSize(24L << 20));
+        var first = await c.StageAsync(Cluster.WriteFile(c.Root, "a.bin", Cluster.RandomBytes(8 << 20, seed: 1)), "budget/a");
+        await using var tier = c.Tier();
+        async Task<int> Segments() => (await tier.KeysAsync(CacheKeys.SegmentPrefix)).Sum(k => k.Count);
+        Assert.Equal(first.Segments, await Segments());
+
+        var (code, _, stderr) = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "b.bin", Cluster.RandomBytes(40 << 20, seed: 2)), "--name", "budget/b",
+            "--cache-hosts", c.HostList]);
+        Assert.Equal(1, code);
+        Assert.Contains("OOM", stderr);
+        Assert.Matches(@"freed \d+ segments no version references", stderr);
+        Assert.Equal(first.Segments, await Segments()); // only the committed version's segments are left
+
+        var next = await c.StageAsync(Cluster.WriteFile(c.Root, "c.bin", Cluster.RandomBytes(8 << 20, seed: 3)), "budget/c");
+        Assert.False(next.Unchanged);
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
+        await using (var data = await Dataset.OpenAsync("budget/a", direct)) Assert.True(data.VerifyHash());
+    }
+
+    [Fact]
     public async Task A_collection_defers_to_a_running_stager()
     {
         await using var c = new Cluster();
