@@ -27,6 +27,9 @@ internal static partial class Log
     [LoggerMessage(13, LogLevel.Warning, "Client {ClientId} from {Remote} sent a malformed request and was disconnected: {Error}")]
     public static partial void ProtocolError(ILogger logger, long clientId, EndPoint? remote, string error);
 
+    [LoggerMessage(21, LogLevel.Warning, "Client {ClientId} from {Remote} has given a wrong password {Failures} times; its replies are slowed")]
+    public static partial void RepeatedAuthFailures(ILogger logger, long clientId, EndPoint? remote, int failures);
+
     [LoggerMessage(14, LogLevel.Debug, "Client {ClientId} closed with {Bytes} bytes of an unfinished request")]
     public static partial void TruncatedRequest(ILogger logger, long clientId, long bytes);
 

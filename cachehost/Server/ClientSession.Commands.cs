@@ -29,6 +29,20 @@ internal sealed partial class ClientSession
         set => _clientName = value;
     }
 
+    /// <summary>
+    /// A wrong password on this connection: its reply, and everything after it on the connection, waits 20 ms, doubling
+    /// with every further failure up to 2 s, so guessing costs seconds instead of microseconds; other connections are
+    /// not slowed. A right password resets it.
+    /// </summary>
+    internal void AuthenticationFailed()
+    {
+        _failedAuths++;
+        _authPenalty = TimeSpan.FromMilliseconds(Math.Min(2000, 20 << Math.Min(_failedAuths - 1, 10)));
+        if (_failedAuths == 3 || _failedAuths % 100 == 0) Log.RepeatedAuthFailures(_logger, Id, Remote, _failedAuths);
+    }
+
+    internal void AuthenticationSucceeded() => _failedAuths = 0;
+
     /// <summary>Set by QUIT: the connection closes once the replies so far are sent.</summary>
     internal void RequestQuit() => _quitRequested = true;
 

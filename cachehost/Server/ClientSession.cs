@@ -25,6 +25,8 @@ internal sealed partial class ClientSession : IDisposable
     private readonly ReplyBuffer _reply = new();
     private readonly SocketSender _sender = new();
     private long _commandsInBatch;
+    private int _failedAuths;
+    private TimeSpan _authPenalty;
     private bool _authenticated;
     private bool _quitRequested;
     private byte[]? _clientName;
@@ -96,6 +98,12 @@ internal sealed partial class ClientSession : IDisposable
                     {
                         Execute();
                         _commandsInBatch++;
+                        if (_authPenalty > TimeSpan.Zero)
+                        {
+                            var penalty = _authPenalty;
+                            _authPenalty = TimeSpan.Zero;
+                            await Task.Delay(penalty, cancellationToken);
+                        }
                     }
                     _command.Reset();
                     if (_reply.ShouldFlush)

@@ -291,6 +291,22 @@ public class CacheTierFailoverTests
         await using var data = await Dataset.OpenAsync("sec/data", options);
         Assert.Equal(1000, data.Length);
     }
+
+    [Fact]
+    public async Task A_worker_behind_an_agent_without_the_password_is_told_access_was_denied_not_that_the_data_is_missing()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync(o => o.Password = "s3cret");
+        var path = Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(1000));
+        var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [path, "--name", "sec/data", "--cache-hosts", c.HostList],
+            new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "s3cret" });
+        Assert.True(code == 0, stderr);
+        var (_, pipe, _) = await c.StartAgentAsync(); // started without the password
+
+        var refused = await Assert.ThrowsAsync<CommonDataException>(async () => await Dataset.OpenAsync("sec/data", Cluster.Via(pipe)));
+        Assert.Equal(ErrorCode.AccessDenied, refused.Code);
+        Assert.Contains("NOAUTH", refused.Message);
+    }
 }
 
 public class CacheTierOutageTests

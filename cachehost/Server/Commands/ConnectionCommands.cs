@@ -50,7 +50,11 @@ internal static class ConnectionCommands
         var expected = s.Server.Password;
         bool valid = expected is null || (user.SequenceEqual("default"u8) && CryptographicOperations.FixedTimeEquals(password, expected));
         if (valid)
+        {
             s.Authenticated = true;
+            s.AuthenticationSucceeded();
+        }
+        else s.AuthenticationFailed();
         return valid;
     }
 

@@ -46,7 +46,7 @@ public sealed class CacheCatalog
     public async Task<string?> GetLatestAsync(string name, CancellationToken ct = default)
     {
         var key = CacheKeys.Latest(name);
-        foreach (var value in await _hosts.AskAnswerableAsync((c, token) => c.FlushAndReadCommandAsync("GET"u8, key, token), ct))
+        foreach (var value in await _hosts.AskAnswerableAsync((c, token) => GetAsync(c, key, token), ct))
             if (value.Kind == RespKind.Bulk) return Encoding.UTF8.GetString(value.Bulk!);
         return null;
     }
@@ -83,11 +83,23 @@ public sealed class CacheCatalog
     }
 
     /// <summary>The verified manifest of a version from the first host with a good copy; else null and what was wrong.</summary>
+    /// <summary>
+    /// A GET whose refusal for want of credentials (NOAUTH, WRONGPASS, NOPERM) is an error of its own, access denied
+    /// naming the host: read as "no such key" it would tell a worker its dataset was never staged.
+    /// </summary>
+    private static async ValueTask<RespReply> GetAsync(RespConnection c, string key, CancellationToken ct)
+    {
+        var reply = await c.FlushAndReadCommandAsync("GET"u8, key, ct);
+        if (reply.Kind == RespKind.Error && reply.Text is { } text && new RespErrorException(c.Endpoint.ToString(), text) is { Code: ErrorCode.AccessDenied } refused)
+            throw refused;
+        return reply;
+    }
+
     internal async Task<(Manifest? Manifest, byte[]? Raw, string? Problem)> GetManifestAsync(string version, SegmentId versionId, CancellationToken ct)
     {
         var key = CacheKeys.Manifest(version);
         string? problem = null;
-        foreach (var reply in await _hosts.AskAnswerableAsync((c, token) => c.FlushAndReadCommandAsync("GET"u8, key, token), ct))
+        foreach (var reply in await _hosts.AskAnswerableAsync((c, token) => GetAsync(c, key, token), ct))
         {
             if (reply.Kind != RespKind.Bulk) continue;
             var stored = reply.Bulk!;

@@ -126,6 +126,27 @@ public sealed class CacheHostProcessTests : IDisposable
     }
 
     [Fact]
+    public void Wrong_passwords_are_answered_ever_more_slowly_on_that_connection_only_and_a_right_one_still_works()
+    {
+        var host = Start(o => o.Password = "s3cret");
+        using var guesser = new RespTestClient(host);
+        using var other = new RespTestClient(host);
+
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        for (var i = 0; i < 6; i++)
+            Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(guesser.Call("AUTH", $"guess{i}")).Message);
+        // 20 + 40 + 80 + 160 + 320 + 640 ms: six guesses take over a second, not microseconds.
+        Assert.True(clock.Elapsed >= TimeSpan.FromMilliseconds(1200), $"six wrong AUTHs answered in {clock.ElapsedMilliseconds} ms");
+
+        var ping = System.Diagnostics.Stopwatch.StartNew();
+        Assert.Equal("OK", other.Call("AUTH", "s3cret"));
+        Assert.True(ping.Elapsed < TimeSpan.FromMilliseconds(500), $"another connection waited {ping.ElapsedMilliseconds} ms");
+        Assert.Equal("OK", guesser.Call("AUTH", "s3cret"));
+        Assert.Null(guesser.Call("GET", "k"));
+        Assert.Contains("wrong password 3 times", host.Log);
+    }
+
+    [Fact]
     public void The_password_can_come_from_a_file_or_still_from_the_command_line()
     {
         var file = Path.GetTempFileName();
