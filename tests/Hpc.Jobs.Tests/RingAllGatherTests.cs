@@ -94,6 +94,34 @@ public sealed class RingAllGatherTests
     }
 
     [Fact]
+    public async Task Mutated_block_messages_from_a_neighbour_are_read_within_the_plan_or_refused_as_invalid_data()
+    {
+        var manifest = ManifestOf(40, seed: 9);
+        var plan = new FanoutPlan(manifest, 3, maxBlockBytes: 64 << 10);
+        var seeds = new List<byte[]>();
+        foreach (var block in plan.Shares.SelectMany(s => s).Take(4))
+        {
+            var message = new byte[plan.MaxMessageBytes];
+            seeds.Add(message[..await FakeFetch(plan, block, message, [])]);
+        }
+        int read = 0, refused = 0;
+        await Hpc.Fuzzing.Mutator.RunAsync("block message", seeds, input =>
+        {
+            try
+            {
+                foreach (var (index, stored) in BlockMessage.Records(input, plan))
+                {
+                    if (index < 0 || index >= manifest.Segments.Count) throw new InvalidOperationException($"record index {index} outside the manifest");
+                    _ = stored.Length;
+                }
+                read++;
+            }
+            catch (InvalidDataException) { refused++; }
+        });
+        Assert.True(read > 0 && refused > 0, $"{read} read, {refused} refused");
+    }
+
+    [Fact]
     public void Shares_are_contiguous_cover_every_segment_and_hold_about_equal_stored_bytes()
     {
         var manifest = ManifestOf(1000, seed: 7);

@@ -73,10 +73,13 @@ public sealed class Manifest
     private void Check()
     {
         if (Format != CurrentFormat) throw new InvalidDataException($"manifest format {Format} is not supported (this build reads {CurrentFormat})");
+        // JSON can say null where a name, list or entry belongs; that is a damaged manifest, not a crash.
+        if (Name is null || Hash is null || Segments is null) throw new InvalidDataException("manifest lacks its name, hash or segment list");
         if (!DatasetName.TryValidate(Name, out var error)) throw new InvalidDataException(error);
         long raw = 0;
         foreach (var s in Segments)
         {
+            if (s?.Id is null) throw new InvalidDataException($"manifest of {Name}: a segment entry without an id");
             if (!SegmentId.TryParse(s.Id, out _)) throw new InvalidDataException($"manifest of {Name}: bad segment id '{s.Id}'");
             if (s.RawLength <= 0 || s.RawLength > SegmentCodec.MaxRawLength || s.StoredLength <= 0)
                 throw new InvalidDataException($"manifest of {Name}: bad segment lengths {s.RawLength}/{s.StoredLength}");
@@ -86,6 +89,7 @@ public sealed class Manifest
         if (!SegmentId.TryParse(Hash, out _)) throw new InvalidDataException($"manifest of {Name}: bad dataset hash '{Hash}'");
         foreach (var f in Files ?? [])
         {
+            if (f?.Path is null) throw new InvalidDataException($"manifest of {Name}: a file entry without a path");
             if (f.Offset < 0 || f.Length < 0 || f.Offset + f.Length > RawLength)
                 throw new InvalidDataException($"manifest of {Name}: file '{f.Path}' lies outside the dataset");
             if (!IsSafeRelativePath(f.Path)) throw new InvalidDataException($"manifest of {Name}: unsafe file path '{f.Path}'");
