@@ -357,7 +357,7 @@ public class SegmentCollectionTests
     }
 
     [Fact]
-    public async Task A_stage_refused_past_the_memory_budget_frees_what_it_sent_and_the_next_stage_fits()
+    public async Task A_stage_refused_past_the_memory_budget_frees_what_it_sent_gc_frees_other_orphans_and_the_next_stage_fits()
     {
         await using var c = new Cluster();
         await c.StartCacheHostAsync(o => o.MaxMemoryBytes = new ByteSize(24L << 20));
@@ -372,6 +372,16 @@ public class SegmentCollectionTests
         Assert.Contains("OOM", stderr);
         Assert.Matches(@"freed \d+ segments no version references", stderr);
         Assert.Equal(first.Segments, await Segments()); // only the committed version's segments are left
+
+        // A segment no version references (as a stager killed outright would leave): hpcdata gc frees it.
+        var orphan = Cluster.RandomBytes(1000, seed: 9);
+        var stored = new byte[SegmentCodec.MaxEncodedLength(orphan.Length)];
+        await tier.PutSegmentsAsync([(SegmentId.Of(orphan), stored.AsMemory(0, SegmentCodec.Encode(orphan, stored)))], null, CancellationToken.None);
+        Assert.Equal(first.Segments + 1, await Segments());
+        var (gcCode, gcOut, gcErr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList]);
+        Assert.True(gcCode == 0, gcErr);
+        Assert.Contains($"freed 1 segments; 1 versions reference {first.Segments} segments, kept", string.Join("\n", gcOut));
+        Assert.Equal(first.Segments, await Segments());
 
         var next = await c.StageAsync(Cluster.WriteFile(c.Root, "c.bin", Cluster.RandomBytes(8 << 20, seed: 3)), "budget/c");
         Assert.False(next.Unchanged);

@@ -49,7 +49,7 @@ public class PrestageLocalTests
         const int size = 12 << 20;
         var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 23));
         await s.StageAsync(data, "risk/die");
-        await using var slowLink = new ThrottledRelay(s.HostList, 1 << 20);
+        await using var slowLink = new ThrottledRelay(s.HostList, 512 << 10);
         var prestage = s.StartHpcdata(["prestage", "risk/die", "--cache-hosts", slowLink.Address, "--nodes", "3", "--fanout", "mpi",
             "--job-id", "job-die", "--", "/bin/sh", "-c", ShowEnvironment]);
         Assert.True(await Sandbox.KillRankOnceTheExchangeMovesAsync("job-die", rank: 1, TimeSpan.FromSeconds(60)) > 0, "no rank was seen exchanging data");

@@ -1,0 +1,38 @@
+using CommandLine;
+using Hpc.CommonData.Cache;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("gc", HelpText = "Free the segments no dataset version on the cache tier references (left by removed versions or failed stages).")]
+public sealed class GcOptions
+{
+    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
+    public string? CacheHosts { get; set; }
+}
+
+/// <summary>Exit codes: 0 collected; 1 the cache tier failed, or the collection could not run now (it says why); 2 bad usage.</summary>
+public static class GcCommand
+{
+    public static async Task<int> RunAsync(GcOptions o, CancellationToken ct)
+    {
+        try
+        {
+            var options = CacheTierOptions.FromEnvironment();
+            if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
+            await using var tier = new CacheTierClient(options);
+            var gc = await new SegmentCollector(tier).CollectAsync(ct);
+            if (!gc.Ran)
+            {
+                Console.Error.WriteLine($"hpcdata gc: not collected now: {gc.SkippedBecause}");
+                return 1;
+            }
+            Console.WriteLine($"freed {gc.SegmentsDeleted} segments; {gc.Manifests} versions reference {gc.SegmentsKept} segments, kept");
+            return 0;
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata gc: {e.Message}");
+            return 1;
+        }
+    }
+}
