@@ -44,4 +44,7 @@ internal static partial class Log
 
     [LoggerMessage(20, LogLevel.Debug, "Expiry sweep removed {Count} keys")]
     public static partial void Swept(ILogger logger, int count);
+
+    [LoggerMessage(22, LogLevel.Warning, "Client {ClientId} from {Remote} refused: a request frame of {FrameBytes} bytes does not fit the memory budget ({UsedBytes} of {MaxBytes} bytes in use)")]
+    public static partial void FrameOverBudget(ILogger logger, long clientId, EndPoint? remote, long frameBytes, long usedBytes, long maxBytes);
 }

@@ -34,16 +34,25 @@ internal static class RespParser
     /// buffer is sliced past the frame and <paramref name="command"/> holds its arguments (none for an empty frame,
     /// which gets no reply). On a protocol error <paramref name="error"/> is the text after "ERR Protocol error: ".
     /// </summary>
-    public static RespParseStatus TryParseCommand(ref ReadOnlySequence<byte> buffer, RespCommand command, in RespLimits limits, out string? error)
+    public static RespParseStatus TryParseCommand(ref ReadOnlySequence<byte> buffer, RespCommand command, in RespLimits limits, out string? error) =>
+        TryParseCommand(ref buffer, command, limits, out error, out _);
+
+    /// <summary>
+    /// As above; on <see cref="RespParseStatus.Incomplete"/>, <paramref name="knownFrameBytes"/> is the least the
+    /// frame will occupy as far as its headers so far declare (the bulk string being received counted whole), so a
+    /// server can charge a large frame to its memory budget before buffering it.
+    /// </summary>
+    public static RespParseStatus TryParseCommand(ref ReadOnlySequence<byte> buffer, RespCommand command, in RespLimits limits, out string? error, out long knownFrameBytes)
     {
         command.Reset();
         error = null;
+        knownFrameBytes = buffer.Length;
         if (buffer.IsEmpty)
             return RespParseStatus.Incomplete;
 
         var reader = new SequenceReader<byte>(buffer);
         var status = reader.TryPeek(out byte first) && first == (byte)'*'
-            ? ParseMultibulk(ref reader, command, limits, out error)
+            ? ParseMultibulk(ref reader, command, limits, out error, ref knownFrameBytes)
             : ParseInline(ref reader, command, limits, out error);
 
         if (status == RespParseStatus.Complete)
@@ -53,7 +62,7 @@ internal static class RespParser
         return status;
     }
 
-    private static RespParseStatus ParseMultibulk(ref SequenceReader<byte> reader, RespCommand command, in RespLimits limits, out string? error)
+    private static RespParseStatus ParseMultibulk(ref SequenceReader<byte> reader, RespCommand command, in RespLimits limits, out string? error, ref long knownFrameBytes)
     {
         error = null;
         reader.Advance(1);
@@ -104,7 +113,10 @@ internal static class RespParser
                 return RespParseStatus.ProtocolError;
             }
             if (reader.Remaining < length + 2)
+            {
+                knownFrameBytes = reader.Consumed + length + 2;
                 return RespParseStatus.Incomplete;
+            }
 
             command.Add(reader.Sequence.Slice(reader.Position, length));
             reader.Advance(length);

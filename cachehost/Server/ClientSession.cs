@@ -25,6 +25,7 @@ internal sealed partial class ClientSession : IDisposable
     private readonly ReplyBuffer _reply = new();
     private readonly SocketSender _sender = new();
     private long _commandsInBatch;
+    private long _frameCharge;
     private int _failedAuths;
     private TimeSpan _authPenalty;
     private bool _authenticated;
@@ -88,11 +89,19 @@ internal sealed partial class ClientSession : IDisposable
 
                 long received = buffer.Length;
                 string? protocolError = null;
+                bool overBudget = false;
                 while (!_quitRequested)
                 {
-                    var status = RespParser.TryParseCommand(ref buffer, _command, limits, out protocolError);
+                    var status = RespParser.TryParseCommand(ref buffer, _command, limits, out protocolError, out long knownFrameBytes);
+                    if (status == RespParseStatus.Incomplete)
+                    {
+                        overBudget = !ChargeFrame(knownFrameBytes);
+                        break;
+                    }
                     if (status != RespParseStatus.Complete)
                         break;
+                    // The store charges what it keeps of the frame on its own; the frame's charge ends here.
+                    ReleaseFrameCharge();
                     consumed = buffer.Start;
                     if (_command.Count > 0)
                     {
@@ -111,6 +120,14 @@ internal sealed partial class ClientSession : IDisposable
                 }
                 _server.Stats.AddInput(received - buffer.Length);
 
+                if (overBudget)
+                {
+                    // Refused before it is buffered: waiting for the rest would hold memory the budget does not have.
+                    _reply.WriteError(Commands.Replies.OutOfMemory, " (a request frame larger than the memory budget has room for)"u8);
+                    Log.FrameOverBudget(_logger, Id, Remote, _pendingFrameBytes, _server.Store.UsedBytes, _server.Store.MaxBytes);
+                    await FlushAsync();
+                    return;
+                }
                 if (protocolError is not null)
                 {
                     // Replies already owed to earlier requests go first; the error explains why the connection ends.
@@ -132,6 +149,33 @@ internal sealed partial class ClientSession : IDisposable
                 _reader.AdvanceTo(consumed, examined);
             }
         }
+    }
+
+    private long _pendingFrameBytes;
+
+    /// <summary>
+    /// Charges a request frame still being received to the store's budget, as far as its headers declare it, once it
+    /// is larger than one receive buffer; smaller ones (every read, most writes) are the connection's fixed overhead,
+    /// so reads keep working when the budget is full. False when the budget cannot take it.
+    /// </summary>
+    private bool ChargeFrame(long knownFrameBytes)
+    {
+        _pendingFrameBytes = knownFrameBytes;
+        if (knownFrameBytes <= ReceiveBufferBytes || knownFrameBytes <= _frameCharge)
+            return true;
+        if (!_server.Store.TryReserveFrame(knownFrameBytes - _frameCharge))
+            return false;
+        _frameCharge = knownFrameBytes;
+        return true;
+    }
+
+    private void ReleaseFrameCharge()
+    {
+        if (_frameCharge == 0)
+            return;
+        _server.Store.ReleaseFrame(_frameCharge);
+        _server.FrameReleased(_frameCharge);
+        _frameCharge = 0;
     }
 
     private async ValueTask FlushAsync()
@@ -185,6 +229,7 @@ internal sealed partial class ClientSession : IDisposable
         if (Interlocked.Exchange(ref _closed, 1) != 0)
             return;
         Abort();
+        ReleaseFrameCharge();
         _command.Dispose();
         _reply.Dispose();
         _sender.Dispose();

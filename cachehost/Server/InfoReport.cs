@@ -77,6 +77,7 @@ internal static class InfoReport
                 text.Append("# Memory\r\n")
                     .Append(invariant, $"used_memory:{store.UsedBytes}\r\n")
                     .Append(invariant, $"used_memory_human:{Human(store.UsedBytes)}\r\n")
+                    .Append(invariant, $"hpc_frame_bytes:{store.FrameBytes}\r\n")
                     .Append(invariant, $"used_memory_rss:{Environment.WorkingSet}\r\n")
                     .Append(invariant, $"used_memory_rss_human:{Human(Environment.WorkingSet)}\r\n")
                     .Append(invariant, $"maxmemory:{store.MaxBytes}\r\n")

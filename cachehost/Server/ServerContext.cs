@@ -31,6 +31,31 @@ internal sealed class ServerContext
     public long StartTimestamp { get; }
     public ServerStats Stats { get; } = new();
 
+    // Receive buffers of large frames are pooled arrays that the pool mostly drops when they come back; without a
+    // collection nothing else would run one (a quiet host allocates nothing), and the process would keep a spike's
+    // peak for good. So after a spike of at least this much, once no large frame is pending, collect and give the
+    // memory back to the system.
+    private const long ReturnAfterBytes = 64L << 20;
+    private static readonly TimeSpan ReturnDelay = TimeSpan.FromMilliseconds(500);
+    private long _releasedSinceReturn;
+    private int _returnScheduled;
+
+    /// <summary>A large request frame's buffers were let go (executed, refused or abandoned).</summary>
+    public void FrameReleased(long bytes)
+    {
+        if (Interlocked.Add(ref _releasedSinceReturn, bytes) < ReturnAfterBytes || Interlocked.Exchange(ref _returnScheduled, 1) != 0)
+            return;
+        _ = Task.Run(async () =>
+        {
+            // Frames still arriving would be collected into the middle of their own transfer; wait them out.
+            do await Task.Delay(ReturnDelay, Time);
+            while (Store.FrameBytes > 0);
+            Interlocked.Exchange(ref _releasedSinceReturn, 0);
+            Volatile.Write(ref _returnScheduled, 0);
+            GC.Collect(2, GCCollectionMode.Aggressive, blocking: true, compacting: true);
+        });
+    }
+
     /// <summary>The port actually bound, known once listening (differs from the option when that is 0).</summary>
     public int Port { get; set; }
 }

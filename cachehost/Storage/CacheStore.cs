@@ -31,6 +31,7 @@ internal sealed class CacheStore
     private IEnumerator<KeyValuePair<byte[], Entry>>? _sweepCursor;
 
     private long _usedBytes;
+    private long _frameBytes;
     private long _keyCount;
     private long _expiringCount;
     private long _hits;
@@ -47,7 +48,12 @@ internal sealed class CacheStore
     }
 
     public long MaxBytes { get; }
+
+    /// <summary>Budget in use: stored entries and the large request frames connections are still receiving.</summary>
     public long UsedBytes => Volatile.Read(ref _usedBytes);
+
+    /// <summary>The part of <see cref="UsedBytes"/> held for request frames still being received.</summary>
+    public long FrameBytes => Volatile.Read(ref _frameBytes);
     public long Count => Volatile.Read(ref _keyCount);
 
     /// <summary>Live keys starting with <paramref name="prefix"/> (a snapshot; concurrent writes may or may not appear).</summary>
@@ -295,6 +301,27 @@ internal sealed class CacheStore
         int delta = (updated.ExpiresAt != 0 ? 1 : 0) - (old is { ExpiresAt: not 0 } ? 1 : 0);
         if (delta != 0)
             Interlocked.Add(ref _expiringCount, delta);
+    }
+
+    /// <summary>
+    /// Charges bytes a connection is about to buffer for a request frame to the same budget as stored values, so
+    /// what all connections hold in flight can never push the process past it; refused (nothing charged) when it would.
+    /// </summary>
+    public bool TryReserveFrame(long bytes)
+    {
+        if (!TryReserve(bytes))
+        {
+            Interlocked.Increment(ref _rejectedWrites);
+            return false;
+        }
+        Interlocked.Add(ref _frameBytes, bytes);
+        return true;
+    }
+
+    public void ReleaseFrame(long bytes)
+    {
+        Interlocked.Add(ref _frameBytes, -bytes);
+        Release(bytes);
     }
 
     private bool TryReserve(long bytes)

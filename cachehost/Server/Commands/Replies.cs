@@ -13,6 +13,7 @@ internal static class Replies
     public static ReadOnlySpan<byte> Ok => "+OK\r\n"u8;
     public static ReadOnlySpan<byte> NotAnInteger => "ERR value is not an integer or out of range"u8;
     public static ReadOnlySpan<byte> SyntaxError => "ERR syntax error"u8;
+    public static ReadOnlySpan<byte> OutOfMemory => "OOM command not allowed when used memory > 'maxmemory'."u8;
     public static ReadOnlySpan<byte> WrongPass => "WRONGPASS invalid username-password pair or user is disabled."u8;
 
     public static void UnknownCommand(ClientSession session, ReadOnlySpan<byte> name)

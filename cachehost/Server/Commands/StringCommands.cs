@@ -78,7 +78,7 @@ internal static class StringCommands
                 s.Reply.WriteNullBulk();
                 break;
             default:
-                s.Reply.WriteError("OOM command not allowed when used memory > 'maxmemory'."u8);
+                s.Reply.WriteError(Replies.OutOfMemory);
                 break;
         }
     }

@@ -113,6 +113,46 @@ public sealed class CacheHostProcessTests : IDisposable
     }
 
     [Fact]
+    public void Unfinished_frames_on_many_connections_count_against_the_budget_and_one_past_it_is_refused_before_it_is_buffered()
+    {
+        var host = Start(o => { o.MaxMemoryBytes = ByteSize.Parse("24MB"); o.MaxFrameBytes = ByteSize.Parse("64MB"); });
+        using var first = new RespTestClient(host);
+        using var second = new RespTestClient(host);
+        using var reader = new RespTestClient(host);
+        Assert.Equal("OK", reader.Call("SET", "small", "v"));
+
+        // 16 MB declared, 1 MB sent: the host must hold the whole 16 MB for it, so a second such frame cannot fit.
+        first.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\na\r\n$16000000\r\n" + new string('x', 1_000_000));
+        Assert.True(WaitForInfo(reader, "hpc_frame_bytes:160000"), "the unfinished frame is charged to the budget");
+        second.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nb\r\n$16000000\r\n" + new string('y', 1_000_000));
+
+        var refused = Assert.IsType<RespError>(second.ReadReply());
+        Assert.StartsWith("OOM command not allowed when used memory > 'maxmemory'", refused.Message);
+        Assert.True(second.IsClosedByServer());
+        // Reads still work while the budget is taken, and the held frame is visible in INFO.
+        Assert.Equal("v", reader.ReadStringOf("GET", "small"));
+        Assert.Contains("hpc_frame_bytes:160000", reader.ReadStringOf("INFO", "memory")!);
+
+        // The first connection leaves with its frame unfinished: its charge goes, and a whole value of that size fits.
+        first.Dispose();
+        Assert.True(WaitForInfo(reader, "hpc_frame_bytes:0\r\n"), "an abandoned frame's charge is released");
+        Assert.Equal("OK", reader.Call("SET", "whole", new byte[16_000_000]));
+        Assert.Equal(16_000_000, Assert.IsType<byte[]>(reader.Call("GET", "whole")).Length);
+    }
+
+    private static bool WaitForInfo(RespTestClient client, string expected)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(10);
+        while (DateTime.UtcNow < deadline)
+        {
+            if (client.ReadStringOf("INFO", "memory")!.Contains(expected, StringComparison.Ordinal))
+                return true;
+            Thread.Sleep(20);
+        }
+        return false;
+    }
+
+    [Fact]
     public void With_a_password_every_data_command_needs_AUTH_first()
     {
         // Launchers pass the password in the environment (HPCDATA_CACHE_PASSWORD), never on the command line.
