@@ -34,12 +34,22 @@ if (Contract.Bind(builder.Configuration, commandLine, out var options) is { } in
     return invalid;
 if (options.LoadPasswordFile() is { } unreadable)
     return Contract.Refuse(unreadable);
+CacheUsers users;
+try
+{
+    users = CacheUsers.Create(options.Password, options.UsersFile is { Length: > 0 } file ? File.ReadAllLines(file) : null, options.UsersFile);
+}
+catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
+{
+    return Contract.Refuse($"--users-file: {e.Message}");
+}
 
 // stdout carries only the READY line that launchers parse; every log line goes to stderr.
 builder.Services.Configure<ConsoleLoggerOptions>(o => o.LogToStandardErrorThreshold = LogLevel.Trace);
 builder.Services.AddSingleton(Options.Create(options));
 builder.Services.AddSingleton(TimeProvider.System);
 builder.Services.AddSingleton(sp => new CacheStore(options.MaxMemoryBytes.Bytes, sp.GetRequiredService<TimeProvider>()));
+builder.Services.AddSingleton(users);
 builder.Services.AddSingleton<ServerContext>();
 builder.Services.AddHostedService<CacheServer>();
 builder.Services.AddHostedService<ExpirySweeper>();

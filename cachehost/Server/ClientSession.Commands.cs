@@ -1,6 +1,8 @@
+using System.Text;
 using Hpc.CacheHost.Resp;
 using Hpc.CacheHost.Server.Commands;
 using Hpc.CacheHost.Storage;
+using Hpc.CommonData.Cache;
 
 namespace Hpc.CacheHost.Server;
 
@@ -17,11 +19,14 @@ internal sealed partial class ClientSession
 
     internal CacheStore Store => _server.Store;
 
-    internal bool Authenticated
+    /// <summary>The account this connection acts as; null until it authenticates (when the host requires it).</summary>
+    internal CacheUser? User
     {
-        get => _authenticated;
-        set => _authenticated = value;
+        get => _user;
+        set => _user = value;
     }
+
+    internal bool Authenticated => _user is not null;
 
     internal byte[]? ClientName
     {
@@ -46,6 +51,13 @@ internal sealed partial class ClientSession
     /// <summary>Set by QUIT: the connection closes once the replies so far are sent.</summary>
     internal void RequestQuit() => _quitRequested = true;
 
+    private bool DeletesOnlyOwnKeys()
+    {
+        for (int i = 1; i < _command.Count; i++)
+            if (!CommandInfo.WriterMayDelete(_command.Span(i))) return false;
+        return true;
+    }
+
     /// <summary>Executes the parsed command and appends its reply; never throws for anything a client sends.</summary>
     private void Execute()
     {
@@ -61,9 +73,23 @@ internal sealed partial class ClientSession
             _reply.WriteError("ERR wrong number of arguments for '"u8, command.LowerName, "' command"u8);
             return;
         }
-        if (!_authenticated && !command.AllowedBeforeAuth)
+        if (_user is null)
         {
-            _reply.WriteError("NOAUTH Authentication required."u8);
+            if (!command.AllowedBeforeAuth)
+            {
+                _reply.WriteError("NOAUTH Authentication required."u8);
+                return;
+            }
+        }
+        else if (_user.Role < command.Role)
+        {
+            // Redis's wording; refusals are rare, so the message may allocate.
+            _reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {_user.Name} has no permissions to run the '{command.Name}' command"));
+            return;
+        }
+        else if (_user.Role == CacheRole.Writer && (command.Flags & CommandFlags.Delete) != 0 && !DeletesOnlyOwnKeys())
+        {
+            _reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {_user.Name} has no permissions to delete shared keys (segments, manifests, latest pointers): that takes the admin role"));
             return;
         }
         command.Handler(this);

@@ -28,7 +28,7 @@ internal sealed partial class ClientSession : IDisposable
     private long _frameCharge;
     private int _failedAuths;
     private TimeSpan _authPenalty;
-    private bool _authenticated;
+    private CacheUser? _user;
     private bool _quitRequested;
     private byte[]? _clientName;
     private int _closed;
@@ -40,7 +40,7 @@ internal sealed partial class ClientSession : IDisposable
         _server = server;
         _logger = logger;
         Remote = socket.RemoteEndPoint;
-        _authenticated = server.Password is null;
+        _user = server.Users.Required ? null : ServerContext.OpenAccess;
         _reader = PipeReader.Create(
             new NetworkStream(socket, ownsSocket: false),
             new StreamPipeReaderOptions(bufferSize: ReceiveBufferBytes, minimumReadSize: MinimumReadBytes, leaveOpen: true));

@@ -2,6 +2,7 @@ using System.Reflection;
 using System.Text;
 using Hpc.CacheHost.Resp;
 using Hpc.CacheHost.Storage;
+using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
 using Microsoft.Extensions.Options;
 
@@ -10,13 +11,13 @@ namespace Hpc.CacheHost.Server;
 /// <summary>What every connection shares: settings, the store, counters and facts learned at startup.</summary>
 internal sealed class ServerContext
 {
-    public ServerContext(IOptions<CacheHostOptions> options, CacheStore store, TimeProvider time)
+    public ServerContext(IOptions<CacheHostOptions> options, CacheStore store, CacheUsers users, TimeProvider time)
     {
         Options = options.Value;
         Store = store;
         Time = time;
         Limits = RespLimits.ForFrameSize((int)Options.MaxFrameBytes.Bytes);
-        Password = string.IsNullOrEmpty(Options.Password) ? null : Encoding.UTF8.GetBytes(Options.Password);
+        Users = users;
         StartTimestamp = time.GetTimestamp();
         Version = typeof(ServerContext).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion
             ?? typeof(ServerContext).Assembly.GetName().Version?.ToString() ?? "0.0.0";
@@ -26,7 +27,10 @@ internal sealed class ServerContext
     public CacheStore Store { get; }
     public TimeProvider Time { get; }
     public RespLimits Limits { get; }
-    public byte[]? Password { get; }
+    public CacheUsers Users { get; }
+
+    /// <summary>Who every connection is on a host with no accounts: it may do everything.</summary>
+    public static readonly CacheUser OpenAccess = new(CacheUsers.DefaultUser, CacheRole.Admin, []);
     public string Version { get; }
     public long StartTimestamp { get; }
     public ServerStats Stats { get; } = new();

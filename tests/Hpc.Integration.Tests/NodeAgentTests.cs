@@ -293,6 +293,42 @@ public class CacheTierFailoverTests
     }
 
     [Fact]
+    public async Task With_accounts_the_stager_writes_as_writer_nodes_read_as_reader_and_only_an_admin_removes()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", System.Text.Encoding.UTF8.GetBytes("node reader r-pass\nstager writer w-pass\nops admin a-pass\n"));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        static Dictionary<string, string?> As(string user, string password) =>
+            new() { [CacheTierOptions.UserVariable] = user, [CacheTierOptions.PasswordVariable] = password };
+        var bytes = Cluster.RandomBytes(300_000);
+        var path = Cluster.WriteFile(c.Root, "d.bin", bytes);
+
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/data", "--cache-hosts", c.HostList], As("stager", "w-pass"));
+        Assert.True(staged == 0, stageErr);
+        var (refusedStage, _, why) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/other", "--cache-hosts", c.HostList], As("node", "r-pass"));
+        Assert.Equal(1, refusedStage);
+        Assert.Contains("NOPERM User node has no permissions to run the 'set' command", why);
+
+        // The node's agent holds only the reader's secret, from a file.
+        var secret = Cluster.WriteFile(c.Root, "node.secret", System.Text.Encoding.UTF8.GetBytes("r-pass\n"));
+        var pipe = $"hcdacl{Environment.ProcessId}";
+        var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
+        {
+            Pipe = pipe, DataDirectory = Path.Combine(c.Root, "agent"),
+            CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "node", PasswordFile = secret },
+        }), name: "agent"));
+        await agent.WaitReadyAsync(TimeSpan.FromSeconds(30));
+        await using (var data = await Dataset.OpenAsync("acl/data", Cluster.Via(pipe)))
+            Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+
+        var (writerRemove, _, writerWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], As("stager", "w-pass"));
+        Assert.NotEqual(0, writerRemove);
+        Assert.Contains("NOPERM", writerWhy);
+        var (adminRemove, _, adminWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], As("ops", "a-pass"));
+        Assert.True(adminRemove == 0, adminWhy);
+    }
+
+    [Fact]
     public async Task A_worker_behind_an_agent_without_the_password_is_told_access_was_denied_not_that_the_data_is_missing()
     {
         await using var c = new Cluster();

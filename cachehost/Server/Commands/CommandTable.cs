@@ -1,4 +1,5 @@
 using System.Text;
+using Hpc.CommonData.Cache;
 
 namespace Hpc.CacheHost.Server.Commands;
 
@@ -11,8 +12,12 @@ internal enum CommandFlags
     None = 0,
     /// <summary>Allowed before the client has authenticated (to authenticate, negotiate, or leave).</summary>
     NoAuth = 1,
-    /// <summary>Changes the store.</summary>
+    /// <summary>Changes the store: writer or admin.</summary>
     Write = 2,
+    /// <summary>Removes keys: admin, or a writer for its own bookkeeping keys (<see cref="CommandInfo.WriterMayDelete"/>).</summary>
+    Delete = 4,
+    /// <summary>Admin only.</summary>
+    Admin = 8,
 }
 
 /// <param name="Name">Lower case, as Redis reports it (COMMAND LIST, arity errors).</param>
@@ -24,6 +29,21 @@ internal sealed record CommandInfo(string Name, int Arity, CommandFlags Flags, C
     public bool AllowedBeforeAuth => (Flags & CommandFlags.NoAuth) != 0;
 
     public bool AcceptsArgumentCount(int count) => Arity >= 0 ? count == Arity : count >= -Arity;
+
+    /// <summary>The least role that may run it (a writer's deletes are further limited by key).</summary>
+    public CacheRole Role { get; } = (Flags & CommandFlags.Admin) != 0 ? CacheRole.Admin
+        : (Flags & (CommandFlags.Write | CommandFlags.Delete)) != 0 ? CacheRole.Writer : CacheRole.Reader;
+
+    // A stager's staging lease and a job's pin and lock are the writer's own; segments, manifests and the latest
+    // pointers are shared by every version and job, so only an administrator removes them.
+    private static readonly byte[][] WriterDeletable = [.. new[] { CacheKeys.StagingPrefix, CacheKeys.JobsPrefix, CacheKeys.LockPrefix }.Select(Encoding.ASCII.GetBytes)];
+
+    public static bool WriterMayDelete(ReadOnlySpan<byte> key)
+    {
+        foreach (var prefix in WriterDeletable)
+            if (key.StartsWith(prefix)) return true;
+        return false;
+    }
 }
 
 /// <summary>
@@ -40,7 +60,7 @@ internal static class CommandTable
         new("set", -3, CommandFlags.Write, StringCommands.Set),
         new("mget", -2, CommandFlags.None, StringCommands.MGet),
 
-        new("del", -2, CommandFlags.Write, KeyCommands.Del),
+        new("del", -2, CommandFlags.Delete, KeyCommands.Del),
         new("exists", -2, CommandFlags.None, KeyCommands.Exists),
         new("expire", -3, CommandFlags.Write, KeyCommands.Expire),
         new("pexpire", -3, CommandFlags.Write, KeyCommands.PExpire),
@@ -59,10 +79,11 @@ internal static class CommandTable
 
         new("info", -1, CommandFlags.None, ServerCommands.Info),
         new("dbsize", 1, CommandFlags.None, ServerCommands.DbSize),
-        new("flushall", -1, CommandFlags.Write, ServerCommands.Flush),
-        new("flushdb", -1, CommandFlags.Write, ServerCommands.Flush),
+        new("flushall", -1, CommandFlags.Admin, ServerCommands.Flush),
+        new("flushdb", -1, CommandFlags.Admin, ServerCommands.Flush),
         new("config", -2, CommandFlags.None, ServerCommands.Config),
         new("command", -1, CommandFlags.None, ServerCommands.Command),
+        new("acl", -2, CommandFlags.None, ConnectionCommands.Acl),
     ];
 
     /// <summary>The commands indexed by name length; each bucket keeps the table's order.</summary>

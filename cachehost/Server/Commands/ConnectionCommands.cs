@@ -1,4 +1,3 @@
-using System.Security.Cryptography;
 using System.Text;
 using Hpc.CacheHost.Resp;
 
@@ -34,7 +33,7 @@ internal static class ConnectionCommands
             s.Reply.WriteError(Replies.SyntaxError);
             return;
         }
-        if (s.Server.Password is null)
+        if (!s.Server.Users.Required)
         {
             s.Reply.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"u8);
             return;
@@ -47,15 +46,26 @@ internal static class ConnectionCommands
 
     private static bool TryAuthenticate(ClientSession s, ReadOnlySpan<byte> user, ReadOnlySpan<byte> password)
     {
-        var expected = s.Server.Password;
-        bool valid = expected is null || (user.SequenceEqual("default"u8) && CryptographicOperations.FixedTimeEquals(password, expected));
-        if (valid)
+        if (!s.Server.Users.Required)
+            return true;
+        if (s.Server.Users.Authenticate(user, password) is not { } account)
         {
-            s.Authenticated = true;
-            s.AuthenticationSucceeded();
+            s.AuthenticationFailed();
+            return false;
         }
-        else s.AuthenticationFailed();
-        return valid;
+        s.User = account;
+        s.AuthenticationSucceeded();
+        return true;
+    }
+
+    /// <summary>ACL WHOAMI: the account this connection acts as (what redis-cli --user shows).</summary>
+    public static void Acl(ClientSession s)
+    {
+        var sub = s.Args.Span(1);
+        if (Ascii.EqualsIgnoreCase(sub, "WHOAMI"u8) && s.Args.Count == 2)
+            s.Reply.WriteBulk(s.User!.NameBytes);
+        else
+            Replies.UnknownSubcommand(s, sub, "ACL"u8);
     }
 
     /// <summary>HELLO negotiates RESP3 in newer clients; this server speaks RESP2 only and says so.</summary>

@@ -138,10 +138,10 @@ public sealed class CacheCatalog
         var latestRemoved = false;
         if (await GetLatestAsync(name, ct) == version)
         {
-            await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Latest(name), token), ct);
+            await _hosts.ForAllAsync(async (c, token) => Check(c, await c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Latest(name), token)), ct);
             latestRemoved = true;
         }
-        await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("DEL"u8, [CacheKeys.Manifest(version), CacheKeys.Jobs(version)], token), ct);
+        await _hosts.ForAllAsync(async (c, token) => Check(c, await c.FlushAndReadCommandAsync("DEL"u8, [CacheKeys.Manifest(version), CacheKeys.Jobs(version)], token)), ct);
         return (latestRemoved, await new SegmentCollector(_tier).CollectAsync(ct));
     }
 
@@ -182,8 +182,9 @@ public sealed class CacheCatalog
     private static IReadOnlyList<string> ParseJobs(RespReply reply) =>
         reply.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(reply.Bulk!).Split('\n', StringSplitOptions.RemoveEmptyEntries) : [];
 
-    private static void Check(RespConnection c, RespReply reply)
+    private static RespReply Check(RespConnection c, RespReply reply)
     {
         if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
+        return reply;
     }
 }

@@ -142,7 +142,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 while (_idle.TryTake(out var c))
                     if (!c.IsBroken) return c;
                     else await c.DisposeAsync();
-                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct);
+                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User);
             }
             catch
             {

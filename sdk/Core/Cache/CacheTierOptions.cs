@@ -14,12 +14,16 @@ public sealed class CacheTierOptions
     /// <summary>Copies of each segment (1 by default; 2 for high availability).</summary>
     [Switch("--replicas", "copies of each segment on the cache tier", Environment = ReplicasVariable)]
     public int Replicas { get; set; } = 1;
+    /// <summary>Account on the cache hosts (their --users-file); none means the default user of --password.</summary>
+    [Switch("--cache-user", "account on the cache hosts (reader for nodes, writer for staging, admin for remove and gc)",
+        Environment = UserVariable, Meta = "NAME")]
+    public string? User { get; set; }
     /// <summary>AUTH password of the cache hosts. A secret: launchers pass it in the environment, never in argv.</summary>
     [Switch("--cache-password", "AUTH password of the cache hosts (visible in ps: prefer the variable or --cache-password-file)",
         Environment = PasswordVariable, Secret = true, Meta = "PASSWORD")]
     public string? Password { get; set; }
     /// <summary>A file whose first line is the AUTH password; read by <see cref="LoadPasswordFile"/> when no password is given.</summary>
-    [Switch("--cache-password-file", "file whose first line is the AUTH password of the cache hosts", Meta = "PATH")]
+    [Switch("--cache-password-file", "file whose first line is the AUTH password of the cache hosts", Environment = PasswordFileVariable, Meta = "PATH")]
     public string? PasswordFile { get; set; }
     /// <summary>Connections kept per host; each carries one pipelined batch at a time.</summary>
     public int ConnectionsPerHost { get; set; } = 4;
@@ -34,6 +38,8 @@ public sealed class CacheTierOptions
 
     public const string HostsVariable = "HPCDATA_CACHE_HOSTS";
     public const string PasswordVariable = "HPCDATA_CACHE_PASSWORD";
+    public const string UserVariable = "HPCDATA_CACHE_USER";
+    public const string PasswordFileVariable = "HPCDATA_CACHE_PASSWORD_FILE";
     public const string ReplicasVariable = "HPCDATA_CACHE_REPLICAS";
 
     /// <summary>Problems with the settings, each a sentence naming the switch; empty when they are usable.</summary>
@@ -47,6 +53,8 @@ public sealed class CacheTierOptions
             catch (FormatException e) { problem = e.Message; }
             if (problem is not null) yield return $"--cache-hosts: {problem}";
         }
+        if (!string.IsNullOrEmpty(User) && string.IsNullOrEmpty(Password) && string.IsNullOrEmpty(PasswordFile))
+            yield return $"--cache-user '{User}' needs a password: give --cache-password-file or set {PasswordVariable}";
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
         if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile)) yield return $"--cache-password-file: '{PasswordFile}' does not exist";
         if (ConnectionsPerHost < 1) yield return $"ConnectionsPerHost must be at least 1 (got {ConnectionsPerHost})";
@@ -73,7 +81,10 @@ public sealed class CacheTierOptions
         {
             Hosts = string.IsNullOrWhiteSpace(hosts) ? [$"127.0.0.1:{CacheEndpoint.DefaultPort}"] : CacheEndpoint.ParseList(hosts).Select(e => e.ToString()).ToList(),
             Password = Environment.GetEnvironmentVariable(PasswordVariable),
+            User = Environment.GetEnvironmentVariable(UserVariable) is { Length: > 0 } user ? user : null,
+            PasswordFile = Environment.GetEnvironmentVariable(PasswordFileVariable) is { Length: > 0 } file ? file : null,
         };
+        o.LoadPasswordFile();
         if (int.TryParse(Environment.GetEnvironmentVariable(ReplicasVariable), out var r) && r > 0) o.Replicas = r;
         return o;
     }

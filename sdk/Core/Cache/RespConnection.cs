@@ -45,7 +45,8 @@ public sealed class RespConnection : IAsyncDisposable
         _maxBulk = maxBulk;
     }
 
-    public static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct)
+    /// <summary>Connects and, given a password, authenticates as <paramref name="user"/> (Redis 6 form) or as the default user.</summary>
+    public static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct, string? user = null)
     {
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
         cts.CancelAfter(timeout);
@@ -68,12 +69,13 @@ public sealed class RespConnection : IAsyncDisposable
         var connection = new RespConnection(endpoint, socket, Format.SegmentCodec.MaxRawLength + 4096L);
         if (!string.IsNullOrEmpty(password))
         {
-            connection.Command("AUTH"u8, password);
+            if (string.IsNullOrEmpty(user)) connection.Command("AUTH"u8, password);
+            else connection.Command("AUTH"u8, user, password);
             var reply = await connection.FlushAndReadAsync(cts.Token);
             if (reply.Kind == RespKind.Error)
             {
                 await connection.DisposeAsync();
-                throw new RespErrorException(endpoint.ToString(), $"AUTH refused: {reply.Text}");
+                throw new RespErrorException(endpoint.ToString(), string.IsNullOrEmpty(user) ? reply.Text ?? "AUTH refused" : $"{reply.Text} (as user '{user}')");
             }
         }
         return connection;

@@ -42,6 +42,10 @@ public sealed class CacheHostOptions : IProgramOptions
     [Switch("--password-file", "read the password from the first line of this file", Meta = "PATH")]
     public string? PasswordFile { get; set; }
 
+    /// <summary>Named accounts with roles, one per line: NAME ROLE SECRET (reader, writer or admin; the password or sha256:HEX).</summary>
+    [Switch("--users-file", "accounts with roles, one per line: NAME reader|writer|admin PASSWORD-or-sha256:HEX; clients AUTH as NAME", Meta = "PATH")]
+    public string? UsersFile { get; set; }
+
     public IEnumerable<string> Validate()
     {
         if (Port is < 0 or > 65535)
@@ -56,6 +60,8 @@ public sealed class CacheHostOptions : IProgramOptions
             yield return "--address must not be empty.";
         if (!string.IsNullOrEmpty(Password) && !string.IsNullOrEmpty(PasswordFile))
             yield return "--password (or HPCDATA_CACHE_PASSWORD) and --password-file are both given; use one.";
+        if (!string.IsNullOrEmpty(UsersFile) && !File.Exists(UsersFile))
+            yield return $"--users-file '{UsersFile}' does not exist.";
         if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile))
             yield return $"--password-file '{PasswordFile}' does not exist.";
     }

@@ -1,0 +1,128 @@
+using System.Diagnostics;
+using System.Security.Cryptography;
+using System.Text;
+
+namespace Hpc.CacheHost.Tests.Process;
+
+/// <summary>
+/// Accounts with roles on the real host: nodes read, stagers write, only administrators remove shared data. The
+/// accounts come from a users file; secrets may be stored hashed.
+/// </summary>
+[Collection(ProcessTests.Collection)]
+public sealed class CacheRolesTests : IDisposable
+{
+    private readonly string _usersFile = Path.GetTempFileName();
+    private readonly CacheHostProcess _host;
+
+    public CacheRolesTests()
+    {
+        var writerHash = Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes("w-pass")));
+        File.WriteAllText(_usersFile, $"""
+            # name  role    secret
+            node    reader  r-pass
+            stager  writer  sha256:{writerHash}
+            ops     admin   a-pass
+            """);
+        _host = CacheHostProcess.Start(o => o.UsersFile = _usersFile);
+    }
+
+    [Fact]
+    public void A_reader_reads_but_cannot_write_or_flush()
+    {
+        using var stager = Login("stager", "w-pass");
+        Assert.Equal("OK", stager.Call("SET", "hcd:s:abc", "segment"));
+        using var node = Login("node", "r-pass");
+
+        Assert.Equal("segment", node.ReadStringOf("GET", "hcd:s:abc"));
+        Assert.Equal(1L, node.Call("EXISTS", "hcd:s:abc"));
+        Assert.Equal("NOPERM User node has no permissions to run the 'set' command", Assert.IsType<RespError>(node.Call("SET", "hcd:s:abc", "x")).Message);
+        Assert.StartsWith("NOPERM", Assert.IsType<RespError>(node.Call("FLUSHALL")).Message);
+        Assert.StartsWith("NOPERM", Assert.IsType<RespError>(node.Call("DEL", "hcd:staging:1")).Message);
+        Assert.Equal("segment", node.ReadStringOf("GET", "hcd:s:abc"));
+    }
+
+    [Fact]
+    public void A_writer_stages_and_keeps_its_own_bookkeeping_but_only_an_admin_removes_shared_keys()
+    {
+        using var stager = Login("stager", "w-pass");
+        Assert.Equal("OK", stager.Call("SET", "hcd:s:abc", "segment"));
+        Assert.Equal("OK", stager.Call("SET", "hcd:staging:lease1", "me", "PX", "60000"));
+        Assert.Equal(1L, stager.Call("PEXPIRE", "hcd:s:abc", "60000"));
+        Assert.Equal(1L, stager.Call("DEL", "hcd:staging:lease1"));
+
+        var refused = Assert.IsType<RespError>(stager.Call("DEL", "hcd:s:abc"));
+        Assert.StartsWith("NOPERM User stager has no permissions to delete shared keys", refused.Message);
+        Assert.StartsWith("NOPERM", Assert.IsType<RespError>(stager.Call("DEL", "hcd:staging:x", "hcd:m:v1")).Message);
+        Assert.StartsWith("NOPERM", Assert.IsType<RespError>(stager.Call("FLUSHDB")).Message);
+
+        using var ops = Login("ops", "a-pass");
+        Assert.Equal(1L, ops.Call("DEL", "hcd:s:abc"));
+        Assert.Equal("OK", ops.Call("FLUSHALL"));
+    }
+
+    [Fact]
+    public void Wrong_names_and_passwords_are_refused_alike_and_the_default_user_does_not_exist_without_a_password()
+    {
+        using var client = new RespTestClient(_host);
+        Assert.StartsWith("NOAUTH", Assert.IsType<RespError>(client.Call("GET", "k")).Message);
+        Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(client.Call("AUTH", "node", "a-pass")).Message);
+        Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(client.Call("AUTH", "nobody", "r-pass")).Message);
+        Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(client.Call("AUTH", "r-pass")).Message);
+        Assert.Equal("OK", client.Call("AUTH", "node", "r-pass"));
+        Assert.Equal("node", client.ReadStringOf("ACL", "WHOAMI"));
+    }
+
+    [Fact]
+    public void Redis_cli_logs_in_with_user_and_password()
+    {
+        Assert.Equal("OK", RedisCli("stager", "w-pass", "SET", "greeting", "hello").Trim());
+        Assert.Equal("hello", RedisCli("node", "r-pass", "GET", "greeting").Trim());
+        Assert.Equal("node", RedisCli("node", "r-pass", "ACL", "WHOAMI").Trim());
+        Assert.Contains("NOPERM", RedisCli("node", "r-pass", "SET", "greeting", "bye"));
+        Assert.Contains("WRONGPASS", RedisCli("node", "w-pass", "GET", "greeting"));
+    }
+
+    [Fact]
+    public void A_malformed_users_file_stops_the_host_at_start_naming_the_line()
+    {
+        var bad = Path.GetTempFileName();
+        try
+        {
+            File.WriteAllText(bad, "node reader r-pass\nstager superuser x\n");
+            var (exit, _, log) = CacheHostProcess.RunToExit("--port", "0", "--users-file", bad);
+            Assert.Equal(2, exit);
+            Assert.Contains("line 2: role 'superuser' is not one of reader, writer, admin", log);
+        }
+        finally
+        {
+            File.Delete(bad);
+        }
+    }
+
+    private RespTestClient Login(string user, string password)
+    {
+        var client = new RespTestClient(_host);
+        Assert.Equal("OK", client.Call("AUTH", user, password));
+        return client;
+    }
+
+    /// <summary>The password goes in REDISCLI_AUTH, the way a script keeps it out of the process list.</summary>
+    private string RedisCli(string user, string password, params string[] args)
+    {
+        var start = new ProcessStartInfo("redis-cli") { RedirectStandardOutput = true, RedirectStandardError = true, UseShellExecute = false };
+        foreach (var a in (string[])["-h", _host.Host, "-p", _host.Port.ToString(), "--user", user, .. args])
+            start.ArgumentList.Add(a);
+        start.Environment["REDISCLI_AUTH"] = password;
+        using var process = System.Diagnostics.Process.Start(start)!;
+        var output = process.StandardOutput.ReadToEndAsync();
+        var error = process.StandardError.ReadToEndAsync();
+        Assert.True(process.WaitForExit(TimeSpan.FromSeconds(60)), "redis-cli did not finish");
+        return output.Result + error.Result;
+    }
+
+    public void Dispose()
+    {
+        _host.Dispose();
+        File.Delete(_usersFile);
+    }
+}
