@@ -47,4 +47,7 @@ internal static partial class Log
 
     [LoggerMessage(22, LogLevel.Warning, "Client {ClientId} from {Remote} refused: a request frame of {FrameBytes} bytes does not fit the memory budget ({UsedBytes} of {MaxBytes} bytes in use)")]
     public static partial void FrameOverBudget(ILogger logger, long clientId, EndPoint? remote, long frameBytes, long usedBytes, long maxBytes);
+
+    [LoggerMessage(23, LogLevel.Information, "Client {ClientId} from {Remote} failed the TLS handshake: {Reason}")]
+    public static partial void TlsHandshakeFailed(ILogger logger, long clientId, EndPoint? remote, string reason);
 }

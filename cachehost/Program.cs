@@ -50,6 +50,17 @@ builder.Services.AddSingleton(Options.Create(options));
 builder.Services.AddSingleton(TimeProvider.System);
 builder.Services.AddSingleton(sp => new CacheStore(options.MaxMemoryBytes.Bytes, sp.GetRequiredService<TimeProvider>()));
 builder.Services.AddSingleton(users);
+if (options.TlsCertificateFile is { Length: > 0 } certificateFile)
+{
+    try
+    {
+        builder.Services.AddSingleton(ServerCertificate.Load(certificateFile, options.TlsKeyFile!));
+    }
+    catch (Exception e) when (e is System.Security.Cryptography.CryptographicException or IOException or ArgumentException)
+    {
+        return Contract.Refuse($"--tls-cert/--tls-key: {e.Message}");
+    }
+}
 builder.Services.AddSingleton<ServerContext>();
 builder.Services.AddHostedService<CacheServer>();
 builder.Services.AddHostedService<ExpirySweeper>();

@@ -1,5 +1,7 @@
 using System.IO.Pipelines;
 using System.Net;
+using System.Net.Security;
+using System.Security.Authentication;
 using System.Net.Sockets;
 using System.Text;
 using Hpc.CacheHost.Resp;
@@ -20,7 +22,8 @@ internal sealed partial class ClientSession : IDisposable
     private readonly Socket _socket;
     private readonly ServerContext _server;
     private readonly ILogger _logger;
-    private readonly PipeReader _reader;
+    private PipeReader _reader = null!;
+    private SslStream? _tls;
     private readonly RespCommand _command = new();
     private readonly ReplyBuffer _reply = new();
     private readonly SocketSender _sender = new();
@@ -41,9 +44,33 @@ internal sealed partial class ClientSession : IDisposable
         _logger = logger;
         Remote = socket.RemoteEndPoint;
         _user = server.Users.Required ? null : ServerContext.OpenAccess;
-        _reader = PipeReader.Create(
-            new NetworkStream(socket, ownsSocket: false),
+    }
+
+    private static readonly TimeSpan HandshakeTimeout = TimeSpan.FromSeconds(10);
+
+    /// <summary>Secures the connection when the host serves TLS; false (logged) when the client's handshake fails.</summary>
+    private async Task<bool> OpenAsync(CancellationToken cancellationToken)
+    {
+        Stream stream = new NetworkStream(_socket, ownsSocket: false);
+        if (_server.Tls is { } tls)
+        {
+            _tls = new SslStream(stream, leaveInnerStreamOpen: false);
+            using var timeout = CancellationTokenSource.CreateLinkedTokenSource(cancellationToken);
+            timeout.CancelAfter(HandshakeTimeout);
+            try
+            {
+                await _tls.AuthenticateAsServerAsync(tls, timeout.Token);
+            }
+            catch (Exception ex) when (ex is AuthenticationException or IOException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
+            {
+                Log.TlsHandshakeFailed(_logger, Id, Remote, ex.GetBaseException().Message);
+                return false;
+            }
+            stream = _tls;
+        }
+        _reader = PipeReader.Create(stream,
             new StreamPipeReaderOptions(bufferSize: ReceiveBufferBytes, minimumReadSize: MinimumReadBytes, leaveOpen: true));
+        return true;
     }
 
     public long Id { get; }
@@ -55,7 +82,8 @@ internal sealed partial class ClientSession : IDisposable
         Log.ClientConnected(_logger, Id, Remote);
         try
         {
-            await ProcessRequestsAsync(cancellationToken);
+            if (await OpenAsync(cancellationToken))
+                await ProcessRequestsAsync(cancellationToken);
         }
         catch (Exception ex) when (IsExpectedDisconnect(ex, cancellationToken))
         {
@@ -67,7 +95,8 @@ internal sealed partial class ClientSession : IDisposable
         }
         finally
         {
-            await _reader.CompleteAsync();
+            if (_reader is not null)
+                await _reader.CompleteAsync();
             Dispose();
             Log.ClientDisconnected(_logger, Id);
         }
@@ -188,9 +217,18 @@ internal sealed partial class ClientSession : IDisposable
         if (_reply.IsEmpty)
             return;
         long length = _reply.Length;
-        int sent = await _sender.SendAsync(_socket, _reply.GetSegments());
-        if (sent != length)
-            throw new IOException($"Socket accepted {sent} of {length} reply bytes.");
+        if (_tls is not null)
+        {
+            // Each write becomes TLS records; stored values go out as they are, the small replies between them in between.
+            foreach (var segment in _reply.GetSegments())
+                await _tls.WriteAsync(segment);
+        }
+        else
+        {
+            int sent = await _sender.SendAsync(_socket, _reply.GetSegments());
+            if (sent != length)
+                throw new IOException($"Socket accepted {sent} of {length} reply bytes.");
+        }
         _server.Stats.AddOutput(length);
         _reply.Reset();
     }
@@ -229,6 +267,7 @@ internal sealed partial class ClientSession : IDisposable
         if (Interlocked.Exchange(ref _closed, 1) != 0)
             return;
         Abort();
+        _tls?.Dispose();
         ReleaseFrameCharge();
         _command.Dispose();
         _reply.Dispose();

@@ -1,3 +1,4 @@
+using System.Net.Security;
 using System.Reflection;
 using System.Text;
 using Hpc.CacheHost.Resp;
@@ -11,8 +12,9 @@ namespace Hpc.CacheHost.Server;
 /// <summary>What every connection shares: settings, the store, counters and facts learned at startup.</summary>
 internal sealed class ServerContext
 {
-    public ServerContext(IOptions<CacheHostOptions> options, CacheStore store, CacheUsers users, TimeProvider time)
+    public ServerContext(IOptions<CacheHostOptions> options, CacheStore store, CacheUsers users, TimeProvider time, ServerTls? tls = null)
     {
+        Tls = tls?.Options;
         Options = options.Value;
         Store = store;
         Time = time;
@@ -28,6 +30,9 @@ internal sealed class ServerContext
     public TimeProvider Time { get; }
     public RespLimits Limits { get; }
     public CacheUsers Users { get; }
+
+    /// <summary>Set when the host serves TLS only (--tls-cert and --tls-key).</summary>
+    public SslServerAuthenticationOptions? Tls { get; }
 
     /// <summary>Who every connection is on a host with no accounts: it may do everything.</summary>
     public static readonly CacheUser OpenAccess = new(CacheUsers.DefaultUser, CacheRole.Admin, []);
@@ -101,3 +106,6 @@ internal sealed class ServerStats
     public void AddInput(long bytes) => Interlocked.Add(ref _netInputBytes, bytes);
     public void AddOutput(long bytes) => Interlocked.Add(ref _netOutputBytes, bytes);
 }
+
+/// <summary>The host's certificate, loaded and checked at start.</summary>
+internal sealed record ServerTls(SslServerAuthenticationOptions Options);

@@ -19,7 +19,8 @@ internal sealed class CacheHostSet : IAsyncDisposable
         _options = options;
         _logger = logger;
         Hosts = hosts;
-        _pools = hosts.Select(h => new HostPool(h, options)).ToArray();
+        var tls = options.UsesTls ? CacheTls.Create(options.TlsCaFile) : null;
+        _pools = hosts.Select(h => new HostPool(h, options, tls)).ToArray();
     }
 
     public IReadOnlyList<CacheEndpoint> Hosts { get; }
@@ -128,7 +129,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
         foreach (var p in _pools) await p.DisposeAsync();
     }
 
-    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options) : IAsyncDisposable
+    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls) : IAsyncDisposable
     {
         public CacheEndpoint Endpoint => endpoint;
         private readonly ConcurrentBag<RespConnection> _idle = [];
@@ -142,7 +143,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 while (_idle.TryTake(out var c))
                     if (!c.IsBroken) return c;
                     else await c.DisposeAsync();
-                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User);
+                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls);
             }
             catch
             {

@@ -25,6 +25,14 @@ public sealed class CacheTierOptions
     /// <summary>A file whose first line is the AUTH password; read by <see cref="LoadPasswordFile"/> when no password is given.</summary>
     [Switch("--cache-password-file", "file whose first line is the AUTH password of the cache hosts", Environment = PasswordFileVariable, Meta = "PATH")]
     public string? PasswordFile { get; set; }
+    /// <summary>Speak TLS to the cache hosts (they run with --tls-cert and --tls-key).</summary>
+    [Switch("--cache-tls", "connect to the cache hosts over TLS, checking their certificates", Environment = TlsVariable)]
+    public bool Tls { get; set; }
+    /// <summary>PEM file of the certificate authorities that sign the hosts' certificates; implies TLS. Default: the system's trusted roots.</summary>
+    [Switch("--cache-ca", "PEM file of the CA(s) that sign the cache hosts' certificates (implies --cache-tls; default: the system's roots)",
+        Environment = TlsCaVariable, Meta = "PATH")]
+    public string? TlsCaFile { get; set; }
+    public bool UsesTls => Tls || !string.IsNullOrEmpty(TlsCaFile);
     /// <summary>Connections kept per host; each carries one pipelined batch at a time.</summary>
     public int ConnectionsPerHost { get; set; } = 4;
     /// <summary>Keys per MGET / pipelined SET batch (16 × 64 KB ≈ 1 MB in flight per connection).</summary>
@@ -40,6 +48,8 @@ public sealed class CacheTierOptions
     public const string PasswordVariable = "HPCDATA_CACHE_PASSWORD";
     public const string UserVariable = "HPCDATA_CACHE_USER";
     public const string PasswordFileVariable = "HPCDATA_CACHE_PASSWORD_FILE";
+    public const string TlsVariable = "HPCDATA_CACHE_TLS";
+    public const string TlsCaVariable = "HPCDATA_CACHE_CA";
     public const string ReplicasVariable = "HPCDATA_CACHE_REPLICAS";
 
     /// <summary>Problems with the settings, each a sentence naming the switch; empty when they are usable.</summary>
@@ -56,6 +66,7 @@ public sealed class CacheTierOptions
         if (!string.IsNullOrEmpty(User) && string.IsNullOrEmpty(Password) && string.IsNullOrEmpty(PasswordFile))
             yield return $"--cache-user '{User}' needs a password: give --cache-password-file or set {PasswordVariable}";
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
+        if (!string.IsNullOrEmpty(TlsCaFile) && !File.Exists(TlsCaFile)) yield return $"--cache-ca: '{TlsCaFile}' does not exist";
         if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile)) yield return $"--cache-password-file: '{PasswordFile}' does not exist";
         if (ConnectionsPerHost < 1) yield return $"ConnectionsPerHost must be at least 1 (got {ConnectionsPerHost})";
         if (BatchSize < 1) yield return $"BatchSize must be at least 1 (got {BatchSize})";
@@ -83,6 +94,8 @@ public sealed class CacheTierOptions
             Password = Environment.GetEnvironmentVariable(PasswordVariable),
             User = Environment.GetEnvironmentVariable(UserVariable) is { Length: > 0 } user ? user : null,
             PasswordFile = Environment.GetEnvironmentVariable(PasswordFileVariable) is { Length: > 0 } file ? file : null,
+            Tls = Environment.GetEnvironmentVariable(TlsVariable) is "1" or "true",
+            TlsCaFile = Environment.GetEnvironmentVariable(TlsCaVariable) is { Length: > 0 } ca ? ca : null,
         };
         o.LoadPasswordFile();
         if (int.TryParse(Environment.GetEnvironmentVariable(ReplicasVariable), out var r) && r > 0) o.Replicas = r;

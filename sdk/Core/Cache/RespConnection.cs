@@ -2,7 +2,9 @@ using System.Buffers;
 using System.Buffers.Text;
 using System.IO.Pipelines;
 using System.Net;
+using System.Net.Security;
 using System.Net.Sockets;
+using System.Security.Authentication;
 using System.Text;
 
 namespace Hpc.CommonData.Cache;
@@ -17,7 +19,7 @@ public delegate void BulkHandler(int index, in ReadOnlySequence<byte> value, boo
 public sealed class RespConnection : IAsyncDisposable
 {
     private readonly Socket _socket;
-    private readonly NetworkStream _stream;
+    private readonly Stream _stream;
     private readonly PipeReader _reader;
     private readonly ArrayBufferWriter<byte> _out = new(64 * 1024);
     private readonly long _maxBulk;
@@ -36,17 +38,18 @@ public sealed class RespConnection : IAsyncDisposable
     /// <summary>The exchange was abandoned part-way; replies may still be in flight, so the connection is not reused.</summary>
     public void MarkBroken() => _broken = true;
 
-    private RespConnection(CacheEndpoint endpoint, Socket socket, long maxBulk)
+    private RespConnection(CacheEndpoint endpoint, Socket socket, Stream stream, long maxBulk)
     {
         Endpoint = endpoint;
         _socket = socket;
-        _stream = new NetworkStream(socket, ownsSocket: true);
+        _stream = stream;
         _reader = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: 256 * 1024, minimumReadSize: 64 * 1024));
         _maxBulk = maxBulk;
     }
 
     /// <summary>Connects and, given a password, authenticates as <paramref name="user"/> (Redis 6 form) or as the default user.</summary>
-    public static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct, string? user = null)
+    public static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct, string? user = null,
+        CacheTls? tls = null)
     {
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
         cts.CancelAfter(timeout);
@@ -66,7 +69,23 @@ public sealed class RespConnection : IAsyncDisposable
             socket.Dispose();
             throw new CacheHostUnavailableException(endpoint, e.Message, e);
         }
-        var connection = new RespConnection(endpoint, socket, Format.SegmentCodec.MaxRawLength + 4096L);
+        Stream stream = new NetworkStream(socket, ownsSocket: true);
+        if (tls is not null)
+        {
+            var secure = new SslStream(stream, leaveInnerStreamOpen: false);
+            try
+            {
+                await secure.AuthenticateAsClientAsync(tls.ClientOptions(endpoint.Host), cts.Token);
+            }
+            catch (Exception e) when (e is AuthenticationException or IOException || (e is OperationCanceledException && !ct.IsCancellationRequested))
+            {
+                await secure.DisposeAsync();
+                // Not "unavailable": a host whose certificate we do not trust must not be retried as if it were down.
+                throw new CommonDataException(ErrorCode.AccessDenied, $"{endpoint}: TLS handshake failed: {e.GetBaseException().Message}");
+            }
+            stream = secure;
+        }
+        var connection = new RespConnection(endpoint, socket, stream, Format.SegmentCodec.MaxRawLength + 4096L);
         if (!string.IsNullOrEmpty(password))
         {
             if (string.IsNullOrEmpty(user)) connection.Command("AUTH"u8, password);

@@ -46,6 +46,13 @@ public sealed class CacheHostOptions : IProgramOptions
     [Switch("--users-file", "accounts with roles, one per line: NAME reader|writer|admin PASSWORD-or-sha256:HEX; clients AUTH as NAME", Meta = "PATH")]
     public string? UsersFile { get; set; }
 
+    /// <summary>PEM certificate (chain) the host presents; with <see cref="TlsKeyFile"/> the port speaks TLS only.</summary>
+    [Switch("--tls-cert", "PEM certificate (chain) to serve TLS with; with --tls-key, the port accepts TLS connections only", Meta = "PATH")]
+    public string? TlsCertificateFile { get; set; }
+
+    [Switch("--tls-key", "PEM private key of --tls-cert (keep it readable by the host's user only)", Meta = "PATH")]
+    public string? TlsKeyFile { get; set; }
+
     public IEnumerable<string> Validate()
     {
         if (Port is < 0 or > 65535)
@@ -60,6 +67,11 @@ public sealed class CacheHostOptions : IProgramOptions
             yield return "--address must not be empty.";
         if (!string.IsNullOrEmpty(Password) && !string.IsNullOrEmpty(PasswordFile))
             yield return "--password (or HPCDATA_CACHE_PASSWORD) and --password-file are both given; use one.";
+        if (string.IsNullOrEmpty(TlsCertificateFile) != string.IsNullOrEmpty(TlsKeyFile))
+            yield return "--tls-cert and --tls-key go together.";
+        foreach (var (name, path) in new[] { ("--tls-cert", TlsCertificateFile), ("--tls-key", TlsKeyFile) })
+            if (!string.IsNullOrEmpty(path) && !File.Exists(path))
+                yield return $"{name} '{path}' does not exist.";
         if (!string.IsNullOrEmpty(UsersFile) && !File.Exists(UsersFile))
             yield return $"--users-file '{UsersFile}' does not exist.";
         if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile))
