@@ -1,3 +1,4 @@
+using Hpc.CommonData.Security;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text;
@@ -29,7 +30,8 @@ public static class CacheBench
 {
     public const int ValueBytes = 64 * 1024;
 
-    public sealed record Options(IReadOnlyList<string> Servers, int Requests, int Clients, int Pipeline, int Keys, int Rounds, string? Out, TimeSpan Timeout);
+    public sealed record Options(IReadOnlyList<string> Servers, int Requests, int Clients, int Pipeline, int Keys, int Rounds, string? Out, TimeSpan Timeout,
+        bool Plain = true, bool Tls = false);
 
     public sealed record Outcome(List<CacheRecord> Records, List<string> Notes);
 
@@ -50,18 +52,22 @@ public static class CacheBench
         var keys = new KeySpace(o.Keys, ValueBytes);
         var servers = new List<CacheBenchServer>();
         var records = new List<CacheRecord>();
+        var certificates = o.Tls ? Directory.CreateTempSubdirectory("hpcdata-bench-tls-").FullName : null;
         try
         {
+            var tls = certificates is null ? null : SiteCertificates.Create(certificates, ["127.0.0.1"], TimeSpan.FromDays(1));
             foreach (var name in o.Servers)
-            {
-                ct.ThrowIfCancellationRequested();
-                if (await StartAsync(name, notes, ct) is not { } server) continue;
-                servers.Add(server);
-                Console.Error.WriteLine($"  {server.Name}{(server.Version is null ? "" : " " + server.Version)} on {server.Endpoint} (pid {server.Pid}): " +
-                                        $"storing {o.Keys} × 64 KB, then a warm-up");
-                await keys.PreloadAsync(server.Endpoint, o.Timeout, ct);
-                await WarmUpAsync(server, keys, o, ct);
-            }
+                foreach (var secured in (bool[])[false, true])
+                {
+                    if (secured ? !o.Tls : !o.Plain) continue;
+                    ct.ThrowIfCancellationRequested();
+                    if (await StartAsync(name, notes, secured ? tls : null, ct) is not { } server) continue;
+                    servers.Add(server);
+                    Console.Error.WriteLine($"  {server.Name}{(server.Version is null ? "" : " " + server.Version)} on {server.Endpoint} (pid {server.Pid}): " +
+                                            $"storing {o.Keys} × 64 KB, then a warm-up");
+                    await keys.PreloadAsync(server.Endpoint, o.Timeout, ct, server.Tls);
+                    await WarmUpAsync(server, keys, o, ct);
+                }
             if (servers.Count == 0) throw new BenchRefusedException("no store to measure: " + string.Join("; ", notes), 2);
 
             for (var round = 1; round <= o.Rounds; round++)
@@ -83,6 +89,7 @@ public static class CacheBench
         finally
         {
             await Task.WhenAll(servers.Select(s => s.DisposeAsync().AsTask()));
+            if (certificates is not null) Directory.Delete(certificates, recursive: true);
         }
         return new Outcome(records, notes);
     }
@@ -93,16 +100,19 @@ public static class CacheBench
         Console.Error.WriteLine($"hpcdata bench cache: {line}");
     }
 
-    private static async Task<CacheBenchServer?> StartAsync(string name, List<string> notes, CancellationToken ct)
+    private static async Task<CacheBenchServer?> StartAsync(string name, List<string> notes, SiteCertificates? tls, CancellationToken ct)
     {
         switch (name)
         {
             case CacheBenchServer.CacheHost:
-                return await CacheBenchServer.StartCacheHostAsync(ct);
+                return await CacheBenchServer.StartCacheHostAsync(ct, tls);
             case CacheBenchServer.Redis:
                 var redis = CacheBenchTools.RedisServer();
-                if (redis.Path is not null) return await CacheBenchServer.StartRedisAsync(redis.Path, ct);
+                if (redis.Path is not null) return await CacheBenchServer.StartRedisAsync(redis.Path, ct, tls);
                 Note(notes, $"redis-server not found: {redis.Missing}; going on without it (no ratios to redis-server)");
+                return null;
+            case CacheBenchServer.Garnet when tls is not null:
+                Note(notes, "garnet-server over TLS: not set up by this benchmark");
                 return null;
             case CacheBenchServer.Garnet:
                 var garnet = CacheBenchTools.Garnet();
@@ -122,7 +132,7 @@ public static class CacheBench
     {
         var warm = o with { Requests = Math.Min(o.Requests, 2000) };
         foreach (var op in new[] { CacheOp.Get, CacheOp.Mget })
-            await SdkLoad.RunAsync(server.Endpoint, op, Commands(warm, op), o.Clients, o.Pipeline, keys, o.Timeout, ct);
+            await SdkLoad.RunAsync(server.Endpoint, op, Commands(warm, op), o.Clients, o.Pipeline, keys, o.Timeout, ct, server.Tls);
     }
 
     private static async Task<CacheRecord> MeasureAsync(CacheBenchServer server, string client, string? redisBenchmark, CacheOp op, int round, KeySpace keys,
@@ -135,8 +145,8 @@ public static class CacheBench
         var (server0, client0, machine0) = (server.CpuSeconds(), ClientCpu(), CpuClock.MachineBusySeconds());
         var window = Stopwatch.StartNew();
         var result = byRedisBenchmark
-            ? await RedisBenchmark.RunAsync(redisBenchmark!, server.Endpoint, op, commands, o.Clients, o.Pipeline, o.Keys, o.Timeout, ct)
-            : await SdkLoad.RunAsync(server.Endpoint, op, commands, o.Clients, o.Pipeline, keys, o.Timeout, ct);
+            ? await RedisBenchmark.RunAsync(redisBenchmark!, server.Endpoint, op, commands, o.Clients, o.Pipeline, o.Keys, o.Timeout, ct, server.CaFile)
+            : await SdkLoad.RunAsync(server.Endpoint, op, commands, o.Clients, o.Pipeline, keys, o.Timeout, ct, server.Tls);
         var windowSeconds = window.Elapsed.TotalSeconds;
         var (server1, client1, machine1) = (server.CpuSeconds(), ClientCpu(), CpuClock.MachineBusySeconds());
         return new CacheRecord("cache", 1, run, time, server.Name, server.Version, client, op.Name, round,
@@ -153,7 +163,7 @@ public static class CacheBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new StringBuilder();
-        sb.AppendLine("| store | client | command | req/s | MB/s | p50 ms | p99 ms | × redis-server (same client) | CPU cores: store / client / rest of machine |");
+        sb.AppendLine("| store | client | command | req/s | MB/s | p50 ms | p99 ms | × redis-server (same client, same transport) | CPU cores: store / client / rest of machine |");
         sb.AppendLine("|---|---|---|---|---|---|---|---|---|");
         var serverOrder = records.Select(r => r.Server).Distinct().ToList();
         var clientOrder = records.Select(r => r.Client).Distinct().ToList();
@@ -168,7 +178,7 @@ public static class CacheBench
                 var median = Median(v).ToString(format, inv);
                 return v.Count == 1 ? median : $"{median} ({v.Min().ToString(format, inv)}–{v.Max().ToString(format, inv)})";
             }
-            var ratios = g.Select(r => records.FirstOrDefault(b => b.Server == CacheBenchServer.Redis && b.Client == r.Client && b.Op == r.Op && b.Round == r.Round))
+            var ratios = g.Select(r => records.FirstOrDefault(b => b.Server == CacheBenchServer.Redis + (r.Server.EndsWith(CacheBenchServer.TlsSuffix, StringComparison.Ordinal) ? CacheBenchServer.TlsSuffix : "") && b.Client == r.Client && b.Op == r.Op && b.Round == r.Round))
                 .Zip(g, (b, r) => b is null ? double.NaN : r.Rps / b.Rps).Where(x => !double.IsNaN(x)).ToList();
             var ratio = ratios.Count == 0 ? "–"
                 : ratios.Count == 1 ? $"{ratios[0].ToString("0.00", inv)}×"
@@ -192,6 +202,19 @@ public static class CacheBench
                 $"{records.Select(r => r.Round).Distinct().Count()} round(s), medians with the rounds' range. {ValueBytes / 1024} KB values, {c.Keys} keys drawn uniformly, " +
                 $"{c.Clients} connections, pipeline {c.Pipeline}; {get} GET and {mget} MGET commands per measurement (the same bytes). " +
                 $"Loopback on {any.Machine.Cores} cores, {any.Machine.Runtime}, kernel {any.Machine.Kernel}.");
+        }
+        var secured = records.Where(r => r.Server.EndsWith(CacheBenchServer.TlsSuffix, StringComparison.Ordinal)).ToList();
+        if (secured.Count > 0)
+        {
+            sb.AppendLine().AppendLine("TLS against plain TCP, the same store, client and command in the same round (median of the rounds' req/s ratios):");
+            foreach (var g in secured.GroupBy(r => (r.Server, r.Client, r.Op)))
+            {
+                var plain = g.Key.Server[..^CacheBenchServer.TlsSuffix.Length];
+                var ratios = g.Select(r => (r, b: records.FirstOrDefault(b => b.Server == plain && b.Client == r.Client && b.Op == r.Op && b.Round == r.Round)))
+                    .Where(x => x.b is not null).Select(x => x.r.Rps / x.b!.Rps).ToList();
+                if (ratios.Count > 0)
+                    sb.AppendLine(inv, $"- {plain} {g.Key.Client} {g.Key.Op}: {Median(ratios):0.00}× ({ratios.Min():0.00}–{ratios.Max():0.00})");
+            }
         }
         foreach (var n in notes) sb.AppendLine().AppendLine("Not measured: " + n);
         return sb.ToString();

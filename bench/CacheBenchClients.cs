@@ -43,7 +43,7 @@ public sealed class KeySpace
     /// Stores every key once with random bytes (no store compresses, but none can be flattered by a pattern either),
     /// then checks DBSIZE: a GET of a missing key is a cheap nil and would make a store look faster than it is.
     /// </summary>
-    public async Task PreloadAsync(CacheEndpoint endpoint, TimeSpan timeout, CancellationToken ct)
+    public async Task PreloadAsync(CacheEndpoint endpoint, TimeSpan timeout, CancellationToken ct, CacheTls? tls = null)
     {
         using var bound = CancellationTokenSource.CreateLinkedTokenSource(ct);
         bound.CancelAfter(timeout);
@@ -51,7 +51,7 @@ public sealed class KeySpace
         new Random(6380).NextBytes(value);
         try
         {
-            await using var c = await RespConnection.ConnectAsync(endpoint, null, TimeSpan.FromSeconds(5), bound.Token);
+            await using var c = await RespConnection.ConnectAsync(endpoint, null, TimeSpan.FromSeconds(5), bound.Token, tls: tls);
             const int batch = 16;
             for (var first = 0; first < Count; first += batch)
             {
@@ -89,7 +89,7 @@ public static class SdkLoad
     public const string ClientName = "hpcdata-sdk";
 
     public static async Task<LoadResult> RunAsync(CacheEndpoint endpoint, CacheOp op, int commands, int clients, int pipeline, KeySpace keys,
-        TimeSpan timeout, CancellationToken ct)
+        TimeSpan timeout, CancellationToken ct, CacheTls? tls = null)
     {
         var connections = Math.Min(clients, commands);
         var workers = new Worker[connections];
@@ -100,7 +100,7 @@ public static class SdkLoad
             for (var i = 0; i < connections; i++)
             {
                 var share = commands / connections + (i < commands % connections ? 1 : 0);
-                var c = await RespConnection.ConnectAsync(endpoint, null, TimeSpan.FromSeconds(5), bound.Token);
+                var c = await RespConnection.ConnectAsync(endpoint, null, TimeSpan.FromSeconds(5), bound.Token, tls: tls);
                 workers[i] = new Worker(c, op.KeysPerCommand, share, pipeline, keys, seed: 0x9E3779B9u * (uint)(i + 1));
             }
             var tasks = new Task[connections];
@@ -221,7 +221,7 @@ public static class RedisBenchmark
     public const string ClientName = "redis-benchmark";
 
     public static async Task<LoadResult> RunAsync(string program, CacheEndpoint endpoint, CacheOp op, int commands, int clients, int pipeline, int keys,
-        TimeSpan timeout, CancellationToken ct)
+        TimeSpan timeout, CancellationToken ct, string? caFile = null)
     {
         var inv = CultureInfo.InvariantCulture;
         var args = new List<string>
@@ -229,6 +229,7 @@ public static class RedisBenchmark
             "-h", endpoint.Host, "-p", endpoint.Port.ToString(inv), "-c", clients.ToString(inv), "-n", commands.ToString(inv),
             "-P", pipeline.ToString(inv), "-r", keys.ToString(inv), "--csv",
         };
+        if (caFile is not null) args.AddRange(["--tls", "--cacert", caFile]);
         if (op.KeysPerCommand == 1) args.AddRange(["-t", "get"]);
         else
         {

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Security;
 using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Net;
@@ -140,6 +141,13 @@ public sealed class CacheBenchServer : IAsyncDisposable
     public string Name { get; }
     public string? Version { get; }
     public CacheEndpoint Endpoint { get; }
+
+    /// <summary>Set when the store serves TLS: how clients verify it, and the CA file for redis-benchmark.</summary>
+    public CacheTls? Tls { get; private init; }
+    public string? CaFile { get; private init; }
+
+    /// <summary>The suffix of a store's name when it is measured over TLS.</summary>
+    public const string TlsSuffix = "+tls";
     public int Pid => _component?.Id ?? _external!.Id;
 
     private CacheBenchServer(string name, string? version, CacheEndpoint endpoint, ComponentProcess? component, ExternalProcess? external, string? scratch)
@@ -149,13 +157,19 @@ public sealed class CacheBenchServer : IAsyncDisposable
     }
 
     /// <summary>Our cache host picks its own free port and says which on its READY line.</summary>
-    public static async Task<CacheBenchServer> StartCacheHostAsync(CancellationToken ct)
+    public static async Task<CacheBenchServer> StartCacheHostAsync(CancellationToken ct, SiteCertificates? tls = null)
     {
-        var p = ComponentProcess.Start(new CacheHostOptions { Address = "127.0.0.1", Port = 0, MaxMemoryBytes = 2L << 30 }, name: CacheHost);
+        var p = ComponentProcess.Start(new CacheHostOptions
+        {
+            Address = "127.0.0.1", Port = 0, MaxMemoryBytes = 2L << 30, TlsCertificateFile = tls?.CertificateFile, TlsKeyFile = tls?.KeyFile,
+        }, name: CacheHost);
         try
         {
             var ready = await p.WaitReadyAsync(ReadyTimeout, ct);
-            return new CacheBenchServer(CacheHost, null, CacheEndpoint.Parse(ready), p, null, null);
+            return new CacheBenchServer(CacheHost + (tls is null ? "" : TlsSuffix), null, CacheEndpoint.Parse(ready), p, null, null)
+            {
+                Tls = tls is null ? null : CacheTls.Create(tls.CaFile), CaFile = tls?.CaFile,
+            };
         }
         catch
         {
@@ -165,18 +179,22 @@ public sealed class CacheBenchServer : IAsyncDisposable
     }
 
     /// <summary>No persistence: --save '' and no AOF, and its working directory is a scratch one removed on dispose.</summary>
-    public static Task<CacheBenchServer> StartRedisAsync(string program, CancellationToken ct)
+    public static Task<CacheBenchServer> StartRedisAsync(string program, CancellationToken ct, SiteCertificates? tls = null)
     {
         var version = CacheBenchTools.Version(program, @"v=([0-9][^ ]*)");
-        return StartExternalAsync(Redis, program, version, (port, dir) =>
-            ["--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--maxmemory", "2gb", "--dir", dir!], needsDir: true, ct);
+        string[] Listen(string port) => tls is null ? ["--port", port]
+            : ["--port", "0", "--tls-port", port, "--tls-cert-file", tls.CertificateFile, "--tls-key-file", tls.KeyFile,
+               "--tls-ca-cert-file", tls.CaFile, "--tls-auth-clients", "no"];
+        return StartExternalAsync(Redis + (tls is null ? "" : TlsSuffix), program, version, (port, dir) =>
+            [.. Listen(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--maxmemory", "2gb", "--dir", dir!], needsDir: true, ct,
+            tls is null ? null : CacheTls.Create(tls.CaFile), tls?.CaFile);
     }
 
     /// <summary>--memory caps garnet's main log at the 2 GB the others get (its default is 16 GB); 64 KB values fit its default 16 MB pages.</summary>
     public static Task<CacheBenchServer> StartGarnetAsync(string program, CancellationToken ct)
     {
         var version = CacheBenchTools.Version(program, @"Garnet\w*\s+v?([0-9][0-9.]*)");
-        return StartExternalAsync(Garnet, program, version, (port, _) => ["--port", port, "--bind", "127.0.0.1", "--memory", "2g"], needsDir: false, ct);
+        return StartExternalAsync(Garnet, program, version, (port, _) => ["--port", port, "--bind", "127.0.0.1", "--memory", "2g"], needsDir: false, ct, null, null);
     }
 
     /// <summary>
@@ -184,7 +202,7 @@ public sealed class CacheBenchServer : IAsyncDisposable
     /// the server binds it. A server that loses that race exits, which the readiness loop notices.
     /// </summary>
     private static async Task<CacheBenchServer> StartExternalAsync(string name, string program, string? version, Func<string, string?, string[]> args,
-        bool needsDir, CancellationToken ct)
+        bool needsDir, CancellationToken ct, CacheTls? tls, string? caFile)
     {
         int port;
         using (var probe = new TcpListener(IPAddress.Loopback, 0))
@@ -199,8 +217,8 @@ public sealed class CacheBenchServer : IAsyncDisposable
         {
             if (needsDir) scratch = Directory.CreateTempSubdirectory("hpcdata-bench-cache-").FullName;
             p = ExternalProcess.Start(name, program, args(port.ToString(System.Globalization.CultureInfo.InvariantCulture), scratch));
-            await WaitForPongAsync(p, endpoint, ct);
-            return new CacheBenchServer(name, version, endpoint, null, p, scratch);
+            await WaitForPongAsync(p, endpoint, tls, ct);
+            return new CacheBenchServer(name, version, endpoint, null, p, scratch) { Tls = tls, CaFile = caFile };
         }
         catch
         {
@@ -210,7 +228,7 @@ public sealed class CacheBenchServer : IAsyncDisposable
         }
     }
 
-    private static async Task WaitForPongAsync(ExternalProcess p, CacheEndpoint endpoint, CancellationToken ct)
+    private static async Task WaitForPongAsync(ExternalProcess p, CacheEndpoint endpoint, CacheTls? tls, CancellationToken ct)
     {
         var deadline = Stopwatch.StartNew();
         for (var attempt = 0; deadline.Elapsed < ReadyTimeout; attempt++)
@@ -218,12 +236,12 @@ public sealed class CacheBenchServer : IAsyncDisposable
             if (p.HasExited) throw new InvalidOperationException($"{p.Name} exited before it was ready:{Environment.NewLine}{p.Tail}");
             try
             {
-                await using var c = await RespConnection.ConnectAsync(endpoint, null, TimeSpan.FromSeconds(2), ct);
+                await using var c = await RespConnection.ConnectAsync(endpoint, null, TimeSpan.FromSeconds(2), ct, tls: tls);
                 c.Command("PING"u8);
                 var reply = await c.FlushAndReadAsync(ct).AsTask().WaitAsync(TimeSpan.FromSeconds(5), ct);
                 if (reply.Text == "PONG" && !p.HasExited) return;
             }
-            catch (Exception e) when (e is CacheHostUnavailableException or TimeoutException or RespProtocolException) { }
+            catch (Exception e) when (e is CacheHostUnavailableException or TimeoutException or RespProtocolException || e is CommonDataException { Code: ErrorCode.AccessDenied }) { }
             await Task.Delay(Math.Min(50 * (attempt + 1), 500), ct);
         }
         throw new TimeoutException($"{p.Name} did not answer PING on {endpoint} within {ReadyTimeout.TotalSeconds:0} s:{Environment.NewLine}{p.Tail}");

@@ -23,7 +23,7 @@ public static class StageCommand
             var options = new StageOptions
             {
                 Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compress = !o.NoCompress,
-                Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime),
+                Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime), CheckSpace = !o.NoSpaceCheck,
             };
             var progress = Console.IsErrorRedirected ? null : new TerminalProgress();
             var result = await new StagingPipeline(tier, log).StageAsync(source, options, progress, cancel.Token);

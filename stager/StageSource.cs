@@ -50,6 +50,24 @@ public sealed class StageSource : IDisposable
         return new StageSource(stream, stream.Length, Path.GetFullPath(path));
     }
 
+    /// <summary>
+    /// Reads at <paramref name="offset"/> of the dataset without disturbing the sequential read (at most to the end of
+    /// the file holding it); -1 when the source cannot be read out of order (standard input).
+    /// </summary>
+    public int ReadAt(long offset, Span<byte> buffer)
+    {
+        if (_single is FileStream file)
+            return RandomAccess.Read(file.SafeFileHandle, buffer, offset);
+        if (_single is not null)
+            return -1;
+        var i = _files.FindLastIndex(f => f.Entry.Offset <= offset && f.Entry.Length > 0);
+        if (i < 0) return 0;
+        var (path, entry) = _files[i];
+        using var handle = File.OpenHandle(path);
+        var within = offset - entry.Offset;
+        return RandomAccess.Read(handle, buffer[..(int)Math.Min(buffer.Length, entry.Length - within)], within);
+    }
+
     /// <summary>Fills <paramref name="buffer"/> as far as the data goes (crossing file boundaries); 0 at the end.</summary>
     public int ReadBlock(Span<byte> buffer)
     {

@@ -20,6 +20,8 @@ public sealed class StageOptions
     public int UploadBatch { get; init; } = 64;
     /// <summary>Batches in flight at once (each is one pipelined exchange per host).</summary>
     public int Uploaders { get; init; } = 6;
+    /// <summary>Estimate the new stored bytes from a sample and refuse before sending when the tier cannot hold them.</summary>
+    public bool CheckSpace { get; init; } = true;
 }
 
 public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
@@ -77,6 +79,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var clock = Stopwatch.StartNew();
         // Held until "latest" has moved: a segment collection must not free segments this staging decided to reuse.
         await using var lease = await new SegmentCollector(tier, logger).BeginStagingAsync(ct: ct);
+        if (options.CheckSpace) await CheckSpaceAsync(source, options, ct);
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
         var raw = Channel.CreateBounded<RawChunk>(new BoundedChannelOptions(options.Parallelism * 4) { SingleWriter = true });
         var encoded = Channel.CreateBounded<EncodedChunk>(new BoundedChannelOptions(options.UploadBatch * 4) { SingleReader = true });
@@ -172,6 +175,53 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             Segments = segments.Select(x => x!).ToList(), Files = source.Files,
         };
         return await PublishAsync(manifest, options, sentTotal, skipped, clock, cts.Token);
+    }
+
+    private const int SpaceSamples = 32;
+
+    /// <summary>
+    /// Refuses, before anything is sent, a stage the cache tier clearly cannot hold: 32 segments spread over the source
+    /// are encoded and looked up, which estimates both the compression ratio and how much the tier already has; the
+    /// estimate of new stored bytes (× replicas, plus each entry's overhead) is compared with the hosts' free budget.
+    /// Only a clear shortfall (the estimate's 90% does not fit) is refused; the hosts still refuse any write past
+    /// their budget, so a wrong estimate costs a later failure, never data.
+    /// </summary>
+    private async Task CheckSpaceAsync(StageSource source, StageOptions options, CancellationToken ct)
+    {
+        if (source.KnownLength is not { } length || length == 0) return;
+        var memory = await tier.GetMemoryAsync(ct);
+        if (memory.Any(m => m.Max <= 0)) return; // a host without a limit (a Redis without maxmemory) cannot say
+        var segmentCount = (length + options.SegmentSize - 1) / options.SegmentSize;
+        var picks = Enumerable.Range(0, (int)Math.Min(SpaceSamples, segmentCount)).Select(i => i * segmentCount / Math.Min(SpaceSamples, segmentCount)).ToArray();
+        var input = ArrayPool<byte>.Shared.Rent(options.SegmentSize);
+        var output = ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(options.SegmentSize));
+        var samples = new List<(SegmentId Id, int Raw, int Stored)>();
+        try
+        {
+            foreach (var segment in picks)
+            {
+                var n = source.ReadAt(segment * options.SegmentSize, input.AsSpan(0, options.SegmentSize));
+                if (n <= 0) return;
+                samples.Add((SegmentId.Of(input.AsSpan(0, n)), n, SegmentCodec.Encode(input.AsSpan(0, n), output, options.Compress)));
+            }
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(input);
+            ArrayPool<byte>.Shared.Return(output);
+        }
+        var present = await tier.ContainsSegmentsAsync(samples.Select(s => s.Id).ToArray(), ct);
+        double raw = samples.Sum(s => (double)s.Raw);
+        double newStored = samples.Where((s, i) => !present[i]).Sum(s => (double)s.Stored);
+        double newFraction = samples.Count(s => true) == 0 ? 0 : samples.Where((s, i) => !present[i]).Count() / (double)samples.Count;
+        var needed = (long)((length * newStored / raw + segmentCount * newFraction * 192) * tier.Replicas);
+        var free = memory.Sum(m => Math.Max(0, m.Max - m.Used));
+        if (needed * 0.9 <= free) return;
+        throw new CommonDataException(ErrorCode.NoSpace,
+            $"the cache tier has {ByteSize.Format(free)} free ({string.Join(", ", memory.Select(m => $"{m.Host} {ByteSize.Format(Math.Max(0, m.Max - m.Used))} of {ByteSize.Format(m.Max)}"))}); " +
+            $"staging '{options.Name}' needs about {ByteSize.Format(needed)} more (a sample of {samples.Count} segments: stored {newStored / Math.Max(1, raw):P0} of raw as new, " +
+            $"{1 - newFraction:P0} already held; {tier.Replicas} replica(s)). Nothing was sent. Remove versions (hpcdata remove), collect (hpcdata gc), " +
+            "add hosts or memory, or stage with --no-space-check to try anyway");
     }
 
     /// <summary>Waits for all stages; the first failure cancels the others so nothing hangs on a full channel.</summary>

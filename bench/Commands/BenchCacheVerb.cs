@@ -29,6 +29,9 @@ public sealed class BenchCacheOptions
     [Option("timeout", Default = "2m", HelpText = "Bound on each preload and each measurement; one that passes it fails the run.")]
     public string Timeout { get; set; } = "2m";
 
+    [Option("transport", Default = "plain", HelpText = "plain (TCP), tls (every store serves TLS with a throw-away site CA; clients verify it), or both (each store twice, for the TLS/plain ratio).")]
+    public string Transport { get; set; } = "plain";
+
     [Option("out", HelpText = "Directory to append results.jsonl to (kind \"cache\", one line per measurement).")]
     public string? Out { get; set; }
 }
@@ -85,6 +88,13 @@ public static class BenchCacheVerb
         if (o.Keys is < 1 or > 16384) throw new FormatException("--keys must be between 1 and 16384 (64 KB each)");
         if (o.Rounds is < 1 or > 50) throw new FormatException("--rounds must be between 1 and 50");
         var timeout = Durations.Parse(o.Timeout);
-        return new CacheBench.Options(servers, o.Requests, o.Clients, o.Pipeline, o.Keys, o.Rounds, o.Out, timeout);
+        var (plain, tls) = o.Transport.ToLowerInvariant() switch
+        {
+            "plain" => (true, false),
+            "tls" => (false, true),
+            "both" => (true, true),
+            _ => throw new FormatException($"--transport: '{o.Transport}' is not plain, tls or both"),
+        };
+        return new CacheBench.Options(servers, o.Requests, o.Clients, o.Pipeline, o.Keys, o.Rounds, o.Out, timeout, plain, tls);
     }
 }

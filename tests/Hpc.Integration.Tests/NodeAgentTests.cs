@@ -402,8 +402,9 @@ public class SegmentCollectionTests
         async Task<int> Segments() => (await tier.KeysAsync(CacheKeys.SegmentPrefix)).Sum(k => k.Count);
         Assert.Equal(first.Segments, await Segments());
 
+        // Past the pre-send estimate, so the host's own refusal and the clean-up after it are what is exercised.
         var (code, _, stderr) = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "b.bin", Cluster.RandomBytes(40 << 20, seed: 2)), "--name", "budget/b",
-            "--cache-hosts", c.HostList]);
+            "--cache-hosts", c.HostList, "--no-space-check"]);
         Assert.Equal(1, code);
         Assert.Contains("OOM", stderr);
         Assert.Matches(@"freed \d+ segments no version references", stderr);
@@ -423,6 +424,30 @@ public class SegmentCollectionTests
         Assert.False(next.Unchanged);
         var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
         await using (var data = await Dataset.OpenAsync("budget/a", direct)) Assert.True(data.VerifyHash());
+    }
+
+    [Fact]
+    public async Task A_stage_the_cache_tier_clearly_cannot_hold_is_refused_before_anything_is_sent_and_one_that_mostly_exists_is_not()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync(o => o.MaxMemoryBytes = new ByteSize(24L << 20));
+        var held = Cluster.RandomBytes(16 << 20, seed: 4);
+        await c.StageAsync(Cluster.WriteFile(c.Root, "held.bin", held), "space/held");
+        await using var tier = c.Tier();
+        async Task<int> Segments() => (await tier.KeysAsync(CacheKeys.SegmentPrefix)).Sum(k => k.Count);
+        var before = await Segments();
+
+        var (code, _, stderr) = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "big.bin", Cluster.RandomBytes(16 << 20, seed: 5)), "--name", "space/big",
+            "--cache-hosts", c.HostList]);
+        Assert.Equal(1, code);
+        Assert.Contains("needs about", stderr);
+        Assert.Contains("Nothing was sent", stderr);
+        Assert.Equal(before, await Segments());
+
+        // The same 16 MB with a small edit: the sample finds it already held, so the check lets it through and it fits.
+        held[12345] ^= 0xff;
+        var edited = await c.StageAsync(Cluster.WriteFile(c.Root, "edited.bin", held), "space/edited");
+        Assert.Equal(1, edited.Segments - edited.SkippedSegments);
     }
 
     [Fact]

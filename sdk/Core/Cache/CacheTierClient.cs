@@ -236,6 +236,19 @@ public sealed class CacheTierClient : IAsyncDisposable
         }, ct);
 
     /// <summary>Runs a raw command on one host (by index into <see cref="Hosts"/>).</summary>
+    /// <summary>Each host's budget as its INFO reports it: bytes in use and the limit (0 when the host has none, as a Redis may).</summary>
+    public async Task<(CacheEndpoint Host, long Used, long Max)[]> GetMemoryAsync(CancellationToken ct = default) =>
+        await Task.WhenAll(Hosts.Select(async (h, i) =>
+        {
+            var reply = await ExecuteOnAsync(i, "INFO"u8.ToArray(), ["memory"], ct);
+            if (reply.Kind == RespKind.Error) throw new RespErrorException(h.ToString(), reply.Text!);
+            long Field(string name) =>
+                (reply.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(reply.Bulk!) : "").Split("\r\n")
+                    .Select(l => l.Split(':', 2)).Where(f => f.Length == 2 && f[0] == name)
+                    .Select(f => long.TryParse(f[1], out var v) ? v : 0).FirstOrDefault();
+            return (h, Field("used_memory"), Field("maxmemory"));
+        }));
+
     public Task<RespReply> ExecuteOnAsync(int host, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
         RunAsync(host, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
 

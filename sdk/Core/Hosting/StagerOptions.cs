@@ -28,6 +28,9 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--lifetime", "Cache-tier lifetime of the version, e.g. 90m, 12h, 7d (default: until removed).", Meta = "DURATION")]
     public string? Lifetime { get; set; }
 
+    [Switch("--no-space-check", "Send even when a sample says the cache tier's free memory is too small for the new segments.")]
+    public bool NoSpaceCheck { get; set; }
+
     [Switch("--json", "Print the summary as one JSON object (a StageResult) on the last line, for scripts.")]
     public bool Json { get; set; }
 

@@ -1,0 +1,43 @@
+using CommandLine;
+using Hpc.CommonData.Security;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("tls-init", HelpText = "Create a site CA (once) and a cache-host certificate it signs, as PEM files: host.pem and host.key for the hosts, ca.pem for every client.")]
+public sealed class TlsInitOptions
+{
+    [Option("out", Required = true, HelpText = "Directory for ca.pem, ca.key, host.pem, host.key; an existing CA there is reused.")]
+    public string Out { get; set; } = "";
+
+    [Option("hosts", Required = true, HelpText = "Names the cache hosts are reached by, as clients spell them in --cache-hosts: DNS names and IP addresses, comma-separated.")]
+    public string Hosts { get; set; } = "";
+
+    [Option("days", Default = 365, HelpText = "Validity of the host certificate in days (the CA lasts four times as long).")]
+    public int Days { get; set; } = 365;
+}
+
+/// <summary>Exit codes: 0 written; 1 the files could not be written; 2 bad usage.</summary>
+public static class TlsInitCommand
+{
+    public static int Run(TlsInitOptions o)
+    {
+        var hosts = o.Hosts.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+        if (hosts.Length == 0 || o.Days < 1)
+        {
+            Console.Error.WriteLine("hpcdata tls-init: give --hosts NAME,… and --days of at least 1");
+            return 2;
+        }
+        try
+        {
+            var files = SiteCertificates.Create(o.Out, hosts, TimeSpan.FromDays(o.Days));
+            Console.WriteLine($"cache hosts: --tls-cert {files.CertificateFile} --tls-key {files.KeyFile}");
+            Console.WriteLine($"clients:     --cache-ca {files.CaFile} (or HPCDATA_CACHE_CA); keep {files.CaKeyFile} offline");
+            return 0;
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException or System.Security.Cryptography.CryptographicException)
+        {
+            Console.Error.WriteLine($"hpcdata tls-init: {e.Message}");
+            return 1;
+        }
+    }
+}
