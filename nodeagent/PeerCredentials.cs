@@ -25,7 +25,14 @@ public sealed record PeerCredentials(int Pid, uint Uid, uint Gid, IReadOnlyList<
     public static PeerCredentials? Of(NamedPipeServerStream pipe)
     {
         if (!OperatingSystem.IsLinux()) return null;
-        return OfSocket(pipe.SafePipeHandle);
+        try
+        {
+            return OfSocket(pipe.SafePipeHandle);
+        }
+        catch (Exception e) when (e is ObjectDisposedException or InvalidOperationException or IOException)
+        {
+            return null; // the worker already went away: nobody to serve, and an unknown peer is refused restricted data
+        }
     }
 
     [SupportedOSPlatform("linux")]

@@ -150,7 +150,8 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         var reader = PipeReader.Create(pipe, new StreamPipeReaderOptions(bufferSize: 1 << 17, leaveOpen: true));
         var writer = PipeWriter.Create(pipe, new StreamPipeWriterOptions(minimumBufferSize: AgentFrames.DataFrameSize + 8, leaveOpen: true));
         var leases = new List<string>();
-        var peer = PeerCredentials.Of(pipe);
+        // Read when a restricted version is asked for: most connections (status, ingest, open datasets) never need it.
+        var peer = new Lazy<PeerCredentials?>(() => PeerCredentials.Of(pipe));
         try
         {
             while (true)
@@ -193,7 +194,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         }
     }
 
-    private async Task HandleAsync(AgentRequest request, PipeWriter writer, List<string> leases, PeerCredentials? peer, CancellationToken ct)
+    private async Task HandleAsync(AgentRequest request, PipeWriter writer, List<string> leases, Lazy<PeerCredentials?> peer, CancellationToken ct)
     {
         AgentResponse response;
         try
@@ -205,7 +206,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                     var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
                     var lease = request.Op != AgentOps.Prefetch; // prefetch warms the node; only open and stream lease
                     var ensured = await store.EnsureAsync(name, request.Version, lease, request.Op == AgentOps.Prefetch ? request.Pin : null, ct,
-                        manifest => _access.Check(manifest, peer));
+                        manifest => { if (manifest.Readers is not null) _access.Check(manifest, peer.Value); });
                     if (lease) leases.Add(ensured.Version);
                     response = new AgentResponse { Ok = true, Dataset = ensured.Dataset };
                     if (request.Op == AgentOps.Stream)
@@ -237,7 +238,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             var error = CommonDataException.From(e);
             if (error.Code == ErrorCode.Internal) log.LogError(e, "Request {Op} {Dataset} failed", request.Op, request.Dataset);
             else if (error.Code == ErrorCode.AccessDenied)
-                log.LogWarning("Refused {Op} of {Dataset} to pid {Pid}: {Error}", request.Op, request.Dataset, peer?.Pid, error.Message);
+                log.LogWarning("Refused {Op} of {Dataset} to pid {Pid}: {Error}", request.Op, request.Dataset, peer.Value?.Pid, error.Message);
             response = AgentResponse.Failure(error);
         }
         await Reply(writer, response, ct);
