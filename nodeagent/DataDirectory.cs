@@ -1,5 +1,6 @@
 using System.Buffers.Binary;
 using System.Text.Json;
+using Hpc.CommonData.Access;
 using Hpc.CommonData.Format;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
@@ -16,6 +17,10 @@ namespace Hpc.NodeAgent;
 /// <item><c>pins.json</c> — pin names per version, so pins survive restarts.</item>
 /// </list>
 /// Paths are built only from version ids (32 hex digits), never from dataset names.
+/// <para>On Linux the tree belongs to the agent's user and others may only pass through it: the root and
+/// <c>complete/</c> are 0711 (no listing), <c>partial/</c> and <c>manifests/</c> 0700. A published copy is readable by
+/// everyone (0444) when its version names no readers; otherwise by the agent's user and, through a POSIX access ACL,
+/// by exactly the version's readers (see <see cref="ApplyReadAccess"/>).</para>
 /// </summary>
 public sealed class DataDirectory
 {
@@ -31,6 +36,35 @@ public sealed class DataDirectory
         _manifests = Path.Combine(Root, "manifests");
         _pinsFile = Path.Combine(Root, "pins.json");
         foreach (var d in new[] { _complete, _partial, _manifests }) Directory.CreateDirectory(d);
+        if (!OperatingSystem.IsWindows()) RestrictTree();
+    }
+
+    private const UnixFileMode Traversable = UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute |
+                                             UnixFileMode.GroupExecute | UnixFileMode.OtherExecute;
+    private const UnixFileMode Private = UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute;
+    private const UnixFileMode OwnerRead = UnixFileMode.UserRead;
+    private const UnixFileMode EveryoneRead = UnixFileMode.UserRead | UnixFileMode.GroupRead | UnixFileMode.OtherRead;
+    private int _aclWarned;
+
+    /// <summary>
+    /// Workers of other users must pass through the tree to the copies they may read, but must not list it nor reach
+    /// partial copies and manifests. A root shared with others (sticky, like /tmp) is left as it is: the tree's own
+    /// folders are the gate then.
+    /// </summary>
+    [System.Runtime.Versioning.UnsupportedOSPlatform("windows")]
+    private void RestrictTree()
+    {
+        try
+        {
+            if (!File.GetUnixFileMode(Root).HasFlag(UnixFileMode.StickyBit)) File.SetUnixFileMode(Root, Traversable);
+            File.SetUnixFileMode(_complete, Traversable);
+            File.SetUnixFileMode(_partial, Private);
+            File.SetUnixFileMode(_manifests, Private);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _log.LogWarning("Cannot restrict the modes of data directory {Dir} ({Reason}); other users may list it", Root, e.Message);
+        }
     }
 
     public string Root { get; }
@@ -86,14 +120,41 @@ public sealed class DataDirectory
         journal.Write(entry);
     }
 
-    /// <summary>Makes a finished partial copy read-only and moves it to its published name, atomically; drops its journal.</summary>
-    public void Publish(string version)
+    /// <summary>
+    /// Makes a finished partial copy read-only — readable by <paramref name="readers"/> only, when the version names
+    /// them — and moves it to its published name, atomically; drops its journal. The access is set before the rename,
+    /// so the copy is never visible with wider access than its version allows.
+    /// </summary>
+    public void Publish(string version, DatasetReaders? readers = null)
     {
         var partial = PartialPath(version);
         if (OperatingSystem.IsWindows()) File.SetAttributes(partial, FileAttributes.ReadOnly);
-        else File.SetUnixFileMode(partial, UnixFileMode.UserRead | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+        else ApplyReadAccess(partial, readers);
         File.Move(partial, CompletePath(version), overwrite: true);
         TryDelete(JournalPath(version));
+    }
+
+    /// <summary>
+    /// Read-only access to a copy for exactly <paramref name="readers"/> (null: everyone, 0444). On Linux a named list
+    /// becomes a POSIX access ACL: owner r, each reader user and group r, owning group and others nothing. A file system
+    /// without ACLs leaves the copy readable by the agent's user only (0400) — never by more than the readers — and is
+    /// reported once: workers of other users then get restricted datasets over the pipe (stream mode), still checked.
+    /// </summary>
+    [System.Runtime.Versioning.UnsupportedOSPlatform("windows")]
+    public void ApplyReadAccess(string path, DatasetReaders? readers)
+    {
+        if (readers is null)
+        {
+            File.SetUnixFileMode(path, EveryoneRead);
+            return;
+        }
+        File.SetUnixFileMode(path, OwnerRead); // what remains if the ACL cannot be set
+        if (!OperatingSystem.IsLinux()) return;
+        var errno = PosixAcl.TrySet(path, PosixAcl.Encode(readers, PosixAcl.Read, PosixAcl.Read));
+        if (errno != 0 && Interlocked.Exchange(ref _aclWarned, 1) == 0)
+            _log.LogWarning("Data directory {Dir} does not take POSIX ACLs (errno {Errno}); copies of datasets with readers are readable " +
+                            "on the file system by the agent's user only, and other readers' workers get them over the pipe (stream mode)",
+                Root, errno);
     }
 
     /// <summary>Removes every file of a version: its data (complete or partial), journal and manifest.</summary>

@@ -106,8 +106,13 @@ public sealed class DatasetStore
         _directory.Delete(c.Version);
     }
 
-    /// <summary>Makes a version local (resolving "latest" through the source) and returns its description.</summary>
-    public async Task<Ensured> EnsureAsync(string name, string? version, bool lease, string? pin, CancellationToken ct)
+    /// <summary>
+    /// Makes a version local (resolving "latest" through the source) and returns its description. <paramref name="authorize"/>
+    /// sees the version's manifest before the copy is leased, pinned or described, and throws to refuse it: a local copy is
+    /// checked before anything else is done for the caller; one that is not yet local is fetched first (its readers are in
+    /// the manifest the fetch brings), so a refused caller may have warmed the node but never receives the data.
+    /// </summary>
+    public async Task<Ensured> EnsureAsync(string name, string? version, bool lease, string? pin, CancellationToken ct, Action<Manifest>? authorize = null)
     {
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
@@ -120,13 +125,16 @@ public sealed class DatasetStore
         if (copy is { Complete: true })
         {
             CheckBelongs(copy, name);
+            authorize?.Invoke(copy.Manifest);
             if (!copy.Verified) await Task.Run(() => VerifyComplete(copy), ct);
         }
         else
         {
+            if (copy is not null && copy.Manifest.Name == name) authorize?.Invoke(copy.Manifest); // partial: its manifest is known
             var fetched = await _fetches.FetchAsync(name, version, ct);
             (copy, source) = (fetched.Copy, fetched.Resumed ? "resumed" : "fetched");
             CheckBelongs(copy, name);
+            authorize?.Invoke(copy.Manifest);
         }
         _index.Acquire(version, lease, pin);
         return new Ensured(Describe(copy, source, clock.Elapsed.TotalSeconds), version);

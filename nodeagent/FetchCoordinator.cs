@@ -93,7 +93,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                 if (!HashMatches(manifest, map))
                     throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version {version}: whole-dataset hash mismatch after fetch");
             }
-            directory.Publish(version);
+            directory.Publish(version, manifest.Readers);
             index.Completed(version);
             _log.LogInformation("Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)",
                 name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));

@@ -13,9 +13,13 @@ namespace Hpc.NodeAgent;
 /// framed requests; datasets opened on a connection stay leased until it closes. A malformed or oversized frame
 /// closes that connection only.
 /// </summary>
+/// <para>The socket admits every user of the node; what a connection may read is decided per dataset from the
+/// credentials the kernel recorded for it (<see cref="PeerCredentials"/>, <see cref="AccessPolicy"/>): open, stream
+/// and prefetch of a version whose readers do not include the worker are refused with <see cref="ErrorCode.AccessDenied"/>.</para>
 public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
 {
     private readonly NodeAgentOptions _options = options;
+    private readonly AccessPolicy _access = AccessPolicy.ForThisProcess();
     private int _connections;
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
@@ -65,6 +69,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         // One instance is always waiting, also while the last connection closes: on Unix the pipe is a socket that
         // exists only while some server instance does, so a gap between instances makes connects fail with ENOENT.
         var server = CreateInstance(first: true);
+        OpenSocketToAllUsers();
         // The listening socket exists once the first instance is created: announce readiness to launchers.
         Console.Out.WriteLine($"READY {_options.Pipe}");
         Console.Out.Flush();
@@ -105,6 +110,26 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         await Task.WhenAll(handlers);
     }
 
+    /// <summary>
+    /// The socket file is created with the agent's umask (typically srwxr-xr-x), and connecting needs write permission
+    /// on it: other users' workers would be turned away before saying what they want. Every user may connect; the
+    /// per-dataset check on each request is the gate.
+    /// </summary>
+    private void OpenSocketToAllUsers()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var path = NodeAgentOptions.SocketPath(_options.Pipe);
+        try
+        {
+            File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.GroupWrite |
+                                       UnixFileMode.OtherRead | UnixFileMode.OtherWrite);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            log.LogWarning("Cannot open socket {Path} to all users ({Reason}); only the agent's user can connect", path, e.Message);
+        }
+    }
+
     private NamedPipeServerStream CreateInstance(bool first)
     {
         var flags = System.IO.Pipes.PipeOptions.Asynchronous | (first ? System.IO.Pipes.PipeOptions.FirstPipeInstance : 0);
@@ -125,6 +150,8 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         var reader = PipeReader.Create(pipe, new StreamPipeReaderOptions(bufferSize: 1 << 17, leaveOpen: true));
         var writer = PipeWriter.Create(pipe, new StreamPipeWriterOptions(minimumBufferSize: AgentFrames.DataFrameSize + 8, leaveOpen: true));
         var leases = new List<string>();
+        // Read when a restricted version is asked for: most connections (status, ingest, open datasets) never need it.
+        var peer = new Lazy<PeerCredentials?>(() => PeerCredentials.Of(pipe));
         try
         {
             while (true)
@@ -146,7 +173,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                     if (!await IngestAsync(request, reader, writer, stoppingToken)) return;
                     continue;
                 }
-                await HandleAsync(request, writer, leases, stoppingToken);
+                await HandleAsync(request, writer, leases, peer, stoppingToken);
             }
         }
         catch (Exception e) when (e is IOException or OperationCanceledException or ObjectDisposedException)
@@ -167,7 +194,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         }
     }
 
-    private async Task HandleAsync(AgentRequest request, PipeWriter writer, List<string> leases, CancellationToken ct)
+    private async Task HandleAsync(AgentRequest request, PipeWriter writer, List<string> leases, Lazy<PeerCredentials?> peer, CancellationToken ct)
     {
         AgentResponse response;
         try
@@ -178,7 +205,8 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                 {
                     var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
                     var lease = request.Op != AgentOps.Prefetch; // prefetch warms the node; only open and stream lease
-                    var ensured = await store.EnsureAsync(name, request.Version, lease, request.Op == AgentOps.Prefetch ? request.Pin : null, ct);
+                    var ensured = await store.EnsureAsync(name, request.Version, lease, request.Op == AgentOps.Prefetch ? request.Pin : null, ct,
+                        manifest => { if (manifest.Readers is not null) _access.Check(manifest, peer.Value); });
                     if (lease) leases.Add(ensured.Version);
                     response = new AgentResponse { Ok = true, Dataset = ensured.Dataset };
                     if (request.Op == AgentOps.Stream)
@@ -209,6 +237,8 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         {
             var error = CommonDataException.From(e);
             if (error.Code == ErrorCode.Internal) log.LogError(e, "Request {Op} {Dataset} failed", request.Op, request.Dataset);
+            else if (error.Code == ErrorCode.AccessDenied)
+                log.LogWarning("Refused {Op} of {Dataset} to pid {Pid}: {Error}", request.Op, request.Dataset, peer.Value?.Pid, error.Message);
             response = AgentResponse.Failure(error);
         }
         await Reply(writer, response, ct);

@@ -15,6 +15,8 @@ public sealed class StageOptions
     public bool Compress { get; init; } = true;
     /// <summary>Cache-tier lifetime of the version; null keeps it until removed.</summary>
     public TimeSpan? Lifetime { get; init; }
+    /// <summary>Who may read the version on a node; null: everyone.</summary>
+    public Hpc.CommonData.Access.DatasetReaders? Readers { get; init; }
     public int Parallelism { get; init; } = Environment.ProcessorCount;
     /// <summary>Segments per upload batch (pipelined as one write per host).</summary>
     public int UploadBatch { get; init; } = 64;
@@ -172,7 +174,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         {
             Name = options.Name, Created = DateTimeOffset.UtcNow, LifetimeSeconds = (long?)options.Lifetime?.TotalSeconds,
             RawLength = rawTotal, StoredLength = storedTotal, Hash = datasetHash, SegmentSize = options.SegmentSize,
-            Segments = segments.Select(x => x!).ToList(), Files = source.Files,
+            Segments = segments.Select(x => x!).ToList(), Files = source.Files, Readers = options.Readers,
         };
         return await PublishAsync(manifest, options, sentTotal, skipped, clock, cts.Token);
     }
@@ -250,7 +252,8 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             {
                 var (_, current) = await tier.ResolveAsync(manifest.Name, latest, ct);
                 if (current.Hash == manifest.Hash && current.SegmentSize == manifest.SegmentSize && current.Segments.SequenceEqual(manifest.Segments) &&
-                    (current.Files ?? []).SequenceEqual(manifest.Files ?? []) && current.LifetimeSeconds == manifest.LifetimeSeconds)
+                    (current.Files ?? []).SequenceEqual(manifest.Files ?? []) && current.LifetimeSeconds == manifest.LifetimeSeconds &&
+                    Hpc.CommonData.Access.DatasetReaders.Same(current.Readers, manifest.Readers))
                 {
                     logger.LogInformation("{Dataset}: content unchanged, latest stays {Version}", manifest.Name, latest);
                     return Result(manifest, latest, sent, skipped, unchanged: true, clock);

@@ -39,6 +39,9 @@ public sealed class PrestageOptions
     [Option("lifetime", HelpText = "job (remove the version when the job ends, unless another job uses it) or a TTL such as 12h.")]
     public string? Lifetime { get; set; }
 
+    [Option("readers", HelpText = "When staging a path: who may read it on the nodes, user:NAME,group:NAME,… or all (default: only you).")]
+    public string? Readers { get; set; }
+
     [Option("job-id", HelpText = "local: the job id (default: local-<time>-<pid>).")]
     public string? JobId { get; set; }
 
@@ -175,6 +178,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var stager = new StagerOptions
         {
             Path = path, Name = name, CacheTier = { Hosts = [.. hosts] }, Json = true, Lifetime = o.Lifetime is { } l && l != "job" ? l : null,
+            Readers = o.Readers,
         };
         var r = await ComponentProcess.StageAsync(stager, TimeSpan.FromHours(2), ct);
         var how = r.Unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.RawBytes)} in {r.Seconds:0.00} s";

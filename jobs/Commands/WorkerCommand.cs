@@ -79,7 +79,8 @@ public static class WorkerCommand
             Console.WriteLine(JsonSerializer.Serialize(result));
             return 0;
         }
-        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or InvalidDataException or TimeoutException)
+        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or InvalidDataException or TimeoutException
+                                       or UnauthorizedAccessException or System.Net.Sockets.SocketException)
         {
             Console.Error.WriteLine($"hpcdata worker: {e.Message}");
             return 1;

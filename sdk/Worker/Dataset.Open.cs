@@ -20,7 +20,8 @@ public sealed partial class Dataset
     /// <param name="ct">Cancels the wait, not a fetch the agent shares with other workers.</param>
     /// <exception cref="CommonDataException"><see cref="ErrorCode.NotFound"/>: no such dataset or version;
     /// <see cref="ErrorCode.Integrity"/>: the data failed verification and nothing was returned;
-    /// <see cref="ErrorCode.Unavailable"/>: no agent (in map or stream mode) or no cache host answers.</exception>
+    /// <see cref="ErrorCode.Unavailable"/>: no agent (in map or stream mode) or no cache host answers;
+    /// <see cref="ErrorCode.AccessDenied"/>: this user is not among the dataset's readers, or the agent's socket turned it away.</exception>
     public static async Task<Dataset> OpenAsync(string name, DatasetOptions? options = null, CancellationToken ct = default)
     {
         DatasetName.Validate(name);
@@ -35,15 +36,16 @@ public sealed partial class Dataset
         {
             agent = await AgentClient.ConnectAsync(options.AgentPipe, options.AgentConnectTimeout, ct);
         }
-        catch (Exception e) when (options.Mode == DataAccessMode.Auto && e is TimeoutException or IOException or UnauthorizedAccessException)
+        // A socket that refuses this user is an agent that is there: not a reason to go around it to the cache tier.
+        catch (Exception e) when (options.Mode == DataAccessMode.Auto && e is TimeoutException or IOException)
         {
             log.LogWarning("No node agent on pipe '{Pipe}' ({Reason}); fetching {Dataset} straight from the cache tier into private memory",
                 options.AgentPipe, e.Message, name);
             return await OpenDirectAsync(name, version, options, clock, ct);
         }
-        catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
+        catch (Exception e) when (e is TimeoutException or IOException)
         {
-            throw new CommonDataException(e is UnauthorizedAccessException ? ErrorCode.AccessDenied : ErrorCode.Unavailable,
+            throw new CommonDataException(ErrorCode.Unavailable,
                 $"no node agent answers on pipe '{options.AgentPipe}' ({e.Message}); is it running? ({AgentClient.PipeVariable})", e);
         }
 
@@ -91,6 +93,7 @@ public sealed partial class Dataset
     {
         await using var client = new CacheTierClient(options.CacheTier, options.Logger);
         var (v, manifest) = await client.ResolveAsync(name, version, ct);
+        RefuseIfNotReader(manifest);
         var memory = new NativeBacking(manifest.RawLength);
         try
         {
@@ -107,6 +110,21 @@ public sealed partial class Dataset
             memory.Dispose();
             throw;
         }
+    }
+
+    /// <summary>
+    /// Without an agent, the worker reads the cache tier itself, and the cache tier's password is what guards it. The
+    /// readers are still honoured here so that a worker gets the same answer with or without an agent on its node.
+    /// </summary>
+    private static void RefuseIfNotReader(Manifest manifest)
+    {
+        if (manifest.Readers is not { } readers || !OperatingSystem.IsLinux()) return;
+        var uid = Access.UnixAccounts.EffectiveUserId;
+        if (uid == 0) return;
+        var groups = Access.UnixAccounts.UserName(uid) is { } user ? Access.UnixAccounts.GroupsOf(user, Access.UnixAccounts.EffectiveGroupId) : [];
+        if (readers.Admits(uid, groups.Append(Access.UnixAccounts.EffectiveGroupId))) return;
+        throw new CommonDataException(ErrorCode.AccessDenied,
+            $"access denied: user '{Access.UnixAccounts.UserName(uid) ?? uid.ToString()}' (uid {uid}) is not among the readers of dataset '{manifest.Name}'");
     }
 
     private readonly LocalDataset _info;

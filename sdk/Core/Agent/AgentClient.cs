@@ -33,7 +33,11 @@ public sealed class AgentClient : IAsyncDisposable
     public static string PipeFromEnvironment() =>
         Environment.GetEnvironmentVariable(PipeVariable) is { Length: > 0 } p ? p : DefaultPipe;
 
-    /// <summary>Connects, or throws <see cref="TimeoutException"/> / <see cref="IOException"/> when no agent listens.</summary>
+    /// <summary>
+    /// Connects, or throws <see cref="TimeoutException"/> / <see cref="IOException"/> when no agent listens, and
+    /// <see cref="CommonDataException"/> with <see cref="ErrorCode.AccessDenied"/> when the agent's socket does not let
+    /// this user connect (an agent that left its socket to its own user).
+    /// </summary>
     public static async Task<AgentClient> ConnectAsync(string? pipeName = null, TimeSpan? timeout = null, CancellationToken ct = default)
     {
         pipeName ??= PipeFromEnvironment();
@@ -42,12 +46,26 @@ public sealed class AgentClient : IAsyncDisposable
         {
             await pipe.ConnectAsync(timeout ?? TimeSpan.FromSeconds(2), ct);
         }
+        catch (Exception e) when (e is UnauthorizedAccessException or System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.AccessDenied })
+        {
+            await pipe.DisposeAsync();
+            throw new CommonDataException(ErrorCode.AccessDenied,
+                $"access denied: the node agent's socket for pipe '{pipeName}' does not admit {CurrentUser()} ({e.Message}); " +
+                "the agent makes its socket connectable by every user, so this one is served by another program or an older agent", e);
+        }
         catch
         {
             await pipe.DisposeAsync();
             throw;
         }
         return new AgentClient(pipeName, pipe);
+    }
+
+    private static string CurrentUser()
+    {
+        if (!OperatingSystem.IsLinux()) return $"user '{Environment.UserName}'";
+        var uid = Access.UnixAccounts.EffectiveUserId;
+        return $"user '{Access.UnixAccounts.UserName(uid) ?? uid.ToString()}' (uid {uid})";
     }
 
     public async Task<AgentResponse> SendAsync(AgentRequest request, CancellationToken ct = default)

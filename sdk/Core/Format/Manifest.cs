@@ -1,5 +1,6 @@
 using System.Text.Json;
 using System.Text.Json.Serialization;
+using Hpc.CommonData.Access;
 
 namespace Hpc.CommonData.Format;
 
@@ -18,13 +19,23 @@ public sealed record DatasetFile(
 
 /// <summary>
 /// An immutable dataset version. Its version id is the XXH3-128 of its serialized bytes, so the id names exactly
-/// this content and this segment list; nothing about it can change without the id changing.
+/// this content and this segment list; nothing about it can change without the id changing — its readers included.
+/// <para>Format 1 has no readers: everyone on a node may read it. Format 2 carries <see cref="Readers"/>. A manifest is
+/// written as format 2 exactly when it restricts its readers, so an agent built before readers existed refuses such a
+/// version (unknown format) instead of ignoring the field and serving it to everyone; unrestricted versions stay
+/// byte-identical to what earlier stagers wrote.</para>
 /// </summary>
 public sealed class Manifest
 {
-    public const int CurrentFormat = 1;
+    /// <summary>The format without readers (everyone may read).</summary>
+    public const int OpenFormat = 1;
+    /// <summary>The newest format this build reads and writes: format 1 plus <see cref="Readers"/>.</summary>
+    public const int CurrentFormat = 2;
 
-    [JsonPropertyName("format")] public int Format { get; init; } = CurrentFormat;
+    private readonly int? _format;
+
+    /// <summary>As parsed; for a manifest being built, the format its readers need.</summary>
+    [JsonPropertyName("format")] public int Format { get => _format ?? (Readers is null ? OpenFormat : CurrentFormat); init => _format = value; }
     [JsonPropertyName("name")] public required string Name { get; init; }
     [JsonPropertyName("created")] public DateTimeOffset Created { get; init; }
     [JsonPropertyName("lifetimeSeconds")] public long? LifetimeSeconds { get; init; }
@@ -34,6 +45,9 @@ public sealed class Manifest
     [JsonPropertyName("segmentSize")] public int SegmentSize { get; init; } = SegmentCodec.DefaultSegmentSize;
     [JsonPropertyName("segments")] public required IReadOnlyList<ManifestSegment> Segments { get; init; }
     [JsonPropertyName("files")] public IReadOnlyList<DatasetFile>? Files { get; init; }
+
+    /// <summary>Who may read the version on a node; null: everyone (see <see cref="DatasetReaders"/>).</summary>
+    [JsonPropertyName("readers")] public DatasetReaders? Readers { get; init; }
 
     private long[]? _offsets;
     private SegmentId[]? _ids;
@@ -72,7 +86,14 @@ public sealed class Manifest
 
     private void Check()
     {
-        if (Format != CurrentFormat) throw new InvalidDataException($"manifest format {Format} is not supported (this build reads {CurrentFormat})");
+        if (Format is not (OpenFormat or CurrentFormat))
+            throw new InvalidDataException($"manifest format {Format} is not supported (this build reads {OpenFormat} and {CurrentFormat})");
+        // Each format says whether readers are present: a format 1 manifest with readers would be served to everyone by
+        // an older agent, and a format 2 one without them means nothing.
+        if ((Format == CurrentFormat) != (Readers is not null))
+            throw new InvalidDataException(Readers is null ? $"manifest format {Format} lacks its readers" : $"manifest format {Format} cannot carry readers");
+        if (Readers is not null && (Readers.Users is null || Readers.Groups is null))
+            throw new InvalidDataException("manifest readers lack their user or group list");
         // JSON can say null where a name, list or entry belongs; that is a damaged manifest, not a crash.
         if (Name is null || Hash is null || Segments is null) throw new InvalidDataException("manifest lacks its name, hash or segment list");
         if (!DatasetName.TryValidate(Name, out var error)) throw new InvalidDataException(error);

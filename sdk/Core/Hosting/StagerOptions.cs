@@ -30,6 +30,10 @@ public sealed class StagerOptions : IProgramOptions
 
     [Switch("--no-space-check", "Send even when a sample says the cache tier's free memory is too small for the new segments.")]
     public bool NoSpaceCheck { get; set; }
+    /// <summary>Who may read the version on a node (see <see cref="Access.ReaderSpec"/>); empty: only the staging user.</summary>
+    [Switch("--readers", "Who may read it on the nodes: user:NAME, group:NAME (or numeric ids), comma-separated, or all (default: only the staging user).",
+        Meta = "LIST")]
+    public string? Readers { get; set; }
 
     [Switch("--json", "Print the summary as one JSON object (a StageResult) on the last line, for scripts.")]
     public bool Json { get; set; }
@@ -41,6 +45,10 @@ public sealed class StagerOptions : IProgramOptions
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
+        string? readers = null;
+        try { Access.ReaderSpec.Resolve(Readers); }
+        catch (CommonDataException e) { readers = e.Message; }
+        if (readers is not null) yield return readers;
         foreach (var problem in CacheTier.Validate()) yield return problem;
     }
 }
