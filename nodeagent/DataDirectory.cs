@@ -111,7 +111,12 @@ public sealed class DataDirectory
     }
 
     /// <summary>Opens a partial copy's journal for appending; write entries with <see cref="AppendJournal"/>.</summary>
-    public FileStream OpenJournal(string version) => new(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, 4096);
+    /// <remarks>
+    /// Unbuffered: each entry is its own write, so an agent killed outright loses no verified segment from its journal
+    /// (a 4 KB buffer held the last 1,024 entries — 64 MB of verified data — in the dead process). One small write per
+    /// 64 KB segment costs nothing next to the segment's own.
+    /// </remarks>
+    public FileStream OpenJournal(string version) => new(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, bufferSize: 0);
 
     public static void AppendJournal(FileStream journal, int index)
     {

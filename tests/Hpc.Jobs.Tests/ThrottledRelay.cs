@@ -28,7 +28,23 @@ internal sealed class ThrottledRelay : IAsyncDisposable
                 try { client = await _listener.AcceptTcpClientAsync(_stop.Token); }
                 catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException) { return; }
                 var upstream = new TcpClient();
-                await upstream.ConnectAsync(host, port, _stop.Token);
+                try
+                {
+                    await upstream.ConnectAsync(host, port, _stop.Token);
+                }
+                catch (SocketException)
+                {
+                    // The host behind is gone: the client sees its connection closed, as it would without the relay.
+                    upstream.Dispose();
+                    client.Dispose();
+                    continue;
+                }
+                catch (OperationCanceledException)
+                {
+                    upstream.Dispose();
+                    client.Dispose();
+                    return;
+                }
                 lock (_pumps)
                 {
                     _pumps.Add(PumpAsync(client, upstream, long.MaxValue));

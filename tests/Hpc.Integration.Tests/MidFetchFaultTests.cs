@@ -1,0 +1,107 @@
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Tests;
+
+namespace Hpc.Integration.Tests;
+
+/// <summary>
+/// Processes killed outright (SIGKILL) in the middle of a node's fetch. Replies pass a rate-limited relay, so the fetch
+/// lasts seconds and the kill lands inside it on any machine.
+/// </summary>
+public sealed class MidFetchFaultTests
+{
+    private const int Size = 6 << 20;
+    private const long Rate = 1 << 20;
+
+    [Fact]
+    public async Task A_cache_host_killed_mid_fetch_with_two_replicas_costs_the_node_nothing_but_time()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        await c.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(Size, seed: 11);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", bytes), "fault/host", "--replicas", "2");
+        await using var relay0 = new ThrottledRelay(c.Hosts[0], Rate);
+        await using var relay1 = new ThrottledRelay(c.Hosts[1], Rate);
+        var pipe = $"hcdmid{Environment.ProcessId}h";
+        await StartAgentAsync(c, pipe, Path.Combine(c.Root, "agent"), [relay0.Address, relay1.Address]);
+        await using var client = await AgentClient.ConnectAsync(pipe);
+
+        var fetch = PrefetchAsync(pipe, "fault/host");
+        var done = await WaitUntilPartlyFetchedAsync(client, staged.Version);
+        await c.Processes.First(p => p.ReadyText == c.Hosts[0]).KillAsync();
+
+        var copy = await fetch;
+        Assert.True(done.BytesDone < Size, $"the kill came after the fetch ended ({done.BytesDone} of {Size} bytes)");
+        Assert.Equal("fetched", copy.Source);
+        await using var data = await Dataset.OpenAsync("fault/host", Cluster.Via(pipe));
+        Assert.True(data.VerifyHash());
+        Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+    }
+
+    [Fact]
+    public async Task An_agent_killed_mid_fetch_and_restarted_keeps_what_it_verified_and_fetches_only_the_rest()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(Size, seed: 12);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", bytes), "fault/agent");
+        await using var relay = new ThrottledRelay(c.Hosts[0], Rate);
+        var pipe = $"hcdmid{Environment.ProcessId}a";
+        var dataDir = Path.Combine(c.Root, "agent");
+        var first = await StartAgentAsync(c, pipe, dataDir, [relay.Address]);
+
+        CopyStatus done;
+        await using (var client = await AgentClient.ConnectAsync(pipe))
+        {
+            _ = PrefetchAsync(pipe, "fault/agent");
+            done = await WaitUntilPartlyFetchedAsync(client, staged.Version);
+        }
+        await first.KillAsync();
+        Assert.True(done.SegmentsDone < staged.Segments, "the kill came after the fetch ended");
+
+        await StartAgentAsync(c, pipe, dataDir, [c.Hosts[0]]);
+        await using (var client = await AgentClient.ConnectAsync(pipe))
+        {
+            var before = (await client.StatusAsync()).Copies.Single(x => x.Version == staged.Version);
+            Assert.Equal("partial", before.State);
+            Assert.True(before.SegmentsDone >= 1, "verified segments survive the kill in the journal");
+            Assert.Equal("resumed", (await client.PrefetchAsync("fault/agent")).Source);
+        }
+        await using var data = await Dataset.OpenAsync("fault/agent", Cluster.Via(pipe));
+        Assert.True(data.VerifyHash());
+        Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+    }
+
+    private static async Task<ComponentProcess> StartAgentAsync(Cluster c, string pipe, string dataDir, List<string> hosts)
+    {
+        var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
+        {
+            Pipe = pipe, DataDirectory = dataDir,
+            CacheTier = new CacheTierOptions { Hosts = hosts, Replicas = hosts.Count > 1 ? 2 : 1 },
+        }), name: "agent"));
+        await agent.WaitReadyAsync(TimeSpan.FromSeconds(30));
+        return agent;
+    }
+
+    /// <summary>A prefetch on its own connection, so the test's connection stays free for status.</summary>
+    private static async Task<LocalDataset> PrefetchAsync(string pipe, string name)
+    {
+        await using var client = await AgentClient.ConnectAsync(pipe);
+        return await client.PrefetchAsync(name);
+    }
+
+    private static async Task<CopyStatus> WaitUntilPartlyFetchedAsync(AgentClient client, string version)
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(60);
+        while (DateTime.UtcNow < deadline)
+        {
+            if ((await client.StatusAsync()).Copies.FirstOrDefault(x => x.Version == version) is { BytesDone: >= 1 << 20 } copy)
+                return copy;
+            await Task.Delay(20);
+        }
+        throw new TimeoutException("the fetch did not reach 1 MB within 60 s");
+    }
+}
