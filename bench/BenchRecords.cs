@@ -49,6 +49,8 @@ public sealed class RunConfig
     /// <summary>How the data reached the nodes when not every agent fetching directly: "mpi" (hpcdata nodeprep --fanout
     /// mpi, one Open MPI rank per node namespace, sharing the fetching and passing the data on); absent means direct.</summary>
     public string? Fanout { get; set; }
+    /// <summary>True when the cache tier served TLS (hosts with a certificate; the stager and agents verifying it).</summary>
+    public bool? Tls { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);

@@ -1,3 +1,5 @@
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Security;
 using System.Diagnostics;
 using System.Text.Json;
 using Hpc.CommonData;
@@ -112,11 +114,17 @@ public sealed class ClusterSession : IAsyncDisposable
     /// measures a running daemon rather than a fresh process's JIT and first connections.</param>
     /// <param name="fanout">"none": every agent prefetches directly. "mpi": hpcdata nodeprep --fanout mpi runs as one Open
     /// MPI rank per node namespace, each rank talking to its own node's agent; "mpich": the same under MPICH's hydra.</param>
+    /// <param name="tls">The cache hosts serve TLS with a certificate from a site CA made for this session; the stager
+    /// and the agents verify it.</param>
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
-        string fanout = "none")
+        string fanout = "none", bool tls = false)
     {
         if (fanout is not ("none" or "mpi" or "mpich")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi or mpich");
+        if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
         var config = Config(size, compress, workers, data);
+        if (tls) config.Tls = true;
+        var certificates = tls ? Certificates() : null;
+        _infoTls = certificates is null ? null : CacheTls.Create(certificates.CaFile);
         config.WarmAgents = warmAgents;
         if (fanout != "none") config.Fanout = fanout;
         if (workers > 0) config.WorkerMode = workerMode;
@@ -128,11 +136,15 @@ public sealed class ClusterSession : IAsyncDisposable
         try
         {
             var hosts = _topology.Hosts.Select((h, i) => Start(processes,
-                new CacheHostOptions { Address = h.Address, Port = CachePort, MaxMemoryBytes = budget }, $"cachehost{i + 1}", h)).ToList();
+                new CacheHostOptions
+                {
+                    Address = h.Address, Port = CachePort, MaxMemoryBytes = budget,
+                    TlsCertificateFile = certificates?.CertificateFile, TlsKeyFile = certificates?.KeyFile,
+                }, $"cachehost{i + 1}", h)).ToList();
             foreach (var h in hosts) await h.WaitReadyAsync(ReadyTimeout, ct);
             var hostList = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
 
-            var stager = Start(processes, new StagerOptions { Path = file, Name = name, CacheTier = { Hosts = [hostList] }, Json = true, NoCompress = !compress },
+            var stager = Start(processes, new StagerOptions { Path = file, Name = name, CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile }, Json = true, NoCompress = !compress },
                 "stager", null);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var stage = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
@@ -140,7 +152,7 @@ public sealed class ClusterSession : IAsyncDisposable
             if (warmAgents)
             {
                 var warmFile = Dataset(256 << 10, data);
-                var warmStager = Start(processes, new StagerOptions { Path = warmFile, Name = warmName, CacheTier = { Hosts = [hostList] }, Json = true },
+                var warmStager = Start(processes, new StagerOptions { Path = warmFile, Name = warmName, CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile }, Json = true },
                     "stager-warmup", null);
                 if (await warmStager.WaitForExitAsync(TimeSpan.FromMinutes(2), ct) != 0) throw new InvalidOperationException($"staging the warm-up data failed:\n{warmStager.StandardErrorTail}");
             }
@@ -150,7 +162,7 @@ public sealed class ClusterSession : IAsyncDisposable
             var pipes = _topology.Nodes.Select((_, i) => pipePattern.Replace("{rank}", i.ToString(System.Globalization.CultureInfo.InvariantCulture))).ToList();
             var agents = _topology.Nodes.Select((n, i) => Start(processes, new NodeAgentOptions
             {
-                Pipe = pipes[i], DataDirectory = Path.Combine(_scratch, run, $"node{i + 1}"), CacheTier = { Hosts = [hostList] },
+                Pipe = pipes[i], DataDirectory = Path.Combine(_scratch, run, $"node{i + 1}"), CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile },
                 NodeName = $"node{i + 1}", Budget = budget * 2,
             }, $"agent{i + 1}", n)).ToList();
             await Task.WhenAll(agents.Select(a => a.WaitReadyAsync(ReadyTimeout, ct)));
@@ -323,10 +335,17 @@ public sealed class ClusterSession : IAsyncDisposable
         return result;
     }
 
+    private CacheTls? _infoTls;
+    private SiteCertificates? _certificates;
+
+    /// <summary>One site CA and host certificate per session, valid for every cache-host namespace's address.</summary>
+    private SiteCertificates Certificates() =>
+        _certificates ??= SiteCertificates.Create(Path.Combine(_scratch, "tls"), _topology.Hosts.Select(h => h.Address).ToList(), TimeSpan.FromDays(1));
+
     private async Task<List<(long Output, long Used)>> InfoAsync(CancellationToken ct) =>
         (await Task.WhenAll(_topology.Hosts.Select(async h =>
         {
-            var info = await RespInfo.ReadAsync(h.Address, CachePort, ct);
+            var info = await RespInfo.ReadAsync(h.Address, CachePort, ct, _infoTls);
             return (RespInfo.Long(info, "total_net_output_bytes"), RespInfo.Long(info, "used_memory"));
         }))).ToList();
 

@@ -10,13 +10,19 @@ namespace Hpc.Bench;
 /// </summary>
 public static class RespInfo
 {
-    public static async Task<Dictionary<string, string>> ReadAsync(string host, int port, CancellationToken ct)
+    public static async Task<Dictionary<string, string>> ReadAsync(string host, int port, CancellationToken ct, Hpc.CommonData.Cache.CacheTls? tls = null)
     {
         using var client = new TcpClient();
         using var timeout = CancellationTokenSource.CreateLinkedTokenSource(ct);
         timeout.CancelAfter(TimeSpan.FromSeconds(10));
         await client.ConnectAsync(host, port, timeout.Token);
-        var stream = client.GetStream();
+        Stream stream = client.GetStream();
+        if (tls is not null)
+        {
+            var secure = new System.Net.Security.SslStream(stream);
+            await secure.AuthenticateAsClientAsync(tls.ClientOptions(host), timeout.Token);
+            stream = secure;
+        }
         await stream.WriteAsync("*1\r\n$4\r\nINFO\r\n"u8.ToArray(), timeout.Token);
         var buffer = new MemoryStream();
         var chunk = new byte[16384];

@@ -51,6 +51,9 @@ public sealed class BenchClusterOptions
         "mpich: the same under MPICH (mpiexec.hydra). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
     public string Fanout { get; set; } = "none";
 
+    [Option("transport", Default = "plain", HelpText = "plain (TCP) or tls (the cache hosts serve TLS, the stager and agents verify it); a list (plain,tls) runs each in turn in the same cluster. Direct fetch only.")]
+    public string Transport { get; set; } = "plain";
+
     [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
     public bool Calibrate { get; set; }
 
@@ -134,12 +137,16 @@ public static class BenchVerb
                 throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
             if (fanouts.Contains("mpich") && !Shell.Exists("mpiexec.hydra"))
                 throw new BenchRefusedException("--fanout mpich needs MPICH's mpiexec.hydra (apt-get install mpich)", 2);
+            var transports = o.Transport.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
+            if (transports.Count == 0 || transports.Any(t => t is not ("plain" or "tls"))) throw new FormatException("--transport must be plain, tls or plain,tls");
+            if (transports.Contains("tls") && (fanouts.Any(f => f != "none") || o.Matrix)) throw new FormatException("--transport tls runs single cells with --fanout none");
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
             var size = ByteSize.Parse(o.Size);
             for (var run = 0; run < o.Repeat; run++)
                 foreach (var fanout in fanouts)
-                    Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout));
+                    foreach (var transport in transports)
+                        Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls"));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct));
@@ -238,7 +245,7 @@ public static class BenchVerb
     private static void Emit(string dir, BenchRecord r)
     {
         BenchJson.Append(dir, r);
-        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}{(r.Config.Fanout is { } f ? " " + f : "")}  ";
+        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}{(r.Config.Fanout is { } f ? " " + f : "")}{(r.Config.Tls == true ? " tls" : "")}  ";
         var nodes = r.Nodes.Select(x => x.WallSeconds).Order().ToList();
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +

@@ -48,7 +48,12 @@ public static class ReportMain
     public sealed record Calibration(string Pattern, int Nodes, int Hosts, long Bytes, int RateMbit, double MeasuredSeconds, double LimitSeconds, double Efficiency,
         double NodeMin, double NodeMax);
 
-    public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches, List<FanoutCell> Fanouts);
+    public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches, List<FanoutCell> Fanouts,
+        List<TlsCell>? Tls = null);
+
+    /// <summary>Direct fetch with the cache tier over TLS beside the same cell over plain TCP, run in the same cluster (medians over runs).</summary>
+    public sealed record TlsCell(int Nodes, int Hosts, long SizeBytes, bool Compress, int RateMbit, int Runs, double TlsSeconds, double PlainSeconds,
+        double TlsMachineBusy, double PlainMachineBusy);
 
     /// <summary>
     /// A fan-out configuration (nodeprep --fanout mpi) beside direct fetch with the same N, H, size and rate (medians over
@@ -67,7 +72,7 @@ public static class ReportMain
 
     public static Report Build(ResultReader.Data data)
     {
-        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
+        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Config.Tls != true && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
             .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode, r.Config.HostQueue))
             .Select(g =>
             {
@@ -103,7 +108,26 @@ public static class ReportMain
                     g.Count(), Median(slowest), g.Key.RateMbit);
             })
             .OrderBy(a => a.RateMbit).ThenBy(a => a.SizeBytes).ThenBy(a => a.Mode).ThenBy(a => a.PerNode).ToList();
-        return new Report(cells, calibrations, skipped, attaches, FanoutCells(data, cells, calibrations));
+        return new Report(cells, calibrations, skipped, attaches, FanoutCells(data, cells, calibrations), TlsCells(data));
+    }
+
+    /// <summary>The cluster session a run belongs to: its run id without the per-run "-cHHmmssfff" suffix.</summary>
+    private static string Session(BenchRecord r) => r.Run.LastIndexOf("-c", StringComparison.Ordinal) is var at and > 0 ? r.Run[..at] : r.Run;
+
+    private static List<TlsCell> TlsCells(ResultReader.Data data)
+    {
+        var direct = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Nodes.Count > 0 && r.MeasuredSeconds > 0 && r.Config.Workers == 0).ToList();
+        return direct.Where(r => r.Config.Tls == true)
+            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit))
+            .Select(g =>
+            {
+                var plain = direct.Where(r => r.Config.Tls != true && Session(r) == Session(g.First()) &&
+                                              (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit) == g.Key).ToList();
+                return plain.Count == 0 ? null : new TlsCell(g.Key.Nodes, g.Key.Hosts, g.Key.SizeBytes, g.Key.Compress, g.Key.RateMbit, g.Count(),
+                    Median(g.Select(r => r.MeasuredSeconds)), Median(plain.Select(r => r.MeasuredSeconds)),
+                    Median(g.Select(r => r.MachineBusy ?? double.NaN)), Median(plain.Select(r => r.MachineBusy ?? double.NaN)));
+            })
+            .OfType<TlsCell>().OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ToList();
     }
 
     private static List<FanoutCell> FanoutCells(ResultReader.Data data, List<Cell> direct, List<Calibration> calibrations) =>
@@ -200,6 +224,19 @@ public static class ReportMain
                               $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.MeasuredSeconds / c.LimitSeconds)} | {F(c.LaunchSeconds)} | " +
                               $"{F(c.DirectSeconds ?? double.NaN)} | {F((c.DirectSeconds ?? double.NaN) / (c.DirectLimitSeconds ?? double.NaN))} | {F(c.MeasuredSeconds / (c.DirectSeconds ?? double.NaN))} | " +
                               $"{F(c.HostShare)} → {F(c.DirectHostShare ?? double.NaN)} | {F(c.NodeRx)} / {F(c.NodeTx)} | {P(c.NeighbourEfficiency ?? double.NaN)} | {P(c.MachineBusy)} |");
+            sb.AppendLine();
+        }
+
+        if (r.Tls is { Count: > 0 } tls)
+        {
+            sb.AppendLine("## The cache tier over TLS beside plain TCP").AppendLine();
+            sb.AppendLine("Direct fetch by every node, the cache hosts serving TLS (the stager and agents verifying the certificate), against the same cell " +
+                          "over plain TCP in the same cluster session; medians over runs.").AppendLine();
+            sb.AppendLine("| rate | size | H | N | runs | TLS s | plain s | TLS / plain time | cores busy TLS / plain |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|");
+            foreach (var c in tls)
+                sb.AppendLine($"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)}{(c.Compress ? " lz4" : " raw")} | {c.Hosts} | {c.Nodes} | {c.Runs} | {F(c.TlsSeconds)} | {F(c.PlainSeconds)} | " +
+                              $"{F(c.TlsSeconds / c.PlainSeconds)} | {P(c.TlsMachineBusy)} / {P(c.PlainMachineBusy)} |");
             sb.AppendLine();
         }
 
