@@ -20,10 +20,15 @@ internal sealed class CacheHostSet : IAsyncDisposable
         _logger = logger;
         Hosts = hosts;
         var tls = options.UsesTls ? CacheTls.Create(options.TlsCaFile) : null;
-        _pools = hosts.Select(h => new HostPool(h, options, tls)).ToArray();
+        // One bucket for the whole host set: every connection of the process to every host draws on the same budget.
+        RateLimit = options.MaxRate.IsUnlimited ? null : new TokenBucket(options.MaxRate);
+        _pools = hosts.Select(h => new HostPool(h, options, tls, RateLimit)).ToArray();
     }
 
     public IReadOnlyList<CacheEndpoint> Hosts { get; }
+
+    /// <summary>The process's byte budget on the cache tier (<see cref="CacheTierOptions.MaxRate"/>), or null when unlimited.</summary>
+    public TokenBucket? RateLimit { get; }
 
     /// <summary>Runs one exchange on a pooled connection to host <paramref name="h"/>, retried as the policy says.</summary>
     public async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct)
@@ -129,7 +134,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
         foreach (var p in _pools) await p.DisposeAsync();
     }
 
-    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls) : IAsyncDisposable
+    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls, TokenBucket? rateLimit) : IAsyncDisposable
     {
         public CacheEndpoint Endpoint => endpoint;
         private readonly ConcurrentBag<RespConnection> _idle = [];
@@ -143,7 +148,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 while (_idle.TryTake(out var c))
                     if (!c.IsBroken) return c;
                     else await c.DisposeAsync();
-                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls);
+                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls, rateLimit);
             }
             catch
             {

@@ -33,6 +33,14 @@ public sealed class CacheTierOptions
         Environment = TlsCaVariable, Meta = "PATH")]
     public string? TlsCaFile { get; set; }
     public bool UsesTls => Tls || !string.IsNullOrEmpty(TlsCaFile);
+    /// <summary>
+    /// Most bytes per second this process moves to and from the cache tier, all its connections together (a stager's
+    /// uploads, an agent's fetches), so staging or prefetching beside a running job leaves the job's traffic its share
+    /// of the link. Unlimited by default.
+    /// </summary>
+    [Switch("--max-rate", "most bytes per second to and from the cache tier, all connections together (e.g. 100MB, 800mbit; 0: unlimited)",
+        Environment = MaxRateVariable, Meta = "RATE")]
+    public ByteRate MaxRate { get; set; }
     /// <summary>Connections kept per host; each carries one pipelined batch at a time.</summary>
     public int ConnectionsPerHost { get; set; } = 4;
     /// <summary>Keys per MGET / pipelined SET batch (16 × 64 KB ≈ 1 MB in flight per connection).</summary>
@@ -44,12 +52,16 @@ public sealed class CacheTierOptions
     public TimeSpan RetryBaseDelay { get; set; } = TimeSpan.FromMilliseconds(50);
     public TimeSpan RetryMaxDelay { get; set; } = TimeSpan.FromSeconds(2);
 
+    /// <summary>Below this a pipelined batch (about 1 MB per connection) takes longer than a sane exchange timeout.</summary>
+    public const long MinimumRate = 256 << 10;
+
     public const string HostsVariable = "HPCDATA_CACHE_HOSTS";
     public const string PasswordVariable = "HPCDATA_CACHE_PASSWORD";
     public const string UserVariable = "HPCDATA_CACHE_USER";
     public const string PasswordFileVariable = "HPCDATA_CACHE_PASSWORD_FILE";
     public const string TlsVariable = "HPCDATA_CACHE_TLS";
     public const string TlsCaVariable = "HPCDATA_CACHE_CA";
+    public const string MaxRateVariable = "HPCDATA_MAX_RATE";
     public const string ReplicasVariable = "HPCDATA_CACHE_REPLICAS";
 
     /// <summary>Problems with the settings, each a sentence naming the switch; empty when they are usable.</summary>
@@ -65,6 +77,8 @@ public sealed class CacheTierOptions
         }
         if (!string.IsNullOrEmpty(User) && string.IsNullOrEmpty(Password) && string.IsNullOrEmpty(PasswordFile))
             yield return $"--cache-user '{User}' needs a password: give --cache-password-file or set {PasswordVariable}";
+        if (MaxRate.BytesPerSecond < 0) yield return $"--max-rate must not be negative";
+        else if (MaxRate.BytesPerSecond is > 0 and < MinimumRate) yield return $"--max-rate {MaxRate.ToExactString()} is below {MinimumRate >> 10}KB/s: a batch would outwait the exchange timeout";
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
         if (!string.IsNullOrEmpty(TlsCaFile) && !File.Exists(TlsCaFile)) yield return $"--cache-ca: '{TlsCaFile}' does not exist";
         if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile)) yield return $"--cache-password-file: '{PasswordFile}' does not exist";
@@ -98,6 +112,7 @@ public sealed class CacheTierOptions
             TlsCaFile = Environment.GetEnvironmentVariable(TlsCaVariable) is { Length: > 0 } ca ? ca : null,
         };
         o.LoadPasswordFile();
+        if (ByteRate.TryParse(Environment.GetEnvironmentVariable(MaxRateVariable), out var rate)) o.MaxRate = rate;
         if (int.TryParse(Environment.GetEnvironmentVariable(ReplicasVariable), out var r) && r > 0) o.Replicas = r;
         return o;
     }

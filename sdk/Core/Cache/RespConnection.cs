@@ -49,7 +49,7 @@ public sealed class RespConnection : IAsyncDisposable
 
     /// <summary>Connects and, given a password, authenticates as <paramref name="user"/> (Redis 6 form) or as the default user.</summary>
     public static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct, string? user = null,
-        CacheTls? tls = null)
+        CacheTls? tls = null, TokenBucket? rateLimit = null)
     {
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
         cts.CancelAfter(timeout);
@@ -70,6 +70,8 @@ public sealed class RespConnection : IAsyncDisposable
             throw new CacheHostUnavailableException(endpoint, e.Message, e);
         }
         Stream stream = new NetworkStream(socket, ownsSocket: true);
+        // Below TLS: the budget is about bytes on the link.
+        if (rateLimit is not null) stream = new RateLimitedStream(stream, rateLimit);
         if (tls is not null)
         {
             var secure = new SslStream(stream, leaveInnerStreamOpen: false);

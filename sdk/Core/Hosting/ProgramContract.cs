@@ -263,6 +263,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         string s => s,
         bool b => b ? "true" : "false",
         ByteSize b => b.ToExactString(),
+        ByteRate r => r.ToExactString(),
         TimeSpan t => t.ToString("c", CultureInfo.InvariantCulture),
         IFormattable f => f.ToString(null, CultureInfo.InvariantCulture),
         IEnumerable list => string.Join(",", list.Cast<object?>().Select(Format)),
@@ -304,6 +305,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         _ when t == typeof(bool) => "true or false",
         _ when t == typeof(TimeSpan) => "a duration (HH:MM:SS)",
         _ when t == typeof(ByteSize) => "a size (examples: 65536, 64KB, 256MB, 1GB)",
+        _ when t == typeof(ByteRate) => "a rate (examples: 100MB, 100MB/s, 800mbit; 0: unlimited)",
         _ => $"a valid {t.Name}",
     };
 
@@ -312,6 +314,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     private static string MetaOf(Type t) => (Nullable.GetUnderlyingType(t) ?? t) switch
     {
         var x when x == typeof(ByteSize) => "SIZE",
+        var x when x == typeof(ByteRate) => "RATE",
         var x when x == typeof(TimeSpan) => "HH:MM:SS",
         var x when x == typeof(int) || x == typeof(long) => "N",
         var x when IsList(x) => "A,B,…",
