@@ -62,12 +62,25 @@ if (options.TlsCertificateFile is { Length: > 0 } certificateFile)
     }
 }
 builder.Services.AddSingleton<ServerContext>();
+builder.Services.AddSingleton<HostMetrics>();
 builder.Services.AddHostedService<CacheServer>();
 builder.Services.AddHostedService<ExpirySweeper>();
 
 using var host = builder.Build();
 if (args.Any(a => a.Equals("--password", StringComparison.OrdinalIgnoreCase) || a.StartsWith("--password=", StringComparison.OrdinalIgnoreCase)))
     Log.PasswordOnCommandLine(host.Services.GetRequiredService<ILogger<CacheServer>>());
+// The meter exists for dotnet-counters whether or not an exporter is configured.
+_ = host.Services.GetRequiredService<HostMetrics>();
+OpenTelemetry.Metrics.MeterProvider? exporter;
+try
+{
+    exporter = Hpc.CommonData.Telemetry.MetricsExport.Start(options.Metrics, Hpc.CommonData.Hosting.HpcMetrics.CacheHostMeter);
+}
+catch (System.Net.HttpListenerException e)
+{
+    return Contract.Refuse($"--prometheus {options.Metrics.Prometheus}: {e.Message}");
+}
+using var metricsExport = exporter;
 try
 {
     await host.RunAsync();

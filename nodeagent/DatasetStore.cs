@@ -104,6 +104,7 @@ public sealed class DatasetStore
         _log.LogInformation("Removing {State} copy of {Dataset} {Version} ({Bytes} bytes, last used {Last:u})",
             c.Complete ? "complete" : "partial", c.Manifest.Name, c.Version, c.Manifest.RawLength, c.LastAccess);
         _directory.Delete(c.Version);
+        AgentMetrics.Instance.Evictions.Add(1);
     }
 
     /// <summary>

@@ -91,13 +91,17 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                 // On a disk data directory the bytes must be durable before the copy is published under its final name.
                 RandomAccess.FlushToDisk(file);
                 if (!HashMatches(manifest, map))
+                {
+                    AgentMetrics.Instance.VerificationFailures.Add(1);
                     throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version {version}: whole-dataset hash mismatch after fetch");
+                }
             }
             directory.Publish(version, manifest.Readers);
             index.Completed(version);
             _log.LogInformation("Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)",
                 name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
             telemetry.Fetched(manifest, version, clock.Elapsed.TotalSeconds, resumed > 0 ? "resumed" : "fetched");
+            AgentMetrics.Instance.FetchDuration.Record(clock.Elapsed.TotalSeconds);
             return new Fetched(copy, resumed > 0);
         }
         catch (Exception e)

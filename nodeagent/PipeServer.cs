@@ -236,6 +236,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         catch (Exception e) when (e is not OperationCanceledException)
         {
             var error = CommonDataException.From(e);
+            if (error.Code is ErrorCode.NoSpace or ErrorCode.AccessDenied) AgentMetrics.Instance.Refused(error.Code);
             if (error.Code == ErrorCode.Internal) log.LogError(e, "Request {Op} {Dataset} failed", request.Op, request.Dataset);
             else if (error.Code == ErrorCode.AccessDenied)
                 log.LogWarning("Refused {Op} of {Dataset} to pid {Pid}: {Error}", request.Op, request.Dataset, peer.Value?.Pid, error.Message);

@@ -20,9 +20,20 @@ var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
 builder.Configuration.AddInMemoryCollection(settings);
 if (AgentConfiguration.Bind(builder.Configuration, settings, out var options) is { } refused) return refused;
 
+OpenTelemetry.Metrics.MeterProvider? exporter;
+try
+{
+    exporter = Hpc.CommonData.Telemetry.MetricsExport.Start(options.Metrics, HpcMetrics.NodeAgentMeter, options.NodeName);
+}
+catch (System.Net.HttpListenerException e)
+{
+    return ProgramContract<NodeAgentOptions>.Refuse($"--prometheus {options.Metrics.Prometheus}: {e.Message}");
+}
+using var metricsExport = exporter;
+
 builder.Logging.AddConsole(o => o.LogToStandardErrorThreshold = LogLevel.Trace);
 builder.Services.AddSingleton(options);
-builder.Services.AddSingleton(sp => new CacheTierClient(options.CacheTier, sp.GetRequiredService<ILoggerFactory>().CreateLogger<CacheTierClient>()));
+builder.Services.AddSingleton(sp => new CacheTierClient(options.CacheTier, sp.GetRequiredService<ILoggerFactory>().CreateLogger<CacheTierClient>(), AgentMetrics.Instance));
 builder.Services.AddSingleton<ISegmentSource, CacheTierSource>();
 builder.Services.AddSingleton(sp => new DatasetStore(options, sp.GetRequiredService<ISegmentSource>(), sp.GetRequiredService<ILoggerFactory>()));
 builder.Services.AddHostedService<PipeServer>();

@@ -15,10 +15,21 @@ public static class StageCommand
         var log = loggerFactory.CreateLogger("stager");
         using var cancel = new CancellationTokenSource();
         Console.CancelKeyPress += (_, e) => { e.Cancel = true; cancel.Cancel(); };
+        OpenTelemetry.Metrics.MeterProvider? exporter;
+        try
+        {
+            exporter = Hpc.CommonData.Telemetry.MetricsExport.Start(o.Metrics, HpcMetrics.StagerMeter);
+        }
+        catch (System.Net.HttpListenerException e)
+        {
+            return ProgramContract<StagerOptions>.Refuse($"--prometheus {o.Metrics.Prometheus}: {e.Message}");
+        }
+        // Disposed last, after the staging's counts are in: an OTLP push of a short-lived stager happens here.
+        using var metricsExport = exporter;
         try
         {
             o.CacheTier.LoadPasswordFile();
-            await using var tier = new CacheTierClient(o.CacheTier, log);
+            await using var tier = new CacheTierClient(o.CacheTier, log, StagerMetrics.Instance);
             using var source = StageSource.Open(o.Path);
             var options = new StageOptions
             {
@@ -29,6 +40,7 @@ public static class StageCommand
             var progress = Console.IsErrorRedirected ? null : new TerminalProgress();
             var result = await new StagingPipeline(tier, log).StageAsync(source, options, progress, cancel.Token);
             progress?.Finish();
+            StagerMetrics.Instance.StageDuration.Record(result.Seconds);
             if (o.Json) Console.WriteLine(JsonSerializer.Serialize(result, ContractJson.Default.StageResult));
             else
             {
@@ -46,6 +58,7 @@ public static class StageCommand
         }
         catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or FormatException or UnauthorizedAccessException)
         {
+            if (e is CommonDataException { Code: ErrorCode.NoSpace or ErrorCode.AccessDenied } refusal) StagerMetrics.Instance.Refused(refusal.Code);
             Console.Error.WriteLine($"{StagerOptions.ProgramName}: {e.Message}");
             return 1;
         }

@@ -30,8 +30,12 @@ public sealed class CacheTierClient : IAsyncDisposable
     public int Replicas => _placement.Replicas;
     public CacheCatalog Catalog { get; }
 
-    public CacheTierClient(CacheTierOptions options, ILogger? logger = null)
+    /// <summary>Where segment traffic is counted (the owning component's meter), or null.</summary>
+    private readonly Hosting.ComponentMetrics? _metrics;
+
+    public CacheTierClient(CacheTierOptions options, ILogger? logger = null, Hosting.ComponentMetrics? metrics = null)
     {
+        _metrics = metrics;
         _options = options;
         _logger = logger ?? NullLogger.Instance;
         var hosts = options.Hosts.Select(CacheEndpoint.Parse).Distinct().ToArray();
@@ -98,6 +102,8 @@ public sealed class CacheTierClient : IAsyncDisposable
                 if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
             }
             Interlocked.Add(ref sent, bytes);
+            _metrics?.BytesSent.Add(bytes);
+            _metrics?.Segments.Add(byHost[h]!.Count);
             return 0;
         }, ct)));
         return sent;
@@ -165,6 +171,10 @@ public sealed class CacheTierClient : IAsyncDisposable
                 {
                     if (isNull) { outcome[k] = $"missing on {Hosts[host]}"; return; }
                     outcome[k] = value.IsSingleSegment ? handler(batch[k], value.FirstSpan) : HandleCopied(batch[k], value, handler);
+                    if (_metrics is null) return;
+                    _metrics.BytesReceived.Add(value.Length);
+                    if (outcome[k] is null) _metrics.Segments.Add(1);
+                    else _metrics.VerificationFailures.Add(1);
                 }, token);
                 return 0;
             }, ct);

@@ -53,8 +53,12 @@ public sealed class CacheHostOptions : IProgramOptions
     [Switch("--tls-key", "PEM private key of --tls-cert (keep it readable by the host's user only)", Meta = "PATH")]
     public string? TlsKeyFile { get; set; }
 
+    /// <summary>Where the meter is exported (--prometheus, --otlp); off by default.</summary>
+    public MetricsOptions Metrics { get; set; } = new();
+
     public IEnumerable<string> Validate()
     {
+        foreach (var problem in Metrics.Validate()) yield return problem;
         if (Port is < 0 or > 65535)
             yield return $"--port must be 0..65535, not {Port}.";
         if (MaxMemoryBytes.Bytes <= 0)

@@ -44,6 +44,9 @@ public sealed class NodeAgentOptions : IProgramOptions
     [Switch("--max-connections", "pipe connections served at once")]
     public int MaxConnections { get; set; } = 256;
 
+    /// <summary>Where the meter is exported (--prometheus, --otlp); off by default.</summary>
+    public MetricsOptions Metrics { get; set; } = new();
+
     /// <summary>How the agent reaches the cache tier (its switches: --cache-hosts, --replicas, --cache-password-file).</summary>
     public CacheTierOptions CacheTier { get; set; } = new();
 
@@ -52,6 +55,7 @@ public sealed class NodeAgentOptions : IProgramOptions
 
     public IEnumerable<string> Validate()
     {
+        foreach (var problem in Metrics.Validate()) yield return problem;
         if (string.IsNullOrWhiteSpace(Pipe)) yield return "--pipe must not be empty";
         else if (!OperatingSystem.IsWindows() && System.Text.Encoding.UTF8.GetByteCount(SocketPath(Pipe)) > MaxSocketPath)
             yield return $"--pipe: socket path '{SocketPath(Pipe)}' is longer than {MaxSocketPath} bytes; use a shorter name";

@@ -19,6 +19,9 @@ public sealed class StagerOptions : IProgramOptions
     /// <summary>Where to stage (its switches: --cache-hosts, --replicas, --cache-password-file); a local cache host by default.</summary>
     public Cache.CacheTierOptions CacheTier { get; set; } = new() { Hosts = [$"127.0.0.1:{Cache.CacheEndpoint.DefaultPort}"] };
 
+    /// <summary>Where the meter is exported (--prometheus, --otlp); off by default.</summary>
+    public MetricsOptions Metrics { get; set; } = new();
+
     [Switch("--segment-size", "Raw bytes per segment.")]
     public ByteSize SegmentSize { get; set; } = new(64 << 10);
 
@@ -40,6 +43,7 @@ public sealed class StagerOptions : IProgramOptions
 
     public IEnumerable<string> Validate()
     {
+        foreach (var problem in Metrics.Validate()) yield return problem;
         if (Path.Length == 0) yield return "no PATH to stage (a file, a directory or -)";
         if (Name.Length == 0) yield return "--name is required (owner/name)";
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
