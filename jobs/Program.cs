@@ -11,6 +11,8 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     VerbEntry.Of<NodeReleaseOptions>(Me, NodeReleaseCommand.RunAsync),
     VerbEntry.Of<RemoveOptions>(Me, RemoveCommand.RunAsync),
     VerbEntry.Of<GcOptions>(Me, GcCommand.RunAsync),
+    VerbEntry.Of<StatusOptions>(Me, StatusCommand.RunAsync),
+    VerbEntry.Of<ListOptions>(Me, ListCommand.RunAsync),
     VerbEntry.Of<TlsInitOptions>(Me, (o, _) => Task.FromResult(TlsInitCommand.Run(o))),
     VerbEntry.Of<WorkerOptions>(Me, (o, ct) => WorkerCommand.RunAsync(o, compute: null, ct)),
     VerbEntry.Of<GenerateOptions>(Me, GenerateCommand.RunAsync),

@@ -29,4 +29,17 @@ public static class Durations
             _ => throw new FormatException($"'{text}': unknown unit '{unit}' (use s, m, h or d)"),
         };
     }
+
+    /// <summary>Seconds in the largest whole unit that <see cref="Parse"/> reads back: 7d, 12h, 90m, 45s (minutes and seconds below a day mixed as 1h30m).</summary>
+    public static string Format(long seconds) => seconds switch
+    {
+        <= 0 => "0s",
+        _ when seconds % 86400 == 0 => $"{seconds / 86400}d",
+        _ when seconds >= 86400 => $"{seconds / 86400}d{seconds % 86400 / 3600}h",
+        _ when seconds % 3600 == 0 => $"{seconds / 3600}h",
+        _ when seconds >= 3600 => $"{seconds / 3600}h{seconds % 3600 / 60}m",
+        _ when seconds % 60 == 0 => $"{seconds / 60}m",
+        _ when seconds >= 60 => $"{seconds / 60}m{seconds % 60}s",
+        _ => $"{seconds}s",
+    };
 }

@@ -111,6 +111,49 @@ public sealed class CacheCatalog
         return (null, null, problem);
     }
 
+    /// <summary>
+    /// Every version whose manifest some answering host holds, with its sizes, lifetime, job references and whether it
+    /// is its dataset's latest; ordered by name, then newest first. A host that does not answer is left out, not fatal.
+    /// </summary>
+    public async Task<IReadOnlyList<CatalogEntry>> ListAsync(CancellationToken ct = default)
+    {
+        var manifestKeys = await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.ManifestPrefix, token), ct);
+        var holders = manifestKeys.SelectMany(k => k).Select(k => k[CacheKeys.ManifestPrefix.Length..])
+            .GroupBy(v => v, StringComparer.Ordinal).ToDictionary(g => g.Key, g => g.Count(), StringComparer.Ordinal);
+        var latestNames = (await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.LatestPrefix, token), ct))
+            .SelectMany(k => k).Select(k => k[CacheKeys.LatestPrefix.Length..]).Distinct(StringComparer.Ordinal).ToArray();
+        var latest = new HashSet<string>(StringComparer.Ordinal);
+        foreach (var name in latestNames)
+            if (DatasetName.TryValidate(name, out _) && await GetLatestAsync(name, ct) is { } v) latest.Add(v);
+        IReadOnlyList<string> withJobs = [];
+        try { withJobs = (await _hosts.RunAsync(Designated, (c, token) => KeysAsync(c, CacheKeys.JobsPrefix, token), ct)).Select(k => k[CacheKeys.JobsPrefix.Length..]).ToList(); }
+        catch (CacheHostUnavailableException) { /* the job lists' host is down: versions are listed without them */ }
+
+        var entries = new List<CatalogEntry>();
+        foreach (var (version, hosts) in holders)
+        {
+            if (!SegmentId.TryParse(version, out var id)) continue;
+            var (manifest, _, problem) = await GetManifestAsync(version, id, ct);
+            var jobs = withJobs.Contains(version) ? await JobsAsync(version, ct) : [];
+            entries.Add(manifest is null
+                ? new CatalogEntry { Name = "?", Version = version, Hosts = hosts, Jobs = jobs, Problem = problem ?? "manifest vanished while listing" }
+                : new CatalogEntry
+                {
+                    Name = manifest.Name, Version = version, Latest = latest.Contains(version), RawBytes = manifest.RawLength,
+                    StoredBytes = manifest.StoredLength, Segments = manifest.Segments.Count, Files = manifest.Files?.Count ?? 0,
+                    Created = manifest.Created, LifetimeSeconds = manifest.LifetimeSeconds, Jobs = jobs, Hosts = hosts,
+                });
+        }
+        return entries.OrderBy(e => e.Name, StringComparer.Ordinal).ThenByDescending(e => e.Created).ToList();
+    }
+
+    private static async ValueTask<IReadOnlyList<string>> KeysAsync(RespConnection c, string prefix, CancellationToken ct)
+    {
+        var reply = await c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", ct);
+        if (reply.Kind != RespKind.Array) throw new RespErrorException(c.Endpoint.ToString(), reply.Text ?? "KEYS failed");
+        return reply.Items!.Select(i => Encoding.UTF8.GetString(i.Bulk!)).ToList();
+    }
+
     // ---------------- versions kept for jobs ----------------
     // Each version's job list lives on one designated host (the first in sorted order, so every client picks the same
     // one) and changes under a short SET NX lock. When the last job lets go, the manifest goes everywhere, "latest"

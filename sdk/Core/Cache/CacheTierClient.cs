@@ -259,6 +259,22 @@ public sealed class CacheTierClient : IAsyncDisposable
             return (h, Field("used_memory"), Field("maxmemory"));
         }));
 
+    /// <summary>Every host's INFO, read into a <see cref="CacheHostStatus"/>; a host that cannot be read is reported with its error, not thrown.</summary>
+    public async Task<CacheHostStatus[]> GetHostStatusAsync(CancellationToken ct = default) =>
+        await Task.WhenAll(Hosts.Select(async (h, i) =>
+        {
+            try
+            {
+                var reply = await ExecuteOnAsync(i, "INFO"u8.ToArray(), [], ct);
+                if (reply.Kind == RespKind.Error) return new CacheHostStatus { Host = h.ToString(), Error = reply.Text };
+                return CacheHostStatus.FromInfo(h.ToString(), reply.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(reply.Bulk!) : "");
+            }
+            catch (Exception e) when (e is CacheHostUnavailableException or CommonDataException or IOException)
+            {
+                return new CacheHostStatus { Host = h.ToString(), Error = e.Message };
+            }
+        }));
+
     public Task<RespReply> ExecuteOnAsync(int host, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
         RunAsync(host, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
 

@@ -1,0 +1,73 @@
+using System.Globalization;
+using System.Text.Json;
+using CommandLine;
+using Hpc.CommonData.Cache;
+using Hpc.Jobs.Cli;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("list", HelpText = "The datasets and versions on the cache tier: sizes, which is latest, created, lifetime and expiry, the jobs keeping them.")]
+public sealed class ListOptions
+{
+    [Value(0, MetaName = "NAME", HelpText = "Only this dataset (owner/name).")]
+    public string? Name { get; set; }
+
+    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
+    public string? CacheHosts { get; set; }
+
+    [Option("json", HelpText = "One JSON array of CatalogEntry on stdout, for scripts.")]
+    public bool Json { get; set; }
+}
+
+/// <summary>Exit codes: 0 listed (an empty tier too); 1 no cache host could be read; 2 bad usage.</summary>
+public static class ListCommand
+{
+    public static async Task<int> RunAsync(ListOptions o, CancellationToken ct)
+    {
+        IReadOnlyList<CatalogEntry> entries;
+        try
+        {
+            var options = CacheTierOptions.FromEnvironment();
+            if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
+            options.MaxAttempts = 2;
+            await using var tier = new CacheTierClient(options);
+            entries = await tier.Catalog.ListAsync(ct);
+        }
+        catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata list: {e.Message}");
+            return 1;
+        }
+        if (o.Name is not null) entries = entries.Where(e => e.Name == o.Name).ToList();
+        if (o.Json)
+        {
+            Console.WriteLine(JsonSerializer.Serialize(entries.ToArray(), CacheStatusJson.Default.CatalogEntryArray));
+            return 0;
+        }
+        if (entries.Count == 0)
+        {
+            Console.WriteLine(o.Name is null ? "no dataset versions on the cache tier" : $"no version of '{o.Name}' on the cache tier");
+            return 0;
+        }
+        var now = DateTimeOffset.UtcNow;
+        var table = new TextTable("DATASET", "VERSION", "LATEST", "SIZE", "STORED", "SEGMENTS", "CREATED", "LIFETIME", "JOBS");
+        foreach (var e in entries)
+            table.Add(e.Name, StatusCommand.Short(e.Version), e.Latest ? "latest" : "", e.Problem is null ? ByteSize.Format(e.RawBytes) : "?",
+                e.Problem is null ? ByteSize.Format(e.StoredBytes) : "?", e.Segments.ToString(CultureInfo.InvariantCulture),
+                e.Problem is null ? e.Created.ToLocalTime().ToString("yyyy-MM-dd HH:mm", CultureInfo.InvariantCulture) : "",
+                Lifetime(e, now), e.Jobs.Count == 0 ? "" : string.Join(",", e.Jobs));
+        table.WriteTo(Console.Out);
+        foreach (var e in entries.Where(e => e.Problem is not null)) Console.Error.WriteLine($"version {e.Version}: {e.Problem}");
+        var total = entries.Sum(e => e.StoredBytes);
+        Console.WriteLine($"{entries.Count} version(s) of {entries.Select(e => e.Name).Distinct().Count()} dataset(s); their manifests count {ByteSize.Format(total)} stored (shared segments counted once per version)");
+        return 0;
+    }
+
+    private static string Lifetime(CatalogEntry e, DateTimeOffset now) => e switch
+    {
+        { Expires: { } x } when x <= now => "expired",
+        { Expires: { } x } => $"{Durations.Format(e.LifetimeSeconds!.Value)}, {Durations.Format((long)(x - now).TotalSeconds)} left",
+        { Jobs.Count: > 0 } => "while jobs use it",
+        _ => "until removed",
+    };
+}

@@ -1,0 +1,99 @@
+using System.Text.Json;
+using CommandLine;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Hpc.Jobs.Cli;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("status", HelpText = "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.")]
+public sealed class StatusOptions
+{
+    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
+    public string? Pipe { get; set; }
+
+    [Option("cache-hosts", HelpText = "Report these cache hosts (host:port,…) instead of the node.")]
+    public string? CacheHosts { get; set; }
+
+    [Option("cache-tier", HelpText = "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]
+    public bool CacheTier { get; set; }
+
+    [Option("json", HelpText = "One JSON document on stdout (the agent's AgentStatus, or an array of CacheHostStatus), for scripts.")]
+    public bool Json { get; set; }
+}
+
+/// <summary>Exit codes: 0 reported; 1 the agent or every cache host could not be reached; 2 bad usage.</summary>
+public static class StatusCommand
+{
+    public static Task<int> RunAsync(StatusOptions o, CancellationToken ct) =>
+        o.CacheHosts is not null || o.CacheTier ? CacheHostsAsync(o, ct) : NodeAsync(o, ct);
+
+    private static async Task<int> NodeAsync(StatusOptions o, CancellationToken ct)
+    {
+        var pipe = o.Pipe is { Length: > 0 } p ? p : AgentClient.PipeFromEnvironment();
+        AgentStatus status;
+        try
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(3), ct);
+            status = await agent.StatusAsync(ct);
+        }
+        catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata status: no node agent answers on pipe '{pipe}': {e.Message}");
+            return 1;
+        }
+        if (o.Json)
+        {
+            Console.WriteLine(JsonSerializer.Serialize(status, AgentJson.Default.AgentStatus));
+            return 0;
+        }
+        Console.WriteLine($"node {status.Node}: {ByteSize.Format(status.UsedBytes)} of {ByteSize.Format(status.BudgetBytes)} budget in {status.DataDirectory}, {status.Copies.Count} cop{(status.Copies.Count == 1 ? "y" : "ies")}");
+        if (status.Copies.Count == 0) return 0;
+        var table = new TextTable("DATASET", "VERSION", "SIZE", "STATE", "DONE", "LEASES", "PINS", "LAST USED");
+        foreach (var c in status.Copies.OrderBy(c => c.Name, StringComparer.Ordinal).ThenByDescending(c => c.LastAccess))
+            table.Add(c.Name, Short(c.Version), ByteSize.Format(c.Length), c.State,
+                c.State == "complete" ? "100%" : $"{(c.Length == 0 ? 100 : 100.0 * c.BytesDone / c.Length):0.0}% ({c.SegmentsDone}/{c.Segments})",
+                c.Leases.ToString(System.Globalization.CultureInfo.InvariantCulture), c.Pins.Count == 0 ? "-" : string.Join(",", c.Pins),
+                c.LastAccess.ToLocalTime().ToString("yyyy-MM-dd HH:mm:ss", System.Globalization.CultureInfo.InvariantCulture));
+        table.WriteTo(Console.Out);
+        return 0;
+    }
+
+    private static async Task<int> CacheHostsAsync(StatusOptions o, CancellationToken ct)
+    {
+        CacheHostStatus[] hosts;
+        try
+        {
+            var options = CacheTierOptions.FromEnvironment();
+            if (o.CacheHosts is { Length: > 0 }) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
+            // A status must answer quickly: one attempt per host, a host that does not answer is a row, not a wait.
+            options.MaxAttempts = 1;
+            options.ConnectionsPerHost = 1;
+            options.OperationTimeout = TimeSpan.FromSeconds(5);
+            await using var tier = new CacheTierClient(options);
+            hosts = await tier.GetHostStatusAsync(ct);
+        }
+        catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata status: {e.Message}");
+            return 1;
+        }
+        if (o.Json) Console.WriteLine(JsonSerializer.Serialize(hosts, CacheStatusJson.Default.CacheHostStatusArray));
+        else
+        {
+            var table = new TextTable("HOST", "SERVER", "MEMORY", "OF", "USED", "KEYS", "HIT RATE", "SENT", "RECEIVED", "CLIENTS", "REFUSED");
+            foreach (var h in hosts)
+            {
+                if (h.Error is not null) { table.Add(h.Host, "unreachable: " + h.Error, "", "", "", "", "", "", "", "", ""); continue; }
+                table.Add(h.Host, h.Server?.Split('+')[0] ?? "?", ByteSize.Format(h.UsedMemory), h.MaxMemory == 0 ? "-" : ByteSize.Format(h.MaxMemory),
+                    h.MaxMemory == 0 ? "-" : $"{100.0 * h.UsedMemory / h.MaxMemory:0.0}%", Num(h.Keys),
+                    h.HitRate is { } r ? $"{100 * r:0.0}%" : "-", ByteSize.Format(h.BytesSent), ByteSize.Format(h.BytesReceived), Num(h.Clients), Num(h.RefusedWrites));
+            }
+            table.WriteTo(Console.Out);
+        }
+        return hosts.All(h => h.Error is not null) ? 1 : 0;
+    }
+
+    internal static string Short(string version) => version.Length > 12 ? version[..12] : version;
+    private static string Num(long n) => n.ToString(System.Globalization.CultureInfo.InvariantCulture);
+}
