@@ -317,7 +317,9 @@ public static class ReportMain
         foreach (var g in series)
             time.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}{(g.Key.HostQueue is { } q ? " " + q : "")}",
                 g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: !g.Key.Compress));
-        if (time.Lines.Count > 0) { PngWriter.Save(time.Draw(), Path.Combine(dir, "time-vs-nodes.png")); written.Add("time-vs-nodes.png"); }
+        foreach (var g in series)
+            time.Limits.Add(new LineChart.Series($"limit S/B, {ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts}", g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()));
+        if (time.Lines.Count > 0) { time.Save(Path.Combine(dir, "time-vs-nodes.png")); written.Add("time-vs-nodes.png"); }
 
         var efficiency = new LineChart { Title = "Efficiency (direct-fetch limit / measured)", XLabel = "nodes", YLabel = "efficiency", YMax = 1.2, YPercent = true };
         foreach (var g in series)
@@ -326,7 +328,8 @@ public static class ReportMain
         foreach (var g in r.Calibrations.GroupBy(c => (c.Pattern, Hosts: c.Pattern == "neighbour" ? 0 : c.Hosts)))
             efficiency.Lines.Add(new LineChart.Series(g.Key.Pattern == "neighbour" ? "tcp neighbour" : $"tcp pull H={g.Key.Hosts}",
                 g.GroupBy(c => c.Nodes).Select(n => ((double)n.Key, Median(n.Select(c => c.Efficiency)))).ToList(), Dashed: true));
-        if (efficiency.Lines.Count > 0) { PngWriter.Save(efficiency.Draw(), Path.Combine(dir, "efficiency-vs-nodes.png")); written.Add("efficiency-vs-nodes.png"); }
+        efficiency.ReferenceLines.Add(("limit (100%)", 1.0));
+        if (efficiency.Lines.Count > 0) { efficiency.Save(Path.Combine(dir, "efficiency-vs-nodes.png")); written.Add("efficiency-vs-nodes.png"); }
         return written;
     }
 }
