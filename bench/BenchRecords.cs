@@ -29,6 +29,24 @@ public sealed class BenchRecord
     public MachineInfo? Machine { get; set; }
     /// <summary>Share of all cores busy (user, system, interrupts) over the timed part: near 1, the emulator itself limited the run.</summary>
     public double? MachineBusy { get; set; }
+    /// <summary>Runs with --agent-max-rate or --stager-max-rate: what the token buckets held.</summary>
+    public RateLimitResult? RateLimit { get; set; }
+}
+
+/// <summary>
+/// Configured against achieved rates, in bytes per second of cache-tier payload (what the bucket charges; link counters
+/// also carry TCP/IP headers). A node's rate is the stored bytes it fetched over its fetch time; the stager's the bytes
+/// it sent over its staging time. The steady rates are slopes between 10% and 90% of the transfer, sampled every 100 ms
+/// (<see cref="TrafficSampler"/>): for the agents each agent's own progress (its status, raw bytes scaled to stored;
+/// the median node), for the stager the cache hosts' input counters. NodeLinkPeak: node 1's busiest 100 ms on its link
+/// (frames, headers included), how evenly the limited fetch used the link.
+/// </summary>
+public sealed record RateLimitResult(long? AgentMaxRateBytes, double? AgentMedianBytesPerSecond, double? AgentMinBytesPerSecond,
+    double? AgentMaxBytesPerSecond, long? StagerMaxRateBytes, double? StagerBytesPerSecond)
+{
+    public double? AgentSteadyBytesPerSecond { get; init; }
+    public double? StagerSteadyBytesPerSecond { get; init; }
+    public double? NodeLinkPeakBytesPerSecond { get; init; }
 }
 
 public sealed class RunConfig

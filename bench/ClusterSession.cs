@@ -117,7 +117,7 @@ public sealed class ClusterSession : IAsyncDisposable
     /// <param name="tls">The cache hosts serve TLS with a certificate from a site CA made for this session; the stager
     /// and the agents verify it.</param>
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
-        string fanout = "none", bool tls = false)
+        string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default)
     {
         if (fanout is not ("none" or "mpi" or "mpich")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi or mpich");
         if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
@@ -144,9 +144,17 @@ public sealed class ClusterSession : IAsyncDisposable
             foreach (var h in hosts) await h.WaitReadyAsync(ReadyTimeout, ct);
             var hostList = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
 
-            var stager = Start(processes, new StagerOptions { Path = file, Name = name, CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile }, Json = true, NoCompress = !compress },
+            var stager = Start(processes, new StagerOptions
+                {
+                    Path = file, Name = name, CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile, MaxRate = stagerMaxRate }, Json = true, NoCompress = !compress,
+                },
                 "stager", null);
-            if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+            double? stagerSteady = null;
+            await using (var received = stagerMaxRate.IsUnlimited ? null : new TrafficSampler(async t => (await InfoAsync(t)).Sum(h => h.Input), SampleEvery))
+            {
+                if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+                stagerSteady = received?.SteadyRate();
+            }
             var stage = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
             const string warmName = "bench/warmup";
             if (warmAgents)
@@ -162,7 +170,8 @@ public sealed class ClusterSession : IAsyncDisposable
             var pipes = _topology.Nodes.Select((_, i) => pipePattern.Replace("{rank}", i.ToString(System.Globalization.CultureInfo.InvariantCulture))).ToList();
             var agents = _topology.Nodes.Select((n, i) => Start(processes, new NodeAgentOptions
             {
-                Pipe = pipes[i], DataDirectory = Path.Combine(_scratch, run, $"node{i + 1}"), CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile },
+                Pipe = pipes[i], DataDirectory = Path.Combine(_scratch, run, $"node{i + 1}"),
+                CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile, MaxRate = agentMaxRate },
                 NodeName = $"node{i + 1}", Budget = budget * 2,
             }, $"agent{i + 1}", n)).ToList();
             await Task.WhenAll(agents.Select(a => a.WaitReadyAsync(ReadyTimeout, ct)));
@@ -173,6 +182,13 @@ public sealed class ClusterSession : IAsyncDisposable
             var linksBefore = LinkCounters();
             var (busyBefore, timed) = (CpuClock.MachineBusySeconds(), Stopwatch.StartNew());
             List<NodeTime> nodes;
+            double? agentsSteady = null, linkPeak = null;
+            // Each agent's own progress (raw bytes verified and written), read over a second connection: what its bucket paces.
+            // The cache hosts' output counter is no use here, it counts a whole 1 MB reply when it is queued.
+            var progress = agentMaxRate.IsUnlimited ? [] : await Task.WhenAll(pipes.Select(p => AgentClient.ConnectAsync(p, TimeSpan.FromSeconds(10), ct)));
+            var progressSamplers = progress.Select(c => new TrafficSampler(async t =>
+                (await c.StatusAsync(t)).Copies.FirstOrDefault(x => x.Version == stage.Version)?.BytesDone ?? 0, SampleEvery)).ToList();
+            var link = agentMaxRate.IsUnlimited ? null : new TrafficSampler(_ => Task.FromResult(LinkCounters()[0].Rx), SampleEvery);
             try
             {
                 if (fanout != "none")
@@ -193,6 +209,17 @@ public sealed class ClusterSession : IAsyncDisposable
             finally
             {
                 foreach (var c in clients) await c.DisposeAsync();
+                if (progressSamplers.Count > 0)
+                {
+                    // Raw bytes to stored (what crosses the link and the bucket charges): the ratio is even across segments.
+                    var storedPerRaw = (double)stage.StoredBytes / stage.RawBytes;
+                    var rates = progressSamplers.Select(p => p.SteadyRate() * storedPerRaw).Where(r => r is not null).Select(r => r!.Value).Order().ToList();
+                    agentsSteady = rates.Count == 0 ? null : rates[rates.Count / 2];
+                    foreach (var p in progressSamplers) await p.DisposeAsync();
+                    foreach (var c in progress) await c.DisposeAsync();
+                    linkPeak = link!.PeakRate();
+                    await link.DisposeAsync();
+                }
             }
             var machineBusy = (CpuClock.MachineBusySeconds() - busyBefore) / (timed.Elapsed.TotalSeconds * Environment.ProcessorCount);
             var after = await InfoAsync(ct);
@@ -213,6 +240,10 @@ public sealed class ClusterSession : IAsyncDisposable
                 LimitSeconds = limit, MeasuredSeconds = measured, Efficiency = limit / measured,
                 Nodes = nodes, CacheHosts = cacheHosts, Processes = samples, Workers = workerTimes, Machine = BenchJson.Machine(),
                 MachineBusy = double.IsFinite(machineBusy) ? Math.Round(machineBusy, 3) : null,
+                RateLimit = RateLimitOf(agentMaxRate, stagerMaxRate, stage, nodes) is { } limits ? limits with
+                {
+                    AgentSteadyBytesPerSecond = agentsSteady, StagerSteadyBytesPerSecond = stagerSteady, NodeLinkPeakBytesPerSecond = linkPeak,
+                } : null,
             };
         }
         finally
@@ -220,6 +251,16 @@ public sealed class ClusterSession : IAsyncDisposable
             await StopAllAsync(processes);
             try { Directory.Delete(Path.Combine(_scratch, run), recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
         }
+    }
+
+    private static RateLimitResult? RateLimitOf(ByteRate agent, ByteRate stager, StageResult stage, List<NodeTime> nodes)
+    {
+        if (agent.IsUnlimited && stager.IsUnlimited) return null;
+        var rates = nodes.Select(n => stage.StoredBytes / n.FetchSeconds).Order().ToList();
+        return new RateLimitResult(
+            agent.IsUnlimited ? null : agent.BytesPerSecond, agent.IsUnlimited ? null : rates[rates.Count / 2], agent.IsUnlimited ? null : rates[0],
+            agent.IsUnlimited ? null : rates[^1], stager.IsUnlimited ? null : stager.BytesPerSecond,
+            stager.IsUnlimited ? null : stage.SentBytes / stage.Seconds);
     }
 
     /// <summary>
@@ -342,12 +383,15 @@ public sealed class ClusterSession : IAsyncDisposable
     private SiteCertificates Certificates() =>
         _certificates ??= SiteCertificates.Create(Path.Combine(_scratch, "tls"), _topology.Hosts.Select(h => h.Address).ToList(), TimeSpan.FromDays(1));
 
-    private async Task<List<(long Output, long Used)>> InfoAsync(CancellationToken ct) =>
+    private async Task<List<(long Output, long Used, long Input)>> InfoAsync(CancellationToken ct) =>
         (await Task.WhenAll(_topology.Hosts.Select(async h =>
         {
             var info = await RespInfo.ReadAsync(h.Address, CachePort, ct, _infoTls);
-            return (RespInfo.Long(info, "total_net_output_bytes"), RespInfo.Long(info, "used_memory"));
+            return (RespInfo.Long(info, "total_net_output_bytes"), RespInfo.Long(info, "used_memory"), RespInfo.Long(info, "total_net_input_bytes"));
         }))).ToList();
+
+    /// <summary>How often a rate-limited run reads the hosts' byte counters.</summary>
+    private static readonly TimeSpan SampleEvery = TimeSpan.FromMilliseconds(100);
 
     // ---------------- calibration: plain TCP over the same links ----------------
 

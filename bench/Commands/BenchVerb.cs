@@ -81,6 +81,12 @@ public sealed class BenchClusterOptions
     [Option("repeat", Default = 1, HelpText = "Runs per configuration; the report shows their median and range.")]
     public int Repeat { get; set; } = 1;
 
+    [Option("agent-max-rate", Default = "0", HelpText = "The agents' --max-rate (e.g. 100mbit, 12MB); 0: unlimited. The run records each node's achieved fetch rate against it.")]
+    public string AgentMaxRate { get; set; } = "0";
+
+    [Option("stager-max-rate", Default = "0", HelpText = "The stager's --max-rate; 0: unlimited. The run records its achieved upload rate against it.")]
+    public string StagerMaxRate { get; set; } = "0";
+
     [Option("instance", Default = 0, HelpText = "0-63: names and addresses of this cluster (namespaces hcdK-*, bridge hcdbrK, 198.18.4K.0/22), so clusters can run side by side.")]
     public int Instance { get; set; }
 }
@@ -140,13 +146,18 @@ public static class BenchVerb
             var transports = o.Transport.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
             if (transports.Count == 0 || transports.Any(t => t is not ("plain" or "tls"))) throw new FormatException("--transport must be plain, tls or plain,tls");
             if (transports.Contains("tls") && (fanouts.Any(f => f != "none") || o.Matrix)) throw new FormatException("--transport tls runs single cells with --fanout none");
+            var agentMaxRate = ByteRate.Parse(o.AgentMaxRate);
+            var stagerMaxRate = ByteRate.Parse(o.StagerMaxRate);
+            if ((!agentMaxRate.IsUnlimited || !stagerMaxRate.IsUnlimited) && (o.Matrix || fanouts.Any(f => f != "none")))
+                throw new FormatException("--agent-max-rate and --stager-max-rate run single cells with --fanout none");
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
             var size = ByteSize.Parse(o.Size);
             for (var run = 0; run < o.Repeat; run++)
                 foreach (var fanout in fanouts)
                     foreach (var transport in transports)
-                        Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls"));
+                        Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls",
+                            agentMaxRate, stagerMaxRate));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct));
@@ -250,7 +261,13 @@ public static class BenchVerb
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +
             $"{r.MeasuredSeconds,7:0.00} s (nodes {nodes[0]:0.00}…{nodes[^1]:0.00}), limit {r.LimitSeconds,7:0.00} s, efficiency {r.Efficiency:P1}"));
+        if (r.RateLimit is { } l)
+            Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"    max rate: {(l.AgentMaxRateBytes is { } a ? $"agents {Mbit(a)} configured, {Mbit(l.AgentMedianBytesPerSecond!.Value)} end to end (nodes {Mbit(l.AgentMinBytesPerSecond!.Value)}…{Mbit(l.AgentMaxBytesPerSecond!.Value)}), {Mbit(l.AgentSteadyBytesPerSecond ?? double.NaN)} steady, node link peak {Mbit(l.NodeLinkPeakBytesPerSecond ?? double.NaN)} in 100 ms; " : "")}" +
+                $"{(l.StagerMaxRateBytes is { } st ? $"stager {Mbit(st)} configured, {Mbit(l.StagerBytesPerSecond!.Value)} end to end, {Mbit(l.StagerSteadyBytesPerSecond ?? double.NaN)} steady" : "")}"));
     }
+
+    private static string Mbit(double bytesPerSecond) => string.Create(CultureInfo.InvariantCulture, $"{bytesPerSecond * 8 / 1e6:0.0} Mbit/s");
 
     public static int ParseRateMbit(string text)
     {

@@ -19,10 +19,14 @@ public sealed class LineChart
     /// <summary>Node counts double from point to point; a log2 axis spaces them evenly. Ticks are at the data's x values.</summary>
     public bool LogX { get; init; } = true;
     public double? YMax { get; init; }
+    /// <summary>Bottom of the y axis; 0 unless a chart of ratios needs to show small differences.</summary>
+    public double YMin { get; init; }
     public bool YPercent { get; init; }
     public List<Series> Lines { get; } = [];
     /// <summary>A limit per series, drawn dotted in that series' colour without markers (e.g. the direct-fetch time bound).</summary>
     public List<Series> Limits { get; } = [];
+    /// <summary>The legend's one entry for all of <see cref="Limits"/>.</summary>
+    public string LimitsLabel { get; init; } = "limit (dotted, same colour as its series)";
     /// <summary>Horizontal reference lines across the chart (e.g. 100% efficiency, or a configured rate).</summary>
     public List<(string Name, double Y)> ReferenceLines { get; } = [];
 
@@ -52,7 +56,8 @@ public sealed class LineChart
             var pts = s.Points.Where(Usable).OrderBy(p => p.X).ToArray();
             if (pts.Length == 0) return;
             var line = plot.Add.Scatter(pts.Select(p => FX(p.X)).ToArray(), pts.Select(p => p.Y).ToArray(), colour);
-            line.LegendText = s.Name;
+            // Limits share one legend entry (added below): one per series would double a legend that is long already.
+            line.LegendText = limit ? "" : s.Name;
             line.LineWidth = limit ? 1.5f : 2;
             line.LinePattern = limit ? LinePattern.Dotted : s.Dashed ? LinePattern.Dashed : LinePattern.Solid;
             line.MarkerSize = limit ? 0 : 7;
@@ -60,9 +65,16 @@ public sealed class LineChart
         }
         for (var i = 0; i < Lines.Count; i++) AddSeries(Lines[i], ColourOf(i), limit: false);
         for (var i = 0; i < Limits.Count; i++) AddSeries(Limits[i], ColourOf(i), limit: true);
+        if (Limits.Count > 0)
+            plot.Legend.ManualItems.Add(new LegendItem
+            {
+                LabelText = LimitsLabel, LineColor = Colors.Gray, LinePattern = LinePattern.Dotted, LineWidth = 1.5f,
+            });
         foreach (var (name, y) in ReferenceLines)
         {
-            var reference = plot.Add.HorizontalLine(y, 1.5f, Colors.Black, LinePattern.Dashed);
+            // The first is the limit itself; further ones (a tolerance band) are lighter.
+            var first = ReferenceLines[0].Y == y && ReferenceLines[0].Name == name;
+            var reference = plot.Add.HorizontalLine(y, 1.5f, first ? Colors.Black : Colors.Gray, first ? LinePattern.Dashed : LinePattern.Dotted);
             reference.LegendText = name;
         }
 
@@ -78,7 +90,7 @@ public sealed class LineChart
 
         var ys = Lines.Concat(Limits).SelectMany(l => l.Points).Where(Usable).Select(p => p.Y).Concat(ReferenceLines.Select(r => r.Y)).ToArray();
         var top = YMax ?? (ys.Length == 0 ? 1 : ys.Max() * 1.1);
-        plot.Axes.SetLimitsY(0, top <= 0 ? 1 : top);
+        plot.Axes.SetLimitsY(YMin, top <= YMin ? YMin + 1 : top);
         if (YPercent)
             plot.Axes.Left.TickGenerator = new ScottPlot.TickGenerators.NumericAutomatic
             {
@@ -88,5 +100,5 @@ public sealed class LineChart
         return plot;
     }
 
-    public void Save(string path, int width = 1000, int height = 560) => Build().SavePng(path, width, height);
+    public void Save(string path, int width = 1100, int height = 620) => Build().SavePng(path, width, height);
 }

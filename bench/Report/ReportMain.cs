@@ -29,8 +29,8 @@ public static class ReportMain
             var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
-            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Fanouts, report.Calibrations, report.Attaches, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
-            return report.Cells.Count + report.Fanouts.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
+            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Fanouts, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
+            return report.Cells.Count + (report.Rates?.Count ?? 0) + report.Fanouts.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
@@ -49,7 +49,11 @@ public static class ReportMain
         double NodeMin, double NodeMax);
 
     public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches, List<FanoutCell> Fanouts,
-        List<TlsCell>? Tls = null);
+        List<TlsCell>? Tls = null, List<RateCell>? Rates = null);
+
+    /// <summary>One --max-rate measurement: who was limited (agents or stager), to what, and what it achieved end to end
+    /// and steadily (bytes per second; see <see cref="RateLimitResult"/>).</summary>
+    public sealed record RateCell(string Who, int Nodes, int LinkMbit, long SizeBytes, long ConfiguredBytes, double EndToEnd, double Steady);
 
     /// <summary>Direct fetch with the cache tier over TLS beside the same cell over plain TCP, run in the same cluster (medians over runs).</summary>
     public sealed record TlsCell(int Nodes, int Hosts, long SizeBytes, bool Compress, int RateMbit, int Runs, double TlsSeconds, double PlainSeconds,
@@ -72,7 +76,7 @@ public static class ReportMain
 
     public static Report Build(ResultReader.Data data)
     {
-        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Config.Tls != true && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
+        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Config.Tls != true && r.RateLimit is null && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
             .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode, r.Config.HostQueue))
             .Select(g =>
             {
@@ -108,7 +112,21 @@ public static class ReportMain
                     g.Count(), Median(slowest), g.Key.RateMbit);
             })
             .OrderBy(a => a.RateMbit).ThenBy(a => a.SizeBytes).ThenBy(a => a.Mode).ThenBy(a => a.PerNode).ToList();
-        return new Report(cells, calibrations, skipped, attaches, FanoutCells(data, cells, calibrations), TlsCells(data));
+        return new Report(cells, calibrations, skipped, attaches, FanoutCells(data, cells, calibrations), TlsCells(data), RateCells(data));
+    }
+
+    private static List<RateCell> RateCells(ResultReader.Data data)
+    {
+        var cells = new List<RateCell>();
+        foreach (var r in data.Records.Where(r => r.Kind == "cluster" && r.RateLimit is not null))
+        {
+            var l = r.RateLimit!;
+            if (l.AgentMaxRateBytes is { } a)
+                cells.Add(new RateCell("agents", r.Config.Nodes, r.Config.RateMbit, r.Config.SizeBytes, a, l.AgentMedianBytesPerSecond ?? double.NaN, l.AgentSteadyBytesPerSecond ?? double.NaN));
+            if (l.StagerMaxRateBytes is { } st)
+                cells.Add(new RateCell("stager", r.Config.Nodes, r.Config.RateMbit, r.Config.SizeBytes, st, l.StagerBytesPerSecond ?? double.NaN, l.StagerSteadyBytesPerSecond ?? double.NaN));
+        }
+        return cells.OrderBy(c => c.Who, StringComparer.Ordinal).ThenBy(c => c.ConfiguredBytes).ToList();
     }
 
     /// <summary>The cluster session a run belongs to: its run id without the per-run "-cHHmmssfff" suffix.</summary>
@@ -293,6 +311,21 @@ public static class ReportMain
             sb.AppendLine(CacheBench.Table(g.ToList(), []));
         }
 
+        if (r.Rates is { Count: > 0 } rates)
+        {
+            sb.AppendLine("## Rate limits (--max-rate)").AppendLine();
+            sb.AppendLine("Configured against achieved cache-tier payload rates. End to end: bytes over the whole fetch or staging (start-up, " +
+                          "manifest, hash and publishing included); steady: the slope between 10% and 90% of the transfer, sampled every 100 ms " +
+                          "(for agents each node's own progress, the median node; for the stager the cache hosts' input).").AppendLine();
+            sb.AppendLine("| limited | N | link | data | configured | end to end | steady | end to end / configured | steady / configured |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|");
+            static string Ratio(double v) => double.IsFinite(v) ? (v * 100).ToString("0.0", CultureInfo.InvariantCulture) + "%" : "–";
+            static string M(double bytesPerSecond) => double.IsFinite(bytesPerSecond) ? (bytesPerSecond * 8 / 1e6).ToString("0.0", CultureInfo.InvariantCulture) + " Mbit/s" : "–";
+            foreach (var c in rates)
+                sb.AppendLine(inv, $"| {c.Who} | {c.Nodes} | {c.LinkMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {M(c.ConfiguredBytes)} | {M(c.EndToEnd)} | {M(c.Steady)} | {Ratio(c.EndToEnd / c.ConfiguredBytes)} | {Ratio(c.Steady / c.ConfiguredBytes)} |");
+            sb.AppendLine();
+        }
+
         if (r.Skipped.Count > 0)
         {
             sb.AppendLine("## Not run").AppendLine();
@@ -309,21 +342,43 @@ public static class ReportMain
 
     public static List<string> WriteCharts(Report r, string dir)
     {
+        // Runs at another link rate than most are named with it; at the common rate the name stays short.
+        var commonRate = r.Cells.Count == 0 ? 0 : r.Cells.GroupBy(c => c.RateMbit).MaxBy(g => g.Count())!.Key;
+        string Label(long size, int hosts, bool compress, bool warm, string? queue, int rate) =>
+            $"{ByteSize.Format(size)} H={hosts} {Codec(compress)}{(warm ? " warm" : "")}{(queue is { } q ? " " + q : "")}{(rate != commonRate ? $" {rate} Mbit/s" : "")}";
         var written = new List<string>();
+        if (r.Rates is { Count: > 0 } rates)
+        {
+            static double M(double bytesPerSecond) => bytesPerSecond * 8 / 1e6;
+            // Achieved over configured, so ±5% is visible at every rate; configured rates spread over decades, hence log2.
+            var chart = new LineChart
+            {
+                Title = "Rate limit held: achieved / configured (--max-rate)", XLabel = "configured rate (Mbit/s)", YLabel = "achieved / configured",
+                YMin = 0.9, YMax = 1.08, YPercent = true,
+            };
+            foreach (var g in rates.GroupBy(c => c.Who))
+            {
+                chart.Lines.Add(new LineChart.Series($"{g.Key}, steady", g.GroupBy(c => c.ConfiguredBytes).Select(c => (M(c.Key), Median(c.Select(x => x.Steady / x.ConfiguredBytes)))).ToList()));
+                chart.Lines.Add(new LineChart.Series($"{g.Key}, end to end", g.GroupBy(c => c.ConfiguredBytes).Select(c => (M(c.Key), Median(c.Select(x => x.EndToEnd / x.ConfiguredBytes)))).ToList(), Dashed: true));
+            }
+            chart.ReferenceLines.AddRange([("limit: the configured rate", 1.0), ("±5%", 1.05), ("", 0.95)]);
+            chart.Save(Path.Combine(dir, "rate-limit.png"));
+            written.Add("rate-limit.png");
+        }
         if (r.Cells.Count == 0 && r.Calibrations.Count == 0) return written;
-        var series = r.Cells.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue)).OrderBy(g => g.Key.SizeBytes).ThenBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
+        var series = r.Cells.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue, c.RateMbit)).OrderBy(g => g.Key.SizeBytes).ThenBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
 
-        var time = new LineChart { Title = "Data access time vs node count", XLabel = "nodes", YLabel = "seconds" };
+        var time = new LineChart { Title = "Data access time vs node count", XLabel = "nodes", YLabel = "seconds", LimitsLabel = "limit max(N/H, 1)·S/B (dotted, per series)" };
         foreach (var g in series)
-            time.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}{(g.Key.HostQueue is { } q ? " " + q : "")}",
+            time.Lines.Add(new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
                 g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: !g.Key.Compress));
         foreach (var g in series)
-            time.Limits.Add(new LineChart.Series($"limit S/B, {ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts}", g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()));
+            time.Limits.Add(new LineChart.Series("limit", g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()));
         if (time.Lines.Count > 0) { time.Save(Path.Combine(dir, "time-vs-nodes.png")); written.Add("time-vs-nodes.png"); }
 
         var efficiency = new LineChart { Title = "Efficiency (direct-fetch limit / measured)", XLabel = "nodes", YLabel = "efficiency", YMax = 1.2, YPercent = true };
         foreach (var g in series)
-            efficiency.Lines.Add(new LineChart.Series($"{ByteSize.Format(g.Key.SizeBytes)} H={g.Key.Hosts} {Codec(g.Key.Compress)}{(g.Key.WarmAgents ? " warm" : "")}{(g.Key.HostQueue is { } q ? " " + q : "")}",
+            efficiency.Lines.Add(new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
                 g.Select(c => ((double)c.Nodes, c.Efficiency)).ToList(), Dashed: !g.Key.Compress));
         foreach (var g in r.Calibrations.GroupBy(c => (c.Pattern, Hosts: c.Pattern == "neighbour" ? 0 : c.Hosts)))
             efficiency.Lines.Add(new LineChart.Series(g.Key.Pattern == "neighbour" ? "tcp neighbour" : $"tcp pull H={g.Key.Hosts}",

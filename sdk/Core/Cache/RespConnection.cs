@@ -53,7 +53,12 @@ public sealed class RespConnection : IAsyncDisposable
     {
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
         cts.CancelAfter(timeout);
-        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true, ReceiveBufferSize = 1 << 20, SendBufferSize = 1 << 20 };
+        // Under a rate limit the kernel's buffers must stay small: the bucket paces what the process reads, and a 1 MB
+        // receive window per connection would let the host send each batch at the link's full speed into it, so the link
+        // would see the average rate as bursts of every connection's megabyte. About 5 ms of the rate (at least 64 KB)
+        // per connection keeps the link itself near the rate.
+        var buffer = rateLimit is null ? 1 << 20 : (int)Math.Clamp(rateLimit.Rate.BytesPerSecond / 200, 64 << 10, 1 << 20);
+        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true, ReceiveBufferSize = buffer, SendBufferSize = buffer };
         try
         {
             if (IPAddress.TryParse(endpoint.Host, out var ip)) await socket.ConnectAsync(new IPEndPoint(ip, endpoint.Port), cts.Token);
