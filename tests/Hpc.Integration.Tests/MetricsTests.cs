@@ -89,6 +89,41 @@ public sealed class MetricsTests
         Assert.True(host["hpcdata_refusals_total{reason=\"no-space\"}"] >= 1);
     }
 
+    [Fact]
+    public async Task A_short_lived_stager_pushes_its_meter_over_otlp_when_it_exits()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var port = FreePort();
+        using var collector = new HttpListener();
+        collector.Prefixes.Add($"http://localhost:{port}/");
+        collector.Start();
+        var received = Task.Run(async () =>
+        {
+            // The collector's side of OTLP/HTTP: take the export request, answer 200 with an empty protobuf message.
+            var context = await collector.GetContextAsync();
+            using var body = new MemoryStream();
+            await context.Request.InputStream.CopyToAsync(body);
+            context.Response.StatusCode = 200;
+            context.Response.ContentType = "application/x-protobuf";
+            context.Response.Close();
+            return (context.Request.Url!.AbsolutePath, context.Request.ContentType, body.ToArray());
+        });
+
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(3 * 65536)), "m/pushed",
+            "--otlp", $"http://localhost:{port}/v1/metrics");
+        var (path, type, payload) = await received.WaitAsync(TimeSpan.FromSeconds(30));
+        Assert.Equal("/v1/metrics", path);
+        Assert.Equal("application/x-protobuf", type);
+        // Protobuf carries names as plain UTF-8: the meter and the instruments the staging recorded are in the request.
+        var text = System.Text.Encoding.UTF8.GetString(payload);
+        Assert.Contains(HpcMetrics.StagerMeter, text);
+        Assert.Contains(HpcMetrics.Segments, text);
+        Assert.Contains(HpcMetrics.BytesSent, text);
+        Assert.Contains(HpcMetrics.StageDuration, text);
+        Assert.Equal(3, staged.Segments);
+    }
+
     /// <summary>Metric lines of a Prometheus text scrape, by name with labels (the service labels left out), summed over the rest.</summary>
     private static async Task<Dictionary<string, double>> ScrapeAsync(int port)
     {
