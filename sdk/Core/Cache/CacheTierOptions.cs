@@ -77,7 +77,7 @@ public sealed class CacheTierOptions
         }
         if (!string.IsNullOrEmpty(User) && string.IsNullOrEmpty(Password) && string.IsNullOrEmpty(PasswordFile))
             yield return $"--cache-user '{User}' needs a password: give --cache-password-file or set {PasswordVariable}";
-        if (MaxRate.BytesPerSecond < 0) yield return $"--max-rate must not be negative";
+        if (MaxRate.BytesPerSecond < 0) yield return "--max-rate must not be negative";
         else if (MaxRate.BytesPerSecond is > 0 and < MinimumRate) yield return $"--max-rate {MaxRate.ToExactString()} is below {MinimumRate >> 10}KB/s: a batch would outwait the exchange timeout";
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
         if (!string.IsNullOrEmpty(TlsCaFile) && !File.Exists(TlsCaFile)) yield return $"--cache-ca: '{TlsCaFile}' does not exist";
