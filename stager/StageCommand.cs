@@ -24,6 +24,7 @@ public static class StageCommand
             {
                 Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compress = !o.NoCompress,
                 Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime), CheckSpace = !o.NoSpaceCheck,
+                ContentDefined = o.Chunking == "content",
                 Readers = Hpc.CommonData.Access.ReaderSpec.Resolve(o.Readers),
             };
             var progress = Console.IsErrorRedirected ? null : new TerminalProgress();

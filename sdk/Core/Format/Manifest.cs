@@ -43,6 +43,9 @@ public sealed class Manifest
     [JsonPropertyName("storedLength")] public long StoredLength { get; init; }
     [JsonPropertyName("hash")] public required string Hash { get; init; }
     [JsonPropertyName("segmentSize")] public int SegmentSize { get; init; } = SegmentCodec.DefaultSegmentSize;
+    /// <summary>How the segment boundaries were chosen: null for fixed <see cref="SegmentSize"/> segments, or a content-defined
+    /// scheme (<see cref="ContentChunker.Name"/>). Readers need only the segment list; this says how to reproduce it.</summary>
+    [JsonPropertyName("chunking")] public string? Chunking { get; init; }
     [JsonPropertyName("segments")] public required IReadOnlyList<ManifestSegment> Segments { get; init; }
     [JsonPropertyName("files")] public IReadOnlyList<DatasetFile>? Files { get; init; }
 

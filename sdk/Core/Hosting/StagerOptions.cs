@@ -19,7 +19,10 @@ public sealed class StagerOptions : IProgramOptions
     /// <summary>Where to stage (its switches: --cache-hosts, --replicas, --cache-password-file); a local cache host by default.</summary>
     public Cache.CacheTierOptions CacheTier { get; set; } = new() { Hosts = [$"127.0.0.1:{Cache.CacheEndpoint.DefaultPort}"] };
 
-    [Switch("--segment-size", "Raw bytes per segment.")]
+    [Switch("--chunking", "content (segment boundaries follow the data, so an insert or delete re-sends only the segments around it; 16 KB–256 KB, 64 KB on average) or fixed (--segment-size each).", Meta = "content|fixed")]
+    public string Chunking { get; set; } = "content";
+
+    [Switch("--segment-size", "Raw bytes per segment with --chunking fixed.")]
     public ByteSize SegmentSize { get; set; } = new(64 << 10);
 
     [Switch("--no-compress", "Store segments uncompressed.")]
@@ -44,6 +47,7 @@ public sealed class StagerOptions : IProgramOptions
         if (Name.Length == 0) yield return "--name is required (owner/name)";
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
+        if (Chunking is not ("content" or "fixed")) yield return $"--chunking must be content or fixed, not '{Chunking}'";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
         string? readers = null;
         try { Access.ReaderSpec.Resolve(Readers); }
