@@ -40,7 +40,10 @@ public static class UpdateBench
             var (changed, places) = Edits(kind, v0, v1, o.Instruments);
             var chunker = ChunkerSpeed(v0);
             foreach (var chunking in new[] { "content", "fixed" })
+            {
                 rows.Add(await RunOneAsync(kind, chunking, v0, v1, changed, places, chunker, o, ct));
+                Delete(Path.Combine(o.WorkDir, $"agent-{chunking}"));
+            }
             Delete(v0);
             Delete(v1);
         }
@@ -216,7 +219,44 @@ public static class UpdateBench
         }
         var chunkers = rows.GroupBy(r => r.Kind).Select(g => $"{g.Key} {g.First().ChunkerMegabytesPerSecond.ToString("0", inv)} MB/s");
         sb.AppendLine().AppendLine($"Content-defined chunker alone (in memory, best of 3): {string.Join(", ", chunkers)}.");
+        sb.AppendLine().AppendLine(ManifestCost(10L << 30));
         return sb.ToString();
+    }
+
+    /// <summary>What a manifest of a <paramref name="size"/> dataset in 64 KB segments costs in each encoding: bytes, and parsing (best of 3).</summary>
+    public static string ManifestCost(long size)
+    {
+        var count = (int)(size / ContentChunker.AverageSize);
+        var rng = new Random(5);
+        var segments = new ManifestSegment[count];
+        var id = new byte[16];
+        for (var i = 0; i < count; i++)
+        {
+            rng.NextBytes(id);
+            segments[i] = new ManifestSegment(new SegmentId(System.Buffers.Binary.BinaryPrimitives.ReadUInt128BigEndian(id)).ToString(), ContentChunker.AverageSize, 30_000 + i % 9000);
+        }
+        var m = new Manifest
+        {
+            Name = "bench/manifest", Hash = new string('a', 32), Segments = segments, RawLength = (long)count * ContentChunker.AverageSize,
+            StoredLength = segments.Sum(s => (long)s.StoredLength), Chunking = ContentChunker.Name, Created = DateTimeOffset.UtcNow,
+        };
+        var (json, binary) = (m.SerializeJson(), m.Serialize());
+        double Parse(byte[] bytes)
+        {
+            var best = double.MaxValue;
+            for (var pass = 0; pass < 3; pass++)
+            {
+                var clock = Stopwatch.StartNew();
+                _ = Manifest.Parse(bytes).Offsets[^1];
+                best = Math.Min(best, clock.Elapsed.TotalMilliseconds);
+            }
+            return best;
+        }
+        var inv = CultureInfo.InvariantCulture;
+        var gb = size / (double)(1L << 30);
+        return string.Create(inv, $"Manifest of a {ByteSize.Format(size)} dataset ({count:N0} segments): JSON {json.Length / 1e6:0.0} MB ({json.Length / 1e6 / gb:0.00} MB per GB), " +
+                                  $"parsed in {Parse(json):0} ms; binary {binary.Length / 1e6:0.0} MB ({binary.Length / 1e6 / gb:0.00} MB per GB), parsed in {Parse(binary):0} ms. " +
+                                  $"A manifest is stored as one segment (at most {SegmentCodec.MaxRawLength >> 20} MB): JSON reaches {SegmentCodec.MaxRawLength / (json.Length / gb) :0} GB, binary {SegmentCodec.MaxRawLength / (binary.Length / gb):0} GB.");
     }
 
     private static void Log(string line) => Console.Error.WriteLine(line);

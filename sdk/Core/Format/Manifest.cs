@@ -71,7 +71,13 @@ public sealed class Manifest
         return offsets;
     }
 
-    public byte[] Serialize() => JsonSerializer.SerializeToUtf8Bytes(this, FormatJsonContext.Default.Manifest);
+    /// <summary>The bytes that are stored and whose hash is the version id: the compact binary encoding (<see cref="ManifestBinary"/>).</summary>
+    public byte[] Serialize() => ManifestBinary.Write(this);
+
+    /// <summary>The JSON encoding every version staged before the binary one used; still read, no longer written by the stager.</summary>
+    public byte[] SerializeJson() => JsonSerializer.SerializeToUtf8Bytes(this, FormatJsonContext.Default.Manifest);
+
+    internal void UseParsedIds(SegmentId[] ids) => _ids = ids;
 
     /// <summary>The version id of these exact bytes.</summary>
     public static string VersionOf(ReadOnlySpan<byte> serialized) => SegmentId.Of(serialized).ToString();
@@ -80,8 +86,16 @@ public sealed class Manifest
     public static Manifest Parse(ReadOnlySpan<byte> serialized)
     {
         Manifest? m;
-        try { m = JsonSerializer.Deserialize(serialized, FormatJsonContext.Default.Manifest); }
-        catch (JsonException e) { throw new InvalidDataException($"manifest is not valid JSON: {e.Message}", e); }
+        if (ManifestBinary.IsBinary(serialized))
+        {
+            try { m = ManifestBinary.Read(serialized); }
+            catch (Exception e) when (e is OverflowException or ArgumentException) { throw new InvalidDataException($"manifest holds an impossible value: {e.Message}", e); }
+        }
+        else
+        {
+            try { m = JsonSerializer.Deserialize(serialized, FormatJsonContext.Default.Manifest); }
+            catch (JsonException e) { throw new InvalidDataException($"manifest is not valid JSON: {e.Message}", e); }
+        }
         if (m is null) throw new InvalidDataException("manifest is empty");
         m.Check();
         return m;
