@@ -35,7 +35,8 @@ public static class StageCommand
             {
                 Console.WriteLine($"staged {result.Name} version {result.Version}{(result.Unchanged ? " (unchanged: nothing new published)" : "")}");
                 Console.WriteLine($"  raw {ByteSize.Format(result.RawBytes)}, stored {ByteSize.Format(result.StoredBytes)} (ratio {result.Ratio:P1}), " +
-                                  $"{result.Segments} segments ({result.SkippedSegments} already cached), sent {ByteSize.Format(result.SentBytes)}");
+                                  $"{result.Segments} segments: {result.Segments - result.SkippedSegments} new ({ByteSize.Format(result.NewRawBytes)} raw), " +
+                                  $"{result.SkippedSegments} already on the cache tier; sent {ByteSize.Format(result.SentBytes)}");
                 Console.WriteLine($"  {result.Seconds:0.00} s, {result.MegabytesPerSecond:0} MB/s, hash {result.Hash}");
             }
             return 0;

@@ -89,7 +89,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var encoded = Channel.CreateBounded<EncodedChunk>(new BoundedChannelOptions(options.UploadBatch * 4) { SingleReader = true });
         var segments = new List<ManifestSegment?>();
         var hash = new XxHash.Streaming128();
-        long rawTotal = 0, storedTotal = 0, sentTotal = 0;
+        long rawTotal = 0, storedTotal = 0, sentTotal = 0, newRawTotal = 0;
         int skipped = 0, done = 0;
 
         var reader = Task.Run(() =>
@@ -153,6 +153,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     var missing = batch.Where((b, i) => !present[i]).Select(b => (b.Id, (ReadOnlyMemory<byte>)b.Buffer.AsMemory(0, b.Length))).ToArray();
                     // Counted before the put: a put that fails half-way may have stored some of them.
                     if (missing.Length > 0) Interlocked.Add(ref sentSegments.Count, missing.Length);
+                    Interlocked.Add(ref newRawTotal, batch.Where((b, i) => !present[i]).Sum(b => (long)b.RawLength));
                     var sent = missing.Length == 0 ? 0 : await tier.PutSegmentsAsync(missing, options.Lifetime, cts.Token);
                     Interlocked.Add(ref sentTotal, sent);
                     Interlocked.Add(ref skipped, batch.Count - missing.Length);
@@ -187,7 +188,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             SegmentSize = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize, Chunking = options.ContentDefined ? ContentChunker.Name : null,
             Segments = segments.Select(x => x!).ToList(), Files = source.Files, Readers = options.Readers,
         };
-        return await PublishAsync(manifest, options, sentTotal, skipped, clock, cts.Token);
+        return await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, cts.Token);
     }
 
     private const int SpaceSamples = 32;
@@ -309,7 +310,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }
     }
 
-    private async Task<StageResult> PublishAsync(Manifest manifest, StageOptions options, long sent, int skipped, Stopwatch clock, CancellationToken ct)
+    private async Task<StageResult> PublishAsync(Manifest manifest, StageOptions options, long sent, int skipped, long newRaw, Stopwatch clock, CancellationToken ct)
     {
         var latest = await tier.GetLatestAsync(manifest.Name, ct);
         if (latest is not null)
@@ -322,7 +323,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     Hpc.CommonData.Access.DatasetReaders.Same(current.Readers, manifest.Readers))
                 {
                     logger.LogInformation("{Dataset}: content unchanged, latest stays {Version}", manifest.Name, latest);
-                    return Result(manifest, latest, sent, skipped, unchanged: true, clock);
+                    return Result(manifest, latest, sent, skipped, unchanged: true, clock, newRaw);
                 }
             }
             catch (Exception e) when (e is CommonDataException { Code: ErrorCode.NotFound or ErrorCode.Integrity } or InvalidDataException)
@@ -337,9 +338,9 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         await tier.PutManifestAsync(version, encoded.AsMemory(0, n), options.Lifetime, ct);
         // Only now, with every segment and the manifest stored, does "latest" move.
         await tier.SetLatestAsync(manifest.Name, version, ct);
-        return Result(manifest, version, sent + n * (long)tier.Hosts.Count, skipped, unchanged: false, clock);
+        return Result(manifest, version, sent + n * (long)tier.Hosts.Count, skipped, unchanged: false, clock, newRaw);
     }
 
-    private static StageResult Result(Manifest m, string version, long sent, int skipped, bool unchanged, Stopwatch clock) =>
-        new(m.Name, version, m.RawLength, m.StoredLength, sent, m.Segments.Count, skipped, unchanged, clock.Elapsed.TotalSeconds, m.Hash);
+    private static StageResult Result(Manifest m, string version, long sent, int skipped, bool unchanged, Stopwatch clock, long newRaw) =>
+        new(m.Name, version, m.RawLength, m.StoredLength, sent, m.Segments.Count, skipped, unchanged, clock.Elapsed.TotalSeconds, m.Hash, newRaw);
 }

@@ -60,7 +60,7 @@ public sealed class StagerOptions : IProgramOptions
 /// <summary>What a staging did: the stager's <c>--json</c> line, read by <c>prestage</c> and the local cluster.</summary>
 public sealed record StageResult(
     string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments,
-    bool Unchanged, double Seconds, string Hash)
+    bool Unchanged, double Seconds, string Hash, long NewRawBytes = 0)
 {
     [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
     [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
