@@ -1,5 +1,6 @@
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
+using Hpc.Hosting;
 using Hpc.NodeAgent;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
@@ -26,5 +27,14 @@ builder.Services.AddSingleton(sp => new CacheTierClient(options.CacheTier, sp.Ge
 builder.Services.AddSingleton<ISegmentSource, CacheTierSource>();
 builder.Services.AddSingleton(sp => new DatasetStore(options, sp.GetRequiredService<ISegmentSource>(), sp.GetRequiredService<ILoggerFactory>()));
 builder.Services.AddHostedService<PipeServer>();
-await builder.Build().RunAsync();
+builder.AddServiceManagers("hpcdata-agent");
+try
+{
+    await builder.Build().RunAsync();
+}
+catch (Exception) when (Environment.ExitCode == 1)
+{
+    // The pipe could not be served: PipeServer has logged why; a launcher or service manager sees exit code 1.
+    return 1;
+}
 return Environment.ExitCode;
