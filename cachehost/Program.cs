@@ -29,6 +29,7 @@ var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
     ContentRootPath = AppContext.BaseDirectory,
     Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
 });
+builder.AddSiteSettings();
 builder.Configuration.AddInMemoryCollection(commandLine);
 
 if (Contract.Bind(builder.Configuration, commandLine, out var options) is { } invalid)

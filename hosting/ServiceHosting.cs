@@ -12,6 +12,24 @@ namespace Hpc.Hosting;
 /// </summary>
 internal static class ServiceHosting
 {
+    /// <summary>Names a settings file of the site's (e.g. /etc/hpcdata/agent.json) read in addition to appsettings.json.</summary>
+    public const string SettingsVariable = "HPCDATA_SETTINGS";
+
+    /// <summary>
+    /// An installed tool keeps its programs in a versioned folder that an upgrade replaces, so a service's settings
+    /// cannot live beside the program: <see cref="SettingsVariable"/> names a file that is layered right after
+    /// appsettings.json — the environment and the command line still win over it.
+    /// </summary>
+    public static void AddSiteSettings(this HostApplicationBuilder builder)
+    {
+        if (Environment.GetEnvironmentVariable(SettingsVariable) is not { Length: > 0 } file) return;
+        var sources = builder.Configuration.Sources;
+        var at = sources.Select((source, i) => (source, i)).LastOrDefault(x => x.source is Microsoft.Extensions.Configuration.Json.JsonConfigurationSource).i;
+        var site = new Microsoft.Extensions.Configuration.Json.JsonConfigurationSource { Path = Path.GetFullPath(file), Optional = false, ReloadOnChange = false };
+        site.ResolveFileProvider();
+        sources.Insert(at + 1, site);
+    }
+
     /// <summary>
     /// The systemd side follows sd_notify(3) rather than <c>AddSystemd()</c>: that one speaks only when the process's
     /// parent is systemd itself, and under <c>hpcdata agent</c> / <c>hpcdata cache-host</c> the parent is hpcdata
