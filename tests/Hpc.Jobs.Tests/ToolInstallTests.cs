@@ -45,7 +45,7 @@ public sealed class ToolInstallTests
         if (OperatingSystem.IsWindows()) return;
         var root = RepositoryRoot();
         // The configuration this test was built in is the one packed (artifacts/bin/<project>/<config>/).
-        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name;
+        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name switch { "release" => "Release", "debug" => "Debug", var other => other };
         var work = Path.Combine(Path.GetTempPath(), $"hcd-tool-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
         var (packages, tools, cache, elsewhere) = (Path.Combine(work, "packages"), Path.Combine(work, "tools"), Path.Combine(work, "nuget"), Path.Combine(work, "cwd"));
         Directory.CreateDirectory(packages);
