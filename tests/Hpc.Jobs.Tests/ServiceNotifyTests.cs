@@ -155,6 +155,31 @@ public sealed class ServiceNotifyTests
         Assert.Equal(0, await agent.WaitForExitAsync(Wait));
     }
 
+    /// <summary>
+    /// The unit runs <c>hpcdata agent</c> (NotifyAccess=all, KillMode=mixed): the agent is hpcdata's child, its notices
+    /// still reach the manager, and the manager's SIGTERM, sent to hpcdata alone, stops the agent cleanly.
+    /// </summary>
+    [Fact]
+    public async Task Through_hpcdata_agent_the_notices_arrive_and_SIGTERM_to_hpcdata_stops_the_agent()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        using var manager = new NotifySocket(s.Root);
+        var pipe = s.NewPipe();
+        var service = s.Track(ComponentProcess.Start("hpcdata", ["agent", "--pipe", pipe, "--data-dir", Path.Combine(s.Root, "node"), "--cache-hosts", s.HostList],
+            new Dictionary<string, string?> { ["NOTIFY_SOCKET"] = manager.Path }, name: "hpcdata agent"));
+
+        Assert.Equal(["READY=1"], await manager.UntilAsync("READY=1", Wait));
+        await using (var client = await AgentClient.ConnectAsync(pipe, TimeSpan.FromMilliseconds(200)))
+            await client.StatusAsync();
+
+        ComponentProcess.Terminate(service.Id);
+        await manager.UntilAsync("STOPPING=1", Wait);
+        Assert.Equal(0, await service.WaitForExitAsync(Wait));
+        Assert.Empty(Sandbox.ProcessesMentioning(pipe));
+    }
+
     [Fact]
     public async Task Agent_whose_pipe_is_served_already_exits_1_without_reporting_ready()
     {

@@ -70,6 +70,13 @@ public sealed class ToolInstallTests
             Assert.True(install.Code == 0, install.Output);
 
             var hpcdata = Path.Combine(tools, "hpcdata");
+            // The programs hpcdata starts sit in the installed package itself, not in this build.
+            var installed = Directory.GetFiles(Path.Combine(tools, ".store"), "hpcdata.dll", SearchOption.AllDirectories).Select(Path.GetDirectoryName).Single()!;
+            foreach (var program in new[] { "Hpc.NodeAgent", "Hpc.CacheHost", "Hpc.Stager", "Hpc.Samples", "Hpc.Bench" })
+            {
+                Assert.True(File.Exists(Path.Combine(installed, program + ".dll")), $"{program}.dll is not in the installed tool");
+                Assert.True(File.Exists(Path.Combine(installed, program + ".runtimeconfig.json")), $"{program}.runtimeconfig.json is not in the installed tool");
+            }
             var help = await RunAsync(hpcdata, ["--help"], elsewhere, env, TimeSpan.FromMinutes(1));
             Assert.Contains("agent", help.Output);
             Assert.Contains("cache-host", help.Output);
