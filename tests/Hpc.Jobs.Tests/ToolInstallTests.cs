@@ -39,6 +39,39 @@ public sealed class ToolInstallTests
         return new Run(p.ExitCode, await stdout + await stderr);
     }
 
+    /// <summary>The SDK packages say what a package feed and a debugger need: licence, readme, source commit, symbols.</summary>
+    [Fact]
+    public async Task The_sdk_packages_carry_licence_readme_repository_and_symbols()
+    {
+        var root = RepositoryRoot();
+        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name switch { "release" => "Release", "debug" => "Debug", var other => other };
+        var output = Path.Combine(Path.GetTempPath(), $"hcd-sdkpack-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        try
+        {
+            foreach (var (project, id) in new[] { ("sdk/Core/Hpc.CommonData.Core.csproj", "Hpc.CommonData.Core"), ("sdk/Worker/Hpc.CommonData.csproj", "Hpc.CommonData") })
+            {
+                var pack = await RunAsync("dotnet", ["pack", Path.Combine(root, project), "-c", configuration, "--no-build", "--no-restore", "-o", output],
+                    root, new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" }, TimeSpan.FromMinutes(3));
+                Assert.True(pack.Code == 0, pack.Output);
+                var package = Assert.Single(Directory.GetFiles(output, $"{id}.*.nupkg").Where(f => !f.EndsWith(".snupkg") && Path.GetFileName(f)[id.Length + 1] is >= '0' and <= '9'));
+                Assert.True(File.Exists(Path.ChangeExtension(package, ".snupkg")), $"no symbols package beside {package}");
+                using var zip = System.IO.Compression.ZipFile.OpenRead(package);
+                var nuspec = System.Xml.Linq.XDocument.Load(zip.GetEntry($"{id}.nuspec")!.Open());
+                var metadata = nuspec.Root!.Elements().Single(e => e.Name.LocalName == "metadata");
+                string? Meta(string name) => metadata.Elements().FirstOrDefault(e => e.Name.LocalName == name)?.Value;
+                Assert.Equal("MIT", Meta("license"));
+                Assert.Equal("README.md", Meta("readme"));
+                Assert.NotNull(zip.GetEntry("README.md"));
+                Assert.Matches("^[0-9a-f]{40}$", metadata.Elements().Single(e => e.Name.LocalName == "repository").Attribute("commit")!.Value);
+                Assert.Contains(zip.Entries, e => e.FullName == $"lib/net10.0/{id}.xml");   // IntelliSense docs
+            }
+        }
+        finally
+        {
+            try { Directory.Delete(output, recursive: true); } catch (IOException) { }
+        }
+    }
+
     [Fact]
     public async Task The_tool_installed_from_its_package_into_a_fresh_directory_runs_the_demo()
     {
