@@ -18,6 +18,8 @@ public static partial class NodeAgentLauncher
     public const string StateDirectoryVariable = "HPCDATA_STATE_DIR";
     public const string ManagedVariable = "HPCDATA_AGENT_MANAGED";
     public const string SystemdUnit = "hpcdata-agent.service";
+    /// <summary>The Windows service deploy/windows/install-agent.ps1 registers.</summary>
+    public const string WindowsService = "hpcdata-agent";
 
     public static string StateDirectory =>
         JobVariables.First(Environment.GetEnvironmentVariable(StateDirectoryVariable)) ?? Path.Combine(Path.GetTempPath(), "hpcdata-agents");
@@ -32,6 +34,11 @@ public static partial class NodeAgentLauncher
         if (Directory.Exists("/run/systemd/system") &&
             new[] { "/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system" }.Any(d => File.Exists(Path.Combine(d, SystemdUnit))))
             return $"systemd unit {SystemdUnit}";
+        if (OperatingSystem.IsWindows())
+        {
+            using var service = Microsoft.Win32.Registry.LocalMachine.OpenSubKey($@"SYSTEM\CurrentControlSet\Services\{WindowsService}");
+            if (service is not null) return $"Windows service {WindowsService}";
+        }
         return null;
     }
 
