@@ -11,6 +11,7 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     VerbEntry.Of<NodeReleaseOptions>(Me, NodeReleaseCommand.RunAsync),
     VerbEntry.Of<RemoveOptions>(Me, RemoveCommand.RunAsync),
     VerbEntry.Of<GcOptions>(Me, GcCommand.RunAsync),
+    VerbEntry.Of<GetOptions>(Me, GetCommand.RunAsync),
     VerbEntry.Of<TlsInitOptions>(Me, (o, _) => Task.FromResult(TlsInitCommand.Run(o))),
     VerbEntry.Of<WorkerOptions>(Me, (o, ct) => WorkerCommand.RunAsync(o, compute: null, ct)),
     VerbEntry.Of<GenerateOptions>(Me, GenerateCommand.RunAsync),

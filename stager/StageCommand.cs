@@ -19,7 +19,7 @@ public static class StageCommand
         {
             o.CacheTier.LoadPasswordFile();
             await using var tier = new CacheTierClient(o.CacheTier, log);
-            using var source = StageSource.Open(o.Path);
+            using var source = StageSource.Open(o.Path, log, o.SkipUnreadable);
             var options = new StageOptions
             {
                 Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compress = !o.NoCompress,

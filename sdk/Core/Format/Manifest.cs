@@ -10,12 +10,34 @@ public sealed record ManifestSegment(
     [property: JsonPropertyName("raw")] int RawLength,
     [property: JsonPropertyName("stored")] int StoredLength);
 
-/// <summary>A file of a directory dataset: where its bytes lie in the dataset.</summary>
+/// <summary>What an entry of a directory dataset is.</summary>
+public enum DatasetEntryType
+{
+    /// <summary>A regular file: its bytes lie at <see cref="DatasetFile.Offset"/> in the dataset.</summary>
+    File = 0,
+    /// <summary>A directory (kept so empty ones survive, with their modes and times).</summary>
+    Directory = 1,
+    /// <summary>A symbolic link: <see cref="DatasetFile.Target"/> is its relative target, which stays inside the tree.</summary>
+    SymbolicLink = 2,
+    /// <summary>Another name of a file listed before it (a hard link): <see cref="DatasetFile.Target"/> is that file's path; its bytes are stored once.</summary>
+    HardLink = 3,
+}
+
+/// <summary>An entry of a directory dataset: a file (where its bytes lie in the dataset), a directory or a link.</summary>
 public sealed record DatasetFile(
     [property: JsonPropertyName("path")] string Path,
     [property: JsonPropertyName("offset")] long Offset,
     [property: JsonPropertyName("length")] long Length,
-    [property: JsonPropertyName("mode")] int Mode);
+    [property: JsonPropertyName("mode")] int Mode)
+{
+    /// <summary>Absent in JSON for a file, which is all that manifests held before trees were staged faithfully.</summary>
+    [JsonPropertyName("type"), JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)] public DatasetEntryType Type { get; init; }
+    [JsonPropertyName("target")] public string? Target { get; init; }
+    /// <summary>Modification time, nanoseconds since the Unix epoch; null when not recorded (older manifests).</summary>
+    [JsonPropertyName("mtime")] public long? ModifiedNanoseconds { get; init; }
+
+    public bool IsFile => Type == DatasetEntryType.File;
+}
 
 /// <summary>
 /// An immutable dataset version. Its version id is the XXH3-128 of its serialized bytes, so the id names exactly
@@ -125,13 +147,44 @@ public sealed class Manifest
         }
         if (raw != RawLength) throw new InvalidDataException($"manifest of {Name}: segments add up to {raw} bytes, header says {RawLength}");
         if (!SegmentId.TryParse(Hash, out _)) throw new InvalidDataException($"manifest of {Name}: bad dataset hash '{Hash}'");
+        var seen = new HashSet<string>(StringComparer.Ordinal);
         foreach (var f in Files ?? [])
         {
             if (f?.Path is null) throw new InvalidDataException($"manifest of {Name}: a file entry without a path");
             if (f.Offset < 0 || f.Length < 0 || f.Offset + f.Length > RawLength)
                 throw new InvalidDataException($"manifest of {Name}: file '{f.Path}' lies outside the dataset");
             if (!IsSafeRelativePath(f.Path)) throw new InvalidDataException($"manifest of {Name}: unsafe file path '{f.Path}'");
+            if (!seen.Add(f.Path)) throw new InvalidDataException($"manifest of {Name}: '{f.Path}' is listed twice");
+            switch (f.Type)
+            {
+                case DatasetEntryType.File or DatasetEntryType.Directory when f.Target is null:
+                    break;
+                case DatasetEntryType.SymbolicLink when f.Target is not null && LinkStaysInside(f.Path, f.Target):
+                    break;
+                case DatasetEntryType.HardLink when f.Target is not null && seen.Contains(f.Target) && Files!.Any(o => o.Path == f.Target && o.IsFile):
+                    break;
+                default:
+                    throw new InvalidDataException($"manifest of {Name}: entry '{f.Path}' ({f.Type}) has a missing or unsafe target '{f.Target}'");
+            }
         }
+    }
+
+    /// <summary>
+    /// Whether a symbolic link at <paramref name="linkPath"/> (relative to the tree) pointing to <paramref name="target"/>
+    /// resolves inside the tree: a relative target whose ".." parts never climb above the tree's root.
+    /// </summary>
+    public static bool LinkStaysInside(string linkPath, string target)
+    {
+        if (target.Length is 0 or > 4096 || target.StartsWith('/') || target.Contains('\\') || target.Contains(':') || target.Any(char.IsControl))
+            return false;
+        var depth = linkPath.Count(c => c == '/');
+        foreach (var part in target.Split('/'))
+        {
+            if (part is "" or ".") continue;
+            depth += part == ".." ? -1 : 1;
+            if (depth < 0) return false;
+        }
+        return true;
     }
 
     /// <summary>A path inside a directory dataset: relative, '/'-separated, no empty, '.' or '..' parts, no control characters.</summary>

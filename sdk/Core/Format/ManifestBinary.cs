@@ -50,6 +50,10 @@ internal static class ManifestBinary
             Varint(w, (ulong)f.Offset);
             Varint(w, (ulong)f.Length);
             Varint(w, (ulong)f.Mode);
+            Byte(w, (byte)f.Type);
+            Text(w, f.Target ?? "");
+            // Times plus one, so "not recorded" (0) stays apart from the epoch itself.
+            Varint(w, f.ModifiedNanoseconds is { } t ? ZigZag(t) + 1 : 0);
         }
         Varint(w, m.Readers is null ? 0UL : 1UL);
         if (m.Readers is { } readers)
@@ -92,7 +96,14 @@ internal static class ManifestBinary
             if (fileCount - 1 > (ulong)r.Remaining / 4) throw new InvalidDataException("manifest file count exceeds its bytes");
             files = new List<DatasetFile>((int)(fileCount - 1));
             for (ulong i = 1; i < fileCount; i++)
-                files.Add(new DatasetFile(r.Text(), checked((long)r.Varint()), checked((long)r.Varint()), checked((int)r.Varint())));
+            {
+                var file = new DatasetFile(r.Text(), checked((long)r.Varint()), checked((long)r.Varint()), checked((int)r.Varint()));
+                var type = r.Byte();
+                if (type > (byte)DatasetEntryType.HardLink) throw new InvalidDataException($"manifest entry type {type} is unknown");
+                var target = r.Text();
+                var time = r.Varint();
+                files.Add(file with { Type = (DatasetEntryType)type, Target = target.Length == 0 ? null : target, ModifiedNanoseconds = time == 0 ? null : UnZigZag(time - 1) });
+            }
         }
         DatasetReaders? readers = null;
         if (r.Varint() == 1)
@@ -113,6 +124,10 @@ internal static class ManifestBinary
         manifest.UseParsedIds(ids);
         return manifest;
     }
+
+    private static ulong ZigZag(long v) => (ulong)((v << 1) ^ (v >> 63));
+
+    private static long UnZigZag(ulong v) => (long)(v >> 1) ^ -(long)(v & 1);
 
     private static void Byte(IBufferWriter<byte> w, byte b) { w.GetSpan(1)[0] = b; w.Advance(1); }
 

@@ -31,6 +31,9 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--lifetime", "Cache-tier lifetime of the version, e.g. 90m, 12h, 7d (default: until removed).", Meta = "DURATION")]
     public string? Lifetime { get; set; }
 
+    [Switch("--skip-unreadable", "Directory: leave out files that cannot be read (one warning each) instead of failing the stage before anything is sent.")]
+    public bool SkipUnreadable { get; set; }
+
     [Switch("--no-space-check", "Send even when a sample says the cache tier's free memory is too small for the new segments.")]
     public bool NoSpaceCheck { get; set; }
     /// <summary>Who may read the version on a node (see <see cref="Access.ReaderSpec"/>); empty: only the staging user.</summary>
