@@ -114,11 +114,15 @@ public sealed unsafe partial class Dataset : IAsyncDisposable, IDisposable
     }
 
     /// <summary>The file entry a path names, following hard links and symbolic links (which stay inside the tree) as a file system would.</summary>
+    private Dictionary<string, DatasetFile>? _byPath;
+
     private DatasetFile Resolve(string path)
     {
+        // A tree may hold 100k entries: look them up, do not scan them, on every open.
+        var byPath = LazyInitializer.EnsureInitialized(ref _byPath, () => Files.ToDictionary(f => f.Path, StringComparer.Ordinal));
         for (var hops = 0; hops < 40; hops++)
         {
-            var entry = Files.FirstOrDefault(f => f.Path == path)
+            var entry = byPath.GetValueOrDefault(path)
                         ?? throw new FileNotFoundException($"dataset '{Name}' has no file '{path}'", path);
             switch (entry.Type)
             {

@@ -148,6 +148,7 @@ public sealed class Manifest
         if (raw != RawLength) throw new InvalidDataException($"manifest of {Name}: segments add up to {raw} bytes, header says {RawLength}");
         if (!SegmentId.TryParse(Hash, out _)) throw new InvalidDataException($"manifest of {Name}: bad dataset hash '{Hash}'");
         var seen = new HashSet<string>(StringComparer.Ordinal);
+        var files = new HashSet<string>(StringComparer.Ordinal);
         foreach (var f in Files ?? [])
         {
             if (f?.Path is null) throw new InvalidDataException($"manifest of {Name}: a file entry without a path");
@@ -155,13 +156,14 @@ public sealed class Manifest
                 throw new InvalidDataException($"manifest of {Name}: file '{f.Path}' lies outside the dataset");
             if (!IsSafeRelativePath(f.Path)) throw new InvalidDataException($"manifest of {Name}: unsafe file path '{f.Path}'");
             if (!seen.Add(f.Path)) throw new InvalidDataException($"manifest of {Name}: '{f.Path}' is listed twice");
+            if (f.IsFile) files.Add(f.Path);
             switch (f.Type)
             {
                 case DatasetEntryType.File or DatasetEntryType.Directory when f.Target is null:
                     break;
                 case DatasetEntryType.SymbolicLink when f.Target is not null && LinkStaysInside(f.Path, f.Target):
                     break;
-                case DatasetEntryType.HardLink when f.Target is not null && seen.Contains(f.Target) && Files!.Any(o => o.Path == f.Target && o.IsFile):
+                case DatasetEntryType.HardLink when f.Target is not null && files.Contains(f.Target):
                     break;
                 default:
                     throw new InvalidDataException($"manifest of {Name}: entry '{f.Path}' ({f.Type}) has a missing or unsafe target '{f.Target}'");
