@@ -18,7 +18,8 @@ Invoke-Step "build"   { dotnet build Hpc.sln -c $Configuration --no-restore }
 if (-not $SkipTests) {
     Invoke-Step "test" { dotnet test Hpc.sln -c $Configuration --no-build }
 }
-foreach ($package in "sdk/Core/Hpc.CommonData.Core.csproj", "sdk/Worker/Hpc.CommonData.csproj") {
+# The SDK packages (with .snupkg symbols) and the hpcdata tool, which carries every program (docs/deploy.md).
+foreach ($package in "sdk/Core/Hpc.CommonData.Core.csproj", "sdk/Worker/Hpc.CommonData.csproj", "jobs/Hpc.Jobs.csproj") {
     Invoke-Step "pack $package" { dotnet pack $package -c $Configuration --no-build -o artifacts/packages }
 }
 # One folder with every program, precompiled (ReadyToRun): a worker's first open then costs far less JIT time.

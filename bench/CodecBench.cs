@@ -15,7 +15,7 @@ namespace Hpc.Bench;
 public sealed record CodecRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Hosts, int Run,
     double CodecSeconds, double CodecCpuSeconds, double StagerSeconds, double StagerProcessSeconds, double StagerCpuSeconds,
-    double CacheHostCpuSeconds, MachineInfo Machine);
+    double CacheHostCpuSeconds, MachineInfo Machine, string? Chunking = null);
 
 /// <summary>
 /// The stager, as users run it (its own process, sending to real cache hosts on loopback), against the raw codec it is
@@ -28,7 +28,9 @@ public static class CodecBench
     /// <param name="StagerCores">0: everything shares every core. N: the codec runs on N threads, the stager is pinned to
     /// cores 0..N-1 and the cache hosts to the rest, so stager and codec have the same cores and the receiving side
     /// does not eat into them.</param>
-    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0);
+    /// <param name="Chunkings">The stager's --chunking values to run, each against the same codec pass (content is the default).</param>
+    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0,
+        IReadOnlyList<string>? Chunkings = null);
 
     public static async Task<List<CodecRecord>> RunAsync(Options o, CancellationToken ct)
     {
@@ -47,13 +49,18 @@ public static class CodecBench
                 var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
                 var codec = CodecBaseline.Run(data, threads: o.StagerCores);
                 var codecCpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
-                var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, ct);
-                var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount, o.StagerCores > 0, o.Hosts, run,
-                    codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine());
-                records.Add(r);
-                if (o.Out is not null) BenchJson.Append(o.Out, r);
-                Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"  {kind,-6} run {run}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time)"));
+                // Chunkings alternate their order run by run, so a slow spell of the machine does not land on one of them every time.
+                var chunkings = o.Chunkings ?? ["content"];
+                foreach (var chunking in run % 2 == 1 ? chunkings : chunkings.Reverse())
+                {
+                    var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, chunking, ct);
+                    var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount, o.StagerCores > 0, o.Hosts, run,
+                        codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine(), chunking);
+                    records.Add(r);
+                    if (o.Out is not null) BenchJson.Append(o.Out, r);
+                    Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                        $"  {kind,-6} run {run} {chunking,-7}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time)"));
+                }
             }
             File.Delete(path);
         }
@@ -63,7 +70,7 @@ public static class CodecBench
     private sealed record StageRun(long StoredBytes, double Seconds, double ProcessSeconds, double CpuSeconds, double HostCpuSeconds);
 
     /// <summary>Fresh cache hosts every run, so the stager sends every segment instead of finding them already cached.</summary>
-    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, CancellationToken ct)
+    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, string chunking, CancellationToken ct)
     {
         var all = Environment.ProcessorCount;
         string[]? Pin(int first, int last) => stagerCores > 0 ? ["taskset", "-c", $"{first}-{last}"] : null;
@@ -79,7 +86,7 @@ public static class CodecBench
             var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
             var children0 = CpuClock.ReapedChildrenSeconds();
             var clock = Stopwatch.StartNew();
-            await using var stager = ComponentProcess.Start(new StagerOptions { Path = path, Name = "bench/codec", CacheTier = { Hosts = endpoints }, Json = true },
+            await using var stager = ComponentProcess.Start(new StagerOptions { Path = path, Name = "bench/codec", Chunking = chunking, CacheTier = { Hosts = endpoints }, Json = true },
                 name: "stager", launcher: stagerPin);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var process = clock.Elapsed.TotalSeconds;
@@ -101,15 +108,15 @@ public static class CodecBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| data | size | stored | cores | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
-        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned)))
+        sb.AppendLine("| data | size | segments | stored | cores | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned, Chunking: r.Chunking ?? "fixed")))
         {
             double Med(Func<CodecRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
             var codec = Med(r => Mbps(r.RawBytes, r.CodecSeconds));
             var stager = Med(r => Mbps(r.RawBytes, r.StagerSeconds));
-            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{(g.Key.Pinned ? $"{g.Key.Cores} pinned" : $"all {g.Key.Cores} shared")} | {g.Count()} | " +
                                $"{codec:0} ({g.Min(r => Mbps(r.RawBytes, r.CodecSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.CodecSeconds)):0}) | " +
                                $"{stager:0} ({g.Min(r => Mbps(r.RawBytes, r.StagerSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.StagerSeconds)):0}) | " +

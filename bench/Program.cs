@@ -10,6 +10,8 @@ return await new CommandTree(Me, "the lab: scale-model cluster, codec, cache and
     VerbEntry.Of<BenchCacheOptions>(Me, BenchCacheVerb.RunAsync),
     VerbEntry.Of<BenchAttachOptions>(Me, BenchAttachVerb.RunAsync),
     VerbEntry.Of<BenchFramesOptions>(Me, BenchFramesVerb.RunAsync),
+    VerbEntry.Of<BenchUpdateOptions>(Me, BenchUpdateVerb.RunAsync),
+    VerbEntry.Of<BenchTreeOptions>(Me, BenchTreeVerb.RunAsync),
     VerbEntry.Of<BenchCleanOptions>(Me, (o, _) => Task.FromResult(BenchVerb.Clean(o.Instance))),
     new("report", "Tables, charts and report.md from results.jsonl or agents' telemetry: report DIR|FILE.jsonl [--json].", a => Task.FromResult(Hpc.Bench.Report.ReportMain.Run(a))),
     VerbEntry.Of<TcpServeOptions>(Me, (o, ct) => TcpTools.ServeAsync(o.Address, o.Port, ct)),

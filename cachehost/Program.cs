@@ -2,6 +2,7 @@ using Hpc.CacheHost;
 using Hpc.CacheHost.Server;
 using Hpc.CacheHost.Storage;
 using Hpc.CommonData.Hosting;
+using Hpc.Hosting;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
@@ -28,6 +29,7 @@ var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
     ContentRootPath = AppContext.BaseDirectory,
     Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
 });
+builder.AddSiteSettings();
 builder.Configuration.AddInMemoryCollection(commandLine);
 
 if (Contract.Bind(builder.Configuration, commandLine, out var options) is { } invalid)
@@ -65,6 +67,8 @@ builder.Services.AddSingleton<ServerContext>();
 builder.Services.AddSingleton<HostMetrics>();
 builder.Services.AddHostedService<CacheServer>();
 builder.Services.AddHostedService<ExpirySweeper>();
+// After the server, so READY=1 to a service manager follows the bound port.
+builder.AddServiceManagers("hpcdata-cache");
 
 using var host = builder.Build();
 if (args.Any(a => a.Equals("--password", StringComparison.OrdinalIgnoreCase) || a.StartsWith("--password=", StringComparison.OrdinalIgnoreCase)))

@@ -11,11 +11,18 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     VerbEntry.Of<NodeReleaseOptions>(Me, NodeReleaseCommand.RunAsync),
     VerbEntry.Of<RemoveOptions>(Me, RemoveCommand.RunAsync),
     VerbEntry.Of<GcOptions>(Me, GcCommand.RunAsync),
+    VerbEntry.Of<GetOptions>(Me, GetCommand.RunAsync),
     VerbEntry.Of<StatusOptions>(Me, StatusCommand.RunAsync),
     VerbEntry.Of<ListOptions>(Me, ListCommand.RunAsync),
     VerbEntry.Of<TlsInitOptions>(Me, (o, _) => Task.FromResult(TlsInitCommand.Run(o))),
     VerbEntry.Of<WorkerOptions>(Me, (o, ct) => WorkerCommand.RunAsync(o, compute: null, ct)),
     VerbEntry.Of<GenerateOptions>(Me, GenerateCommand.RunAsync),
+    // The long-running components, reachable from the one installed command (a service unit runs `hpcdata agent`);
+    // each keeps its own command line, --help and exit codes.
+    new("agent", "Run the node agent of this node (runs Hpc.NodeAgent; `hpcdata agent --help` for its options).",
+        args => ProgramVerb.RunAsync("Hpc.NodeAgent", args)),
+    new("cache-host", "Run a cache host (runs Hpc.CacheHost; `hpcdata cache-host --help` for its options).",
+        args => ProgramVerb.RunAsync("Hpc.CacheHost", args)),
     new("demo", "Run the whole system on this machine: cache hosts, node agents, staging and sample workers (runs Hpc.Samples).",
         args => ProgramVerb.RunAsync("Hpc.Samples", ["demo", .. args])),
     new("bench", "The lab: scale-model cluster, codec, cache and attach benchmarks (runs Hpc.Bench).",

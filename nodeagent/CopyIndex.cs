@@ -21,6 +21,17 @@ public sealed class LocalCopy(string version, Manifest manifest)
     internal long Recency { get; set; }
     public int SegmentsDone { get; internal set; }
     public long BytesDone { get; internal set; }
+
+    private Dictionary<SegmentId, int>? _segmentIndex;
+
+    /// <summary>Where each content id lies in this version (its first occurrence): what a delta fetch looks segments up in.</summary>
+    public Dictionary<SegmentId, int> SegmentIndex => LazyInitializer.EnsureInitialized(ref _segmentIndex, () =>
+    {
+        var index = new Dictionary<SegmentId, int>(Manifest.Segments.Count);
+        var ids = Manifest.SegmentIds;
+        for (var i = 0; i < ids.Count; i++) index.TryAdd(ids[i], i);
+        return index;
+    });
 }
 
 /// <summary>
@@ -43,6 +54,21 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     public long UsedBytes { get { lock (_lock) return _copies.Values.Sum(c => c.Manifest.RawLength); } }
 
     public LocalCopy? Find(string version) { lock (_lock) return _copies.GetValueOrDefault(version); }
+
+    /// <summary>
+    /// Leases every complete copy for which <paramref name="useful"/> holds (a delta fetch reads segments from them), so
+    /// none is evicted while it is read; give each back with <see cref="Lease"/>(version, -1).
+    /// </summary>
+    public List<LocalCopy> LeaseComplete(Func<LocalCopy, bool> useful)
+    {
+        List<LocalCopy> candidates;
+        lock (_lock) candidates = _copies.Values.Where(c => c.Complete).ToList();
+        var leased = new List<LocalCopy>();
+        foreach (var c in candidates.Where(useful))
+            lock (_lock)
+                if (_copies.TryGetValue(c.Version, out var still) && still == c && c.Complete) { c.Leases++; leased.Add(c); }
+        return leased;
+    }
 
     /// <summary>Adds a copy found on disk at start-up (no budget check: it is already there).</summary>
     public void Restore(string version, Manifest manifest, bool complete, IEnumerable<string> pins, int segmentsDone, long bytesDone, DateTimeOffset lastAccess)

@@ -122,6 +122,7 @@ public sealed class DatasetStore
 
         var clock = Stopwatch.StartNew();
         var source = "local";
+        long reusedBytes = 0;
         var copy = _index.Find(version);
         if (copy is { Complete: true })
         {
@@ -133,12 +134,14 @@ public sealed class DatasetStore
         {
             if (copy is not null && copy.Manifest.Name == name) authorize?.Invoke(copy.Manifest); // partial: its manifest is known
             var fetched = await _fetches.FetchAsync(name, version, ct);
-            (copy, source) = (fetched.Copy, fetched.Resumed ? "resumed" : "fetched");
+            (copy, source, reusedBytes) = (fetched.Copy, fetched.Resumed ? "resumed" : "fetched", fetched.ReusedBytes);
             CheckBelongs(copy, name);
             authorize?.Invoke(copy.Manifest);
         }
         _index.Acquire(version, lease, pin);
-        return new Ensured(Describe(copy, source, clock.Elapsed.TotalSeconds), version);
+        var described = Describe(copy, source, clock.Elapsed.TotalSeconds);
+        described.ReusedBytes = reusedBytes;
+        return new Ensured(described, version);
     }
 
     /// <summary>

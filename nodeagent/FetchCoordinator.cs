@@ -27,7 +27,8 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     private readonly ConcurrentDictionary<string, Lazy<Task<Fetched>>> _fetches = new();
 
     /// <summary>A published copy, and whether its fetch resumed a partial copy (found some segments already on the node).</summary>
-    public sealed record Fetched(LocalCopy Copy, bool Resumed);
+    /// <param name="ReusedBytes">Raw bytes taken from other versions' local copies instead of the cache tier (a delta).</param>
+    public sealed record Fetched(LocalCopy Copy, bool Resumed, long ReusedBytes = 0);
 
     /// <summary>
     /// The fetch of <paramref name="version"/>: joins the one in flight, or starts one. <paramref name="ct"/> ends only
@@ -61,26 +62,41 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
         var manifest = existing?.Manifest ?? await source.GetManifestAsync(name, version, CancellationToken.None);
         if (manifest.Name != name)
             throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
-        var copy = index.BeginFetch(version, manifest);
+        // Copies already here that share segments with this version are leased before room is made for it, so eviction
+        // does not take the very copies a delta would read; if the budget has no room with them kept, it fetches whole.
+        var sources = index.LeaseComplete(c => c.Version != version && Shares(c, manifest));
+        LocalCopy copy;
+        try
+        {
+            copy = index.BeginFetch(version, manifest);
+        }
+        catch (CommonDataException e) when (e.Code == ErrorCode.NoSpace && sources.Count > 0)
+        {
+            ReleaseLeases(sources);
+            sources = [];
+            copy = index.BeginFetch(version, manifest);
+        }
         var partial = directory.PartialPath(version);
         try
         {
             if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, manifest);
             await using (var f = new FileStream(partial, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.ReadWrite))
                 if (f.Length != manifest.RawLength) f.SetLength(manifest.RawLength);
-            int resumed;
+            int resumed, reused = 0;
+            long reusedBytes = 0;
             using (var map = MappedFile.Open(partial, manifest.RawLength, writable: true))
             using (var file = File.OpenHandle(partial, FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite))
             {
                 var done = VerifiedJournalEntries(directory, version, manifest, map);
                 resumed = done.Count(d => d);
                 index.SetProgress(version, resumed, Enumerable.Range(0, done.Length).Where(i => done[i]).Sum(i => (long)manifest.Segments[i].RawLength));
+                await using var journal = directory.OpenJournal(version);
+                (reused, reusedBytes) = CopyFromLocalCopies(version, manifest, map, done, sources, journal);
                 var wanted = Enumerable.Range(0, done.Length).Where(i => !done[i]).ToArray();
-                _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already on the node)",
-                    name, version, wanted.Length, done.Length, resumed);
-                if (wanted.Length > 0) // all on the node (ingested, or journaled before a restart): the cache tier is not asked
+                _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already in its partial copy, {Reused} taken from other local versions)",
+                    name, version, wanted.Length, done.Length, resumed, reused);
+                if (wanted.Length > 0) // all on the node (ingested, journaled before a restart, or in other versions): the cache tier is not asked
                 {
-                    await using var journal = directory.OpenJournal(version);
                     var gate = new object();
                     await source.FetchAsync(manifest, version, file, wanted, i =>
                     {
@@ -96,16 +112,20 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                     throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version {version}: whole-dataset hash mismatch after fetch");
                 }
             }
+            ReleaseLeases(sources);
+            sources = [];
             directory.Publish(version, manifest.Readers);
             index.Completed(version);
             _log.LogInformation("Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)",
                 name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
-            telemetry.Fetched(manifest, version, clock.Elapsed.TotalSeconds, resumed > 0 ? "resumed" : "fetched");
+            telemetry.Fetched(manifest, version, clock.Elapsed.TotalSeconds, resumed > 0 ? "resumed" : "fetched", reused, reusedBytes);
             AgentMetrics.Instance.FetchDuration.Record(clock.Elapsed.TotalSeconds);
-            return new Fetched(copy, resumed > 0);
+            return new Fetched(copy, resumed > 0, reusedBytes);
         }
         catch (Exception e)
         {
+            ReleaseLeases(sources);
+            sources = [];
             var error = CommonDataException.From(e);
             _log.LogError("Fetch of {Dataset} {Version} failed: {Error}", name, version, e.Message);
             index.EndFetch(version);
@@ -120,6 +140,64 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                     $"dataset '{name}' version {version}: no space left in the data directory {directory.Root} ({e.Message}); the partial copy was removed", e);
             throw;
         }
+    }
+
+    /// <summary>Whether a local copy holds any segment of <paramref name="manifest"/> (sampled: a version sharing nothing is the common case to rule out fast).</summary>
+    private static bool Shares(LocalCopy copy, Manifest manifest)
+    {
+        var ids = manifest.SegmentIds;
+        var step = Math.Max(1, ids.Count / 64);
+        for (var i = 0; i < ids.Count; i += step)
+            if (copy.SegmentIndex.ContainsKey(ids[i])) return true;
+        return false;
+    }
+
+    private void ReleaseLeases(List<LocalCopy> sources)
+    {
+        foreach (var s in sources) index.Lease(s.Version, -1);
+    }
+
+    /// <summary>
+    /// The delta: every segment still missing whose content id a leased local copy holds is copied from that copy's
+    /// file and journaled, after its bytes are checked against the id (a copy damaged on disk since it was published is
+    /// not trusted; that segment is fetched instead). Returns how many segments and raw bytes came from local copies.
+    /// </summary>
+    private unsafe (int Segments, long Bytes) CopyFromLocalCopies(string version, Manifest manifest, MappedFile target, bool[] done, List<LocalCopy> sources,
+        FileStream journal)
+    {
+        if (sources.Count == 0) return (0, 0);
+        var maps = new Dictionary<LocalCopy, MappedFile>();
+        int segments = 0;
+        long bytes = 0;
+        try
+        {
+            var ids = manifest.SegmentIds;
+            for (var i = 0; i < done.Length; i++)
+            {
+                if (done[i]) continue;
+                foreach (var source in sources)
+                {
+                    if (!source.SegmentIndex.TryGetValue(ids[i], out var j)) continue;
+                    if (!maps.TryGetValue(source, out var map))
+                        maps[source] = map = MappedFile.Open(directory.CompletePath(source.Version), source.Manifest.RawLength, writable: false);
+                    var length = manifest.Segments[i].RawLength;
+                    var from = new ReadOnlySpan<byte>(map.Pointer + source.Manifest.Offsets[j], length);
+                    if (SegmentId.Of(from) != ids[i]) continue;
+                    from.CopyTo(new Span<byte>(target.Pointer + manifest.Offsets[i], length));
+                    DataDirectory.AppendJournal(journal, i);
+                    index.SegmentDone(version, length);
+                    done[i] = true;
+                    segments++;
+                    bytes += length;
+                    break;
+                }
+            }
+        }
+        finally
+        {
+            foreach (var map in maps.Values) map.Dispose();
+        }
+        return (segments, bytes);
     }
 
     private static unsafe bool HashMatches(Manifest m, MappedFile map) => SegmentFetcher.HashMatches(m, map.Pointer, map.Length);

@@ -26,7 +26,7 @@ public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger
     };
 
     /// <param name="source">"fetched", or "resumed" when part of the copy was already on the node.</param>
-    public void Fetched(Manifest manifest, string version, double seconds, string source)
+    public void Fetched(Manifest manifest, string version, double seconds, string source, int reusedSegments = 0, long reusedBytes = 0)
     {
         if (Path is null) return;
         var line = JsonSerializer.Serialize(new Dictionary<string, object>
@@ -34,6 +34,7 @@ public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger
             ["kind"] = "fetch", ["schema"] = 1, ["time"] = DateTimeOffset.UtcNow, ["node"] = node,
             ["dataset"] = manifest.Name, ["version"] = version, ["rawBytes"] = manifest.RawLength,
             ["storedBytes"] = manifest.StoredLength, ["seconds"] = Math.Round(seconds, 4), ["source"] = source, ["hosts"] = hosts,
+            ["reusedSegments"] = reusedSegments, ["reusedBytes"] = reusedBytes,
         });
         try
         {

@@ -21,6 +21,24 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
     private readonly NodeAgentOptions _options = options;
     private readonly AccessPolicy _access = AccessPolicy.ForThisProcess();
     private int _connections;
+    private readonly TaskCompletionSource _serving = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    /// <summary>
+    /// Returns once the pipe is listening, not when serving merely began: the host announces itself started (to a
+    /// service manager, READY=1) after every StartAsync returned, and workers connecting before the socket exists fail.
+    /// A start-up failure (pipe taken, data directory unusable) is thrown here, so the host never reports started.
+    /// </summary>
+    public override async Task StartAsync(CancellationToken cancellationToken)
+    {
+        await base.StartAsync(cancellationToken);
+        var execution = ExecuteTask ?? Task.CompletedTask;
+        await Task.WhenAny(_serving.Task, execution).WaitAsync(cancellationToken);
+        if (!_serving.Task.IsCompleted)
+        {
+            await execution; // rethrows why the pipe could not be served
+            throw new IOException($"the node agent stopped before serving pipe '{_options.Pipe}'");
+        }
+    }
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
@@ -73,6 +91,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         // The listening socket exists once the first instance is created: announce readiness to launchers.
         Console.Out.WriteLine($"READY {_options.Pipe}");
         Console.Out.Flush();
+        _serving.TrySetResult();
         log.LogInformation("Node agent {Node} serving pipe {Pipe}, data in {Dir}, budget {Budget}",
             _options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget);
         while (!stoppingToken.IsCancellationRequested)

@@ -1,10 +1,20 @@
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
+using Hpc.Hosting;
 using Hpc.NodeAgent;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
+
+// A launcher that cannot keep our stdout and stderr open (node prep on Windows, which exits while we serve) names a
+// log file instead; everything, the READY line included, is appended there.
+if (Environment.GetEnvironmentVariable(NodeAgentOptions.LogVariable) is { Length: > 0 } logFile)
+{
+    var logWriter = new StreamWriter(new FileStream(logFile, FileMode.Append, FileAccess.Write, FileShare.ReadWrite | FileShare.Delete)) { AutoFlush = true };
+    Console.SetOut(logWriter);
+    Console.SetError(logWriter);
+}
 
 // The command line and the documented HPCDATA_* variables first: --help, an unknown switch or a bad value ends here.
 if (ProgramContract<NodeAgentOptions>.Handle(args, out var settings) is { } exit) return exit;
@@ -17,6 +27,7 @@ var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
     ContentRootPath = AppContext.BaseDirectory,
     Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
 });
+builder.AddSiteSettings();
 builder.Configuration.AddInMemoryCollection(settings);
 if (AgentConfiguration.Bind(builder.Configuration, settings, out var options) is { } refused) return refused;
 
@@ -37,5 +48,14 @@ builder.Services.AddSingleton(sp => new CacheTierClient(options.CacheTier, sp.Ge
 builder.Services.AddSingleton<ISegmentSource, CacheTierSource>();
 builder.Services.AddSingleton(sp => new DatasetStore(options, sp.GetRequiredService<ISegmentSource>(), sp.GetRequiredService<ILoggerFactory>()));
 builder.Services.AddHostedService<PipeServer>();
-await builder.Build().RunAsync();
+builder.AddServiceManagers("hpcdata-agent");
+try
+{
+    await builder.Build().RunAsync();
+}
+catch (Exception) when (Environment.ExitCode == 1)
+{
+    // The pipe could not be served: PipeServer has logged why; a launcher or service manager sees exit code 1.
+    return 1;
+}
 return Environment.ExitCode;

@@ -30,11 +30,12 @@ public static class StageCommand
         {
             o.CacheTier.LoadPasswordFile();
             await using var tier = new CacheTierClient(o.CacheTier, log, StagerMetrics.Instance);
-            using var source = StageSource.Open(o.Path);
+            using var source = StageSource.Open(o.Path, log, o.SkipUnreadable);
             var options = new StageOptions
             {
                 Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compress = !o.NoCompress,
                 Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime), CheckSpace = !o.NoSpaceCheck,
+                ContentDefined = o.Chunking == "content",
                 Readers = Hpc.CommonData.Access.ReaderSpec.Resolve(o.Readers),
             };
             var progress = Console.IsErrorRedirected ? null : new TerminalProgress();
@@ -46,7 +47,8 @@ public static class StageCommand
             {
                 Console.WriteLine($"staged {result.Name} version {result.Version}{(result.Unchanged ? " (unchanged: nothing new published)" : "")}");
                 Console.WriteLine($"  raw {ByteSize.Format(result.RawBytes)}, stored {ByteSize.Format(result.StoredBytes)} (ratio {result.Ratio:P1}), " +
-                                  $"{result.Segments} segments ({result.SkippedSegments} already cached), sent {ByteSize.Format(result.SentBytes)}");
+                                  $"{result.Segments} segments: {result.Segments - result.SkippedSegments} new ({ByteSize.Format(result.NewRawBytes)} raw), " +
+                                  $"{result.SkippedSegments} already on the cache tier; sent {ByteSize.Format(result.SentBytes)}");
                 Console.WriteLine($"  {result.Seconds:0.00} s, {result.MegabytesPerSecond:0} MB/s, hash {result.Hash}");
             }
             return 0;

@@ -1,4 +1,6 @@
 using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Logging.Abstractions;
 
 namespace Hpc.Stager;
 
@@ -19,32 +21,20 @@ public sealed class StageSource : IDisposable
         _single = single; KnownLength = length; Description = description;
     }
 
-    private StageSource(string root)
+    private StageSource(string root, ILogger log, bool skipUnreadable)
     {
         Description = root;
-        long offset = 0;
-        var entries = new List<DatasetFile>();
-        foreach (var full in Directory.EnumerateFiles(root, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = 0, IgnoreInaccessible = false })
-                     .Select(f => (Full: f, Rel: Path.GetRelativePath(root, f).Replace('\\', '/'))).OrderBy(f => f.Rel, StringComparer.Ordinal))
-        {
-            if (!Manifest.IsSafeRelativePath(full.Rel)) throw new IOException($"cannot stage '{full.Full}': its name is not a portable relative path");
-            var info = new FileInfo(full.Full);
-            if (info.LinkTarget is not null) continue; // links could point outside the tree
-            var mode = OperatingSystem.IsWindows() ? 420 : (int)File.GetUnixFileMode(full.Full);
-            var entry = new DatasetFile(full.Rel, offset, info.Length, mode);
-            entries.Add(entry);
-            _files.Add((full.Full, entry));
-            offset += info.Length;
-        }
-        Files = entries;
-        KnownLength = offset;
+        var entries = new TreeWalker(log, skipUnreadable).Walk(root);
+        foreach (var e in entries.Where(e => e.File.IsFile)) _files.Add((e.FullPath, e.File));
+        Files = entries.Select(e => e.File).ToList();
+        KnownLength = _files.Sum(f => f.Entry.Length);
     }
 
     /// <summary>Opens a path ("-" for standard input). Throws <see cref="FileNotFoundException"/> naming it when absent.</summary>
-    public static StageSource Open(string path)
+    public static StageSource Open(string path, ILogger? log = null, bool skipUnreadable = false)
     {
         if (path == "-") return new StageSource(Console.OpenStandardInput(1 << 20), null, "standard input");
-        if (Directory.Exists(path)) return new StageSource(Path.GetFullPath(path));
+        if (Directory.Exists(path)) return new StageSource(Path.GetFullPath(path), log ?? NullLogger.Instance, skipUnreadable);
         if (!File.Exists(path)) throw new FileNotFoundException($"nothing to stage: '{path}' does not exist", path);
         var stream = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan);
         return new StageSource(stream, stream.Length, Path.GetFullPath(path));

@@ -22,6 +22,8 @@ public sealed class StageOptions
     public int UploadBatch { get; init; } = 64;
     /// <summary>Batches in flight at once (each is one pipelined exchange per host).</summary>
     public int Uploaders { get; init; } = 6;
+    /// <summary>Content-defined boundaries (<see cref="ContentChunker"/>, the default) or fixed <see cref="SegmentSize"/> segments.</summary>
+    public bool ContentDefined { get; init; } = true;
     /// <summary>Estimate the new stored bytes from a sample and refuse before sending when the tier cannot hold them.</summary>
     public bool CheckSpace { get; init; } = true;
 }
@@ -87,23 +89,31 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var encoded = Channel.CreateBounded<EncodedChunk>(new BoundedChannelOptions(options.UploadBatch * 4) { SingleReader = true });
         var segments = new List<ManifestSegment?>();
         var hash = new XxHash.Streaming128();
-        long rawTotal = 0, storedTotal = 0, sentTotal = 0;
+        long rawTotal = 0, storedTotal = 0, sentTotal = 0, newRawTotal = 0;
         int skipped = 0, done = 0;
 
         var reader = Task.Run(() =>
         {
             try
             {
-                for (var index = 0; ; index++)
+                void Emit(int index, byte[] buffer, int n)
                 {
-                    var buffer = ArrayPool<byte>.Shared.Rent(options.SegmentSize);
-                    var n = source.ReadBlock(buffer.AsSpan(0, options.SegmentSize));
-                    if (n == 0) { ArrayPool<byte>.Shared.Return(buffer); break; }
                     hash.Append(buffer.AsSpan(0, n));
                     rawTotal += n;
                     lock (segments) segments.Add(null);
                     if (!raw.Writer.TryWrite(new RawChunk(index, buffer, n)))
                         raw.Writer.WriteAsync(new RawChunk(index, buffer, n), cts.Token).AsTask().GetAwaiter().GetResult();
+                }
+                if (options.ContentDefined) ReadContentDefined(source, Emit);
+                else
+                {
+                    for (var index = 0; ; index++)
+                    {
+                        var buffer = ArrayPool<byte>.Shared.Rent(options.SegmentSize);
+                        var n = source.ReadBlock(buffer.AsSpan(0, options.SegmentSize));
+                        if (n == 0) { ArrayPool<byte>.Shared.Return(buffer); break; }
+                        Emit(index, buffer, n);
+                    }
                 }
                 if (source.KnownLength is { } expected && source.Files is not null && expected != rawTotal)
                     throw new IOException($"'{source.Description}' changed while being staged ({rawTotal} bytes read, {expected} listed)");
@@ -143,6 +153,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     var missing = batch.Where((b, i) => !present[i]).Select(b => (b.Id, (ReadOnlyMemory<byte>)b.Buffer.AsMemory(0, b.Length))).ToArray();
                     // Counted before the put: a put that fails half-way may have stored some of them.
                     if (missing.Length > 0) Interlocked.Add(ref sentSegments.Count, missing.Length);
+                    Interlocked.Add(ref newRawTotal, batch.Where((b, i) => !present[i]).Sum(b => (long)b.RawLength));
                     var sent = missing.Length == 0 ? 0 : await tier.PutSegmentsAsync(missing, options.Lifetime, cts.Token);
                     Interlocked.Add(ref sentTotal, sent);
                     Interlocked.Add(ref skipped, batch.Count - missing.Length);
@@ -173,10 +184,11 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var manifest = new Manifest
         {
             Name = options.Name, Created = DateTimeOffset.UtcNow, LifetimeSeconds = (long?)options.Lifetime?.TotalSeconds,
-            RawLength = rawTotal, StoredLength = storedTotal, Hash = datasetHash, SegmentSize = options.SegmentSize,
+            RawLength = rawTotal, StoredLength = storedTotal, Hash = datasetHash,
+            SegmentSize = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize, Chunking = options.ContentDefined ? ContentChunker.Name : null,
             Segments = segments.Select(x => x!).ToList(), Files = source.Files, Readers = options.Readers,
         };
-        return await PublishAsync(manifest, options, sentTotal, skipped, clock, cts.Token);
+        return await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, cts.Token);
     }
 
     private const int SpaceSamples = 32;
@@ -193,18 +205,33 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         if (source.KnownLength is not { } length || length == 0) return;
         var memory = await tier.GetMemoryAsync(ct);
         if (memory.Any(m => m.Max <= 0)) return; // a host without a limit (a Redis without maxmemory) cannot say
-        var segmentCount = (length + options.SegmentSize - 1) / options.SegmentSize;
-        var picks = Enumerable.Range(0, (int)Math.Min(SpaceSamples, segmentCount)).Select(i => i * segmentCount / Math.Min(SpaceSamples, segmentCount)).ToArray();
-        var input = ArrayPool<byte>.Shared.Rent(options.SegmentSize);
-        var output = ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(options.SegmentSize));
+        var unit = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize;
+        var segmentCount = (length + unit - 1) / unit;
+        var windows = (int)Math.Min(SpaceSamples, segmentCount);
+        // Content-defined boundaries depend on where chunking started: from an arbitrary offset they fall into step with
+        // the stager's after a cut or two, so the sample is the third segment found in a window.
+        var read = options.ContentDefined ? 5 * ContentChunker.MaxSize : options.SegmentSize;
+        var input = ArrayPool<byte>.Shared.Rent(read);
+        var output = ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(Math.Max(options.SegmentSize, ContentChunker.MaxSize)));
         var samples = new List<(SegmentId Id, int Raw, int Stored)>();
         try
         {
-            foreach (var segment in picks)
+            for (var w = 0; w < windows; w++)
             {
-                var n = source.ReadAt(segment * options.SegmentSize, input.AsSpan(0, options.SegmentSize));
+                var n = source.ReadAt(w * segmentCount / windows * unit, input.AsSpan(0, read));
                 if (n <= 0) return;
-                samples.Add((SegmentId.Of(input.AsSpan(0, n)), n, SegmentCodec.Encode(input.AsSpan(0, n), output, options.Compress)));
+                var segment = input.AsSpan(0, n);
+                if (options.ContentDefined)
+                {
+                    for (var skip = 0; skip < 2; skip++)
+                    {
+                        var cut = ContentChunker.Default.NextCut(segment, final: true);
+                        if (cut >= segment.Length) break;
+                        segment = segment[cut..];
+                    }
+                    segment = segment[..ContentChunker.Default.NextCut(segment, final: true)];
+                }
+                samples.Add((SegmentId.Of(segment), segment.Length, SegmentCodec.Encode(segment, output, options.Compress)));
             }
         }
         finally
@@ -226,6 +253,46 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             "add hosts or memory, or stage with --no-space-check to try anyway");
     }
 
+    private const int ChunkWindow = 8 << 20;
+
+    /// <summary>
+    /// Reads the source through an 8 MB window and hands out one pooled buffer per content-defined segment; the window
+    /// keeps at least <see cref="ContentChunker.MaxSize"/> bytes ahead of the cursor, so every cut sees its full range.
+    /// </summary>
+    private static void ReadContentDefined(StageSource source, Action<int, byte[], int> emit)
+    {
+        var window = ArrayPool<byte>.Shared.Rent(ChunkWindow);
+        try
+        {
+            int start = 0, end = 0, index = 0;
+            var eof = false;
+            while (true)
+            {
+                if (!eof && end - start < ContentChunker.MaxSize)
+                {
+                    if (start > 0)
+                    {
+                        window.AsSpan(start, end - start).CopyTo(window);
+                        (start, end) = (0, end - start);
+                    }
+                    var n = source.ReadBlock(window.AsSpan(end));
+                    end += n;
+                    eof = end < window.Length;
+                }
+                if (start == end) break;
+                var cut = ContentChunker.Default.NextCut(window.AsSpan(start, end - start), final: eof);
+                var buffer = ArrayPool<byte>.Shared.Rent(cut);
+                window.AsSpan(start, cut).CopyTo(buffer);
+                start += cut;
+                emit(index++, buffer, cut);
+            }
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(window);
+        }
+    }
+
     /// <summary>Waits for all stages; the first failure cancels the others so nothing hangs on a full channel.</summary>
     private static async Task WhenAllOrFirstFailure(CancellationTokenSource cts, Task[] tasks)
     {
@@ -243,7 +310,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }
     }
 
-    private async Task<StageResult> PublishAsync(Manifest manifest, StageOptions options, long sent, int skipped, Stopwatch clock, CancellationToken ct)
+    private async Task<StageResult> PublishAsync(Manifest manifest, StageOptions options, long sent, int skipped, long newRaw, Stopwatch clock, CancellationToken ct)
     {
         var latest = await tier.GetLatestAsync(manifest.Name, ct);
         if (latest is not null)
@@ -256,7 +323,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     Hpc.CommonData.Access.DatasetReaders.Same(current.Readers, manifest.Readers))
                 {
                     logger.LogInformation("{Dataset}: content unchanged, latest stays {Version}", manifest.Name, latest);
-                    return Result(manifest, latest, sent, skipped, unchanged: true, clock);
+                    return Result(manifest, latest, sent, skipped, unchanged: true, clock, newRaw);
                 }
             }
             catch (Exception e) when (e is CommonDataException { Code: ErrorCode.NotFound or ErrorCode.Integrity } or InvalidDataException)
@@ -271,9 +338,9 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         await tier.PutManifestAsync(version, encoded.AsMemory(0, n), options.Lifetime, ct);
         // Only now, with every segment and the manifest stored, does "latest" move.
         await tier.SetLatestAsync(manifest.Name, version, ct);
-        return Result(manifest, version, sent + n * (long)tier.Hosts.Count, skipped, unchanged: false, clock);
+        return Result(manifest, version, sent + n * (long)tier.Hosts.Count, skipped, unchanged: false, clock, newRaw);
     }
 
-    private static StageResult Result(Manifest m, string version, long sent, int skipped, bool unchanged, Stopwatch clock) =>
-        new(m.Name, version, m.RawLength, m.StoredLength, sent, m.Segments.Count, skipped, unchanged, clock.Elapsed.TotalSeconds, m.Hash);
+    private static StageResult Result(Manifest m, string version, long sent, int skipped, bool unchanged, Stopwatch clock, long newRaw) =>
+        new(m.Name, version, m.RawLength, m.StoredLength, sent, m.Segments.Count, skipped, unchanged, clock.Elapsed.TotalSeconds, m.Hash, newRaw);
 }

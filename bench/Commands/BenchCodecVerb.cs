@@ -22,6 +22,9 @@ public sealed class BenchCodecOptions
     [Option("stager-cores", Default = 0, HelpText = "Give the stager and the codec the same N cores (taskset) and the cache hosts the others; 0 = all share all.")]
     public int StagerCores { get; set; }
 
+    [Option("chunking", Default = "content", HelpText = "The stager's segment boundaries: content, fixed, or content,fixed (both in the same run, alternating).")]
+    public string Chunking { get; set; } = "content";
+
     [Option("out", HelpText = "Directory to append results.jsonl to (kind \"codec\").")]
     public string? Out { get; set; }
 }
@@ -64,7 +67,13 @@ public static class BenchCodecVerb
         var work = Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-codec-{Environment.ProcessId}");
         try
         {
-            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores), ct);
+            var chunkings = o.Chunking.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct().ToList();
+            if (chunkings.Count == 0 || chunkings.Any(c => c is not ("content" or "fixed")))
+            {
+                Console.Error.WriteLine("hpcdata bench codec: --chunking must be content, fixed or content,fixed");
+                return 2;
+            }
+            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings), ct);
             Console.WriteLine(CodecBench.Table(records));
             return 0;
         }

@@ -134,7 +134,7 @@ public static class NodePrepCommand
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
                 return Fail(1, $"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
             }
-            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{fanout}");
+            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}{fanout}");
             return 0;
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)

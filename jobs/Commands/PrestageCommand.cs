@@ -58,7 +58,7 @@ public sealed class PrestageOptions
     [Option("agent-pipe", HelpText = "slurm, hpcpack: the node agents' pipe (default: the nodes' own setting).")]
     public string? AgentPipe { get; set; }
 
-    [Option("hpcdata", HelpText = "slurm, hpcpack: how nodes run hpcdata (default: this build, by absolute path).")]
+    [Option("hpcdata", HelpText = "slurm, hpcpack: how nodes run hpcdata (default: the installed tool: this launcher by absolute path, else hpcdata on PATH; from a build without one, this build).")]
     public string? Hpcdata { get; set; }
 
     [Option("work-dir", HelpText = "local: scratch directory for the nodes' data (default under /dev/shm; removed afterwards unless given). slurm, hpcpack: where the job script is written (default: here).")]
@@ -245,12 +245,25 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         await action(tier);
     }
 
-    private string Hpcdata() => o.Hpcdata ?? Quote.Sh([ComponentProcess.DotnetHost(), ComponentLocator.Find("hpcdata")]);
+    private string Hpcdata() => o.Hpcdata ?? InstalledHpcdata(Environment.ProcessPath, ComponentLocator.IsBuildTree(AppContext.BaseDirectory), FindOnPath) ?? Quote.Sh([ComponentProcess.DotnetHost(), ComponentLocator.Find("hpcdata")]);
+
+    /// <summary>
+    /// How a job's nodes run hpcdata when --hpcdata does not say: the installed tool, never a build tree, when there is
+    /// one. Running as the installed tool (its launcher, e.g. /opt/hpcdata/hpcdata from <c>dotnet tool install
+    /// --tool-path /opt/hpcdata</c>), that launcher by absolute path: nodes install to the same path. Running from a
+    /// build but with the tool on PATH, plain <c>hpcdata</c>: the nodes' own installation. Null: only a build tree.
+    /// </summary>
+    public static string? InstalledHpcdata(string? processPath, bool fromBuildTree, Func<string, string?> findOnPath)
+    {
+        if (!fromBuildTree && processPath is not null && Path.GetFileNameWithoutExtension(processPath).Equals("hpcdata", StringComparison.OrdinalIgnoreCase))
+            return Quote.Sh([processPath]);
+        return findOnPath(OperatingSystem.IsWindows() ? "hpcdata.exe" : "hpcdata") is not null ? "hpcdata" : null;
+    }
 
     private static long PathSize(string path) =>
         File.Exists(path) ? new FileInfo(path).Length : new DirectoryInfo(path).EnumerateFiles("*", SearchOption.AllDirectories).Sum(f => f.Length);
 
-    private static string? FindOnPath(string program) =>
+    public static string? FindOnPath(string program) =>
         (Environment.GetEnvironmentVariable("PATH") ?? "").Split(Path.PathSeparator).Select(d => Path.Combine(d, program)).FirstOrDefault(File.Exists);
 
     /// <summary>Splits a command line on spaces, honouring single and double quotes.</summary>

@@ -18,6 +18,8 @@ public static partial class NodeAgentLauncher
     public const string StateDirectoryVariable = "HPCDATA_STATE_DIR";
     public const string ManagedVariable = "HPCDATA_AGENT_MANAGED";
     public const string SystemdUnit = "hpcdata-agent.service";
+    /// <summary>The Windows service deploy/windows/install-agent.ps1 registers.</summary>
+    public const string WindowsService = "hpcdata-agent";
 
     public static string StateDirectory =>
         JobVariables.First(Environment.GetEnvironmentVariable(StateDirectoryVariable)) ?? Path.Combine(Path.GetTempPath(), "hpcdata-agents");
@@ -32,6 +34,11 @@ public static partial class NodeAgentLauncher
         if (Directory.Exists("/run/systemd/system") &&
             new[] { "/etc/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system" }.Any(d => File.Exists(Path.Combine(d, SystemdUnit))))
             return $"systemd unit {SystemdUnit}";
+        if (OperatingSystem.IsWindows())
+        {
+            using var service = Microsoft.Win32.Registry.LocalMachine.OpenSubKey($@"SYSTEM\CurrentControlSet\Services\{WindowsService}");
+            if (service is not null) return $"Windows service {WindowsService}";
+        }
         return null;
     }
 
@@ -45,21 +52,7 @@ public static partial class NodeAgentLauncher
         Directory.CreateDirectory(StateDirectory);
         var log = Path.Combine(StateDirectory, Path.GetFileNameWithoutExtension(StateFile(pipe)) + ".log");
         List<string> command = [ComponentProcess.DotnetHost(), ComponentLocator.Find(NodeAgentOptions.Assembly), .. ProgramContract<NodeAgentOptions>.ToArguments(agent)];
-
-        var info = new ProcessStartInfo("/bin/sh") { UseShellExecute = false, RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true };
-        // setsid: a new session, so a terminal's Ctrl-C or the end of the scheduler step does not take the agent down.
-        info.ArgumentList.Add("-c");
-        info.ArgumentList.Add("log=$1; shift; if command -v setsid >/dev/null; then setsid \"$@\" </dev/null >>\"$log\" 2>&1 & else \"$@\" </dev/null >>\"$log\" 2>&1 & fi; echo $!");
-        info.ArgumentList.Add("sh");
-        info.ArgumentList.Add(log);
-        foreach (var a in command) info.ArgumentList.Add(a);
-        foreach (var (k, v) in ProgramContract<NodeAgentOptions>.SecretEnvironment(agent)) info.Environment[k] = v;
-        KeepInheritedDescriptorsFromChildren();
-        using var sh = Process.Start(info) ?? throw new IOException("cannot run /bin/sh to start the node agent");
-        sh.StandardInput.Close();
-        var pidText = await sh.StandardOutput.ReadToEndAsync(ct);
-        await sh.WaitForExitAsync(ct);
-        if (!int.TryParse(pidText.Trim(), out var pid)) throw new IOException($"could not start the node agent: {await sh.StandardError.ReadToEndAsync(ct)}");
+        var pid = OperatingSystem.IsWindows() ? StartDetachedOnWindows(command, log, agent) : await StartInNewSessionAsync(command, log, agent, ct);
 
         var started = new StartedAgent(pid, pipe, dataDirectory, log, DateTimeOffset.UtcNow);
         await File.WriteAllTextAsync(StateFile(pipe), JsonSerializer.Serialize(started), ct);
@@ -90,6 +83,40 @@ public static partial class NodeAgentLauncher
         }
     }
 
+    private static async Task<int> StartInNewSessionAsync(List<string> command, string log, NodeAgentOptions agent, CancellationToken ct)
+    {
+        var info = new ProcessStartInfo("/bin/sh") { UseShellExecute = false, RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true };
+        // setsid: a new session, so a terminal's Ctrl-C or the end of the scheduler step does not take the agent down.
+        info.ArgumentList.Add("-c");
+        info.ArgumentList.Add("log=$1; shift; if command -v setsid >/dev/null; then setsid \"$@\" </dev/null >>\"$log\" 2>&1 & else \"$@\" </dev/null >>\"$log\" 2>&1 & fi; echo $!");
+        info.ArgumentList.Add("sh");
+        info.ArgumentList.Add(log);
+        foreach (var a in command) info.ArgumentList.Add(a);
+        foreach (var (k, v) in ProgramContract<NodeAgentOptions>.SecretEnvironment(agent)) info.Environment[k] = v;
+        KeepInheritedDescriptorsFromChildren();
+        using var sh = Process.Start(info) ?? throw new IOException("cannot run /bin/sh to start the node agent");
+        sh.StandardInput.Close();
+        var pidText = await sh.StandardOutput.ReadToEndAsync(ct);
+        await sh.WaitForExitAsync(ct);
+        if (!int.TryParse(pidText.Trim(), out var pid)) throw new IOException($"could not start the node agent: {await sh.StandardError.ReadToEndAsync(ct)}");
+        return pid;
+    }
+
+    /// <summary>
+    /// Windows has no /bin/sh or setsid, and a child does not die with its parent there: the agent is started directly,
+    /// without a console window, and writes its own output to the log (<see cref="NodeAgentOptions.LogVariable"/>)
+    /// because our redirected pipes would break when node prep exits.
+    /// </summary>
+    private static int StartDetachedOnWindows(List<string> command, string log, NodeAgentOptions agent)
+    {
+        var info = new ProcessStartInfo(command[0]) { UseShellExecute = false, CreateNoWindow = true };
+        foreach (var a in command.Skip(1)) info.ArgumentList.Add(a);
+        foreach (var (k, v) in ProgramContract<NodeAgentOptions>.SecretEnvironment(agent)) info.Environment[k] = v;
+        info.Environment[NodeAgentOptions.LogVariable] = log;
+        using var process = Process.Start(info) ?? throw new IOException($"cannot run {command[0]} to start the node agent");
+        return process.Id;
+    }
+
     public static StartedAgent? Find(string pipe)
     {
         try
@@ -103,6 +130,15 @@ public static partial class NodeAgentLauncher
     /// <summary>Stops an agent we started (SIGTERM, then SIGKILL after the grace period) and forgets it.</summary>
     public static async Task StopAsync(StartedAgent agent, TimeSpan grace)
     {
+        if (OperatingSystem.IsWindows())
+        {
+            // No SIGTERM to ask with: the agent is ended outright; its journal makes a cut-short fetch resume next time.
+            if (IsOurAgent(agent))
+                try { using var p = Process.GetProcessById(agent.Pid); p.Kill(entireProcessTree: true); await p.WaitForExitAsync().WaitAsync(grace); }
+                catch (Exception e) when (e is ArgumentException or InvalidOperationException or TimeoutException or System.ComponentModel.Win32Exception) { }
+            TryDelete(StateFile(agent.Pipe));
+            return;
+        }
         if (IsOurAgent(agent))
         {
             Kill(agent.Pid, 15);
@@ -117,6 +153,16 @@ public static partial class NodeAgentLauncher
     private static bool IsOurAgent(StartedAgent a)
     {
         if (!IsAlive(a.Pid)) return false;
+        if (!OperatingSystem.IsLinux())
+        {
+            // No /proc: a reused pid shows as a process started after the agent we recorded.
+            try
+            {
+                using var p = Process.GetProcessById(a.Pid);
+                return p.StartTime.ToUniversalTime() <= a.Started.UtcDateTime.AddSeconds(1);
+            }
+            catch (Exception e) when (e is ArgumentException or InvalidOperationException or System.ComponentModel.Win32Exception) { return false; }
+        }
         try
         {
             var cmdline = File.ReadAllText($"/proc/{a.Pid}/cmdline").Split('\0');
@@ -128,6 +174,11 @@ public static partial class NodeAgentLauncher
     /// <summary>Alive and not a zombie (a killed agent may wait for a reaper that never comes in a container).</summary>
     public static bool IsAlive(int pid)
     {
+        if (!OperatingSystem.IsLinux())
+        {
+            try { using var p = Process.GetProcessById(pid); return !p.HasExited; }
+            catch (Exception e) when (e is ArgumentException or InvalidOperationException or System.ComponentModel.Win32Exception) { return false; }
+        }
         try
         {
             var stat = File.ReadAllText($"/proc/{pid}/stat");

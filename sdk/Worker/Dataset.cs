@@ -108,10 +108,44 @@ public sealed unsafe partial class Dataset : IAsyncDisposable, IDisposable
     /// <summary>A read-only stream over one file of a directory dataset.</summary>
     public Stream OpenFile(string path)
     {
-        var file = Files.FirstOrDefault(f => f.Path == path)
-                   ?? throw new FileNotFoundException($"dataset '{Name}' has no file '{path}'", path);
+        var file = Resolve(path);
         ObjectDisposedException.ThrowIf(_disposed != 0, this);
         return new UnmanagedMemoryStream(_backing.Pointer + file.Offset, file.Length, file.Length, FileAccess.Read);
+    }
+
+    /// <summary>The file entry a path names, following hard links and symbolic links (which stay inside the tree) as a file system would.</summary>
+    private Dictionary<string, DatasetFile>? _byPath;
+
+    private DatasetFile Resolve(string path)
+    {
+        // A tree may hold 100k entries: look them up, do not scan them, on every open.
+        var byPath = LazyInitializer.EnsureInitialized(ref _byPath, () => Files.ToDictionary(f => f.Path, StringComparer.Ordinal));
+        for (var hops = 0; hops < 40; hops++)
+        {
+            var entry = byPath.GetValueOrDefault(path)
+                        ?? throw new FileNotFoundException($"dataset '{Name}' has no file '{path}'", path);
+            switch (entry.Type)
+            {
+                case DatasetEntryType.File:
+                    return entry;
+                case DatasetEntryType.HardLink:
+                    path = entry.Target!;
+                    break;
+                case DatasetEntryType.SymbolicLink:
+                    var parts = new List<string>(entry.Path.Split('/')[..^1]);
+                    foreach (var part in entry.Target!.Split('/'))
+                    {
+                        if (part is "" or ".") continue;
+                        if (part == "..") parts.RemoveAt(parts.Count - 1);
+                        else parts.Add(part);
+                    }
+                    path = string.Join('/', parts);
+                    break;
+                default:
+                    throw new FileNotFoundException($"'{path}' in dataset '{Name}' is a directory, not a file", path);
+            }
+        }
+        throw new FileNotFoundException($"'{path}' in dataset '{Name}': too many levels of links", path);
     }
 
     /// <summary>Recomputes the whole-dataset hash over the bytes this process sees.</summary>

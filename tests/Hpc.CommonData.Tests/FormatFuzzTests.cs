@@ -31,10 +31,13 @@ public sealed class FormatFuzzTests
             RawLength = segments.Sum(s => s.Length), StoredLength = segments.Sum(s => s.Length / 2),
             Files = [new DatasetFile("a/b.csv", 0, 1000, 420), new DatasetFile("c.csv", 1000, 2003, 420)],
         };
-        var seed = manifest.Serialize();
-        Assert.Equal(manifest.Name, Manifest.Parse(seed).Name);
+        // Both encodings: the binary one the stager writes, and the JSON of versions staged before it.
+        byte[][] seeds = [manifest.Serialize(), manifest.SerializeJson(),
+            new Manifest { Name = manifest.Name, Hash = manifest.Hash, Segments = manifest.Segments, RawLength = manifest.RawLength,
+                StoredLength = manifest.StoredLength, Chunking = ContentChunker.Name, Readers = Hpc.CommonData.Access.DatasetReaders.Of([1000], [100]) }.Serialize()];
+        Assert.All(seeds, seed => Assert.Equal(manifest.Name, Manifest.Parse(seed).Name));
         int parsed = 0, refused = 0;
-        await Mutator.RunAsync("manifest", [seed], input =>
+        await Mutator.RunAsync("manifest", seeds, input =>
         {
             try
             {

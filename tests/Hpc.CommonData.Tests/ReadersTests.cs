@@ -41,9 +41,10 @@ public class ManifestReadersTests
     [Fact]
     public void A_manifest_for_everyone_is_written_exactly_as_before_readers_existed()
     {
-        var json = Encoding.UTF8.GetString(Make(null).Serialize());
+        var json = Encoding.UTF8.GetString(Make(null).SerializeJson());
         Assert.StartsWith("{\"format\":1,", json);
         Assert.DoesNotContain("readers", json);
+        Assert.Equal(Manifest.OpenFormat, Manifest.Parse(Make(null).Serialize()).Format);
     }
 
     [Fact]

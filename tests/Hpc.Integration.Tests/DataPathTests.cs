@@ -16,7 +16,7 @@ public class DataPathTests
         await c.StartCacheHostAsync();
         await c.StartCacheHostAsync();
         var data = Cluster.Csvish(5 * 65536 + 123);
-        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "prices.csv", data), "risk/prices");
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "prices.csv", data), "risk/prices", "--chunking", "fixed");
         Assert.Equal(data.Length, staged.RawBytes);
         Assert.Equal(6, staged.Segments);
         Assert.True(staged.StoredBytes < data.Length / 2, $"csv should compress, stored {staged.StoredBytes}");

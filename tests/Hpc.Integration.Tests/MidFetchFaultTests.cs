@@ -75,6 +75,47 @@ public sealed class MidFetchFaultTests
         Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
     }
 
+    /// <summary>
+    /// What a service manager's stop does (systemctl stop: SIGTERM, then SIGKILL after TimeoutStopSec=30): the agent
+    /// stops well within that, exit code 0, and what it verified before the stop is kept for the next start.
+    /// </summary>
+    [Fact]
+    public async Task An_agent_stopped_with_SIGTERM_mid_fetch_exits_cleanly_and_the_next_start_resumes()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(Size, seed: 13);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", bytes), "fault/term");
+        await using var relay = new ThrottledRelay(c.Hosts[0], Rate);
+        var pipe = $"hcdmid{Environment.ProcessId}t";
+        var dataDir = Path.Combine(c.Root, "agent");
+        var first = await StartAgentAsync(c, pipe, dataDir, [relay.Address]);
+
+        CopyStatus done;
+        await using (var client = await AgentClient.ConnectAsync(pipe))
+        {
+            _ = PrefetchAsync(pipe, "fault/term");
+            done = await WaitUntilPartlyFetchedAsync(client, staged.Version);
+        }
+        var stopping = System.Diagnostics.Stopwatch.StartNew();
+        ComponentProcess.Terminate(first.Id);
+        Assert.Equal(0, await first.WaitForExitAsync(TimeSpan.FromSeconds(30)));
+        Assert.True(stopping.Elapsed < TimeSpan.FromSeconds(20), $"the agent took {stopping.Elapsed.TotalSeconds:0} s to stop");
+        Assert.True(done.SegmentsDone < staged.Segments, "the stop came after the fetch ended");
+
+        await StartAgentAsync(c, pipe, dataDir, [c.Hosts[0]]);
+        await using (var client = await AgentClient.ConnectAsync(pipe))
+        {
+            var before = (await client.StatusAsync()).Copies.Single(x => x.Version == staged.Version);
+            Assert.Equal("partial", before.State);
+            Assert.True(before.SegmentsDone >= done.SegmentsDone, $"verified before the stop: {done.SegmentsDone}, kept: {before.SegmentsDone}");
+            Assert.Equal("resumed", (await client.PrefetchAsync("fault/term")).Source);
+        }
+        await using var data = await Dataset.OpenAsync("fault/term", Cluster.Via(pipe));
+        Assert.True(data.VerifyHash());
+        Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+    }
+
     private static async Task<ComponentProcess> StartAgentAsync(Cluster c, string pipe, string dataDir, List<string> hosts)
     {
         var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions

@@ -165,7 +165,7 @@ public class NodeAgentTests
     {
         await using var c = new Cluster();
         await c.StartCacheHostAsync();
-        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(10 * 65536)), "a/resume");
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(10 * 65536)), "a/resume", "--chunking", "fixed");
         var (agent, pipe, dir) = await c.StartAgentAsync();
         await using (var client = await AgentClient.ConnectAsync(pipe)) await client.PrefetchAsync("a/resume");
         await agent.StopAsync(TimeSpan.FromSeconds(10));
@@ -387,8 +387,8 @@ public class SegmentCollectionTests
         await c.StartCacheHostAsync();
         await c.StartCacheHostAsync();
         var shared = Cluster.RandomBytes(8 * 65536, seed: 1);
-        var a = await c.StageAsync(Cluster.WriteFile(c.Root, "a.bin", [.. shared, .. Cluster.RandomBytes(4 * 65536, seed: 2)]), "gc/a");
-        var b = await c.StageAsync(Cluster.WriteFile(c.Root, "b.bin", [.. shared, .. Cluster.RandomBytes(2 * 65536, seed: 3)]), "gc/b");
+        var a = await c.StageAsync(Cluster.WriteFile(c.Root, "a.bin", [.. shared, .. Cluster.RandomBytes(4 * 65536, seed: 2)]), "gc/a", "--chunking", "fixed");
+        var b = await c.StageAsync(Cluster.WriteFile(c.Root, "b.bin", [.. shared, .. Cluster.RandomBytes(2 * 65536, seed: 3)]), "gc/b", "--chunking", "fixed");
         Assert.Equal(8, b.SkippedSegments);
         await using var tier = c.Tier();
         async Task<int> Segments() => (await tier.KeysAsync(CacheKeys.SegmentPrefix)).Sum(k => k.Count);

@@ -162,6 +162,8 @@ public sealed class LocalDataset
     /// <summary>local (already on the node), fetched, or resumed (a partial copy was completed: some of its segments were already on the node).</summary>
     [JsonPropertyName("source")] public string Source { get; set; } = "";
     [JsonPropertyName("fetchSeconds")] public double FetchSeconds { get; set; }
+    /// <summary>Raw bytes this fetch took from other versions already on the node instead of the cache tier (an update's unchanged segments).</summary>
+    [JsonPropertyName("reusedBytes")] public long ReusedBytes { get; set; }
 }
 
 public sealed class AgentStatus

@@ -10,12 +10,34 @@ public sealed record ManifestSegment(
     [property: JsonPropertyName("raw")] int RawLength,
     [property: JsonPropertyName("stored")] int StoredLength);
 
-/// <summary>A file of a directory dataset: where its bytes lie in the dataset.</summary>
+/// <summary>What an entry of a directory dataset is.</summary>
+public enum DatasetEntryType
+{
+    /// <summary>A regular file: its bytes lie at <see cref="DatasetFile.Offset"/> in the dataset.</summary>
+    File = 0,
+    /// <summary>A directory (kept so empty ones survive, with their modes and times).</summary>
+    Directory = 1,
+    /// <summary>A symbolic link: <see cref="DatasetFile.Target"/> is its relative target, which stays inside the tree.</summary>
+    SymbolicLink = 2,
+    /// <summary>Another name of a file listed before it (a hard link): <see cref="DatasetFile.Target"/> is that file's path; its bytes are stored once.</summary>
+    HardLink = 3,
+}
+
+/// <summary>An entry of a directory dataset: a file (where its bytes lie in the dataset), a directory or a link.</summary>
 public sealed record DatasetFile(
     [property: JsonPropertyName("path")] string Path,
     [property: JsonPropertyName("offset")] long Offset,
     [property: JsonPropertyName("length")] long Length,
-    [property: JsonPropertyName("mode")] int Mode);
+    [property: JsonPropertyName("mode")] int Mode)
+{
+    /// <summary>Absent in JSON for a file, which is all that manifests held before trees were staged faithfully.</summary>
+    [JsonPropertyName("type"), JsonIgnore(Condition = JsonIgnoreCondition.WhenWritingDefault)] public DatasetEntryType Type { get; init; }
+    [JsonPropertyName("target")] public string? Target { get; init; }
+    /// <summary>Modification time, nanoseconds since the Unix epoch; null when not recorded (older manifests).</summary>
+    [JsonPropertyName("mtime")] public long? ModifiedNanoseconds { get; init; }
+
+    public bool IsFile => Type == DatasetEntryType.File;
+}
 
 /// <summary>
 /// An immutable dataset version. Its version id is the XXH3-128 of its serialized bytes, so the id names exactly
@@ -43,6 +65,9 @@ public sealed class Manifest
     [JsonPropertyName("storedLength")] public long StoredLength { get; init; }
     [JsonPropertyName("hash")] public required string Hash { get; init; }
     [JsonPropertyName("segmentSize")] public int SegmentSize { get; init; } = SegmentCodec.DefaultSegmentSize;
+    /// <summary>How the segment boundaries were chosen: null for fixed <see cref="SegmentSize"/> segments, or a content-defined
+    /// scheme (<see cref="ContentChunker.Name"/>). Readers need only the segment list; this says how to reproduce it.</summary>
+    [JsonPropertyName("chunking")] public string? Chunking { get; init; }
     [JsonPropertyName("segments")] public required IReadOnlyList<ManifestSegment> Segments { get; init; }
     [JsonPropertyName("files")] public IReadOnlyList<DatasetFile>? Files { get; init; }
 
@@ -68,7 +93,13 @@ public sealed class Manifest
         return offsets;
     }
 
-    public byte[] Serialize() => JsonSerializer.SerializeToUtf8Bytes(this, FormatJsonContext.Default.Manifest);
+    /// <summary>The bytes that are stored and whose hash is the version id: the compact binary encoding (<see cref="ManifestBinary"/>).</summary>
+    public byte[] Serialize() => ManifestBinary.Write(this);
+
+    /// <summary>The JSON encoding every version staged before the binary one used; still read, no longer written by the stager.</summary>
+    public byte[] SerializeJson() => JsonSerializer.SerializeToUtf8Bytes(this, FormatJsonContext.Default.Manifest);
+
+    internal void UseParsedIds(SegmentId[] ids) => _ids = ids;
 
     /// <summary>The version id of these exact bytes.</summary>
     public static string VersionOf(ReadOnlySpan<byte> serialized) => SegmentId.Of(serialized).ToString();
@@ -77,8 +108,16 @@ public sealed class Manifest
     public static Manifest Parse(ReadOnlySpan<byte> serialized)
     {
         Manifest? m;
-        try { m = JsonSerializer.Deserialize(serialized, FormatJsonContext.Default.Manifest); }
-        catch (JsonException e) { throw new InvalidDataException($"manifest is not valid JSON: {e.Message}", e); }
+        if (ManifestBinary.IsBinary(serialized))
+        {
+            try { m = ManifestBinary.Read(serialized); }
+            catch (Exception e) when (e is OverflowException or ArgumentException) { throw new InvalidDataException($"manifest holds an impossible value: {e.Message}", e); }
+        }
+        else
+        {
+            try { m = JsonSerializer.Deserialize(serialized, FormatJsonContext.Default.Manifest); }
+            catch (JsonException e) { throw new InvalidDataException($"manifest is not valid JSON: {e.Message}", e); }
+        }
         if (m is null) throw new InvalidDataException("manifest is empty");
         m.Check();
         return m;
@@ -108,13 +147,46 @@ public sealed class Manifest
         }
         if (raw != RawLength) throw new InvalidDataException($"manifest of {Name}: segments add up to {raw} bytes, header says {RawLength}");
         if (!SegmentId.TryParse(Hash, out _)) throw new InvalidDataException($"manifest of {Name}: bad dataset hash '{Hash}'");
+        var seen = new HashSet<string>(StringComparer.Ordinal);
+        var files = new HashSet<string>(StringComparer.Ordinal);
         foreach (var f in Files ?? [])
         {
             if (f?.Path is null) throw new InvalidDataException($"manifest of {Name}: a file entry without a path");
             if (f.Offset < 0 || f.Length < 0 || f.Offset + f.Length > RawLength)
                 throw new InvalidDataException($"manifest of {Name}: file '{f.Path}' lies outside the dataset");
             if (!IsSafeRelativePath(f.Path)) throw new InvalidDataException($"manifest of {Name}: unsafe file path '{f.Path}'");
+            if (!seen.Add(f.Path)) throw new InvalidDataException($"manifest of {Name}: '{f.Path}' is listed twice");
+            if (f.IsFile) files.Add(f.Path);
+            switch (f.Type)
+            {
+                case DatasetEntryType.File or DatasetEntryType.Directory when f.Target is null:
+                    break;
+                case DatasetEntryType.SymbolicLink when f.Target is not null && LinkStaysInside(f.Path, f.Target):
+                    break;
+                case DatasetEntryType.HardLink when f.Target is not null && files.Contains(f.Target):
+                    break;
+                default:
+                    throw new InvalidDataException($"manifest of {Name}: entry '{f.Path}' ({f.Type}) has a missing or unsafe target '{f.Target}'");
+            }
         }
+    }
+
+    /// <summary>
+    /// Whether a symbolic link at <paramref name="linkPath"/> (relative to the tree) pointing to <paramref name="target"/>
+    /// resolves inside the tree: a relative target whose ".." parts never climb above the tree's root.
+    /// </summary>
+    public static bool LinkStaysInside(string linkPath, string target)
+    {
+        if (target.Length is 0 or > 4096 || target.StartsWith('/') || target.Contains('\\') || target.Contains(':') || target.Any(char.IsControl))
+            return false;
+        var depth = linkPath.Count(c => c == '/');
+        foreach (var part in target.Split('/'))
+        {
+            if (part is "" or ".") continue;
+            depth += part == ".." ? -1 : 1;
+            if (depth < 0) return false;
+        }
+        return true;
     }
 
     /// <summary>A path inside a directory dataset: relative, '/'-separated, no empty, '.' or '..' parts, no control characters.</summary>

@@ -160,10 +160,18 @@ public sealed class ComponentProcess : IAsyncDisposable
     }
 
     /// <summary>The dotnet host running this process, so children use the same runtime.</summary>
-    public static string DotnetHost() =>
-        Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") is { Length: > 0 } h && File.Exists(h) ? h
-        : Environment.ProcessPath is { } p && Path.GetFileNameWithoutExtension(p) == "dotnet" ? p
-        : "dotnet";
+    /// <remarks>An installed tool runs from its own launcher (apphost), not from <c>dotnet</c>, and a service's PATH
+    /// may not name dotnet at all: the host is then found from the runtime this process runs on
+    /// (<c>DOTNET_ROOT/shared/Microsoft.NETCore.App/VERSION/</c> is three levels below it).</remarks>
+    public static string DotnetHost()
+    {
+        if (Environment.GetEnvironmentVariable("DOTNET_HOST_PATH") is { Length: > 0 } h && File.Exists(h)) return h;
+        if (Environment.ProcessPath is { } p && Path.GetFileNameWithoutExtension(p) == "dotnet") return p;
+        var exe = OperatingSystem.IsWindows() ? "dotnet.exe" : "dotnet";
+        var runtime = System.Runtime.InteropServices.RuntimeEnvironment.GetRuntimeDirectory().TrimEnd(Path.DirectorySeparatorChar, Path.AltDirectorySeparatorChar);
+        if (Directory.GetParent(runtime)?.Parent?.Parent is { } root && Path.Combine(root.FullName, exe) is var beside && File.Exists(beside)) return beside;
+        return "dotnet";
+    }
 
     /// <summary>Asks a process to stop as a service manager would (SIGTERM); on Windows there is no such request.</summary>
     public static void Terminate(int pid)
@@ -201,6 +209,14 @@ public static class ComponentLocator
         return built ?? throw new FileNotFoundException(
             $"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable} to the folder of the installed programs. " +
             $"Looked in: {string.Join(", ", installed)} and the build's artifacts/bin");
+    }
+
+    /// <summary>Whether <paramref name="directory"/> is a build's output (under <c>artifacts/bin/</c>), not an installation.</summary>
+    public static bool IsBuildTree(string directory)
+    {
+        for (var dir = new DirectoryInfo(directory.TrimEnd(Path.DirectorySeparatorChar, Path.AltDirectorySeparatorChar)); dir is not null; dir = dir.Parent)
+            if (dir.Name == "bin" && dir.Parent?.Name == "artifacts") return true;
+        return false;
     }
 
     private static IEnumerable<string> BuildTree()

@@ -56,15 +56,40 @@ public sealed class NodeAgentOptions : IProgramOptions
     public IEnumerable<string> Validate()
     {
         foreach (var problem in Metrics.Validate()) yield return problem;
-        if (string.IsNullOrWhiteSpace(Pipe)) yield return "--pipe must not be empty";
-        else if (!OperatingSystem.IsWindows() && System.Text.Encoding.UTF8.GetByteCount(SocketPath(Pipe)) > MaxSocketPath)
-            yield return $"--pipe: socket path '{SocketPath(Pipe)}' is longer than {MaxSocketPath} bytes; use a shorter name";
+        if (PipeProblem(Pipe, OperatingSystem.IsWindows()) is { } pipeProblem) yield return pipeProblem;
         if (string.IsNullOrWhiteSpace(DataDirectory)) yield return "--data-dir must not be empty";
         if (Budget.Bytes <= 0) yield return $"--budget must be more than 0 (got {Budget.ToExactString()})";
         if (string.IsNullOrWhiteSpace(NodeName)) yield return "--node must not be empty";
         if (MaxConnections < 1) yield return $"--max-connections must be at least 1 (got {MaxConnections})";
         if (CacheTier is null) { yield return "no cache-tier settings"; yield break; }
         foreach (var problem in CacheTier.Validate()) yield return problem;
+    }
+
+    /// <summary>Longest pipe name Windows accepts after <c>\\.\pipe\</c>.</summary>
+    private const int MaxWindowsPipeName = 256;
+
+    /// <summary>Set by a launcher: the file the agent appends its output to, where nobody reads its stdout and stderr.</summary>
+    public const string LogVariable = "HPCDATA_AGENT_LOG";
+
+    /// <summary>
+    /// What is wrong with <paramref name="pipe"/> as the agent's pipe on Windows or on Unix, or null. On Unix a name
+    /// becomes a socket file (the kernel's path limit applies) and an absolute path is taken as is; on Windows it is the
+    /// part after <c>\\.\pipe\</c>: no backslash, at most 256 characters, and "anonymous" is reserved.
+    /// </summary>
+    public static string? PipeProblem(string? pipe, bool windows)
+    {
+        if (string.IsNullOrWhiteSpace(pipe)) return "--pipe must not be empty";
+        if (windows)
+        {
+            if (pipe.Contains('\\') || Path.IsPathRooted(pipe) || pipe.Contains(':'))
+                return $"--pipe: '{pipe}' is a path; on Windows the agent's pipe is a name (\\\\.\\pipe\\NAME), without backslashes";
+            if (pipe.Length > MaxWindowsPipeName) return $"--pipe: '{pipe[..20]}…' is longer than {MaxWindowsPipeName} characters";
+            if (pipe.Equals("anonymous", StringComparison.OrdinalIgnoreCase)) return "--pipe: 'anonymous' is reserved by Windows";
+            return null;
+        }
+        if (System.Text.Encoding.UTF8.GetByteCount(SocketPath(pipe)) > MaxSocketPath)
+            return $"--pipe: socket path '{SocketPath(pipe)}' is longer than {MaxSocketPath} bytes; use a shorter name";
+        return null;
     }
 
     /// <summary>The file system path of the agent's socket on Unix (.NET puts a relative pipe name in the temp directory).</summary>

@@ -22,7 +22,10 @@ public sealed class StagerOptions : IProgramOptions
     /// <summary>Where the meter is exported (--prometheus, --otlp); off by default.</summary>
     public MetricsOptions Metrics { get; set; } = new();
 
-    [Switch("--segment-size", "Raw bytes per segment.")]
+    [Switch("--chunking", "content (segment boundaries follow the data, so an insert or delete re-sends only the segments around it; 16 KB–256 KB, 64 KB on average) or fixed (--segment-size each).", Meta = "content|fixed")]
+    public string Chunking { get; set; } = "content";
+
+    [Switch("--segment-size", "Raw bytes per segment with --chunking fixed.")]
     public ByteSize SegmentSize { get; set; } = new(64 << 10);
 
     [Switch("--no-compress", "Store segments uncompressed.")]
@@ -30,6 +33,9 @@ public sealed class StagerOptions : IProgramOptions
 
     [Switch("--lifetime", "Cache-tier lifetime of the version, e.g. 90m, 12h, 7d (default: until removed).", Meta = "DURATION")]
     public string? Lifetime { get; set; }
+
+    [Switch("--skip-unreadable", "Directory: leave out files that cannot be read (one warning each) instead of failing the stage before anything is sent.")]
+    public bool SkipUnreadable { get; set; }
 
     [Switch("--no-space-check", "Send even when a sample says the cache tier's free memory is too small for the new segments.")]
     public bool NoSpaceCheck { get; set; }
@@ -48,6 +54,7 @@ public sealed class StagerOptions : IProgramOptions
         if (Name.Length == 0) yield return "--name is required (owner/name)";
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
+        if (Chunking is not ("content" or "fixed")) yield return $"--chunking must be content or fixed, not '{Chunking}'";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
         string? readers = null;
         try { Access.ReaderSpec.Resolve(Readers); }
@@ -60,7 +67,7 @@ public sealed class StagerOptions : IProgramOptions
 /// <summary>What a staging did: the stager's <c>--json</c> line, read by <c>prestage</c> and the local cluster.</summary>
 public sealed record StageResult(
     string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments,
-    bool Unchanged, double Seconds, string Hash)
+    bool Unchanged, double Seconds, string Hash, long NewRawBytes = 0)
 {
     [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
     [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);

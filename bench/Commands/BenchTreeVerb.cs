@@ -1,0 +1,83 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Text.Json;
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Bench.Commands;
+
+[Verb("tree", HelpText = "A real directory tree staged and written back out with hpcdata get, beside tar | lz4 -1 and cp -a of the same tree, in one run.")]
+public sealed class BenchTreeOptions
+{
+    [Option("path", Required = true, HelpText = "The tree (e.g. /usr/share/dotnet).")]
+    public string Path { get; set; } = "";
+
+    [Option("work-dir", HelpText = "Scratch directory for the copies (default: under /dev/shm or the temp directory); removed afterwards.")]
+    public string? WorkDir { get; set; }
+}
+
+public static class BenchTreeVerb
+{
+    public static async Task<int> RunAsync(BenchTreeOptions o, CancellationToken ct)
+    {
+        if (!Directory.Exists(o.Path)) { Console.Error.WriteLine($"hpcdata bench tree: '{o.Path}' is not a directory"); return 2; }
+        var work = o.WorkDir ?? System.IO.Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : System.IO.Path.GetTempPath(), $"hpcdata-tree-{Environment.ProcessId}");
+        Directory.CreateDirectory(work);
+        try
+        {
+            var files = Directory.EnumerateFiles(o.Path, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = FileAttributes.ReparsePoint }).ToList();
+            var bytes = files.Sum(f => new FileInfo(f).Length);
+            // Read once, so every contender starts from the page cache.
+            await Shell($"tar -cf - -C '{o.Path}' . > /dev/null", ct);
+
+            var tarLz4 = Stopwatch.StartNew();
+            var packed = long.Parse((await Shell($"tar -cf - -C '{o.Path}' . | lz4 -1 -q -c | wc -c", ct)).Trim(), CultureInfo.InvariantCulture);
+            var tarSeconds = tarLz4.Elapsed.TotalSeconds;
+
+            var cp = Stopwatch.StartNew();
+            await Shell($"cp -a '{o.Path}' '{work}/cp'", ct);
+            var cpSeconds = cp.Elapsed.TotalSeconds;
+
+            await using var host = ComponentProcess.Start(new CacheHostOptions { Address = "127.0.0.1", Port = 0, MaxMemoryBytes = Math.Max(1L << 30, bytes * 2) }, name: "cachehost");
+            var endpoint = await host.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+            await using var stager = ComponentProcess.Start(new StagerOptions { Path = o.Path, Name = "bench/tree", Json = true, CacheTier = { Hosts = [endpoint] } }, name: "stager");
+            if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+            var stage = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
+
+            var get = Stopwatch.StartNew();
+            var jobs = ComponentProcess.Start("hpcdata", ["get", "bench/tree", $"{work}/get", "--cache-hosts", endpoint], new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = $"none-{Environment.ProcessId}" }, name: "get");
+            await using (jobs)
+                if (await jobs.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"hpcdata get failed:\n{jobs.StandardErrorTail}");
+            var getSeconds = get.Elapsed.TotalSeconds;
+            var same = await Shell($"diff -r --no-dereference '{o.Path}' '{work}/get' > /dev/null && echo identical || echo DIFFERENT", ct);
+
+            var inv = CultureInfo.InvariantCulture;
+            Console.WriteLine(string.Create(inv, $"tree {o.Path}: {files.Count} files, {bytes / 1e6:0.0} MB"));
+            Console.WriteLine("| what | seconds | files/s | MB/s | bytes out |");
+            Console.WriteLine("|---|---|---|---|---|");
+            Console.WriteLine(string.Create(inv, $"| hpcdata stage (lz4, content-defined) | {stage.Seconds:0.00} | {files.Count / stage.Seconds:0} | {bytes / 1e6 / stage.Seconds:0} | {stage.StoredBytes / 1e6:0.0} MB stored ({(double)stage.StoredBytes / bytes:P1}) |"));
+            Console.WriteLine(string.Create(inv, $"| tar \\| lz4 -1 | {tarSeconds:0.00} | {files.Count / tarSeconds:0} | {bytes / 1e6 / tarSeconds:0} | {packed / 1e6:0.0} MB ({(double)packed / bytes:P1}) |"));
+            Console.WriteLine(string.Create(inv, $"| hpcdata get (cache tier → tree, verified) | {getSeconds:0.00} | {files.Count / getSeconds:0} | {bytes / 1e6 / getSeconds:0} | tree {same.Trim()} (diff -r --no-dereference) |"));
+            Console.WriteLine(string.Create(inv, $"| cp -a | {cpSeconds:0.00} | {files.Count / cpSeconds:0} | {bytes / 1e6 / cpSeconds:0} | |"));
+            return 0;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException)
+        {
+            Console.Error.WriteLine($"hpcdata bench tree: {e.Message}");
+            return 1;
+        }
+        finally
+        {
+            await Shell($"rm -rf '{work}'", CancellationToken.None);
+        }
+    }
+
+    private static async Task<string> Shell(string script, CancellationToken ct)
+    {
+        using var p = Process.Start(new ProcessStartInfo("bash", ["-c", script]) { RedirectStandardOutput = true })!;
+        var output = await p.StandardOutput.ReadToEndAsync(ct);
+        await p.WaitForExitAsync(ct);
+        return output;
+    }
+}

@@ -1,0 +1,110 @@
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("get", HelpText = "Copy a dataset to a path, verified: a file for a file dataset, the tree (directories, links, modes, times) for a directory dataset. " +
+                        "From this node's agent when one runs, else from the cache tier.")]
+public sealed class GetOptions
+{
+    [Value(0, MetaName = "NAME[@VERSION]", Required = true, HelpText = "Dataset (owner/name), optionally @ a version id; the latest version by default.")]
+    public string Dataset { get; set; } = "";
+
+    [Value(1, MetaName = "DEST", Required = true, HelpText = "Where to write it: a file path, or a directory to create for a directory dataset.")]
+    public string Destination { get; set; } = "";
+
+    [Option("force", HelpText = "Replace DEST if it exists.")]
+    public bool Force { get; set; }
+
+    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
+    public string? CacheHosts { get; set; }
+}
+
+/// <summary>Exit codes: 0 written; 1 the data could not be had or written (it says why); 2 bad usage or DEST exists.</summary>
+public static class GetCommand
+{
+    public static async Task<int> RunAsync(GetOptions o, CancellationToken ct)
+    {
+        var at = o.Dataset.IndexOf('@');
+        var (name, version) = at < 0 ? (o.Dataset, null) : (o.Dataset[..at], o.Dataset[(at + 1)..]);
+        if (!DatasetName.TryValidate(name, out var why)) return Fail(2, $"'{name}': {why}");
+        var destination = Path.GetFullPath(o.Destination);
+        if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
+            return Fail(2, $"{destination} exists; give --force to replace it");
+        using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning).AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
+        try
+        {
+            var options = new DatasetOptions { Version = version, Logger = loggerFactory.CreateLogger("get") };
+            if (o.CacheHosts is not null) options.CacheTier.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
+            await using var data = await Dataset.OpenAsync(name, options, ct);
+            // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,
+            // so what lands at DEST is exactly the staged content whatever happened to the node's copy since.
+            if (data.Mode == DataAccessMode.Map && !data.VerifyHash())
+                return Fail(1, $"{name} version {data.Version}: the node's copy does not match its hash; nothing was written");
+
+            // Written beside DEST and renamed into place, so DEST is never half-written and an old one survives a failure.
+            var staging = Path.Combine(Path.GetDirectoryName(destination)!, $".{Path.GetFileName(destination)}.hpcdata-get-{Environment.ProcessId}");
+            try
+            {
+                if (data.Files.Count > 0)
+                    TreeWriter.Write(staging, data.Files, (file, stream) => Copy(data, file.Offset, file.Length, stream));
+                else
+                    await using (var file = new FileStream(staging, FileMode.CreateNew, FileAccess.Write, FileShare.None, 1 << 20))
+                        Copy(data, 0, data.Length, file);
+                Replace(staging, destination);
+            }
+            catch
+            {
+                Remove(staging);
+                throw;
+            }
+            var what = data.Files.Count > 0 ? $"a tree of {data.Files.Count(f => f.IsFile)} files" : "a file";
+            Console.WriteLine($"{name} version {data.Version}: {ByteSize.Format(data.Length)} as {what} at {destination} (verified, via {data.Mode.ToString().ToLowerInvariant()})");
+            return 0;
+        }
+        catch (Exception e) when (e is CommonDataException or IOException or UnauthorizedAccessException or ArgumentException)
+        {
+            return Fail(1, e.Message);
+        }
+    }
+
+    private static void Copy(Dataset data, long offset, long length, Stream to)
+    {
+        for (long done = 0; done < length;)
+        {
+            var n = (int)Math.Min(1 << 24, length - done);
+            to.Write(data.GetSpan(offset + done, n));
+            done += n;
+        }
+    }
+
+    private static void Replace(string staging, string destination)
+    {
+        Remove(destination);
+        if (Directory.Exists(staging)) Directory.Move(staging, destination);
+        else File.Move(staging, destination);
+    }
+
+    private static void Remove(string path)
+    {
+        if (new FileInfo(path).LinkTarget is not null || File.Exists(path)) File.Delete(path);
+        else if (Directory.Exists(path))
+        {
+            // A read-only directory in a previous tree would stop the delete: open them up first.
+            if (!OperatingSystem.IsWindows())
+                foreach (var d in Directory.EnumerateDirectories(path, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = FileAttributes.ReparsePoint }))
+                    File.SetUnixFileMode(d, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+            if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+            Directory.Delete(path, recursive: true);
+        }
+    }
+
+    private static int Fail(int code, string message)
+    {
+        Console.Error.WriteLine($"hpcdata get: {message}");
+        return code;
+    }
+}

@@ -1,0 +1,89 @@
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+
+namespace Hpc.CommonData.Format;
+
+/// <summary>
+/// Content-defined segment boundaries: a gear hash over the bytes (each byte shifts the hash left and adds a fixed
+/// random value for it, so the top bits depend on the last 64 bytes only) cuts where its top bits are all zero. An
+/// insertion or deletion moves the boundaries only around the edit; after it they fall where they fell before, so the
+/// segments after an edit keep their content ids and are not stored or fetched again.
+/// </summary>
+/// <remarks>
+/// FastCDC's ideas, our code: no cut in the first <see cref="MinSize"/> bytes (skipped without hashing, which is most of
+/// the speed), a stricter condition before <see cref="AverageSize"/> and a looser one after it ("normalised chunking",
+/// which narrows the size spread), a forced cut at <see cref="MaxSize"/>. The gear table comes from a fixed seed, so
+/// boundaries are the same on every machine and in every version of this code; changing the seed, the sizes or the
+/// masks would change every boundary and must come with a new chunking name.
+/// </remarks>
+public sealed class ContentChunker
+{
+    /// <summary>The name manifests record: gear hash, 16 KB / 64 KB / 256 KB, normalisation level 2.</summary>
+    public const string Name = "gear-64k";
+
+    public const int MinSize = 16 * 1024;
+    public const int AverageSize = 64 * 1024;
+    public const int MaxSize = 256 * 1024;
+
+    // 64 KB average is 16 bits of zeros; two more before the average and two fewer after it.
+    private const int StrictBits = 18;
+    private const int LooseBits = 14;
+    private const ulong StrictMask = ~0UL << (64 - StrictBits);
+    private const ulong LooseMask = ~0UL << (64 - LooseBits);
+
+    private static readonly ulong[] Gear = CreateGear();
+
+    public static ContentChunker Default { get; } = new();
+
+    /// <summary>
+    /// The length of the segment that starts at <paramref name="data"/>[0]: the first cut point, or
+    /// <see cref="MaxSize"/>. When <paramref name="data"/> holds fewer than <see cref="MaxSize"/> bytes and no cut is
+    /// found, returns <paramref name="data"/>'s length if <paramref name="final"/> (the end of the dataset) and 0
+    /// otherwise (the caller must supply more bytes).
+    /// </summary>
+    public int NextCut(ReadOnlySpan<byte> data, bool final)
+    {
+        if (data.Length <= MinSize)
+            return final ? data.Length : 0;
+        var limit = Math.Min(data.Length, MaxSize);
+        var cut = Scan(ref MemoryMarshal.GetReference(data), limit);
+        if (cut > 0) return cut;
+        return limit == MaxSize || final ? limit : 0;
+    }
+
+    /// <summary>Scans from <see cref="MinSize"/> to <paramref name="limit"/>; the cut length or 0.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveOptimization)]
+    private static int Scan(ref byte start, int limit)
+    {
+        ref var gear = ref MemoryMarshal.GetArrayDataReference(Gear);
+        ulong hash = 0;
+        var i = MinSize;
+        var middle = Math.Min(AverageSize, limit);
+        for (; i < middle; i++)
+        {
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref start, i));
+            if ((hash & StrictMask) == 0) return i + 1;
+        }
+        for (; i < limit; i++)
+        {
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref start, i));
+            if ((hash & LooseMask) == 0) return i + 1;
+        }
+        return 0;
+    }
+
+    /// <summary>SplitMix64 from a fixed seed: 256 well-mixed 64-bit values, identical everywhere.</summary>
+    private static ulong[] CreateGear()
+    {
+        var table = new ulong[256];
+        ulong state = 0x6863642d67656172; // "hcd-gear"
+        for (var i = 0; i < table.Length; i++)
+        {
+            var z = state += 0x9E3779B97F4A7C15;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+            table[i] = z ^ (z >> 31);
+        }
+        return table;
+    }
+}

@@ -1,0 +1,173 @@
+using System.Runtime.InteropServices;
+using System.Text;
+using Hpc.CommonData.Format;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.Stager;
+
+/// <summary>
+/// Lists a directory tree for staging exactly as it is: links are recorded as links and never followed (so no link
+/// leads out of the tree and no loop can exist), hard links are stored once, directories (empty ones too), modes and
+/// modification times are kept; fifos, sockets and devices are skipped with a warning each. Every file is opened once
+/// before anything is sent, so an unreadable one fails the stage up front (or is skipped, when asked).
+/// </summary>
+public sealed class TreeWalker(ILogger log, bool skipUnreadable)
+{
+    public sealed record Entry(string FullPath, DatasetFile File);
+
+    public int Skipped { get; private set; }
+
+    /// <summary>
+    /// The tree's entries, each directory's own entries in ordinal name order before those of its subdirectories (a
+    /// directory always before what it holds); file offsets are assigned in that order, so the same tree always gives
+    /// the same dataset.
+    /// </summary>
+    public List<Entry> Walk(string root)
+    {
+        var entries = new List<Entry>();
+        var inodes = new Dictionary<(ulong Device, ulong Inode), string>();
+        long offset = 0;
+        // An explicit stack rather than recursion: a tree thousands of levels deep must not overflow the thread's stack.
+        var pending = new Stack<string>();
+        pending.Push("");
+        while (pending.Count > 0)
+        {
+            var relative = pending.Pop();
+            var directory = relative.Length == 0 ? root : Path.Combine(root, relative);
+            var children = new DirectoryInfo(directory).EnumerateFileSystemInfos("*", new EnumerationOptions
+            {
+                AttributesToSkip = 0, IgnoreInaccessible = false, RecurseSubdirectories = false, ReturnSpecialDirectories = false,
+            }).Select(i => i.Name).Order(StringComparer.Ordinal).ToList();
+            var subdirectories = new List<string>();
+            foreach (var name in children)
+            {
+                var path = relative.Length == 0 ? name : relative + "/" + name;
+                var full = Path.Combine(directory, name);
+                if (name.Contains('\uFFFD'))
+                    throw new IOException($"cannot stage '{Escape(full)}': its name is not valid UTF-8; rename it or leave it out");
+                if (!Manifest.IsSafeRelativePath(path))
+                    throw new IOException($"cannot stage '{full}': its name is not a portable relative path");
+                var info = FileStatus.Of(full);
+                switch (info.Type)
+                {
+                    case FileStatus.Kind.Directory:
+                        entries.Add(new Entry(full, new DatasetFile(path, offset, 0, info.Permissions) { Type = DatasetEntryType.Directory, ModifiedNanoseconds = info.ModifiedNanoseconds }));
+                        subdirectories.Add(path);
+                        break;
+                    case FileStatus.Kind.SymbolicLink:
+                        var target = new FileInfo(full).LinkTarget ?? "";
+                        var kept = ToRelative(root, path, target);
+                        if (kept is null)
+                        {
+                            Warn($"skipping the link '{path}' -> '{target}': it points outside the tree");
+                            break;
+                        }
+                        entries.Add(new Entry(full, new DatasetFile(path, offset, 0, info.Permissions) { Type = DatasetEntryType.SymbolicLink, Target = kept, ModifiedNanoseconds = info.ModifiedNanoseconds }));
+                        break;
+                    case FileStatus.Kind.File:
+                        if (info.Links > 1 && inodes.TryGetValue((info.Device, info.Inode), out var first))
+                        {
+                            entries.Add(new Entry(full, new DatasetFile(path, offset, 0, info.Permissions) { Type = DatasetEntryType.HardLink, Target = first, ModifiedNanoseconds = info.ModifiedNanoseconds }));
+                            break;
+                        }
+                        if (!Readable(full)) break;
+                        if (info.Links > 1) inodes[(info.Device, info.Inode)] = path;
+                        entries.Add(new Entry(full, new DatasetFile(path, offset, info.Size, info.Permissions) { ModifiedNanoseconds = info.ModifiedNanoseconds }));
+                        offset += info.Size;
+                        break;
+                    default:
+                        Warn($"skipping '{path}': a {info.Type.ToString().ToLowerInvariant()} is not data");
+                        break;
+                }
+            }
+            // Pushed in reverse so they are walked in path order.
+            for (var i = subdirectories.Count - 1; i >= 0; i--) pending.Push(subdirectories[i]);
+        }
+        if (Skipped > 0) log.LogWarning("Skipped {Count} entries of {Root} (each named above)", Skipped, root);
+        return entries;
+    }
+
+    private bool Readable(string full)
+    {
+        try
+        {
+            using var handle = File.OpenHandle(full, FileMode.Open, FileAccess.Read, FileShare.ReadWrite);
+            return true;
+        }
+        catch (Exception e) when (e is UnauthorizedAccessException or IOException && skipUnreadable)
+        {
+            Warn($"skipping '{full}': {e.Message}");
+            return false;
+        }
+        catch (Exception e) when (e is UnauthorizedAccessException or IOException)
+        {
+            throw new IOException($"cannot stage '{full}': it cannot be read ({e.Message}); nothing was sent (--skip-unreadable leaves such files out)", e);
+        }
+    }
+
+    private void Warn(string message)
+    {
+        Skipped++;
+        log.LogWarning("{Message}", message);
+    }
+
+    /// <summary>
+    /// A link's target as a relative path that stays inside the tree, or null when it leads out. Absolute targets inside
+    /// the tree are made relative, so the tree can be published anywhere.
+    /// </summary>
+    private static string? ToRelative(string root, string linkPath, string target)
+    {
+        if (target.Length == 0) return null;
+        var linkDirectory = Path.GetDirectoryName(Path.Combine(root, linkPath))!;
+        var resolved = Path.GetFullPath(Path.IsPathRooted(target) ? target : Path.Combine(linkDirectory, target));
+        var rootFull = Path.GetFullPath(root).TrimEnd('/');
+        if (resolved != rootFull && !resolved.StartsWith(rootFull + "/", StringComparison.Ordinal)) return null;
+        var relative = Path.GetRelativePath(linkDirectory, resolved).Replace('\\', '/');
+        return Manifest.LinkStaysInside(linkPath, relative) ? relative : null;
+    }
+
+    private static string Escape(string s) => new(s.Select(c => c == '\uFFFD' ? '?' : c).ToArray());
+}
+
+/// <summary>What <c>statx</c> says of a path without following a final link: type, permissions, links, identity, times.</summary>
+internal readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, uint Links, ulong Device, ulong Inode, long Size, long ModifiedNanoseconds)
+{
+    public enum Kind { File, Directory, SymbolicLink, Fifo, Socket, CharacterDevice, BlockDevice }
+
+    private const int AtFdCwd = -100;
+    private const int AtSymlinkNoFollow = 0x100;
+    private const uint StatxBasicStats = 0x7ff;
+
+    public static FileStatus Of(string path)
+    {
+        if (!OperatingSystem.IsLinux()) return Portable(path);
+        Span<byte> buffer = stackalloc byte[256];
+        var name = Encoding.UTF8.GetBytes(path + "\0");
+        if (statx(AtFdCwd, name, AtSymlinkNoFollow, StatxBasicStats, ref MemoryMarshal.GetReference(buffer)) != 0)
+            throw new IOException($"cannot stage '{path}': {Marshal.GetLastPInvokeErrorMessage()}");
+        // Offsets of struct statx (linux/stat.h); the layout is the same on every architecture.
+        var mode = BitConverter.ToUInt16(buffer[28..]);
+        var type = (mode & 0xF000) switch
+        {
+            0x8000 => Kind.File, 0x4000 => Kind.Directory, 0xA000 => Kind.SymbolicLink, 0x1000 => Kind.Fifo,
+            0xC000 => Kind.Socket, 0x2000 => Kind.CharacterDevice, _ => Kind.BlockDevice,
+        };
+        var device = ((ulong)BitConverter.ToUInt32(buffer[136..]) << 32) | BitConverter.ToUInt32(buffer[140..]);
+        var mtime = BitConverter.ToInt64(buffer[112..]) * 1_000_000_000 + BitConverter.ToUInt32(buffer[120..]);
+        return new FileStatus(type, mode & 0xFFF, BitConverter.ToUInt32(buffer[16..]), device, BitConverter.ToUInt64(buffer[32..]),
+            (long)BitConverter.ToUInt64(buffer[40..]), mtime);
+    }
+
+    /// <summary>Elsewhere (Windows): files, directories and links only, no hard-link identity.</summary>
+    private static FileStatus Portable(string path)
+    {
+        var info = new FileInfo(path);
+        var directory = (info.Attributes & FileAttributes.Directory) != 0;
+        var type = info.LinkTarget is not null ? Kind.SymbolicLink : directory ? Kind.Directory : Kind.File;
+        var time = (info.LastWriteTimeUtc - DateTime.UnixEpoch).Ticks * 100;
+        return new FileStatus(type, directory ? 493 : 420, 1, 0, 0, type == Kind.File ? info.Length : 0, time);
+    }
+
+    [DllImport("libc", SetLastError = true)]
+    private static extern int statx(int dirfd, byte[] path, int flags, uint mask, ref byte buffer);
+}

@@ -1,0 +1,130 @@
+using System.Diagnostics;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// One install gives a machine everything: hpcdata packed as a .NET tool from this build, installed from that local
+/// package into a fresh directory (no other package source, no network), runs the whole demo — cache hosts, node
+/// agents, stager and sample workers all started from the installed tool, none from the build tree.
+/// </summary>
+public sealed class ToolInstallTests
+{
+    private static string RepositoryRoot()
+    {
+        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+            if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
+        throw new InvalidOperationException("not run from a build of the repository");
+    }
+
+    private sealed record Run(int Code, string Output);
+
+    private static async Task<Run> RunAsync(string program, IEnumerable<string> args, string workingDirectory, IDictionary<string, string> env, TimeSpan timeout)
+    {
+        var info = new ProcessStartInfo(program) { RedirectStandardOutput = true, RedirectStandardError = true, UseShellExecute = false, WorkingDirectory = workingDirectory };
+        foreach (var a in args) info.ArgumentList.Add(a);
+        foreach (var (k, v) in env) info.Environment[k] = v;
+        using var p = Process.Start(info)!;
+        var stdout = p.StandardOutput.ReadToEndAsync();
+        var stderr = p.StandardError.ReadToEndAsync();
+        try
+        {
+            await p.WaitForExitAsync().WaitAsync(timeout);
+        }
+        catch (TimeoutException)
+        {
+            p.Kill(entireProcessTree: true);
+            await p.WaitForExitAsync();
+            Assert.Fail($"{program} {string.Join(' ', args)} took longer than {timeout.TotalMinutes:0} min:\n{await stdout}\n{await stderr}");
+        }
+        return new Run(p.ExitCode, await stdout + await stderr);
+    }
+
+    /// <summary>The SDK packages say what a package feed and a debugger need: licence, readme, source commit, symbols.</summary>
+    [Fact]
+    public async Task The_sdk_packages_carry_licence_readme_repository_and_symbols()
+    {
+        var root = RepositoryRoot();
+        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name switch { "release" => "Release", "debug" => "Debug", var other => other };
+        var output = Path.Combine(Path.GetTempPath(), $"hcd-sdkpack-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        try
+        {
+            foreach (var (project, id) in new[] { ("sdk/Core/Hpc.CommonData.Core.csproj", "Hpc.CommonData.Core"), ("sdk/Worker/Hpc.CommonData.csproj", "Hpc.CommonData") })
+            {
+                var pack = await RunAsync("dotnet", ["pack", Path.Combine(root, project), "-c", configuration, "--no-build", "--no-restore", "-o", output],
+                    root, new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" }, TimeSpan.FromMinutes(3));
+                Assert.True(pack.Code == 0, pack.Output);
+                var package = Assert.Single(Directory.GetFiles(output, $"{id}.*.nupkg").Where(f => !f.EndsWith(".snupkg") && Path.GetFileName(f)[id.Length + 1] is >= '0' and <= '9'));
+                Assert.True(File.Exists(Path.ChangeExtension(package, ".snupkg")), $"no symbols package beside {package}");
+                using var zip = System.IO.Compression.ZipFile.OpenRead(package);
+                var nuspec = System.Xml.Linq.XDocument.Load(zip.GetEntry($"{id}.nuspec")!.Open());
+                var metadata = nuspec.Root!.Elements().Single(e => e.Name.LocalName == "metadata");
+                string? Meta(string name) => metadata.Elements().FirstOrDefault(e => e.Name.LocalName == name)?.Value;
+                Assert.Equal("MIT", Meta("license"));
+                Assert.Equal("README.md", Meta("readme"));
+                Assert.NotNull(zip.GetEntry("README.md"));
+                Assert.Matches("^[0-9a-f]{40}$", metadata.Elements().Single(e => e.Name.LocalName == "repository").Attribute("commit")!.Value);
+                Assert.Contains(zip.Entries, e => e.FullName == $"lib/net10.0/{id}.xml");   // IntelliSense docs
+            }
+        }
+        finally
+        {
+            try { Directory.Delete(output, recursive: true); } catch (IOException) { }
+        }
+    }
+
+    [Fact]
+    public async Task The_tool_installed_from_its_package_into_a_fresh_directory_runs_the_demo()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var root = RepositoryRoot();
+        // The configuration this test was built in is the one packed (artifacts/bin/<project>/<config>/).
+        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name switch { "release" => "Release", "debug" => "Debug", var other => other };
+        var work = Path.Combine(Path.GetTempPath(), $"hcd-tool-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        var (packages, tools, cache, elsewhere) = (Path.Combine(work, "packages"), Path.Combine(work, "tools"), Path.Combine(work, "nuget"), Path.Combine(work, "cwd"));
+        Directory.CreateDirectory(packages);
+        Directory.CreateDirectory(elsewhere);
+        // A private package cache: an hpcdata 1.0.0 extracted by an earlier run must not stand in for this build's.
+        var env = new Dictionary<string, string> { ["NUGET_PACKAGES"] = cache, ["DOTNET_CLI_TELEMETRY_OPTOUT"] = "1", ["DOTNET_NOLOGO"] = "1", ["HPCDATA_BIN"] = "" };
+        try
+        {
+            var pack = await RunAsync("dotnet", ["pack", Path.Combine(root, "jobs", "Hpc.Jobs.csproj"), "-c", configuration, "--no-build", "--no-restore", "-o", packages],
+                root, env, TimeSpan.FromMinutes(5));
+            Assert.True(pack.Code == 0, pack.Output);
+            var package = Assert.Single(Directory.GetFiles(packages, "hpcdata.*.nupkg"));
+            var version = Path.GetFileNameWithoutExtension(package)["hpcdata.".Length..];
+
+            var config = Path.Combine(work, "nuget.config");
+            await File.WriteAllTextAsync(config, $"""
+                <?xml version="1.0" encoding="utf-8"?>
+                <configuration><packageSources><clear /><add key="local" value="{packages}" /></packageSources></configuration>
+                """);
+            var install = await RunAsync("dotnet", ["tool", "install", "--tool-path", tools, "--configfile", config, "hpcdata", "--version", version],
+                elsewhere, env, TimeSpan.FromMinutes(3));
+            Assert.True(install.Code == 0, install.Output);
+
+            var hpcdata = Path.Combine(tools, "hpcdata");
+            // The programs hpcdata starts sit in the installed package itself, not in this build.
+            var installed = Directory.GetFiles(Path.Combine(tools, ".store"), "hpcdata.dll", SearchOption.AllDirectories).Select(Path.GetDirectoryName).Single()!;
+            foreach (var program in new[] { "Hpc.NodeAgent", "Hpc.CacheHost", "Hpc.Stager", "Hpc.Samples", "Hpc.Bench" })
+            {
+                Assert.True(File.Exists(Path.Combine(installed, program + ".dll")), $"{program}.dll is not in the installed tool");
+                Assert.True(File.Exists(Path.Combine(installed, program + ".runtimeconfig.json")), $"{program}.runtimeconfig.json is not in the installed tool");
+            }
+            var help = await RunAsync(hpcdata, ["--help"], elsewhere, env, TimeSpan.FromMinutes(1));
+            Assert.Contains("agent", help.Output);
+            Assert.Contains("cache-host", help.Output);
+            var agentHelp = await RunAsync(hpcdata, ["agent", "--help"], elsewhere, env, TimeSpan.FromMinutes(1));
+            Assert.True(agentHelp.Code == 0 && agentHelp.Output.Contains("--data-dir"), agentHelp.Output);
+
+            var demo = await RunAsync(hpcdata, ["demo", "--size", "8MB", "--nodes", "2", "--workers", "2", "--work-dir", Path.Combine(work, "demo")],
+                elsewhere, env, TimeSpan.FromMinutes(4));
+            Assert.True(demo.Code == 0, demo.Output);
+            Assert.Contains("all 4 computing workers agree", demo.Output);
+            Assert.DoesNotContain(Path.Combine(root, "artifacts"), demo.Output);
+        }
+        finally
+        {
+            try { Directory.Delete(work, recursive: true); } catch (IOException) { } catch (UnauthorizedAccessException) { }
+        }
+    }
+}
