@@ -105,11 +105,14 @@ public sealed class ToolInstallTests
             var hpcdata = Path.Combine(tools, "hpcdata");
             // The programs hpcdata starts sit in the installed package itself, not in this build.
             var installed = Directory.GetFiles(Path.Combine(tools, ".store"), "hpcdata.dll", SearchOption.AllDirectories).Select(Path.GetDirectoryName).Single()!;
-            foreach (var program in new[] { "Hpc.NodeAgent", "Hpc.CacheHost", "Hpc.Stager", "Hpc.Samples", "Hpc.Bench" })
+            foreach (var program in new[] { "Hpc.NodeAgent", "Hpc.CacheHost", "Hpc.Stager", "Hpc.Samples" })
             {
                 Assert.True(File.Exists(Path.Combine(installed, program + ".dll")), $"{program}.dll is not in the installed tool");
                 Assert.True(File.Exists(Path.Combine(installed, program + ".runtimeconfig.json")), $"{program}.runtimeconfig.json is not in the installed tool");
             }
+            // What nodes install carries no lab and none of the native graphics libraries its charts need.
+            Assert.False(File.Exists(Path.Combine(installed, "Hpc.Bench.dll")), "the lab is in the installed tool");
+            Assert.Empty(Directory.GetFiles(installed, "*Skia*", SearchOption.AllDirectories).Concat(Directory.GetFiles(installed, "*HarfBuzz*", SearchOption.AllDirectories)));
             var help = await RunAsync(hpcdata, ["--help"], elsewhere, env, TimeSpan.FromMinutes(1));
             Assert.Contains("agent", help.Output);
             Assert.Contains("cache-host", help.Output);
