@@ -67,4 +67,23 @@ public sealed class RedisInteropTests : IAsyncLifetime
         var replies = await tier.ExecuteOnAllAsync("NOSUCHCOMMAND"u8.ToArray(), []);
         Assert.Equal(RespKind.Error, replies[0].Kind);
     }
+
+    [Fact]
+    public async Task Status_and_list_read_a_redis_server_as_they_read_our_host()
+    {
+        await using var c = new Cluster();
+        c.Hosts.Add($"127.0.0.1:{_port}");
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "s.csv", Cluster.Csvish(2 * 65536)), "redis/status", "--lifetime", "1h");
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList() });
+        var (_, manifest) = await tier.ResolveAsync("redis/status");
+
+        var host = Assert.Single(await tier.GetHostStatusAsync());
+        Assert.Null(host.Error);
+        Assert.StartsWith("redis ", host.Server);
+        Assert.True(host.Keys >= manifest.Segments.Count + 2, $"{host.Keys} keys"); // other tests' data may share this server
+        Assert.True(host.UsedMemory > 0 && host.BytesReceived >= staged.StoredBytes && host.HitRate > 0);
+
+        var version = Assert.Single(await tier.Catalog.ListAsync(), e => e.Name == "redis/status");
+        Assert.Equal((staged.Version, true, 3600L, manifest.Segments.Count), (version.Version, version.Latest, version.LifetimeSeconds!.Value, version.Segments));
+    }
 }
