@@ -74,13 +74,16 @@ public class DataPathTests
         await c.StageAsync(dir, "ml/model");
         var (_, pipe, _) = await c.StartAgentAsync();
         await using var data = await Dataset.OpenAsync("ml/model", Cluster.Via(pipe));
-        Assert.Equal(["empty.txt", "readme.txt", "weights/a.bin", "weights/b.bin"], data.Files.Select(f => f.Path));
+        Assert.Equal(["empty.txt", "readme.txt", "weights", "weights/a.bin", "weights/b.bin"], data.Files.Select(f => f.Path));
+        Assert.Equal(["empty.txt", "readme.txt", "weights/a.bin", "weights/b.bin"], data.Files.Where(f => f.IsFile).Select(f => f.Path));
+        Assert.Equal(Hpc.CommonData.Format.DatasetEntryType.Directory, data.Files.Single(f => f.Path == "weights").Type);
         using var reader = new StreamReader(data.OpenFile("readme.txt"));
         Assert.Equal("hello", await reader.ReadToEndAsync());
         var copy = new MemoryStream();
         await data.OpenFile("weights/a.bin").CopyToAsync(copy);
         Assert.Equal(await File.ReadAllBytesAsync(a), copy.ToArray());
         Assert.Throws<FileNotFoundException>(() => { data.OpenFile("nope"); });
+        Assert.Throws<FileNotFoundException>(() => { data.OpenFile("weights"); });
     }
 
     [Fact]
