@@ -91,10 +91,11 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                 resumed = done.Count(d => d);
                 index.SetProgress(version, resumed, Enumerable.Range(0, done.Length).Where(i => done[i]).Sum(i => (long)manifest.Segments[i].RawLength));
                 await using var journal = directory.OpenJournal(version);
+                var local = Stopwatch.StartNew();
                 (reused, reusedBytes) = CopyFromLocalCopies(version, manifest, map, done, sources, journal);
                 var wanted = Enumerable.Range(0, done.Length).Where(i => !done[i]).ToArray();
-                _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already in its partial copy, {Reused} taken from other local versions)",
-                    name, version, wanted.Length, done.Length, resumed, reused);
+                _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already in its partial copy, {Reused} taken from other local versions in {LocalSeconds:0.00} s)",
+                    name, version, wanted.Length, done.Length, resumed, reused, local.Elapsed.TotalSeconds);
                 if (wanted.Length > 0) // all on the node (ingested, journaled before a restart, or in other versions): the cache tier is not asked
                 {
                     var gate = new object();
