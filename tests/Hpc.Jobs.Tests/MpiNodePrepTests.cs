@@ -76,7 +76,7 @@ public sealed class MpiNodePrepTests
 
         // What every node holds now was verified by its agent; the plain node prep the job runs next keeps it.
         var kept = new int[3];
-        var segments = (int)Math.Ceiling(size / 65536.0);
+        var segments = staged.Segments;
         for (var r = 0; r < 3; r++)
             kept[r] = (await s.StatusAsync(pipe + r)).Copies.Where(c => c.Version == staged.Version).Sum(c => c.SegmentsDone);
         Assert.True(kept.Sum() > 0, $"nothing kept after the kill (mpiexec exit {code})");

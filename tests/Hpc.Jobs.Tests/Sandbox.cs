@@ -44,7 +44,7 @@ public sealed class Sandbox : IAsyncDisposable
         foreach (var p in _processes.Where(p => p.Name == "cachehost")) await p.StopAsync(TimeSpan.FromSeconds(10));
     }
 
-    public sealed record Staged(string Name, string Version, long RawBytes, bool Unchanged, string Hash);
+    public sealed record Staged(string Name, string Version, long RawBytes, bool Unchanged, string Hash, int Segments);
 
     public async Task<Staged> StageAsync(string path, string name)
     {

@@ -53,7 +53,7 @@ public sealed class ToolInstallTests
                 var pack = await RunAsync("dotnet", ["pack", Path.Combine(root, project), "-c", configuration, "--no-build", "--no-restore", "-o", output],
                     root, new Dictionary<string, string> { ["DOTNET_NOLOGO"] = "1" }, TimeSpan.FromMinutes(3));
                 Assert.True(pack.Code == 0, pack.Output);
-                var package = Assert.Single(Directory.GetFiles(output, $"{id}.*.nupkg").Where(f => !f.EndsWith(".snupkg") && Path.GetFileName(f)[id.Length + 1] is >= '0' and <= '9'));
+                var package = Assert.Single(Directory.GetFiles(output, $"{id}.*.nupkg"), f => !f.EndsWith(".snupkg") && Path.GetFileName(f)[id.Length + 1] is >= '0' and <= '9');
                 Assert.True(File.Exists(Path.ChangeExtension(package, ".snupkg")), $"no symbols package beside {package}");
                 using var zip = System.IO.Compression.ZipFile.OpenRead(package);
                 var nuspec = System.Xml.Linq.XDocument.Load(zip.GetEntry($"{id}.nuspec")!.Open());
