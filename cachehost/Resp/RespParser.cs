@@ -4,6 +4,16 @@ namespace Hpc.CacheHost.Resp;
 
 internal enum RespParseStatus { Incomplete, Complete, ProtocolError }
 
+/// <summary>
+/// Where an incomplete frame stands when it is waiting for the payload of a bulk string: argument
+/// <paramref name="Index"/> of <paramref name="Count"/>, <paramref name="Length"/> bytes long, starting
+/// <paramref name="DataOffset"/> bytes into the buffer. Default when the frame is incomplete anywhere else.
+/// </summary>
+internal readonly record struct PendingBulk(int Index, long Count, long Length, long DataOffset)
+{
+    public bool IsWaiting => Length > 0;
+}
+
 /// <summary>Bounds on one request frame, all derived from the configured maximum frame size.</summary>
 internal readonly record struct RespLimits(int MaxFrameBytes, int MaxArguments, int MaxInlineBytes)
 {
@@ -42,27 +52,38 @@ internal static class RespParser
     /// frame will occupy as far as its headers so far declare (the bulk string being received counted whole), so a
     /// server can charge a large frame to its memory budget before buffering it.
     /// </summary>
-    public static RespParseStatus TryParseCommand(ref ReadOnlySequence<byte> buffer, RespCommand command, in RespLimits limits, out string? error, out long knownFrameBytes)
+    public static RespParseStatus TryParseCommand(ref ReadOnlySequence<byte> buffer, RespCommand command, in RespLimits limits, out string? error, out long knownFrameBytes) =>
+        TryParseCommand(ref buffer, command, limits, out error, out knownFrameBytes, out _);
+
+    /// <summary>
+    /// As above; when the frame waits for a bulk string's payload, <paramref name="pending"/> says which and where, and
+    /// <paramref name="command"/> keeps the arguments before it (valid until the buffer is advanced), so a server can
+    /// receive a large value straight into its final storage.
+    /// </summary>
+    public static RespParseStatus TryParseCommand(ref ReadOnlySequence<byte> buffer, RespCommand command, in RespLimits limits, out string? error, out long knownFrameBytes,
+        out PendingBulk pending)
     {
         command.Reset();
         error = null;
+        pending = default;
         knownFrameBytes = buffer.Length;
         if (buffer.IsEmpty)
             return RespParseStatus.Incomplete;
 
         var reader = new SequenceReader<byte>(buffer);
         var status = reader.TryPeek(out byte first) && first == (byte)'*'
-            ? ParseMultibulk(ref reader, command, limits, out error, ref knownFrameBytes)
+            ? ParseMultibulk(ref reader, command, limits, out error, ref knownFrameBytes, ref pending)
             : ParseInline(ref reader, command, limits, out error);
 
         if (status == RespParseStatus.Complete)
             buffer = buffer.Slice(reader.Position);
-        else
+        else if (!pending.IsWaiting)
             command.Reset();
         return status;
     }
 
-    private static RespParseStatus ParseMultibulk(ref SequenceReader<byte> reader, RespCommand command, in RespLimits limits, out string? error, ref long knownFrameBytes)
+    private static RespParseStatus ParseMultibulk(ref SequenceReader<byte> reader, RespCommand command, in RespLimits limits, out string? error, ref long knownFrameBytes,
+        ref PendingBulk pending)
     {
         error = null;
         reader.Advance(1);
@@ -115,6 +136,8 @@ internal static class RespParser
             if (reader.Remaining < length + 2)
             {
                 knownFrameBytes = reader.Consumed + length + 2;
+                if (length > 0)
+                    pending = new PendingBulk((int)i, count, length, reader.Consumed);
                 return RespParseStatus.Incomplete;
             }
 

@@ -58,6 +58,28 @@ internal sealed partial class ClientSession
         return true;
     }
 
+    /// <summary>
+    /// A <c>SET key value</c> whose value was received straight into <paramref name="value"/>: the same checks as any
+    /// command, then the store keeps the array itself.
+    /// </summary>
+    private void ExecuteStreamedSet(byte[] key, byte[] value)
+    {
+        var set = CommandTable.Lookup("set"u8)!;
+        if (_user is null || _user.Role < set.Role)
+        {
+            ReleaseFrameCharge();
+            _reply.WriteError(_user is null ? "NOAUTH Authentication required."u8
+                : Encoding.UTF8.GetBytes($"NOPERM User {_user.Name} has no permissions to run the 'set' command"));
+            return;
+        }
+        // The frame's charge ends as the store takes over the value's cost, as for any other command.
+        ReleaseFrameCharge(buffersFreed: false);
+        if (Store.SetOwned(key, value) == SetOutcome.Stored)
+            _reply.WriteRaw(Replies.Ok);
+        else
+            _reply.WriteError(Replies.OutOfMemory);
+    }
+
     /// <summary>Executes the parsed command and appends its reply; never throws for anything a client sends.</summary>
     private void Execute()
     {

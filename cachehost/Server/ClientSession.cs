@@ -4,6 +4,7 @@ using System.Net.Security;
 using System.Security.Authentication;
 using System.Net.Sockets;
 using System.Text;
+using System.Buffers;
 using Hpc.CacheHost.Resp;
 using Microsoft.Extensions.Logging;
 
@@ -119,12 +120,41 @@ internal sealed partial class ClientSession : IDisposable
                 long received = buffer.Length;
                 string? protocolError = null;
                 bool overBudget = false;
-                while (!_quitRequested)
+                if (_streamValue is not null)
                 {
-                    var status = RespParser.TryParseCommand(ref buffer, _command, limits, out protocolError, out long knownFrameBytes);
+                    var step = ContinueStream(ref buffer, out protocolError);
+                    consumed = buffer.Start;
+                    if (step == StreamStep.NeedMore)
+                    {
+                        _server.Stats.AddInput(received - buffer.Length);
+                        if (result.IsCompleted)
+                        {
+                            Log.TruncatedRequest(_logger, Id, _streamFilled);
+                            return;
+                        }
+                        continue;
+                    }
+                }
+                while (!_quitRequested && protocolError is null)
+                {
+                    var status = RespParser.TryParseCommand(ref buffer, _command, limits, out protocolError, out long knownFrameBytes, out var pending);
                     if (status == RespParseStatus.Incomplete)
                     {
                         overBudget = !ChargeFrame(knownFrameBytes);
+                        if (!overBudget && IsLargeValueOfPlainSet(pending))
+                        {
+                            // Received straight into the array the store will keep: the frame never piles up in the
+                            // pipe's buffers, and the value is not copied a second time.
+                            _streamKey = _command.Span(1).ToArray();
+                            _streamValue = GC.AllocateUninitializedArray<byte>((int)pending.Length);
+                            _streamFilled = 0;
+                            _command.Reset();
+                            buffer = buffer.Slice(pending.DataOffset);
+                            var step = ContinueStream(ref buffer, out protocolError);
+                            consumed = buffer.Start;
+                            if (step == StreamStep.Done && protocolError is null)
+                                continue;
+                        }
                         break;
                     }
                     if (status != RespParseStatus.Complete)
@@ -181,6 +211,45 @@ internal sealed partial class ClientSession : IDisposable
     }
 
     private long _pendingFrameBytes;
+    private byte[]? _streamKey;
+    private byte[]? _streamValue;
+    private int _streamFilled;
+
+    private enum StreamStep { NeedMore, Done }
+
+    /// <summary>A plain <c>SET key value</c> whose value is larger than a receive buffer and has not arrived yet.</summary>
+    private bool IsLargeValueOfPlainSet(in PendingBulk pending) =>
+        pending is { Index: 2, Count: 3 } && pending.Length > ReceiveBufferBytes && _command.Count == 2 && Ascii.EqualsIgnoreCase(_command.Span(0), "SET"u8);
+
+    /// <summary>
+    /// Copies what has arrived of a streamed value into its array; once it is whole and its CRLF has come, stores it.
+    /// Advances <paramref name="buffer"/> past what it used.
+    /// </summary>
+    private StreamStep ContinueStream(ref ReadOnlySequence<byte> buffer, out string? protocolError)
+    {
+        protocolError = null;
+        var value = _streamValue!;
+        var take = (int)Math.Min(value.Length - _streamFilled, buffer.Length);
+        buffer.Slice(0, take).CopyTo(value.AsSpan(_streamFilled));
+        _streamFilled += take;
+        buffer = buffer.Slice(take);
+        if (_streamFilled < value.Length || buffer.Length < 2)
+            return StreamStep.NeedMore;
+        Span<byte> crlf = stackalloc byte[2];
+        buffer.Slice(0, 2).CopyTo(crlf);
+        buffer = buffer.Slice(2);
+        var key = _streamKey!;
+        (_streamKey, _streamValue, _streamFilled) = (null, null, 0);
+        if (!crlf.SequenceEqual("\r\n"u8))
+        {
+            protocolError = "expected CRLF after bulk string";
+            ReleaseFrameCharge();
+            return StreamStep.Done;
+        }
+        ExecuteStreamedSet(key, value);
+        _commandsInBatch++;
+        return StreamStep.Done;
+    }
 
     /// <summary>
     /// Charges a request frame still being received to the store's budget, as far as its headers declare it, once it
@@ -198,12 +267,15 @@ internal sealed partial class ClientSession : IDisposable
         return true;
     }
 
-    private void ReleaseFrameCharge()
+    /// <param name="buffersFreed">False when the frame's memory lives on as a stored value (a streamed SET): then there
+    /// is nothing for the process to give back.</param>
+    private void ReleaseFrameCharge(bool buffersFreed = true)
     {
         if (_frameCharge == 0)
             return;
         _server.Store.ReleaseFrame(_frameCharge);
-        _server.FrameReleased(_frameCharge);
+        if (buffersFreed)
+            _server.FrameReleased(_frameCharge);
         _frameCharge = 0;
     }
 

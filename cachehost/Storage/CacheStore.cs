@@ -96,7 +96,14 @@ internal sealed class CacheStore
     /// Stores a copy of <paramref name="value"/>. The new entry's full cost is reserved before the old one is
     /// released, so an overwrite needs headroom for both for a moment; a refused write changes nothing.
     /// </summary>
-    public SetOutcome Set(ReadOnlySpan<byte> key, in ReadOnlySequence<byte> value, SetCondition condition = SetCondition.Always, long ttlMs = 0)
+    public SetOutcome Set(ReadOnlySpan<byte> key, in ReadOnlySequence<byte> value, SetCondition condition = SetCondition.Always, long ttlMs = 0) =>
+        Set(key, value, owned: null, condition, ttlMs);
+
+    /// <summary>Stores <paramref name="value"/> itself, without a copy: the caller received it into this array and gives it up.</summary>
+    public SetOutcome SetOwned(ReadOnlySpan<byte> key, byte[] value, SetCondition condition = SetCondition.Always, long ttlMs = 0) =>
+        Set(key, new ReadOnlySequence<byte>(value), value, condition, ttlMs);
+
+    private SetOutcome Set(ReadOnlySpan<byte> key, in ReadOnlySequence<byte> value, byte[]? owned, SetCondition condition, long ttlMs)
     {
         ArgumentOutOfRangeException.ThrowIfNegative(ttlMs);
         long cost = EstimateCost(key.Length, value.Length);
@@ -119,7 +126,7 @@ internal sealed class CacheStore
                     Release(cost);
                     return SetOutcome.ConditionNotMet;
                 }
-                created ??= CreateEntry(value, ttlMs, now);
+                created ??= CreateEntry(value, owned, ttlMs, now);
                 if (_map.TryUpdate(storedKey, created, old))
                 {
                     Release(EstimateCost(storedKey.Length, old.Value.Length));
@@ -136,7 +143,7 @@ internal sealed class CacheStore
                     Release(cost);
                     return SetOutcome.ConditionNotMet;
                 }
-                created ??= CreateEntry(value, ttlMs, now);
+                created ??= CreateEntry(value, owned, ttlMs, now);
                 newKey ??= key.ToArray();
                 if (_map.TryAdd(newKey, created))
                 {
@@ -340,8 +347,10 @@ internal sealed class CacheStore
 
     private void Release(long bytes) => Interlocked.Add(ref _usedBytes, -bytes);
 
-    private Entry CreateEntry(in ReadOnlySequence<byte> value, long ttlMs, long now)
+    private Entry CreateEntry(in ReadOnlySequence<byte> value, byte[]? owned, long ttlMs, long now)
     {
+        if (owned is not null)
+            return new Entry(owned, ttlMs == 0 ? 0 : Deadline(now, ttlMs));
         // Ordinary (not pinned) arrays: measured cheaper than the pinned heap under redis-benchmark's SET churn,
         // since dead gen0 values cost nothing while pinned ones wait for a full collection. Sends pin only per call.
         var data = GC.AllocateUninitializedArray<byte>(checked((int)value.Length));

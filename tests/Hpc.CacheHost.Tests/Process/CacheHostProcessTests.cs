@@ -140,6 +140,55 @@ public sealed class CacheHostProcessTests : IDisposable
         Assert.Equal(16_000_000, Assert.IsType<byte[]>(reader.Call("GET", "whole")).Length);
     }
 
+    [Fact]
+    public void A_large_value_arriving_in_pieces_is_stored_whole_and_the_requests_around_it_are_answered_in_order()
+    {
+        var host = Start(o => { o.MaxMemoryBytes = ByteSize.Parse("64MB"); o.MaxFrameBytes = ByteSize.Parse("64MB"); });
+        using var client = new RespTestClient(host);
+        var value = new byte[5_000_000];
+        new Random(3).NextBytes(value);
+        value[1000] = (byte)'\r';
+        value[1001] = (byte)'\n';
+
+        client.SendRaw("PING\r\n*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$5000000\r\n");
+        for (var at = 0; at < value.Length; at += 300_000)
+        {
+            client.SendBytes(value.AsSpan(at, Math.Min(300_000, value.Length - at)));
+            Thread.Sleep(5);
+        }
+        client.SendRaw("\r\nGET big\r\n");
+
+        Assert.Equal("PONG", client.ReadReply());
+        Assert.Equal("OK", client.ReadReply());
+        Assert.Equal(value, client.ReadReply());
+        Assert.Contains("hpc_frame_bytes:0\r\n", client.ReadStringOf("INFO", "memory")!);
+    }
+
+    [Fact]
+    public void A_large_value_without_its_CRLF_is_a_protocol_error_and_nothing_is_stored()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+        client.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$200000\r\n" + new string('v', 200_000) + "XX");
+
+        Assert.Equal("ERR Protocol error: expected CRLF after bulk string", Assert.IsType<RespError>(client.ReadReply()).Message);
+        Assert.True(client.IsClosedByServer());
+        using var other = new RespTestClient(host);
+        Assert.Null(other.Call("GET", "k"));
+    }
+
+    [Fact]
+    public void A_large_value_from_a_client_that_has_not_authenticated_is_refused()
+    {
+        var host = Start(o => o.Password = "s3cret");
+        using var client = new RespTestClient(host);
+        client.SendRaw("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$200000\r\n" + new string('v', 200_000) + "\r\n");
+
+        Assert.StartsWith("NOAUTH", Assert.IsType<RespError>(client.ReadReply()).Message);
+        Assert.Equal("OK", client.Call("AUTH", "s3cret"));
+        Assert.Null(client.Call("GET", "k"));
+    }
+
     private static bool WaitForInfo(RespTestClient client, string expected)
     {
         var deadline = DateTime.UtcNow.AddSeconds(10);

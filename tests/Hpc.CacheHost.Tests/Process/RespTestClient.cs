@@ -57,6 +57,12 @@ internal sealed class RespTestClient : IDisposable
         _stream.Flush();
     }
 
+    public void SendBytes(ReadOnlySpan<byte> bytes)
+    {
+        _stream.Write(bytes);
+        _stream.Flush();
+    }
+
     /// <summary>
     /// Reads one reply: string for +, <see cref="RespError"/> for -, long for :, byte[] or null for $, object?[] or
     /// null for *.
