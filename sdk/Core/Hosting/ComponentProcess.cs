@@ -205,7 +205,10 @@ public static class ComponentLocator
             if (Path.Combine(dir, file) is var path && File.Exists(path)) return path;
         // A build tree (artifacts/bin/<project>/<configuration>/): a program may also sit, copied, in the output of
         // projects that reference it; the newest build of it is the one meant.
-        var built = BuildTree().Select(d => Path.Combine(d, file)).Where(File.Exists).MaxBy(File.GetLastWriteTimeUtc);
+        // A copy whose runtime configuration is not there (yet) is one a build is still writing: not a program to start.
+        var built = BuildTree().Select(d => Path.Combine(d, file))
+            .Where(p => File.Exists(p) && File.Exists(Path.ChangeExtension(p, ".runtimeconfig.json")))
+            .MaxBy(File.GetLastWriteTimeUtc);
         return built ?? throw new FileNotFoundException(
             $"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable} to the folder of the installed programs. " +
             $"Looked in: {string.Join(", ", installed)} and the build's artifacts/bin");
