@@ -189,6 +189,17 @@ public class FormatCompatibilityTests
     public void Manifest_version_ids_equal_the_recorded_values(string name)
     {
         var data = Input(name);
+        var segments = SegmentsOf(data);
+        Assert.Equal(VectorOf(name).ManifestVersion, ManifestVersionOf(name, data, segments));
+    }
+
+    /// <summary>The recorded ids are of JSON manifests, the encoding of every version staged before the binary one: they must keep
+    /// hashing to the same ids, or nodes would not recognise the versions they hold.</summary>
+    private static string ManifestVersionOf(string name, byte[] data, List<ManifestSegment> segments) => Manifest.VersionOf(ManifestOf(name, data, segments).SerializeJson());
+
+    /// <summary>The manifest entries of <paramref name="data"/> cut into fixed segments and encoded as the stager does.</summary>
+    private static List<ManifestSegment> SegmentsOf(byte[] data)
+    {
         var buffer = new byte[SegmentCodec.MaxEncodedLength(Segment)];
         var segments = new List<ManifestSegment>();
         for (var i = 0; i * Segment < data.Length; i++)
@@ -196,12 +207,8 @@ public class FormatCompatibilityTests
             var raw = SegmentOf(data, i);
             segments.Add(new ManifestSegment(SegmentId.Of(raw).ToString(), raw.Length, SegmentCodec.Encode(raw, buffer)));
         }
-        Assert.Equal(VectorOf(name).ManifestVersion, ManifestVersionOf(name, data, segments));
+        return segments;
     }
-
-    /// <summary>The recorded ids are of JSON manifests, the encoding of every version staged before the binary one: they must keep
-    /// hashing to the same ids, or nodes would not recognise the versions they hold.</summary>
-    private static string ManifestVersionOf(string name, byte[] data, List<ManifestSegment> segments) => Manifest.VersionOf(ManifestOf(name, data, segments).SerializeJson());
 
     private static Manifest ManifestOf(string name, byte[] data, List<ManifestSegment> segments) => new()
     {
@@ -215,13 +222,7 @@ public class FormatCompatibilityTests
     public void Binary_manifests_have_the_recorded_version_ids_and_read_back_as_their_JSON_twins(string name)
     {
         var data = Input(name);
-        var buffer = new byte[SegmentCodec.MaxEncodedLength(Segment)];
-        var segments = new List<ManifestSegment>();
-        for (var i = 0; i * Segment < data.Length; i++)
-        {
-            var raw = SegmentOf(data, i);
-            segments.Add(new ManifestSegment(SegmentId.Of(raw).ToString(), raw.Length, SegmentCodec.Encode(raw, buffer)));
-        }
+        var segments = SegmentsOf(data);
         var manifest = ManifestOf(name, data, segments);
         var binary = manifest.Serialize();
         Assert.Equal(BinaryVersions[name], Manifest.VersionOf(binary));
