@@ -12,6 +12,7 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     VerbEntry.Of<RemoveOptions>(Me, RemoveCommand.RunAsync),
     VerbEntry.Of<GcOptions>(Me, GcCommand.RunAsync),
     VerbEntry.Of<GetOptions>(Me, GetCommand.RunAsync),
+    VerbEntry.Of<PathOptions>(Me, PathCommand.RunAsync),
     VerbEntry.Of<StatusOptions>(Me, StatusCommand.RunAsync),
     VerbEntry.Of<ListOptions>(Me, ListCommand.RunAsync),
     VerbEntry.Of<TlsInitOptions>(Me, (o, _) => Task.FromResult(TlsInitCommand.Run(o))),

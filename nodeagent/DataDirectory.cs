@@ -1,6 +1,7 @@
 using System.Buffers.Binary;
 using System.Text.Json;
 using Hpc.CommonData.Access;
+using Hpc.CommonData.Fetch;
 using Hpc.CommonData.Format;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
@@ -10,9 +11,12 @@ namespace Hpc.NodeAgent;
 /// <summary>
 /// The layout of the agent's data directory, and nothing else:
 /// <list type="bullet">
-/// <item><c>complete/&lt;version&gt;.data</c> — published copies, read-only;</item>
-/// <item><c>partial/&lt;version&gt;.data</c> — copies being fetched, with <c>partial/&lt;version&gt;.done</c>, the journal of
-/// finished segment indexes (4-byte little-endian each, appended as segments land);</item>
+/// <item><c>complete/&lt;version&gt;.data</c> — published copies of single-file datasets, read-only;</item>
+/// <item><c>complete/&lt;version&gt;/</c> — published copies of directory datasets: the tree itself (directories, files,
+/// links, times), read-only, so any program can read its files (see <see cref="DatasetFiles"/>);</item>
+/// <item><c>partial/&lt;version&gt;.data</c> or <c>partial/&lt;version&gt;/</c> — copies being fetched, with
+/// <c>partial/&lt;version&gt;.done</c>, the journal of finished segment indexes (4-byte little-endian each, appended as
+/// segments land);</item>
 /// <item><c>manifests/&lt;version&gt;.json</c> — the manifest of every copy, complete or partial;</item>
 /// <item><c>pins.json</c> — pin names per version, so pins survive restarts.</item>
 /// </list>
@@ -71,6 +75,23 @@ public sealed class DataDirectory
 
     public string CompletePath(string version) => Path.Combine(_complete, Checked(version) + ".data");
     public string PartialPath(string version) => Path.Combine(_partial, Checked(version) + ".data");
+
+    /// <summary>The published copy of <paramref name="version"/>: its file, or the root of its tree when <paramref name="m"/> is laid out as one.</summary>
+    public string CompletePath(string version, Manifest m) => DatasetFiles.IsTreeLayout(m) ? Path.Combine(_complete, Checked(version)) : CompletePath(version);
+
+    /// <summary>The copy of <paramref name="version"/> being fetched: its file, or the root of its tree.</summary>
+    public string PartialPath(string version, Manifest m) => DatasetFiles.IsTreeLayout(m) ? Path.Combine(_partial, Checked(version)) : PartialPath(version);
+
+    /// <summary>Opens the published copy of <paramref name="version"/> for reading.</summary>
+    public DatasetFiles OpenComplete(string version, Manifest m) => DatasetFiles.Open(CompletePath(version, m), m, writable: false);
+
+    /// <summary>Creates or reopens the copy of <paramref name="version"/> being fetched (a partial tree left read-only by an interrupted publish is opened up again).</summary>
+    public DatasetFiles CreatePartial(string version, Manifest m)
+    {
+        var path = PartialPath(version, m);
+        if (DatasetFiles.IsTreeLayout(m) && Directory.Exists(path)) TreeWriter.OpenUp(path);
+        return DatasetFiles.Create(path, m);
+    }
     public string JournalPath(string version) => Path.Combine(_partial, Checked(version) + ".done");
     public string ManifestPath(string version) => Path.Combine(_manifests, Checked(version) + ".json");
 
@@ -82,7 +103,9 @@ public sealed class DataDirectory
 
     public IEnumerable<DataFile> DataFiles() =>
         Directory.EnumerateFiles(_complete, "*.data").Select(f => new DataFile(System.IO.Path.GetFileNameWithoutExtension(f), f, true, File.GetLastWriteTimeUtc(f)))
-            .Concat(Directory.EnumerateFiles(_partial, "*.data").Select(f => new DataFile(System.IO.Path.GetFileNameWithoutExtension(f), f, false, File.GetLastWriteTimeUtc(f))));
+            .Concat(Directory.EnumerateDirectories(_complete).Select(d => new DataFile(System.IO.Path.GetFileName(d), d, true, Directory.GetLastWriteTimeUtc(d))))
+            .Concat(Directory.EnumerateFiles(_partial, "*.data").Select(f => new DataFile(System.IO.Path.GetFileNameWithoutExtension(f), f, false, File.GetLastWriteTimeUtc(f))))
+            .Concat(Directory.EnumerateDirectories(_partial).Select(d => new DataFile(System.IO.Path.GetFileName(d), d, false, Directory.GetLastWriteTimeUtc(d))));
 
     /// <summary>The stored manifest of a version, checked against the version id (which is the hash of its bytes).</summary>
     public Manifest ReadManifest(string version)
@@ -130,12 +153,26 @@ public sealed class DataDirectory
     /// them — and moves it to its published name, atomically; drops its journal. The access is set before the rename,
     /// so the copy is never visible with wider access than its version allows.
     /// </summary>
-    public void Publish(string version, DatasetReaders? readers = null)
+    public void Publish(string version, Manifest manifest)
     {
-        var partial = PartialPath(version);
-        if (OperatingSystem.IsWindows()) File.SetAttributes(partial, FileAttributes.ReadOnly);
-        else ApplyReadAccess(partial, readers);
-        File.Move(partial, CompletePath(version), overwrite: true);
+        var partial = PartialPath(version, manifest);
+        var complete = CompletePath(version, manifest);
+        if (!DatasetFiles.IsTreeLayout(manifest))
+        {
+            if (OperatingSystem.IsWindows()) File.SetAttributes(partial, FileAttributes.ReadOnly);
+            else ApplyReadAccess(partial, manifest.Readers);
+            File.Move(partial, complete, overwrite: true);
+        }
+        else
+        {
+            // Inside, the tree is read-only for whoever may enter it; its root decides who may. The root stays owner-only
+            // while it moves (renaming a directory needs write on it) and gets its readers' access once in place.
+            TreeWriter.Finish(partial, manifest.Files!, readOnly: true);
+            if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(partial, Private);
+            if (Directory.Exists(complete)) TreeWriter.Delete(complete);
+            Directory.Move(partial, complete);
+            if (!OperatingSystem.IsWindows()) ApplyReadAccess(complete, manifest.Readers, directory: true);
+        }
         TryDelete(JournalPath(version));
     }
 
@@ -146,16 +183,19 @@ public sealed class DataDirectory
     /// reported once: workers of other users then get restricted datasets over the pipe (stream mode), still checked.
     /// </summary>
     [System.Runtime.Versioning.UnsupportedOSPlatform("windows")]
-    public void ApplyReadAccess(string path, DatasetReaders? readers)
+    public void ApplyReadAccess(string path, DatasetReaders? readers, bool directory = false)
     {
+        // A tree's root must also be entered (x) and listed (r): readers get r-x where a file's get r.
+        var everyone = directory ? EveryoneRead | UnixFileMode.UserExecute | UnixFileMode.GroupExecute | UnixFileMode.OtherExecute : EveryoneRead;
         if (readers is null)
         {
-            File.SetUnixFileMode(path, EveryoneRead);
+            File.SetUnixFileMode(path, everyone);
             return;
         }
-        File.SetUnixFileMode(path, OwnerRead); // what remains if the ACL cannot be set
+        File.SetUnixFileMode(path, directory ? OwnerRead | UnixFileMode.UserExecute : OwnerRead); // what remains if the ACL cannot be set
         if (!OperatingSystem.IsLinux()) return;
-        var errno = PosixAcl.TrySet(path, PosixAcl.Encode(readers, PosixAcl.Read, PosixAcl.Read));
+        var permissions = directory ? (ushort)(PosixAcl.Read | PosixAcl.Execute) : PosixAcl.Read;
+        var errno = PosixAcl.TrySet(path, PosixAcl.Encode(readers, permissions, permissions));
         if (errno != 0 && Interlocked.Exchange(ref _aclWarned, 1) == 0)
             _log.LogWarning("Data directory {Dir} does not take POSIX ACLs (errno {Errno}); copies of datasets with readers are readable " +
                             "on the file system by the agent's user only, and other readers' workers get them over the pipe (stream mode)",
@@ -167,6 +207,8 @@ public sealed class DataDirectory
     {
         TryDelete(CompletePath(version));
         TryDelete(PartialPath(version));
+        TryDeleteTree(Path.Combine(_complete, Checked(version)));
+        TryDeleteTree(Path.Combine(_partial, Checked(version)));
         TryDelete(JournalPath(version));
         TryDelete(ManifestPath(version));
     }
@@ -195,8 +237,19 @@ public sealed class DataDirectory
         File.Move(tmp, _pinsFile, overwrite: true);
     }
 
+    private void TryDeleteTree(string path)
+    {
+        try { TreeWriter.Delete(path); }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { _log.LogWarning("Could not delete {Path}: {Reason}", path, e.Message); }
+    }
+
     public void TryDelete(string path)
     {
+        if (Directory.Exists(path) && new FileInfo(path).LinkTarget is null)
+        {
+            TryDeleteTree(path);
+            return;
+        }
         try { File.Delete(path); }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException) { _log.LogWarning("Could not delete {Path}: {Reason}", path, e.Message); }
     }

@@ -72,6 +72,8 @@ public sealed class DatasetStore
             {
                 if (!SegmentId.TryParse(file.Name, out _)) throw new InvalidDataException("not named by a version id");
                 var manifest = _directory.ReadManifest(file.Name);
+                var expected = file.Complete ? _directory.CompletePath(file.Name, manifest) : _directory.PartialPath(file.Name, manifest);
+                if (file.Path != expected) throw new InvalidDataException($"its manifest lays the copy out as {expected}");
                 var (segments, bytes) = file.Complete ? (0, 0L) : JournalProgress(file.Name, manifest);
                 _index.Restore(file.Name, manifest, file.Complete, pins.GetValueOrDefault(file.Name) ?? [], segments, bytes, file.LastWriteUtc);
                 _log.LogInformation("Found {State} copy of {Dataset} {Version}", file.Complete ? "complete" : "partial", manifest.Name, file.Name);
@@ -180,17 +182,21 @@ public sealed class DatasetStore
 
     private LocalDataset Describe(LocalCopy c, string source, double seconds) => new()
     {
-        Name = c.Manifest.Name, Version = c.Version, Path = _directory.CompletePath(c.Version), Length = c.Manifest.RawLength,
+        Name = c.Manifest.Name, Version = c.Version, Path = _directory.CompletePath(c.Version, c.Manifest), Length = c.Manifest.RawLength,
         StoredLength = c.Manifest.StoredLength, Hash = c.Manifest.Hash, Files = c.Manifest.Files, Source = source, FetchSeconds = seconds,
     };
 
     /// <summary>A complete copy found at start-up is checked whole on first use; a damaged one is discarded.</summary>
     private void VerifyComplete(LocalCopy copy)
     {
-        unsafe
+        try
         {
-            using var map = MappedFile.Open(_directory.CompletePath(copy.Version), copy.Manifest.RawLength, writable: false);
-            if (SegmentFetcher.HashMatches(copy.Manifest, map.Pointer, map.Length)) { _index.Verified(copy.Version); return; }
+            using var files = _directory.OpenComplete(copy.Version, copy.Manifest);
+            if (files.HashMatches(copy.Manifest.Hash)) { _index.Verified(copy.Version); return; }
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException or InvalidDataException)
+        {
+            _log.LogError("Local copy of {Dataset} {Version} cannot be read ({Reason})", copy.Manifest.Name, copy.Version, e.Message);
         }
         _log.LogError("Local copy of {Dataset} {Version} failed verification; discarding it", copy.Manifest.Name, copy.Version);
         _index.Remove(copy.Version);

@@ -76,38 +76,34 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
             sources = [];
             copy = index.BeginFetch(version, manifest);
         }
-        var partial = directory.PartialPath(version);
         try
         {
             if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, manifest);
-            await using (var f = new FileStream(partial, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.ReadWrite))
-                if (f.Length != manifest.RawLength) f.SetLength(manifest.RawLength);
             int resumed, reused = 0;
             long reusedBytes = 0;
-            using (var map = MappedFile.Open(partial, manifest.RawLength, writable: true))
-            using (var file = File.OpenHandle(partial, FileMode.Open, FileAccess.ReadWrite, FileShare.ReadWrite))
+            using (var files = directory.CreatePartial(version, manifest))
             {
-                var done = VerifiedJournalEntries(directory, version, manifest, map);
+                var done = VerifiedJournalEntries(directory, version, manifest, files);
                 resumed = done.Count(d => d);
                 index.SetProgress(version, resumed, Enumerable.Range(0, done.Length).Where(i => done[i]).Sum(i => (long)manifest.Segments[i].RawLength));
                 await using var journal = directory.OpenJournal(version);
                 var local = Stopwatch.StartNew();
-                (reused, reusedBytes) = CopyFromLocalCopies(version, manifest, map, done, sources, journal);
+                (reused, reusedBytes) = CopyFromLocalCopies(version, manifest, files, done, sources, journal);
                 var wanted = Enumerable.Range(0, done.Length).Where(i => !done[i]).ToArray();
                 _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already in its partial copy, {Reused} taken from other local versions in {LocalSeconds:0.00} s)",
                     name, version, wanted.Length, done.Length, resumed, reused, local.Elapsed.TotalSeconds);
                 if (wanted.Length > 0) // all on the node (ingested, journaled before a restart, or in other versions): the cache tier is not asked
                 {
                     var gate = new object();
-                    await source.FetchAsync(manifest, version, file, wanted, i =>
+                    await source.FetchAsync(manifest, version, files, wanted, i =>
                     {
                         lock (gate) DataDirectory.AppendJournal(journal, i);
                         index.SegmentDone(version, manifest.Segments[i].RawLength);
                     }, CancellationToken.None);
                 }
                 // On a disk data directory the bytes must be durable before the copy is published under its final name.
-                RandomAccess.FlushToDisk(file);
-                if (!HashMatches(manifest, map))
+                files.FlushToDisk();
+                if (!files.HashMatches(manifest.Hash))
                 {
                     AgentMetrics.Instance.VerificationFailures.Add(1);
                     throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version {version}: whole-dataset hash mismatch after fetch");
@@ -115,7 +111,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
             }
             ReleaseLeases(sources);
             sources = [];
-            directory.Publish(version, manifest.Readers);
+            directory.Publish(version, manifest);
             index.Completed(version);
             _log.LogInformation("Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)",
                 name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
@@ -163,11 +159,12 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     /// file and journaled, after its bytes are checked against the id (a copy damaged on disk since it was published is
     /// not trusted; that segment is fetched instead). Returns how many segments and raw bytes came from local copies.
     /// </summary>
-    private unsafe (int Segments, long Bytes) CopyFromLocalCopies(string version, Manifest manifest, MappedFile target, bool[] done, List<LocalCopy> sources,
+    private (int Segments, long Bytes) CopyFromLocalCopies(string version, Manifest manifest, DatasetFiles target, bool[] done, List<LocalCopy> sources,
         FileStream journal)
     {
         if (sources.Count == 0) return (0, 0);
-        var maps = new Dictionary<LocalCopy, MappedFile>();
+        var opened = new Dictionary<LocalCopy, DatasetFiles>();
+        var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxRawLength);
         int segments = 0;
         long bytes = 0;
         try
@@ -179,12 +176,13 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                 foreach (var source in sources)
                 {
                     if (!source.SegmentIndex.TryGetValue(ids[i], out var j)) continue;
-                    if (!maps.TryGetValue(source, out var map))
-                        maps[source] = map = MappedFile.Open(directory.CompletePath(source.Version), source.Manifest.RawLength, writable: false);
+                    if (!opened.TryGetValue(source, out var from))
+                        opened[source] = from = directory.OpenComplete(source.Version, source.Manifest);
                     var length = manifest.Segments[i].RawLength;
-                    var from = new ReadOnlySpan<byte>(map.Pointer + source.Manifest.Offsets[j], length);
-                    if (SegmentId.Of(from) != ids[i]) continue;
-                    from.CopyTo(new Span<byte>(target.Pointer + manifest.Offsets[i], length));
+                    var segment = buffer.AsSpan(0, length);
+                    from.Read(segment, source.Manifest.Offsets[j]);
+                    if (SegmentId.Of(segment) != ids[i]) continue;
+                    target.Write(segment, manifest.Offsets[i]);
                     DataDirectory.AppendJournal(journal, i);
                     index.SegmentDone(version, length);
                     done[i] = true;
@@ -196,26 +194,31 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
         }
         finally
         {
-            foreach (var map in maps.Values) map.Dispose();
+            foreach (var f in opened.Values) f.Dispose();
+            System.Buffers.ArrayPool<byte>.Shared.Return(buffer);
         }
         return (segments, bytes);
     }
-
-    private static unsafe bool HashMatches(Manifest m, MappedFile map) => SegmentFetcher.HashMatches(m, map.Pointer, map.Length);
 
     /// <summary>
     /// The segments a partial copy's journal records whose bytes still match their content ids: the journal may have
     /// reached the disk before the data did, so an entry alone proves nothing.
     /// </summary>
-    internal static unsafe bool[] VerifiedJournalEntries(DataDirectory directory, string version, Manifest manifest, MappedFile map)
+    internal static bool[] VerifiedJournalEntries(DataDirectory directory, string version, Manifest manifest, DatasetFiles files)
     {
         var done = new bool[manifest.Segments.Count];
-        foreach (var i in directory.ReadJournal(version))
+        var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxRawLength);
+        try
         {
-            if (i < 0 || i >= done.Length || done[i]) continue;
-            var span = new ReadOnlySpan<byte>(map.Pointer + manifest.Offsets[i], manifest.Segments[i].RawLength);
-            if (SegmentId.Of(span) == manifest.SegmentIds[i]) done[i] = true;
+            foreach (var i in directory.ReadJournal(version))
+            {
+                if (i < 0 || i >= done.Length || done[i]) continue;
+                var span = buffer.AsSpan(0, manifest.Segments[i].RawLength);
+                files.Read(span, manifest.Offsets[i]);
+                if (SegmentId.Of(span) == manifest.SegmentIds[i]) done[i] = true;
+            }
         }
+        finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
         return done;
     }
 }

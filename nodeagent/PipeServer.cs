@@ -2,6 +2,7 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.IO.Pipes;
 using Hpc.CommonData.Agent;
+using Hpc.CommonData.Fetch;
 using Hpc.CommonData.Hosting;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
@@ -387,19 +388,18 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
     private static async ValueTask Reply(PipeWriter writer, AgentResponse response, CancellationToken ct) =>
         await AgentFrames.WriteMessageAsync(writer, response, () => AgentJson.Default.AgentResponse, ct);
 
-    /// <summary>Stream mode: the verified file in 1 MB frames, then an empty frame.</summary>
+    /// <summary>Stream mode: the verified copy (file or tree, in dataset order) in 1 MB frames, then an empty frame.</summary>
     private static async Task StreamAsync(LocalDataset dataset, PipeWriter writer, CancellationToken ct)
     {
-        using var file = File.OpenHandle(dataset.Path, FileMode.Open, FileAccess.Read, FileShare.Read, FileOptions.Asynchronous);
+        using var files = DatasetFiles.Open(dataset.Path, dataset.Files, dataset.Length, writable: false);
         for (long offset = 0; offset < dataset.Length;)
         {
             var n = (int)Math.Min(AgentFrames.DataFrameSize, dataset.Length - offset);
             var memory = writer.GetMemory(4 + n);
-            var read = await RandomAccess.ReadAsync(file, memory.Slice(4, n), offset, ct);
-            if (read <= 0) throw new IOException($"{dataset.Path} ended at {offset} of {dataset.Length} bytes");
-            System.Buffers.Binary.BinaryPrimitives.WriteUInt32LittleEndian(memory.Span, (uint)read);
-            writer.Advance(4 + read);
-            offset += read;
+            files.Read(memory.Span.Slice(4, n), offset);
+            System.Buffers.Binary.BinaryPrimitives.WriteUInt32LittleEndian(memory.Span, (uint)n);
+            writer.Advance(4 + n);
+            offset += n;
             await writer.FlushAsync(ct);
         }
         AgentFrames.Write(writer, ReadOnlySpan<byte>.Empty);

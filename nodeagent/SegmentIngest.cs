@@ -24,7 +24,7 @@ public sealed class SegmentIngest : IDisposable
     private readonly CopyIndex? _index;
     private readonly ILogger _log;
     private readonly IDisposable? _turn;
-    private readonly SafeFileHandle? _file;
+    private readonly DatasetFiles? _file;
     private readonly FileStream? _journal;
     private readonly bool[] _have;
     private readonly List<string> _reasons = [];
@@ -33,7 +33,7 @@ public sealed class SegmentIngest : IDisposable
     private bool _disposed;
 
     private SegmentIngest(string version, Manifest manifest, bool complete, ILogger log, CopyIndex? index = null, IDisposable? turn = null,
-        SafeFileHandle? file = null, FileStream? journal = null, bool[]? have = null)
+        DatasetFiles? file = null, FileStream? journal = null, bool[]? have = null)
     {
         (Version, Manifest, Complete, _log, _index, _turn, _file, _journal) = (version, manifest, complete, log, index, turn, file, journal);
         _have = have ?? [];
@@ -76,16 +76,12 @@ public sealed class SegmentIngest : IDisposable
                 return new SegmentIngest(version, existing.Manifest, complete: true, log);
             }
             index.BeginIngest(version, manifest);
-            SafeFileHandle? file = null;
+            DatasetFiles? file = null;
             try
             {
                 if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, serializedManifest);
-                var partial = directory.PartialPath(version);
-                file = File.OpenHandle(partial, FileMode.OpenOrCreate, FileAccess.ReadWrite, FileShare.ReadWrite);
-                if (RandomAccess.GetLength(file) != manifest.RawLength) RandomAccess.SetLength(file, manifest.RawLength);
-                bool[] have;
-                using (var map = MappedFile.Open(partial, manifest.RawLength, writable: false))
-                    have = FetchCoordinator.VerifiedJournalEntries(directory, version, manifest, map);
+                file = directory.CreatePartial(version, manifest);
+                var have = FetchCoordinator.VerifiedJournalEntries(directory, version, manifest, file);
                 index.SetProgress(version, have.Count(h => h), Enumerable.Range(0, have.Length).Where(i => have[i]).Sum(i => (long)manifest.Segments[i].RawLength));
                 var journal = directory.OpenJournal(version);
                 var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have);

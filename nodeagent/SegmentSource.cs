@@ -1,7 +1,6 @@
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Fetch;
 using Hpc.CommonData.Format;
-using Microsoft.Win32.SafeHandles;
 
 namespace Hpc.NodeAgent;
 
@@ -28,11 +27,11 @@ public interface ISegmentSource
 
     /// <summary>
     /// Fetches the <paramref name="wanted"/> segments (indexes into the manifest), verifies each against its id, writes
-    /// its raw bytes at its offset in <paramref name="file"/>, then calls <paramref name="onSegment"/> (possibly from
+    /// its raw bytes at its offset in <paramref name="files"/>, then calls <paramref name="onSegment"/> (possibly from
     /// several threads at once). A segment no host has intact fails the fetch (<see cref="ErrorCode.Integrity"/> or
     /// <see cref="ErrorCode.NotFound"/>); a failure writing the file is thrown as it is (e.g. a full disk).
     /// </summary>
-    Task FetchAsync(Manifest manifest, string version, SafeFileHandle file, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct);
+    Task FetchAsync(Manifest manifest, string version, DatasetFiles files, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct);
 }
 
 /// <summary>The cache tier as the agent's segment source.</summary>
@@ -46,6 +45,6 @@ public sealed class CacheTierSource(CacheTierClient tier) : ISegmentSource
 
     public async Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct) => (await tier.ResolveAsync(name, version, ct)).Manifest;
 
-    public Task FetchAsync(Manifest manifest, string version, SafeFileHandle file, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct) =>
-        SegmentFetcher.FetchToFileAsync(tier, manifest, version, file, wanted, onSegment, ct);
+    public Task FetchAsync(Manifest manifest, string version, DatasetFiles files, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct) =>
+        SegmentFetcher.FetchToFileAsync(tier, manifest, version, files, wanted, onSegment, ct);
 }

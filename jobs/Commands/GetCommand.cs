@@ -88,19 +88,7 @@ public static class GetCommand
         else File.Move(staging, destination);
     }
 
-    private static void Remove(string path)
-    {
-        if (new FileInfo(path).LinkTarget is not null || File.Exists(path)) File.Delete(path);
-        else if (Directory.Exists(path))
-        {
-            // A read-only directory in a previous tree would stop the delete: open them up first.
-            if (!OperatingSystem.IsWindows())
-                foreach (var d in Directory.EnumerateDirectories(path, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = FileAttributes.ReparsePoint }))
-                    File.SetUnixFileMode(d, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
-            if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
-            Directory.Delete(path, recursive: true);
-        }
-    }
+    private static void Remove(string path) => TreeWriter.Delete(path);
 
     private static int Fail(int code, string message)
     {

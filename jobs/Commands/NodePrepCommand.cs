@@ -134,7 +134,7 @@ public static class NodePrepCommand
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
                 return Fail(1, $"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
             }
-            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}{fanout}");
+            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}{fanout} path={local.Path}");
             return 0;
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)
@@ -229,10 +229,8 @@ public static class NodePrepCommand
             return $"the agent's status does not show a complete copy ({copy?.State ?? "absent"}, {copy?.SegmentsDone}/{copy?.Segments} segments)";
         return await Task.Run(() =>
         {
-            using var map = MappedFile.Open(local.Path, local.Length, writable: false);
-            string actual;
-            unsafe { actual = XxHash.Hash128Of(map.Pointer, map.Length).ToString("x32"); }
-            return actual == local.Hash ? null : $"whole-dataset hash of {local.Path} is {actual}, expected {local.Hash}";
+            using var files = DatasetFiles.Open(local.Path, local.Files, local.Length, writable: false);
+            return files.HashMatches(local.Hash) ? null : $"whole-dataset hash of {local.Path} does not match {local.Hash}";
         }, ct);
     }
 

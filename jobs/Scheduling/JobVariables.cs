@@ -15,6 +15,8 @@ public static class JobVariables
     public const string CacheHosts = CacheTierOptions.HostsVariable;
     public const string AgentPipe = AgentClient.PipeVariable;
     public const string JobId = "HPCDATA_JOB_ID";
+    /// <summary>Where the node's copy is (the root of a directory dataset's read-only tree), for programs that read files.</summary>
+    public const string DatasetPath = "HPCDATA_DATASET_PATH";
     /// <summary>Where service hosts of a SOA job may leave their endpoint (one file each) for the client.</summary>
     public const string EndpointsDirectory = "HPCDATA_ENDPOINTS_DIR";
     /// <summary>The service hosts' endpoints, host:port,…, given to a SOA client.</summary>

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Agent;
 using System.Diagnostics;
 using Hpc.CommonData.Hosting;
 
@@ -51,10 +52,11 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
             ct.ThrowIfCancellationRequested();
             if (failed) return 1;
 
+            var paths = await Task.WhenAll(pipes.Select(p => DatasetPathAsync(job, p, ct)));
             clock.Restart();
             for (var n = 0; n < job.Nodes; n++)
                 for (var k = 0; k < job.HostsPerNode; k++)
-                    hosts.Add(JobProcess.Start(job.Command, JobEnvironment(job, jobId, pipes[n]), $"node{n + 1}.{k + 1}", output));
+                    hosts.Add(JobProcess.Start(job.Command, JobEnvironment(job, jobId, pipes[n], paths[n]), $"node{n + 1}.{k + 1}", output));
             int code;
             if (job.ClientCommand is null)
             {
@@ -64,7 +66,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
             else
             {
                 var endpoints = await Task.WhenAll(hosts.Select(h => h.WaitReadyAsync(ReadyTimeout, ct)));
-                var env = JobEnvironment(job, jobId, pipes[0]);
+                var env = JobEnvironment(job, jobId, pipes[0], paths[0]);
                 env[JobVariables.ServiceEndpoints] = string.Join(",", endpoints);
                 await using var client = JobProcess.Start(job.ClientCommand, env, "client", output);
                 code = await client.WaitForExitAsync(ct);
@@ -101,8 +103,16 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         catch (OperationCanceledException) { return "timed out"; }
     }
 
-    public static Dictionary<string, string?> JobEnvironment(JobSpec job, string jobId, string pipe) => new()
+    /// <summary>Where a prepared node keeps the job's copy (each local "node" has its own data directory).</summary>
+    private static async Task<string> DatasetPathAsync(JobSpec job, string pipe, CancellationToken ct)
     {
+        await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
+        return (await agent.PrefetchAsync(job.Dataset, job.Version, pin: null, ct)).Path;
+    }
+
+    public static Dictionary<string, string?> JobEnvironment(JobSpec job, string jobId, string pipe, string? datasetPath = null) => new()
+    {
+        [JobVariables.DatasetPath] = datasetPath,
         [JobVariables.Dataset] = job.Dataset,
         [JobVariables.Version] = job.Version,
         [JobVariables.CacheHosts] = job.CacheHostList,

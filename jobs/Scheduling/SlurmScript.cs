@@ -51,6 +51,9 @@ public static class SlurmScript
 
             # 1. Node preparation: every node fetches, pins and verifies the data before any service host starts.
             {{NodePrep(job, perNode, hpcdata)}}
+            # Where the copy is, for programs that read files: the nodes share one agent configuration, so this node's answer is every node's.
+            HPCDATA_DATASET_PATH="$({{hpcdata}} path)" || { echo "hpcdata: cannot find the node's copy" >&2; exit 1; }
+            export HPCDATA_DATASET_PATH
 
             # 2. Service hosts: {{job.HostsPerNode}} per node.
 

@@ -56,8 +56,10 @@ public sealed partial class Dataset
                 var local = await agent.OpenAsync(name, version, ct);
                 try
                 {
-                    var map = MappedFile.Open(local.Path, local.Length, writable: false);
-                    return new Dataset(local, DataAccessMode.Map, new MappedBacking(map), agent, clock.Elapsed);
+                    DataBacking backing = DatasetFiles.IsTreeLayout(local.Files, local.Length)
+                        ? new TreeBacking(local.Path, local.Files!, local.Length)
+                        : new MappedBacking(MappedFile.Open(local.Path, local.Length, writable: false));
+                    return new Dataset(local, DataAccessMode.Map, backing, agent, clock.Elapsed);
                 }
                 catch (Exception e) when (options.Mode == DataAccessMode.Auto && e is IOException or UnauthorizedAccessException)
                 {

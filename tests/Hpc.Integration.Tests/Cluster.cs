@@ -18,6 +18,17 @@ public sealed class Cluster : IAsyncDisposable
     public string HostList => string.Join(",", Hosts);
     public static readonly TimeSpan Ready = TimeSpan.FromSeconds(30);
 
+    /// <summary>The repository these tests were built from (for its samples).</summary>
+    public static string RepositoryRoot
+    {
+        get
+        {
+            for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+                if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
+            throw new InvalidOperationException("not run from a build of the repository");
+        }
+    }
+
     public Cluster()
     {
         Root = Path.Combine(Path.GetTempPath(), $"hcd-it-{Environment.ProcessId}-{Interlocked.Increment(ref _counter)}");

@@ -74,6 +74,95 @@ public class TreeTests
     }
 
     [Fact]
+    public async Task On_the_node_a_directory_dataset_is_one_read_only_tree_identical_to_the_source_that_survives_a_restart_and_goes_on_eviction()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var tree = await BuildTree(c.Root);
+        var staged = await c.StageAsync(tree, "tree/everything");
+        var (agent, pipe, dataDir) = await c.StartAgentAsync();
+
+        var (prepared, prepOut, prepErr) = await c.RunAsync("hpcdata", ["nodeprep", "--dataset", "tree/everything", "--job", "j1", "--pipe", pipe, "--no-start"]);
+        Assert.True(prepared == 0, prepErr);
+        var nodeTree = prepOut.Last().Split(' ').Single(f => f.StartsWith("path=", StringComparison.Ordinal))["path=".Length..];
+        Assert.Equal(Path.Combine(dataDir, "complete", staged.Version), nodeTree);
+        var (_, pathOut, pathErr) = await c.RunAsync("hpcdata", ["path", "tree/everything", "--pipe", pipe]);
+        Assert.Equal(nodeTree, pathOut.Single());
+
+        var (same, diff) = await Shell($"diff -r --no-dereference -x absolute-to-b '{tree}' '{nodeTree}'");
+        Assert.True(same == 0, diff);
+        Assert.Equal("../a/one.csv", new FileInfo(Path.Combine(nodeTree, "links", "to-one")).LinkTarget);
+        // One copy on the node: the tree is the copy (no concatenated file beside it), hard links share their inode.
+        var (_, copies) = await Shell($"find '{dataDir}' -type f -size 300000c | wc -l; ls '{dataDir}/complete' '{dataDir}/partial'");
+        Assert.Equal([ "1", $"{dataDir}/complete:", staged.Version, "", $"{dataDir}/partial:" ], copies.TrimEnd().Split('\n'));
+        // Read-only for every reader: files lose write bits and keep execute (for all), directories r-x; times kept.
+        var (_, modes) = await Shell($"cd '{nodeTree}' && stat -c '%n %h %a' a/one.csv a/one-again.csv a/run.sh a/b empty-dir . && stat -c %i a/one.csv a/one-again.csv | uniq | wc -l");
+        var stats = modes.Trim().Split('\n').Select(l => l.Trim()).ToArray();
+        Assert.Equal(["a/one.csv 2 444", "a/one-again.csv 2 444", "a/run.sh 1 555", "a/b 2 555", "empty-dir 2 555"], stats[..5]);
+        // The root is the gate: by default only the staging user reads the dataset (r-x through an ACL; nothing for others).
+        Assert.Matches("^\\. 7 5[05]0$", stats[5]);
+        Assert.Equal("1", stats[6]);
+        Assert.Equal(File.GetLastWriteTimeUtc(Path.Combine(tree, "a/one.csv")), File.GetLastWriteTimeUtc(Path.Combine(nodeTree, "a/one.csv")));
+        Assert.Equal(Directory.GetLastWriteTimeUtc(Path.Combine(tree, "empty-dir")), Directory.GetLastWriteTimeUtc(Path.Combine(nodeTree, "empty-dir")));
+
+        // The SDK maps the member it opens from the tree; the whole dataset still verifies against its hash.
+        await using (var data = await Hpc.CommonData.Dataset.OpenAsync("tree/everything", Cluster.Via(pipe)))
+        {
+            Assert.Equal(Hpc.CommonData.DataAccessMode.Map, data.Mode);
+            Assert.Equal(nodeTree, data.LocalPath);
+            Assert.Equal(Path.Combine(nodeTree, "a", "b", "big.bin"), data.LocalPathOf("a/b/big.bin"));
+            using (var member = data.OpenFile("links/to-one"))
+                Assert.Equal("alpha\n", new StreamReader(member).ReadToEnd());
+            var big = data.Files.Single(f => f.Path == "a/b/big.bin");
+            Assert.Equal(File.ReadAllBytes(Path.Combine(tree, "a/b/big.bin")), data.GetSpan(big.Offset, (int)big.Length).ToArray());
+            Assert.True(data.VerifyHash());
+        }
+
+        // A restarted agent finds the tree, checks it whole on first use and serves it without fetching.
+        await agent.DisposeAsync();
+        (agent, _, _) = await c.StartAgentAsync(dataDir, pipe: pipe);
+        var (again, againOut, againErr) = await c.RunAsync("hpcdata", ["nodeprep", "--dataset", "tree/everything", "--job", "j2", "--pipe", pipe, "--no-start"]);
+        Assert.True(again == 0, againErr);
+        Assert.Contains("source=local", againOut.Last());
+
+        // Released and evicted: the tree goes, read-only directories and all.
+        foreach (var job in new[] { "j1", "j2" })
+        {
+            var (released, _, releaseErr) = await c.RunAsync("hpcdata", ["noderelease", "--dataset", "tree/everything", "--job", job, "--pipe", pipe, "--evict", "--stop-agent", "never"]);
+            Assert.True(released == 0, releaseErr);
+        }
+        Assert.False(Directory.Exists(nodeTree));
+    }
+
+    [Fact]
+    public async Task A_Python_worker_reads_the_node_tree_through_HPCDATA_DATASET_PATH()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var source = Path.Combine(c.Root, "history");
+        var (generated, _, genErr) = await c.RunAsync("hpcdata", ["generate", source, "--data", "history-files", "--size", "2MB", "--instruments", "20"]);
+        Assert.True(generated == 0, genErr);
+        await c.StageAsync(source, "risk/history");
+        var (_, pipe, _) = await c.StartAgentAsync();
+        var (found, pathOut, pathErr) = await c.RunAsync("hpcdata", ["path", "risk/history", "--pipe", pipe]);
+        Assert.True(found == 0, pathErr);
+
+        var reader = Path.Combine(Cluster.RepositoryRoot, "samples", "python", "history_reader.py");
+        var (code, output) = await Shell($"HPCDATA_DATASET_PATH='{pathOut.Single()}' python3 '{reader}'");
+        Assert.True(code == 0, output);
+        var result = JsonDocument.Parse(output).RootElement;
+        Assert.Equal(pathOut.Single(), result.GetProperty("tree").GetString());
+
+        // What the Python worker saw is what was staged: every file, every row, each instrument's last close.
+        var files = Directory.GetFiles(source, "*.csv");
+        var rows = files.Select(f => File.ReadAllLines(f).Skip(1).Where(l => l.Length > 0).ToArray()).ToArray();
+        Assert.Equal(files.Length, result.GetProperty("files").GetInt32());
+        Assert.Equal(rows.Sum(r => r.Length), result.GetProperty("rows").GetInt32());
+        foreach (var last in rows.Select(r => r[^1].Split(',')))
+            Assert.Equal(double.Parse(last[2], System.Globalization.CultureInfo.InvariantCulture), result.GetProperty("last_close").GetProperty(last[1]).GetDouble());
+    }
+
+    [Fact]
     public async Task Links_out_of_the_tree_fifos_and_sockets_are_skipped_with_a_warning_each_and_nothing_outside_is_staged()
     {
         await using var c = new Cluster();

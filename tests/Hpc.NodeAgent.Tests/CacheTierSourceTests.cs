@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fetch;
 using System.Net;
 using System.Net.Sockets;
 using System.Text;
@@ -22,7 +23,7 @@ public class CacheTierSourceTests
         var path = Path.Combine(Path.GetTempPath(), $"hcd-cts-{Guid.NewGuid():N}");
         try
         {
-            using (var file = File.OpenHandle(path, FileMode.CreateNew, FileAccess.ReadWrite))
+            using (var file = DatasetFiles.Create(path, manifest))
             {
                 var done = new List<int>();
                 await tier.Source.FetchAsync(manifest, "v", file, [0, 1, 2, 3], i => { lock (done) done.Add(i); }, CancellationToken.None);
@@ -38,7 +39,7 @@ public class CacheTierSourceTests
     {
         if (!File.Exists("/dev/full")) return; // Linux: every write to /dev/full fails with ENOSPC
         await using var tier = new SegmentResponder(FakeSegmentSource.Bytes(8 * 4096), 4096);
-        using var full = File.OpenHandle("/dev/full", FileMode.Open, FileAccess.Write);
+        using var full = DatasetFiles.Open("/dev/full", null, tier.Manifest.RawLength, writable: true);
 
         var e = await Assert.ThrowsAnyAsync<IOException>(() =>
             tier.Source.FetchAsync(tier.Manifest, "v", full, Enumerable.Range(0, 8).ToArray(), _ => { }, CancellationToken.None));

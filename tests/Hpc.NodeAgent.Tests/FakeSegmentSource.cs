@@ -1,7 +1,7 @@
 using System.Collections.Concurrent;
 using Hpc.CommonData.Format;
 using Hpc.NodeAgent;
-using Microsoft.Win32.SafeHandles;
+using Hpc.CommonData.Fetch;
 
 namespace Hpc.NodeAgent.Tests;
 
@@ -99,7 +99,7 @@ public sealed class FakeSegmentSource : ISegmentSource
         return Task.FromResult(v.Manifest);
     }
 
-    public async Task FetchAsync(Manifest manifest, string version, SafeFileHandle file, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct)
+    public async Task FetchAsync(Manifest manifest, string version, DatasetFiles file, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct)
     {
         Interlocked.Increment(ref _fetches);
         ThrowIfDown();
@@ -115,7 +115,7 @@ public sealed class FakeSegmentSource : ISegmentSource
             }
             var bytes = data.AsSpan((int)manifest.Offsets[i], manifest.Segments[i].RawLength).ToArray();
             if (Damaged.Contains(i)) bytes[0] ^= 0xFF;
-            RandomAccess.Write(file, bytes, manifest.Offsets[i]);
+            file.Write(bytes, manifest.Offsets[i]);
             SegmentsServed.Enqueue(i);
             onSegment(i);
             written++;

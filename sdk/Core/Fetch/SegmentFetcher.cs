@@ -32,13 +32,13 @@ public static class SegmentFetcher
     /// positional write. For files on tmpfs this is cheaper than decoding into a shared mapping: a store through the
     /// mapping faults every 4 KB page in and the kernel zeroes it first, a full-page write needs neither.
     /// </summary>
-    /// <param name="destination">A writable handle of a file at least <c>manifest.RawLength</c> bytes long.</param>
+    /// <param name="destination">The copy being written: one file or a tree (<see cref="DatasetFiles"/>).</param>
     /// <remarks>
     /// A failure on this side — writing the file (a full disk: ENOSPC) or in <paramref name="onSegment"/> — stops the
     /// fetch and is thrown as it is. It is not the cache host's fault, so it is neither retried against the host nor
     /// reported as the host being unavailable.
     /// </remarks>
-    public static async Task FetchToFileAsync(CacheTierClient client, Manifest manifest, string version, Microsoft.Win32.SafeHandles.SafeFileHandle destination,
+    public static async Task FetchToFileAsync(CacheTierClient client, Manifest manifest, string version, DatasetFiles destination,
         IReadOnlyList<int> wanted, Action<int>? onSegment, CancellationToken ct)
     {
         ExceptionDispatchInfo? localFailure = null;
@@ -73,7 +73,7 @@ public static class SegmentFetcher
     /// <paramref name="destination"/>. Returns null when written, otherwise why the segment was rejected (nothing was
     /// written). A failure writing the file is thrown as it is. Fetches and the agent's ingest both verify through here.
     /// </summary>
-    public static string? TryWriteSegment(Manifest manifest, int index, ReadOnlySpan<byte> stored, Microsoft.Win32.SafeHandles.SafeFileHandle destination)
+    public static string? TryWriteSegment(Manifest manifest, int index, ReadOnlySpan<byte> stored, DatasetFiles destination)
     {
         var length = manifest.Segments[index].RawLength;
         var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(length);
@@ -86,7 +86,7 @@ public static class SegmentFetcher
                 problem = $"segment {manifest.SegmentIds[index]}: payload cannot be decoded ({e.Message})"; // damaged bytes never fail the caller
             }
             if (problem is not null) return problem;
-            RandomAccess.Write(destination, buffer.AsSpan(0, length), manifest.Offsets[index]);
+            destination.Write(buffer.AsSpan(0, length), manifest.Offsets[index]);
             return null;
         }
         finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }

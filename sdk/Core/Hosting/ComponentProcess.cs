@@ -153,11 +153,15 @@ public sealed class ComponentProcess : IAsyncDisposable
         await _process.WaitForExitAsync();
     }
 
+    /// <summary>Stops the process and frees it; a second call does nothing (a test may stop a component its cluster also owns).</summary>
     public async ValueTask DisposeAsync()
     {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0) return;
         await StopAsync(TimeSpan.FromSeconds(5));
         _process.Dispose();
     }
+
+    private int _disposed;
 
     /// <summary>The dotnet host running this process, so children use the same runtime.</summary>
     /// <remarks>An installed tool runs from its own launcher (apphost), not from <c>dotnet</c>, and a service's PATH

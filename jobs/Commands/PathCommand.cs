@@ -1,0 +1,49 @@
+using CommandLine;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Scheduling;
+
+namespace Hpc.Jobs.Commands;
+
+[Verb("path", HelpText = "Print where this node's copy of a dataset is: the read-only tree of a directory dataset, or the file of a single-file one. " +
+                         "For programs that read files (Python, R, solvers); job scripts export it as $HPCDATA_DATASET_PATH.")]
+public sealed class PathOptions
+{
+    [Value(0, MetaName = "NAME[@VERSION]", HelpText = "Dataset, optionally @ a version id (default: $HPCDATA_DATASET and $HPCDATA_VERSION, else latest).")]
+    public string? Dataset { get; set; }
+
+    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
+    public string? Pipe { get; set; }
+}
+
+/// <summary>Exit codes: 0 printed; 1 no agent answers or the data cannot be had (it says why); 2 bad usage.</summary>
+public static class PathCommand
+{
+    public static async Task<int> RunAsync(PathOptions o, CancellationToken ct)
+    {
+        var given = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
+        if (given is null) return Fail(2, "no dataset (NAME or HPCDATA_DATASET)");
+        var at = given.IndexOf('@');
+        var (name, version) = at < 0 ? (given, JobVariables.First(Environment.GetEnvironmentVariable(JobVariables.Version))) : (given[..at], given[(at + 1)..]);
+        if (!DatasetName.TryValidate(name, out var why)) return Fail(2, $"'{name}': {why}");
+        try
+        {
+            await using var agent = await AgentClient.ConnectAsync(JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment(), TimeSpan.FromSeconds(5), ct);
+            // A prefetch neither leases nor pins: after node preparation it only answers where the pinned copy is.
+            var local = await agent.PrefetchAsync(name, version, pin: null, ct);
+            Console.WriteLine(local.Path);
+            return 0;
+        }
+        catch (Exception e) when (e is CommonDataException or IOException or TimeoutException or UnauthorizedAccessException)
+        {
+            return Fail(1, e.Message);
+        }
+    }
+
+    private static int Fail(int code, string message)
+    {
+        Console.Error.WriteLine($"hpcdata path: {message}");
+        return code;
+    }
+}
