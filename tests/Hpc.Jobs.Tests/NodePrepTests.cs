@@ -18,7 +18,7 @@ public class NodePrepTests
         var first = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/prep", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
         Assert.True(first.Code == 0, first.Stderr);
         var line = Assert.Single(first.Stdout);
-        Assert.Matches(new Regex($@"^node=\S+ dataset=risk/prep version={staged.Version} bytes=2000000 seconds=\d+\.\d+ source=fetched$"), line);
+        Assert.Matches(new Regex($@"^node=\S+ dataset=risk/prep version={staged.Version} bytes=2000000 seconds=\d+\.\d+ source=fetched path=\S+/complete/{staged.Version}\.data$"), line);
         Assert.Contains("starting one", first.Stderr);
 
         var status = await s.StatusAsync(pipe);
@@ -27,7 +27,7 @@ public class NodePrepTests
         // Safe to run twice: the copy is local, the pin is not doubled.
         var second = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/prep"], Node(pipe));
         Assert.True(second.Code == 0, second.Stderr);
-        Assert.EndsWith("source=local", second.Stdout.Single());
+        Assert.Contains(" source=local ", second.Stdout.Single());
         Assert.DoesNotContain("starting one", second.Stderr);
         Assert.Equal(["job-1"], (await s.StatusAsync(pipe)).Copies.Single().Pins);
 

@@ -6,7 +6,7 @@ namespace Hpc.Jobs.Tests;
 /// <summary><c>hpcdata prestage</c> with the embedded <c>local</c> scheduler, end to end with real processes.</summary>
 public class PrestageLocalTests
 {
-    private const string ShowEnvironment = "echo \"$HPCDATA_DATASET $HPCDATA_VERSION $HPCDATA_JOB_ID $HPCDATA_AGENT_PIPE $HPCDATA_CACHE_HOSTS\"";
+    private const string ShowEnvironment = "echo \"$HPCDATA_DATASET $HPCDATA_VERSION $HPCDATA_JOB_ID $HPCDATA_AGENT_PIPE $HPCDATA_CACHE_HOSTS $HPCDATA_DATASET_PATH\"";
 
     [Fact]
     public async Task Prestage_stages_prepares_every_node_runs_the_hosts_with_the_job_environment_and_releases()
@@ -20,8 +20,9 @@ public class PrestageLocalTests
         Assert.Equal(2, r.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("dataset=risk/local") && l.Contains("bytes=1000000")));
         var hostLines = r.Stdout.Where(l => l.StartsWith("[node")).ToList();
         Assert.Equal(6, hostLines.Count);
-        Assert.All(hostLines, l => Assert.Matches(@"risk/local [0-9a-f]{32} job-42 \S+ 127\.0\.0\.1:\d+", l));
+        Assert.All(hostLines, l => Assert.Matches(@"risk/local [0-9a-f]{32} job-42 \S+ 127\.0\.0\.1:\d+ /\S+/complete/[0-9a-f]{32}\.data$", l));
         Assert.Equal(2, hostLines.Select(l => l.Split(' ')[4]).Distinct().Count()); // one agent pipe per node
+        Assert.Equal(2, hostLines.Select(l => l.Split(' ')[6]).Distinct().Count()); // each node's own copy
         Assert.Equal(2, r.Stdout.Count(l => l.Contains("release") && l.Contains("job=job-42")));
         Assert.Empty(Sandbox.ProcessesMentioning("job-42"));
     }
