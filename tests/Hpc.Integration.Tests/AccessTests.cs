@@ -73,6 +73,43 @@ public sealed class AccessTests
     }
 
     [RootOnLinuxFact]
+    public async Task A_directory_dataset_s_tree_on_the_node_admits_exactly_its_readers_to_programs_that_read_files()
+    {
+        EnsureUser(Alice);
+        EnsureUser(Bob);
+        await using var cluster = new Cluster();
+        await cluster.StartCacheHostAsync();
+        var tree = Path.Combine(cluster.Root, "tree");
+        var prices = Cluster.Csvish(100_000);
+        Cluster.WriteFile(tree, "curves/prices.csv", prices);
+        Cluster.WriteFile(tree, "README", "private curves\n"u8.ToArray());
+        var staged = await cluster.StageAsync(tree, "risk/curves", "--readers", $"user:{Alice}");
+        var (_, pipe, dataDir) = await cluster.StartAgentAsync();
+        var run = WorkerRunner.Prepare(cluster.Root, Alice);
+        var env = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe, ["HPCDATA_CACHE_HOSTS"] = "127.0.0.1:1" };
+
+        var alicePath = await run.AsUserAsync(Alice, [.. run.Worker, "path", "risk/curves"], env);
+        Assert.True(alicePath.Code == 0, alicePath.Stderr);
+        var nodeTree = alicePath.Text.Trim();
+        Assert.Equal(Path.Combine(dataDir, "complete", staged.Version), nodeTree);
+        var aliceCat = await run.AsUserAsync(Alice, ["cat", Path.Combine(nodeTree, "curves", "prices.csv")]);
+        Assert.Equal(0, aliceCat.Code);
+        Assert.Equal(prices, aliceCat.Stdout);
+        var aliceList = await run.AsUserAsync(Alice, ["ls", nodeTree]);
+        Assert.Equal(["README", "curves"], aliceList.Text.Trim().Split('\n'));
+
+        var bobCat = await run.AsUserAsync(Bob, ["cat", Path.Combine(nodeTree, "curves", "prices.csv")]);
+        Assert.NotEqual(0, bobCat.Code);
+        Assert.Contains("Permission denied", bobCat.Stderr);
+        Assert.Empty(bobCat.Stdout);
+        var bobList = await run.AsUserAsync(Bob, ["ls", nodeTree]);
+        Assert.NotEqual(0, bobList.Code);
+        var bobPath = await run.AsUserAsync(Bob, [.. run.Worker, "path", "risk/curves"], env);
+        Assert.Equal(1, bobPath.Code);
+        Assert.Contains("access denied", bobPath.Stderr);
+    }
+
+    [RootOnLinuxFact]
     public async Task A_worker_whose_user_may_not_connect_to_the_socket_gets_one_line_and_exit_1()
     {
         EnsureUser(Bob);
