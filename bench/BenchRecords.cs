@@ -81,7 +81,10 @@ public sealed record NodeTime(string Node, double WallSeconds, double FetchSecon
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>
-public sealed record WorkerTime(string Node, string Mode, double AttachMs, double WarmAttachMs, bool Verified, double? VerifyMs = null, double? WallMs = null);
+/// <param name="StartupMs">Fresh launches only: from the launch to the worker's own code running (runtime and command line up).</param>
+/// <param name="TouchMs">Map mode: the first touch of every page of the mapping.</param>
+public sealed record WorkerTime(string Node, string Mode, double AttachMs, double WarmAttachMs, bool Verified, double? VerifyMs = null, double? WallMs = null,
+    double? StartupMs = null, double? TouchMs = null);
 public sealed record MachineInfo(string Host, int Cores, string Kernel, string Runtime);
 
 public static class Limits

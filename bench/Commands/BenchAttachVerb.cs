@@ -26,6 +26,13 @@ public sealed class BenchAttachOptions
     [Option("work-dir", HelpText = "Scratch directory for the data and the agent's copies (default: under /dev/shm); must not exist yet, removed afterwards.")]
     public string? WorkDir { get; set; }
 
+    [Option("fresh", HelpText = "Time from launching the K worker processes, their start-up included (split into start-up, open and first touch), " +
+                                "instead of from a common go once they have started.")]
+    public bool Fresh { get; set; }
+
+    [Option("touch", Default = "first", HelpText = "Map workers' first touch: first (the first byte) or all (a byte of every page of the mapping).")]
+    public string Touch { get; set; } = "first";
+
     [Option("time-limit", Default = "90m", HelpText = "Cells that would start after this are not run and are written as skipped lines.")]
     public string TimeLimit { get; set; } = "90m";
 }
@@ -102,6 +109,7 @@ public static class BenchAttachVerb
         try { limit = Durations.Parse(o.TimeLimit); }
         catch (FormatException e) { throw new FormatException($"--time-limit: {e.Message}"); }
         var work = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-attach-{Environment.ProcessId}");
-        return new AttachBench.Options(sizes, workers, modes, o.Repeat, Path.GetFullPath(o.Out), Path.GetFullPath(work), limit);
+        return new AttachBench.Options(sizes, workers, modes, o.Repeat, Path.GetFullPath(o.Out), Path.GetFullPath(work), limit, o.Fresh,
+            o.Touch is "first" or "all" ? o.Touch : throw new FormatException($"--touch '{o.Touch}' is not first or all"));
     }
 }

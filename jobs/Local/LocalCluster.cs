@@ -58,18 +58,25 @@ public sealed class LocalCluster : IAsyncDisposable
     /// all have exited; the workers are gone afterwards.
     /// </summary>
     public async Task<WorkerBatch> RunWorkersAsync(IReadOnlyList<string> pipes, int perNode, string dataset, string mode, IReadOnlyList<string> extraArgs,
-        TimeSpan timeout, CancellationToken ct, string program = "hpcdata")
+        TimeSpan timeout, CancellationToken ct, string program = "hpcdata", bool fresh = false)
     {
         var workers = new List<ComponentProcess>();
         try
         {
+            // Fresh: the clock starts before the processes are launched, so their start-up is in the times. Otherwise they
+            // start, say READY, and are released together: the times are the open alone.
+            var start = WorkerCommand.UnixMs();
+            string[] wait = fresh ? [] : ["--wait-go"];
             foreach (var pipe in pipes)
                 for (var w = 0; w < perNode; w++)
-                    workers.Add(Track(ComponentProcess.Start(program, ["worker", "--dataset", dataset, "--mode", mode, "--wait-go", .. extraArgs],
+                    workers.Add(Track(ComponentProcess.Start(program, ["worker", "--dataset", dataset, "--mode", mode, .. wait, .. extraArgs],
                         new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe }, name: $"worker-{mode}-{pipe}-{w + 1}")));
-            await Task.WhenAll(workers.Select(w => w.WaitReadyAsync(ReadyTimeout, ct)));
-            var start = WorkerCommand.UnixMs();
-            await Task.WhenAll(workers.Select(w => w.SendLineAsync("go")));
+            if (!fresh)
+            {
+                await Task.WhenAll(workers.Select(w => w.WaitReadyAsync(ReadyTimeout, ct)));
+                start = WorkerCommand.UnixMs();
+                await Task.WhenAll(workers.Select(w => w.SendLineAsync("go")));
+            }
             var codes = await Task.WhenAll(workers.Select(w => w.WaitForExitAsync(timeout, ct)));
             var results = new List<WorkerCommand.WorkerResult>();
             for (var i = 0; i < workers.Count; i++)

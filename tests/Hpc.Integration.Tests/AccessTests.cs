@@ -43,12 +43,13 @@ public sealed class AccessTests
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
         var env = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe, ["HPCDATA_CACHE_HOSTS"] = "127.0.0.1:1" };
 
-        var alice = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "--dataset", "risk/secret", "--mode", "map", "--reopens", "0"], env);
+        var alice = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "--dataset", "risk/secret", "--mode", "map", "--verify", "--reopens", "0"], env);
         Assert.True(alice.Code == 0, $"the reader's worker failed ({alice.Code}): {alice.Stderr}");
         var result = JsonDocument.Parse(alice.Text.Trim().Split('\n').Last()).RootElement;
         Assert.Equal(staged.Version, result.GetProperty("Version").GetString());
         Assert.Equal(data.Length, result.GetProperty("Bytes").GetInt64());
-        Assert.True(result.GetProperty("Verified").GetBoolean()); // its own hash of the mapped copy matched the staged hash
+        Assert.True(result.GetProperty("Verified").GetBoolean());
+        Assert.True(result.GetProperty("VerifyMs").GetDouble() > 0); // --verify: its own hash of the mapped copy matched the staged hash
         Assert.Equal("map", result.GetProperty("Mode").GetString());
 
         var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "--dataset", "risk/secret", "--reopens", "0"], env);
