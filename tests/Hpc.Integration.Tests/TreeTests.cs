@@ -118,6 +118,14 @@ public class TreeTests
             Assert.True(data.VerifyHash());
         }
 
+        // hpcdata get on the node copies the tree out of the agent's mapping, each file from its own mapped member.
+        var copy = Path.Combine(c.Root, "copy-from-node");
+        var (got, gotOut, gotErr) = await c.RunAsync("hpcdata", ["get", "tree/everything", copy], new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe });
+        Assert.True(got == 0, gotErr);
+        Assert.Contains("via map", gotOut.Last());
+        var (sameAgain, diffAgain) = await Shell($"diff -r --no-dereference -x absolute-to-b '{tree}' '{copy}'");
+        Assert.True(sameAgain == 0, diffAgain);
+
         // A restarted agent finds the tree, checks it whole on first use and serves it without fetching.
         await agent.DisposeAsync();
         (agent, _, _) = await c.StartAgentAsync(dataDir, pipe: pipe);
