@@ -37,8 +37,7 @@ public sealed class Node : IDisposable
     {
         try
         {
-            foreach (var f in Directory.EnumerateFiles(Root, "*", SearchOption.AllDirectories)) File.SetAttributes(f, FileAttributes.Normal);
-            Directory.Delete(Root, recursive: true);
+            Hpc.CommonData.Format.TreeWriter.Delete(Root);
         }
         catch (IOException) { }
         catch (UnauthorizedAccessException) { }

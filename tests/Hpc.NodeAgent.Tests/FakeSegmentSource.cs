@@ -48,13 +48,14 @@ public sealed class FakeSegmentSource : ISegmentSource
     public void Resume() => _resume.TrySetResult();
 
     /// <summary>Stages <paramref name="data"/> as the latest version of <paramref name="name"/>, cut into segments of <paramref name="segmentSize"/>.</summary>
-    public string Stage(string name, byte[] data, int segmentSize = 4096, DateTimeOffset? created = null, Hpc.CommonData.Access.DatasetReaders? readers = null)
+    public string Stage(string name, byte[] data, int segmentSize = 4096, DateTimeOffset? created = null, Hpc.CommonData.Access.DatasetReaders? readers = null,
+        IReadOnlyList<DatasetFile>? files = null)
     {
         var segments = data.Chunk(segmentSize).Select(s => new ManifestSegment(SegmentId.Of(s).ToString(), s.Length, s.Length)).ToList();
         var manifest = new Manifest
         {
             Name = name, Created = created ?? DateTimeOffset.UtcNow, RawLength = data.Length, StoredLength = data.Length,
-            Hash = XxHash.Hash128Of(data).ToString("x32"), SegmentSize = segmentSize, Segments = segments, Readers = readers,
+            Hash = XxHash.Hash128Of(data).ToString("x32"), SegmentSize = segmentSize, Segments = segments, Readers = readers, Files = files,
         };
         var serialized = manifest.Serialize();
         var version = Manifest.VersionOf(serialized);
