@@ -75,7 +75,7 @@ public sealed class AgentClient : IAsyncDisposable
         {
             ThrowIfBroken();
             await AgentFrames.WriteMessageAsync(_writer, request, () => AgentJson.Default.AgentRequest, ct);
-            return await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct)
+            return await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct, AgentFrames.MaxReplyFrame)
                    ?? throw new IOException($"node agent on pipe '{PipeName}' closed the connection");
         }
         finally { _gate.Release(); }
@@ -120,7 +120,7 @@ public sealed class AgentClient : IAsyncDisposable
             ThrowIfBroken();
             await AgentFrames.WriteMessageAsync(_writer, new AgentRequest { Op = AgentOps.Stream, Dataset = DatasetName.Validate(name), Version = version },
                 () => AgentJson.Default.AgentRequest, ct);
-            var header = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct)
+            var header = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct, AgentFrames.MaxReplyFrame)
                          ?? throw new IOException($"node agent on pipe '{PipeName}' closed the connection");
             if (!header.Ok || header.Dataset is null) throw header.ToException("stream refused");
             onHeader?.Invoke(header.Dataset.Length);
@@ -181,7 +181,7 @@ public sealed class AgentClient : IAsyncDisposable
             try
             {
                 await _writer.FlushAsync(ct);
-                reply = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct);
+                reply = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct, AgentFrames.MaxReplyFrame);
             }
             catch (Exception e) when (e is OperationCanceledException or IOException or InvalidDataException)
             {

@@ -13,7 +13,13 @@ namespace Hpc.CommonData.Agent;
 /// </summary>
 public static class AgentFrames
 {
+    /// <summary>A request: what the agent reads from any process on the node.</summary>
     public const int MaxControlFrame = 1 << 20;
+    /// <summary>
+    /// A reply, read by clients from their agent: it carries a directory dataset's file table, which for 100k files
+    /// passes a megabyte of JSON. Bounded by what a manifest may hold (its table came from one), with room for JSON.
+    /// </summary>
+    public const int MaxReplyFrame = 256 << 20;
     public const int DataFrameSize = 1 << 20;
     /// <summary>The manifest frame that follows an <c>ingest</c> request: a manifest is at most this long.</summary>
     public const int MaxManifestFrame = SegmentCodec.MaxRawLength;
@@ -53,8 +59,8 @@ public static class AgentFrames
     }
 
     /// <summary>Reads one frame; null at a clean end of stream. A stream ending inside a frame is an error.</summary>
-    public static ValueTask<T?> ReadMessageAsync<T>(PipeReader input, JsonTypeInfoProvider<T> type, CancellationToken ct) where T : class =>
-        ReadFrameAsync(input, MaxControlFrame, payload =>
+    public static ValueTask<T?> ReadMessageAsync<T>(PipeReader input, JsonTypeInfoProvider<T> type, CancellationToken ct, int maxFrame = MaxControlFrame) where T : class =>
+        ReadFrameAsync(input, maxFrame, payload =>
         {
             try
             {

@@ -157,7 +157,7 @@ public sealed class IngestSession : IAsyncDisposable
             WriteFrameHeader(0);
             await _writer.FlushAsync(ct);
             _unflushed = 0;
-            reply = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct);
+            reply = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct, AgentFrames.MaxReplyFrame);
         }
         catch (Exception e) when (e is not CommonDataException)
         {
@@ -229,7 +229,7 @@ public sealed class IngestSession : IAsyncDisposable
             try
             {
                 using var wait = new CancellationTokenSource(TimeSpan.FromSeconds(2));
-                var reply = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, wait.Token);
+                var reply = await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, wait.Token, AgentFrames.MaxReplyFrame);
                 if (reply is { Ok: false }) return reply.ToException("ingest failed");
             }
             catch (Exception) { /* no reply: report the original failure */ }
