@@ -143,6 +143,24 @@ public class TreeTests
     }
 
     [Fact]
+    public async Task A_tree_of_20000_files_opens_through_the_agent_with_its_whole_file_table()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var tree = Path.Combine(c.Root, "many");
+        var (made, makeOutput) = await Shell($"mkdir -p '{tree}' && cd '{tree}' && for d in $(seq 0 19); do mkdir d$d; for f in $(seq 0 999); do echo $d.$f > d$d/f$f; done; done");
+        Assert.True(made == 0, makeOutput);
+        await c.StageAsync(tree, "tree/many");
+        var (_, pipe, _) = await c.StartAgentAsync();
+
+        // The reply describing it carries 20,000 entries (over a megabyte of JSON): more than a request may be.
+        await using var data = await Hpc.CommonData.Dataset.OpenAsync("tree/many", Cluster.Via(pipe));
+        Assert.Equal(20_000, data.Files.Count(f => f.IsFile));
+        using (var member = data.OpenFile("d19/f999")) Assert.Equal("19.999\n", new StreamReader(member).ReadToEnd());
+        Assert.Equal("7.123\n", File.ReadAllText(data.LocalPathOf("d7/f123")));
+    }
+
+    [Fact]
     public async Task A_Python_worker_reads_the_node_tree_through_HPCDATA_DATASET_PATH()
     {
         await using var c = new Cluster();
