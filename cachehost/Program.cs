@@ -21,6 +21,12 @@ if (Contract.Handle(args, out var commandLine) is { } exit)
 const string InlineCompletions = "DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS";
 if (Environment.GetEnvironmentVariable(InlineCompletions) is null)
     Environment.SetEnvironmentVariable(InlineCompletions, "1");
+// With requests executed on the socket engine's threads, one engine per core (the runtime's choice once completions run
+// inline) leaves nothing for the kernel's network work and the clients beside it: on 2 cores, one GET per round trip
+// from 16 connections had a p99 of 1.5-5 ms with two engines and 0.5-2 ms with one, and no less throughput.
+const string SocketThreads = "DOTNET_SYSTEM_NET_SOCKETS_THREAD_COUNT";
+if (Environment.GetEnvironmentVariable(SocketThreads) is null)
+    Environment.SetEnvironmentVariable(SocketThreads, Math.Max(1, Environment.ProcessorCount / 2).ToString(System.Globalization.CultureInfo.InvariantCulture));
 
 // Layers, later wins: appsettings.json beside the program (read once: the default watches the working directory),
 // environment (CacheHost__Port=...), then the command line and its documented environment variables.

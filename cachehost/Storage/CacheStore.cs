@@ -28,7 +28,12 @@ internal sealed class CacheStore
     private readonly ConcurrentDictionary<byte[], Entry>.AlternateLookup<ReadOnlySpan<byte>> _lookup;
     private readonly TimeProvider _time;
     private readonly Lock _sweepLock = new();
-    private IEnumerator<KeyValuePair<byte[], Entry>>? _sweepCursor;
+
+    // The keys that have (or recently had) a deadline, as Redis keeps its expires table: the sweep walks these instead
+    // of the whole keyspace, which with a single staging lease among a million segments cost a core-percent for ever.
+    // Entries may be stale (key persisted, removed or replaced); the sweep drops those as it meets them.
+    private readonly ConcurrentDictionary<byte[], byte> _expiring = new(ByteArrayComparer.Instance);
+    private IEnumerator<KeyValuePair<byte[], byte>>? _sweepCursor;
 
     private long _usedBytes;
     private long _frameBytes;
@@ -130,7 +135,7 @@ internal sealed class CacheStore
                 if (_map.TryUpdate(storedKey, created, old))
                 {
                     Release(EstimateCost(storedKey.Length, old.Value.Length));
-                    AdjustExpiring(old, created);
+                    AdjustExpiring(storedKey, old, created);
                     if (!live)
                         Interlocked.Increment(ref _expiredKeys);
                     return SetOutcome.Stored;
@@ -148,7 +153,7 @@ internal sealed class CacheStore
                 if (_map.TryAdd(newKey, created))
                 {
                     Interlocked.Increment(ref _keyCount);
-                    AdjustExpiring(null, created);
+                    AdjustExpiring(newKey, null, created);
                     return SetOutcome.Stored;
                 }
             }
@@ -198,7 +203,7 @@ internal sealed class CacheStore
             var updated = new Entry(old.Value, deadline);
             if (_map.TryUpdate(storedKey, updated, old))
             {
-                AdjustExpiring(old, updated);
+                AdjustExpiring(storedKey, old, updated);
                 return true;
             }
         }
@@ -213,7 +218,7 @@ internal sealed class CacheStore
             var updated = new Entry(old.Value, 0);
             if (_map.TryUpdate(storedKey, updated, old))
             {
-                AdjustExpiring(old, updated);
+                AdjustExpiring(storedKey, old, updated);
                 return true;
             }
         }
@@ -243,18 +248,18 @@ internal sealed class CacheStore
     }
 
     /// <summary>
-    /// Examines at most <paramref name="maxExamined"/> entries, continuing where the previous call stopped, and
-    /// removes the expired ones; lazy expiry alone would keep unread expired segments in the budget forever.
+    /// Examines at most <paramref name="maxExamined"/> keys that have a deadline, continuing where the previous call
+    /// stopped, and removes the expired ones; lazy expiry alone would keep unread expired segments in the budget forever.
     /// </summary>
     public int SweepExpired(int maxExamined)
     {
         lock (_sweepLock)
         {
-            if (ExpiringCount == 0)
+            if (_expiring.IsEmpty)
                 return 0;
             long now = _time.GetTimestamp();
             int removed = 0;
-            _sweepCursor ??= _map.GetEnumerator();
+            _sweepCursor ??= _expiring.GetEnumerator();
             for (int i = 0; i < maxExamined; i++)
             {
                 if (!_sweepCursor.MoveNext())
@@ -263,9 +268,19 @@ internal sealed class CacheStore
                     _sweepCursor = null;
                     break;
                 }
-                var (key, entry) = _sweepCursor.Current;
-                if (entry.IsExpired(now) && TryRemoveExact(key, entry, expired: true))
+                var key = _sweepCursor.Current.Key;
+                if (_map.TryGetValue(key, out var entry) && entry.ExpiresAt != 0)
+                {
+                    if (!entry.IsExpired(now) || !TryRemoveExact(key, entry, expired: true))
+                        continue;
                     removed++;
+                }
+                // Gone or without a deadline: forget it, then look again, since a writer may have given the key a
+                // deadline in between (it adds to this index only after its entry is in the map, so one of the two
+                // of us sees the other).
+                _expiring.TryRemove(key, out _);
+                if (_map.TryGetValue(key, out entry) && entry.ExpiresAt != 0)
+                    _expiring.TryAdd(key, 0);
             }
             return removed;
         }
@@ -303,11 +318,14 @@ internal sealed class CacheStore
             Interlocked.Increment(ref _expiredKeys);
     }
 
-    private void AdjustExpiring(Entry? old, Entry updated)
+    /// <summary>Called once <paramref name="updated"/> is in the map under <paramref name="key"/>.</summary>
+    private void AdjustExpiring(byte[] key, Entry? old, Entry updated)
     {
         int delta = (updated.ExpiresAt != 0 ? 1 : 0) - (old is { ExpiresAt: not 0 } ? 1 : 0);
         if (delta != 0)
             Interlocked.Add(ref _expiringCount, delta);
+        if (updated.ExpiresAt != 0)
+            _expiring.TryAdd(key, 0);
     }
 
     /// <summary>

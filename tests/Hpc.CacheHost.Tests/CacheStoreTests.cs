@@ -194,6 +194,34 @@ public class CacheStoreTests
     }
 
     [Fact]
+    public void The_sweep_follows_deadlines_that_are_removed_and_given_again()
+    {
+        var store = new CacheStore(1024 * 1024, _time);
+        for (int i = 0; i < 1000; i++)
+            store.Set(Key($"segment{i}"), Value(10));
+        store.Set(Key("lease"), Value(10), ttlMs: 100);
+        store.Set(Key("persisted"), Value(10), ttlMs: 100);
+        store.Set(Key("deleted"), Value(10), ttlMs: 100);
+        Assert.True(store.Persist(Key("persisted")));
+        Assert.True(store.Delete(Key("deleted")));
+        // A sweep may forget a key that lost its deadline; one given a deadline again must still be found.
+        Assert.Equal(0, store.SweepExpired(maxExamined: 100));
+        Assert.True(store.SetExpiry(Key("persisted"), 100));
+        store.Set(Key("deleted"), Value(10), ttlMs: 100);
+        _time.Advance(TimeSpan.FromSeconds(1));
+
+        // Only keys with a deadline are examined, so three calls of three cover them whatever the keyspace's size.
+        int removed = 0;
+        for (int call = 0; call < 3; call++)
+            removed += store.SweepExpired(maxExamined: 3);
+
+        Assert.Equal(3, removed);
+        Assert.Equal(1000, store.Count);
+        Assert.Equal(0, store.ExpiringCount);
+        Assert.Equal(0, store.SweepExpired(maxExamined: 100));
+    }
+
+    [Fact]
     public void Expiry_conditions_follow_redis_semantics()
     {
         var store = new CacheStore(1024 * 1024, _time);

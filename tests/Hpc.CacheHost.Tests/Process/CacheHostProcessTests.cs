@@ -52,6 +52,47 @@ public sealed class CacheHostProcessTests : IDisposable
     }
 
     [Fact]
+    public void Replies_owed_are_not_held_back_while_a_large_value_is_still_arriving()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+        byte[] value = new byte[512 * 1024];
+
+        // The reply to the first SET may wait for a value that is one read from complete, never for one this large.
+        client.WriteCommand("SET", "small", "v");
+        client.SendRaw($"*4\r\n$3\r\nSET\r\n$3\r\nbig\r\n${value.Length}\r\n");
+        client.SendBytes(value.AsSpan(0, 1000));
+        Assert.Equal("OK", client.ReadReply());
+
+        client.SendBytes(value.AsSpan(1000));
+        client.SendRaw("\r\n$2\r\nNX\r\n");
+        Assert.Equal("OK", client.ReadReply());
+        Assert.Equal(value, client.Call("GET", "big"));
+    }
+
+    [Fact]
+    public void Replies_wait_for_a_value_split_across_writes_and_all_arrive_in_order()
+    {
+        var host = Start();
+        using var client = new RespTestClient(host);
+        byte[] value = Enumerable.Range(0, 64 * 1024).Select(i => (byte)(i * 7)).ToArray();
+
+        for (int round = 0; round < 20; round++)
+        {
+            string key = $"b{round}";
+            client.WriteCommand("SET", $"a{round}", "v");
+            client.SendRaw($"*3\r\n$3\r\nSET\r\n${key.Length}\r\n{key}\r\n${value.Length}\r\n");
+            client.SendBytes(value.AsSpan(0, 100 + round * 1000));
+            Thread.Sleep(5);
+            client.SendBytes(value.AsSpan(100 + round * 1000));
+            client.SendRaw("\r\n");
+        }
+        for (int round = 0; round < 40; round++)
+            Assert.Equal("OK", client.ReadReply());
+        Assert.Equal(value, client.Call("GET", "b19"));
+    }
+
+    [Fact]
     public void A_malformed_client_is_disconnected_while_another_keeps_being_served()
     {
         var host = Start();
