@@ -26,25 +26,47 @@ public static class SegmentCodec
 
     public static int MaxEncodedLength(int rawLength) => HeaderLength + Math.Max(rawLength, Lz4.MaximumOutputLength(rawLength));
 
+    private const int HeadSlack = 64;
+
+    /// <summary>Room <see cref="EncodeHead"/> needs for a segment of <paramref name="rawLength"/> bytes.</summary>
+    public static int MaxHeadLength(int rawLength) => HeaderLength + rawLength + HeadSlack;
+
     /// <summary>Encodes <paramref name="raw"/> into <paramref name="destination"/>; stored raw when LZ4 does not make it smaller.</summary>
     public static int Encode(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress = true)
     {
+        var n = EncodeHead(raw, destination, compress, out var storedRaw);
+        if (!storedRaw) return n;
+        raw.CopyTo(destination[HeaderLength..]);
+        return HeaderLength + raw.Length;
+    }
+
+    /// <summary>
+    /// Encodes like <see cref="Encode"/> but leaves a raw-stored payload where it is: writes the header, and the LZ4
+    /// payload when LZ4 shrinks the segment, into <paramref name="destination"/> and returns how many bytes it wrote.
+    /// With <paramref name="storedRaw"/> the stored form is those 24 header bytes followed by <paramref name="raw"/>
+    /// itself, so a sender can write both without copying the segment once more. <paramref name="destination"/> needs
+    /// <see cref="MaxHeadLength"/> bytes: a compressed payload that would not be smaller than the raw bytes is not kept
+    /// anyway, so LZ4 gets only a little more room than that and gives up once it would clearly exceed it.
+    /// </summary>
+    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw)
+    {
         if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
-        var payload = destination[HeaderLength..];
-        var codec = SegmentCodecKind.Raw;
-        var stored = 0;
-        if (compress && raw.Length > 0)
+        if (compress && raw.Length > 1)
         {
-            stored = Lz4.Encode(raw, payload);
-            if (stored > 0 && stored < raw.Length) codec = SegmentCodecKind.Lz4;
+            // With less room than its worst case LZ4 writes the same block or gives up (0); it reserves a few bytes of
+            // room ahead while it works, so the slack keeps every block shorter than the raw bytes from being refused.
+            var payload = destination.Slice(HeaderLength, Math.Min(destination.Length - HeaderLength, raw.Length + HeadSlack));
+            var stored = Lz4.Encode(raw, payload);
+            if (stored > 0 && stored < raw.Length)
+            {
+                storedRaw = false;
+                WriteHeader(destination, SegmentCodecKind.Lz4, raw.Length, payload[..stored]);
+                return HeaderLength + stored;
+            }
         }
-        if (codec == SegmentCodecKind.Raw)
-        {
-            raw.CopyTo(payload);
-            stored = raw.Length;
-        }
-        WriteHeader(destination, codec, raw.Length, payload[..stored]);
-        return HeaderLength + stored;
+        storedRaw = true;
+        WriteHeader(destination, SegmentCodecKind.Raw, raw.Length, raw);
+        return HeaderLength;
     }
 
     private static void WriteHeader(Span<byte> d, SegmentCodecKind codec, int rawLength, ReadOnlySpan<byte> payload)
