@@ -48,7 +48,9 @@ public static class SegmentCodec
     /// <see cref="MaxHeadLength"/> bytes: a compressed payload that would not be smaller than the raw bytes is not kept
     /// anyway, so LZ4 gets only a little more room than that and gives up once it would clearly exceed it.
     /// </summary>
-    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw)
+    /// <param name="id">The segment's content id when the caller has it already: a raw-stored segment's checksum is
+    /// then taken from it instead of hashing the bytes a second time (see <see cref="ChecksumFromId"/>).</param>
+    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw, SegmentId? id = null)
     {
         if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
         if (compress && raw.Length > 1)
@@ -60,22 +62,33 @@ public static class SegmentCodec
             if (stored > 0 && stored < raw.Length)
             {
                 storedRaw = false;
-                WriteHeader(destination, SegmentCodecKind.Lz4, raw.Length, payload[..stored]);
+                WriteHeader(destination, SegmentCodecKind.Lz4, raw.Length, stored, XxHash.Hash64Of(payload[..stored]));
                 return HeaderLength + stored;
             }
         }
         storedRaw = true;
-        WriteHeader(destination, SegmentCodecKind.Raw, raw.Length, raw);
+        var checksum = id is { } known && raw.Length > ChecksumFromIdAbove ? ChecksumFromId(known) : XxHash.Hash64Of(raw);
+        WriteHeader(destination, SegmentCodecKind.Raw, raw.Length, raw.Length, checksum);
         return HeaderLength;
     }
 
-    private static void WriteHeader(Span<byte> d, SegmentCodecKind codec, int rawLength, ReadOnlySpan<byte> payload)
+    /// <summary>Longest input XXH3 hashes with its short-input routines, which differ between the 64- and 128-bit forms.</summary>
+    private const int ChecksumFromIdAbove = 240;
+
+    /// <summary>
+    /// XXH3-64 of a segment's raw bytes, from its content id: above 240 bytes XXH3-128 runs the same accumulation as
+    /// XXH3-64 and its low half is the 64-bit hash (seed 0), so the payload of a raw-stored segment (its raw bytes)
+    /// need not be hashed twice. <c>SegmentCodecTests</c> checks the identity.
+    /// </summary>
+    private static ulong ChecksumFromId(SegmentId id) => (ulong)id.Value;
+
+    private static void WriteHeader(Span<byte> d, SegmentCodecKind codec, int rawLength, int payloadLength, ulong checksum)
     {
         d[0] = (byte)'H'; d[1] = (byte)'C'; d[2] = (byte)'S'; d[3] = FormatVersion;
         d[4] = (byte)codec; d[5] = 0; d[6] = 0; d[7] = 0;
         BinaryPrimitives.WriteInt32LittleEndian(d[8..], rawLength);
-        BinaryPrimitives.WriteInt32LittleEndian(d[12..], payload.Length);
-        BinaryPrimitives.WriteUInt64LittleEndian(d[16..], XxHash.Hash64Of(payload));
+        BinaryPrimitives.WriteInt32LittleEndian(d[12..], payloadLength);
+        BinaryPrimitives.WriteUInt64LittleEndian(d[16..], checksum);
     }
 
     /// <summary>
