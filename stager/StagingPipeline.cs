@@ -20,9 +20,7 @@ public sealed class StageOptions
     /// <summary>Who may read the version on a node; null: everyone.</summary>
     public Hpc.CommonData.Access.DatasetReaders? Readers { get; init; }
     public int Parallelism { get; init; } = Environment.ProcessorCount;
-    /// <summary>Segments per upload batch (pipelined as one write per host).</summary>
-    public int UploadBatch { get; init; } = 64;
-    /// <summary>Batches in flight at once (each is one pipelined exchange per host).</summary>
+    /// <summary>Batches (a 4 MB slab's segments each) uploaded at once, each one pipelined exchange per host.</summary>
     public int Uploaders { get; init; } = 6;
     /// <summary>Content-defined boundaries (<see cref="ContentChunker"/>, the default) or fixed <see cref="SegmentSize"/> segments.</summary>
     public bool ContentDefined { get; init; } = true;
@@ -33,9 +31,10 @@ public sealed class StageOptions
 public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
 
 /// <summary>
-/// Chunks, compresses and hashes on all cores, uploads pipelined batches to every cache host in parallel, skips
-/// segments the tier already holds, and publishes atomically: "latest" moves only after every segment and the
-/// manifest are stored, so readers never see a half-staged version.
+/// Reads the source into slabs and cuts them into segments where they lie, compresses and hashes on all cores, uploads
+/// each slab's segments as one pipelined batch per cache host (all hosts in parallel), skips segments the tier already
+/// holds, and publishes atomically: "latest" moves only after every segment and the manifest are stored, so readers
+/// never see a half-staged version.
 /// </summary>
 public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
 {
