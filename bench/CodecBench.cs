@@ -15,7 +15,7 @@ namespace Hpc.Bench;
 public sealed record CodecRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Hosts, int Run,
     double CodecSeconds, double CodecCpuSeconds, double StagerSeconds, double StagerProcessSeconds, double StagerCpuSeconds,
-    double CacheHostCpuSeconds, MachineInfo Machine, string? Chunking = null);
+    double CacheHostCpuSeconds, MachineInfo Machine, string? Chunking = null, string? Stager = null);
 
 /// <summary>
 /// The stager, as users run it (its own process, sending to real cache hosts on loopback), against the raw codec it is
@@ -29,8 +29,11 @@ public static class CodecBench
     /// cores 0..N-1 and the cache hosts to the rest, so stager and codec have the same cores and the receiving side
     /// does not eat into them.</param>
     /// <param name="Chunkings">The stager's --chunking values to run, each against the same codec pass (content is the default).</param>
+    /// <param name="BaselineStager">A folder holding another build of the stager (Hpc.Stager.dll): run too, on the same
+    /// data in every run, in alternating order, and recorded as stager "baseline", so a change is measured against what
+    /// it replaces under the same conditions.</param>
     public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0,
-        IReadOnlyList<string>? Chunkings = null);
+        IReadOnlyList<string>? Chunkings = null, string? BaselineStager = null);
 
     public static async Task<List<CodecRecord>> RunAsync(Options o, CancellationToken ct)
     {
@@ -51,15 +54,19 @@ public static class CodecBench
                 var codecCpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
                 // Chunkings alternate their order run by run, so a slow spell of the machine does not land on one of them every time.
                 var chunkings = o.Chunkings ?? ["content"];
-                foreach (var chunking in run % 2 == 1 ? chunkings : chunkings.Reverse())
+                var stagers = o.BaselineStager is null ? [null] : new[] { null, o.BaselineStager };
+                var order = (from c in chunkings from b in stagers select (Chunking: c, Baseline: b)).ToList();
+                foreach (var (chunking, baseline) in run % 2 == 1 ? order : Enumerable.Reverse(order))
                 {
-                    var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, chunking, ct);
+                    var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, chunking, baseline, ct);
                     var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount, o.StagerCores > 0, o.Hosts, run,
-                        codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine(), chunking);
+                        codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine(), chunking,
+                        baseline is null ? null : "baseline");
                     records.Add(r);
                     if (o.Out is not null) BenchJson.Append(o.Out, r);
                     Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                        $"  {kind,-6} run {run} {chunking,-7}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time)"));
+                        $"  {kind,-6} run {run} {chunking,-7}{(baseline is null ? "" : " baseline")}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time), " +
+                        $"stager {r.StagerCpuSeconds / (r.RawBytes / 1e9):0.00} CPU-s per GB"));
                 }
             }
             File.Delete(path);
@@ -70,7 +77,8 @@ public static class CodecBench
     private sealed record StageRun(long StoredBytes, double Seconds, double ProcessSeconds, double CpuSeconds, double HostCpuSeconds);
 
     /// <summary>Fresh cache hosts every run, so the stager sends every segment instead of finding them already cached.</summary>
-    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, string chunking, CancellationToken ct)
+    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, string chunking, string? baselineStager,
+        CancellationToken ct)
     {
         var all = Environment.ProcessorCount;
         string[]? Pin(int first, int last) => stagerCores > 0 ? ["taskset", "-c", $"{first}-{last}"] : null;
@@ -86,8 +94,8 @@ public static class CodecBench
             var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
             var children0 = CpuClock.ReapedChildrenSeconds();
             var clock = Stopwatch.StartNew();
-            await using var stager = ComponentProcess.Start(new StagerOptions { Path = path, Name = "bench/codec", Chunking = chunking, CacheTier = { Hosts = endpoints }, Json = true },
-                name: "stager", launcher: stagerPin);
+            await using var stager = StartStager(new StagerOptions { Path = path, Name = "bench/codec", Chunking = chunking, CacheTier = { Hosts = endpoints }, Json = true },
+                stagerPin, baselineStager);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var process = clock.Elapsed.TotalSeconds;
             // Children are counted once reaped; the cache hosts are still running, so this is the stager alone.
@@ -102,6 +110,16 @@ public static class CodecBench
         }
     }
 
+    /// <summary>The stager of this build, or the one in <paramref name="folder"/> (found there as an installed program is).</summary>
+    private static ComponentProcess StartStager(StagerOptions options, string[]? pin, string? folder)
+    {
+        if (folder is null) return ComponentProcess.Start(options, name: "stager", launcher: pin);
+        var before = Environment.GetEnvironmentVariable(ComponentLocator.BinVariable);
+        Environment.SetEnvironmentVariable(ComponentLocator.BinVariable, folder);
+        try { return ComponentProcess.Start(options, name: "stager", launcher: pin); }
+        finally { Environment.SetEnvironmentVariable(ComponentLocator.BinVariable, before); }
+    }
+
     public static double Mbps(long bytes, double seconds) => bytes / 1e6 / seconds;
 
     public static string Table(IReadOnlyList<CodecRecord> records)
@@ -110,13 +128,13 @@ public static class CodecBench
         var sb = new System.Text.StringBuilder();
         sb.AppendLine("| data | size | segments | stored | cores | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
         sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|");
-        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned, Chunking: r.Chunking ?? "fixed")))
+        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned, Chunking: r.Chunking ?? "fixed", r.Stager)))
         {
             double Med(Func<CodecRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
             var codec = Med(r => Mbps(r.RawBytes, r.CodecSeconds));
             var stager = Med(r => Mbps(r.RawBytes, r.StagerSeconds));
-            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+            sb.AppendLine(inv, $"| {g.Key.Data}{(g.Key.Stager is { } label ? $" ({label} stager)" : "")} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{(g.Key.Pinned ? $"{g.Key.Cores} pinned" : $"all {g.Key.Cores} shared")} | {g.Count()} | " +
                                $"{codec:0} ({g.Min(r => Mbps(r.RawBytes, r.CodecSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.CodecSeconds)):0}) | " +
                                $"{stager:0} ({g.Min(r => Mbps(r.RawBytes, r.StagerSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.StagerSeconds)):0}) | " +

@@ -1,4 +1,6 @@
 using System.Buffers;
+using System.Collections.Concurrent;
+using System.Runtime.InteropServices;
 using System.Diagnostics;
 using System.Threading.Channels;
 using Hpc.CommonData.Cache;
@@ -18,9 +20,7 @@ public sealed class StageOptions
     /// <summary>Who may read the version on a node; null: everyone.</summary>
     public Hpc.CommonData.Access.DatasetReaders? Readers { get; init; }
     public int Parallelism { get; init; } = Environment.ProcessorCount;
-    /// <summary>Segments per upload batch (pipelined as one write per host).</summary>
-    public int UploadBatch { get; init; } = 64;
-    /// <summary>Batches in flight at once (each is one pipelined exchange per host).</summary>
+    /// <summary>Batches (a 4 MB slab's segments each) uploaded at once, each one pipelined exchange per host.</summary>
     public int Uploaders { get; init; } = 6;
     /// <summary>Content-defined boundaries (<see cref="ContentChunker"/>, the default) or fixed <see cref="SegmentSize"/> segments.</summary>
     public bool ContentDefined { get; init; } = true;
@@ -31,14 +31,88 @@ public sealed class StageOptions
 public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
 
 /// <summary>
-/// Chunks, compresses and hashes on all cores, uploads pipelined batches to every cache host in parallel, skips
-/// segments the tier already holds, and publishes atomically: "latest" moves only after every segment and the
-/// manifest are stored, so readers never see a half-staged version.
+/// Reads the source into slabs and cuts them into segments where they lie, compresses and hashes on all cores, uploads
+/// each slab's segments as one pipelined batch per cache host (all hosts in parallel), skips segments the tier already
+/// holds, and publishes atomically: "latest" moves only after every segment and the manifest are stored, so readers
+/// never see a half-staged version.
 /// </summary>
 public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
 {
-    private readonly record struct RawChunk(int Index, byte[] Buffer, int Length);
-    private readonly record struct EncodedChunk(int Index, SegmentId Id, byte[] Buffer, int Length, int RawLength);
+    /// <summary>
+    /// One slab of the source and the segments cut from it, handed from the reader to an encoder to an uploader and
+    /// then reused: the hand-offs are per slab (tens of segments), not per segment, and nothing is allocated per
+    /// segment. Segments stay where they were read; a segment stored raw is sent from the slab itself.
+    /// </summary>
+    private sealed class Batch(int slabLength, int maxSegments)
+    {
+        public readonly byte[] Slab = ArrayPool<byte>.Shared.Rent(slabLength);
+        /// <summary>Headers and LZ4 payloads, back to back; a raw-stored segment has only its 24 header bytes here.</summary>
+        public readonly byte[] Heads = ArrayPool<byte>.Shared.Rent(slabLength + maxSegments * (SegmentCodec.MaxHeadLength(0)));
+        public readonly int[] Offset = new int[maxSegments];
+        public readonly int[] Length = new int[maxSegments];
+        public readonly int[] HeadOffset = new int[maxSegments];
+        public readonly int[] HeadLength = new int[maxSegments];
+        public readonly bool[] StoredRaw = new bool[maxSegments];
+        public readonly SegmentId[] Ids = new SegmentId[maxSegments];
+        public readonly bool[] Present = new bool[maxSegments];
+        public readonly bool[] Held = new bool[maxSegments];
+        public readonly List<StoredSegmentParts> Send = new(maxSegments);
+        public readonly List<int> SendIndex = new(maxSegments);
+        /// <summary>Index in the dataset of the first segment.</summary>
+        public int First;
+        public int Count;
+
+        public int StoredLength(int i) => StoredRaw[i] ? HeadLength[i] + Length[i] : HeadLength[i];
+
+        public StoredSegmentParts Parts(int i) => new(Ids[i], Heads.AsMemory(HeadOffset[i], HeadLength[i]),
+            StoredRaw[i] ? Slab.AsMemory(Offset[i], Length[i]) : ReadOnlyMemory<byte>.Empty);
+
+        public void Release()
+        {
+            ArrayPool<byte>.Shared.Return(Slab);
+            ArrayPool<byte>.Shared.Return(Heads);
+        }
+    }
+
+    /// <summary>
+    /// Batches in flight, and so the stager's memory: a few per encoder and uploader, each a slab and its encoded
+    /// form. Taken last-in first-out, so the slab read next is one the caches saw most recently.
+    /// </summary>
+    private sealed class BatchPool(int limit, Func<Batch> create) : IDisposable
+    {
+        private readonly ConcurrentStack<Batch> _free = new();
+        private readonly List<Batch> _all = [];
+        private readonly SemaphoreSlim _slots = new(limit);
+
+        public Batch Take(CancellationToken ct)
+        {
+            _slots.Wait(ct);
+            if (_free.TryPop(out var b)) return b;
+            b = create();
+            lock (_all) _all.Add(b);
+            return b;
+        }
+
+        public void Return(Batch b)
+        {
+            b.Count = 0;
+            _free.Push(b);
+            _slots.Release();
+        }
+
+        /// <summary>Only once every stage has stopped: a batch still being sent must not go back to the shared pool.</summary>
+        public void Dispose()
+        {
+            foreach (var b in _all) b.Release();
+            _all.Clear();
+            _slots.Dispose();
+        }
+    }
+
+    /// <summary>Source bytes per batch: big enough that hand-offs are rare, small enough that the slab is still in the caches when it is encoded.</summary>
+    private const int SlabBytes = 4 << 20;
+    /// <summary>Cap on the memory of all batches in flight, for very large fixed segments.</summary>
+    private const long InFlightBytes = 64L << 20;
 
     public async Task<StageResult> StageAsync(StageSource source, StageOptions options, IProgress<StageProgress>? progress = null, CancellationToken ct = default)
     {
@@ -83,90 +157,126 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var clock = Stopwatch.StartNew();
         // Held until "latest" has moved: a segment collection must not free segments this staging decided to reuse.
         await using var lease = await new SegmentCollector(tier, logger).BeginStagingAsync(ct: ct);
-        if (options.CheckSpace) await CheckSpaceAsync(source, options, ct);
+        // Whether the tier is likely to hold some of these segments: unknown (no sample) counts as yes.
+        var tierMayHold = true;
+        if (options.CheckSpace) tierMayHold = await CheckSpaceAsync(source, options, ct) ?? true;
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
-        var raw = Channel.CreateBounded<RawChunk>(new BoundedChannelOptions(options.Parallelism * 4) { SingleWriter = true });
-        var encoded = Channel.CreateBounded<EncodedChunk>(new BoundedChannelOptions(options.UploadBatch * 4) { SingleReader = true });
+
+        var maxSegment = options.ContentDefined ? ContentChunker.MaxSize : options.SegmentSize;
+        var minSegment = options.ContentDefined ? ContentChunker.MinSize : options.SegmentSize;
+        var slabLength = Math.Max(SlabBytes, 2 * maxSegment);
+        var maxSegments = slabLength / minSegment + 2;
+        var parallelism = Math.Max(1, options.Parallelism);
+        var uploaderCount = Math.Max(1, options.Uploaders);
+        var inFlight = (int)Math.Clamp(InFlightBytes / slabLength, 3, parallelism + uploaderCount + 2);
+        using var pool = new BatchPool(inFlight, () => new Batch(slabLength, maxSegments));
+        var toEncode = Channel.CreateUnbounded<Batch>(new UnboundedChannelOptions { SingleWriter = true });
+        var toUpload = Channel.CreateUnbounded<Batch>(new UnboundedChannelOptions());
+
         var segments = new List<ManifestSegment?>();
         var hash = new XxHash.Streaming128();
         long rawTotal = 0, storedTotal = 0, sentTotal = 0, newRawTotal = 0;
         int skipped = 0, done = 0;
+        // Look segments up before sending them only while the tier has been seen to hold some: on a fresh dataset the
+        // EXISTS round trip finds nothing, and SET NX tells afterwards what was already there. One batch that turns out
+        // to be held costs its bytes once; from then on batches are looked up again.
+        var lookUpFirst = tierMayHold;
 
-        var reader = Task.Run(() =>
+        var reader = Task.Factory.StartNew(() =>
         {
             try
             {
-                void Emit(int index, byte[] buffer, int n)
+                ReadBatches(source, options, slabLength, pool, batch =>
                 {
-                    hash.Append(buffer.AsSpan(0, n));
-                    rawTotal += n;
-                    lock (segments) segments.Add(null);
-                    if (!raw.Writer.TryWrite(new RawChunk(index, buffer, n)))
-                        raw.Writer.WriteAsync(new RawChunk(index, buffer, n), cts.Token).AsTask().GetAwaiter().GetResult();
-                }
-                if (options.ContentDefined) ReadContentDefined(source, Emit);
-                else
-                {
-                    for (var index = 0; ; index++)
+                    hash.Append(batch.Slab.AsSpan(0, batch.Offset[batch.Count - 1] + batch.Length[batch.Count - 1]));
+                    lock (segments)
                     {
-                        var buffer = ArrayPool<byte>.Shared.Rent(options.SegmentSize);
-                        var n = source.ReadBlock(buffer.AsSpan(0, options.SegmentSize));
-                        if (n == 0) { ArrayPool<byte>.Shared.Return(buffer); break; }
-                        Emit(index, buffer, n);
+                        batch.First = segments.Count;
+                        CollectionsMarshal.SetCount(segments, segments.Count + batch.Count);
                     }
-                }
+                    for (var i = 0; i < batch.Count; i++) rawTotal += batch.Length[i];
+                    toEncode.Writer.TryWrite(batch);
+                }, cts.Token);
                 if (source.KnownLength is { } expected && source.Files is not null && expected != rawTotal)
                     throw new IOException($"'{source.Description}' changed while being staged ({rawTotal} bytes read, {expected} listed)");
-                raw.Writer.Complete();
+                toEncode.Writer.Complete();
             }
             catch (Exception e)
             {
-                raw.Writer.Complete(e);
+                toEncode.Writer.Complete(e);
                 throw;
             }
-        }, cts.Token);
+        }, cts.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default);
 
-        var encoders = Enumerable.Range(0, Math.Max(1, options.Parallelism)).Select(_ => Task.Run(async () =>
+        // Encoders run on threads of their own: a thread-pool worker busy compressing batch after batch would leave
+        // the uploads' socket completions queued behind it until the pool injected another thread (with one core,
+        // half a second each time), and the slabs those uploads hold would stall the reader.
+        var encoders = Enumerable.Range(0, parallelism).Select(_ => Task.Factory.StartNew(() =>
         {
-            await foreach (var chunk in raw.Reader.ReadAllAsync(cts.Token))
+            while (WaitToRead(toEncode.Reader, cts.Token))
             {
-                var input = chunk.Buffer.AsSpan(0, chunk.Length);
-                var output = ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(chunk.Length));
-                var id = SegmentId.Of(input);
-                var length = SegmentCodec.Encode(input, output, options.Compress);
-                ArrayPool<byte>.Shared.Return(chunk.Buffer);
-                await encoded.Writer.WriteAsync(new EncodedChunk(chunk.Index, id, output, length, chunk.Length), cts.Token);
+                if (!toEncode.Reader.TryRead(out var batch)) continue;
+                var at = 0;
+                for (var i = 0; i < batch.Count; i++)
+                {
+                    var raw = batch.Slab.AsSpan(batch.Offset[i], batch.Length[i]);
+                    batch.Ids[i] = SegmentId.Of(raw);
+                    var n = SegmentCodec.EncodeHead(raw, batch.Heads.AsSpan(at), options.Compress, out batch.StoredRaw[i], batch.Ids[i]);
+                    batch.HeadOffset[i] = at;
+                    batch.HeadLength[i] = n;
+                    at += n;
+                }
+                toUpload.Writer.TryWrite(batch);
             }
-        }, cts.Token)).ToArray();
-        var encodersDone = Task.WhenAll(encoders).ContinueWith(t => encoded.Writer.Complete(t.Exception?.GetBaseException()), TaskScheduler.Default);
+        }, cts.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default)).ToArray();
+        var encodersDone = Task.WhenAll(encoders).ContinueWith(t => toUpload.Writer.Complete(t.Exception?.GetBaseException()), TaskScheduler.Default);
 
-        var uploaders = Enumerable.Range(0, options.Uploaders).Select(_ => Task.Run(async () =>
+        var uploaders = Enumerable.Range(0, uploaderCount).Select(_ => Task.Run(async () =>
         {
-            var batch = new List<EncodedChunk>(options.UploadBatch);
-            while (await encoded.Reader.WaitToReadAsync(cts.Token))
+            await foreach (var batch in toUpload.Reader.ReadAllAsync(cts.Token))
             {
-                while (batch.Count < options.UploadBatch && encoded.Reader.TryRead(out var c)) batch.Add(c);
-                if (batch.Count == 0) continue;
                 try
                 {
-                    var present = await tier.ContainsSegmentsAsync(batch.Select(b => b.Id).ToArray(), cts.Token);
-                    var missing = batch.Where((b, i) => !present[i]).Select(b => (b.Id, (ReadOnlyMemory<byte>)b.Buffer.AsMemory(0, b.Length))).ToArray();
-                    // Counted before the put: a put that fails half-way may have stored some of them.
-                    if (missing.Length > 0) Interlocked.Add(ref sentSegments.Count, missing.Length);
-                    Interlocked.Add(ref newRawTotal, batch.Where((b, i) => !present[i]).Sum(b => (long)b.RawLength));
-                    var sent = missing.Length == 0 ? 0 : await tier.PutSegmentsAsync(missing, options.Lifetime, cts.Token);
-                    Interlocked.Add(ref sentTotal, sent);
-                    Interlocked.Add(ref skipped, batch.Count - missing.Length);
+                    var ids = new ArraySegment<SegmentId>(batch.Ids, 0, batch.Count);
+                    if (Volatile.Read(ref lookUpFirst)) await tier.ContainsSegmentsAsync(ids, batch.Present, cts.Token);
+                    else Array.Clear(batch.Present);
+                    batch.Send.Clear();
+                    batch.SendIndex.Clear();
+                    for (var i = 0; i < batch.Count; i++)
+                        if (!batch.Present[i]) { batch.Send.Add(batch.Parts(i)); batch.SendIndex.Add(i); }
+                    Array.Clear(batch.Held);
+                    if (batch.Send.Count > 0)
+                    {
+                        // Counted before the put: a put that fails half-way may have stored some of them.
+                        Interlocked.Add(ref sentSegments.Count, batch.Send.Count);
+                        var sent = await tier.PutSegmentsAsync(batch.Send, options.Lifetime, batch.Held, cts.Token);
+                        Interlocked.Add(ref sentTotal, sent);
+                    }
+                    int held = 0;
+                    long newRaw = 0, stored = 0;
+                    for (var i = 0; i < batch.Count; i++)
+                    {
+                        stored += batch.StoredLength(i);
+                        if (batch.Present[i]) held++;
+                    }
+                    for (var k = 0; k < batch.SendIndex.Count; k++)
+                    {
+                        if (batch.Held[k]) held++;
+                        else newRaw += batch.Length[batch.SendIndex[k]];
+                    }
+                    Volatile.Write(ref lookUpFirst, held > 0);
+                    Interlocked.Add(ref newRawTotal, newRaw);
+                    Interlocked.Add(ref skipped, held);
                     lock (segments)
-                        foreach (var b in batch) segments[b.Index] = new ManifestSegment(b.Id.ToString(), b.RawLength, b.Length);
-                    var stored = Interlocked.Add(ref storedTotal, batch.Sum(b => (long)b.Length));
+                        for (var i = 0; i < batch.Count; i++)
+                            segments[batch.First + i] = new ManifestSegment(batch.Ids[i].ToString(), batch.Length[i], batch.StoredLength(i));
+                    var storedSoFar = Interlocked.Add(ref storedTotal, stored);
                     var count = Interlocked.Add(ref done, batch.Count);
-                    progress?.Report(new StageProgress(Volatile.Read(ref rawTotal), stored, count, source.KnownLength, clock.Elapsed));
+                    progress?.Report(new StageProgress(Volatile.Read(ref rawTotal), storedSoFar, count, source.KnownLength, clock.Elapsed));
                 }
                 finally
                 {
-                    foreach (var b in batch) ArrayPool<byte>.Shared.Return(b.Buffer);
-                    batch.Clear();
+                    pool.Return(batch);
                 }
             }
         }, cts.Token)).ToArray();
@@ -198,13 +308,14 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
     /// are encoded and looked up, which estimates both the compression ratio and how much the tier already has; the
     /// estimate of new stored bytes (× replicas, plus each entry's overhead) is compared with the hosts' free budget.
     /// Only a clear shortfall (the estimate's 90% does not fit) is refused; the hosts still refuse any write past
-    /// their budget, so a wrong estimate costs a later failure, never data.
+    /// their budget, so a wrong estimate costs a later failure, never data. Returns whether the tier held any of the
+    /// sample, or null when there was no sample.
     /// </summary>
-    private async Task CheckSpaceAsync(StageSource source, StageOptions options, CancellationToken ct)
+    private async Task<bool?> CheckSpaceAsync(StageSource source, StageOptions options, CancellationToken ct)
     {
-        if (source.KnownLength is not { } length || length == 0) return;
+        if (source.KnownLength is not { } length || length == 0) return null;
         var memory = await tier.GetMemoryAsync(ct);
-        if (memory.Any(m => m.Max <= 0)) return; // a host without a limit (a Redis without maxmemory) cannot say
+        if (memory.Any(m => m.Max <= 0)) return null; // a host without a limit (a Redis without maxmemory) cannot say
         var unit = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize;
         var segmentCount = (length + unit - 1) / unit;
         var windows = (int)Math.Min(SpaceSamples, segmentCount);
@@ -219,7 +330,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             for (var w = 0; w < windows; w++)
             {
                 var n = source.ReadAt(w * segmentCount / windows * unit, input.AsSpan(0, read));
-                if (n <= 0) return;
+                if (n <= 0) return null;
                 var segment = input.AsSpan(0, n);
                 if (options.ContentDefined)
                 {
@@ -245,7 +356,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         double newFraction = samples.Count(s => true) == 0 ? 0 : samples.Where((s, i) => !present[i]).Count() / (double)samples.Count;
         var needed = (long)((length * newStored / raw + segmentCount * newFraction * 192) * tier.Replicas);
         var free = memory.Sum(m => Math.Max(0, m.Max - m.Used));
-        if (needed * 0.9 <= free) return;
+        if (needed * 0.9 <= free) return present.Any(p => p);
         throw new CommonDataException(ErrorCode.NoSpace,
             $"the cache tier has {ByteSize.Format(free)} free ({string.Join(", ", memory.Select(m => $"{m.Host} {ByteSize.Format(Math.Max(0, m.Max - m.Used))} of {ByteSize.Format(m.Max)}"))}); " +
             $"staging '{options.Name}' needs about {ByteSize.Format(needed)} more (a sample of {samples.Count} segments: stored {newStored / Math.Max(1, raw):P0} of raw as new, " +
@@ -253,44 +364,53 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             "add hosts or memory, or stage with --no-space-check to try anyway");
     }
 
-    private const int ChunkWindow = 8 << 20;
-
     /// <summary>
-    /// Reads the source through an 8 MB window and hands out one pooled buffer per content-defined segment; the window
-    /// keeps at least <see cref="ContentChunker.MaxSize"/> bytes ahead of the cursor, so every cut sees its full range.
+    /// Reads the source into slabs and cuts each into segments where they stay (content-defined, or fixed-size). The
+    /// bytes after a slab's last cut (less than one segment) are copied to the start of the next slab, so every cut
+    /// sees its full range; that copy is the only one before the segments are sent.
     /// </summary>
-    private static void ReadContentDefined(StageSource source, Action<int, byte[], int> emit)
+    private static void ReadBatches(StageSource source, StageOptions options, int slabLength, BatchPool pool, Action<Batch> emit, CancellationToken ct)
     {
-        var window = ArrayPool<byte>.Shared.Rent(ChunkWindow);
-        try
+        var batch = pool.Take(ct);
+        var carry = 0;
+        while (true)
         {
-            int start = 0, end = 0, index = 0;
-            var eof = false;
-            while (true)
+            ct.ThrowIfCancellationRequested();
+            var end = carry + source.ReadBlock(batch.Slab.AsSpan(carry, slabLength - carry));
+            var eof = end < slabLength;
+            var at = 0;
+            while (at < end)
             {
-                if (!eof && end - start < ContentChunker.MaxSize)
-                {
-                    if (start > 0)
-                    {
-                        window.AsSpan(start, end - start).CopyTo(window);
-                        (start, end) = (0, end - start);
-                    }
-                    var n = source.ReadBlock(window.AsSpan(end));
-                    end += n;
-                    eof = end < window.Length;
-                }
-                if (start == end) break;
-                var cut = ContentChunker.Default.NextCut(window.AsSpan(start, end - start), final: eof);
-                var buffer = ArrayPool<byte>.Shared.Rent(cut);
-                window.AsSpan(start, cut).CopyTo(buffer);
-                start += cut;
-                emit(index++, buffer, cut);
+                var left = batch.Slab.AsSpan(at, end - at);
+                var cut = options.ContentDefined
+                    ? ContentChunker.Default.NextCut(left, final: eof)
+                    : left.Length >= options.SegmentSize ? options.SegmentSize : eof ? left.Length : 0;
+                if (cut == 0) break;
+                batch.Offset[batch.Count] = at;
+                batch.Length[batch.Count] = cut;
+                batch.Count++;
+                at += cut;
             }
+            carry = end - at;
+            if (eof && carry == 0)
+            {
+                if (batch.Count > 0) emit(batch);
+                else pool.Return(batch);
+                return;
+            }
+            var next = pool.Take(ct);
+            batch.Slab.AsSpan(at, carry).CopyTo(next.Slab);
+            if (batch.Count > 0) emit(batch);
+            else pool.Return(batch);
+            batch = next;
         }
-        finally
-        {
-            ArrayPool<byte>.Shared.Return(window);
-        }
+    }
+
+    /// <summary>Blocks a dedicated thread until the channel has an item (true) or is complete (false).</summary>
+    private static bool WaitToRead<T>(ChannelReader<T> reader, CancellationToken ct)
+    {
+        var wait = reader.WaitToReadAsync(ct);
+        return wait.IsCompletedSuccessfully ? wait.Result : wait.AsTask().GetAwaiter().GetResult();
     }
 
     /// <summary>Waits for all stages; the first failure cancels the others so nothing hangs on a full channel.</summary>

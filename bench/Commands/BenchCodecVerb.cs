@@ -25,6 +25,9 @@ public sealed class BenchCodecOptions
     [Option("chunking", Default = "content", HelpText = "The stager's segment boundaries: content, fixed, or content,fixed (both in the same run, alternating).")]
     public string Chunking { get; set; } = "content";
 
+    [Option("baseline-stager", HelpText = "Folder of another stager build (Hpc.Stager.dll) to run as well in every run, alternating with this one, recorded as the baseline.")]
+    public string? BaselineStager { get; set; }
+
     [Option("out", HelpText = "Directory to append results.jsonl to (kind \"codec\").")]
     public string? Out { get; set; }
 }
@@ -73,7 +76,10 @@ public static class BenchCodecVerb
                 Console.Error.WriteLine("hpcdata bench codec: --chunking must be content, fixed or content,fixed");
                 return 2;
             }
-            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings), ct);
+            if (o.BaselineStager is { } b && !File.Exists(Path.Combine(b, "Hpc.Stager.dll")))
+                throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll there");
+            var baseline = o.BaselineStager is null ? null : Path.GetFullPath(o.BaselineStager);
+            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline), ct);
             Console.WriteLine(CodecBench.Table(records));
             return 0;
         }

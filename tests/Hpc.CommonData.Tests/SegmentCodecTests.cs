@@ -28,6 +28,70 @@ public class SegmentCodecTests
         }
     }
 
+    /// <summary>
+    /// EncodeHead gives LZ4 only a little more room than the raw length; segments that LZ4 shrinks by a few bytes only
+    /// must still get exactly the block that LZ4 writes with its full worst-case room, and the rest be stored raw.
+    /// </summary>
+    [Fact]
+    public void Encoding_with_the_header_apart_writes_what_full_room_writes_also_for_barely_compressible_segments()
+    {
+        var rng = new Random(7);
+        var full = new byte[Lz4.MaximumOutputLength(SegmentCodec.DefaultSegmentSize)];
+        var head = new byte[SegmentCodec.MaxHeadLength(SegmentCodec.DefaultSegmentSize)];
+        var stored = new byte[SegmentCodec.MaxEncodedLength(SegmentCodec.DefaultSegmentSize)];
+        int nearRaw = 0, rawStored = 0;
+        for (var trial = 0; trial < 400; trial++)
+        {
+            var length = trial % 2 == 0 ? SegmentCodec.DefaultSegmentSize : rng.Next(1, SegmentCodec.DefaultSegmentSize);
+            var raw = Random(length, trial);
+            // A run of repeated bytes somewhere: from nothing to a little more than LZ4's own overhead on random bytes.
+            var run = rng.Next(0, Math.Min(length, 600));
+            Array.Fill(raw, (byte)'x', rng.Next(0, length - run + 1), run);
+            var reference = Lz4.Encode(raw, full);
+            var n = SegmentCodec.EncodeHead(raw, head, compress: true, out var storedRaw);
+            Assert.Equal(reference == 0 || reference >= length, storedRaw);
+            if (storedRaw)
+            {
+                rawStored++;
+                Assert.Equal(SegmentCodec.HeaderLength, n);
+            }
+            else
+            {
+                if (reference > length - 64) nearRaw++;
+                Assert.Equal(full.AsSpan(0, reference).ToArray(), head.AsSpan(SegmentCodec.HeaderLength, reference).ToArray());
+            }
+            // Header and payload apart are byte for byte the segment Encode writes, also with the checksum of a
+            // raw-stored segment taken from its content id.
+            var whole = SegmentCodec.Encode(raw, stored);
+            var apart = storedRaw ? [.. head.AsSpan(0, n), .. raw] : head.AsSpan(0, n).ToArray();
+            Assert.Equal(stored.AsSpan(0, whole).ToArray(), apart);
+            var withId = SegmentCodec.EncodeHead(raw, head, compress: true, out _, SegmentId.Of(raw));
+            Assert.Equal(apart.AsSpan(0, n).ToArray(), head.AsSpan(0, withId).ToArray());
+        }
+        Assert.True(nearRaw > 5 && rawStored > 5, $"{nearRaw} segments within 64 bytes of raw, {rawStored} stored raw: the trial data missed the edge");
+    }
+
+    [Theory]
+    [InlineData(0)]
+    [InlineData(1)]
+    [InlineData(17)]
+    [InlineData(240)]
+    [InlineData(241)]
+    [InlineData(1025)]
+    [InlineData(SegmentCodec.DefaultSegmentSize)]
+    [InlineData(262144)]
+    public void A_raw_stored_segment_has_the_same_header_whether_or_not_its_id_is_given(int length)
+    {
+        var raw = Random(length, length);
+        var plain = new byte[SegmentCodec.MaxHeadLength(length)];
+        var withId = new byte[SegmentCodec.MaxHeadLength(length)];
+        Assert.Equal(SegmentCodec.HeaderLength, SegmentCodec.EncodeHead(raw, plain, compress: false, out var a));
+        Assert.Equal(SegmentCodec.HeaderLength, SegmentCodec.EncodeHead(raw, withId, compress: false, out var b, SegmentId.Of(raw)));
+        Assert.True(a && b);
+        Assert.Equal(plain.AsSpan(0, SegmentCodec.HeaderLength).ToArray(), withId.AsSpan(0, SegmentCodec.HeaderLength).ToArray());
+        Assert.Equal(XxHash.Hash64Of(raw), System.Buffers.Binary.BinaryPrimitives.ReadUInt64LittleEndian(withId.AsSpan(16)));
+    }
+
     [Fact]
     public void Incompressible_data_is_stored_raw_and_compressible_data_shrinks()
     {

@@ -13,6 +13,12 @@ namespace Hpc.CommonData.Cache;
 /// </summary>
 public delegate string? StoredSegmentHandler(int index, ReadOnlySpan<byte> stored);
 
+/// <summary>A segment's stored form in two parts sent back to back (e.g. its header and a payload kept elsewhere); either may be empty.</summary>
+public readonly record struct StoredSegmentParts(SegmentId Id, ReadOnlyMemory<byte> Head, ReadOnlyMemory<byte> Body)
+{
+    public int Length => Head.Length + Body.Length;
+}
+
 /// <summary>
 /// Client of the cache tier, composed of three parts: <see cref="RendezvousPlacement"/> (which hosts hold a segment),
 /// a host set with the retry policy (pooled pipelined connections, timeouts, jittered backoff), and the
@@ -53,59 +59,108 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// <summary>Which of these segments are already stored on all of their replica hosts.</summary>
     public async Task<bool[]> ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, CancellationToken ct = default)
     {
-        var present = new int[ids.Count];
+        var present = new bool[ids.Count];
+        await ContainsSegmentsAsync(ids, present, ct);
+        return present;
+    }
+
+    /// <summary>Sets <paramref name="present"/>[i] when segment i is already stored on all of its replica hosts (one pipelined EXISTS batch per host).</summary>
+    public async Task ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, bool[] present, CancellationToken ct = default)
+    {
+        var held = new int[ids.Count];
         var byHost = _placement.GroupByHost(ids.Count, i => ids[i]);
-        await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Where(h => byHost[h] is not null).Select(h => RunAsync(h, async (c, token) =>
+        var tasks = new List<Task>(Hosts.Count);
+        for (var h = 0; h < Hosts.Count; h++)
         {
-            var key = new byte[CacheKeys.SegmentKeyLength];
-            foreach (var i in byHost[h]!)
+            if (byHost[h] is not { } mine) continue;
+            tasks.Add(RunAsync(h, async (c, token) =>
             {
-                c.BeginCommand(2); c.Argument("EXISTS"u8);
-                CacheKeys.WriteSegmentKey(ids[i], key); c.Argument(key);
-            }
-            await c.FlushAsync(token);
-            foreach (var i in byHost[h]!)
-            {
-                var reply = await c.ReadReplyAsync(token);
-                if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
-                if (reply.Integer > 0) Interlocked.Increment(ref present[i]);
-            }
-            return 0;
-        }, ct)));
-        return present.Select(p => p == Replicas).ToArray();
+                var key = ArrayPool<byte>.Shared.Rent(CacheKeys.SegmentKeyLength);
+                var replies = ArrayPool<long>.Shared.Rent(mine.Count);
+                try
+                {
+                    foreach (var i in mine)
+                    {
+                        c.BeginCommand(2); c.Argument("EXISTS"u8);
+                        CacheKeys.WriteSegmentKey(ids[i], key); c.Argument(key.AsSpan(0, CacheKeys.SegmentKeyLength));
+                    }
+                    await c.FlushAsync(token);
+                    await c.ReadStatusRepliesAsync(replies.AsMemory(0, mine.Count), token);
+                    for (var k = 0; k < mine.Count; k++)
+                        if (replies[k] > 0) Interlocked.Increment(ref held[mine[k]]);
+                }
+                finally
+                {
+                    ArrayPool<byte>.Shared.Return(key);
+                    ArrayPool<long>.Shared.Return(replies);
+                }
+                return 0;
+            }, ct));
+        }
+        await Task.WhenAll(tasks);
+        for (var i = 0; i < held.Length; i++) present[i] = held[i] == Replicas;
     }
 
     /// <summary>Stores segments on their replica hosts with SET NX (segments are immutable). Returns bytes sent.</summary>
-    public async Task<long> PutSegmentsAsync(IReadOnlyList<(SegmentId Id, ReadOnlyMemory<byte> Stored)> segments, TimeSpan? ttl = null, CancellationToken ct = default)
+    public Task<long> PutSegmentsAsync(IReadOnlyList<(SegmentId Id, ReadOnlyMemory<byte> Stored)> segments, TimeSpan? ttl = null, CancellationToken ct = default) =>
+        PutSegmentsAsync(segments.Select(s => new StoredSegmentParts(s.Id, s.Stored, default)).ToArray(), ttl, null, ct);
+
+    /// <summary>
+    /// Stores segments on their replica hosts with SET NX (segments are immutable), one pipelined batch per host. The
+    /// stored forms are sent from where they are (a gathered write on a plain connection), so they must stay unchanged
+    /// until this completes. When given, <paramref name="alreadyHeld"/>[i] is set when every replica host answered that
+    /// it held segment i already (SET NX stored nothing): a batch sent without looking up first still learns what the
+    /// tier had. Returns bytes sent.
+    /// </summary>
+    public async Task<long> PutSegmentsAsync(IReadOnlyList<StoredSegmentParts> segments, TimeSpan? ttl, bool[]? alreadyHeld, CancellationToken ct = default)
     {
         var byHost = _placement.GroupByHost(segments.Count, i => segments[i].Id);
+        var held = new int[segments.Count];
         long sent = 0;
-        await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Where(h => byHost[h] is not null).Select(h => RunAsync(h, async (c, token) =>
+        var tasks = new List<Task>(Hosts.Count);
+        for (var h = 0; h < Hosts.Count; h++)
         {
-            long bytes = 0;
-            var key = new byte[CacheKeys.SegmentKeyLength];
-            foreach (var i in byHost[h]!)
+            if (byHost[h] is not { } mine) continue;
+            tasks.Add(RunAsync(h, async (c, token) =>
             {
-                c.BeginCommand(ttl is null ? 4 : 6);
-                c.Argument("SET"u8);
-                CacheKeys.WriteSegmentKey(segments[i].Id, key);
-                c.Argument(key);
-                c.Argument(segments[i].Stored.Span);
-                c.Argument("NX"u8);
-                if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
-                bytes += segments[i].Stored.Length;
-            }
-            await c.FlushAsync(token);
-            foreach (var _ in byHost[h]!)
-            {
-                var reply = await c.ReadReplyAsync(token);
-                if (reply.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), reply.Text!);
-            }
-            Interlocked.Add(ref sent, bytes);
-            _metrics?.BytesSent.Add(bytes);
-            _metrics?.Segments.Add(byHost[h]!.Count);
-            return 0;
-        }, ct)));
+                long bytes = 0;
+                var key = ArrayPool<byte>.Shared.Rent(CacheKeys.SegmentKeyLength);
+                var replies = ArrayPool<long>.Shared.Rent(mine.Count);
+                try
+                {
+                    foreach (var i in mine)
+                    {
+                        var segment = segments[i];
+                        c.BeginCommand(ttl is null ? 4 : 6);
+                        c.Argument("SET"u8);
+                        CacheKeys.WriteSegmentKey(segment.Id, key);
+                        c.Argument(key.AsSpan(0, CacheKeys.SegmentKeyLength));
+                        c.ArgumentByReference(segment.Head, segment.Body);
+                        c.Argument("NX"u8);
+                        if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
+                        bytes += segment.Length;
+                    }
+                    await c.FlushAsync(token);
+                    await c.ReadStatusRepliesAsync(replies.AsMemory(0, mine.Count), token);
+                    var stored = 0;
+                    for (var k = 0; k < mine.Count; k++)
+                        if (replies[k] == 0) Interlocked.Increment(ref held[mine[k]]);
+                        else stored++;
+                    Interlocked.Add(ref sent, bytes);
+                    _metrics?.BytesSent.Add(bytes);
+                    _metrics?.Segments.Add(stored);
+                }
+                finally
+                {
+                    ArrayPool<byte>.Shared.Return(key);
+                    ArrayPool<long>.Shared.Return(replies);
+                }
+                return 0;
+            }, ct));
+        }
+        await Task.WhenAll(tasks);
+        if (alreadyHeld is not null)
+            for (var i = 0; i < held.Length; i++) alreadyHeld[i] = held[i] == Replicas;
         return sent;
     }
 

@@ -22,6 +22,11 @@ public sealed class RespConnection : IAsyncDisposable
     private readonly Stream _stream;
     private readonly PipeReader _reader;
     private readonly ArrayBufferWriter<byte> _out = new(64 * 1024);
+    /// <summary>Values <see cref="ArgumentByReference"/> left in place: each goes on the wire after _out's first End bytes.</summary>
+    private readonly List<(int End, ArraySegment<byte> Value)> _referenced = [];
+    private readonly List<ArraySegment<byte>> _gather = [];
+    /// <summary>The stream is the socket's own (no TLS, no rate limit): a batch may go out as one gathered send.</summary>
+    private readonly bool _plain;
     private readonly long _maxBulk;
     private bool _broken;
     private bool _sawEof;
@@ -45,6 +50,7 @@ public sealed class RespConnection : IAsyncDisposable
         _stream = stream;
         _reader = PipeReader.Create(_stream, new StreamPipeReaderOptions(bufferSize: 256 * 1024, minimumReadSize: 64 * 1024));
         _maxBulk = maxBulk;
+        _plain = stream is NetworkStream;
     }
 
     /// <summary>Connects and, given a password, authenticates as <paramref name="user"/> (Redis 6 form) or as the default user.</summary>
@@ -125,6 +131,34 @@ public sealed class RespConnection : IAsyncDisposable
         WriteCrlf();
     }
 
+    /// <summary>
+    /// A bulk argument made of <paramref name="first"/> then <paramref name="second"/> (either may be empty), e.g. a
+    /// segment's header and its payload. On a plain connection large parts are not copied: they are sent from where
+    /// they are by the gathered write of <see cref="FlushAsync"/>, so they must stay unchanged until it completes. Under
+    /// TLS or a rate limit they are copied into the batch like any argument (the stream takes one buffer at a time).
+    /// </summary>
+    public void ArgumentByReference(ReadOnlyMemory<byte> first, ReadOnlyMemory<byte> second)
+    {
+        WriteByte((byte)'$');
+        WriteInteger(first.Length + second.Length);
+        WriteCrlf();
+        Part(first);
+        Part(second);
+        WriteCrlf();
+    }
+
+    /// <summary>Below this a part is copied: an entry in the gather list costs more than copying a few hundred bytes.</summary>
+    private const int ReferenceThreshold = 2048;
+
+    private void Part(ReadOnlyMemory<byte> part)
+    {
+        if (part.IsEmpty) return;
+        if (_plain && part.Length >= ReferenceThreshold && System.Runtime.InteropServices.MemoryMarshal.TryGetArray(part, out var array))
+            _referenced.Add((_out.WrittenCount, array));
+        else
+            _out.Write(part.Span);
+    }
+
     public void Argument(string value)
     {
         var n = Encoding.UTF8.GetByteCount(value);
@@ -171,17 +205,55 @@ public sealed class RespConnection : IAsyncDisposable
     {
         try
         {
-            await _stream.WriteAsync(_out.WrittenMemory, ct);
+            if (_referenced.Count == 0) await _stream.WriteAsync(_out.WrittenMemory, ct);
+            else await SendGatheredAsync(ct);
             Progress?.Invoke();
         }
         catch (Exception e) when (e is IOException or SocketException or ObjectDisposedException)
         {
             _broken = true;
+            ct.ThrowIfCancellationRequested();
             throw new CacheHostUnavailableException(Endpoint, $"send failed: {e.Message}", e);
         }
         finally
         {
             _out.ResetWrittenCount();
+            _referenced.Clear();
+            _gather.Clear();
+        }
+    }
+
+    /// <summary>Most buffers handed to one sendmsg: well under the kernel's IOV_MAX (1024).</summary>
+    private const int GatherLimit = 512;
+
+    /// <summary>
+    /// Sends the batch's own bytes interleaved with the referenced values, as few sendmsg calls as the gather list
+    /// allows. A gathered socket send takes no cancellation token, so cancelling (the exchange's timeout or the
+    /// caller) shuts the socket: the send fails, and the connection is broken as after any abandoned exchange.
+    /// </summary>
+    private async ValueTask SendGatheredAsync(CancellationToken ct)
+    {
+        if (!System.Runtime.InteropServices.MemoryMarshal.TryGetArray(_out.WrittenMemory, out var own)) throw new InvalidOperationException("batch buffer is not an array");
+        var at = 0;
+        foreach (var (end, value) in _referenced)
+        {
+            if (end > at) _gather.Add(own.Slice(at, end - at));
+            _gather.Add(value);
+            at = end;
+        }
+        if (own.Count > at) _gather.Add(own.Slice(at));
+        await using var cancel = ct.Register(static s =>
+        {
+            try { ((Socket)s!).Shutdown(SocketShutdown.Both); }
+            catch (Exception e) when (e is SocketException or ObjectDisposedException) { }
+        }, _socket);
+        for (var first = 0; first < _gather.Count; first += GatherLimit)
+        {
+            var part = first == 0 && _gather.Count <= GatherLimit ? _gather : _gather.GetRange(first, Math.Min(GatherLimit, _gather.Count - first));
+            long expected = 0;
+            foreach (var b in part) expected += b.Count;
+            var sent = await _socket.SendAsync(part, SocketFlags.None);
+            if (sent != expected) throw new IOException($"sent {sent} of {expected} bytes");
         }
     }
 
@@ -246,6 +318,38 @@ public sealed class RespConnection : IAsyncDisposable
                 throw;
             }
             _reader.AdvanceTo(buffer.Start, buffer.End);
+        }
+    }
+
+    /// <summary>
+    /// Reads the replies of <paramref name="results"/>' length pipelined commands answering a status, an integer or
+    /// nil (SET NX, EXISTS) into it, without allocating per reply: 1 for +OK, the integer, 0 for nil. A server error is
+    /// thrown as <see cref="RespErrorException"/>; the replies after it are left unread.
+    /// </summary>
+    public async ValueTask ReadStatusRepliesAsync(Memory<long> results, CancellationToken ct)
+    {
+        var next = 0;
+        while (next < results.Length)
+        {
+            var buffer = await ReadAsync(ct);
+            var reader = new SequenceReader<byte>(buffer);
+            try
+            {
+                var span = results.Span;
+                while (next < span.Length && RespReplyParser.TryReadStatus(ref reader, out var value)) span[next++] = value;
+            }
+            catch (RespProtocolException) { _broken = true; throw; }
+            catch (RespErrorException e)
+            {
+                _reader.AdvanceTo(reader.Position);
+                throw new RespErrorException(Endpoint.ToString(), e.ServerMessage);
+            }
+            catch
+            {
+                _broken = true;
+                throw;
+            }
+            _reader.AdvanceTo(reader.Position, buffer.End);
         }
     }
 

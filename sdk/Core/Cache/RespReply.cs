@@ -84,6 +84,35 @@ public static class RespReplyParser
         return true;
     }
 
+    /// <summary>
+    /// Reads one reply of a command that answers a status, an integer or nil (SET NX, EXISTS) without materialising
+    /// it: <paramref name="value"/> is 1 for a status (+OK), the integer, or 0 for nil. A server error is thrown as
+    /// <see cref="RespErrorException"/> once its line is complete; any other reply is a protocol error.
+    /// </summary>
+    public static bool TryReadStatus(ref SequenceReader<byte> reader, out long value)
+    {
+        value = 0;
+        var start = reader;
+        if (!reader.TryPeek(out var type)) return false;
+        if (type is not ((byte)'+' or (byte)':' or (byte)'-' or (byte)'$')) throw new RespProtocolException($"expected a status, an integer or nil, got '{(char)type}'");
+        reader.Advance(1);
+        if (!TryReadLine(ref reader, out var line)) { reader = start; return false; }
+        switch (type)
+        {
+            case (byte)'+':
+                value = 1;
+                return true;
+            case (byte)':':
+                value = ParseInteger(line);
+                return true;
+            case (byte)'-':
+                throw new RespErrorException("", Encoding.UTF8.GetString(line));
+            default:
+                if (ParseInteger(line) != -1) throw new RespProtocolException("expected a status, an integer or nil, got a bulk string");
+                return true;
+        }
+    }
+
     public static bool TryReadArrayHeader(ref SequenceReader<byte> reader, out long count)
     {
         count = 0;

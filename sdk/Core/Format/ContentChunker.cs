@@ -59,10 +59,35 @@ public sealed class ContentChunker
         ulong hash = 0;
         var i = MinSize;
         var middle = Math.Min(AverageSize, limit);
+        // Four bytes per loop turn: the loop's own counting and branching is a fifth of the work per byte otherwise.
+        for (; i + 4 <= middle; i += 4)
+        {
+            ref var p = ref Unsafe.Add(ref start, i);
+            hash = (hash << 1) + Unsafe.Add(ref gear, p);
+            if ((hash & StrictMask) == 0) return i + 1;
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 1));
+            if ((hash & StrictMask) == 0) return i + 2;
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 2));
+            if ((hash & StrictMask) == 0) return i + 3;
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 3));
+            if ((hash & StrictMask) == 0) return i + 4;
+        }
         for (; i < middle; i++)
         {
             hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref start, i));
             if ((hash & StrictMask) == 0) return i + 1;
+        }
+        for (; i + 4 <= limit; i += 4)
+        {
+            ref var p = ref Unsafe.Add(ref start, i);
+            hash = (hash << 1) + Unsafe.Add(ref gear, p);
+            if ((hash & LooseMask) == 0) return i + 1;
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 1));
+            if ((hash & LooseMask) == 0) return i + 2;
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 2));
+            if ((hash & LooseMask) == 0) return i + 3;
+            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 3));
+            if ((hash & LooseMask) == 0) return i + 4;
         }
         for (; i < limit; i++)
         {

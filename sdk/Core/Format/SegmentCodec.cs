@@ -26,34 +26,69 @@ public static class SegmentCodec
 
     public static int MaxEncodedLength(int rawLength) => HeaderLength + Math.Max(rawLength, Lz4.MaximumOutputLength(rawLength));
 
+    private const int HeadSlack = 64;
+
+    /// <summary>Room <see cref="EncodeHead"/> needs for a segment of <paramref name="rawLength"/> bytes.</summary>
+    public static int MaxHeadLength(int rawLength) => HeaderLength + rawLength + HeadSlack;
+
     /// <summary>Encodes <paramref name="raw"/> into <paramref name="destination"/>; stored raw when LZ4 does not make it smaller.</summary>
     public static int Encode(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress = true)
     {
-        if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
-        var payload = destination[HeaderLength..];
-        var codec = SegmentCodecKind.Raw;
-        var stored = 0;
-        if (compress && raw.Length > 0)
-        {
-            stored = Lz4.Encode(raw, payload);
-            if (stored > 0 && stored < raw.Length) codec = SegmentCodecKind.Lz4;
-        }
-        if (codec == SegmentCodecKind.Raw)
-        {
-            raw.CopyTo(payload);
-            stored = raw.Length;
-        }
-        WriteHeader(destination, codec, raw.Length, payload[..stored]);
-        return HeaderLength + stored;
+        var n = EncodeHead(raw, destination, compress, out var storedRaw);
+        if (!storedRaw) return n;
+        raw.CopyTo(destination[HeaderLength..]);
+        return HeaderLength + raw.Length;
     }
 
-    private static void WriteHeader(Span<byte> d, SegmentCodecKind codec, int rawLength, ReadOnlySpan<byte> payload)
+    /// <summary>
+    /// Encodes like <see cref="Encode"/> but leaves a raw-stored payload where it is: writes the header, and the LZ4
+    /// payload when LZ4 shrinks the segment, into <paramref name="destination"/> and returns how many bytes it wrote.
+    /// With <paramref name="storedRaw"/> the stored form is those 24 header bytes followed by <paramref name="raw"/>
+    /// itself, so a sender can write both without copying the segment once more. <paramref name="destination"/> needs
+    /// <see cref="MaxHeadLength"/> bytes: a compressed payload that would not be smaller than the raw bytes is not kept
+    /// anyway, so LZ4 gets only a little more room than that and gives up once it would clearly exceed it.
+    /// </summary>
+    /// <param name="id">The segment's content id when the caller has it already: a raw-stored segment's checksum is
+    /// then taken from it instead of hashing the bytes a second time (see <see cref="ChecksumFromId"/>).</param>
+    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw, SegmentId? id = null)
+    {
+        if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
+        if (compress && raw.Length > 1)
+        {
+            // With less room than its worst case LZ4 writes the same block or gives up (0); it reserves a few bytes of
+            // room ahead while it works, so the slack keeps every block shorter than the raw bytes from being refused.
+            var payload = destination.Slice(HeaderLength, Math.Min(destination.Length - HeaderLength, raw.Length + HeadSlack));
+            var stored = Lz4.Encode(raw, payload);
+            if (stored > 0 && stored < raw.Length)
+            {
+                storedRaw = false;
+                WriteHeader(destination, SegmentCodecKind.Lz4, raw.Length, stored, XxHash.Hash64Of(payload[..stored]));
+                return HeaderLength + stored;
+            }
+        }
+        storedRaw = true;
+        var checksum = id is { } known && raw.Length > ChecksumFromIdAbove ? ChecksumFromId(known) : XxHash.Hash64Of(raw);
+        WriteHeader(destination, SegmentCodecKind.Raw, raw.Length, raw.Length, checksum);
+        return HeaderLength;
+    }
+
+    /// <summary>Longest input XXH3 hashes with its short-input routines, which differ between the 64- and 128-bit forms.</summary>
+    private const int ChecksumFromIdAbove = 240;
+
+    /// <summary>
+    /// XXH3-64 of a segment's raw bytes, from its content id: above 240 bytes XXH3-128 runs the same accumulation as
+    /// XXH3-64 and its low half is the 64-bit hash (seed 0), so the payload of a raw-stored segment (its raw bytes)
+    /// need not be hashed twice. <c>SegmentCodecTests</c> checks the identity.
+    /// </summary>
+    private static ulong ChecksumFromId(SegmentId id) => (ulong)id.Value;
+
+    private static void WriteHeader(Span<byte> d, SegmentCodecKind codec, int rawLength, int payloadLength, ulong checksum)
     {
         d[0] = (byte)'H'; d[1] = (byte)'C'; d[2] = (byte)'S'; d[3] = FormatVersion;
         d[4] = (byte)codec; d[5] = 0; d[6] = 0; d[7] = 0;
         BinaryPrimitives.WriteInt32LittleEndian(d[8..], rawLength);
-        BinaryPrimitives.WriteInt32LittleEndian(d[12..], payload.Length);
-        BinaryPrimitives.WriteUInt64LittleEndian(d[16..], XxHash.Hash64Of(payload));
+        BinaryPrimitives.WriteInt32LittleEndian(d[12..], payloadLength);
+        BinaryPrimitives.WriteUInt64LittleEndian(d[16..], checksum);
     }
 
     /// <summary>
