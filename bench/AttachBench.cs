@@ -21,7 +21,7 @@ public static class AttachBench
 {
     /// <param name="Fresh">Time from launching the workers (their start-up included), not from a common go once started.</param>
     public sealed record Options(IReadOnlyList<long> Sizes, IReadOnlyList<int> Workers, IReadOnlyList<string> Modes, int Repeat, string Out, string WorkDir,
-        TimeSpan TimeLimit, bool Fresh = false, string Touch = "first");
+        TimeSpan TimeLimit, bool Fresh = false, string Touch = "first", bool Verify = false);
 
     /// <summary>Microsoft 2011, core allocation: seconds for each of K service hosts on a node to get its copy from the node's service.</summary>
     public static readonly IReadOnlyDictionary<(int K, long Size), double> Reference = new Dictionary<(int, long), double>
@@ -92,7 +92,7 @@ public static class AttachBench
                 // Re-opens in stream mode would each copy the whole dataset again while the other workers are still copying.
                 string[] args = mode == "map" ? [] : ["--reopens", "0"];
                 if (o.Fresh) args = ["--reopens", "0"];
-                if (mode == "map") args = [.. args, "--touch", o.Touch];
+                if (mode == "map") args = [.. args, "--touch", o.Touch, .. o.Verify ? new[] { "--verify" } : []];
                 var batch = await cluster.RunWorkersAsync([pipe], k, name, mode, args, CellTimeout, ct, fresh: o.Fresh);
                 var workers = batch.Results.Select(r => new WorkerTime("node1", r.Mode, r.AttachMs, mode == "map" && !o.Fresh ? r.WarmAttachMs : double.NaN, r.Verified,
                     r.VerifyMs, r.VerifiedUnixMs - batch.StartUnixMs, o.Fresh ? r.MainUnixMs - batch.StartUnixMs : null, r.TouchMs)).ToList();
@@ -113,8 +113,10 @@ public static class AttachBench
                 records.Add(record);
                 var walls = workers.Select(w => w.WallMs!.Value / 1000).Order().ToList();
                 Log($"  {what,-20} run {rep}: slowest {walls[^1]:0.000} s (workers {walls[0]:0.000}…{walls[^1]:0.000} s), " +
-                    (o.Fresh ? $"start-up max {workers.Max(w => w.StartupMs ?? 0):0} ms, " : "") +
-                    $"first open max {workers.Max(w => w.AttachMs):0} ms" + (mode == "map" ? $", first touch max {workers.Max(w => w.TouchMs ?? 0):0} ms" : "") +
+                    (o.Fresh ? $"start-up max {workers.Max(w => w.StartupMs ?? 0):0} ms (median {Median(workers.Select(w => w.StartupMs ?? 0)):0}), " : "") +
+                    $"first open max {workers.Max(w => w.AttachMs):0} ms (median {Median(workers.Select(w => w.AttachMs)):0})" +
+                    (mode == "map" ? $", first touch max {workers.Max(w => w.TouchMs ?? 0):0} ms (median {Median(workers.Select(w => w.TouchMs ?? 0)):0})" : "") +
+                    (o.Verify ? $", re-hash max {workers.Max(w => w.VerifyMs ?? 0):0} ms" : "") +
                     (mode == "map" && !o.Fresh ? $", re-open median {Median(workers.Select(w => w.WarmAttachMs)):0.0} ms" : ""));
             }
             catch (Exception e) when (e is InvalidOperationException or IOException or TimeoutException or InvalidDataException or CommonDataException)

@@ -33,6 +33,9 @@ public sealed class BenchAttachOptions
     [Option("touch", Default = "first", HelpText = "Map workers' first touch: first (the first byte) or all (a byte of every page of the mapping).")]
     public string Touch { get; set; } = "first";
 
+    [Option("verify", HelpText = "Map workers also re-hash the whole mapping (hpcdata worker --verify), as every worker did before the agent's verification was trusted.")]
+    public bool Verify { get; set; }
+
     [Option("time-limit", Default = "90m", HelpText = "Cells that would start after this are not run and are written as skipped lines.")]
     public string TimeLimit { get; set; } = "90m";
 }
@@ -110,6 +113,6 @@ public static class BenchAttachVerb
         catch (FormatException e) { throw new FormatException($"--time-limit: {e.Message}"); }
         var work = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-attach-{Environment.ProcessId}");
         return new AttachBench.Options(sizes, workers, modes, o.Repeat, Path.GetFullPath(o.Out), Path.GetFullPath(work), limit, o.Fresh,
-            o.Touch is "first" or "all" ? o.Touch : throw new FormatException($"--touch '{o.Touch}' is not first or all"));
+            o.Touch is "first" or "all" ? o.Touch : throw new FormatException($"--touch '{o.Touch}' is not first or all"), o.Verify);
     }
 }
