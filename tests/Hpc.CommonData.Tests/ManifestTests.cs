@@ -61,4 +61,18 @@ public class ManifestTests
         var m = Make(1, files: [new DatasetFile(path, 0, 1, 420)]);
         Assert.Throws<InvalidDataException>(() => Manifest.Parse(m.Serialize()));
     }
+
+    [Theory]
+    [InlineData(DatasetEntryType.File)]
+    [InlineData(DatasetEntryType.SymbolicLink)]
+    public void Nothing_may_lie_below_an_entry_that_is_not_a_directory(DatasetEntryType type)
+    {
+        var parent = new DatasetFile("a", 0, type == DatasetEntryType.File ? 1 : 0, 420) { Type = type, Target = type == DatasetEntryType.SymbolicLink ? "b" : null };
+        var m = Make(1, size: 2, files: [parent, new DatasetFile("a/c", type == DatasetEntryType.File ? 1 : 0, type == DatasetEntryType.File ? 1 : 2, 420)]);
+        var e = Assert.Throws<InvalidDataException>(() => Manifest.Parse(m.Serialize()));
+        Assert.Contains("'a/c' lies below 'a'", e.Message);
+
+        var fine = Make(1, size: 2, files: [new DatasetFile("a", 0, 0, 493) { Type = DatasetEntryType.Directory }, new DatasetFile("a/c", 0, 2, 420)]);
+        Assert.Single(Manifest.Parse(fine.Serialize()).Files!, f => f.Path == "a/c");
+    }
 }

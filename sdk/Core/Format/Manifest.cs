@@ -169,6 +169,16 @@ public sealed class Manifest
                     throw new InvalidDataException($"manifest of {Name}: entry '{f.Path}' ({f.Type}) has a missing or unsafe target '{f.Target}'");
             }
         }
+        // A tree is written out (on a node, by hpcdata get): nothing may lie below an entry that is not a directory —
+        // "a" a file and "a/b" another cannot both exist, and below a link it would be written through the link.
+        if (Files is { Count: > 0 })
+        {
+            var notDirectories = Files.Where(f => f.Type != DatasetEntryType.Directory).Select(f => f.Path).ToHashSet(StringComparer.Ordinal);
+            foreach (var f in Files)
+                for (var slash = f.Path.IndexOf('/'); slash > 0; slash = f.Path.IndexOf('/', slash + 1))
+                    if (notDirectories.Contains(f.Path[..slash]))
+                        throw new InvalidDataException($"manifest of {Name}: '{f.Path}' lies below '{f.Path[..slash]}', which is not a directory");
+        }
     }
 
     /// <summary>
