@@ -130,6 +130,8 @@ switch (scenario)
         {
             Say("aborting");
             Console.Out.Flush();
+            // Give the launcher a moment to forward what every rank has printed: the abort kills the forwarding too.
+            Thread.Sleep(300);
             world.Abort(3);
         }
         Say("waiting in a barrier the aborting rank never reaches");
