@@ -1,3 +1,4 @@
+using System.Text.Json;
 using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Cache;
 
@@ -25,6 +26,25 @@ public class PrestageLocalTests
         Assert.Equal(2, hostLines.Select(l => l.Split(' ')[6]).Distinct().Count()); // each node's own copy
         Assert.Equal(2, r.Stdout.Count(l => l.Contains("release") && l.Contains("job=job-42")));
         Assert.Empty(Sandbox.ProcessesMentioning("job-42"));
+    }
+
+    [Fact]
+    public async Task A_directory_dataset_job_of_Python_workers_reads_each_node_s_tree_through_HPCDATA_DATASET_PATH()
+    {
+        await using var s = new Sandbox();
+        var history = Path.Combine(s.Root, "history");
+        var generated = await s.HpcdataAsync(["generate", history, "--data", "history-files", "--size", "1MB", "--instruments", "10"]);
+        Assert.True(generated.Code == 0, generated.Stderr);
+        var reader = Path.Combine(ToolInstallTests.RepositoryRoot(), "samples", "python", "history_reader.py");
+
+        var r = await s.HpcdataAsync(["prestage", history, "--name", "risk/history", "--nodes", "2", "--job-id", "job-py", "--", "python3", reader]);
+
+        Assert.True(r.Code == 0, r.Stderr + r.Out);
+        var results = r.Stdout.Where(l => l.StartsWith("[node", StringComparison.Ordinal)).Select(l => JsonDocument.Parse(l[(l.IndexOf(']') + 2)..]).RootElement).ToList();
+        Assert.Equal(2, results.Count);
+        Assert.Equal(2, results.Select(j => j.GetProperty("tree").GetString()).Distinct().Count()); // each node's own tree
+        Assert.All(results, j => Assert.Equal(10, j.GetProperty("files").GetInt32()));
+        Assert.All(results, j => Assert.Equal(Directory.GetFiles(history).Sum(f => File.ReadAllLines(f).Length - 1), j.GetProperty("rows").GetInt32()));
     }
 
     [Fact]

@@ -9,7 +9,7 @@ namespace Hpc.Jobs.Tests;
 /// </summary>
 public sealed class ToolInstallTests
 {
-    private static string RepositoryRoot()
+    public static string RepositoryRoot()
     {
         for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
             if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
