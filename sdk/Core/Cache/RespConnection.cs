@@ -306,19 +306,30 @@ public sealed class RespConnection : IAsyncDisposable
                     return;
                 }
             }
-            catch (RespProtocolException) { _broken = true; throw; }
-            catch (RespErrorException e)
-            {
-                _reader.AdvanceTo(reader.Position);
-                throw new RespErrorException(Endpoint.ToString(), e.ServerMessage);
-            }
-            catch
-            {
-                _broken = true;
-                throw;
-            }
+            catch (RespErrorException e) { throw ServerError(e, reader.Position); }
+            catch (Exception) when (BreaksConnection()) { throw; }
             _reader.AdvanceTo(buffer.Start, buffer.End);
         }
+    }
+
+    /// <summary>
+    /// A server's error reply ends only its command: the reply is consumed, the connection stays usable, and the error
+    /// names this host.
+    /// </summary>
+    private RespErrorException ServerError(RespErrorException e, SequencePosition consumed)
+    {
+        _reader.AdvanceTo(consumed);
+        return new RespErrorException(Endpoint.ToString(), e.ServerMessage);
+    }
+
+    /// <summary>
+    /// Any other failure while reading a reply leaves the stream at an unknown place: the connection is broken. Used
+    /// as an exception filter that never catches, so the failure goes on with its own stack.
+    /// </summary>
+    private bool BreaksConnection()
+    {
+        _broken = true;
+        return false;
     }
 
     /// <summary>
@@ -338,17 +349,8 @@ public sealed class RespConnection : IAsyncDisposable
                 var span = results.Span;
                 while (next < span.Length && RespReplyParser.TryReadStatus(ref reader, out var value)) span[next++] = value;
             }
-            catch (RespProtocolException) { _broken = true; throw; }
-            catch (RespErrorException e)
-            {
-                _reader.AdvanceTo(reader.Position);
-                throw new RespErrorException(Endpoint.ToString(), e.ServerMessage);
-            }
-            catch
-            {
-                _broken = true;
-                throw;
-            }
+            catch (RespErrorException e) { throw ServerError(e, reader.Position); }
+            catch (Exception) when (BreaksConnection()) { throw; }
             _reader.AdvanceTo(reader.Position, buffer.End);
         }
     }
@@ -378,17 +380,8 @@ public sealed class RespConnection : IAsyncDisposable
                     next++;
                 }
             }
-            catch (RespProtocolException) { _broken = true; throw; }
-            catch (RespErrorException e)
-            {
-                _reader.AdvanceTo(reader.Position);
-                throw new RespErrorException(Endpoint.ToString(), e.ServerMessage);
-            }
-            catch
-            {
-                _broken = true;
-                throw;
-            }
+            catch (RespErrorException e) { throw ServerError(e, reader.Position); }
+            catch (Exception) when (BreaksConnection()) { throw; }
             _reader.AdvanceTo(reader.Position, buffer.End);
         }
     }

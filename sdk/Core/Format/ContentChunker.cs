@@ -52,47 +52,38 @@ public sealed class ContentChunker
     }
 
     /// <summary>Scans from <see cref="MinSize"/> to <paramref name="limit"/>; the cut length or 0.</summary>
+    /// <remarks>Normalised chunking: a cut is harder to find before <see cref="AverageSize"/> (more mask bits) than after.</remarks>
     [MethodImpl(MethodImplOptions.AggressiveOptimization)]
     private static int Scan(ref byte start, int limit)
     {
         ref var gear = ref MemoryMarshal.GetArrayDataReference(Gear);
         ulong hash = 0;
         var i = MinSize;
-        var middle = Math.Min(AverageSize, limit);
+        var cut = Scan(ref start, ref gear, ref hash, ref i, Math.Min(AverageSize, limit), StrictMask);
+        return cut > 0 ? cut : Scan(ref start, ref gear, ref hash, ref i, limit, LooseMask);
+    }
+
+    /// <summary>Hashes bytes <paramref name="i"/> to <paramref name="end"/> until the top bits under <paramref name="mask"/> are zero.</summary>
+    [MethodImpl(MethodImplOptions.AggressiveInlining)]
+    private static int Scan(ref byte start, ref ulong gear, ref ulong hash, ref int i, int end, ulong mask)
+    {
         // Four bytes per loop turn: the loop's own counting and branching is a fifth of the work per byte otherwise.
-        for (; i + 4 <= middle; i += 4)
+        for (; i + 4 <= end; i += 4)
         {
             ref var p = ref Unsafe.Add(ref start, i);
             hash = (hash << 1) + Unsafe.Add(ref gear, p);
-            if ((hash & StrictMask) == 0) return i + 1;
+            if ((hash & mask) == 0) return i + 1;
             hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 1));
-            if ((hash & StrictMask) == 0) return i + 2;
+            if ((hash & mask) == 0) return i + 2;
             hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 2));
-            if ((hash & StrictMask) == 0) return i + 3;
+            if ((hash & mask) == 0) return i + 3;
             hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 3));
-            if ((hash & StrictMask) == 0) return i + 4;
+            if ((hash & mask) == 0) return i + 4;
         }
-        for (; i < middle; i++)
+        for (; i < end; i++)
         {
             hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref start, i));
-            if ((hash & StrictMask) == 0) return i + 1;
-        }
-        for (; i + 4 <= limit; i += 4)
-        {
-            ref var p = ref Unsafe.Add(ref start, i);
-            hash = (hash << 1) + Unsafe.Add(ref gear, p);
-            if ((hash & LooseMask) == 0) return i + 1;
-            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 1));
-            if ((hash & LooseMask) == 0) return i + 2;
-            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 2));
-            if ((hash & LooseMask) == 0) return i + 3;
-            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref p, 3));
-            if ((hash & LooseMask) == 0) return i + 4;
-        }
-        for (; i < limit; i++)
-        {
-            hash = (hash << 1) + Unsafe.Add(ref gear, Unsafe.Add(ref start, i));
-            if ((hash & LooseMask) == 0) return i + 1;
+            if ((hash & mask) == 0) return i + 1;
         }
         return 0;
     }
