@@ -21,7 +21,7 @@ public static class AttachBench
 {
     /// <param name="Fresh">Time from launching the workers (their start-up included), not from a common go once started.</param>
     public sealed record Options(IReadOnlyList<long> Sizes, IReadOnlyList<int> Workers, IReadOnlyList<string> Modes, int Repeat, string Out, string WorkDir,
-        TimeSpan TimeLimit, bool Fresh = false, string Touch = "first", bool Verify = false);
+        TimeSpan TimeLimit, bool Fresh = false, string Touch = "first", bool Verify = false, string Worker = "hpcdata");
 
     /// <summary>Microsoft 2011, core allocation: seconds for each of K service hosts on a node to get its copy from the node's service.</summary>
     public static readonly IReadOnlyDictionary<(int K, long Size), double> Reference = new Dictionary<(int, long), double>
@@ -93,7 +93,7 @@ public static class AttachBench
                 string[] args = mode == "map" ? [] : ["--reopens", "0"];
                 if (o.Fresh) args = ["--reopens", "0"];
                 if (mode == "map") args = [.. args, "--touch", o.Touch, .. o.Verify ? new[] { "--verify" } : []];
-                var batch = await cluster.RunWorkersAsync([pipe], k, name, mode, args, CellTimeout, ct, fresh: o.Fresh);
+                var batch = await cluster.RunWorkersAsync([pipe], k, name, mode, args, CellTimeout, ct, program: o.Worker, fresh: o.Fresh);
                 var workers = batch.Results.Select(r => new WorkerTime("node1", r.Mode, r.AttachMs, mode == "map" && !o.Fresh ? r.WarmAttachMs : double.NaN, r.Verified,
                     r.VerifyMs, r.VerifiedUnixMs - batch.StartUnixMs, o.Fresh ? r.MainUnixMs - batch.StartUnixMs : null, r.TouchMs)).ToList();
                 var wrong = batch.Results.FirstOrDefault(r => r.Mode != mode || r.Version != stage.Version || r.Bytes != stage.RawBytes || !r.Verified);

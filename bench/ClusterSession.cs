@@ -370,7 +370,7 @@ public sealed class ClusterSession : IAsyncDisposable
         foreach (var (node, p) in workers)
         {
             if (await p.WaitForExitAsync(TimeSpan.FromMinutes(5), ct) != 0) throw new InvalidOperationException($"{p.Name} failed:\n{p.StandardErrorTail}");
-            var r = JsonSerializer.Deserialize<WorkerCommand.WorkerResult>(p.StandardOutput.Last())!;
+            var r = WorkerProbe.ReadResult(p.StandardOutput.Last())!;
             result.Add(new WorkerTime(node, r.Mode, r.AttachMs, r.WarmAttachMs, r.Verified));
         }
         return result;

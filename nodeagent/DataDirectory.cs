@@ -220,7 +220,7 @@ public sealed class DataDirectory
     {
         try
         {
-            return File.Exists(_pinsFile) ? JsonSerializer.Deserialize<Dictionary<string, string[]>>(File.ReadAllBytes(_pinsFile)) ?? [] : [];
+            return File.Exists(_pinsFile) ? JsonSerializer.Deserialize(File.ReadAllBytes(_pinsFile), NodeAgentJson.Default.DictionaryStringStringArray) ?? [] : [];
         }
         catch (JsonException e)
         {
@@ -233,7 +233,7 @@ public sealed class DataDirectory
     public void SavePins(IReadOnlyDictionary<string, string[]> pins)
     {
         var tmp = _pinsFile + ".tmp";
-        File.WriteAllBytes(tmp, JsonSerializer.SerializeToUtf8Bytes(pins));
+        File.WriteAllBytes(tmp, JsonSerializer.SerializeToUtf8Bytes(pins.ToDictionary(), NodeAgentJson.Default.DictionaryStringStringArray));
         File.Move(tmp, _pinsFile, overwrite: true);
     }
 

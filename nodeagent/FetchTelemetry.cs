@@ -1,4 +1,5 @@
 using System.Text.Json;
+using System.Text.Json.Serialization;
 using Hpc.CommonData.Format;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
@@ -29,13 +30,8 @@ public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger
     public void Fetched(Manifest manifest, string version, double seconds, string source, int reusedSegments = 0, long reusedBytes = 0)
     {
         if (Path is null) return;
-        var line = JsonSerializer.Serialize(new Dictionary<string, object>
-        {
-            ["kind"] = "fetch", ["schema"] = 1, ["time"] = DateTimeOffset.UtcNow, ["node"] = node,
-            ["dataset"] = manifest.Name, ["version"] = version, ["rawBytes"] = manifest.RawLength,
-            ["storedBytes"] = manifest.StoredLength, ["seconds"] = Math.Round(seconds, 4), ["source"] = source, ["hosts"] = hosts,
-            ["reusedSegments"] = reusedSegments, ["reusedBytes"] = reusedBytes,
-        });
+        var line = JsonSerializer.Serialize(new FetchLine(DateTimeOffset.UtcNow, node, manifest.Name, version, manifest.RawLength, manifest.StoredLength,
+            Math.Round(seconds, 4), source, hosts, reusedSegments, reusedBytes), NodeAgentJson.Default.FetchLine);
         try
         {
             lock (_lock) File.AppendAllText(Path, line + "\n");
@@ -46,3 +42,17 @@ public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger
         }
     }
 }
+
+/// <summary>A line of the telemetry file (the reader is <c>hpcdata report</c>).</summary>
+internal sealed record FetchLine(DateTimeOffset Time, string Node, string Dataset, string Version, long RawBytes, long StoredBytes, double Seconds,
+    string Source, int Hosts, int ReusedSegments, long ReusedBytes)
+{
+    public string Kind => "fetch";
+    public int Schema => 1;
+}
+
+/// <summary>The agent's own files, serialised without reflection (the agent may be compiled to native code).</summary>
+[JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase)]
+[JsonSerializable(typeof(FetchLine))]
+[JsonSerializable(typeof(Dictionary<string, string[]>))]
+internal sealed partial class NodeAgentJson : JsonSerializerContext;

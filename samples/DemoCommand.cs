@@ -123,11 +123,11 @@ public sealed class DemoCommand(DemoOptions o)
     }
 
     /// <summary>Every worker of every node released together, so their opens overlap.</summary>
-    private async Task<List<WorkerCommand.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
+    private async Task<List<WorkerProbe.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
         (await _cluster.RunWorkersAsync(pipes, o.Workers, DatasetName, mode, compute ? [] : ["--no-compute"], TimeSpan.FromMinutes(10), ct,
             program: "Hpc.Samples")).Results;
 
-    private static void Report(string label, string what, List<WorkerCommand.WorkerResult> r)
+    private static void Report(string label, string what, List<WorkerProbe.WorkerResult> r)
     {
         var attach = r.Select(x => x.AttachMs).Order().ToList();
         var compute = r.Select(x => x.ComputeMs).Order().ElementAt(r.Count / 2);

@@ -36,6 +36,10 @@ public sealed class BenchAttachOptions
     [Option("verify", HelpText = "Map workers also re-hash the whole mapping (hpcdata worker --verify), as every worker did before the agent's verification was trusted.")]
     public bool Verify { get; set; }
 
+    [Option("worker", Default = "hpcdata", HelpText = "The worker program, started as PROGRAM worker …: hpcdata, or a service with the same worker " +
+                                                    "command line, e.g. Hpc.Samples.Native (the sample worker compiled to native code; found through HPCDATA_BIN).")]
+    public string Worker { get; set; } = "hpcdata";
+
     [Option("time-limit", Default = "90m", HelpText = "Cells that would start after this are not run and are written as skipped lines.")]
     public string TimeLimit { get; set; } = "90m";
 }
@@ -113,6 +117,7 @@ public static class BenchAttachVerb
         catch (FormatException e) { throw new FormatException($"--time-limit: {e.Message}"); }
         var work = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-attach-{Environment.ProcessId}");
         return new AttachBench.Options(sizes, workers, modes, o.Repeat, Path.GetFullPath(o.Out), Path.GetFullPath(work), limit, o.Fresh,
-            o.Touch is "first" or "all" ? o.Touch : throw new FormatException($"--touch '{o.Touch}' is not first or all"), o.Verify);
+            o.Touch is "first" or "all" ? o.Touch : throw new FormatException($"--touch '{o.Touch}' is not first or all"), o.Verify,
+            string.IsNullOrWhiteSpace(o.Worker) ? throw new FormatException("--worker is empty") : o.Worker);
     }
 }

@@ -76,8 +76,8 @@ public static class BenchCodecVerb
                 Console.Error.WriteLine("hpcdata bench codec: --chunking must be content, fixed or content,fixed");
                 return 2;
             }
-            if (o.BaselineStager is { } b && !File.Exists(Path.Combine(b, "Hpc.Stager.dll")))
-                throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll there");
+            if (o.BaselineStager is { } b && !File.Exists(Path.Combine(b, "Hpc.Stager.dll")) && !File.Exists(Path.Combine(b, OperatingSystem.IsWindows() ? "Hpc.Stager.exe" : "Hpc.Stager")))
+                throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll and no native Hpc.Stager there");
             var baseline = o.BaselineStager is null ? null : Path.GetFullPath(o.BaselineStager);
             var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline), ct);
             Console.WriteLine(CodecBench.Table(records));

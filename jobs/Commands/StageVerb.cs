@@ -10,8 +10,9 @@ public static class ProgramVerb
 {
     public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args)
     {
-        var info = new System.Diagnostics.ProcessStartInfo(ComponentProcess.DotnetHost()) { UseShellExecute = false };
-        info.ArgumentList.Add(ComponentLocator.Find(assembly));
+        var command = ComponentLocator.Command(assembly);
+        var info = new System.Diagnostics.ProcessStartInfo(command[0]) { UseShellExecute = false };
+        foreach (var c in command.Skip(1)) info.ArgumentList.Add(c);
         foreach (var a in args) info.ArgumentList.Add(a);
         using var p = System.Diagnostics.Process.Start(info)!;
         // A terminal's Ctrl-C reaches the whole process group; a scheduler's SIGTERM reaches only us: pass it on.

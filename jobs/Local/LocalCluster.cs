@@ -21,7 +21,7 @@ public sealed class LocalCluster : IAsyncDisposable
     private readonly List<ComponentProcess> _processes = [];
 
     /// <summary>One batch of workers released together: the common start (wall clock, Unix ms) and what each printed.</summary>
-    public sealed record WorkerBatch(double StartUnixMs, List<WorkerCommand.WorkerResult> Results);
+    public sealed record WorkerBatch(double StartUnixMs, List<WorkerProbe.WorkerResult> Results);
 
     /// <summary>Starts a cache host on a free loopback port and returns its <c>host:port</c>.</summary>
     public async Task<string> StartCacheHostAsync(string name, long maxMemoryBytes, CancellationToken ct)
@@ -65,7 +65,7 @@ public sealed class LocalCluster : IAsyncDisposable
         {
             // Fresh: the clock starts before the processes are launched, so their start-up is in the times. Otherwise they
             // start, say READY, and are released together: the times are the open alone.
-            var start = WorkerCommand.UnixMs();
+            var start = WorkerProbe.UnixMs();
             string[] wait = fresh ? [] : ["--wait-go"];
             foreach (var pipe in pipes)
                 for (var w = 0; w < perNode; w++)
@@ -74,16 +74,16 @@ public sealed class LocalCluster : IAsyncDisposable
             if (!fresh)
             {
                 await Task.WhenAll(workers.Select(w => w.WaitReadyAsync(ReadyTimeout, ct)));
-                start = WorkerCommand.UnixMs();
+                start = WorkerProbe.UnixMs();
                 await Task.WhenAll(workers.Select(w => w.SendLineAsync("go")));
             }
             var codes = await Task.WhenAll(workers.Select(w => w.WaitForExitAsync(timeout, ct)));
-            var results = new List<WorkerCommand.WorkerResult>();
+            var results = new List<WorkerProbe.WorkerResult>();
             for (var i = 0; i < workers.Count; i++)
             {
                 var w = workers[i];
                 if (codes[i] != 0) throw new InvalidOperationException($"{w.Name} failed (exit {codes[i]}):\n{w.StandardErrorTail}");
-                results.Add(JsonSerializer.Deserialize<WorkerCommand.WorkerResult>(w.StandardOutput.LastOrDefault() ?? "null")
+                results.Add(WorkerProbe.ReadResult(w.StandardOutput.LastOrDefault())
                             ?? throw new InvalidOperationException($"{w.Name} printed no result:\n{w.StandardErrorTail}"));
             }
             return new WorkerBatch(start, results);

@@ -42,10 +42,9 @@ public sealed class JobProcess : IAsyncDisposable
     public static JobProcess Start(IReadOnlyList<string> command, IDictionary<string, string?> environment, string name, TextWriter? forward)
     {
         if (command.Count == 0) throw new ArgumentException("empty command");
-        var info = command[0] == "hpcdata"
-            ? new ProcessStartInfo(ComponentProcess.DotnetHost()) { ArgumentList = { ComponentLocator.Find("hpcdata") } }
-            : new ProcessStartInfo(command[0]);
-        foreach (var a in command.Skip(1)) info.ArgumentList.Add(a);
+        string[] program = command[0] == "hpcdata" ? ComponentLocator.Command("hpcdata") : [command[0]];
+        var info = new ProcessStartInfo(program[0]);
+        foreach (var a in program.Skip(1).Concat(command.Skip(1))) info.ArgumentList.Add(a);
         info.UseShellExecute = false;
         info.RedirectStandardOutput = info.RedirectStandardError = info.RedirectStandardInput = true;
         foreach (var (k, v) in environment) info.Environment[k] = v;

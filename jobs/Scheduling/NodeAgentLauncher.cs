@@ -51,7 +51,7 @@ public static partial class NodeAgentLauncher
         var (pipe, dataDirectory) = (agent.Pipe, agent.DataDirectory);
         Directory.CreateDirectory(StateDirectory);
         var log = Path.Combine(StateDirectory, Path.GetFileNameWithoutExtension(StateFile(pipe)) + ".log");
-        List<string> command = [ComponentProcess.DotnetHost(), ComponentLocator.Find(NodeAgentOptions.Assembly), .. ProgramContract<NodeAgentOptions>.ToArguments(agent)];
+        List<string> command = [.. ComponentLocator.Command(NodeAgentOptions.Assembly), .. ProgramContract<NodeAgentOptions>.ToArguments(agent)];
         var pid = OperatingSystem.IsWindows() ? StartDetachedOnWindows(command, log, agent) : await StartInNewSessionAsync(command, log, agent, ct);
 
         var started = new StartedAgent(pid, pipe, dataDirectory, log, DateTimeOffset.UtcNow);

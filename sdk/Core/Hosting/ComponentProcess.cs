@@ -56,11 +56,9 @@ public sealed class ComponentProcess : IAsyncDisposable
     public static ComponentProcess Start(string assembly, IEnumerable<string> args, IDictionary<string, string?>? environment = null, string? name = null,
         IReadOnlyList<string>? launcher = null)
     {
-        var path = ComponentLocator.Find(assembly);
-        var command = launcher is { Count: > 0 } ? [.. launcher, DotnetHost()] : new[] { DotnetHost() };
+        string[] command = [.. launcher ?? [], .. ComponentLocator.Command(assembly)];
         var info = new ProcessStartInfo(command[0]) { RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true, UseShellExecute = false };
         foreach (var c in command.Skip(1)) info.ArgumentList.Add(c);
-        info.ArgumentList.Add(path);
         foreach (var a in args) info.ArgumentList.Add(a);
         foreach (var (k, v) in environment ?? new Dictionary<string, string?>()) info.Environment[k] = v;
         var p = new ComponentProcess(name ?? assembly, info);
@@ -193,11 +191,18 @@ public sealed class ComponentProcess : IAsyncDisposable
 
 /// <summary>
 /// Finds a component's assembly: <c>$HPCDATA_BIN</c>, then beside the running program (a published layout), then the
-/// build's artifacts tree (<c>artifacts/bin/&lt;Project&gt;/&lt;config&gt;/</c>).
+/// build's artifacts tree (<c>artifacts/bin/&lt;Project&gt;/&lt;config&gt;/</c>). An installed folder may hold a program
+/// compiled ahead of time to native code (no <c>.dll</c>, just the executable), which is then run directly.
 /// </summary>
 public static class ComponentLocator
 {
     public const string BinVariable = "HPCDATA_BIN";
+
+    /// <summary>The command line that runs <paramref name="assembly"/>: <c>dotnet &lt;path&gt;.dll</c>, or a native program's path.</summary>
+    public static string[] Command(string assembly) => Find(assembly) is var path && IsNative(path) ? [path] : [ComponentProcess.DotnetHost(), path];
+
+    /// <summary>True for a program compiled to native code rather than an assembly run by <c>dotnet</c>.</summary>
+    public static bool IsNative(string path) => !path.EndsWith(".dll", StringComparison.OrdinalIgnoreCase);
 
     public static string Find(string assembly)
     {
@@ -206,7 +211,12 @@ public static class ComponentLocator
         if (Environment.GetEnvironmentVariable(BinVariable) is { Length: > 0 } bin) installed.Add(bin);
         installed.Add(AppContext.BaseDirectory);
         foreach (var dir in installed)
+        {
             if (Path.Combine(dir, file) is var path && File.Exists(path)) return path;
+            // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
+            if (Path.Combine(dir, OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var native && File.Exists(native)
+                && !File.Exists(Path.Combine(dir, assembly + ".runtimeconfig.json"))) return native;
+        }
         // A build tree (artifacts/bin/<project>/<configuration>/): a program may also sit, copied, in the output of
         // projects that reference it; the newest build of it is the one meant.
         // A copy whose runtime configuration is not there (yet) is one a build is still writing: not a program to start.

@@ -1,5 +1,6 @@
 using System.Collections;
 using System.ComponentModel;
+using System.Diagnostics.CodeAnalysis;
 using System.Globalization;
 using System.Reflection;
 using System.Text;
@@ -53,6 +54,10 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
 
     private static readonly Entry[] Entries = Collect(typeof(T), T.SectionName, []).ToArray();
 
+    // Options types live in this library, which a native build keeps whole (TrimmerRootAssembly in Directory.Build.props):
+    // their properties, attributes and converters are there for reflection and for the configuration binder.
+    [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("Trimming", "IL2075", Justification = "options types are kept whole in native builds")]
     private static IEnumerable<Entry> Collect(Type type, string prefix, PropertyInfo[] path)
     {
         foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance))
@@ -209,6 +214,8 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     /// configuration would otherwise lay it over appsettings.json's item by item. Returns null and the options, or the
     /// exit code after refusing them in one line.
     /// </summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
     public static int? Bind(Microsoft.Extensions.Configuration.IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options)
     {
         options = new T();
@@ -281,6 +288,8 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     }
 
     /// <summary>Converts the text as configuration binding will, so a bad value is a usage error here, not a crash later.</summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
     private static string? Check(Entry e, string value)
     {
         var type = Nullable.GetUnderlyingType(e.Property.PropertyType) ?? e.Property.PropertyType;
