@@ -2,7 +2,10 @@
 # Restore, build, test and pack. Usage: ./build.ps1 [-Configuration Release] [-SkipTests]
 param(
     [string]$Configuration = "Release",
-    [switch]$SkipTests
+    [switch]$SkipTests,
+    # The cache host, node agent, stager and the sample worker compiled to native code (needs clang on Linux, the MSVC
+    # build tools on Windows): no runtime start-up and no JIT (docs/benchmarks.md has what it changes).
+    [switch]$Native
 )
 $ErrorActionPreference = "Stop"
 Set-Location $PSScriptRoot
@@ -28,5 +31,14 @@ $rid = if ($IsWindows -or $env:OS -eq "Windows_NT") { "win-x64" } else { "linux-
 foreach ($project in "jobs/Hpc.Jobs.csproj", "cachehost/Hpc.CacheHost.csproj", "nodeagent/Hpc.NodeAgent.csproj", "stager/Hpc.Stager.csproj",
                      "bench/Hpc.Bench.csproj", "samples/Hpc.Samples.csproj") {
     Invoke-Step "publish $project" { dotnet publish $project -c $Configuration -r $rid --self-contained false -p:PublishReadyToRun=true -o artifacts/publish/hpcdata }
+}
+if ($Native) {
+    foreach ($project in "cachehost/Hpc.CacheHost.csproj", "nodeagent/Hpc.NodeAgent.csproj", "stager/Hpc.Stager.csproj", "samples/native/Hpc.Samples.Native.csproj") {
+        Invoke-Step "publish $project (native)" { dotnet publish $project -c $Configuration -r $rid -p:PublishAot=true -o artifacts/publish/hpcdata }
+        # hpcdata finds a program beside itself: the native one only when no assembly and runtime configuration of it are left there.
+        $name = [IO.Path]::GetFileNameWithoutExtension($project)
+        Remove-Item -ErrorAction SilentlyContinue (Join-Path artifacts/publish/hpcdata "$name.dll"), (Join-Path artifacts/publish/hpcdata "$name.runtimeconfig.json"),
+            (Join-Path artifacts/publish/hpcdata "$name.deps.json")
+    }
 }
 Write-Host "done: packages in artifacts/packages, programs in artifacts/publish/hpcdata"
