@@ -94,7 +94,8 @@ public class TreeCopies
 
         // Damaged on disk behind the agent's back: the next restart's first use finds it and discards the tree.
         var b = Path.Combine(first.Dataset.Path, "x", "b");
-        File.SetUnixFileMode(b, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        if (OperatingSystem.IsWindows()) File.SetAttributes(b, FileAttributes.Normal);
+        else File.SetUnixFileMode(b, UnixFileMode.UserRead | UnixFileMode.UserWrite);
         await using (var f = new FileStream(b, FileMode.Open, FileAccess.Write)) { f.Position = 100; f.WriteByte((byte)(data[5100] ^ 1)); }
         node.Restart();
         var e = await Assert.ThrowsAsync<CommonDataException>(() => node.Prefetch("risk/tree"));
