@@ -166,7 +166,8 @@ public static partial class NodeAgentLauncher
         try
         {
             var cmdline = File.ReadAllText($"/proc/{a.Pid}/cmdline").Split('\0');
-            return cmdline.Any(c => c.EndsWith("Hpc.NodeAgent.dll", StringComparison.Ordinal)) && cmdline.Contains(a.Pipe);
+            // dotnet …/Hpc.NodeAgent.dll, or the agent compiled to native code: …/Hpc.NodeAgent.
+            return cmdline.Any(c => Path.GetFileName(c) is var f && (f == NodeAgentOptions.Assembly + ".dll" || f == NodeAgentOptions.Assembly)) && cmdline.Contains(a.Pipe);
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return false; }
     }
