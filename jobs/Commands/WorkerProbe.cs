@@ -31,7 +31,10 @@ public static class WorkerProbe
 
     public static double UnixMs() => (DateTime.UtcNow - DateTime.UnixEpoch).TotalMilliseconds;
 
-    /// <summary>Reads <c>worker [--dataset NAME] [--mode M] [--wait-go] [--verify] [--touch first|all] [--reopens N]</c>.</summary>
+    public const string Usage = "worker [--dataset NAME] [--mode auto|map|stream|direct] [--wait-go] [--verify] [--touch first|all] [--reopens N]";
+
+    /// <summary>Reads <c>worker [--dataset NAME] [--mode M] [--wait-go] [--verify] [--touch first|all] [--reopens N]</c>
+    /// (also <c>--name=value</c>); null and the reason for a command line it refuses, and for <c>--help</c> (reason null).</summary>
     public static Settings? Parse(IReadOnlyList<string> args, out string? error)
     {
         string? problem = null;
@@ -39,22 +42,31 @@ public static class WorkerProbe
         var i = args.Count > 0 && args[0] == "worker" ? 1 : 0;
         for (; i < args.Count && problem is null; i++)
         {
-            var option = args[i];
+            var (option, inline) = args[i].IndexOf('=') is var eq and > 2 && args[i].StartsWith("--", StringComparison.Ordinal)
+                ? (args[i][..eq], args[i][(eq + 1)..]) : (args[i], (string?)null);
             string Value()
             {
-                if (i + 1 < args.Count) return args[++i];
+                if (inline is not null) return inline;
+                if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) return args[++i];
                 problem ??= $"option '{option}' needs a value";
                 return "";
             }
             switch (option)
             {
+                case "--help" or "-h":
+                    error = null;
+                    return null;
                 case "--dataset" or "-d": s = s with { Dataset = Value() }; break;
                 case "--mode": s = s with { Mode = Value() }; break;
                 case "--touch": s = s with { Touch = Value() }; break;
-                case "--reopens": s = s with { Reopens = int.TryParse(Value(), out var n) ? n : -1 }; break;
+                case "--reopens":
+                    var text = Value();
+                    if (int.TryParse(text, out var n)) s = s with { Reopens = n };
+                    else problem ??= $"option '--reopens': '{text}' is not a whole number";
+                    break;
                 case "--wait-go": s = s with { WaitGo = true }; break;
                 case "--verify": s = s with { Verify = true }; break;
-                default: problem = $"unknown option '{option}' (worker [--dataset NAME] [--mode auto|map|stream|direct] [--wait-go] [--verify] [--touch first|all] [--reopens N])"; break;
+                default: problem = $"unknown option '{option}' ({Usage})"; break;
             }
         }
         error = problem;
@@ -62,17 +74,17 @@ public static class WorkerProbe
     }
 
     /// <param name="compute">A pass over the open data, as a service would make (timed as ComputeMs); null for a plain check.</param>
-    public static async Task<int> RunAsync(Settings o, Func<Dataset, string>? compute, CancellationToken ct, double mainUnixMs = 0)
+    public static async Task<int> RunAsync(Settings o, Func<Dataset, string>? compute, CancellationToken ct, double mainUnixMs = 0, string me = "hpcdata worker")
     {
         if (mainUnixMs == 0) mainUnixMs = UnixMs();
         var name = o.Dataset ?? Environment.GetEnvironmentVariable(DatasetOptions.DatasetVariable);
-        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine("hpcdata worker: no dataset (--dataset or HPCDATA_DATASET)"); return 2; }
-        if (o.Reopens is < 0 or > 1000) { Console.Error.WriteLine("hpcdata worker: --reopens must be between 0 and 1000"); return 2; }
-        if (o.Touch is not ("first" or "all")) { Console.Error.WriteLine($"hpcdata worker: --touch '{o.Touch}' is not first or all"); return 2; }
-        if (o.Mode is not ("auto" or "map" or "stream" or "direct")) { Console.Error.WriteLine($"hpcdata worker: --mode '{o.Mode}' is not one of auto, map, stream, direct"); return 2; }
+        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine($"{me}: no dataset (--dataset or HPCDATA_DATASET)"); return 2; }
+        if (o.Reopens is < 0 or > 1000) { Console.Error.WriteLine($"{me}: --reopens must be between 0 and 1000"); return 2; }
+        if (o.Touch is not ("first" or "all")) { Console.Error.WriteLine($"{me}: --touch '{o.Touch}' is not first or all"); return 2; }
+        if (o.Mode is not ("auto" or "map" or "stream" or "direct")) { Console.Error.WriteLine($"{me}: --mode '{o.Mode}' is not one of auto, map, stream, direct"); return 2; }
         try
         {
-            var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Logger = new StderrLogger("hpcdata worker") };
+            var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Logger = new StderrLogger(me) };
             if (o.WaitGo)
             {
                 Console.WriteLine("READY");
@@ -111,9 +123,10 @@ public static class WorkerProbe
             return 0;
         }
         catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or InvalidDataException or TimeoutException
-                                       or UnauthorizedAccessException or System.Net.Sockets.SocketException)
+                                       or UnauthorizedAccessException or System.Net.Sockets.SocketException or InvalidOperationException
+                                       or JsonException or FormatException)
         {
-            Console.Error.WriteLine($"hpcdata worker: {e.Message}");
+            Console.Error.WriteLine($"{me}: {e.Message}");
             return 1;
         }
     }

@@ -30,11 +30,21 @@ public class WorkerProbeTests
     }
 
     [Theory]
-    [InlineData("--colour", "unknown option '--colour'")]
-    [InlineData("--mode", "option '--mode' needs a value")]
-    public void A_bad_command_line_is_refused_with_the_switch_named(string arg, string message)
+    [InlineData("unknown option '--colour'", "--colour")]
+    [InlineData("option '--mode' needs a value", "--mode")]
+    [InlineData("option '--dataset' needs a value", "--dataset", "--verify")]
+    [InlineData("option '--reopens': 'abc' is not a whole number", "--reopens", "abc")]
+    public void A_bad_command_line_is_refused_with_the_switch_named(string message, params string[] args)
     {
-        Assert.Null(WorkerProbe.Parse(["worker", arg], out var error));
+        Assert.Null(WorkerProbe.Parse(["worker", .. args], out var error));
         Assert.StartsWith(message, error);
+    }
+
+    [Fact]
+    public void Values_may_follow_an_equals_sign_and_help_is_not_an_error()
+    {
+        Assert.Equal(new WorkerProbe.Settings("risk/a", Reopens: 3), WorkerProbe.Parse(["worker", "--dataset=risk/a", "--reopens=3"], out _));
+        Assert.Null(WorkerProbe.Parse(["worker", "--help"], out var error));
+        Assert.Null(error);
     }
 }

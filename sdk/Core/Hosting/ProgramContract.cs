@@ -54,8 +54,9 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
 
     private static readonly Entry[] Entries = Collect(typeof(T), T.SectionName, []).ToArray();
 
-    // Options types live in this library, which a native build keeps whole (TrimmerRootAssembly in Directory.Build.props):
-    // their properties, attributes and converters are there for reflection and for the configuration binder.
+    // Options types live in this library, which a native build of this repository's programs keeps whole
+    // (TrimmerRootAssembly in Directory.Build.props): their properties, attributes and converters are there for
+    // reflection and for the configuration binder. A program built elsewhere natively must root it the same way.
     [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
     [UnconditionalSuppressMessage("Trimming", "IL2075", Justification = "options types are kept whole in native builds")]
     private static IEnumerable<Entry> Collect(Type type, string prefix, PropertyInfo[] path)
