@@ -211,12 +211,7 @@ public static class ComponentLocator
         if (Environment.GetEnvironmentVariable(BinVariable) is { Length: > 0 } bin) installed.Add(bin);
         installed.Add(AppContext.BaseDirectory);
         foreach (var dir in installed)
-        {
-            if (Path.Combine(dir, file) is var path && File.Exists(path)) return path;
-            // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
-            if (Path.Combine(dir, OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var native && File.Exists(native)
-                && !File.Exists(Path.Combine(dir, assembly + ".runtimeconfig.json"))) return native;
-        }
+            if (FindIn(dir, assembly) is { } path) return path;
         // A build tree (artifacts/bin/<project>/<configuration>/): a program may also sit, copied, in the output of
         // projects that reference it; the newest build of it is the one meant.
         // A copy whose runtime configuration is not there (yet) is one a build is still writing: not a program to start.
@@ -226,6 +221,16 @@ public static class ComponentLocator
         return built ?? throw new FileNotFoundException(
             $"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable} to the folder of the installed programs. " +
             $"Looked in: {string.Join(", ", installed)} and the build's artifacts/bin");
+    }
+
+    /// <summary>The program in an installed folder: its assembly, else its native executable; null when neither is there.</summary>
+    internal static string? FindIn(string dir, string assembly)
+    {
+        if (Path.Combine(dir, assembly + ".dll") is var path && File.Exists(path)) return path;
+        // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
+        if (Path.Combine(dir, OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var native && File.Exists(native)
+            && !File.Exists(Path.Combine(dir, assembly + ".runtimeconfig.json"))) return native;
+        return null;
     }
 
     /// <summary>Whether <paramref name="directory"/> is a build's output (under <c>artifacts/bin/</c>), not an installation.</summary>
