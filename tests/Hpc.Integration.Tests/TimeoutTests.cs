@@ -61,4 +61,57 @@ public class TimeoutTests
             try { await server; } catch (OperationCanceledException) { }
         }
     }
+
+    /// <summary>
+    /// A host that accepts connections and reads requests but never answers (what a SIGSTOPped host looks like from
+    /// outside): a small request gives up after the response timeout, once, instead of the long exchange timeout five
+    /// times; the next request within seconds fails without waiting; data requests keep the long, progress-based timeout.
+    /// </summary>
+    [Fact]
+    public async Task A_host_that_accepts_but_never_answers_is_given_up_on_after_the_response_timeout_without_retries()
+    {
+        var listener = new TcpListener(IPAddress.Loopback, 0);
+        listener.Start();
+        using var stop = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        var accepted = 0;
+        var server = Task.Run(async () =>
+        {
+            var held = new List<TcpClient>();
+            try
+            {
+                while (true)
+                {
+                    held.Add(await listener.AcceptTcpClientAsync(stop.Token)); // keeps every connection open, says nothing
+                    Interlocked.Increment(ref accepted);
+                }
+            }
+            catch (OperationCanceledException) { }
+            finally { foreach (var c in held) c.Dispose(); }
+        });
+        var port = ((IPEndPoint)listener.LocalEndpoint).Port;
+        await using var tier = new CacheTierClient(new CacheTierOptions
+        {
+            Hosts = [$"127.0.0.1:{port}"], ResponseTimeout = TimeSpan.FromMilliseconds(800), OperationTimeout = TimeSpan.FromSeconds(30), MaxAttempts = 5,
+        });
+        try
+        {
+            var clock = System.Diagnostics.Stopwatch.StartNew();
+            var e = await Assert.ThrowsAsync<CacheHostUnavailableException>(() => tier.Catalog.GetLatestAsync("fault/silent"));
+            clock.Stop();
+            Assert.Contains("sent no answer", e.Message);
+            Assert.Contains("not retried", e.Message);
+            Assert.Equal(1, Volatile.Read(ref accepted)); // one connection, one attempt: no retry waited out the same silence
+            Assert.True(clock.Elapsed < TimeSpan.FromSeconds(20), $"gave up after {clock.Elapsed.TotalSeconds:0.0} s: the long timeout was used");
+
+            var again = await Assert.ThrowsAsync<CacheHostUnavailableException>(() => tier.Catalog.GetLatestAsync("fault/silent"));
+            Assert.Contains("not tried again yet", again.Message);
+            Assert.Equal(1, Volatile.Read(ref accepted));
+        }
+        finally
+        {
+            stop.Cancel();
+            listener.Stop();
+            await server;
+        }
+    }
 }

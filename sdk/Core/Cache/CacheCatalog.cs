@@ -31,7 +31,7 @@ public sealed class CacheCatalog
             if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
             Check(c, await c.FlushAndReadAsync(token));
             return 0;
-        }, ct);
+        }, ct, bulk: true); // a tree's manifest may be megabytes
 
     /// <summary>Moves the "latest" pointer of a dataset, on every host. Call only after every segment and the manifest are stored.</summary>
     public Task SetLatestAsync(string name, string version, CancellationToken ct = default) =>
@@ -117,16 +117,16 @@ public sealed class CacheCatalog
     /// </summary>
     public async Task<IReadOnlyList<CatalogEntry>> ListAsync(CancellationToken ct = default)
     {
-        var manifestKeys = await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.ManifestPrefix, token), ct);
+        var manifestKeys = await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.ManifestPrefix, token), ct, bulk: true);
         var holders = manifestKeys.SelectMany(k => k).Select(k => k[CacheKeys.ManifestPrefix.Length..])
             .GroupBy(v => v, StringComparer.Ordinal).ToDictionary(g => g.Key, g => g.Count(), StringComparer.Ordinal);
-        var latestNames = (await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.LatestPrefix, token), ct))
+        var latestNames = (await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.LatestPrefix, token), ct, bulk: true))
             .SelectMany(k => k).Select(k => k[CacheKeys.LatestPrefix.Length..]).Distinct(StringComparer.Ordinal).ToArray();
         var latest = new HashSet<string>(StringComparer.Ordinal);
         foreach (var name in latestNames)
             if (DatasetName.TryValidate(name, out _) && await GetLatestAsync(name, ct) is { } v) latest.Add(v);
         IReadOnlyList<string> withJobs = [];
-        try { withJobs = (await _hosts.RunAsync(Designated, (c, token) => KeysAsync(c, CacheKeys.JobsPrefix, token), ct)).Select(k => k[CacheKeys.JobsPrefix.Length..]).ToList(); }
+        try { withJobs = (await _hosts.RunAsync(Designated, (c, token) => KeysAsync(c, CacheKeys.JobsPrefix, token), ct, bulk: true)).Select(k => k[CacheKeys.JobsPrefix.Length..]).ToList(); }
         catch (CacheHostUnavailableException) { /* the job lists' host is down: versions are listed without them */ }
 
         var entries = new List<CatalogEntry>();

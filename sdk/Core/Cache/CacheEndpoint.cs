@@ -47,8 +47,10 @@ public sealed record CacheEndpoint(string Host, int Port)
 }
 
 /// <summary>A cache host could not be reached or dropped the connection; the message names the host.</summary>
-public sealed class CacheHostUnavailableException(CacheEndpoint endpoint, string reason, Exception? inner = null)
+public sealed class CacheHostUnavailableException(CacheEndpoint endpoint, string reason, Exception? inner = null, bool timedOut = false)
     : CommonDataException(ErrorCode.Unavailable, $"cache host {endpoint} unavailable: {reason}", inner)
 {
     public CacheEndpoint Endpoint { get; } = endpoint;
+    /// <summary>The host said nothing in time (as opposed to refusing or resetting the connection).</summary>
+    public bool TimedOut { get; } = timedOut;
 }

@@ -30,22 +30,41 @@ internal sealed class CacheHostSet : IAsyncDisposable
     /// <summary>The process's byte budget on the cache tier (<see cref="CacheTierOptions.MaxRate"/>), or null when unlimited.</summary>
     public TokenBucket? RateLimit { get; }
 
-    /// <summary>Runs one exchange on a pooled connection to host <paramref name="h"/>, retried as the policy says.</summary>
-    public async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct)
+    /// <summary>
+    /// Runs one exchange on a pooled connection to host <paramref name="h"/>, retried as the policy says. A
+    /// <paramref name="bulk"/> exchange moves data (segment batches), and may wait <see cref="CacheTierOptions.OperationTimeout"/>
+    /// for its first byte; any other gets <see cref="CacheTierOptions.ResponseTimeout"/>. Either way, once bytes arrive the
+    /// deadline restarts with each of them.
+    /// <para>A host that stayed silent (a connect, login or exchange timed out without a byte of answer) is not tried
+    /// again: it accepted and hung, and every further attempt would wait the same. For a few seconds after, exchanges
+    /// with it fail at once, so a node's other requests fall back to replicas or local copies without each waiting.
+    /// Refused or reset connections are retried with backoff as before: a restarting host comes back.</para>
+    /// </summary>
+    public async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false)
     {
         var pool = _pools[h];
         for (var attempt = 1; ; attempt++)
         {
+            if (Volatile.Read(ref pool.SilentSince) is var since and > 0 && Environment.TickCount64 - since < SilenceMemory)
+                throw new CacheHostUnavailableException(Hosts[h], $"did not answer {(Environment.TickCount64 - since) / 1000.0:0.0} s ago and is not tried again yet");
             using var timeout = CancellationTokenSource.CreateLinkedTokenSource(ct);
+            // Waiting for one of our own busy connections is not the host's silence: the short deadline starts once rented.
             timeout.CancelAfter(_options.OperationTimeout);
             RespConnection? c = null;
+            var firstByte = bulk ? _options.OperationTimeout : Min(_options.ResponseTimeout, _options.OperationTimeout);
             try
             {
                 c = await pool.RentAsync(timeout.Token);
-                c.Progress = () => timeout.CancelAfter(_options.OperationTimeout);
-                return await op(c, timeout.Token);
+                timeout.CancelAfter(firstByte);
+                c.Heard = false;
+                // Sending restarts the wait for the first byte; once the answer has begun, each byte restarts the long one.
+                var rented = c;
+                c.Progress = () => timeout.CancelAfter(rented.Heard ? _options.OperationTimeout : firstByte);
+                var result = await op(c, timeout.Token);
+                Volatile.Write(ref pool.SilentSince, 0);
+                return result;
             }
-            catch (Exception e) when (IsTransient(e, ct) && attempt < _options.MaxAttempts)
+            catch (Exception e) when (IsTransient(e, ct) && !IsSilence(e, ct, c) && attempt < _options.MaxAttempts)
             {
                 c?.MarkBroken();
                 var delay = Backoff(attempt);
@@ -55,6 +74,13 @@ internal sealed class CacheHostSet : IAsyncDisposable
             catch (Exception e) when (IsTransient(e, ct))
             {
                 c?.MarkBroken();
+                if (IsSilence(e, ct, c))
+                {
+                    Volatile.Write(ref pool.SilentSince, Environment.TickCount64);
+                    var waited = c is null ? _options.ConnectTimeout : firstByte;
+                    throw new CacheHostUnavailableException(Hosts[h],
+                        $"timed out: accepted the connection but sent no answer in {waited.TotalSeconds:0.#} s (stopped or hung); not retried", e);
+                }
                 throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts)", e);
             }
             catch
@@ -73,13 +99,26 @@ internal sealed class CacheHostSet : IAsyncDisposable
         }
     }
 
-    public async Task<T[]> ForAllAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct) =>
-        await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Select(h => RunAsync(h, op, ct)));
+    /// <summary>How long a host found silent is failed at once instead of waited for again.</summary>
+    private const long SilenceMemory = 5_000;
+
+    private static TimeSpan Min(TimeSpan a, TimeSpan b) => a < b ? a : b;
+
+    /// <summary>
+    /// A timeout with nothing heard: the caller did not cancel, no reply byte arrived, and the connect either completed
+    /// (so the host is up but not answering) or timed out itself. A refused or reset connection is not silence.
+    /// </summary>
+    private static bool IsSilence(Exception e, CancellationToken ct, RespConnection? c) =>
+        c is not { Heard: true } && !ct.IsCancellationRequested &&
+        (e is OperationCanceledException || e is CacheHostUnavailableException { TimedOut: true });
+
+    public async Task<T[]> ForAllAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
+        await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Select(h => RunAsync(h, op, ct, bulk)));
 
     /// <summary>Reads from every host that answers; fails only when none does (a read must survive one host being down).</summary>
-    public async Task<T[]> AskAnswerableAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct)
+    public async Task<T[]> AskAnswerableAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false)
     {
-        var tasks = Enumerable.Range(0, Hosts.Count).Select(h => RunAsync(h, op, ct)).ToArray();
+        var tasks = Enumerable.Range(0, Hosts.Count).Select(h => RunAsync(h, op, ct, bulk)).ToArray();
         try { await Task.WhenAll(tasks); }
         catch (CacheHostUnavailableException) when (tasks.Any(t => t.IsCompletedSuccessfully)) { }
         return tasks.Where(t => t.IsCompletedSuccessfully).Select(t => t.Result).ToArray();
@@ -137,6 +176,8 @@ internal sealed class CacheHostSet : IAsyncDisposable
     private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls, TokenBucket? rateLimit) : IAsyncDisposable
     {
         public CacheEndpoint Endpoint => endpoint;
+        /// <summary>When (Environment.TickCount64) the host was last found silent; 0 once it answers again.</summary>
+        public long SilentSince;
         private readonly ConcurrentBag<RespConnection> _idle = [];
         private readonly SemaphoreSlim _slots = new(Math.Max(1, options.ConnectionsPerHost));
 

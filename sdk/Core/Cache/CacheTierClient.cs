@@ -95,7 +95,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                     ArrayPool<long>.Shared.Return(replies);
                 }
                 return 0;
-            }, ct));
+            }, ct, bulk: true));
         }
         await Task.WhenAll(tasks);
         for (var i = 0; i < held.Length; i++) present[i] = held[i] == Replicas;
@@ -156,7 +156,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                     ArrayPool<long>.Shared.Return(replies);
                 }
                 return 0;
-            }, ct));
+            }, ct, bulk: true));
         }
         await Task.WhenAll(tasks);
         if (alreadyHeld is not null)
@@ -232,7 +232,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                     else _metrics.VerificationFailures.Add(1);
                 }, token);
                 return 0;
-            }, ct);
+            }, ct, bulk: true);
             }
             catch (CacheHostUnavailableException e) when (canRetry)
             {
@@ -277,7 +277,8 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// <summary>Keys starting with <paramref name="prefix"/>, per host (the cache host's KEYS with a "prefix*" pattern).</summary>
     public async Task<IReadOnlyList<string>[]> KeysAsync(string prefix, CancellationToken ct = default)
     {
-        var replies = await ForAllHostsAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct);
+        // A scan of every key may take the host a while before its first byte.
+        var replies = await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true);
         return replies.Select((r, h) => r.Kind == RespKind.Array
             ? (IReadOnlyList<string>)r.Items!.Select(i => Encoding.UTF8.GetString(i.Bulk!)).ToList()
             : throw new RespErrorException(Hosts[h].ToString(), r.Text ?? "KEYS failed")).ToArray();
@@ -347,7 +348,8 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// </summary>
     public Task<string?[]> ConnectAllAsync(CancellationToken ct = default) => _hosts.ConnectAllAsync(ct);
 
-    private Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct) => _hosts.RunAsync(h, op, ct);
+    private Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
+        _hosts.RunAsync(h, op, ct, bulk);
 
     private Task<T[]> ForAllHostsAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct) => _hosts.ForAllAsync(op, ct);
 

@@ -48,6 +48,12 @@ public sealed class CacheTierOptions
     public TimeSpan ConnectTimeout { get; set; } = TimeSpan.FromSeconds(3);
     /// <summary>How long an exchange may go without receiving a byte before the host counts as unresponsive.</summary>
     public TimeSpan OperationTimeout { get; set; } = TimeSpan.FromSeconds(30);
+    /// <summary>
+    /// How long a small request (a "latest" pointer, a manifest, a flag) may wait for the first byte of its answer. An
+    /// in-memory host answers those in microseconds; one that accepted the connection but says nothing (stopped, hung)
+    /// must not hold a node's local copy back for the long <see cref="OperationTimeout"/> meant for data moving on a slow link.
+    /// </summary>
+    public TimeSpan ResponseTimeout { get; set; } = TimeSpan.FromSeconds(3);
     public int MaxAttempts { get; set; } = 5;
     public TimeSpan RetryBaseDelay { get; set; } = TimeSpan.FromMilliseconds(50);
     public TimeSpan RetryMaxDelay { get; set; } = TimeSpan.FromSeconds(2);
@@ -85,6 +91,7 @@ public sealed class CacheTierOptions
         if (ConnectionsPerHost < 1) yield return $"ConnectionsPerHost must be at least 1 (got {ConnectionsPerHost})";
         if (BatchSize < 1) yield return $"BatchSize must be at least 1 (got {BatchSize})";
         if (MaxAttempts < 1) yield return $"MaxAttempts must be at least 1 (got {MaxAttempts})";
+        if (ResponseTimeout <= TimeSpan.Zero) yield return $"ResponseTimeout must be positive (got {ResponseTimeout})";
     }
 
     /// <summary>

@@ -40,6 +40,9 @@ public sealed class RespConnection : IAsyncDisposable
     /// </summary>
     public Action? Progress { get; set; }
 
+    /// <summary>Set when reply bytes arrive; the exchange's owner clears it, to tell a silent host from a slow one.</summary>
+    public bool Heard { get; set; }
+
     /// <summary>The exchange was abandoned part-way; replies may still be in flight, so the connection is not reused.</summary>
     public void MarkBroken() => _broken = true;
 
@@ -73,7 +76,7 @@ public sealed class RespConnection : IAsyncDisposable
         catch (OperationCanceledException) when (!ct.IsCancellationRequested)
         {
             socket.Dispose();
-            throw new CacheHostUnavailableException(endpoint, $"connect timed out after {timeout.TotalMilliseconds:0} ms");
+            throw new CacheHostUnavailableException(endpoint, $"connect timed out after {timeout.TotalMilliseconds:0} ms", timedOut: true);
         }
         catch (SocketException e)
         {
@@ -90,7 +93,13 @@ public sealed class RespConnection : IAsyncDisposable
             {
                 await secure.AuthenticateAsClientAsync(tls.ClientOptions(endpoint.Host), cts.Token);
             }
-            catch (Exception e) when (e is AuthenticationException or IOException || (e is OperationCanceledException && !ct.IsCancellationRequested))
+            catch (OperationCanceledException) when (!ct.IsCancellationRequested)
+            {
+                // A stopped host completes the TCP handshake in its kernel and then says nothing: silence, not distrust.
+                await secure.DisposeAsync();
+                throw new CacheHostUnavailableException(endpoint, $"TLS handshake got no answer in {timeout.TotalMilliseconds:0} ms", timedOut: true);
+            }
+            catch (Exception e) when (e is AuthenticationException or IOException)
             {
                 await secure.DisposeAsync();
                 // Not "unavailable": a host whose certificate we do not trust must not be retried as if it were down.
@@ -397,6 +406,7 @@ public sealed class RespConnection : IAsyncDisposable
             _broken = true;
             throw new CacheHostUnavailableException(Endpoint, $"receive failed: {e.Message}", e);
         }
+        Heard = true;
         Progress?.Invoke();
         if (result.IsCompleted && result.Buffer.IsEmpty)
         {

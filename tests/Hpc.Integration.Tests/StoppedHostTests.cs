@@ -1,0 +1,54 @@
+using System.Diagnostics;
+using Hpc.CommonData;
+
+namespace Hpc.Integration.Tests;
+
+/// <summary>
+/// A cache host frozen with SIGSTOP: its kernel still completes TCP handshakes and takes requests into its buffers, but
+/// nothing answers. Unlike a dead host (refused at once), this used to cost a node 5 × 30 s before it served its own copy.
+/// </summary>
+public sealed class StoppedHostTests
+{
+    [Fact]
+    public async Task A_node_holding_a_complete_copy_serves_it_within_seconds_when_its_cache_host_is_stopped()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(2 << 20, seed: 31);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", bytes), "fault/stopped");
+        var (_, pipe, _) = await c.StartAgentAsync();
+        await using (var first = await Dataset.OpenAsync("fault/stopped", Cluster.Via(pipe)))
+            Assert.Equal(staged.Version, first.Version);
+
+        var host = c.Processes.First(p => p.ReadyText == c.Hosts[0]);
+        Signal(host.Id, "STOP");
+        try
+        {
+            var clock = Stopwatch.StartNew();
+            await using var data = await Dataset.OpenAsync("fault/stopped", Cluster.Via(pipe));
+            var first = clock.Elapsed;
+            Assert.Equal(staged.Version, data.Version);
+            Assert.True(data.VerifyHash());
+            Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+            // The response timeout is 3 s; the old policy waited 150 s. The margin is for a loaded test machine.
+            Assert.True(first < TimeSpan.FromSeconds(15), $"the local copy was served after {first.TotalSeconds:0.0} s");
+
+            clock.Restart();
+            await using var second = await Dataset.OpenAsync("fault/stopped", Cluster.Via(pipe));
+            Assert.Equal(staged.Version, second.Version);
+            Assert.True(clock.Elapsed < first, $"a second open right after waited again ({clock.Elapsed.TotalSeconds:0.0} s, first {first.TotalSeconds:0.0} s)");
+        }
+        finally
+        {
+            Signal(host.Id, "CONT");
+        }
+    }
+
+    private static void Signal(int pid, string signal)
+    {
+        using var kill = Process.Start(new ProcessStartInfo("kill", [$"-{signal}", pid.ToString()]) { UseShellExecute = false })!;
+        kill.WaitForExit();
+        Assert.Equal(0, kill.ExitCode);
+    }
+}
