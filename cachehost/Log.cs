@@ -30,6 +30,12 @@ internal static partial class Log
     [LoggerMessage(21, LogLevel.Warning, "Client {ClientId} from {Remote} has given a wrong password {Failures} times; its replies are slowed")]
     public static partial void RepeatedAuthFailures(ILogger logger, long clientId, EndPoint? remote, int failures);
 
+    [LoggerMessage(24, LogLevel.Warning, "Failed-AUTH budget spent (client {ClientId} from {Remote}, user '{User}'): further AUTH from that address, or to that account from addresses that failed lately, is refused unchecked for a while")]
+    public static partial void AuthBudgetSpent(ILogger logger, long clientId, EndPoint? remote, string user);
+
+    [LoggerMessage(25, LogLevel.Warning, "Client {ClientId} from {Remote} spoke plain TCP to this TLS-only host; told so and disconnected")]
+    public static partial void PlainClientOnTlsHost(ILogger logger, long clientId, EndPoint? remote);
+
     [LoggerMessage(14, LogLevel.Debug, "Client {ClientId} closed with {Bytes} bytes of an unfinished request")]
     public static partial void TruncatedRequest(ILogger logger, long clientId, long bytes);
 

@@ -28,6 +28,9 @@ internal sealed class CacheUsers
 
     public int Count => _byName.Count;
 
+    /// <summary>The account of that name (ACL DRYRUN and GETUSER), or null.</summary>
+    public CacheUser? Find(string name) => _byName.GetValueOrDefault(name);
+
     public CacheUser? Authenticate(ReadOnlySpan<byte> user, ReadOnlySpan<byte> password)
     {
         Span<byte> hash = stackalloc byte[SHA256.HashSizeInBytes];

@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Text;
 using Hpc.CacheHost.Resp;
 using Hpc.CacheHost.Server.Commands;
@@ -48,14 +49,49 @@ internal sealed partial class ClientSession
 
     internal void AuthenticationSucceeded() => _failedAuths = 0;
 
+    internal void BudgetSpent(string user) => Log.AuthBudgetSpent(_logger, Id, Remote, user);
+
     /// <summary>Set by QUIT: the connection closes once the replies so far are sent.</summary>
     internal void RequestQuit() => _quitRequested = true;
 
-    private bool DeletesOnlyOwnKeys()
+    /// <summary>
+    /// Whether <paramref name="user"/> may run <paramref name="command"/> with the arguments from <paramref name="first"/>
+    /// on (the command name is at <paramref name="first"/> − 1): null when allowed, otherwise the refusal to reply.
+    /// <paramref name="dryRun"/> (ACL DRYRUN) decides without recording a dataset's owner. A writer re-sending bytes a
+    /// content-addressed key already holds gets <see cref="WriteVerdict.AlreadyHeld"/> through <paramref name="verdict"/>.
+    /// </summary>
+    internal string? Authorize(CacheUser user, CommandInfo command, RespCommand args, int first, bool dryRun, out WriteVerdict verdict)
     {
-        for (int i = 1; i < _command.Count; i++)
-            if (!CommandInfo.WriterMayDelete(_command.Span(i))) return false;
-        return true;
+        verdict = WriteVerdict.Allowed;
+        if (user.Role < command.Role)
+            return $"NOPERM User {user.Name} has no permissions to run the '{command.Name}' command";
+        // Administrators (and everyone on an open host) are not limited by key; readers cannot change anything.
+        if (user.Role != CacheRole.Writer || (command.Flags & (CommandFlags.Write | CommandFlags.Delete)) == 0)
+            return null;
+        if ((command.Flags & CommandFlags.Delete) != 0)
+        {
+            for (int i = first; i < args.Count; i++)
+                if (!CommandInfo.WriterMayDelete(args.Span(i)))
+                    return $"NOPERM User {user.Name} has no permissions to delete shared keys (segments, manifests, latest pointers): that takes the admin role";
+            return null;
+        }
+        var key = args.Span(first);
+        string? refusal;
+        switch (command.Name)
+        {
+            case "set":
+                WriteRules.ReadOptions(args, first + 2, out _, out bool onlyIfAbsent);
+                verdict = WriteRules.Set(Store, user, key, args[first + 1], onlyIfAbsent, claim: !dryRun, out refusal);
+                return refusal;
+            case "expire":
+            case "pexpire":
+                if (!RespParser.TryParseInt64(args.Span(first + 1), out long amount)) return null; // the handler says why
+                return WriteRules.Expire(Store, user, key, command.Name == "expire" ? (amount > long.MaxValue / 1000 ? long.MaxValue : amount * 1000) : amount);
+            case "persist":
+                return WriteRules.Expire(Store, user, key, null);
+            default:
+                return $"NOPERM User {user.Name} has no permissions to run the '{command.Name}' command";
+        }
     }
 
     /// <summary>
@@ -72,12 +108,47 @@ internal sealed partial class ClientSession
                 : Encoding.UTF8.GetBytes($"NOPERM User {_user.Name} has no permissions to run the 'set' command"));
             return;
         }
+        if (_user.Role == CacheRole.Writer)
+        {
+            var verdict = WriteRules.Set(Store, _user, key, new ReadOnlySequence<byte>(value), onlyIfAbsent: false, claim: true, out var refusal);
+            if (verdict != WriteVerdict.Allowed)
+            {
+                ReleaseFrameCharge();
+                if (refusal is not null)
+                {
+                    _reply.WriteError(Encoding.UTF8.GetBytes(refusal));
+                    return;
+                }
+                // The same bytes again, with no expiry asked for: the key keeps them, and lives on.
+                Store.Persist(key);
+                _reply.WriteRaw(Replies.Ok);
+                return;
+            }
+        }
         // The frame's charge ends as the store takes over the value's cost, as for any other command.
         ReleaseFrameCharge(buffersFreed: false);
         if (Store.SetOwned(key, value) == SetOutcome.Stored)
             _reply.WriteRaw(Replies.Ok);
         else
             _reply.WriteError(Replies.OutOfMemory);
+    }
+
+    /// <summary>
+    /// A writer's SET of bytes a content-addressed key holds already: nothing is stored; the key keeps whichever life is
+    /// longer, so staging a dataset again never shortens that of another dataset sharing its segments.
+    /// </summary>
+    private void KeepLongerLife()
+    {
+        var key = _command.Span(1);
+        WriteRules.ReadOptions(_command, 3, out long ttlMs, out bool onlyIfAbsent);
+        if (onlyIfAbsent)
+        {
+            _reply.WriteNullBulk();
+            return;
+        }
+        if (ttlMs == 0) Store.Persist(key);
+        else Store.SetExpiry(key, ttlMs, ExpireCondition.IfGreater);
+        _reply.WriteRaw(Replies.Ok);
     }
 
     /// <summary>Executes the parsed command and appends its reply; never throws for anything a client sends.</summary>
@@ -103,15 +174,15 @@ internal sealed partial class ClientSession
                 return;
             }
         }
-        else if (_user.Role < command.Role)
+        else if (Authorize(_user, command, _command, 1, dryRun: false, out var verdict) is { } refusal)
         {
-            // Redis's wording; refusals are rare, so the message may allocate.
-            _reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {_user.Name} has no permissions to run the '{command.Name}' command"));
+            // Refusals are rare, so the message may allocate.
+            _reply.WriteError(Encoding.UTF8.GetBytes(refusal));
             return;
         }
-        else if (_user.Role == CacheRole.Writer && (command.Flags & CommandFlags.Delete) != 0 && !DeletesOnlyOwnKeys())
+        else if (verdict == WriteVerdict.AlreadyHeld)
         {
-            _reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {_user.Name} has no permissions to delete shared keys (segments, manifests, latest pointers): that takes the admin role"));
+            KeepLongerLife();
             return;
         }
         command.Handler(this);

@@ -60,9 +60,17 @@ internal sealed partial class ClientSession : IDisposable
             timeout.CancelAfter(HandshakeTimeout);
             try
             {
+                if (!await StartsWithTlsAsync(timeout.Token))
+                {
+                    // A client speaking RESP in plain text reads this as an error reply, and says what is wrong instead
+                    // of retrying a host it takes to be down.
+                    Log.PlainClientOnTlsHost(_logger, Id, Remote);
+                    await _socket.SendAsync(TlsOnlyReply, SocketFlags.None, timeout.Token);
+                    return false;
+                }
                 await _tls.AuthenticateAsServerAsync(tls, timeout.Token);
             }
-            catch (Exception ex) when (ex is AuthenticationException or IOException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
+            catch (Exception ex) when (ex is AuthenticationException or IOException or SocketException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
             {
                 Log.TlsHandshakeFailed(_logger, Id, Remote, ex.GetBaseException().Message);
                 return false;
@@ -72,6 +80,20 @@ internal sealed partial class ClientSession : IDisposable
         _reader = PipeReader.Create(stream,
             new StreamPipeReaderOptions(bufferSize: ReceiveBufferBytes, minimumReadSize: MinimumReadBytes, leaveOpen: true));
         return true;
+    }
+
+    private static readonly byte[] TlsOnlyReply =
+        "-ERR this host accepts TLS connections only: connect with TLS (hpcdata: --cache-tls or --cache-ca; redis-cli: --tls)\r\n"u8.ToArray();
+
+    /// <summary>
+    /// Whether the client's first byte opens a TLS handshake record (content type 22), looked at without taking it.
+    /// False also for a client that closed without sending anything.
+    /// </summary>
+    private async Task<bool> StartsWithTlsAsync(CancellationToken cancellationToken)
+    {
+        var first = new byte[1];
+        int received = await _socket.ReceiveAsync(first, SocketFlags.Peek, cancellationToken);
+        return received == 1 && first[0] == 0x16;
     }
 
     public long Id { get; }

@@ -20,6 +20,7 @@ internal sealed class ServerContext
         Time = time;
         Limits = RespLimits.ForFrameSize((int)Options.MaxFrameBytes.Bytes);
         Users = users;
+        AuthBudget = new AuthBudget(time);
         StartTimestamp = time.GetTimestamp();
         Version = typeof(ServerContext).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion
             ?? typeof(ServerContext).Assembly.GetName().Version?.ToString() ?? "0.0.0";
@@ -30,6 +31,9 @@ internal sealed class ServerContext
     public TimeProvider Time { get; }
     public RespLimits Limits { get; }
     public CacheUsers Users { get; }
+
+    /// <summary>Wrong passwords across connections, per address and per account.</summary>
+    public AuthBudget AuthBudget { get; }
 
     /// <summary>Set when the host serves TLS only (--tls-cert and --tls-key).</summary>
     public SslServerAuthenticationOptions? Tls { get; }

@@ -94,6 +94,14 @@ internal sealed class CacheStore
 
     public bool Exists(ReadOnlySpan<byte> key) => TryGetLive(key, out _, out _);
 
+    /// <summary>Looks a key up for the host's own checks: not counted as a client's hit or miss.</summary>
+    public bool TryPeek(ReadOnlySpan<byte> key, [NotNullWhen(true)] out byte[]? value)
+    {
+        var found = TryGetLive(key, out _, out var entry);
+        value = found ? entry.Value : null;
+        return found;
+    }
+
     public SetOutcome Set(ReadOnlySpan<byte> key, byte[] value, SetCondition condition = SetCondition.Always, long ttlMs = 0) =>
         Set(key, new ReadOnlySequence<byte>(value), condition, ttlMs);
 

@@ -1,5 +1,7 @@
+using System.Net;
 using System.Text;
 using Hpc.CacheHost.Resp;
+using Hpc.CommonData.Cache;
 
 namespace Hpc.CacheHost.Server.Commands;
 
@@ -38,25 +40,39 @@ internal static class ConnectionCommands
             s.Reply.WriteError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"u8);
             return;
         }
-        if (TryAuthenticate(s, args.Count == 3 ? args.Span(1) : "default"u8, args.Span(args.Count - 1)))
-            s.Reply.WriteRaw(Replies.Ok);
+        if (Authenticate(s, args.Count == 3 ? args.Span(1) : "default"u8, args.Span(args.Count - 1)) is { } refusal)
+            s.Reply.WriteError(refusal);
         else
-            s.Reply.WriteError(Replies.WrongPass);
+            s.Reply.WriteRaw(Replies.Ok);
     }
 
-    private static bool TryAuthenticate(ClientSession s, ReadOnlySpan<byte> user, ReadOnlySpan<byte> password)
+    /// <summary>Logs the connection in; null on success, otherwise the error to reply.</summary>
+    private static byte[]? Authenticate(ClientSession s, ReadOnlySpan<byte> user, ReadOnlySpan<byte> password)
     {
-        if (!s.Server.Users.Required)
-            return true;
-        if (s.Server.Users.Authenticate(user, password) is not { } account)
+        var users = s.Server.Users;
+        if (!users.Required)
+            return null;
+        var name = user.Length <= 256 ? Encoding.UTF8.GetString(user) : null;
+        var address = (s.Remote as IPEndPoint)?.Address;
+        if (s.Server.AuthBudget.Admit(address, name) is { } spent)
         {
             s.AuthenticationFailed();
-            return false;
+            return Encoding.UTF8.GetBytes($"WRONGPASS too many failed AUTH attempts ({spent.Spent}): try again in {Math.Ceiling(spent.RetryAfter.TotalSeconds)} s; the password was not checked");
         }
+        if (users.Authenticate(user, password) is not { } account)
+        {
+            s.AuthenticationFailed();
+            if (s.Server.AuthBudget.Failed(address, name is not null && users.Find(name) is not null ? name : null))
+                s.BudgetSpent(name ?? "");
+            return WrongPass;
+        }
+        s.Server.AuthBudget.Succeeded(address);
         s.User = account;
         s.AuthenticationSucceeded();
-        return true;
+        return null;
     }
+
+    private static readonly byte[] WrongPass = Replies.WrongPass.ToArray();
 
     /// <summary>ACL WHOAMI: the account this connection acts as (what redis-cli --user shows).</summary>
     public static void Acl(ClientSession s)
@@ -64,8 +80,64 @@ internal static class ConnectionCommands
         var sub = s.Args.Span(1);
         if (Ascii.EqualsIgnoreCase(sub, "WHOAMI"u8) && s.Args.Count == 2)
             s.Reply.WriteBulk(s.User!.NameBytes);
+        else if (Ascii.EqualsIgnoreCase(sub, "DRYRUN"u8) && s.Args.Count >= 4)
+            DryRun(s);
+        else if (Ascii.EqualsIgnoreCase(sub, "GETUSER"u8) && s.Args.Count == 3)
+            GetUser(s);
         else
             Replies.UnknownSubcommand(s, sub, "ACL"u8);
+    }
+
+    /// <summary>
+    /// The account named, as a connection sees it: itself always, anyone else only for an administrator (whose ACL
+    /// commands these are in Redis). Replies and returns null otherwise.
+    /// </summary>
+    private static CacheUser? TargetUser(ClientSession s)
+    {
+        var name = Encoding.UTF8.GetString(s.Args.Span(2));
+        var self = s.User!;
+        if (name == self.Name) return self;
+        if (self.Role < CacheRole.Admin)
+        {
+            s.Reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {self.Name} may ask only about itself: that takes the admin role"));
+            return null;
+        }
+        var user = s.Server.Users.Find(name);
+        if (user is null) s.Reply.WriteError(Encoding.UTF8.GetBytes($"ERR User '{Encoding.UTF8.GetString(Replies.Sanitize(s.Args.Span(2)))}' not found"));
+        return user;
+    }
+
+    /// <summary>
+    /// ACL DRYRUN user command [arg ...]: whether that account may run that command on those keys now, decided by the
+    /// same checks as a real request, without running it: +OK, or the reason as a bulk string (Redis's form).
+    /// </summary>
+    private static void DryRun(ClientSession s)
+    {
+        if (TargetUser(s) is not { } user) return;
+        var name = s.Args.Span(3);
+        var command = CommandTable.Lookup(name);
+        if (command is null || !command.AcceptsArgumentCount(s.Args.Count - 3))
+        {
+            s.Reply.WriteError(Encoding.UTF8.GetBytes($"ERR Command '{Encoding.UTF8.GetString(Replies.Sanitize(name))}' not found or wrong number of arguments"));
+            return;
+        }
+        if (s.Authorize(user, command, s.Args, 4, dryRun: true, out _) is { } refusal)
+            s.Reply.WriteBulk(Encoding.UTF8.GetBytes(refusal));
+        else
+            s.Reply.WriteRaw(Replies.Ok);
+    }
+
+    /// <summary>ACL GETUSER name: the account's role and the dataset names it owns on this host.</summary>
+    private static void GetUser(ClientSession s)
+    {
+        if (TargetUser(s) is not { } user) return;
+        var owned = WriteRules.NamesOwnedBy(s.Store, user.Name);
+        s.Reply.WriteArrayHeader(4);
+        s.Reply.WriteBulk("role"u8);
+        s.Reply.WriteBulk(Encoding.ASCII.GetBytes(user.Role.ToString().ToLowerInvariant()));
+        s.Reply.WriteBulk("datasets"u8);
+        s.Reply.WriteArrayHeader(owned.Count);
+        foreach (var dataset in owned) s.Reply.WriteBulk(Encoding.UTF8.GetBytes(dataset));
     }
 
     /// <summary>HELLO negotiates RESP3 in newer clients; this server speaks RESP2 only and says so.</summary>
@@ -93,9 +165,9 @@ internal static class ConnectionCommands
             var option = args.Span(i);
             if (Ascii.EqualsIgnoreCase(option, "AUTH"u8) && i + 2 < args.Count)
             {
-                if (!TryAuthenticate(s, args.Span(i + 1), args.Span(i + 2)))
+                if (Authenticate(s, args.Span(i + 1), args.Span(i + 2)) is { } refusal)
                 {
-                    reply.WriteError(Replies.WrongPass);
+                    reply.WriteError(refusal);
                     return;
                 }
                 i += 2;

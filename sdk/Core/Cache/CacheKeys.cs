@@ -20,6 +20,8 @@ public static class CacheKeys
     public const string LockPrefix = "hcd:lock:";
     /// <summary><c>hcd:staging:&lt;id&gt;</c> — a running stager's lease: segment collection waits for it.</summary>
     public const string StagingPrefix = "hcd:staging:";
+    /// <summary><c>hcd:owner:&lt;owner/name&gt;</c> — the cache account a dataset name belongs to (claimed by its first stage).</summary>
+    public const string OwnerPrefix = "hcd:owner:";
     /// <summary><c>hcd:gc</c> — set while a segment collection runs; stagers wait for it.</summary>
     public const string Collection = "hcd:gc";
 
@@ -39,4 +41,5 @@ public static class CacheKeys
     public static string Jobs(string version) => JobsPrefix + version;
     public static string Lock(string version) => LockPrefix + version;
     public static string Staging(string lease) => StagingPrefix + lease;
+    public static string Owner(string name) => OwnerPrefix + DatasetName.Validate(name);
 }

@@ -11,6 +11,8 @@ namespace Hpc.CacheHost.Tests.Process;
 [Collection(ProcessTests.Collection)]
 public sealed class CacheRolesTests : IDisposable
 {
+    private static readonly (string Key, byte[] Bytes, Hpc.CommonData.Format.ManifestSegment Entry) Stored = StoredObjects.Segment("segment");
+
     private readonly string _usersFile = Path.GetTempFileName();
     private readonly CacheHostProcess _host;
 
@@ -30,33 +32,33 @@ public sealed class CacheRolesTests : IDisposable
     public void A_reader_reads_but_cannot_write_or_flush()
     {
         using var stager = Login("stager", "w-pass");
-        Assert.Equal("OK", stager.Call("SET", "hcd:s:abc", "segment"));
+        Assert.Equal("OK", stager.Call("SET", Stored.Key, Stored.Bytes));
         using var node = Login("node", "r-pass");
 
-        Assert.Equal("segment", node.ReadStringOf("GET", "hcd:s:abc"));
-        Assert.Equal(1L, node.Call("EXISTS", "hcd:s:abc"));
-        Assert.Equal("NOPERM User node has no permissions to run the 'set' command", Assert.IsType<RespError>(node.Call("SET", "hcd:s:abc", "x")).Message);
+        Assert.Equal(Stored.Bytes, node.Call("GET", Stored.Key));
+        Assert.Equal(1L, node.Call("EXISTS", Stored.Key));
+        Assert.Equal("NOPERM User node has no permissions to run the 'set' command", Assert.IsType<RespError>(node.Call("SET", Stored.Key, "x")).Message);
         Assert.StartsWith("NOPERM", Assert.IsType<RespError>(node.Call("FLUSHALL")).Message);
         Assert.StartsWith("NOPERM", Assert.IsType<RespError>(node.Call("DEL", "hcd:staging:1")).Message);
-        Assert.Equal("segment", node.ReadStringOf("GET", "hcd:s:abc"));
+        Assert.Equal(Stored.Bytes, node.Call("GET", Stored.Key));
     }
 
     [Fact]
     public void A_writer_stages_and_keeps_its_own_bookkeeping_but_only_an_admin_removes_shared_keys()
     {
         using var stager = Login("stager", "w-pass");
-        Assert.Equal("OK", stager.Call("SET", "hcd:s:abc", "segment"));
+        Assert.Equal("OK", stager.Call("SET", Stored.Key, Stored.Bytes));
         Assert.Equal("OK", stager.Call("SET", "hcd:staging:lease1", "me", "PX", "60000"));
-        Assert.Equal(1L, stager.Call("PEXPIRE", "hcd:s:abc", "60000"));
+        Assert.Equal(1L, stager.Call("PEXPIRE", "hcd:staging:lease1", "120000"));
         Assert.Equal(1L, stager.Call("DEL", "hcd:staging:lease1"));
 
-        var refused = Assert.IsType<RespError>(stager.Call("DEL", "hcd:s:abc"));
+        var refused = Assert.IsType<RespError>(stager.Call("DEL", Stored.Key));
         Assert.StartsWith("NOPERM User stager has no permissions to delete shared keys", refused.Message);
         Assert.StartsWith("NOPERM", Assert.IsType<RespError>(stager.Call("DEL", "hcd:staging:x", "hcd:m:v1")).Message);
         Assert.StartsWith("NOPERM", Assert.IsType<RespError>(stager.Call("FLUSHDB")).Message);
 
         using var ops = Login("ops", "a-pass");
-        Assert.Equal(1L, ops.Call("DEL", "hcd:s:abc"));
+        Assert.Equal(1L, ops.Call("DEL", Stored.Key));
         Assert.Equal("OK", ops.Call("FLUSHALL"));
     }
 

@@ -17,9 +17,11 @@ internal sealed class RespTestClient : IDisposable
     private readonly TcpClient _tcp;
     private readonly BufferedStream _stream;
 
-    public RespTestClient(CacheHostProcess host)
+    /// <param name="from">The local address to connect from (any 127.x.y.z on Linux's loopback), so a test can be many clients.</param>
+    public RespTestClient(CacheHostProcess host, System.Net.IPAddress? from = null)
     {
-        _tcp = new TcpClient { NoDelay = true, ReceiveTimeout = (int)IoTimeout.TotalMilliseconds, SendTimeout = (int)IoTimeout.TotalMilliseconds };
+        _tcp = from is null ? new TcpClient() : new TcpClient(new System.Net.IPEndPoint(from, 0));
+        (_tcp.NoDelay, _tcp.ReceiveTimeout, _tcp.SendTimeout) = (true, (int)IoTimeout.TotalMilliseconds, (int)IoTimeout.TotalMilliseconds);
         _tcp.Connect(host.Host, host.Port);
         _stream = new BufferedStream(_tcp.GetStream(), 64 * 1024);
     }
