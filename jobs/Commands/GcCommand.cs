@@ -8,9 +8,15 @@ public sealed class GcOptions
 {
     [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
     public string? CacheHosts { get; set; }
+
+    [Option("drop-unreadable", HelpText = "Also delete manifest keys that hold no readable manifest (they are skipped with a warning otherwise).")]
+    public bool DropUnreadable { get; set; }
 }
 
-/// <summary>Exit codes: 0 collected; 1 the cache tier failed, or the collection could not run now (it says why); 2 bad usage.</summary>
+/// <summary>
+/// Exit codes: 0 collected; 1 the cache tier failed, the account lacks the admin role, or the collection could not run
+/// now (it says why); 2 bad usage.
+/// </summary>
 public static class GcCommand
 {
     public static async Task<int> RunAsync(GcOptions o, CancellationToken ct)
@@ -20,12 +26,16 @@ public static class GcCommand
             var options = CacheTierOptions.FromEnvironment();
             if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             await using var tier = new CacheTierClient(options);
-            var gc = await new SegmentCollector(tier).CollectAsync(ct);
+            var gc = await new SegmentCollector(tier).CollectAsync(ct, o.DropUnreadable);
             if (!gc.Ran)
             {
                 Console.Error.WriteLine($"hpcdata gc: not collected now: {gc.SkippedBecause}");
                 return 1;
             }
+            foreach (var key in gc.Unreadable ?? [])
+                Console.Error.WriteLine(o.DropUnreadable
+                    ? $"hpcdata gc: deleted {key}: it held no readable manifest"
+                    : $"hpcdata gc: warning: skipped {key}: it holds no readable manifest (delete it with hpcdata gc --drop-unreadable)");
             Console.WriteLine($"freed {gc.SegmentsDeleted} segments; {gc.Manifests} versions reference {gc.SegmentsKept} segments, kept");
             return 0;
         }

@@ -54,10 +54,31 @@ public sealed class TlsTests : IDisposable
             Assert.Equal(ErrorCode.AccessDenied, (await Assert.ThrowsAsync<CommonDataException>(() => systemRoots.GetLatestAsync("tls/data"))).Code);
 
         await using var plain = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), MaxAttempts = 1, OperationTimeout = TimeSpan.FromSeconds(15) });
-        await Assert.ThrowsAnyAsync<Exception>(() => plain.GetLatestAsync("tls/data"));
+        var notTls = await Assert.ThrowsAsync<CommonDataException>(() => plain.GetLatestAsync("tls/data"));
+        Assert.Equal(ErrorCode.AccessDenied, notTls.Code);
+        Assert.Contains("accepts TLS connections only", notTls.Message);
 
         await using var trusted = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), TlsCaFile = _certificates.CaFile });
         Assert.Null(await trusted.GetLatestAsync("tls/data"));
+    }
+
+    [Fact]
+    public async Task A_stage_without_TLS_against_a_TLS_only_host_fails_at_once_in_one_line_that_says_to_use_TLS()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", "stager writer w-pass\n"u8.ToArray());
+        await c.StartCacheHostAsync(o => { o.TlsCertificateFile = _certificates.CertificateFile; o.TlsKeyFile = _certificates.KeyFile; o.UsersFile = users; });
+        var path = Cluster.WriteFile(c.Root, "d.csv", Cluster.Csvish(10_000));
+
+        // Open, and with an account (whose AUTH is then the first thing the host hears).
+        foreach (var env in new[] { null, new Dictionary<string, string?> { [CacheTierOptions.UserVariable] = "stager", [CacheTierOptions.PasswordVariable] = "w-pass" } })
+        {
+            var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [path, "--name", "tls/plain", "--cache-hosts", c.HostList], env);
+            Assert.NotEqual(0, code);
+            var lines = stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+            Assert.Single(lines, l => l.Contains("accepts TLS connections only") && l.Contains("--cache-tls"));
+            Assert.DoesNotContain(lines, l => l.Contains("retry") || l.Contains("attempts"));
+        }
     }
 
     [Fact]

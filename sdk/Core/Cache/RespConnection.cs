@@ -108,19 +108,27 @@ public sealed class RespConnection : IAsyncDisposable
             stream = secure;
         }
         var connection = new RespConnection(endpoint, socket, stream, Format.SegmentCodec.MaxRawLength + 4096L);
-        if (!string.IsNullOrEmpty(password))
+        // A plain connection says something first even without a password: a TLS-only host answers its first bytes with
+        // why it will not talk and hangs up, and that is a setting to fix, not an outage to retry.
+        if (!string.IsNullOrEmpty(password) || tls is null)
         {
-            if (string.IsNullOrEmpty(user)) connection.Command("AUTH"u8, password);
+            if (string.IsNullOrEmpty(password)) connection.Command("PING"u8);
+            else if (string.IsNullOrEmpty(user)) connection.Command("AUTH"u8, password);
             else connection.Command("AUTH"u8, user, password);
             var reply = await connection.FlushAndReadAsync(cts.Token);
             if (reply.Kind == RespKind.Error)
             {
                 await connection.DisposeAsync();
+                if (reply.Text?.StartsWith(TlsOnlyReply, StringComparison.Ordinal) == true)
+                    throw new CommonDataException(ErrorCode.AccessDenied, $"{endpoint}: {reply.Text} (HPCDATA_CACHE_TLS=1 or HPCDATA_CACHE_CA in the environment)");
                 throw new RespErrorException(endpoint.ToString(), string.IsNullOrEmpty(user) ? reply.Text ?? "AUTH refused" : $"{reply.Text} (as user '{user}')");
             }
         }
         return connection;
     }
+
+    /// <summary>How a TLS-only cache host answers a client that speaks plain RESP to it.</summary>
+    private const string TlsOnlyReply = "ERR this host accepts TLS connections only";
 
     // ---- writing: commands are buffered and sent in one write, so a batch is pipelined ----
 

@@ -16,52 +16,106 @@ namespace Hpc.CommonData.Cache;
 /// </summary>
 public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = null)
 {
-    private static readonly TimeSpan FlagLifetime = TimeSpan.FromSeconds(60);
+    /// <summary>
+    /// How long the flags live unless renewed. Renewed at a quarter of it while their process runs, so a killed
+    /// collector or stager holds the others up for at most this long.
+    /// </summary>
+    private static readonly TimeSpan FlagLifetime = TimeSpan.FromSeconds(15);
     private readonly ILogger _log = logger ?? NullLogger.Instance;
 
-    public sealed record Collection(bool Ran, string? SkippedBecause, int Manifests, int SegmentsKept, long SegmentsDeleted);
+    /// <summary>What a collection did. <paramref name="Unreadable"/>: manifest keys whose content is not a manifest, skipped (or dropped).</summary>
+    public sealed record Collection(bool Ran, string? SkippedBecause, int Manifests, int SegmentsKept, long SegmentsDeleted, IReadOnlyList<string>? Unreadable = null);
 
     private int Designated => tier.Hosts.Select((h, i) => (h, i)).OrderBy(x => x.h.ToString(), StringComparer.Ordinal).First().i;
 
-    /// <summary>Deletes unreferenced segments on every host; skips (and says why) while a stager is running.</summary>
-    public async Task<Collection> CollectAsync(CancellationToken ct = default)
+    /// <summary>
+    /// Deletes unreferenced segments on every host; skips (and says why) while a stager is running. A manifest key that
+    /// holds no readable manifest references nothing: it is skipped with a warning (its key is in <see cref="Collection.Unreadable"/>),
+    /// and deleted too when <paramref name="dropUnreadable"/>. Throws <see cref="ErrorCode.AccessDenied"/> before anything
+    /// is changed when the account lacks the admin role.
+    /// </summary>
+    public async Task<Collection> CollectAsync(CancellationToken ct = default, bool dropUnreadable = false)
     {
         var designated = tier.Hosts[Designated];
+        await RequireAdminAsync(ct);
         var token = Guid.NewGuid().ToString("n");
         var set = await tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [CacheKeys.Collection, token, "NX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
+        if (set.Kind == RespKind.Error) throw Refused(designated, set.Text!);
         if (set.Kind != RespKind.SimpleString)
             return new Collection(false, $"another collection is running ({CacheKeys.Collection} is set on {designated})", 0, 0, 0);
+        await using var flag = new Renewal(() => tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [CacheKeys.Collection, token, "XX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], CancellationToken.None),
+            () => tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [CacheKeys.Collection], CancellationToken.None), CacheKeys.Collection, _log);
+        var stagers = (await tier.KeysAsync(CacheKeys.StagingPrefix, ct))[Designated];
+        if (stagers.Count > 0) return new Collection(false, $"{stagers.Count} stager(s) running", 0, 0, 0);
+
+        var referenced = new HashSet<SegmentId>();
+        var unreadable = new List<string>();
+        var versions = (await tier.KeysAsync(CacheKeys.ManifestPrefix, ct)).SelectMany(k => k).Select(k => k[CacheKeys.ManifestPrefix.Length..]).Distinct().ToList();
+        foreach (var version in versions)
+        {
+            var (manifest, problem) = SegmentId.TryParse(version, out var id)
+                ? await ReadManifestAsync(version, id, ct)
+                : (null, "its key is not a version id");
+            if (manifest is not null) { referenced.UnionWith(manifest.SegmentIds); continue; }
+            if (problem is null) continue; // removed while we looked
+            var key = CacheKeys.Manifest(version);
+            unreadable.Add(key);
+            _log.LogWarning("Manifest key {Key} holds no readable manifest ({Problem}); it references no segment{Action}", key, problem,
+                dropUnreadable ? ", deleting it" : ": an administrator removes it with hpcdata gc --drop-unreadable");
+        }
+        if (dropUnreadable && unreadable.Count > 0)
+            for (var h = 0; h < tier.Hosts.Count; h++) await tier.DeleteAsync(h, unreadable, ct);
+
+        long deleted = 0;
+        var perHost = await tier.KeysAsync(CacheKeys.SegmentPrefix, ct);
+        for (var h = 0; h < perHost.Length; h++)
+        {
+            var garbage = perHost[h].Where(k => !SegmentId.TryParse(k[CacheKeys.SegmentPrefix.Length..], out var id) || !referenced.Contains(id)).ToList();
+            if (garbage.Count > 0) deleted += await tier.DeleteAsync(h, garbage, ct);
+        }
+        _log.LogInformation("Segment collection: {Manifests} manifests reference {Kept} segments; deleted {Deleted}", versions.Count, referenced.Count, deleted);
+        return new Collection(true, null, versions.Count - unreadable.Count, referenced.Count, deleted, unreadable);
+    }
+
+    /// <summary>A manifest, or why the key holds none (null for both: no host has the key any more).</summary>
+    private async Task<(Manifest? Manifest, string? Problem)> ReadManifestAsync(string version, SegmentId id, CancellationToken ct)
+    {
         try
         {
-            var stagers = (await tier.KeysAsync(CacheKeys.StagingPrefix, ct))[Designated];
-            if (stagers.Count > 0) return new Collection(false, $"{stagers.Count} stager(s) running", 0, 0, 0);
-
-            var referenced = new HashSet<SegmentId>();
-            var versions = (await tier.KeysAsync(CacheKeys.ManifestPrefix, ct)).SelectMany(k => k).Select(k => k[CacheKeys.ManifestPrefix.Length..]).Distinct().ToList();
-            foreach (var version in versions)
-            {
-                if (!SegmentId.TryParse(version, out var id)) continue;
-                var (manifest, _, problem) = await tier.Catalog.GetManifestAsync(version, id, ct);
-                if (manifest is null)
-                    return new Collection(false, $"manifest {version} is unreadable ({problem ?? "vanished"}): cannot prove any segment unused", versions.Count, 0, 0);
-                referenced.UnionWith(manifest.SegmentIds);
-            }
-
-            long deleted = 0;
-            var perHost = await tier.KeysAsync(CacheKeys.SegmentPrefix, ct);
-            for (var h = 0; h < perHost.Length; h++)
-            {
-                var garbage = perHost[h].Where(k => !SegmentId.TryParse(k[CacheKeys.SegmentPrefix.Length..], out var id) || !referenced.Contains(id)).ToList();
-                if (garbage.Count > 0) deleted += await tier.DeleteAsync(h, garbage, ct);
-            }
-            _log.LogInformation("Segment collection: {Manifests} manifests reference {Kept} segments; deleted {Deleted}", versions.Count, referenced.Count, deleted);
-            return new Collection(true, null, versions.Count, referenced.Count, deleted);
+            var (manifest, _, problem) = await tier.Catalog.GetManifestAsync(version, id, ct);
+            return (manifest, problem);
         }
-        finally
+        catch (Exception e) when (e is InvalidDataException or FormatException or System.Text.Json.JsonException)
         {
-            await tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [CacheKeys.Collection], CancellationToken.None);
+            return (null, e.Message); // the bytes decode and match their id, but are not a manifest
         }
     }
+
+    /// <summary>
+    /// Asks the designated host whether this account may delete segments (<c>ACL DRYRUN</c> of a <c>DEL</c>), so an
+    /// account without the admin role is told so before it sets the flag every stager waits for. A host that does not
+    /// know the command (an older Redis) is asked nothing; deleting is then refused later, as the host decides.
+    /// </summary>
+    private async Task RequireAdminAsync(CancellationToken ct)
+    {
+        var host = tier.Hosts[Designated];
+        var who = await tier.ExecuteOnAsync(Designated, "ACL"u8.ToArray(), ["WHOAMI"], ct);
+        if (who.Kind == RespKind.Error && new RespErrorException(host.ToString(), who.Text!).Code == ErrorCode.AccessDenied) throw Refused(host, who.Text!);
+        if (who.Kind is not (RespKind.Bulk or RespKind.SimpleString)) return;
+        var user = who.Kind == RespKind.Bulk ? System.Text.Encoding.UTF8.GetString(who.Bulk!) : who.Text!;
+        var dry = await tier.ExecuteOnAsync(Designated, "ACL"u8.ToArray(), ["DRYRUN", user, "DEL", CacheKeys.Segment(default)], ct);
+        var denial = dry.Kind switch
+        {
+            RespKind.SimpleString => null,
+            RespKind.Bulk => System.Text.Encoding.UTF8.GetString(dry.Bulk!),
+            RespKind.Error when dry.Text is { } text && !text.StartsWith("ERR unknown", StringComparison.OrdinalIgnoreCase) => text,
+            _ => null,
+        };
+        if (denial is not null) throw Refused(host, denial);
+    }
+
+    private static CommonDataException Refused(CacheEndpoint host, string why) =>
+        new(ErrorCode.AccessDenied, $"segment collection needs an account with the admin role on the cache tier; {host} refused it: {why}");
 
     /// <summary>
     /// Marks a staging in progress until disposed (renewed while it runs), after waiting out a running collection.
@@ -71,41 +125,45 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
         var key = CacheKeys.Staging(Guid.NewGuid().ToString("n"));
         var designated = Designated;
         await SetLeaseAsync(key, ct);
+        var lease = new Renewal(() => SetLeaseAsync(key, CancellationToken.None), () => tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [key], CancellationToken.None), key, _log);
         var deadline = DateTime.UtcNow + (wait ?? TimeSpan.FromMinutes(2));
-        for (var delay = 50; ; delay = Math.Min(delay * 2, 2000))
+        try
         {
-            var gc = await tier.ExecuteOnAsync(designated, "EXISTS"u8.ToArray(), [CacheKeys.Collection], ct);
-            if (gc.Integer == 0) break;
-            if (DateTime.UtcNow > deadline)
+            for (var delay = 50; ; delay = Math.Min(delay * 2, 2000))
             {
-                await ReleaseLeaseAsync(key);
-                throw new TimeoutException($"a segment collection on {tier.Hosts[designated]} did not finish in time; try again");
+                var gc = await tier.ExecuteOnAsync(designated, "EXISTS"u8.ToArray(), [CacheKeys.Collection], ct);
+                if (gc.Integer == 0) break;
+                if (DateTime.UtcNow > deadline)
+                    throw new TimeoutException($"a segment collection on {tier.Hosts[designated]} did not finish in time; try again");
+                await Task.Delay(delay + Random.Shared.Next(delay), ct);
             }
-            await Task.Delay(delay + Random.Shared.Next(delay), ct);
         }
-        return new Lease(this, key);
+        catch
+        {
+            await lease.DisposeAsync();
+            throw;
+        }
+        return lease;
     }
 
-    private Task SetLeaseAsync(string key, CancellationToken ct) =>
+    private Task<RespReply> SetLeaseAsync(string key, CancellationToken ct) =>
         tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [key, Environment.MachineName, "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
 
-    private async Task ReleaseLeaseAsync(string key)
+    /// <summary>
+    /// A flag kept alive while its process works: renewed at a quarter of its lifetime, deleted when disposed. If the
+    /// process dies, the flag expires on its own within <see cref="FlagLifetime"/>.
+    /// </summary>
+    private sealed class Renewal : IAsyncDisposable
     {
-        try { await tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [key], CancellationToken.None); }
-        catch (Exception e) when (e is CacheHostUnavailableException or RespErrorException) { /* it expires on its own */ }
-    }
-
-    private sealed class Lease : IAsyncDisposable
-    {
-        private readonly SegmentCollector _owner;
+        private readonly Func<Task<RespReply>> _release;
         private readonly string _key;
+        private readonly ILogger _log;
         private readonly CancellationTokenSource _stop = new();
         private readonly Task _renewal;
 
-        public Lease(SegmentCollector owner, string key)
+        public Renewal(Func<Task<RespReply>> renew, Func<Task<RespReply>> release, string key, ILogger log)
         {
-            _owner = owner;
-            _key = key;
+            (_release, _key, _log) = (release, key, log);
             _renewal = Task.Run(async () =>
             {
                 while (!_stop.IsCancellationRequested)
@@ -113,10 +171,11 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
                     try
                     {
                         await Task.Delay(FlagLifetime / 4, _stop.Token);
-                        await owner.SetLeaseAsync(key, _stop.Token);
+                        var reply = await renew();
+                        if (reply.Kind == RespKind.Error) log.LogWarning("Could not renew {Key}: {Error}", key, reply.Text);
                     }
                     catch (OperationCanceledException) { break; }
-                    catch (Exception e) { owner._log.LogWarning("Could not renew staging lease {Key}: {Error}", key, e.Message); }
+                    catch (Exception e) { log.LogWarning("Could not renew {Key}: {Error}", key, e.Message); }
                 }
             });
         }
@@ -125,7 +184,15 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
         {
             _stop.Cancel();
             await _renewal;
-            await _owner.ReleaseLeaseAsync(_key);
+            try
+            {
+                var reply = await _release();
+                if (reply.Kind == RespKind.Error) _log.LogWarning("Could not delete {Key} ({Error}); it expires within {Lifetime} s", _key, reply.Text, FlagLifetime.TotalSeconds);
+            }
+            catch (Exception e) when (e is CacheHostUnavailableException or CommonDataException)
+            {
+                _log.LogWarning("Could not delete {Key} ({Error}); it expires within {Lifetime} s", _key, e.Message, FlagLifetime.TotalSeconds);
+            }
             _stop.Dispose();
         }
     }
