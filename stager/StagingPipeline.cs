@@ -155,6 +155,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         DatasetName.Validate(options.Name);
         if (options.SegmentSize is < 4096 or > 16 << 20) throw new ArgumentOutOfRangeException(nameof(options), "segment size must be between 4 KB and 16 MB");
         var clock = Stopwatch.StartNew();
+        await tier.Catalog.CheckMayPublishAsync(options.Name, ct);
         // Held until "latest" has moved: a segment collection must not free segments this staging decided to reuse.
         await using var lease = await new SegmentCollector(tier, logger).BeginStagingAsync(ct: ct);
         // Whether the tier is likely to hold some of these segments: unknown (no sample) counts as yes.

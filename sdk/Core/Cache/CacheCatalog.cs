@@ -33,6 +33,22 @@ public sealed class CacheCatalog
             return 0;
         }, ct, bulk: true); // a tree's manifest may be megabytes
 
+    /// <summary>
+    /// Refuses, before anything is sent, a stage of a dataset name that belongs to another account (or that this
+    /// account may not write at all) on some host: the host would otherwise take the segments and refuse the manifest.
+    /// Hosts that cannot say (open, or without ACL DRYRUN) are not asked further.
+    /// </summary>
+    public async Task CheckMayPublishAsync(string name, CancellationToken ct = default)
+    {
+        for (var h = 0; h < Hosts.Count; h++)
+        {
+            var denial = await _tier.DryRunAsync(h, ["SET", CacheKeys.Latest(name), default(SegmentId).ToString()], ct);
+            // Only who may write the name matters here; the placeholder version is refused for what it is.
+            if (denial is not null && (denial.StartsWith("NOPERM dataset ", StringComparison.Ordinal) || denial.Contains("no permissions to run", StringComparison.Ordinal)))
+                throw new CommonDataException(ErrorCode.AccessDenied, $"{Hosts[h]}: {denial}");
+        }
+    }
+
     /// <summary>Moves the "latest" pointer of a dataset, on every host. Call only after every segment and the manifest are stored.</summary>
     public Task SetLatestAsync(string name, string version, CancellationToken ct = default) =>
         _hosts.ForAllAsync(async (c, token) =>

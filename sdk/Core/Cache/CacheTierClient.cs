@@ -334,6 +334,26 @@ public sealed class CacheTierClient : IAsyncDisposable
     public Task<RespReply> ExecuteOnAsync(int host, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
         RunAsync(host, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
 
+    /// <summary>
+    /// Asks a host whether this connection's account may run <paramref name="command"/> (<c>ACL WHOAMI</c>, then
+    /// <c>ACL DRYRUN</c>), without running it: null when it may, or when the host cannot say (an open or older server
+    /// without ACL); otherwise the host's reason. Lets a program refuse up front what the host would refuse half-way.
+    /// </summary>
+    public async Task<string?> DryRunAsync(int host, string[] command, CancellationToken ct = default)
+    {
+        var who = await ExecuteOnAsync(host, "ACL"u8.ToArray(), ["WHOAMI"], ct);
+        if (who.Kind == RespKind.Error && new RespErrorException(Hosts[host].ToString(), who.Text!).Code == ErrorCode.AccessDenied) return who.Text;
+        if (who.Kind is not (RespKind.Bulk or RespKind.SimpleString)) return null;
+        var user = who.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(who.Bulk!) : who.Text!;
+        var dry = await ExecuteOnAsync(host, "ACL"u8.ToArray(), ["DRYRUN", user, .. command], ct);
+        return dry.Kind switch
+        {
+            RespKind.Bulk => Encoding.UTF8.GetString(dry.Bulk!),
+            RespKind.Error when dry.Text is { } text && !text.StartsWith("ERR unknown", StringComparison.OrdinalIgnoreCase) => text,
+            _ => null,
+        };
+    }
+
     /// <summary>Runs a raw command on every host; used by admin tools and tests.</summary>
     public Task<RespReply[]> ExecuteOnAllAsync(ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
         ForAllHostsAsync((c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);

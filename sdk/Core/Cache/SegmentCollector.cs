@@ -98,20 +98,8 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     /// </summary>
     private async Task RequireAdminAsync(CancellationToken ct)
     {
-        var host = tier.Hosts[Designated];
-        var who = await tier.ExecuteOnAsync(Designated, "ACL"u8.ToArray(), ["WHOAMI"], ct);
-        if (who.Kind == RespKind.Error && new RespErrorException(host.ToString(), who.Text!).Code == ErrorCode.AccessDenied) throw Refused(host, who.Text!);
-        if (who.Kind is not (RespKind.Bulk or RespKind.SimpleString)) return;
-        var user = who.Kind == RespKind.Bulk ? System.Text.Encoding.UTF8.GetString(who.Bulk!) : who.Text!;
-        var dry = await tier.ExecuteOnAsync(Designated, "ACL"u8.ToArray(), ["DRYRUN", user, "DEL", CacheKeys.Segment(default)], ct);
-        var denial = dry.Kind switch
-        {
-            RespKind.SimpleString => null,
-            RespKind.Bulk => System.Text.Encoding.UTF8.GetString(dry.Bulk!),
-            RespKind.Error when dry.Text is { } text && !text.StartsWith("ERR unknown", StringComparison.OrdinalIgnoreCase) => text,
-            _ => null,
-        };
-        if (denial is not null) throw Refused(host, denial);
+        if (await tier.DryRunAsync(Designated, ["DEL", CacheKeys.Segment(default)], ct) is { } denial)
+            throw Refused(tier.Hosts[Designated], denial);
     }
 
     private static CommonDataException Refused(CacheEndpoint host, string why) =>
