@@ -32,8 +32,13 @@ public static class CodecBench
     /// <param name="BaselineStager">A folder holding another build of the stager (Hpc.Stager.dll): run too, on the same
     /// data in every run, in alternating order, and recorded as stager "baseline", so a change is measured against what
     /// it replaces under the same conditions.</param>
+    /// <param name="AsWriter">Also stage, in every run, to hosts with accounts as a writer account, recorded as stager
+    /// "as writer": the hosts then check that every segment a writer sends is the bytes its id names.</param>
     public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0,
-        IReadOnlyList<string>? Chunkings = null, string? BaselineStager = null);
+        IReadOnlyList<string>? Chunkings = null, string? BaselineStager = null, bool AsWriter = false);
+
+    /// <summary>Who stages a run: this build's stager or another, to open hosts or as a writer account.</summary>
+    private sealed record Variant(string? Label, string? Folder, bool Writer);
 
     public static async Task<List<CodecRecord>> RunAsync(Options o, CancellationToken ct)
     {
@@ -54,18 +59,20 @@ public static class CodecBench
                 var codecCpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
                 // Chunkings alternate their order run by run, so a slow spell of the machine does not land on one of them every time.
                 var chunkings = o.Chunkings ?? ["content"];
-                var stagers = o.BaselineStager is null ? [null] : new[] { null, o.BaselineStager };
+                var stagers = new List<Variant> { new(null, null, false) };
+                if (o.BaselineStager is { } folder) stagers.Add(new("baseline", folder, false));
+                if (o.AsWriter) stagers.Add(new("as writer", null, true));
                 var order = (from c in chunkings from b in stagers select (Chunking: c, Baseline: b)).ToList();
                 foreach (var (chunking, baseline) in run % 2 == 1 ? order : Enumerable.Reverse(order))
                 {
-                    var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, chunking, baseline, ct);
+                    var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, chunking, baseline, o.WorkDir, ct);
                     var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount, o.StagerCores > 0, o.Hosts, run,
                         codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine(), chunking,
-                        baseline is null ? null : "baseline");
+                        baseline.Label);
                     records.Add(r);
                     if (o.Out is not null) BenchJson.Append(o.Out, r);
                     Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                        $"  {kind,-6} run {run} {chunking,-7}{(baseline is null ? "" : " baseline")}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time), " +
+                        $"  {kind,-6} run {run} {chunking,-7}{(baseline.Label is { } label ? " " + label : "")}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time), " +
                         $"stager {r.StagerCpuSeconds / (r.RawBytes / 1e9):0.00} CPU-s per GB"));
                 }
             }
@@ -77,8 +84,8 @@ public static class CodecBench
     private sealed record StageRun(long StoredBytes, double Seconds, double ProcessSeconds, double CpuSeconds, double HostCpuSeconds);
 
     /// <summary>Fresh cache hosts every run, so the stager sends every segment instead of finding them already cached.</summary>
-    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, string chunking, string? baselineStager,
-        CancellationToken ct)
+    private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, string chunking, Variant variant,
+        string workDir, CancellationToken ct)
     {
         var all = Environment.ProcessorCount;
         string[]? Pin(int first, int last) => stagerCores > 0 ? ["taskset", "-c", $"{first}-{last}"] : null;
@@ -88,14 +95,21 @@ public static class CodecBench
         try
         {
             var budget = (long)(size * 1.2) + (64L << 20);
-            for (var h = 0; h < hostCount; h++) hosts.Add(ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = budget }, name: $"cachehost{h + 1}", launcher: hostPin));
+            var password = Guid.NewGuid().ToString("n");
+            var users = Path.Combine(workDir, "users");
+            if (variant.Writer) await File.WriteAllTextAsync(users, $"stager writer {password}\n", ct);
+            for (var h = 0; h < hostCount; h++)
+                hosts.Add(ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = budget, UsersFile = variant.Writer ? users : null }, name: $"cachehost{h + 1}", launcher: hostPin));
             var endpoints = new List<string>();
             foreach (var h in hosts) endpoints.Add(await h.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
             var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
             var children0 = CpuClock.ReapedChildrenSeconds();
             var clock = Stopwatch.StartNew();
-            await using var stager = StartStager(new StagerOptions { Path = path, Name = "bench/codec", Chunking = chunking, CacheTier = { Hosts = endpoints }, Json = true },
-                stagerPin, baselineStager);
+            await using var stager = StartStager(new StagerOptions
+            {
+                Path = path, Name = "bench/codec", Chunking = chunking, Json = true,
+                CacheTier = { Hosts = endpoints, User = variant.Writer ? "stager" : null, Password = variant.Writer ? password : null },
+            }, stagerPin, variant.Folder);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var process = clock.Elapsed.TotalSeconds;
             // Children are counted once reaped; the cache hosts are still running, so this is the stager alone.

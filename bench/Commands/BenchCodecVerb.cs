@@ -28,6 +28,9 @@ public sealed class BenchCodecOptions
     [Option("baseline-stager", HelpText = "Folder of another stager build (Hpc.Stager.dll) to run as well in every run, alternating with this one, recorded as the baseline.")]
     public string? BaselineStager { get; set; }
 
+    [Option("as-writer", HelpText = "Also stage, in every run, to cache hosts with accounts as a writer account (the hosts then verify every segment a writer sends); recorded as stager \"as writer\".")]
+    public bool AsWriter { get; set; }
+
     [Option("out", HelpText = "Directory to append results.jsonl to (kind \"codec\").")]
     public string? Out { get; set; }
 }
@@ -79,7 +82,7 @@ public static class BenchCodecVerb
             if (o.BaselineStager is { } b && !File.Exists(Path.Combine(b, "Hpc.Stager.dll")) && !File.Exists(Path.Combine(b, OperatingSystem.IsWindows() ? "Hpc.Stager.exe" : "Hpc.Stager")))
                 throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll and no native Hpc.Stager there");
             var baseline = o.BaselineStager is null ? null : Path.GetFullPath(o.BaselineStager);
-            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline), ct);
+            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline, o.AsWriter), ct);
             Console.WriteLine(CodecBench.Table(records));
             return 0;
         }
