@@ -23,7 +23,7 @@ public sealed class RootOnLinuxFactAttribute : FactAttribute
 [SupportedOSPlatform("linux")]
 public sealed class AccessTests
 {
-    private const string Alice = "hpcdata-t-alice", Bob = "hpcdata-t-bob";
+    internal const string Alice = "hpcdata-t-alice", Bob = "hpcdata-t-bob";
 
     [RootOnLinuxFact]
     public async Task Only_a_named_reader_opens_a_dataset_through_the_agent_or_reads_its_copy_on_disk_and_a_stranger_gets_one_line_and_exit_1()
@@ -135,7 +135,7 @@ public sealed class AccessTests
     }
 
     /// <summary>Creates a system user without a home if the machine has none of that name; safe to repeat and to race.</summary>
-    private static void EnsureUser(string name)
+    internal static void EnsureUser(string name)
     {
         if (UnixAccounts.UserId(name) is not null) return;
         using var p = Process.Start(new ProcessStartInfo("useradd", ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name])
