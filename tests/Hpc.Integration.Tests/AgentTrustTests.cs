@@ -71,15 +71,15 @@ public sealed class AgentTrustTests
         // The stranger's own cache host, with its own bytes staged under the same name, later than the real ones.
         var own = await cluster.StartCacheHostAsync();
         var (code, stdout, stderr) = await cluster.RunStagerAsync(
-            [Cluster.WriteFile(cluster.Root, "planted.bin", Cluster.RandomBytes(300_000, seed: 99)), "--name", "risk/prices", "--cache-hosts", own, "--json"]);
+            [Cluster.WriteFile(cluster.Root, "planted.bin", Cluster.RandomBytes(300_000, seed: 99)), "--name", "risk/prices", "--cache-hosts", own, "--readers", "all", "--json"]);
         Assert.True(code == 0, stderr);
         var planted = JsonSerializer.Deserialize<Cluster.Staged>(stdout.Last())!.Version;
 
         var attack = await run.AsUserAsync(Bob, ["mpiexec.hydra", "-n", "1", .. run.Worker, "nodeprep", "--fanout", "mpi", "--dataset", "risk/prices",
             "--job", "job-b", "--pipe", pipe, "--no-start", "--cache-hosts", own], new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = cluster.Root });
+        Assert.DoesNotContain((await StatusAsync(pipe)).Copies, c => c.Version == planted);
         Assert.Contains("does not vouch for that version", attack.Stderr);
         Assert.Contains(planted, attack.Stderr);
-        Assert.DoesNotContain((await StatusAsync(pipe)).Copies, c => c.Version == planted);
 
         await cluster.Processes.Single(p => p.ReadyText == tier).KillAsync(); // the agent's cache tier goes down
         var reader = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "--dataset", "risk/prices", "--verify", "--reopens", "0"], env);
