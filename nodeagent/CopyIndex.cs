@@ -216,7 +216,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
                 if (held.Count > 0 && !held.Any(MayDrop)) throw access.ReleaseRefused(pin, name, held.Select(p => p.Owner), caller);
                 if (evict)
                     foreach (var c in matches.Where(c => c.Complete && c.Leases == 0 && c.Pins.All(MayDrop)))
-                        access.Check(c.Manifest, caller);
+                        access.CheckEvict(c.Manifest, caller);
             }
             var evicted = false;
             foreach (var c in matches)

@@ -33,9 +33,13 @@ public sealed class DataDirectory
     private readonly ILogger _log;
     private readonly string _complete, _partial, _manifests, _pinsFile;
 
-    public DataDirectory(string root, ILogger? log = null)
+    private readonly AgentFiles _files;
+
+    /// <param name="files">How the agent's own files are created (owner-only when null).</param>
+    public DataDirectory(string root, ILogger? log = null, AgentFiles? files = null)
     {
         _log = log ?? NullLogger.Instance;
+        _files = files ?? new AgentFiles(log: _log);
         Root = Path.GetFullPath(root);
         _complete = Path.Combine(Root, "complete");
         _partial = Path.Combine(Root, "partial");
@@ -58,7 +62,7 @@ public sealed class DataDirectory
         var own = Directory.EnumerateFiles(Root)
             .Concat(Directory.EnumerateFiles(_manifests))
             .Concat(Directory.EnumerateFiles(_partial, "*.done"));
-        foreach (var file in own) AgentFiles.Restrict(file, _log);
+        foreach (var file in own) _files.Restrict(file);
     }
 
     private const UnixFileMode Traversable = UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute |
@@ -135,10 +139,10 @@ public sealed class DataDirectory
         return Manifest.Parse(bytes);
     }
 
-    public Task WriteManifestAsync(string version, Manifest manifest) => AgentFiles.WriteAllAsync(ManifestPath(version), manifest.Serialize());
+    public Task WriteManifestAsync(string version, Manifest manifest) => _files.WriteAllAsync(ManifestPath(version), manifest.Serialize());
 
     /// <summary>Stores a manifest's bytes as received (they hash to <paramref name="version"/>).</summary>
-    public Task WriteManifestAsync(string version, ReadOnlyMemory<byte> serialized) => AgentFiles.WriteAllAsync(ManifestPath(version), serialized);
+    public Task WriteManifestAsync(string version, ReadOnlyMemory<byte> serialized) => _files.WriteAllAsync(ManifestPath(version), serialized);
 
     /// <summary>The segment indexes a partial copy's journal records, in the order written (unverified, possibly repeated).</summary>
     public int[] ReadJournal(string version)
@@ -157,7 +161,7 @@ public sealed class DataDirectory
     /// (a 4 KB buffer held the last 1,024 entries — 64 MB of verified data — in the dead process). One small write per
     /// 64 KB segment costs nothing next to the segment's own.
     /// </remarks>
-    public FileStream OpenJournal(string version) => AgentFiles.Open(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, bufferSize: 0);
+    public FileStream OpenJournal(string version) => _files.Open(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, bufferSize: 0);
 
     public static void AppendJournal(FileStream journal, int index)
     {
@@ -268,7 +272,7 @@ public sealed class DataDirectory
     {
         var tmp = _pinsFile + ".tmp";
         var records = pins.ToDictionary(p => p.Key, p => p.Value.Select(pin => new PinRecord(pin.Name, pin.Owner)).ToArray());
-        AgentFiles.WriteAll(tmp, JsonSerializer.SerializeToUtf8Bytes(records, NodeAgentJson.Default.DictionaryStringPinRecordArray));
+        _files.WriteAll(tmp, JsonSerializer.SerializeToUtf8Bytes(records, NodeAgentJson.Default.DictionaryStringPinRecordArray));
         File.Move(tmp, _pinsFile, overwrite: true);
     }
 

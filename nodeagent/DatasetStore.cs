@@ -31,9 +31,10 @@ public sealed class DatasetStore
         _options = options;
         _source = source;
         _log = loggers.CreateLogger<DatasetStore>();
-        _directory = new DataDirectory(options.DataDirectory, _log);
+        var files = new AgentFiles(options.AdminGroupId(), _log);
+        _directory = new DataDirectory(options.DataDirectory, _log, files);
         _index = new CopyIndex(options.Budget, Removed, _directory.SavePins, () => FreeBytes(_directory.Root), _directory.Root);
-        var telemetry = new FetchTelemetry(FetchTelemetry.Resolve(options.TelemetryFile, _directory.Root), options.NodeName, source.Hosts.Count, _log);
+        var telemetry = new FetchTelemetry(FetchTelemetry.Resolve(options.TelemetryFile, _directory.Root), options.NodeName, source.Hosts.Count, _log, files);
         _fetches = new FetchCoordinator(_directory, _index, source, telemetry, loggers.CreateLogger<FetchCoordinator>(), _writers);
         Recover();
     }

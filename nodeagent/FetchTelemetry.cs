@@ -10,8 +10,9 @@ namespace Hpc.NodeAgent;
 /// One JSON line of <c>kind: "fetch"</c> per completed fetch, so a cluster's fetch times can be reported like a bench
 /// run (<c>hpcdata report</c>; docs/benchmarks.md). Reusing a local copy writes nothing.
 /// </summary>
-public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger? log = null)
+public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger? log = null, AgentFiles? files = null)
 {
+    private readonly AgentFiles _files = files ?? new AgentFiles(log: log);
     private readonly object _lock = new();
     private readonly ILogger _log = log ?? NullLogger.Instance;
 
@@ -35,7 +36,7 @@ public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger
         try
         {
             // Owner-only: the lines name restricted datasets, their versions and sizes (the file is the agent's, not a copy it serves).
-            lock (_lock) AgentFiles.Append(Path, System.Text.Encoding.UTF8.GetBytes(line + "\n"));
+            lock (_lock) _files.Append(Path, System.Text.Encoding.UTF8.GetBytes(line + "\n"));
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {

@@ -17,12 +17,12 @@ namespace Hpc.NodeAgent;
 /// <para>The socket admits every user of the node; what a connection may do is decided from the credentials the
 /// kernel recorded for it (<see cref="PeerCredentials"/>, <see cref="AccessPolicy"/>): open, stream and prefetch of a
 /// version whose readers do not include the worker are refused with <see cref="ErrorCode.AccessDenied"/>; a pin is
-/// recorded with the uid that made it and only that user, root or the agent's user may release it or evict its copy;
-/// status lists only the copies the caller may read.</para>
+/// recorded with the uid that made it and only that user, root, the agent's user or a member of its admin group may
+/// release it or evict its copy; status lists only the copies the caller may read (all to those administrators).</para>
 public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
 {
     private readonly NodeAgentOptions _options = options;
-    private readonly AccessPolicy _access = AccessPolicy.ForThisProcess();
+    private readonly AccessPolicy _access = AccessPolicy.ForThisProcess(options.AdminGroupId());
     private int _connections;
     private readonly TaskCompletionSource _serving = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
@@ -247,12 +247,12 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                     var evicted = store.Release(name, request.Version, request.Pin ?? throw new ArgumentException("release needs a pin"), request.Evict,
                         _access, peer.Value);
                     response = new AgentResponse { Ok = true };
-                    if (evicted) log.LogInformation("Released and evicted {Dataset}", name);
+                    if (evicted) log.LogInformation("Released pin {Pin} and evicted {Dataset} for uid {Uid}", request.Pin, name, peer.Value?.Uid);
                     break;
                 }
                 case AgentOps.Status:
                     // Names, versions, sizes and pins of datasets the caller may not read are not the caller's to know.
-                    response = new AgentResponse { Ok = true, Status = store.Status(manifest => _access.MayRead(manifest, peer.Value)) };
+                    response = new AgentResponse { Ok = true, Status = store.Status(manifest => _access.MaySee(manifest, peer.Value)) };
                     break;
                 default:
                     response = AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, $"unknown operation '{request.Op}'"));

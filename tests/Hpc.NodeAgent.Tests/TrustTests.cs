@@ -144,3 +144,42 @@ public class TrustTests
         }
     }
 }
+
+public class AdminGroupTests
+{
+    private const uint AgentUid = 500, Alice = 1001, Bob = 1002, Admins = 2500;
+
+    [LinuxFact]
+    public void A_member_of_the_admin_group_may_release_any_pin_and_see_every_copy_but_not_read_a_restricted_one()
+    {
+        var policy = new AccessPolicy(AgentUid, adminGroup: Admins);
+        var secret = new Hpc.CommonData.Format.Manifest
+        {
+            Name = "t/secret", RawLength = 1, StoredLength = 1, Hash = new string('0', 32),
+            Segments = [new Hpc.CommonData.Format.ManifestSegment(new string('0', 32), 1, 1)], Readers = Hpc.CommonData.Access.DatasetReaders.Of([Alice], []),
+        };
+        var admin = new PeerCredentials(1, Bob, Bob, [Admins]);
+        var stranger = new PeerCredentials(1, Bob, Bob, []);
+
+        Assert.True(policy.MayRelease(Alice, admin));
+        Assert.True(policy.MaySee(secret, admin));
+        Assert.False(policy.MayRead(secret, admin));
+        policy.CheckEvict(secret, admin);
+        Assert.False(policy.MayRelease(Alice, stranger));
+        Assert.False(policy.MaySee(secret, stranger));
+        Assert.Throws<CommonDataException>(() => policy.CheckEvict(secret, stranger));
+    }
+
+    [LinuxFact]
+    public async Task With_an_admin_group_the_agents_own_files_are_0640_in_that_group()
+    {
+        using var node = new Node();
+        node.Options.AdminGroup = Hpc.CommonData.Access.UnixAccounts.EffectiveGroupId.ToString(); // a group this process may give files to
+        var store = node.Restart();
+        node.Source.Stage("t/a", FakeSegmentSource.Bytes(8192, 1));
+        await store.EnsureAsync("t/a", null, lease: false, "job-1", CancellationToken.None);
+
+        Assert.Equal(AgentFiles.OwnerAndGroupRead, File.GetUnixFileMode(Path.Combine(node.Root, "pins.json")));
+        Assert.All(Directory.GetFiles(Path.Combine(node.Root, "manifests")), f => Assert.Equal(AgentFiles.OwnerAndGroupRead, File.GetUnixFileMode(f)));
+    }
+}
