@@ -134,6 +134,23 @@ public sealed class AccessTests
         Assert.NotEmpty(staged.Version);
     }
 
+    /// <summary>Creates a system group if the machine has none of that name and makes <paramref name="user"/> a member; safe to repeat.</summary>
+    internal static void EnsureGroupMember(string group, string user)
+    {
+        EnsureUser(user);
+        if (UnixAccounts.GroupId(group) is null) Run("groupadd", ["--system", group], exitCodesAllowed: [0, 9]); // 9: made meanwhile
+        Run("gpasswd", ["--add", user, group]);
+    }
+
+    private static void Run(string program, string[] args, int[]? exitCodesAllowed = null)
+    {
+        using var p = Process.Start(new ProcessStartInfo(program, args) { RedirectStandardError = true, RedirectStandardOutput = true, UseShellExecute = false })!;
+        var error = p.StandardError.ReadToEnd();
+        p.StandardOutput.ReadToEnd();
+        p.WaitForExit();
+        Assert.True((exitCodesAllowed ?? [0]).Contains(p.ExitCode), $"{program} {string.Join(' ', args)} failed ({p.ExitCode}): {error}");
+    }
+
     /// <summary>Creates a system user without a home if the machine has none of that name; safe to repeat and to race.</summary>
     internal static void EnsureUser(string name)
     {

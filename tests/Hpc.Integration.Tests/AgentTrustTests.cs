@@ -144,6 +144,39 @@ public sealed class AgentTrustTests
         Assert.Equal(2, (await StatusAsync(pipe)).Copies.Count); // root sees every copy
     }
 
+    [RootOnLinuxFact]
+    public async Task A_member_of_the_agents_admin_group_reads_its_files_sees_every_copy_and_may_release_any_pin()
+    {
+        const string Admins = "hpcdata-t-admins", Carol = "hpcdata-t-carol";
+        AccessTests.EnsureUser(Alice);
+        AccessTests.EnsureUser(Bob);
+        AccessTests.EnsureGroupMember(Admins, Carol);
+        await using var cluster = new Cluster();
+        await cluster.StartCacheHostAsync();
+        var secret = await cluster.StageAsync(Cluster.WriteFile(cluster.Root, "secret.bin", Cluster.RandomBytes(80_000, seed: 8)), "risk/secret",
+            "--readers", $"user:{Alice}");
+        var (_, pipe, dataDir) = await cluster.StartAgentAsync(configure: o => o.AdminGroup = Admins);
+        var run = WorkerRunner.Prepare(cluster.Root, Alice);
+        var prep = await run.AsUserAsync(Alice, [.. run.Worker, "nodeprep", "--dataset", "risk/secret", "--job", "job-a", "--pipe", pipe, "--no-start"]);
+        Assert.True(prep.Code == 0, prep.Stderr);
+        var telemetry = Path.Combine(dataDir, "telemetry.jsonl");
+
+        Assert.Equal(UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead, File.GetUnixFileMode(telemetry));
+        var carolCat = await run.AsUserAsync(Carol, ["cat", telemetry]);
+        Assert.True(carolCat.Code == 0, carolCat.Stderr);
+        Assert.Contains(secret.Version, carolCat.Text);
+        Assert.NotEqual(0, (await run.AsUserAsync(Bob, ["cat", telemetry])).Code);
+        var carolStatus = await run.AsUserAsync(Carol, [.. run.Worker, "status", "--pipe", pipe, "--json"]);
+        Assert.Contains(secret.Version, carolStatus.Text);
+        var carolRead = await run.AsUserAsync(Carol, ["cat", Path.Combine(dataDir, "complete", secret.Version + ".data")]);
+        Assert.NotEqual(0, carolRead.Code); // administering the agent is not reading its restricted data
+
+        var release = await run.AsUserAsync(Carol, [.. run.Worker, "noderelease", "--dataset", "risk/secret", "--job", "job-a", "--evict", "--pipe", pipe,
+            "--stop-agent", "never"]);
+        Assert.True(release.Code == 0, release.Stderr);
+        Assert.Contains("state=evicted", release.Text);
+    }
+
     private static async Task<AgentStatus> StatusAsync(string pipe)
     {
         await using var client = await AgentClient.ConnectAsync(pipe);
