@@ -3,6 +3,12 @@ using Hpc.CommonData.Format;
 
 namespace Hpc.NodeAgent;
 
+/// <summary>
+/// A pin on a copy: its name (the job id node preparation pins with) and the uid of the process that pinned it. Two
+/// users pinning under the same name hold two pins, so nobody can take over or drop a pin by guessing its name.
+/// </summary>
+public readonly record struct Pin(string Name, uint Owner);
+
 /// <summary>One version's local copy as the index knows it. Mutated only by <see cref="CopyIndex"/>, under its lock.</summary>
 public sealed class LocalCopy(string version, Manifest manifest)
 {
@@ -15,7 +21,8 @@ public sealed class LocalCopy(string version, Manifest manifest)
     /// <summary>A process on the node is handing the agent segments of this version (an ingest is its writer now).</summary>
     public bool Ingesting { get; internal set; }
     public int Leases { get; internal set; }
-    public HashSet<string> Pins { get; } = [];
+    /// <summary>Who holds the copy on the node and for whom: a pin name (a job id) and the user who pinned it.</summary>
+    public HashSet<Pin> Pins { get; } = [];
     public DateTimeOffset LastAccess { get; internal set; }
     /// <summary>Order of last use (higher is more recent); eviction takes the lowest first.</summary>
     internal long Recency { get; set; }
@@ -42,7 +49,7 @@ public sealed class LocalCopy(string version, Manifest manifest)
 /// </summary>
 /// <param name="freeBytes">The data directory's real free space (statvfs), asked before a new copy is admitted, so a fetch
 /// that cannot fit fails at once instead of filling the disk; null to trust the budget alone.</param>
-public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null, Action<IReadOnlyDictionary<string, string[]>>? pinsChanged = null,
+public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null, Action<IReadOnlyDictionary<string, Pin[]>>? pinsChanged = null,
     Func<long>? freeBytes = null, string? directory = null)
 {
     private readonly object _lock = new();
@@ -71,7 +78,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     }
 
     /// <summary>Adds a copy found on disk at start-up (no budget check: it is already there).</summary>
-    public void Restore(string version, Manifest manifest, bool complete, IEnumerable<string> pins, int segmentsDone, long bytesDone, DateTimeOffset lastAccess)
+    public void Restore(string version, Manifest manifest, bool complete, IEnumerable<Pin> pins, int segmentsDone, long bytesDone, DateTimeOffset lastAccess)
     {
         lock (_lock)
         {
@@ -166,17 +173,18 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     }
 
     /// <summary>
-    /// Marks a copy as used (and optionally leases or pins it) before it is handed out. Under the lock eviction holds,
-    /// so a copy handed out is never evicted before its lease. Throws when the copy was evicted in the meantime.
+    /// Marks a copy as used (and optionally leases or pins it for <paramref name="pinOwner"/>) before it is handed out.
+    /// Under the lock eviction holds, so a copy handed out is never evicted before its lease. Throws when the copy was
+    /// evicted in the meantime.
     /// </summary>
-    public void Acquire(string version, bool lease, string? pin)
+    public void Acquire(string version, bool lease, string? pin, uint pinOwner = AccessPolicy.NoOwner)
     {
         lock (_lock)
         {
             if (!_copies.TryGetValue(version, out var copy)) throw new IOException($"local copy of {version} was evicted while being opened; ask again");
             Touch(copy);
             if (lease) copy.Leases++;
-            if (pin is not null && copy.Pins.Add(pin)) PinsChanged();
+            if (pin is not null && copy.Pins.Add(new Pin(pin, pinOwner))) PinsChanged();
         }
     }
 
@@ -191,16 +199,29 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     /// Drops a pin from the copies of a dataset (one version, or every version for null or "latest"); never fails because
     /// the data is already gone. With <paramref name="evict"/>, complete copies nothing else holds are removed. Returns
     /// whether any was.
+    /// <para>With <paramref name="access"/>, the release is <paramref name="caller"/>'s and is checked before anything
+    /// changes: of the pins of that name it drops only those <paramref name="caller"/> may (<see cref="AccessPolicy.MayRelease"/>),
+    /// and is refused (<see cref="ErrorCode.AccessDenied"/>) when the pin is held only by others; an eviction is refused
+    /// when <paramref name="caller"/> may not read a copy it would remove. Without, it is the agent's own and unchecked.</para>
     /// </summary>
-    public bool Release(string name, string? version, string pin, bool evict)
+    public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access = null, PeerCredentials? caller = null)
     {
         lock (_lock)
         {
             var matches = _copies.Values.Where(c => c.Manifest.Name == name && (string.IsNullOrEmpty(version) || version == "latest" || c.Version == version)).ToList();
+            bool MayDrop(Pin p) => p.Name == pin && (access is null || access.MayRelease(p.Owner, caller));
+            if (access is not null)
+            {
+                var held = matches.SelectMany(c => c.Pins).Where(p => p.Name == pin).ToList();
+                if (held.Count > 0 && !held.Any(MayDrop)) throw access.ReleaseRefused(pin, name, held.Select(p => p.Owner), caller);
+                if (evict)
+                    foreach (var c in matches.Where(c => c.Complete && c.Leases == 0 && c.Pins.All(MayDrop)))
+                        access.CheckEvict(c.Manifest, caller);
+            }
             var evicted = false;
             foreach (var c in matches)
             {
-                c.Pins.Remove(pin);
+                c.Pins.RemoveWhere(MayDrop);
                 if (evict && c.Complete && c.Leases == 0 && c.Pins.Count == 0) { RemoveLocked(c); evicted = true; }
             }
             PinsChanged();
@@ -220,16 +241,16 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
         lock (_lock) return _copies.Values.Where(c => c.Complete && c.Manifest.Name == name).MaxBy(c => c.Manifest.Created);
     }
 
-    /// <summary>The copies as the agent's status reports them, by dataset name.</summary>
-    public List<CopyStatus> Snapshot()
+    /// <summary>The copies as the agent's status reports them, by dataset name; only those whose manifest <paramref name="visible"/> admits.</summary>
+    public List<CopyStatus> Snapshot(Func<Manifest, bool>? visible = null)
     {
         lock (_lock)
-            return _copies.Values.OrderBy(c => c.Manifest.Name, StringComparer.Ordinal).ThenBy(c => c.Version, StringComparer.Ordinal).Select(c => new CopyStatus
+            return _copies.Values.Where(c => visible is null || visible(c.Manifest)).OrderBy(c => c.Manifest.Name, StringComparer.Ordinal).ThenBy(c => c.Version, StringComparer.Ordinal).Select(c => new CopyStatus
             {
                 Name = c.Manifest.Name, Version = c.Version, Length = c.Manifest.RawLength,
                 State = c.Complete ? "complete" : c.Fetching ? "fetching" : c.Ingesting ? "ingesting" : "partial",
                 Segments = c.Manifest.Segments.Count, SegmentsDone = c.SegmentsDone, BytesDone = c.BytesDone,
-                Leases = c.Leases, Pins = c.Pins.Order(StringComparer.Ordinal).ToList(), LastAccess = c.LastAccess,
+                Leases = c.Leases, Pins = c.Pins.Select(p => p.Name).Distinct().Order(StringComparer.Ordinal).ToList(), LastAccess = c.LastAccess,
             }).ToList();
     }
 
@@ -274,5 +295,6 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     }
 
     private void PinsChanged() =>
-        pinsChanged?.Invoke(_copies.Values.Where(c => c.Pins.Count > 0).ToDictionary(c => c.Version, c => c.Pins.Order(StringComparer.Ordinal).ToArray()));
+        pinsChanged?.Invoke(_copies.Values.Where(c => c.Pins.Count > 0)
+            .ToDictionary(c => c.Version, c => c.Pins.OrderBy(p => p.Name, StringComparer.Ordinal).ThenBy(p => p.Owner).ToArray()));
 }

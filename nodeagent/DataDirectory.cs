@@ -18,7 +18,9 @@ namespace Hpc.NodeAgent;
 /// <c>partial/&lt;version&gt;.done</c>, the journal of finished segment indexes (4-byte little-endian each, appended as
 /// segments land);</item>
 /// <item><c>manifests/&lt;version&gt;.json</c> — the manifest of every copy, complete or partial;</item>
-/// <item><c>pins.json</c> — pin names per version, so pins survive restarts.</item>
+/// <item><c>pins.json</c> — the pins of each version (name and the uid that pinned it), so pins and their owners
+/// survive restarts;</item>
+/// <item><c>telemetry.jsonl</c> — one line per fetch, unless the agent's --telemetry says otherwise.</item>
 /// </list>
 /// Paths are built only from version ids (32 hex digits), never from dataset names.
 /// <para>On Linux the tree belongs to the agent's user and others may only pass through it: the root and
@@ -31,16 +33,36 @@ public sealed class DataDirectory
     private readonly ILogger _log;
     private readonly string _complete, _partial, _manifests, _pinsFile;
 
-    public DataDirectory(string root, ILogger? log = null)
+    private readonly AgentFiles _files;
+
+    /// <param name="files">How the agent's own files are created (owner-only when null).</param>
+    public DataDirectory(string root, ILogger? log = null, AgentFiles? files = null)
     {
         _log = log ?? NullLogger.Instance;
+        _files = files ?? new AgentFiles(log: _log);
         Root = Path.GetFullPath(root);
         _complete = Path.Combine(Root, "complete");
         _partial = Path.Combine(Root, "partial");
         _manifests = Path.Combine(Root, "manifests");
         _pinsFile = Path.Combine(Root, "pins.json");
         foreach (var d in new[] { _complete, _partial, _manifests }) Directory.CreateDirectory(d);
-        if (!OperatingSystem.IsWindows()) RestrictTree();
+        if (!OperatingSystem.IsWindows())
+        {
+            RestrictTree();
+            RestrictOwnFiles();
+        }
+    }
+
+    /// <summary>
+    /// The agent's own files that an older agent left with its umask (typically 0644): the root's (pins, telemetry)
+    /// are reachable by anyone who guesses their names, the others would be once a folder's mode is widened.
+    /// </summary>
+    private void RestrictOwnFiles()
+    {
+        var own = Directory.EnumerateFiles(Root)
+            .Concat(Directory.EnumerateFiles(_manifests))
+            .Concat(Directory.EnumerateFiles(_partial, "*.done"));
+        foreach (var file in own) _files.Restrict(file);
     }
 
     private const UnixFileMode Traversable = UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute |
@@ -117,10 +139,10 @@ public sealed class DataDirectory
         return Manifest.Parse(bytes);
     }
 
-    public Task WriteManifestAsync(string version, Manifest manifest) => File.WriteAllBytesAsync(ManifestPath(version), manifest.Serialize());
+    public Task WriteManifestAsync(string version, Manifest manifest) => _files.WriteAllAsync(ManifestPath(version), manifest.Serialize());
 
     /// <summary>Stores a manifest's bytes as received (they hash to <paramref name="version"/>).</summary>
-    public Task WriteManifestAsync(string version, ReadOnlyMemory<byte> serialized) => File.WriteAllBytesAsync(ManifestPath(version), serialized);
+    public Task WriteManifestAsync(string version, ReadOnlyMemory<byte> serialized) => _files.WriteAllAsync(ManifestPath(version), serialized);
 
     /// <summary>The segment indexes a partial copy's journal records, in the order written (unverified, possibly repeated).</summary>
     public int[] ReadJournal(string version)
@@ -139,7 +161,7 @@ public sealed class DataDirectory
     /// (a 4 KB buffer held the last 1,024 entries — 64 MB of verified data — in the dead process). One small write per
     /// 64 KB segment costs nothing next to the segment's own.
     /// </remarks>
-    public FileStream OpenJournal(string version) => new(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, bufferSize: 0);
+    public FileStream OpenJournal(string version) => _files.Open(JournalPath(version), FileMode.Append, FileAccess.Write, FileShare.Read, bufferSize: 0);
 
     public static void AppendJournal(FileStream journal, int index)
     {
@@ -215,14 +237,30 @@ public sealed class DataDirectory
 
     public void DeleteJournal(string version) => TryDelete(JournalPath(version));
 
-    /// <summary>Pin names per version; empty (with a warning) when the file is missing or unreadable.</summary>
-    public Dictionary<string, string[]> ReadPins()
+    /// <summary>
+    /// The pins of each version; empty (with a warning) when the file is missing or unreadable. A file written before
+    /// pins had owners lists bare names: those pins are kept with <see cref="AccessPolicy.NoOwner"/>, so only root and
+    /// the agent's user may drop them — nobody can claim them.
+    /// </summary>
+    public Dictionary<string, Pin[]> ReadPins()
     {
+        if (!File.Exists(_pinsFile)) return [];
         try
         {
-            return File.Exists(_pinsFile) ? JsonSerializer.Deserialize(File.ReadAllBytes(_pinsFile), NodeAgentJson.Default.DictionaryStringStringArray) ?? [] : [];
+            using var document = JsonDocument.Parse(File.ReadAllBytes(_pinsFile));
+            var pins = new Dictionary<string, Pin[]>();
+            var unowned = 0;
+            foreach (var version in document.RootElement.EnumerateObject())
+                pins[version.Name] = version.Value.EnumerateArray().Select(p =>
+                {
+                    if (p.ValueKind == JsonValueKind.String) { unowned++; return new Pin(p.GetString()!, AccessPolicy.NoOwner); }
+                    return new Pin(p.GetProperty("name").GetString() ?? throw new InvalidDataException("a pin without a name"), p.GetProperty("owner").GetUInt32());
+                }).ToArray();
+            if (unowned > 0)
+                _log.LogWarning("{File} holds {Count} pins from before pins had owners; only root or the agent's user may release them", _pinsFile, unowned);
+            return pins;
         }
-        catch (JsonException e)
+        catch (Exception e) when (e is JsonException or InvalidOperationException or InvalidDataException or KeyNotFoundException or FormatException)
         {
             _log.LogWarning("Ignoring unreadable {File}: {Reason}", _pinsFile, e.Message);
             return [];
@@ -230,10 +268,11 @@ public sealed class DataDirectory
     }
 
     /// <summary>Replaces pins.json atomically (written aside, then renamed over).</summary>
-    public void SavePins(IReadOnlyDictionary<string, string[]> pins)
+    public void SavePins(IReadOnlyDictionary<string, Pin[]> pins)
     {
         var tmp = _pinsFile + ".tmp";
-        File.WriteAllBytes(tmp, JsonSerializer.SerializeToUtf8Bytes(pins.ToDictionary(), NodeAgentJson.Default.DictionaryStringStringArray));
+        var records = pins.ToDictionary(p => p.Key, p => p.Value.Select(pin => new PinRecord(pin.Name, pin.Owner)).ToArray());
+        _files.WriteAll(tmp, JsonSerializer.SerializeToUtf8Bytes(records, NodeAgentJson.Default.DictionaryStringPinRecordArray));
         File.Move(tmp, _pinsFile, overwrite: true);
     }
 

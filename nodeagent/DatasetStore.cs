@@ -31,9 +31,10 @@ public sealed class DatasetStore
         _options = options;
         _source = source;
         _log = loggers.CreateLogger<DatasetStore>();
-        _directory = new DataDirectory(options.DataDirectory, _log);
+        var files = new AgentFiles(options.AdminGroupId(), _log);
+        _directory = new DataDirectory(options.DataDirectory, _log, files);
         _index = new CopyIndex(options.Budget, Removed, _directory.SavePins, () => FreeBytes(_directory.Root), _directory.Root);
-        var telemetry = new FetchTelemetry(FetchTelemetry.Resolve(options.TelemetryFile, _directory.Root), options.NodeName, source.Hosts.Count, _log);
+        var telemetry = new FetchTelemetry(FetchTelemetry.Resolve(options.TelemetryFile, _directory.Root), options.NodeName, source.Hosts.Count, _log, files);
         _fetches = new FetchCoordinator(_directory, _index, source, telemetry, loggers.CreateLogger<FetchCoordinator>(), _writers);
         Recover();
     }
@@ -115,7 +116,9 @@ public sealed class DatasetStore
     /// checked before anything else is done for the caller; one that is not yet local is fetched first (its readers are in
     /// the manifest the fetch brings), so a refused caller may have warmed the node but never receives the data.
     /// </summary>
-    public async Task<Ensured> EnsureAsync(string name, string? version, bool lease, string? pin, CancellationToken ct, Action<Manifest>? authorize = null)
+    /// <param name="pinOwner">The uid of the caller pinning it: only that user (or root, or the agent's) may drop the pin.</param>
+    public async Task<Ensured> EnsureAsync(string name, string? version, bool lease, string? pin, CancellationToken ct, Action<Manifest>? authorize = null,
+        uint pinOwner = AccessPolicy.NoOwner)
     {
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
@@ -140,7 +143,7 @@ public sealed class DatasetStore
             CheckBelongs(copy, name);
             authorize?.Invoke(copy.Manifest);
         }
-        _index.Acquire(version, lease, pin);
+        _index.Acquire(version, lease, pin, pinOwner);
         var described = Describe(copy, source, clock.Elapsed.TotalSeconds);
         described.ReusedBytes = reusedBytes;
         return new Ensured(described, version);
@@ -149,11 +152,42 @@ public sealed class DatasetStore
     /// <summary>
     /// Begins an ingest of stored segments of <paramref name="version"/> that a process on the node obtained elsewhere
     /// (see <see cref="SegmentIngest"/>). <paramref name="serializedManifest"/> is the manifest as stored: it must hash
-    /// to the version and name the dataset. Waits while a fetch or another ingest of the version writes it. Dispose the
-    /// result to end the ingest.
+    /// to the version and name the dataset, and the agent's own cache tier must hold exactly that manifest
+    /// (<see cref="VouchAsync"/>) unless the node already has the version. Waits while a fetch or another ingest of the
+    /// version writes it. Dispose the result to end the ingest.
     /// </summary>
     public Task<SegmentIngest> BeginIngestAsync(string name, string version, ReadOnlyMemory<byte> serializedManifest, CancellationToken ct) =>
-        SegmentIngest.BeginAsync(_directory, _index, _writers, name, version, serializedManifest, _log, ct);
+        SegmentIngest.BeginAsync(_directory, _index, _writers, name, version, serializedManifest, _log, ct,
+            token => VouchAsync(name, version, serializedManifest, token));
+
+    /// <summary>
+    /// Checks an offered manifest against the agent's own cache tier: anyone on the node can run a fan-out against a
+    /// cache host of their own, and what the agent ingests it later serves under the dataset's name — to readers who
+    /// trust the agent's tier, even while that tier is down. The tier must hold the version under that dataset name with
+    /// exactly these bytes; a version it does not have, a manifest that differs, or a tier that cannot be asked is refused.
+    /// </summary>
+    private async Task VouchAsync(string name, string version, ReadOnlyMemory<byte> offered, CancellationToken ct)
+    {
+        var tier = string.Join(", ", _source.Hosts);
+        byte[] held;
+        try
+        {
+            held = await _source.GetManifestBytesAsync(name, version, ct);
+        }
+        catch (CommonDataException e) when (e.Code is ErrorCode.Unavailable or ErrorCode.Timeout)
+        {
+            throw new CommonDataException(ErrorCode.Unavailable,
+                $"ingest of '{name}' version {version} refused: the agent's cache tier ({tier}) cannot be reached to vouch for it ({e.Message})", e);
+        }
+        catch (CommonDataException e)
+        {
+            throw new CommonDataException(ErrorCode.AccessDenied,
+                $"ingest of '{name}' version {version} refused: the agent's cache tier ({tier}) does not vouch for that version ({e.Message})", e);
+        }
+        if (!held.AsSpan().SequenceEqual(offered.Span))
+            throw new CommonDataException(ErrorCode.AccessDenied,
+                $"ingest of '{name}' version {version} refused: the manifest sent differs from the one the agent's cache tier ({tier}) holds");
+    }
 
     private static void CheckBelongs(LocalCopy copy, string name)
     {
@@ -205,13 +239,18 @@ public sealed class DatasetStore
 
     public void Lease(string version, int delta) => _index.Lease(version, delta);
 
-    /// <summary>Drops a pin; never fails because the data is already gone. Returns whether a copy was evicted.</summary>
-    public bool Release(string name, string? version, string pin, bool evict) => _index.Release(name, version, pin, evict);
+    /// <summary>
+    /// Drops a pin; never fails because the data is already gone. Returns whether a copy was evicted. With
+    /// <paramref name="access"/>, it is <paramref name="caller"/>'s release and checked (<see cref="CopyIndex.Release"/>).
+    /// </summary>
+    public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access = null, PeerCredentials? caller = null) =>
+        _index.Release(name, version, pin, evict, access, caller);
 
-    public AgentStatus Status() => new()
+    /// <summary>The node's state; its copies only those whose manifest <paramref name="visible"/> admits (all when null).</summary>
+    public AgentStatus Status(Func<Manifest, bool>? visible = null) => new()
     {
         Node = _options.NodeName, DataDirectory = DataDirectory, BudgetBytes = _options.Budget.Bytes,
-        UsedBytes = _index.UsedBytes, Copies = _index.Snapshot(),
+        UsedBytes = _index.UsedBytes, Copies = _index.Snapshot(visible),
     };
 
     /// <summary>

@@ -10,8 +10,9 @@ namespace Hpc.NodeAgent;
 /// One JSON line of <c>kind: "fetch"</c> per completed fetch, so a cluster's fetch times can be reported like a bench
 /// run (<c>hpcdata report</c>; docs/benchmarks.md). Reusing a local copy writes nothing.
 /// </summary>
-public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger? log = null)
+public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger? log = null, AgentFiles? files = null)
 {
+    private readonly AgentFiles _files = files ?? new AgentFiles(log: log);
     private readonly object _lock = new();
     private readonly ILogger _log = log ?? NullLogger.Instance;
 
@@ -34,7 +35,8 @@ public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger
             Math.Round(seconds, 4), source, hosts, reusedSegments, reusedBytes), NodeAgentJson.Default.FetchLine);
         try
         {
-            lock (_lock) File.AppendAllText(Path, line + "\n");
+            // Owner-only: the lines name restricted datasets, their versions and sizes (the file is the agent's, not a copy it serves).
+            lock (_lock) _files.Append(Path, System.Text.Encoding.UTF8.GetBytes(line + "\n"));
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
@@ -54,5 +56,8 @@ internal sealed record FetchLine(DateTimeOffset Time, string Node, string Datase
 /// <summary>The agent's own files, serialised without reflection (the agent may be compiled to native code).</summary>
 [JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase)]
 [JsonSerializable(typeof(FetchLine))]
-[JsonSerializable(typeof(Dictionary<string, string[]>))]
+[JsonSerializable(typeof(Dictionary<string, PinRecord[]>))]
 internal sealed partial class NodeAgentJson : JsonSerializerContext;
+
+/// <summary>A pin as pins.json keeps it.</summary>
+internal sealed record PinRecord(string Name, uint Owner);

@@ -14,13 +14,15 @@ namespace Hpc.NodeAgent;
 /// framed requests; datasets opened on a connection stay leased until it closes. A malformed or oversized frame
 /// closes that connection only.
 /// </summary>
-/// <para>The socket admits every user of the node; what a connection may read is decided per dataset from the
-/// credentials the kernel recorded for it (<see cref="PeerCredentials"/>, <see cref="AccessPolicy"/>): open, stream
-/// and prefetch of a version whose readers do not include the worker are refused with <see cref="ErrorCode.AccessDenied"/>.</para>
+/// <para>The socket admits every user of the node; what a connection may do is decided from the credentials the
+/// kernel recorded for it (<see cref="PeerCredentials"/>, <see cref="AccessPolicy"/>): open, stream and prefetch of a
+/// version whose readers do not include the worker are refused with <see cref="ErrorCode.AccessDenied"/>; a pin is
+/// recorded with the uid that made it and only that user, root, the agent's user or a member of its admin group may
+/// release it or evict its copy; status lists only the copies the caller may read (all to those administrators).</para>
 public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
 {
     private readonly NodeAgentOptions _options = options;
-    private readonly AccessPolicy _access = AccessPolicy.ForThisProcess();
+    private readonly AccessPolicy _access = AccessPolicy.ForThisProcess(options.AdminGroupId());
     private int _connections;
     private readonly TaskCompletionSource _serving = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
@@ -190,7 +192,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                 if (request is null) return;
                 if (request.Op == AgentOps.Ingest)
                 {
-                    if (!await IngestAsync(request, reader, writer, stoppingToken)) return;
+                    if (!await IngestAsync(request, reader, writer, peer, stoppingToken)) return;
                     continue;
                 }
                 await HandleAsync(request, writer, leases, peer, stoppingToken);
@@ -225,8 +227,10 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                 {
                     var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
                     var lease = request.Op != AgentOps.Prefetch; // prefetch warms the node; only open and stream lease
-                    var ensured = await store.EnsureAsync(name, request.Version, lease, request.Op == AgentOps.Prefetch ? request.Pin : null, ct,
-                        manifest => { if (manifest.Readers is not null) _access.Check(manifest, peer.Value); });
+                    var pin = request.Op == AgentOps.Prefetch ? request.Pin : null;
+                    var ensured = await store.EnsureAsync(name, request.Version, lease, pin, ct,
+                        manifest => { if (manifest.Readers is not null) _access.Check(manifest, peer.Value); },
+                        pin is null ? AccessPolicy.NoOwner : AccessPolicy.OwnerOf(peer.Value));
                     if (lease) leases.Add(ensured.Version);
                     response = new AgentResponse { Ok = true, Dataset = ensured.Dataset };
                     if (request.Op == AgentOps.Stream)
@@ -240,13 +244,15 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
                 case AgentOps.Release:
                 {
                     var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
-                    var evicted = store.Release(name, request.Version, request.Pin ?? throw new ArgumentException("release needs a pin"), request.Evict);
+                    var evicted = store.Release(name, request.Version, request.Pin ?? throw new ArgumentException("release needs a pin"), request.Evict,
+                        _access, peer.Value);
                     response = new AgentResponse { Ok = true };
-                    if (evicted) log.LogInformation("Released and evicted {Dataset}", name);
+                    if (evicted) log.LogInformation("Released pin {Pin} and evicted {Dataset} for uid {Uid}", request.Pin, name, peer.Value?.Uid);
                     break;
                 }
                 case AgentOps.Status:
-                    response = new AgentResponse { Ok = true, Status = store.Status() };
+                    // Names, versions, sizes and pins of datasets the caller may not read are not the caller's to know.
+                    response = new AgentResponse { Ok = true, Status = store.Status(manifest => _access.MaySee(manifest, peer.Value)) };
                     break;
                 default:
                     response = AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, $"unknown operation '{request.Op}'"));
@@ -259,7 +265,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             if (error.Code is ErrorCode.NoSpace or ErrorCode.AccessDenied) AgentMetrics.Instance.Refused(error.Code);
             if (error.Code == ErrorCode.Internal) log.LogError(e, "Request {Op} {Dataset} failed", request.Op, request.Dataset);
             else if (error.Code == ErrorCode.AccessDenied)
-                log.LogWarning("Refused {Op} of {Dataset} to pid {Pid}: {Error}", request.Op, request.Dataset, peer.Value?.Pid, error.Message);
+                log.LogWarning("Refused {Op} of {Dataset} to pid {Pid} (uid {Uid}): {Error}", request.Op, request.Dataset, peer.Value?.Pid, peer.Value?.Uid, error.Message);
             response = AgentResponse.Failure(error);
         }
         await Reply(writer, response, ct);
@@ -271,7 +277,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
     /// reply and the connection stays usable; a malformed frame, an index out of range or a failure while writing is
     /// one error reply and the connection is closed. Returns whether the connection stays open.
     /// </summary>
-    private async Task<bool> IngestAsync(AgentRequest request, PipeReader reader, PipeWriter writer, CancellationToken ct)
+    private async Task<bool> IngestAsync(AgentRequest request, PipeReader reader, PipeWriter writer, Lazy<PeerCredentials?> peer, CancellationToken ct)
     {
         byte[]? manifest;
         try
@@ -296,7 +302,8 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         {
             var error = CommonDataException.From(e);
             if (error.Code == ErrorCode.Internal) log.LogError(e, "Ingest of {Dataset} {Version} refused", request.Dataset, request.Version);
-            else log.LogWarning("Ingest of {Dataset} {Version} refused: {Error}", request.Dataset, request.Version, error.Message);
+            else log.LogWarning("Ingest of {Dataset} {Version} from pid {Pid} (uid {Uid}) refused: {Error}", request.Dataset, request.Version,
+                peer.Value?.Pid, peer.Value?.Uid, error.Message);
             await Reply(writer, AgentResponse.Failure(error), ct);
             return true;
         }

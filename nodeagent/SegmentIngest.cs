@@ -53,8 +53,10 @@ public sealed class SegmentIngest : IDisposable
     /// (<see cref="ErrorCode.NoSpace"/> otherwise). For a version already complete on the node, returns a finished
     /// ingest with <see cref="Complete"/> set.
     /// </summary>
+    /// <param name="vouch">Throws unless the agent's cache tier vouches for the manifest (see <see cref="DatasetStore.BeginIngestAsync"/>);
+    /// not asked when the node already holds the version, whose manifest came from that tier or was checked against it.</param>
     public static async Task<SegmentIngest> BeginAsync(DataDirectory directory, CopyIndex index, VersionWriters writers,
-        string name, string version, ReadOnlyMemory<byte> serializedManifest, ILogger log, CancellationToken ct)
+        string name, string version, ReadOnlyMemory<byte> serializedManifest, ILogger log, CancellationToken ct, Func<CancellationToken, Task>? vouch = null)
     {
         DatasetName.Validate(name);
         if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.BadRequest, $"ingest: '{version}' is not a version id");
@@ -66,6 +68,13 @@ public sealed class SegmentIngest : IDisposable
         if (manifest.Name != name)
             throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
 
+        // Asked before the version's turn is taken: a round trip to the tier must not hold up a fetch of the version.
+        var asked = false;
+        if (vouch is not null && index.Find(version) is null)
+        {
+            await vouch(ct);
+            asked = true;
+        }
         var turn = await writers.AcquireAsync(version, ct);
         try
         {
@@ -75,7 +84,9 @@ public sealed class SegmentIngest : IDisposable
                 turn.Dispose();
                 return new SegmentIngest(version, existing.Manifest, complete: true, log);
             }
-            index.BeginIngest(version, manifest);
+            if (existing is null && vouch is not null && !asked) await vouch(ct); // the copy that made asking needless went meanwhile
+            // Segments are checked against the node's own manifest of the version when it has one.
+            manifest = index.BeginIngest(version, manifest).Manifest;
             DatasetFiles? file = null;
             try
             {

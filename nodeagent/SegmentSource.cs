@@ -26,6 +26,13 @@ public interface ISegmentSource
     Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct);
 
     /// <summary>
+    /// As <see cref="GetManifestAsync"/>, the manifest's bytes exactly as stored (they hash to the version id): what an
+    /// offered manifest is compared with. <see cref="ErrorCode.NotFound"/> when the source does not hold the version
+    /// under that name; <see cref="ErrorCode.Unavailable"/> when no host answers.
+    /// </summary>
+    Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct);
+
+    /// <summary>
     /// Fetches the <paramref name="wanted"/> segments (indexes into the manifest), verifies each against its id, writes
     /// its raw bytes at its offset in <paramref name="files"/>, then calls <paramref name="onSegment"/> (possibly from
     /// several threads at once). A segment no host has intact fails the fetch (<see cref="ErrorCode.Integrity"/> or
@@ -44,6 +51,9 @@ public sealed class CacheTierSource(CacheTierClient tier) : ISegmentSource
     public Task<string?> GetLatestAsync(string name, CancellationToken ct) => tier.GetLatestAsync(name, ct);
 
     public async Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct) => (await tier.ResolveAsync(name, version, ct)).Manifest;
+
+    public async Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct) =>
+        (await tier.Catalog.ResolveWithBytesAsync(name, version, ct)).Bytes;
 
     public Task FetchAsync(Manifest manifest, string version, DatasetFiles files, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct) =>
         SegmentFetcher.FetchToFileAsync(tier, manifest, version, files, wanted, onSegment, ct);

@@ -54,7 +54,7 @@ public static class NodeReleaseCommand
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
         {
             ForgetDeadAgent(pipe);
-            return Say(0, $"no node agent answers on pipe '{pipe}'; nothing to release for job {job}");
+            return Say(0, $"{AgentClient.NotAnswering(pipe, e)}; nothing to release for job {job}");
         }
         catch (CommonDataException e)
         {

@@ -27,9 +27,23 @@ public static class PathCommand
         var at = given.IndexOf('@');
         var (name, version) = at < 0 ? (given, JobVariables.First(Environment.GetEnvironmentVariable(JobVariables.Version))) : (given[..at], given[(at + 1)..]);
         if (!DatasetName.TryValidate(name, out var why)) return Fail(2, $"'{name}': {why}");
+        var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
+        AgentClient agent;
         try
         {
-            await using var agent = await AgentClient.ConnectAsync(JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment(), TimeSpan.FromSeconds(5), ct);
+            agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
+        }
+        catch (Exception e) when (e is IOException or TimeoutException)
+        {
+            return Fail(1, AgentClient.NotAnswering(pipe, e));
+        }
+        catch (Exception e) when (e is CommonDataException or UnauthorizedAccessException)
+        {
+            return Fail(1, e.Message); // an agent is there but its socket turns this user away
+        }
+        try
+        {
+            await using var connected = agent;
             // A prefetch neither leases nor pins: after node preparation it only answers where the pinned copy is.
             var local = await agent.PrefetchAsync(name, version, pin: null, ct);
             Console.WriteLine(local.Path);

@@ -37,9 +37,14 @@ public static class StatusCommand
             await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(3), ct);
             status = await agent.StatusAsync(ct);
         }
-        catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException or CommonDataException)
+        catch (Exception e) when (e is TimeoutException or IOException)
         {
-            Console.Error.WriteLine($"hpcdata status: no node agent answers on pipe '{pipe}': {e.Message}");
+            Console.Error.WriteLine($"hpcdata status: {AgentClient.NotAnswering(pipe, e)}");
+            return 1;
+        }
+        catch (Exception e) when (e is UnauthorizedAccessException or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata status: the node agent on pipe '{pipe}' refused: {e.Message}");
             return 1;
         }
         if (o.Json)

@@ -46,7 +46,7 @@ public sealed partial class Dataset
         catch (Exception e) when (e is TimeoutException or IOException)
         {
             throw new CommonDataException(ErrorCode.Unavailable,
-                $"no node agent answers on pipe '{options.AgentPipe}' ({e.Message}); is it running? ({AgentClient.PipeVariable})", e);
+                $"{AgentClient.NotAnswering(options.AgentPipe, e)}; is it running? ({AgentClient.PipeVariable})", e);
         }
 
         try

@@ -23,7 +23,7 @@ public sealed class RootOnLinuxFactAttribute : FactAttribute
 [SupportedOSPlatform("linux")]
 public sealed class AccessTests
 {
-    private const string Alice = "hpcdata-t-alice", Bob = "hpcdata-t-bob";
+    internal const string Alice = "hpcdata-t-alice", Bob = "hpcdata-t-bob";
 
     [RootOnLinuxFact]
     public async Task Only_a_named_reader_opens_a_dataset_through_the_agent_or_reads_its_copy_on_disk_and_a_stranger_gets_one_line_and_exit_1()
@@ -134,8 +134,25 @@ public sealed class AccessTests
         Assert.NotEmpty(staged.Version);
     }
 
+    /// <summary>Creates a system group if the machine has none of that name and makes <paramref name="user"/> a member; safe to repeat.</summary>
+    internal static void EnsureGroupMember(string group, string user)
+    {
+        EnsureUser(user);
+        if (UnixAccounts.GroupId(group) is null) Run("groupadd", ["--system", group], exitCodesAllowed: [0, 9]); // 9: made meanwhile
+        Run("gpasswd", ["--add", user, group]);
+    }
+
+    private static void Run(string program, string[] args, int[]? exitCodesAllowed = null)
+    {
+        using var p = Process.Start(new ProcessStartInfo(program, args) { RedirectStandardError = true, RedirectStandardOutput = true, UseShellExecute = false })!;
+        var error = p.StandardError.ReadToEnd();
+        p.StandardOutput.ReadToEnd();
+        p.WaitForExit();
+        Assert.True((exitCodesAllowed ?? [0]).Contains(p.ExitCode), $"{program} {string.Join(' ', args)} failed ({p.ExitCode}): {error}");
+    }
+
     /// <summary>Creates a system user without a home if the machine has none of that name; safe to repeat and to race.</summary>
-    private static void EnsureUser(string name)
+    internal static void EnsureUser(string name)
     {
         if (UnixAccounts.UserId(name) is not null) return;
         using var p = Process.Start(new ProcessStartInfo("useradd", ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name])

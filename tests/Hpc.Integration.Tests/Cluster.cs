@@ -52,21 +52,27 @@ public sealed class Cluster : IAsyncDisposable
         return address;
     }
 
-    public async Task<(ComponentProcess Process, string Pipe, string DataDir)> StartAgentAsync(string? dataDir = null, long budget = 1L << 30, string? pipe = null)
+    /// <param name="configure">Changes the agent's other settings (its command line is built from them).</param>
+    public async Task<(ComponentProcess Process, string Pipe, string DataDir)> StartAgentAsync(string? dataDir = null, long budget = 1L << 30, string? pipe = null,
+        Action<NodeAgentOptions>? configure = null)
     {
         pipe ??= $"hcd{Environment.ProcessId}x{Interlocked.Increment(ref _counter)}";
         dataDir ??= Path.Combine(Root, pipe);
-        var p = Track(ComponentProcess.Start("Hpc.NodeAgent", AgentArguments(pipe, dataDir, budget), name: "agent"));
+        var p = Track(ComponentProcess.Start("Hpc.NodeAgent", AgentArguments(pipe, dataDir, budget, configure), name: "agent"));
         await p.WaitReadyAsync(Ready);
         return (p, pipe, dataDir);
     }
 
     /// <summary>The agent's command line for this cluster's cache hosts, built from its options type.</summary>
-    public IReadOnlyList<string> AgentArguments(string pipe, string dataDir, long budget = 1L << 30) =>
-        ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
+    public IReadOnlyList<string> AgentArguments(string pipe, string dataDir, long budget = 1L << 30, Action<NodeAgentOptions>? configure = null)
+    {
+        var options = new NodeAgentOptions
         {
             Pipe = pipe, DataDirectory = dataDir, Budget = budget, CacheTier = new CacheTierOptions { Hosts = Hosts.ToList() },
-        });
+        };
+        configure?.Invoke(options);
+        return ProgramContract<NodeAgentOptions>.ToArguments(options);
+    }
 
     public sealed record Staged(string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments, bool Unchanged, string Hash);
 

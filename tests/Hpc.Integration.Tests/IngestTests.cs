@@ -28,11 +28,25 @@ public class IngestTests
         }
         Assert.Equal(staged.Version, Manifest.VersionOf(manifestBytes));
         var (otherVersion, otherManifest) = await StoredManifestAsync(c, await c.StageAsync(Cluster.WriteFile(c.Root, "e.bin", Cluster.RandomBytes(1000)), "mpi/other"));
-        await c.Processes.Single(p => p.ReadyText == c.Hosts[0]).KillAsync(); // the agent's cache tier is gone from here on
+        var (thirdVersion, thirdManifest) = await StoredManifestAsync(c, await c.StageAsync(Cluster.WriteFile(c.Root, "f.bin", Cluster.RandomBytes(1000, seed: 4)), "mpi/third"));
+
+        // A segment index outside the manifest is a bad request: the agent answers once and closes that connection only.
+        await using (var bad = await AgentClient.ConnectAsync(pipe))
+        {
+            var session = await bad.BeginIngestAsync("mpi/other", otherVersion, otherManifest);
+            Assert.Equal(1, session.MissingCount);
+            session.Write(7, stored[0]);
+            var e = await Assert.ThrowsAsync<CommonDataException>(() => session.CompleteAsync());
+            Assert.Equal(ErrorCode.BadRequest, e.Code);
+            Assert.Contains("out of range", e.Message);
+            await Assert.ThrowsAsync<CommonDataException>(() => bad.StatusAsync()); // this connection is done
+        }
 
         await using var client = await AgentClient.ConnectAsync(pipe);
+        // The agent checks the manifest against its own cache tier when the ingest begins; the data comes after.
         await using (var session = await client.BeginIngestAsync("mpi/prices", staged.Version, manifestBytes))
         {
+            await c.Processes.Single(p => p.ReadyText == c.Hosts[0]).KillAsync(); // the agent's cache tier is gone from here on
             Assert.False(session.Complete);
             Assert.Equal((staged.Segments, staged.Segments), (session.Segments, session.MissingCount));
 
@@ -54,7 +68,7 @@ public class IngestTests
             Assert.Equal((staged.Segments, 1, 1, 0), (report.Accepted, report.AlreadyHad, report.Rejected, report.Missing));
             Assert.Contains("checksum", Assert.Single(report.Rejections!));
         }
-        var copy = Assert.Single((await client.StatusAsync()).Copies);
+        var copy = (await client.StatusAsync()).Copies.Single(d => d.Name == "mpi/prices");
         Assert.Equal(("partial", staged.Segments, staged.RawBytes), (copy.State, copy.SegmentsDone, copy.BytesDone));
 
         var options = Cluster.Via(pipe);
@@ -64,23 +78,16 @@ public class IngestTests
             Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
             Assert.True(data.VerifyHash());
         }
-        Assert.Equal("complete", Assert.Single((await client.StatusAsync()).Copies).State);
+        Assert.Equal("complete", (await client.StatusAsync()).Copies.Single(d => d.Name == "mpi/prices").State);
 
         // Once the node has the version, an ingest is told so and sends nothing.
         var again = await client.IngestAsync("mpi/prices", staged.Version, manifestBytes, stored.Select((s, i) => (i, (ReadOnlyMemory<byte>)s)));
         Assert.True(again.Complete);
 
-        // A segment index outside the manifest is a bad request: the agent answers once and closes that connection only.
-        await using (var bad = await AgentClient.ConnectAsync(pipe))
-        {
-            var session = await bad.BeginIngestAsync("mpi/other", otherVersion, otherManifest);
-            Assert.Equal(1, session.MissingCount);
-            session.Write(7, stored[0]);
-            var e = await Assert.ThrowsAsync<CommonDataException>(() => session.CompleteAsync());
-            Assert.Equal(ErrorCode.BadRequest, e.Code);
-            Assert.Contains("out of range", e.Message);
-            await Assert.ThrowsAsync<CommonDataException>(() => bad.StatusAsync()); // this connection is done
-        }
+        // With the tier down, a version the node does not hold cannot be vouched for: refused, and the connection stays usable.
+        var unchecked_ = await Assert.ThrowsAsync<CommonDataException>(() => client.BeginIngestAsync("mpi/third", thirdVersion, thirdManifest));
+        Assert.Equal(ErrorCode.Unavailable, unchecked_.Code);
+        Assert.Contains("cannot be reached to vouch", unchecked_.Message);
         var tampered = manifestBytes.ToArray();
         tampered[^2] = (byte)' ';
         var refused = await Assert.ThrowsAsync<CommonDataException>(() => client.BeginIngestAsync("mpi/prices", staged.Version, tampered));

@@ -15,7 +15,7 @@ public class CopyIndexTests
 
     private static (string, Manifest) A = Version("i/a", 100, 1), B = Version("i/b", 100, 2), C = Version("i/c", 100, 3), D = Version("i/d", 100, 4);
 
-    private static CopyIndex Index(long budget, List<string> removed, List<IReadOnlyDictionary<string, string[]>>? pins = null) =>
+    private static CopyIndex Index(long budget, List<string> removed, List<IReadOnlyDictionary<string, Pin[]>>? pins = null) =>
         new(budget, c => removed.Add(c.Manifest.Name), p => pins?.Add(p));
 
     private static void Complete(CopyIndex index, (string Version, Manifest Manifest) v)
@@ -81,15 +81,88 @@ public class CopyIndexTests
     [Fact]
     public void Every_pin_change_hands_the_whole_pin_set_to_be_saved()
     {
-        var pins = new List<IReadOnlyDictionary<string, string[]>>();
+        var pins = new List<IReadOnlyDictionary<string, Pin[]>>();
         var index = Index(1000, [], pins);
         Complete(index, A);
-        index.Acquire(A.Item1, lease: false, pin: "job2");
-        index.Acquire(A.Item1, lease: false, pin: "job1");
-        Assert.Equal(["job1", "job2"], pins[^1][A.Item1]);
+        index.Acquire(A.Item1, lease: false, pin: "job2", pinOwner: 1001);
+        index.Acquire(A.Item1, lease: false, pin: "job1", pinOwner: 1002);
+        Assert.Equal([new Pin("job1", 1002), new Pin("job2", 1001)], pins[^1][A.Item1]);
         index.Release("i/a", null, "job1", evict: false);
         index.Release("i/a", null, "job2", evict: false);
         Assert.Empty(pins[^1]);
+    }
+
+    private const uint AgentUid = 500, Alice = 1001, Bob = 1002;
+    private static PeerCredentials As(uint uid) => new(4242, uid, uid, []);
+
+    [Fact]
+    public void Another_user_cannot_release_or_evict_a_pin_and_nothing_changes()
+    {
+        var removed = new List<string>();
+        var index = Index(1000, removed);
+        var access = new AccessPolicy(AgentUid);
+        Complete(index, A);
+        index.Acquire(A.Item1, lease: false, pin: "job-7", pinOwner: Alice);
+
+        var e = Assert.Throws<CommonDataException>(() => index.Release("i/a", null, "job-7", evict: true, access, As(Bob)));
+
+        Assert.Equal(ErrorCode.AccessDenied, e.Code);
+        Assert.Contains("'job-7'", e.Message);
+        Assert.Contains("'i/a'", e.Message);
+        Assert.Contains($"uid {Alice}", e.Message);
+        Assert.Contains($"uid {Bob}", e.Message);
+        Assert.Empty(removed);
+        Assert.Equal(["job-7"], index.Snapshot().Single().Pins);
+        Assert.Throws<CommonDataException>(() => index.Release("i/a", null, "job-7", evict: false, access, null)); // nor can an unidentified process
+    }
+
+    [LinuxFact]
+    public void The_pins_owner_root_and_the_agents_user_may_release_it()
+    {
+        var access = new AccessPolicy(AgentUid);
+        foreach (var caller in new[] { Alice, 0u, AgentUid })
+        {
+            var removed = new List<string>();
+            var index = Index(1000, removed);
+            Complete(index, A);
+            index.Acquire(A.Item1, lease: false, pin: "job-7", pinOwner: Alice);
+            Assert.True(index.Release("i/a", null, "job-7", evict: true, access, As(caller)), $"uid {caller}");
+            Assert.Equal(["i/a"], removed);
+        }
+    }
+
+    [LinuxFact]
+    public void A_pin_name_taken_by_two_users_is_two_pins_and_each_drops_only_their_own()
+    {
+        var removed = new List<string>();
+        var index = Index(1000, removed);
+        var access = new AccessPolicy(AgentUid);
+        Complete(index, A);
+        index.Acquire(A.Item1, lease: false, pin: "job-7", pinOwner: Bob); // squatting the job's pin name first
+        index.Acquire(A.Item1, lease: false, pin: "job-7", pinOwner: Alice);
+
+        Assert.False(index.Release("i/a", null, "job-7", evict: true, access, As(Bob))); // Alice's pin keeps the copy
+        Assert.Empty(removed);
+        Assert.Equal(["job-7"], index.Snapshot().Single().Pins);
+        Assert.Throws<CommonDataException>(() => index.Release("i/a", null, "job-7", evict: true, access, As(Bob)));
+        Assert.True(index.Release("i/a", null, "job-7", evict: true, access, As(Alice)));
+        Assert.Equal(["i/a"], removed);
+    }
+
+    [LinuxFact]
+    public void Evicting_an_unpinned_copy_needs_the_right_to_read_it()
+    {
+        var removed = new List<string>();
+        var index = Index(1000, removed);
+        var access = new AccessPolicy(AgentUid);
+        var source = new FakeSegmentSource();
+        var secret = source.Stage("i/secret", FakeSegmentSource.Bytes(100, 9), readers: Hpc.CommonData.Access.DatasetReaders.Of([Alice], []));
+        Complete(index, (secret, source.GetManifestAsync("i/secret", secret, default).Result));
+
+        var e = Assert.Throws<CommonDataException>(() => index.Release("i/secret", null, "any", evict: true, access, As(Bob)));
+        Assert.Equal(ErrorCode.AccessDenied, e.Code);
+        Assert.Empty(removed);
+        Assert.True(index.Release("i/secret", null, "any", evict: true, access, As(Alice)));
     }
 
     [Fact]

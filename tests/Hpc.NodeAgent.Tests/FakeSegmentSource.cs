@@ -100,6 +100,14 @@ public sealed class FakeSegmentSource : ISegmentSource
         return Task.FromResult(v.Manifest);
     }
 
+    public Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct)
+    {
+        ThrowIfDown();
+        if (!_versions.TryGetValue(version, out var v) || v.Manifest.Name != name)
+            throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' not found");
+        return Task.FromResult(_manifestBytes[version].ToArray());
+    }
+
     public async Task FetchAsync(Manifest manifest, string version, DatasetFiles file, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct)
     {
         Interlocked.Increment(ref _fetches);

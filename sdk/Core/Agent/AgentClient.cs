@@ -61,6 +61,20 @@ public sealed class AgentClient : IAsyncDisposable
         return new AgentClient(pipeName, pipe);
     }
 
+    /// <summary>
+    /// The one line for a <see cref="ConnectAsync"/> that found no agent (a <see cref="TimeoutException"/> or
+    /// <see cref="IOException"/>): it names the pipe and, on Unix, the socket file. The runtime keeps retrying a socket
+    /// path that does not exist until the timeout and then says only "The operation has timed out."; here that reads as
+    /// what it is: no socket at that path.
+    /// </summary>
+    public static string NotAnswering(string pipeName, Exception cause)
+    {
+        if (OperatingSystem.IsWindows()) return $"no node agent answers on pipe '{pipeName}' ({cause.Message})";
+        var socket = Hosting.NodeAgentOptions.SocketPath(pipeName);
+        var reason = File.Exists(socket) || Directory.Exists(socket) ? $"{socket}: {cause.Message}" : $"no socket at {socket}";
+        return $"no node agent answers on pipe '{pipeName}' ({reason})";
+    }
+
     private static string CurrentUser()
     {
         if (!OperatingSystem.IsLinux()) return $"user '{Environment.UserName}'";

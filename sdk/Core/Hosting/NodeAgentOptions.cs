@@ -40,6 +40,21 @@ public sealed class NodeAgentOptions : IProgramOptions
         Environment = "HPCDATA_AGENT_TELEMETRY", Meta = "PATH")]
     public string TelemetryFile { get; set; } = "";
 
+    /// <summary>
+    /// A group of the agent's administrators: its own files (telemetry, pins, manifests, journals) are created 0640 in
+    /// that group rather than 0600, and its members see every copy in status and may release any pin. It reads no
+    /// restricted dataset through it: copies keep their readers. None by default (the agent's user and root only).
+    /// </summary>
+    [Switch("--admin-group", "group (name or id) that may read the agent's own files, see every copy in status and release any pin",
+        Environment = "HPCDATA_AGENT_ADMIN_GROUP", Meta = "GROUP")]
+    public string? AdminGroup { get; set; }
+
+    /// <summary>The id of <see cref="AdminGroup"/>, or null when none is set or the node does not know it (see <see cref="Validate"/>).</summary>
+    public uint? AdminGroupId() =>
+        string.IsNullOrEmpty(AdminGroup) ? null
+        : uint.TryParse(AdminGroup, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var gid) ? gid
+        : OperatingSystem.IsLinux() ? Access.UnixAccounts.GroupId(AdminGroup) : null;
+
     /// <summary>Concurrent pipe connections served; more wait in the accept queue.</summary>
     [Switch("--max-connections", "pipe connections served at once")]
     public int MaxConnections { get; set; } = 256;
@@ -61,6 +76,11 @@ public sealed class NodeAgentOptions : IProgramOptions
         if (Budget.Bytes <= 0) yield return $"--budget must be more than 0 (got {Budget.ToExactString()})";
         if (string.IsNullOrWhiteSpace(NodeName)) yield return "--node must not be empty";
         if (MaxConnections < 1) yield return $"--max-connections must be at least 1 (got {MaxConnections})";
+        if (!string.IsNullOrEmpty(AdminGroup))
+        {
+            if (!OperatingSystem.IsLinux()) yield return "--admin-group is for Linux nodes (file groups and socket credentials)";
+            else if (AdminGroupId() is null) yield return $"--admin-group: '{AdminGroup}' is not a group on this node";
+        }
         if (CacheTier is null) { yield return "no cache-tier settings"; yield break; }
         foreach (var problem in CacheTier.Validate()) yield return problem;
     }
