@@ -5,14 +5,15 @@ namespace Hpc.Bench;
 /// <summary>CPU time and peak resident memory of a live process, from /proc (read before the process is stopped).</summary>
 public static class ProcStats
 {
-    public sealed record Sample(string Name, int Pid, double CpuSeconds, long PeakRssBytes);
+    /// <param name="UserSeconds">CPU in the process's own code; <paramref name="SystemSeconds"/>: in the kernel on its behalf.</param>
+    public sealed record Sample(string Name, int Pid, double CpuSeconds, long PeakRssBytes, double UserSeconds = double.NaN, double SystemSeconds = double.NaN);
 
     /// <summary>USER_HZ is 100 on every Linux ABI .NET runs on; sysconf is not worth a P/Invoke here.</summary>
     private const double TicksPerSecond = 100;
 
     public static Sample Read(string name, int pid)
     {
-        double cpu = double.NaN;
+        double cpu = double.NaN, user = double.NaN, system = double.NaN;
         long peak = -1;
         try
         {
@@ -20,13 +21,15 @@ public static class ProcStats
             // The command name (field 2) may contain spaces and parentheses; fields are counted after its closing one.
             var rest = stat[(stat.LastIndexOf(')') + 2)..].Split(' ');
             // rest[0] is field 3 (state), so utime (14) and stime (15) are rest[11] and rest[12].
-            cpu = (long.Parse(rest[11], CultureInfo.InvariantCulture) + long.Parse(rest[12], CultureInfo.InvariantCulture)) / TicksPerSecond;
+            user = long.Parse(rest[11], CultureInfo.InvariantCulture) / TicksPerSecond;
+            system = long.Parse(rest[12], CultureInfo.InvariantCulture) / TicksPerSecond;
+            cpu = user + system;
             foreach (var line in File.ReadLines($"/proc/{pid}/status"))
                 if (line.StartsWith("VmHWM:", StringComparison.Ordinal))
                     peak = long.Parse(line[6..].Trim().Split(' ')[0], CultureInfo.InvariantCulture) * 1024;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or FormatException or IndexOutOfRangeException) { }
-        return new Sample(name, pid, cpu, peak);
+        return new Sample(name, pid, cpu, peak, user, system);
     }
 
     public static Sample Self(string name) => Read(name, Environment.ProcessId);

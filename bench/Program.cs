@@ -7,6 +7,7 @@ const string Me = "hpcdata bench";
 return await new CommandTree(Me, "the lab: scale-model cluster, codec, cache and attach benchmarks, and their report", [
     VerbEntry.Of<BenchClusterOptions>(Me, BenchVerb.ClusterAsync),
     VerbEntry.Of<BenchCodecOptions>(Me, BenchCodecVerb.RunAsync),
+    VerbEntry.Of<BenchFetchOptions>(Me, BenchFetchVerb.RunAsync),
     VerbEntry.Of<BenchCacheOptions>(Me, BenchCacheVerb.RunAsync),
     VerbEntry.Of<BenchAttachOptions>(Me, BenchAttachVerb.RunAsync),
     VerbEntry.Of<BenchFramesOptions>(Me, BenchFramesVerb.RunAsync),

@@ -1,0 +1,66 @@
+using CommandLine;
+using Hpc.CommonData;
+
+namespace Hpc.Bench.Commands;
+
+[Verb("fetch", HelpText = "The node agent (its own process, warm, a real cache host on loopback) fetching a version, against the raw decode path (verify, decode, write) on the same data, cores and run.")]
+public sealed class BenchFetchOptions
+{
+    [Option("size", Default = "256MB", HelpText = "Bytes of each kind of data.")]
+    public string Size { get; set; } = "256MB";
+
+    [Option("data", Default = "csv,random", HelpText = "csv (market history, compressible), random (incompressible), or both.")]
+    public string Data { get; set; } = "csv,random";
+
+    [Option("repeat", Default = 3, HelpText = "Measured runs of each (after one warm-up of each side); the table shows medians.")]
+    public int Repeat { get; set; } = 3;
+
+    [Option("agent-cores", Default = 0, HelpText = "Give the agent and the decode baseline the same N cores (taskset) and the cache host the others; 0 = all share all.")]
+    public int AgentCores { get; set; }
+
+    [Option("out", HelpText = "Directory to append results.jsonl to (kind \"fetch\").")]
+    public string? Out { get; set; }
+}
+
+public static class BenchFetchVerb
+{
+    public static async Task<int> RunAsync(BenchFetchOptions o, CancellationToken ct)
+    {
+        try
+        {
+            var kinds = o.Data.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct().ToList();
+            if (kinds.Count == 0 || kinds.Any(k => k is not ("csv" or "random"))) throw new FormatException($"--data '{o.Data}': use csv, random or csv,random");
+            if (o.Repeat is < 1 or > 50) throw new FormatException("--repeat must be between 1 and 50");
+            if (o.AgentCores < 0 || o.AgentCores > Environment.ProcessorCount)
+                throw new FormatException($"--agent-cores must be between 0 and the {Environment.ProcessorCount} cores this process may use");
+            var size = ByteSize.Parse(o.Size);
+            if (size < 1 << 20) throw new FormatException("--size must be at least 1MB");
+            var work = Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-fetch-{Environment.ProcessId}");
+            try
+            {
+                var records = await FetchBench.RunAsync(new FetchBench.Options(size, kinds, o.Repeat, o.Out, work, o.AgentCores), ct);
+                Console.WriteLine(FetchBench.Table(records));
+                return 0;
+            }
+            finally
+            {
+                try { Directory.Delete(work, recursive: true); } catch (DirectoryNotFoundException) { }
+            }
+        }
+        catch (FormatException e)
+        {
+            Console.Error.WriteLine($"hpcdata bench fetch: {e.Message}");
+            return 2;
+        }
+        catch (OperationCanceledException)
+        {
+            Console.Error.WriteLine("hpcdata bench fetch: interrupted; everything it started was stopped");
+            return 130;
+        }
+        catch (Exception e) when (e is InvalidOperationException or IOException or TimeoutException or CommonDataException)
+        {
+            Console.Error.WriteLine($"hpcdata bench fetch: {e.Message}");
+            return 1;
+        }
+    }
+}

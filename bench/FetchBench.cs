@@ -1,0 +1,183 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Globalization;
+using System.Text.Json;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Commands;
+using Hpc.Jobs.Data;
+using Hpc.Jobs.Local;
+using static Hpc.Bench.Stats;
+
+namespace Hpc.Bench;
+
+/// <summary>One measured run of <c>hpcdata bench fetch</c> (JSON line kind "fetch").</summary>
+public sealed record FetchRecord(
+    string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Run,
+    double DecodeSeconds, double DecodeCpuSeconds, double FetchSeconds, double AgentUserSeconds, double AgentSystemSeconds,
+    double CacheHostCpuSeconds, MachineInfo Machine);
+
+/// <summary>
+/// The node agent fetching a version from a real cache host on loopback (its own process, warm, as a node runs it),
+/// against the raw decode path it is built on — every stored segment verified (checksum, LZ4, XXH3-128) and written at
+/// its offset into a new file on the same file system, from memory, on the same cores — on the same data in the same run.
+/// The agent's CPU is split into user and kernel time: writing a copy into tmpfs and receiving it from a socket are
+/// kernel work that the decode baseline shares only in part (it writes, it does not receive).
+/// </summary>
+public static class FetchBench
+{
+    /// <param name="AgentCores">0: everything shares every core. N: the decode baseline runs on N threads and the agent is
+    /// pinned to cores 0..N-1, the cache host to the rest.</param>
+    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, string? Out, string WorkDir, int AgentCores = 0);
+
+    private const string Pin = "bench";
+
+    public static async Task<List<FetchRecord>> RunAsync(Options o, CancellationToken ct)
+    {
+        var records = new List<FetchRecord>();
+        Directory.CreateDirectory(o.WorkDir);
+        var all = Environment.ProcessorCount;
+        string[]? Taskset(int first, int last) => o.AgentCores > 0 ? ["taskset", "-c", $"{first}-{last}"] : null;
+        var agentPin = Taskset(0, o.AgentCores - 1);
+        var hostPin = o.AgentCores > 0 && o.AgentCores < all ? Taskset(o.AgentCores, all - 1) : null;
+        var threads = o.AgentCores > 0 ? o.AgentCores : all;
+        foreach (var kind in o.Data)
+        {
+            var path = Path.Combine(o.WorkDir, kind == "random" ? "random.bin" : "market-history.csv");
+            if (kind == "random") SampleData.GenerateRandom(path, o.Size);
+            else MarketHistory.Generate(path, o.Size);
+            var name = $"bench/fetch-{kind}";
+            await using var host = ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = (long)(o.Size * 1.3) + (64L << 20) },
+                name: "cachehost", launcher: hostPin);
+            var endpoint = await host.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+            await using (var stager = ComponentProcess.Start(new StagerOptions { Path = path, Name = name, Json = true, CacheTier = { Hosts = [endpoint] } }, name: "stager"))
+                if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+            File.Delete(path);
+
+            await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [endpoint] });
+            var (version, manifest) = await tier.ResolveAsync(name, null, ct);
+            var stored = await ReadStoredAsync(tier, manifest, ct);
+            var target = Path.Combine(o.WorkDir, "decoded.bin");
+            DecodeBaseline(manifest, stored, target, threads); // warm-up: JIT and first touch
+            File.Delete(target);
+
+            var pipe = Path.Combine(Path.GetTempPath(), $"hcdfetch{Environment.ProcessId}.sock");
+            await using var agent = ComponentProcess.Start(new NodeAgentOptions
+            {
+                Pipe = pipe, DataDirectory = Path.Combine(o.WorkDir, "agent"), CacheTier = new CacheTierOptions { Hosts = [endpoint] },
+            }, name: "agent", launcher: agentPin);
+            await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+            await using var client = await AgentClient.ConnectAsync(pipe, ct: ct);
+            await FetchOnceAsync(client, name, version, ct); // warm-up: the agent's code compiled and tiered up, as on a node that has worked before
+
+            for (var run = 1; run <= o.Repeat; run++)
+            {
+                ct.ThrowIfCancellationRequested();
+                // Alternate which goes first, so a slow spell of the machine does not always land on the same one.
+                (double Seconds, double Cpu) decode = default;
+                (double Seconds, double User, double System, double Host) fetch = default;
+                for (var step = 0; step < 2; step++)
+                {
+                    if ((step == 0) == (run % 2 == 1))
+                    {
+                        var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
+                        var seconds = DecodeBaseline(manifest, stored, target, threads);
+                        decode = (seconds, (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds);
+                        File.Delete(target);
+                    }
+                    else
+                    {
+                        var a0 = ProcStats.Read(agent.Name, agent.Id);
+                        var h0 = ProcStats.Read(host.Name, host.Id).CpuSeconds;
+                        var seconds = await FetchOnceAsync(client, name, version, ct);
+                        var a1 = ProcStats.Read(agent.Name, agent.Id);
+                        fetch = (seconds, a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds, ProcStats.Read(host.Name, host.Id).CpuSeconds - h0);
+                    }
+                }
+                var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
+                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine());
+                records.Add(r);
+                if (o.Out is not null) BenchJson.Append(o.Out, r);
+                var gb = r.RawBytes / 1e9;
+                Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                    $"  {kind,-6} run {run}: decode {Mbps(r.RawBytes, r.DecodeSeconds),6:0} MB/s, agent {Mbps(r.RawBytes, r.FetchSeconds),6:0} MB/s, " +
+                    $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel)"));
+            }
+        }
+        return records;
+    }
+
+    /// <summary>Has the agent fetch the version and verify it, timed, then evicts it so the next run fetches it again.</summary>
+    private static async Task<double> FetchOnceAsync(AgentClient client, string name, string version, CancellationToken ct)
+    {
+        var clock = Stopwatch.StartNew();
+        await client.PrefetchAsync(name, version, Pin, ct);
+        var seconds = clock.Elapsed.TotalSeconds;
+        await client.ReleaseAsync(name, version, Pin, evict: true, ct);
+        return seconds;
+    }
+
+    private static async Task<byte[][]> ReadStoredAsync(CacheTierClient tier, Manifest manifest, CancellationToken ct)
+    {
+        var stored = new byte[manifest.Segments.Count][];
+        await tier.FetchSegmentsAsync(manifest.SegmentIds, Enumerable.Range(0, stored.Length).ToArray(), (index, bytes) =>
+        {
+            stored[index] = bytes.ToArray();
+            return null;
+        }, "decode baseline", ct);
+        return stored;
+    }
+
+    /// <summary>What a node must do at least: verify and decode every segment and write it at its offset in a new file.</summary>
+    private static double DecodeBaseline(Manifest manifest, byte[][] stored, string target, int threads)
+    {
+        var clock = Stopwatch.StartNew();
+        using (var file = File.OpenHandle(target, FileMode.Create, FileAccess.ReadWrite, FileShare.None, FileOptions.None, manifest.RawLength))
+        {
+            var failures = new ConcurrentBag<string>();
+            Parallel.For(0, stored.Length, new ParallelOptions { MaxDegreeOfParallelism = threads },
+                () => ArrayPool<byte>.Shared.Rent(SegmentCodec.DefaultSegmentSize * 4),
+                (i, _, buffer) =>
+                {
+                    var length = manifest.Segments[i].RawLength;
+                    if (buffer.Length < length) { ArrayPool<byte>.Shared.Return(buffer); buffer = ArrayPool<byte>.Shared.Rent(length); }
+                    if (SegmentCodec.TryDecode(stored[i], manifest.SegmentIds[i], buffer.AsSpan(0, length)) is { } problem) failures.Add(problem);
+                    else RandomAccess.Write(file, buffer.AsSpan(0, length), manifest.Offsets[i]);
+                    return buffer;
+                },
+                buffer => ArrayPool<byte>.Shared.Return(buffer));
+            if (!failures.IsEmpty) throw new InvalidOperationException($"decode baseline: {failures.First()}");
+        }
+        return clock.Elapsed.TotalSeconds;
+    }
+
+    public static double Mbps(long bytes, double seconds) => bytes / 1e6 / seconds;
+
+    public static string Table(IReadOnlyList<FetchRecord> records)
+    {
+        var inv = CultureInfo.InvariantCulture;
+        var sb = new System.Text.StringBuilder();
+        sb.AppendLine("| data | size | stored | cores | runs | raw decode MB/s | agent fetch MB/s | fetch / decode | decode CPU-s per GB | agent CPU-s per GB (user + kernel) | cache host CPU-s per GB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned)))
+        {
+            double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
+            var gb = g.Key.RawBytes / 1e9;
+            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+                               $"{(g.Key.Pinned ? $"{g.Key.Cores} pinned" : $"all {g.Key.Cores} shared")} | {g.Count()} | " +
+                               $"{Med(r => Mbps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => Mbps(r.RawBytes, r.FetchSeconds)):0} | " +
+                               $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +
+                               $"{Med(r => r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} ({Med(r => r.AgentUserSeconds) / gb:0.00} + {Med(r => r.AgentSystemSeconds) / gb:0.00}) | " +
+                               $"{Med(r => r.CacheHostCpuSeconds) / gb:0.00} |");
+        }
+        if (records.Count > 0)
+            sb.AppendLine().AppendLine("raw decode: every stored segment verified and decoded from memory and written at its offset into a new file on the " +
+                "agent's file system, on the same cores; agent fetch: a warm agent (its own process) fetching the version from a cache host on loopback, " +
+                "evicted between runs; medians.");
+        return sb.ToString();
+    }
+}
