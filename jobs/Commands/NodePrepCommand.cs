@@ -7,6 +7,7 @@ using Hpc.CommonData.Fetch;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Cli;
 using Hpc.Jobs.Fanout;
 using Hpc.Mpi;
 using Hpc.Jobs.Scheduling;
@@ -134,7 +135,7 @@ public static class NodePrepCommand
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
                 return Fail(1, $"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
             }
-            Console.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}{fanout} path={local.Path}");
+            LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}{fanout} path={local.Path}");
             return 0;
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)

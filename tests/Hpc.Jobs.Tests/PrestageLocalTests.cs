@@ -57,7 +57,8 @@ public class PrestageLocalTests
         Assert.True(r.Code == 0, r.Stderr + r.Out);
         var preps = r.Stdout.Where(l => l.Contains("nodeprep") && l.Contains("dataset=risk/fan") && l.Contains("bytes=3000000")).ToList();
         Assert.Equal(3, preps.Count);
-        Assert.All(preps, l => Assert.Contains("fanout=mpi ranks=3", l));
+        // A node that fell back to a direct fetch is still prepared, but it left the exchange: its reason is on stderr.
+        Assert.True(preps.All(l => l.Contains("fanout=mpi ranks=3")), string.Join("\n", r.Stdout) + "\n" + r.Stderr);
         Assert.Equal(3, r.Stdout.Count(l => l.StartsWith("[node")));
         Assert.Empty(Sandbox.ProcessesMentioning("job-fan"));
     }
