@@ -58,7 +58,7 @@ public sealed class NodePrepOptions
     [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long the exchange may go without anything moving (a rank that died) before this node fetches the rest directly.")]
     public string StallTimeout { get; set; } = "2m";
 
-    [Option("cache-password-file", HelpText = "File whose first line is the cache hosts' AUTH password (default: $HPCDATA_CACHE_PASSWORD).")]
+    [Option("cache-password-file", HelpText = "File whose first line is the cache hosts' AUTH password, for the fan-out and for the agent node prep starts (default: $HPCDATA_CACHE_PASSWORD_FILE; $HPCDATA_CACHE_PASSWORD gives the password itself).")]
     public string? CachePasswordFile { get; set; }
 }
 
@@ -202,6 +202,8 @@ public static class NodePrepCommand
         Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
         var agent = new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDir };
         if (hosts is not null) agent.CacheTier.Hosts = CacheEndpoint.ParseList(hosts).Select(h => h.ToString()).ToList();
+        // The file's path goes on the agent's command line, never the secret: the agent reads the file itself.
+        if (o.CachePasswordFile is not null) agent.CacheTier.PasswordFile = Path.GetFullPath(o.CachePasswordFile);
         if (o.Budget is not null) agent.Budget = ByteSize.Parse(o.Budget);
         if (o.Node is not null) agent.NodeName = o.Node;
         await NodeAgentLauncher.StartAsync(agent, startTimeout, ct);

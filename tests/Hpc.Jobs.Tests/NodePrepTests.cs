@@ -45,6 +45,26 @@ public class NodePrepTests
     }
 
     [Fact]
+    public async Task The_agent_node_prep_starts_uses_the_password_file_node_prep_was_given()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync(configure: o => o.Password = "tier-secret");
+        var data = s.WriteFile("d.bin", Sandbox.RandomBytes(1_000_000, seed: 5));
+        var stage = await s.RunAsync("Hpc.Stager", [data, "--name", "risk/secured", "--cache-hosts", s.HostList],
+            new Dictionary<string, string?> { ["HPCDATA_CACHE_PASSWORD"] = "tier-secret" });
+        Assert.True(stage.Code == 0, stage.Stderr);
+        var secret = s.WriteFile("tier.password", "tier-secret\n"u8.ToArray());
+        var pipe = s.NewPipe();
+
+        var prep = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/secured", "--cache-hosts", s.HostList, "--cache-password-file", secret,
+            "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
+        Assert.True(prep.Code == 0, prep.Stderr);
+        Assert.Contains("starting one", prep.Stderr);
+        Assert.Contains(" source=fetched ", Assert.Single(prep.Stdout));
+        Assert.Equal(0, (await s.HpcdataAsync(["noderelease", "--dataset", "risk/secured"], Node(pipe))).Code);
+    }
+
+    [Fact]
     public async Task Release_keeps_an_agent_that_another_job_still_pins()
     {
         await using var s = new Sandbox();

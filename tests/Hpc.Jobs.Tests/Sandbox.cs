@@ -28,10 +28,11 @@ public sealed class Sandbox : IAsyncDisposable
     /// <summary>A pipe name for this test only; on Linux a socket path under the sandbox.</summary>
     public string NewPipe() => $"hj{Environment.ProcessId}x{Interlocked.Increment(ref _counter)}";
 
-    public async Task<string> StartCacheHostAsync(int port = 0)
+    public async Task<string> StartCacheHostAsync(int port = 0, Action<CacheHostOptions>? configure = null)
     {
         var options = new CacheHostOptions { Port = port, MaxMemoryBytes = ByteSize.Parse("512MB") };
-        var p = Track(ComponentProcess.Start("Hpc.CacheHost", ProgramContract<CacheHostOptions>.ToArguments(options), name: "cachehost"));
+        configure?.Invoke(options);
+        var p = Track(ComponentProcess.Start(options, name: "cachehost"));
         var address = await p.WaitReadyAsync(Ready);
         Hosts.Add(address);
         return address;
