@@ -20,10 +20,10 @@ public class TimeoutTests
         if (silent) { await Task.Delay(Timeout.Infinite, ct); return; }
         var value = new byte[65536];
         var reply = Encoding.ASCII.GetBytes($"${value.Length}\r\n").Concat(value).Concat("\r\n"u8.ToArray()).ToArray();
-        for (var o = 0; o < reply.Length; o += 4096)
+        for (var o = 0; o < reply.Length; o += 2048)
         {
-            await stream.WriteAsync(reply.AsMemory(o, Math.Min(4096, reply.Length - o)), ct);
-            await Task.Delay(250, ct); // about 4.3 s for the whole reply
+            await stream.WriteAsync(reply.AsMemory(o, Math.Min(2048, reply.Length - o)), ct);
+            await Task.Delay(200, ct); // about 6.6 s for the whole reply
         }
         await Task.Delay(Timeout.Infinite, ct);
     }
@@ -40,7 +40,8 @@ public class TimeoutTests
         var port = ((IPEndPoint)listener.LocalEndpoint).Port;
         await using var tier = new CacheTierClient(new CacheTierOptions
         {
-            Hosts = [$"127.0.0.1:{port}"], OperationTimeout = TimeSpan.FromMilliseconds(1500), MaxAttempts = 1,
+            // The pieces come 12 times as often as the timeout, so a loaded test machine's stalls do not look like silence.
+            Hosts = [$"127.0.0.1:{port}"], OperationTimeout = TimeSpan.FromMilliseconds(2500), MaxAttempts = 1,
         });
         try
         {
@@ -53,7 +54,7 @@ public class TimeoutTests
             }
             else
             {
-                Assert.Equal(65536, (await task).Bulk!.Length); // took ~4.3 s, more than twice the timeout
+                Assert.Equal(65536, (await task).Bulk!.Length); // took ~6.6 s, more than twice the timeout
             }
         }
         finally
