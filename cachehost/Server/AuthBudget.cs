@@ -17,7 +17,7 @@ internal sealed class AuthBudget(TimeProvider time, AuthBudget.Limits? limits = 
     /// <param name="AddressRefill">Time after which an address may fail once more.</param>
     public sealed record Limits(int AddressBurst, TimeSpan AddressRefill, int AccountBurst, TimeSpan AccountRefill)
     {
-        public static readonly Limits Default = new(10, TimeSpan.FromSeconds(6), 30, TimeSpan.FromSeconds(2));
+        public static readonly Limits Default = new(10, TimeSpan.FromSeconds(6), 30, TimeSpan.FromSeconds(10));
     }
 
     private const int MaxTracked = 4096;
