@@ -134,8 +134,6 @@ public static class CodecBench
         finally { Environment.SetEnvironmentVariable(ComponentLocator.BinVariable, before); }
     }
 
-    public static double Mbps(long bytes, double seconds) => bytes / 1e6 / seconds;
-
     public static string Table(IReadOnlyList<CodecRecord> records)
     {
         var inv = CultureInfo.InvariantCulture;
@@ -149,7 +147,7 @@ public static class CodecBench
             var codec = Med(r => Mbps(r.RawBytes, r.CodecSeconds));
             var stager = Med(r => Mbps(r.RawBytes, r.StagerSeconds));
             sb.AppendLine(inv, $"| {g.Key.Data}{(g.Key.Stager is { } label ? $" ({label} stager)" : "")} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
-                               $"{(g.Key.Pinned ? $"{g.Key.Cores} pinned" : $"all {g.Key.Cores} shared")} | {g.Count()} | " +
+                               $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
                                $"{codec:0} ({g.Min(r => Mbps(r.RawBytes, r.CodecSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.CodecSeconds)):0}) | " +
                                $"{stager:0} ({g.Min(r => Mbps(r.RawBytes, r.StagerSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.StagerSeconds)):0}) | " +
                                $"{100 * Med(r => r.CodecSeconds / r.StagerSeconds):0}% | {Med(r => r.CodecCpuSeconds) / gb:0.00} | {Med(r => r.StagerCpuSeconds) / gb:0.00} | {Med(r => r.CacheHostCpuSeconds) / gb:0.00} |");

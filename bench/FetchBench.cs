@@ -155,8 +155,6 @@ public static class FetchBench
         return clock.Elapsed.TotalSeconds;
     }
 
-    public static double Mbps(long bytes, double seconds) => bytes / 1e6 / seconds;
-
     public static string Table(IReadOnlyList<FetchRecord> records)
     {
         var inv = CultureInfo.InvariantCulture;
@@ -168,7 +166,7 @@ public static class FetchBench
             double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
             sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
-                               $"{(g.Key.Pinned ? $"{g.Key.Cores} pinned" : $"all {g.Key.Cores} shared")} | {g.Count()} | " +
+                               $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
                                $"{Med(r => Mbps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => Mbps(r.RawBytes, r.FetchSeconds)):0} | " +
                                $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +
                                $"{Med(r => r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} ({Med(r => r.AgentUserSeconds) / gb:0.00} + {Med(r => r.AgentSystemSeconds) / gb:0.00}) | " +

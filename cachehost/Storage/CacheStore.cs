@@ -97,9 +97,8 @@ internal sealed class CacheStore
     /// <summary>Looks a key up for the host's own checks: not counted as a client's hit or miss.</summary>
     public bool TryPeek(ReadOnlySpan<byte> key, [NotNullWhen(true)] out byte[]? value)
     {
-        var found = TryGetLive(key, out _, out var entry);
-        value = found ? entry.Value : null;
-        return found;
+        value = TryGetLive(key, out _, out var entry) ? entry.Value : null;
+        return value is not null;
     }
 
     public SetOutcome Set(ReadOnlySpan<byte> key, byte[] value, SetCondition condition = SetCondition.Always, long ttlMs = 0) =>

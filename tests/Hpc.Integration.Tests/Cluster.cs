@@ -120,6 +120,10 @@ public sealed class Cluster : IAsyncDisposable
         return System.Text.Encoding.ASCII.GetBytes(sb.ToString(0, bytes));
     }
 
+    /// <summary>The environment that makes a client program log in to the cache tier as <paramref name="user"/>.</summary>
+    public static Dictionary<string, string?> As(string user, string password) =>
+        new() { [CacheTierOptions.UserVariable] = user, [CacheTierOptions.PasswordVariable] = password };
+
     public static byte[] RandomBytes(int n, int seed = 3) { var b = new byte[n]; new Random(seed).NextBytes(b); return b; }
 
     public async ValueTask DisposeAsync()

@@ -11,9 +11,6 @@ namespace Hpc.Integration.Tests;
 /// </summary>
 public sealed class CollectionTests
 {
-    private static Dictionary<string, string?> As(string user, string password) =>
-        new() { [CacheTierOptions.UserVariable] = user, [CacheTierOptions.PasswordVariable] = password };
-
     [Fact]
     public async Task Gc_with_a_writer_account_is_refused_up_front_naming_the_admin_role_and_leaves_no_flag_for_stagers_to_wait_on()
     {
@@ -21,17 +18,17 @@ public sealed class CollectionTests
         var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("stager writer w-pass\nops admin a-pass\n"));
         await c.StartCacheHostAsync(o => o.UsersFile = users);
         var path = Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(200_000, seed: 41));
-        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [path, "--name", "gc/owned", "--cache-hosts", c.HostList], As("stager", "w-pass"));
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [path, "--name", "gc/owned", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
         Assert.True(staged == 0, stageErr);
 
-        var (code, stdout, stderr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], As("stager", "w-pass"));
+        var (code, stdout, stderr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
         Assert.Equal(1, code);
         Assert.Contains("admin role", stderr);
         Assert.Empty(stdout);
         await using var admin = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "ops", Password = "a-pass" });
         Assert.Equal(0, (await admin.ExecuteOnAsync(0, "EXISTS"u8.ToArray(), [CacheKeys.Collection])).Integer);
 
-        var (adminCode, adminOut, adminErr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], As("ops", "a-pass"));
+        var (adminCode, adminOut, adminErr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
         Assert.True(adminCode == 0, adminErr);
         Assert.Contains("freed 0 segments", string.Join("\n", adminOut));
         Assert.Equal(0, (await admin.ExecuteOnAsync(0, "EXISTS"u8.ToArray(), [CacheKeys.Collection])).Integer); // gone with its process

@@ -311,14 +311,12 @@ public class CacheTierFailoverTests
         await using var c = new Cluster();
         var users = Cluster.WriteFile(c.Root, "users", System.Text.Encoding.UTF8.GetBytes("node reader r-pass\nstager writer w-pass\nops admin a-pass\n"));
         await c.StartCacheHostAsync(o => o.UsersFile = users);
-        static Dictionary<string, string?> As(string user, string password) =>
-            new() { [CacheTierOptions.UserVariable] = user, [CacheTierOptions.PasswordVariable] = password };
         var bytes = Cluster.RandomBytes(300_000);
         var path = Cluster.WriteFile(c.Root, "d.bin", bytes);
 
-        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/data", "--cache-hosts", c.HostList], As("stager", "w-pass"));
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/data", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
         Assert.True(staged == 0, stageErr);
-        var (refusedStage, _, why) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/other", "--cache-hosts", c.HostList], As("node", "r-pass"));
+        var (refusedStage, _, why) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/other", "--cache-hosts", c.HostList], Cluster.As("node", "r-pass"));
         Assert.Equal(1, refusedStage);
         Assert.Contains("NOPERM User node has no permissions to run the 'set' command", why);
 
@@ -334,10 +332,10 @@ public class CacheTierFailoverTests
         await using (var data = await Dataset.OpenAsync("acl/data", Cluster.Via(pipe)))
             Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
 
-        var (writerRemove, _, writerWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], As("stager", "w-pass"));
+        var (writerRemove, _, writerWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
         Assert.NotEqual(0, writerRemove);
         Assert.Contains("NOPERM", writerWhy);
-        var (adminRemove, _, adminWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], As("ops", "a-pass"));
+        var (adminRemove, _, adminWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
         Assert.True(adminRemove == 0, adminWhy);
     }
 
