@@ -198,7 +198,7 @@ internal static class WriteRules
         var raw = ArrayPool<byte>.Shared.Rent(Math.Max(1, rawLength));
         try
         {
-            return SegmentCodec.TryDecode(stored, id, raw.AsSpan(0, rawLength));
+            return SegmentCodec.TryDecodeStrict(stored, id, raw.AsSpan(0, rawLength));
         }
         finally
         {
@@ -213,7 +213,7 @@ internal static class WriteRules
         var raw = ArrayPool<byte>.Shared.Rent(Math.Max(1, rawLength));
         try
         {
-            var problem = SegmentCodec.TryDecode(stored, id, raw.AsSpan(0, rawLength));
+            var problem = SegmentCodec.TryDecodeStrict(stored, id, raw.AsSpan(0, rawLength));
             if (problem is not null) return problem;
             manifest = Manifest.Parse(raw.AsSpan(0, rawLength));
             return null;

@@ -147,6 +147,26 @@ public class SegmentCodecTests
     }
 
     [Fact]
+    public void A_raw_segment_is_read_by_its_content_id_alone_but_a_host_also_requires_its_payload_checksum()
+    {
+        var raw = Random(1000); // incompressible: stored raw
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(raw.Length)];
+        var stored = buffer.AsSpan(0, SegmentCodec.Encode(raw, buffer)).ToArray();
+        Assert.Equal(0, stored[4]);
+        stored[16] ^= 1; // the checksum field only: the content is intact
+
+        var back = new byte[raw.Length];
+        Assert.Null(SegmentCodec.TryDecode(stored, SegmentId.Of(raw), back));
+        Assert.Equal(raw, back);
+        Assert.Contains("payload checksum mismatch", SegmentCodec.TryDecodeStrict(stored, SegmentId.Of(raw), new byte[raw.Length]));
+        Assert.Equal("payload checksum mismatch", SegmentCodec.CheckStored(stored, raw.Length));
+
+        stored[16] ^= 1;
+        stored[SegmentCodec.HeaderLength + 7] ^= 1; // the content itself: the id catches it without the checksum
+        Assert.Contains("content hash mismatch", SegmentCodec.TryDecode(stored, SegmentId.Of(raw), back));
+    }
+
+    [Fact]
     public void Truncated_segments_are_rejected()
     {
         var raw = Random(1000);

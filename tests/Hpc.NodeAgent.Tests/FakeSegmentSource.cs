@@ -7,7 +7,7 @@ namespace Hpc.NodeAgent.Tests;
 
 /// <summary>
 /// An in-memory cache tier: datasets staged here have real manifests (real segment ids and dataset hash), and fetches
-/// write their bytes into the agent's file. It can be told to go down, to stop or fail part-way through a fetch, to
+/// verify and write their stored segments into the agent's file as the cache-tier source does. It can be told to go down, to stop or fail part-way through a fetch, to
 /// serve damaged bytes, and it records what it was asked for.
 /// </summary>
 public sealed class FakeSegmentSource : ISegmentSource
@@ -36,7 +36,7 @@ public sealed class FakeSegmentSource : ISegmentSource
 
     public Exception Failure { get; set; } = new CommonDataException(ErrorCode.Unavailable, "cache host fake:6380 unavailable: connection reset");
 
-    /// <summary>Segments served with one byte flipped (as a source that does not verify would).</summary>
+    /// <summary>Segments served with one byte of their stored form flipped (on every host).</summary>
     public HashSet<int> Damaged { get; } = [];
 
     private TaskCompletionSource _paused = new(TaskCreationOptions.RunContinuationsAsynchronously);
@@ -112,7 +112,6 @@ public sealed class FakeSegmentSource : ISegmentSource
     {
         Interlocked.Increment(ref _fetches);
         ThrowIfDown();
-        var data = _versions[version].Data;
         var written = 0;
         foreach (var i in wanted)
         {
@@ -122,9 +121,11 @@ public sealed class FakeSegmentSource : ISegmentSource
                 _paused.TrySetResult();
                 await _resume.Task.WaitAsync(ct);
             }
-            var bytes = data.AsSpan((int)manifest.Offsets[i], manifest.Segments[i].RawLength).ToArray();
-            if (Damaged.Contains(i)) bytes[0] ^= 0xFF;
-            file.Write(bytes, manifest.Offsets[i]);
+            // Served in stored form and verified on the way in by the code the cache-tier source uses.
+            var stored = StoredSegment(version, i);
+            if (Damaged.Contains(i)) stored[^1] ^= 0xFF;
+            if (SegmentFetcher.TryWriteSegment(manifest, i, stored, file) is { } problem)
+                throw new CommonDataException(ErrorCode.Integrity, $"dataset '{manifest.Name}' version {version}: {problem} on every host");
             SegmentsServed.Enqueue(i);
             onSegment(i);
             written++;

@@ -103,15 +103,15 @@ public class Ingesting
         var version = node.Source.Stage("mpi/a", data);
         using (var ingest = await Begin(node, "mpi/a", version))
         {
-            var flipped = node.Source.StoredSegment(version, 1);
-            flipped[^10] ^= 0x40;                                               // payload damaged: checksum
-            var truncated = node.Source.StoredSegment(version, 2)[..^7];        // payload cut short
+            var flipped = node.Source.StoredSegment(version, 2);                // compressed (even segments are text)
+            flipped[^10] ^= 0x40;                                               // payload damaged: checksum, before decoding
+            var truncated = node.Source.StoredSegment(version, 1)[..^7];        // payload cut short
             var misindexed = node.Source.StoredSegment(version, 0);             // segment 0's bytes sent as 4: content id
             var rewritten = node.Source.StoredSegment(version, 5);              // damaged and re-checksummed: content id after decode
             rewritten[SegmentCodec.HeaderLength] ^= 1;
             System.Buffers.Binary.BinaryPrimitives.WriteUInt64LittleEndian(rewritten.AsSpan(16), XxHash.Hash64Of(rewritten.AsSpan(SegmentCodec.HeaderLength)));
-            ingest.Accept(1, flipped);
-            ingest.Accept(2, truncated);
+            ingest.Accept(2, flipped);
+            ingest.Accept(1, truncated);
             ingest.Accept(4, misindexed);
             ingest.Accept(5, rewritten);
             ingest.Accept(3, new byte[10]);                                      // not even a header
@@ -120,8 +120,8 @@ public class Ingesting
             var end = ingest.Finish();
             Assert.Equal((1, 5, 5), (end.Accepted, end.Rejected, end.Missing));
             Assert.Equal(SegmentIngest.MaxReasons, end.Rejections!.Count);
-            Assert.Contains(end.Rejections, r => r.StartsWith("index 1:") && r.Contains("checksum"));
-            Assert.Contains(end.Rejections, r => r.StartsWith("index 2:") && r.Contains("payload length"));
+            Assert.Contains(end.Rejections, r => r.StartsWith("index 2:") && r.Contains("checksum"));
+            Assert.Contains(end.Rejections, r => r.StartsWith("index 1:") && r.Contains("payload length"));
             Assert.Contains(end.Rejections, r => r.StartsWith("index 4:"));
             Assert.Contains(end.Rejections, r => r.StartsWith("index 5:") && r.Contains("content hash"));
         }

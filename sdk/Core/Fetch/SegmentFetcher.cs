@@ -69,7 +69,7 @@ public static class SegmentFetcher
 
     /// <summary>
     /// Verifies stored segment <paramref name="index"/> of <paramref name="manifest"/> — header, payload checksum, decode,
-    /// raw length, content id — decoding it into a pooled buffer, and only then writes its raw bytes at its offset in
+    /// raw length, content id — decoding it into a pooled buffer (a raw segment is written from where it lies), and only then writes its raw bytes at its offset in
     /// <paramref name="destination"/>. Returns null when written, otherwise why the segment was rejected (nothing was
     /// written). A failure writing the file is thrown as it is. Fetches and the agent's ingest both verify through here.
     /// </summary>
@@ -80,13 +80,15 @@ public static class SegmentFetcher
         try
         {
             string? problem;
-            try { problem = SegmentCodec.TryDecode(stored, manifest.SegmentIds[index], buffer.AsSpan(0, length)); }
+            ReadOnlySpan<byte> content;
+            try { problem = SegmentCodec.TryVerify(stored, manifest.SegmentIds[index], buffer.AsSpan(0, length), out content); }
             catch (Exception e) when (e is ArgumentException or InvalidOperationException or IndexOutOfRangeException)
             {
                 problem = $"segment {manifest.SegmentIds[index]}: payload cannot be decoded ({e.Message})"; // damaged bytes never fail the caller
+                content = default;
             }
             if (problem is not null) return problem;
-            destination.Write(buffer.AsSpan(0, length), manifest.Offsets[index]);
+            destination.Write(content, manifest.Offsets[index]);
             return null;
         }
         finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }

@@ -14,7 +14,8 @@ public enum SegmentCodecKind : byte { Raw = 0, Lz4 = 1 }
 /// 16  XXH3-64 of the payload (uint64 LE)
 /// </code>
 /// The payload checksum catches damage before decompression; the content id (XXH3-128 of the raw bytes)
-/// is checked after it, so a segment is only accepted when it is exactly the bytes that were staged.
+/// is checked after it, so a segment is only accepted when it is exactly the bytes that were staged. Readers skip the
+/// checksum of a raw payload (the content id covers the same bytes); cache hosts and forwarding nodes check it always.
 /// </summary>
 public static class SegmentCodec
 {
@@ -162,8 +163,29 @@ public static class SegmentCodec
     /// Verifies and decodes a stored segment into <paramref name="destination"/> (exactly the raw length).
     /// Returns null on success, otherwise why the segment was rejected.
     /// </summary>
-    public static string? TryDecode(ReadOnlySpan<byte> stored, SegmentId expected, Span<byte> destination)
+    public static string? TryDecode(ReadOnlySpan<byte> stored, SegmentId expected, Span<byte> destination) =>
+        Decode(stored, expected, destination, everyChecksum: false, copyRaw: true, out _);
+
+    /// <summary>
+    /// As <see cref="TryDecode"/>, and the payload checksum must hold whatever the codec: what a cache host requires of
+    /// a segment a writer stores, since nodes that only forward segments check that checksum (<see cref="CheckStored"/>)
+    /// and a stored segment is never replaced.
+    /// </summary>
+    public static string? TryDecodeStrict(ReadOnlySpan<byte> stored, SegmentId expected, Span<byte> destination) =>
+        Decode(stored, expected, destination, everyChecksum: true, copyRaw: true, out _);
+
+    /// <summary>
+    /// As <see cref="TryDecode"/>, without copying a raw segment: <paramref name="content"/> is the verified raw bytes —
+    /// the stored payload itself when the segment was stored raw, else <paramref name="scratch"/> decoded. What a
+    /// reader that only writes the content on uses, so incompressible data is not copied once more on its way.
+    /// </summary>
+    public static string? TryVerify(ReadOnlySpan<byte> stored, SegmentId expected, Span<byte> scratch, out ReadOnlySpan<byte> content) =>
+        Decode(stored, expected, scratch, everyChecksum: false, copyRaw: false, out content);
+
+    private static string? Decode(ReadOnlySpan<byte> stored, SegmentId expected, Span<byte> destination, bool everyChecksum, bool copyRaw,
+        out ReadOnlySpan<byte> content)
     {
+        content = default;
         if (stored.Length < HeaderLength) return $"segment {expected}: {stored.Length} bytes is shorter than a header";
         if (stored[0] != 'H' || stored[1] != 'C' || stored[2] != 'S') return $"segment {expected}: bad magic";
         if (stored[3] != FormatVersion) return $"segment {expected}: unsupported format version {stored[3]}";
@@ -173,18 +195,31 @@ public static class SegmentCodec
         if (rawLength != destination.Length) return $"segment {expected}: raw length {rawLength}, expected {destination.Length}";
         if (payloadLength != stored.Length - HeaderLength) return $"segment {expected}: payload length {payloadLength} but {stored.Length - HeaderLength} bytes present";
         var payload = stored[HeaderLength..];
-        if (XxHash.Hash64Of(payload) != BinaryPrimitives.ReadUInt64LittleEndian(stored[16..])) return $"segment {expected}: payload checksum mismatch";
+        ReadOnlySpan<byte> raw;
         switch (codec)
         {
+            // A raw payload is the content itself: the content id checked below covers the very bytes the payload
+            // checksum would, so that second hash of every incompressible byte is skipped.
             case SegmentCodecKind.Raw when payloadLength == rawLength:
-                payload.CopyTo(destination);
+                if (everyChecksum && XxHash.Hash64Of(payload) != BinaryPrimitives.ReadUInt64LittleEndian(stored[16..])) return $"segment {expected}: payload checksum mismatch";
+                raw = payload;
                 break;
             case SegmentCodecKind.Lz4:
+                // Checked before decoding, so damaged bytes are rejected without running the decoder on them.
+                if (XxHash.Hash64Of(payload) != BinaryPrimitives.ReadUInt64LittleEndian(stored[16..])) return $"segment {expected}: payload checksum mismatch";
                 if (Lz4.Decode(payload, destination) != rawLength) return $"segment {expected}: LZ4 payload does not decode to {rawLength} bytes";
+                raw = destination;
                 break;
             default:
                 return $"segment {expected}: bad codec {(byte)codec} for lengths {rawLength}/{payloadLength}";
         }
-        return SegmentId.Of(destination) == expected ? null : $"segment {expected}: content hash mismatch";
+        if (SegmentId.Of(raw) != expected) return $"segment {expected}: content hash mismatch";
+        if (copyRaw && codec == SegmentCodecKind.Raw)
+        {
+            raw.CopyTo(destination);
+            raw = destination;
+        }
+        content = raw;
+        return null;
     }
 }
