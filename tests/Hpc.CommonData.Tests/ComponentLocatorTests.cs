@@ -44,4 +44,46 @@ public sealed class ComponentLocatorTests : IDisposable
         Assert.Null(ComponentLocator.FindIn(_dir, "Hpc.Stager"));
         Assert.Null(ComponentLocator.FindIn(_dir, "Hpc.CacheHost"));
     }
+
+    /// <summary>A build tree: the Release build's assembly of a program, and its native build under artifacts/publish.</summary>
+    private (string Dll, string Native) BuildTree(string referencingProject = "Hpc.Stager")
+    {
+        var bin = Directory.CreateDirectory(Path.Combine(_dir, "artifacts", "bin", referencingProject, "release")).FullName;
+        var dll = Path.Combine(bin, "Hpc.Stager.dll");
+        File.WriteAllText(dll, "");
+        File.WriteAllText(Path.Combine(bin, "Hpc.Stager.runtimeconfig.json"), "");
+        var publish = Directory.CreateDirectory(Path.Combine(_dir, "artifacts", "publish", "Hpc.Stager",
+            "release_" + System.Runtime.InteropServices.RuntimeInformation.RuntimeIdentifier)).FullName;
+        return (dll, Path.Combine(publish, Native));
+    }
+
+    [Theory]
+    [InlineData("Hpc.Stager")]
+    [InlineData("Hpc.Stager.Tests")] // the newest copy of the assembly sat in a test project's output
+    public void In_a_build_tree_the_native_build_of_a_program_is_started_when_it_is_as_new_as_its_assembly(string referencingProject)
+    {
+        var (dll, native) = BuildTree(referencingProject);
+        File.WriteAllText(native, "");
+        File.SetLastWriteTimeUtc(dll, DateTime.UtcNow.AddMinutes(-1));
+        Assert.Equal(native, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager"));
+    }
+
+    [Fact]
+    public void A_native_build_older_than_the_assembly_is_stale_and_not_started()
+    {
+        var (dll, native) = BuildTree();
+        File.WriteAllText(native, "");
+        File.SetLastWriteTimeUtc(native, DateTime.UtcNow.AddMinutes(-1));
+        Assert.Null(ComponentLocator.NativeBuildOf(dll, "Hpc.Stager"));
+    }
+
+    [Fact]
+    public void A_framework_dependent_publish_is_not_taken_for_a_native_build()
+    {
+        var (dll, native) = BuildTree();
+        File.WriteAllText(native, "");
+        File.WriteAllText(Path.Combine(Path.GetDirectoryName(native)!, "Hpc.Stager.runtimeconfig.json"), "");
+        Assert.Null(ComponentLocator.NativeBuildOf(dll, "Hpc.Stager"));
+        Assert.Null(ComponentLocator.NativeBuildOf(Touch("Hpc.Stager.dll"), "Hpc.Stager")); // not under artifacts/bin at all
+    }
 }

@@ -75,6 +75,13 @@ public sealed class AgentClient : IAsyncDisposable
         return $"no node agent answers on pipe '{pipeName}' ({reason})";
     }
 
+    /// <summary>
+    /// True when no agent can be listening on <paramref name="pipeName"/>: on Unix its socket file does not exist (a
+    /// connect would wait out its whole timeout there). Always false on Windows, where only a connect can tell.
+    /// </summary>
+    public static bool SocketMissing(string pipeName) =>
+        !OperatingSystem.IsWindows() && Hosting.NodeAgentOptions.SocketPath(pipeName) is var socket && !File.Exists(socket) && !Directory.Exists(socket);
+
     private static string CurrentUser()
     {
         if (!OperatingSystem.IsLinux()) return $"user '{Environment.UserName}'";

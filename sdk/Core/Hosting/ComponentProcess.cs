@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using System.Diagnostics;
+using System.Runtime.InteropServices;
 
 namespace Hpc.CommonData.Hosting;
 
@@ -218,6 +219,7 @@ public static class ComponentLocator
         var built = BuildTree().Select(d => Path.Combine(d, file))
             .Where(p => File.Exists(p) && File.Exists(Path.ChangeExtension(p, ".runtimeconfig.json")))
             .MaxBy(File.GetLastWriteTimeUtc);
+        if (built is not null && NativeBuildOf(built, assembly) is { } native) return native;
         return built ?? throw new FileNotFoundException(
             $"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable} to the folder of the installed programs. " +
             $"Looked in: {string.Join(", ", installed)} and the build's artifacts/bin");
@@ -239,6 +241,21 @@ public static class ComponentLocator
         for (var dir = new DirectoryInfo(directory.TrimEnd(Path.DirectorySeparatorChar, Path.AltDirectorySeparatorChar)); dir is not null; dir = dir.Parent)
             if (dir.Name == "bin" && dir.Parent?.Name == "artifacts") return true;
         return false;
+    }
+
+    /// <summary>
+    /// The same program compiled to native code by the Release build (artifacts/publish/&lt;project&gt;/&lt;config&gt;_&lt;rid&gt;/),
+    /// when it is at least as new as the assembly: a native program older than the assembly was built from older code.
+    /// </summary>
+    internal static string? NativeBuildOf(string builtAssembly, string assembly)
+    {
+        // The newest copy may sit in a referencing project's output; the native build is under the program's own project.
+        var configDir = new DirectoryInfo(Path.GetDirectoryName(builtAssembly)!);
+        if (configDir.Parent?.Parent is not { Name: "bin", Parent: { } artifacts }) return null;
+        var native = Path.Combine(artifacts.FullName, "publish", assembly, $"{configDir.Name}_{RuntimeInformation.RuntimeIdentifier}",
+            OperatingSystem.IsWindows() ? assembly + ".exe" : assembly);
+        return File.Exists(native) && !File.Exists(Path.Combine(Path.GetDirectoryName(native)!, assembly + ".runtimeconfig.json"))
+               && File.GetLastWriteTimeUtc(native) >= File.GetLastWriteTimeUtc(builtAssembly) ? native : null;
     }
 
     private static IEnumerable<string> BuildTree()
