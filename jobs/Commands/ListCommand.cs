@@ -2,6 +2,7 @@ using System.Globalization;
 using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
@@ -19,11 +20,16 @@ public sealed class ListOptions
     public bool Json { get; set; }
 }
 
-/// <summary>Exit codes: 0 listed (an empty tier too); 1 no cache host could be read; 2 bad usage.</summary>
+/// <summary>Exit codes: 0 listed (an empty tier too); 1 no cache host could be read, or NAME has no version on the tier; 2 bad usage.</summary>
 public static class ListCommand
 {
     public static async Task<int> RunAsync(ListOptions o, CancellationToken ct)
     {
+        if (o.Name is not null && !DatasetName.TryValidate(o.Name, out var why))
+        {
+            Console.Error.WriteLine($"hpcdata list: {why}");
+            return ExitCodes.Usage;
+        }
         IReadOnlyList<CatalogEntry> entries;
         try
         {
@@ -36,9 +42,15 @@ public static class ListCommand
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
         {
             Console.Error.WriteLine($"hpcdata list: {e.Message}");
-            return 1;
+            return ExitCodes.Failed;
         }
         if (o.Name is not null) entries = entries.Where(e => e.Name == o.Name).ToList();
+        // A named dataset that is not there is an answer scripts must be able to tell from a listing, as get and path do.
+        if (o.Name is not null && entries.Count == 0)
+        {
+            Console.Error.WriteLine($"hpcdata list: dataset '{o.Name}' has no version on the cache tier");
+            return ExitCodes.Failed;
+        }
         if (o.Json)
         {
             Console.WriteLine(JsonSerializer.Serialize(entries.ToArray(), CacheStatusJson.Default.CatalogEntryArray));
@@ -46,7 +58,7 @@ public static class ListCommand
         }
         if (entries.Count == 0)
         {
-            Console.WriteLine(o.Name is null ? "no dataset versions on the cache tier" : $"no version of '{o.Name}' on the cache tier");
+            Console.WriteLine("no dataset versions on the cache tier");
             return 0;
         }
         var now = DateTimeOffset.UtcNow;

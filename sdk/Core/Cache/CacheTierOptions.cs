@@ -86,6 +86,9 @@ public sealed class CacheTierOptions
         if (MaxRate.BytesPerSecond < 0) yield return "--max-rate must not be negative";
         else if (MaxRate.BytesPerSecond is > 0 and < MinimumRate) yield return $"--max-rate {MaxRate.ToExactString()} is below {MinimumRate >> 10}KB/s: a batch would outwait the exchange timeout";
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
+        // Placement puts each copy on a different host; more copies than hosts would silently be fewer copies.
+        else if (Hosts.Count > 0 && Replicas > Hosts.Count)
+            yield return $"--replicas {Replicas} cannot exceed the number of cache hosts ({Hosts.Count}): each copy of a segment is kept on a host of its own";
         if (!string.IsNullOrEmpty(TlsCaFile) && !File.Exists(TlsCaFile)) yield return $"--cache-ca: '{TlsCaFile}' does not exist";
         if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile)) yield return $"--cache-password-file: '{PasswordFile}' does not exist";
         if (ConnectionsPerHost < 1) yield return $"ConnectionsPerHost must be at least 1 (got {ConnectionsPerHost})";
