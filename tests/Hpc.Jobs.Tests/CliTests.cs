@@ -78,4 +78,67 @@ public sealed class CliTests
             timeout: TimeSpan.FromSeconds(90));
         Assert.DoesNotContain("cannot exceed", two.Stderr);   // as many copies as hosts is allowed (it then fails to connect)
     }
+
+    /// <summary>Every verb hpcdata lists (its --help), including the programs it runs for some of them.</summary>
+    private static async Task<List<string>> VerbsAsync(Sandbox s)
+    {
+        var help = await s.HpcdataAsync(["--help"]);
+        Assert.Equal(0, help.Code);
+        return help.Stdout.SkipWhile(l => l != "commands:").Skip(1).Where(l => l.StartsWith("  ", StringComparison.Ordinal))
+            .Select(l => l.Trim().Split(' ')[0]).ToList();
+    }
+
+    [Fact]
+    public async Task Dash_h_and_dash_dash_help_print_the_help_of_every_verb()
+    {
+        await using var s = new Sandbox();
+        var verbs = await VerbsAsync(s);
+        Assert.Contains("status", verbs);
+        Assert.Contains("agent", verbs);
+        foreach (var verb in verbs)
+        foreach (var flag in new[] { "-h", "--help" })
+        {
+            var r = await s.HpcdataAsync([verb, flag]);
+            Assert.True(r.Code == 0, $"hpcdata {verb} {flag}: exit {r.Code}\n{r.Out}\n{r.Stderr}");
+            Assert.Contains("--", r.Out);   // it lists options
+            Assert.DoesNotContain("unknown option", r.Out + r.Stderr);
+        }
+    }
+
+    [Fact]
+    public async Task After_dash_dash_a_dash_h_belongs_to_the_command_prestage_runs()
+    {
+        await using var s = new Sandbox();
+        // Not help: prestage goes on to its source, which does not exist, and says so.
+        var r = await s.HpcdataAsync(["prestage", Path.Combine(s.Root, "nothing-here"), "--", "ls", "-h"]);
+        Assert.NotEqual(0, r.Code);
+        Assert.Contains("nothing-here", r.Stderr);
+    }
+
+    [Theory]
+    [InlineData(new[] { "generate" }, "missing required PATH")]
+    [InlineData(new[] { "remove" }, "missing required NAME")]
+    [InlineData(new[] { "get" }, "missing required NAME[@VERSION], DEST")]
+    [InlineData(new[] { "get", "risk/a" }, "missing required DEST")]
+    [InlineData(new[] { "tls-init" }, "missing required --out, --hosts")]
+    [InlineData(new[] { "tls-init", "--out", "x" }, "missing required --hosts")]
+    public async Task A_missing_required_argument_is_named(string[] args, string expected)
+    {
+        await using var s = new Sandbox();
+        var r = await s.HpcdataAsync(args);
+        Assert.Equal(2, r.Code);
+        Assert.Contains($"hpcdata {args[0]}: {expected} (see hpcdata {args[0]} --help)", r.Stderr);
+    }
+
+    [Fact]
+    public async Task An_unknown_option_is_named_as_it_was_typed()
+    {
+        await using var s = new Sandbox();
+        var single = await s.HpcdataAsync(["status", "-x"]);
+        Assert.Equal(2, single.Code);
+        Assert.Contains("unknown option '-x'", single.Stderr);
+        var dashed = await s.HpcdataAsync(["status", "--colour=red"]);
+        Assert.Equal(2, dashed.Code);
+        Assert.Contains("unknown option '--colour'", dashed.Stderr);
+    }
 }
