@@ -62,16 +62,17 @@ public static class ListCommand
             return 0;
         }
         var now = DateTimeOffset.UtcNow;
-        var table = new TextTable("DATASET", "VERSION", "LATEST", "SIZE", "STORED", "SEGMENTS", "CREATED", "LIFETIME", "JOBS");
+        // Sizes as ls -h writes them and times as ls -l does keep a row within TextTable.Width for ordinary names.
+        var table = new TextTable("DATASET", "VERSION", "LATEST", "SIZE", "STORED", "SEGS", "CREATED", "LIFETIME", "JOBS");
         foreach (var e in entries)
-            table.Add(e.Name, StatusCommand.Short(e.Version), e.Latest ? "latest" : "", e.Problem is null ? ByteSize.Format(e.RawBytes) : "?",
-                e.Problem is null ? ByteSize.Format(e.StoredBytes) : "?", e.Segments.ToString(CultureInfo.InvariantCulture),
-                e.Problem is null ? e.Created.ToLocalTime().ToString("yyyy-MM-dd HH:mm", CultureInfo.InvariantCulture) : "",
+            table.Add(e.Name, StatusCommand.Short(e.Version), e.Latest ? "latest" : "", e.Problem is null ? TextTable.Size(e.RawBytes) : "?",
+                e.Problem is null ? TextTable.Size(e.StoredBytes) : "?", e.Segments.ToString(CultureInfo.InvariantCulture),
+                e.Problem is null ? TextTable.When(e.Created, now) : "",
                 Lifetime(e, now), e.Jobs.Count == 0 ? "" : string.Join(",", e.Jobs));
         table.WriteTo(Console.Out);
         foreach (var e in entries.Where(e => e.Problem is not null)) Console.Error.WriteLine($"version {e.Version}: {e.Problem}");
         var total = entries.Sum(e => e.StoredBytes);
-        Console.WriteLine($"{entries.Count} version(s) of {entries.Select(e => e.Name).Distinct().Count()} dataset(s); their manifests count {ByteSize.Format(total)} stored (shared segments counted once per version)");
+        Console.WriteLine($"{entries.Count} version(s) of {entries.Select(e => e.Name).Distinct().Count()} dataset(s), {ByteSize.Format(total)} stored (a segment shared by versions counts in each)");
         return 0;
     }
 
