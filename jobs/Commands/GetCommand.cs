@@ -2,6 +2,7 @@ using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
+using Hpc.Jobs.Cli;
 using Microsoft.Extensions.Logging;
 
 namespace Hpc.Jobs.Commands;
@@ -34,10 +35,9 @@ public static class GetCommand
         var destination = Path.GetFullPath(o.Destination);
         if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
             return Fail(2, $"{destination} exists; give --force to replace it");
-        using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning).AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
         try
         {
-            var options = new DatasetOptions { Version = version, Logger = loggerFactory.CreateLogger("get") };
+            var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get") };
             if (o.CacheHosts is not null) options.CacheTier.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             await using var data = await Dataset.OpenAsync(name, options, ct);
             // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,

@@ -141,4 +141,33 @@ public sealed class CliTests
         Assert.Equal(2, dashed.Code);
         Assert.Contains("unknown option '--colour'", dashed.Stderr);
     }
+
+    [Fact]
+    public async Task With_a_cache_host_down_stage_and_get_say_each_problem_in_one_line()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const string dead = "127.0.0.1:1";
+        var hosts = $"{s.HostList},{dead}";
+
+        var stage = await s.HpcdataAsync(["stage", s.WriteFile("d.bin", Sandbox.RandomBytes(8 * 65536)), "--name", "risk/down", "--cache-hosts", hosts]);
+        Assert.Equal(1, stage.Code);
+        AssertOneLinePerProblem("hpcdata stage", stage.Stderr, dead);
+
+        // Staged where the host is up; read back through a list naming the dead one too, with no agent on this node.
+        await s.StageAsync(s.WriteFile("e.bin", Sandbox.RandomBytes(8 * 65536, seed: 4)), "risk/up");
+        var get = await s.HpcdataAsync(["get", "risk/up", Path.Combine(s.Root, "out.bin"), "--cache-hosts", hosts],
+            new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() });
+        AssertOneLinePerProblem("hpcdata get", get.Stderr, dead);
+        Assert.Contains("hpcdata get: warning: No node agent on pipe", get.Stderr);
+    }
+
+    private static void AssertOneLinePerProblem(string command, string stderr, string deadHost)
+    {
+        var lines = stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries).Where(l => l.Trim().Length > 0).ToList();
+        Assert.DoesNotContain(lines, l => l.StartsWith("warn:", StringComparison.Ordinal) || l.StartsWith(' '));   // no logger blocks
+        Assert.All(lines, l => Assert.StartsWith(command + ": ", l));
+        var warnings = lines.Where(l => l.StartsWith(command + ": warning:", StringComparison.Ordinal) && l.Contains(deadHost)).ToList();
+        Assert.True(warnings.Count <= 1, $"the dead host is warned about {warnings.Count} times:\n{stderr}");
+    }
 }
