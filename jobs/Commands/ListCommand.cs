@@ -8,7 +8,7 @@ using Hpc.Jobs.Cli;
 namespace Hpc.Jobs.Commands;
 
 [Verb("list", HelpText = "The datasets and versions on the cache tier: sizes, which is latest, created, lifetime and expiry, the jobs keeping them.")]
-public sealed class ListOptions
+public sealed class ListOptions : CacheClientOptions
 {
     [Value(0, MetaName = "NAME", HelpText = "Only this dataset (owner/name).")]
     public string? Name { get; set; }
@@ -30,11 +30,10 @@ public static class ListCommand
             Console.Error.WriteLine($"hpcdata list: {why}");
             return ExitCodes.Usage;
         }
+        var options = o.CacheTier(o.CacheHosts);
         IReadOnlyList<CatalogEntry> entries;
         try
         {
-            var options = CacheTierOptions.FromEnvironment();
-            if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             options.MaxAttempts = 2;
             await using var tier = new CacheTierClient(options);
             entries = await tier.Catalog.ListAsync(ct);

@@ -7,7 +7,7 @@ using Hpc.Jobs.Cli;
 namespace Hpc.Jobs.Commands;
 
 [Verb("status", HelpText = "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.")]
-public sealed class StatusOptions
+public sealed class StatusOptions : CacheClientOptions
 {
     [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
     public string? Pipe { get; set; }
@@ -68,11 +68,10 @@ public static class StatusCommand
 
     private static async Task<int> CacheHostsAsync(StatusOptions o, CancellationToken ct)
     {
+        var options = o.CacheTier(o.CacheHosts);
         CacheHostStatus[] hosts;
         try
         {
-            var options = CacheTierOptions.FromEnvironment();
-            if (o.CacheHosts is { Length: > 0 }) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             // A status must answer quickly: one attempt per host, a host that does not answer is a row, not a wait.
             options.MaxAttempts = 1;
             options.ConnectionsPerHost = 1;
