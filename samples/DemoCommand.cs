@@ -3,6 +3,7 @@ using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
+using Hpc.Jobs.Cli;
 using Hpc.Jobs.Local;
 using Hpc.Jobs.Commands;
 using Hpc.Jobs.Data;
@@ -12,7 +13,7 @@ namespace Hpc.Samples;
 [Verb("demo", HelpText = "Run the whole system on this machine: cache hosts, node agents, staging, and sample workers.")]
 public sealed class DemoOptions
 {
-    [Option("size", Default = "256MB", HelpText = "Dataset size (e.g. 64MB, 1GB).")]
+    [Option("size", Default = "256MB", HelpText = "Dataset size: " + SizeOption.Rule + ".")]
     public string Size { get; set; } = "256MB";
 
     [Option("hosts", Default = 2, HelpText = "Cache hosts.")]
@@ -32,6 +33,18 @@ public sealed class DemoOptions
 
     [Option("json", HelpText = "Also write the measurements as JSON to this file.")]
     public string? Json { get; set; }
+
+    /// <summary>What is wrong with the options, one sentence naming the switch; null when the demo can run.</summary>
+    public string? Problem()
+    {
+        try { SizeOption.Parse("--size", Size); }
+        catch (ArgumentException e) { return e.Message; }
+        if (Hosts < 1) return $"--hosts must be at least 1 (got {Hosts})";
+        if (Nodes < 1) return $"--nodes must be at least 1 (got {Nodes})";
+        if (Workers < 1) return $"--workers must be at least 1 (got {Workers})";
+        if (Data is not ("csv" or "random")) return $"--data '{Data}' is not one of csv, random";
+        return null;
+    }
 }
 
 public sealed class DemoCommand(DemoOptions o)
@@ -41,6 +54,12 @@ public sealed class DemoCommand(DemoOptions o)
 
     public async Task<int> RunAsync(CancellationToken ct)
     {
+        // Refused before anything starts: a bad value found later costs the user the cache hosts' and agents' start-up.
+        if (o.Problem() is { } problem)
+        {
+            Console.Error.WriteLine($"hpcdata demo: {problem} (see hpcdata demo --help)");
+            return ExitCodes.Usage;
+        }
         var size = ByteSize.Parse(o.Size);
         var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-demo-{Environment.ProcessId}");
         Directory.CreateDirectory(root);

@@ -10,9 +10,7 @@ public static class StageCommand
 {
     public static async Task<int> RunAsync(StagerOptions o)
     {
-        using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning)
-            .AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
-        var log = loggerFactory.CreateLogger("stager");
+        ILogger log = new LineLogger(StagerOptions.ProgramName);
         using var cancel = new CancellationTokenSource();
         Console.CancelKeyPress += (_, e) => { e.Cancel = true; cancel.Cancel(); };
         OpenTelemetry.Metrics.MeterProvider? exporter;

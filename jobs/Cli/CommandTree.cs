@@ -61,7 +61,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     public static async Task<int> ParseAndRunAsync<TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
     {
         using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
-        var parsed = parser.ParseArguments<TOptions>(args);
+        var parsed = parser.ParseArguments<TOptions>(WithLongHelp<TOptions>(args));
         if (parsed is Parsed<TOptions> ok)
         {
             using var cancel = new CancellationTokenSource();
@@ -88,13 +88,56 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
             Console.Out.WriteLine(help);
             return 0;
         }
-        Console.Error.WriteLine($"{usage}: {Describe(errors[0])} (see {usage} --help)");
+        var missing = errors.OfType<MissingRequiredOptionError>().ToList();
+        var problem = missing.Count == errors.Count ? $"missing required {string.Join(", ", MissingNames<TOptions>(missing, args))}" : Describe(errors[0], args);
+        Console.Error.WriteLine($"{usage}: {problem} (see {usage} --help)");
         return ExitCodes.Usage;
     }
 
-    private static string Describe(Error e) => e switch
+    /// <summary>
+    /// <c>-h</c> is <c>--help</c>, as on the programs' own command lines (<c>hpcdata stage -h</c>), unless the verb gives
+    /// -h a meaning of its own; CommandLineParser knows only <c>--help</c>. Nothing after <c>--</c> is touched: that is
+    /// the command a verb runs.
+    /// </summary>
+    private static string[] WithLongHelp<TOptions>(string[] args)
     {
-        UnknownOptionError u => $"unknown option '--{u.Token}'",
+        var own = typeof(TOptions).GetProperties().Any(p => p.GetCustomAttributes(typeof(OptionAttribute), true).Cast<OptionAttribute>().Any(o => o.ShortName == "h"));
+        if (own) return args;
+        var end = Array.IndexOf(args, "--") is var i and >= 0 ? i : args.Length;
+        return [.. args[..end].Select(a => a == "-h" ? "--help" : a), .. args[end..]];
+    }
+
+    /// <summary>
+    /// The switches and arguments missing. CommandLineParser names a missing option but not a missing positional
+    /// argument (and reports several as one): positional arguments fill in order, so the missing ones are the required
+    /// ones past those given.
+    /// </summary>
+    private static IEnumerable<string> MissingNames<TOptions>(List<MissingRequiredOptionError> missing, string[] args)
+    {
+        var options = typeof(TOptions).GetProperties()
+            .SelectMany(p => p.GetCustomAttributes(typeof(OptionAttribute), true).Cast<OptionAttribute>().Select(o => (o, p.PropertyType))).ToList();
+        bool TakesValue(string token) => !token.Contains('=') && options.Any(x => x.PropertyType != typeof(bool)
+            && (token == "--" + x.o.LongName || x.o.ShortName.Length > 0 && token == "-" + x.o.ShortName));
+        var given = 0;
+        for (var i = 0; i < args.Length; i++)
+        {
+            if (args[i] == "--") { given += args.Length - i - 1; break; }
+            if (!args[i].StartsWith('-')) given++;
+            else if (TakesValue(args[i])) i++;
+        }
+        var values = typeof(TOptions).GetProperties()
+            .SelectMany(p => p.GetCustomAttributes(typeof(ValueAttribute), true).Cast<ValueAttribute>()
+                .Select(v => (v.Index, v.Required, Name: (v.MetaName is { Length: > 0 } m ? m : p.Name).ToUpperInvariant())))
+            .Where(v => v.Required && v.Index >= given).OrderBy(v => v.Index).Select(v => v.Name).ToList();
+        var named = missing.Where(m => m.NameInfo.LongName.Length > 0).Select(m => "--" + m.NameInfo.LongName).ToList();
+        if (missing.Any(m => m.NameInfo.LongName.Length == 0)) named.AddRange(values.Count > 0 ? values : ["argument"]);
+        return named;
+    }
+
+    private static string Describe(Error e, string[] args) => e switch
+    {
+        // The parser drops the dashes: say the option as it was typed (-x or --x).
+        UnknownOptionError u => $"unknown option '{(args.Any(a => a == "--" + u.Token || a.StartsWith("--" + u.Token + "=", StringComparison.Ordinal)) ? "--" : "-")}{u.Token}'",
         MissingRequiredOptionError m => $"missing required {(m.NameInfo.LongName.Length > 0 ? "--" + m.NameInfo.LongName : "argument")}",
         BadFormatConversionError b => $"bad value for --{b.NameInfo.LongName}",
         MissingValueOptionError m => $"--{m.NameInfo.LongName} needs a value",

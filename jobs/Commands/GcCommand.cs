@@ -1,10 +1,12 @@
 using CommandLine;
 using Hpc.CommonData.Cache;
 
+using Hpc.Jobs.Cli;
+
 namespace Hpc.Jobs.Commands;
 
 [Verb("gc", HelpText = "Free the segments no dataset version on the cache tier references (left by removed versions or failed stages).")]
-public sealed class GcOptions
+public sealed class GcOptions : CacheClientOptions
 {
     [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
     public string? CacheHosts { get; set; }
@@ -21,10 +23,9 @@ public static class GcCommand
 {
     public static async Task<int> RunAsync(GcOptions o, CancellationToken ct)
     {
+        var options = o.CacheTier(o.CacheHosts);
         try
         {
-            var options = CacheTierOptions.FromEnvironment();
-            if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             await using var tier = new CacheTierClient(options);
             var gc = await new SegmentCollector(tier).CollectAsync(ct, o.DropUnreadable);
             if (!gc.Ran)

@@ -1,5 +1,6 @@
 using CommandLine;
 using Hpc.CommonData;
+using Hpc.Jobs.Cli;
 using Hpc.Jobs.Data;
 
 namespace Hpc.Jobs.Commands;
@@ -10,7 +11,7 @@ public sealed class GenerateOptions
     [Value(0, MetaName = "path", Required = true, HelpText = "Output file.")]
     public string Path { get; set; } = "";
 
-    [Option("size", Default = "256MB", HelpText = "Bytes to write (e.g. 64MB, 1GB).")]
+    [Option("size", Default = "256MB", HelpText = "Bytes to write: " + SizeOption.Rule + ".")]
     public string Size { get; set; } = "256MB";
 
     [Option("data", Default = "csv", HelpText = "csv (ordered by date), random, history (one CSV ordered by instrument then date; each --version adds a day to every " +
@@ -35,7 +36,7 @@ public static class GenerateCommand
         var (Path, Size, Data) = (o.Path, o.Size, o.Data);
         if (Data is not ("csv" or "random" or "history" or "history-files")) throw new ArgumentException($"--data '{Data}' is not one of csv, random, history, history-files");
         if (o.Version < 0 || o.Instruments is < 1 or > 99_999) throw new ArgumentException("--version must be 0 or more and --instruments 1..99999");
-        var size = ByteSize.Parse(Size).Bytes;
+        var size = SizeOption.Parse("--size", Size);
         switch (Data)
         {
             case "random": SampleData.GenerateRandom(Path, size); break;

@@ -2,13 +2,14 @@ using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
+using Hpc.Jobs.Cli;
 using Microsoft.Extensions.Logging;
 
 namespace Hpc.Jobs.Commands;
 
 [Verb("get", HelpText = "Copy a dataset to a path, verified: a file for a file dataset, the tree (directories, links, modes, times) for a directory dataset. " +
                         "From this node's agent when one runs, else from the cache tier.")]
-public sealed class GetOptions
+public sealed class GetOptions : CacheClientOptions
 {
     [Value(0, MetaName = "NAME[@VERSION]", Required = true, HelpText = "Dataset (owner/name), optionally @ a version id; the latest version by default.")]
     public string Dataset { get; set; } = "";
@@ -34,11 +35,10 @@ public static class GetCommand
         var destination = Path.GetFullPath(o.Destination);
         if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
             return Fail(2, $"{destination} exists; give --force to replace it");
-        using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning).AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
+        var tier = o.CacheTier(o.CacheHosts);
         try
         {
-            var options = new DatasetOptions { Version = version, Logger = loggerFactory.CreateLogger("get") };
-            if (o.CacheHosts is not null) options.CacheTier.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
+            var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get"), CacheTier = tier };
             await using var data = await Dataset.OpenAsync(name, options, ct);
             // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,
             // so what lands at DEST is exactly the staged content whatever happened to the node's copy since.

@@ -2,12 +2,13 @@ using System.Globalization;
 using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
 [Verb("list", HelpText = "The datasets and versions on the cache tier: sizes, which is latest, created, lifetime and expiry, the jobs keeping them.")]
-public sealed class ListOptions
+public sealed class ListOptions : CacheClientOptions
 {
     [Value(0, MetaName = "NAME", HelpText = "Only this dataset (owner/name).")]
     public string? Name { get; set; }
@@ -19,16 +20,20 @@ public sealed class ListOptions
     public bool Json { get; set; }
 }
 
-/// <summary>Exit codes: 0 listed (an empty tier too); 1 no cache host could be read; 2 bad usage.</summary>
+/// <summary>Exit codes: 0 listed (an empty tier too); 1 no cache host could be read, or NAME has no version on the tier; 2 bad usage.</summary>
 public static class ListCommand
 {
     public static async Task<int> RunAsync(ListOptions o, CancellationToken ct)
     {
+        if (o.Name is not null && !DatasetName.TryValidate(o.Name, out var why))
+        {
+            Console.Error.WriteLine($"hpcdata list: {why}");
+            return ExitCodes.Usage;
+        }
+        var options = o.CacheTier(o.CacheHosts);
         IReadOnlyList<CatalogEntry> entries;
         try
         {
-            var options = CacheTierOptions.FromEnvironment();
-            if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             options.MaxAttempts = 2;
             await using var tier = new CacheTierClient(options);
             entries = await tier.Catalog.ListAsync(ct);
@@ -36,9 +41,15 @@ public static class ListCommand
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
         {
             Console.Error.WriteLine($"hpcdata list: {e.Message}");
-            return 1;
+            return ExitCodes.Failed;
         }
         if (o.Name is not null) entries = entries.Where(e => e.Name == o.Name).ToList();
+        // A named dataset that is not there is an answer scripts must be able to tell from a listing, as get and path do.
+        if (o.Name is not null && entries.Count == 0)
+        {
+            Console.Error.WriteLine($"hpcdata list: dataset '{o.Name}' has no version on the cache tier");
+            return ExitCodes.Failed;
+        }
         if (o.Json)
         {
             Console.WriteLine(JsonSerializer.Serialize(entries.ToArray(), CacheStatusJson.Default.CatalogEntryArray));
@@ -46,20 +57,21 @@ public static class ListCommand
         }
         if (entries.Count == 0)
         {
-            Console.WriteLine(o.Name is null ? "no dataset versions on the cache tier" : $"no version of '{o.Name}' on the cache tier");
+            Console.WriteLine("no dataset versions on the cache tier");
             return 0;
         }
         var now = DateTimeOffset.UtcNow;
-        var table = new TextTable("DATASET", "VERSION", "LATEST", "SIZE", "STORED", "SEGMENTS", "CREATED", "LIFETIME", "JOBS");
+        // Sizes as ls -h writes them and times as ls -l does keep a row within TextTable.Width for ordinary names.
+        var table = new TextTable("DATASET", "VERSION", "LATEST", "SIZE", "STORED", "SEGS", "CREATED", "LIFETIME", "JOBS");
         foreach (var e in entries)
-            table.Add(e.Name, StatusCommand.Short(e.Version), e.Latest ? "latest" : "", e.Problem is null ? ByteSize.Format(e.RawBytes) : "?",
-                e.Problem is null ? ByteSize.Format(e.StoredBytes) : "?", e.Segments.ToString(CultureInfo.InvariantCulture),
-                e.Problem is null ? e.Created.ToLocalTime().ToString("yyyy-MM-dd HH:mm", CultureInfo.InvariantCulture) : "",
+            table.Add(e.Name, StatusCommand.Short(e.Version), e.Latest ? "latest" : "", e.Problem is null ? TextTable.Size(e.RawBytes) : "?",
+                e.Problem is null ? TextTable.Size(e.StoredBytes) : "?", e.Segments.ToString(CultureInfo.InvariantCulture),
+                e.Problem is null ? TextTable.When(e.Created, now) : "",
                 Lifetime(e, now), e.Jobs.Count == 0 ? "" : string.Join(",", e.Jobs));
         table.WriteTo(Console.Out);
         foreach (var e in entries.Where(e => e.Problem is not null)) Console.Error.WriteLine($"version {e.Version}: {e.Problem}");
         var total = entries.Sum(e => e.StoredBytes);
-        Console.WriteLine($"{entries.Count} version(s) of {entries.Select(e => e.Name).Distinct().Count()} dataset(s); their manifests count {ByteSize.Format(total)} stored (shared segments counted once per version)");
+        Console.WriteLine($"{entries.Count} version(s) of {entries.Select(e => e.Name).Distinct().Count()} dataset(s), {ByteSize.Format(total)} stored (a segment shared by versions counts in each)");
         return 0;
     }
 

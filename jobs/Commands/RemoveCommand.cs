@@ -3,10 +3,12 @@ using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Scheduling;
 
+using Hpc.Jobs.Cli;
+
 namespace Hpc.Jobs.Commands;
 
 [Verb("remove", HelpText = "Remove a dataset version from the cache tier (its manifest, and the latest pointer when it points there).")]
-public sealed class RemoveOptions
+public sealed class RemoveOptions : CacheClientOptions
 {
     [Value(0, MetaName = "name", Required = true, HelpText = "Dataset name.")]
     public string Name { get; set; } = "";
@@ -27,10 +29,9 @@ public static class RemoveCommand
     public static async Task<int> RunAsync(RemoveOptions o, CancellationToken ct)
     {
         if (!DatasetName.TryValidate(o.Name, out var error)) return Say(2, error!);
+        var options = o.CacheTier(o.CacheHosts);
         try
         {
-            var options = CacheTierOptions.FromEnvironment();
-            if (o.CacheHosts is not null) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             await using var tier = new CacheTierClient(options);
             var version = o.Version ?? await tier.GetLatestAsync(o.Name, ct);
             if (version is null) return Say(0, $"dataset '{o.Name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");

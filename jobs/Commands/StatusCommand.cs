@@ -7,7 +7,7 @@ using Hpc.Jobs.Cli;
 namespace Hpc.Jobs.Commands;
 
 [Verb("status", HelpText = "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.")]
-public sealed class StatusOptions
+public sealed class StatusOptions : CacheClientOptions
 {
     [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
     public string? Pipe { get; set; }
@@ -54,23 +54,24 @@ public static class StatusCommand
         }
         Console.WriteLine($"node {status.Node}: {ByteSize.Format(status.UsedBytes)} of {ByteSize.Format(status.BudgetBytes)} budget in {status.DataDirectory}, {status.Copies.Count} cop{(status.Copies.Count == 1 ? "y" : "ies")}");
         if (status.Copies.Count == 0) return 0;
-        var table = new TextTable("DATASET", "VERSION", "SIZE", "STATE", "DONE", "LEASES", "PINS", "LAST USED");
+        // A copy's pins are the jobs that pinned it (AgentCopy.Pins holds job ids), so the column names them.
+        var now = DateTimeOffset.UtcNow;
+        var table = new TextTable("DATASET", "VERSION", "SIZE", "STATE", "DONE", "LEASES", "PINNED BY", "LAST USED");
         foreach (var c in status.Copies.OrderBy(c => c.Name, StringComparer.Ordinal).ThenByDescending(c => c.LastAccess))
-            table.Add(c.Name, Short(c.Version), ByteSize.Format(c.Length), c.State,
+            table.Add(c.Name, Short(c.Version), TextTable.Size(c.Length), c.State,
                 c.State == "complete" ? "100%" : $"{(c.Length == 0 ? 100 : 100.0 * c.BytesDone / c.Length):0.0}% ({c.SegmentsDone}/{c.Segments})",
                 c.Leases.ToString(System.Globalization.CultureInfo.InvariantCulture), c.Pins.Count == 0 ? "-" : string.Join(",", c.Pins),
-                c.LastAccess.ToLocalTime().ToString("yyyy-MM-dd HH:mm:ss", System.Globalization.CultureInfo.InvariantCulture));
+                TextTable.When(c.LastAccess, now));
         table.WriteTo(Console.Out);
         return 0;
     }
 
     private static async Task<int> CacheHostsAsync(StatusOptions o, CancellationToken ct)
     {
+        var options = o.CacheTier(o.CacheHosts);
         CacheHostStatus[] hosts;
         try
         {
-            var options = CacheTierOptions.FromEnvironment();
-            if (o.CacheHosts is { Length: > 0 }) options.Hosts = CacheEndpoint.ParseList(o.CacheHosts).Select(h => h.ToString()).ToList();
             // A status must answer quickly: one attempt per host, a host that does not answer is a row, not a wait.
             options.MaxAttempts = 1;
             options.ConnectionsPerHost = 1;
@@ -86,18 +87,25 @@ public static class StatusCommand
         if (o.Json) Console.WriteLine(JsonSerializer.Serialize(hosts, CacheStatusJson.Default.CacheHostStatusArray));
         else
         {
-            var table = new TextTable("HOST", "SERVER", "MEMORY", "OF", "USED", "KEYS", "HIT RATE", "SENT", "RECEIVED", "CLIENTS", "REFUSED");
+            // Sizes as ls -h writes them and an unreachable host's reason below the table keep a row within TextTable.Width.
+            var table = new TextTable("HOST", "SERVER", "MEMORY", "MAX", "USE", "KEYS", "HITS", "SENT", "RECV", "CLIENTS", "REFUSED");
             foreach (var h in hosts)
             {
-                if (h.Error is not null) { table.Add(h.Host, "unreachable: " + h.Error, "", "", "", "", "", "", "", "", ""); continue; }
-                table.Add(h.Host, h.Server?.Split('+')[0] ?? "?", ByteSize.Format(h.UsedMemory), h.MaxMemory == 0 ? "-" : ByteSize.Format(h.MaxMemory),
-                    h.MaxMemory == 0 ? "-" : $"{100.0 * h.UsedMemory / h.MaxMemory:0.0}%", Num(h.Keys),
-                    h.HitRate is { } r ? $"{100 * r:0.0}%" : "-", ByteSize.Format(h.BytesSent), ByteSize.Format(h.BytesReceived), Num(h.Clients), Num(h.RefusedWrites));
+                if (h.Error is not null) { table.Add(h.Host, "unreachable", "-", "-", "-", "-", "-", "-", "-", "-", "-"); continue; }
+                table.Add(h.Host, Server(h.Server), TextTable.Size(h.UsedMemory), h.MaxMemory == 0 ? "-" : TextTable.Size(h.MaxMemory),
+                    h.MaxMemory == 0 ? "-" : $"{100.0 * h.UsedMemory / h.MaxMemory:0}%", Num(h.Keys),
+                    h.HitRate is { } r ? $"{100 * r:0}%" : "-", TextTable.Size(h.BytesSent), TextTable.Size(h.BytesReceived), Num(h.Clients), Num(h.RefusedWrites));
             }
             table.WriteTo(Console.Out);
+            foreach (var h in hosts.Where(h => h.Error is not null)) Console.Error.WriteLine($"{h.Host}: {h.Error}");
         }
         return hosts.All(h => h.Error is not null) ? 1 : 0;
     }
+
+    /// <summary>The server and its version without build metadata; our own host as users call it (hpcdata cache-host).</summary>
+    private static string Server(string? server) => server?.Split('+')[0] is { } s
+        ? s.StartsWith("hpc-cachehost ", StringComparison.Ordinal) ? s["hpc-".Length..] : s
+        : "?";
 
     internal static string Short(string version) => version.Length > 12 ? version[..12] : version;
     private static string Num(long n) => n.ToString(System.Globalization.CultureInfo.InvariantCulture);

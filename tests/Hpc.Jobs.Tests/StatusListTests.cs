@@ -47,6 +47,15 @@ public sealed class StatusListTests
         Assert.Contains("latest", rows[0]);
         Assert.Contains("12h, 11h", rows[0]);
         Assert.Contains("until removed", rows[1]);
+        AssertFits(text.Stdout);
+        AssertFits((await s.HpcdataAsync(["list", "--cache-hosts", s.HostList])).Stdout);
+    }
+
+    /// <summary>A table for people fits a standard terminal: no line wider than 100 columns.</summary>
+    private static void AssertFits(List<string> lines)
+    {
+        var widest = lines.MaxBy(l => l.Length) ?? "";
+        Assert.True(widest.Length <= 100, $"{widest.Length} columns: {widest}\n{string.Join("\n", lines)}");
     }
 
     [Fact]
@@ -75,8 +84,10 @@ public sealed class StatusListTests
 
         var text = await s.HpcdataAsync(["status", "--cache-hosts", $"{s.HostList},127.0.0.1:1"]);
         Assert.Equal(0, text.Code);
-        Assert.Contains(text.Stdout, l => l.StartsWith(s.Hosts[0], StringComparison.Ordinal) && l.Contains("hpc-cachehost") && l.Contains("512 MB"));
+        Assert.Contains(text.Stdout, l => l.StartsWith(s.Hosts[0], StringComparison.Ordinal) && l.Contains("cachehost 1.") && l.Contains("512M"));
         Assert.Contains(text.Stdout, l => l.StartsWith("127.0.0.1:1", StringComparison.Ordinal) && l.Contains("unreachable"));
+        Assert.Contains("127.0.0.1:1: ", text.Stderr);   // why, below the table rather than in a column as wide as the reason
+        AssertFits(text.Stdout);
 
         var dead = await s.HpcdataAsync(["status", "--cache-hosts", "127.0.0.1:1"]);
         Assert.Equal(1, dead.Code);
@@ -109,6 +120,11 @@ public sealed class StatusListTests
         var text = await s.HpcdataAsync(["status", "--pipe", pipe]);
         Assert.Equal(0, text.Code);
         Assert.Contains(text.Stdout, l => l.StartsWith("risk/node", StringComparison.Ordinal) && l.Contains(staged.Version[..12]) && l.Contains("job-42") && l.Contains("100%"));
+        // The column holds the jobs that pinned the copy, and is named for them, not as if it counted pins.
+        var header = text.Stdout.Single(l => l.StartsWith("DATASET", StringComparison.Ordinal));
+        Assert.Contains("PINNED BY", header);
+        Assert.Equal(header.IndexOf("PINNED BY", StringComparison.Ordinal), text.Stdout.Single(l => l.StartsWith("risk/node", StringComparison.Ordinal)).IndexOf("job-42", StringComparison.Ordinal));
+        AssertFits(text.Stdout);
 
         var none = await s.HpcdataAsync(["status", "--pipe", s.NewPipe()]);
         Assert.Equal(1, none.Code);

@@ -72,6 +72,38 @@ public sealed class ToolInstallTests
         }
     }
 
+    /// <summary>
+    /// README's pack (no --no-build) once failed with CS0234 — hpcdata compiled without its project references — and
+    /// left the folder of published programs such that a later --no-build pack lost the daemons' runtime configurations.
+    /// </summary>
+    [Fact]
+    public async Task A_pack_that_builds_and_a_no_build_pack_after_it_both_carry_every_program()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var root = RepositoryRoot();
+        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name switch { "release" => "Release", "debug" => "Debug", var other => other };
+        var work = Path.Combine(Path.GetTempPath(), $"hcd-packs-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        var env = new Dictionary<string, string> { ["DOTNET_CLI_TELEMETRY_OPTOUT"] = "1", ["DOTNET_NOLOGO"] = "1" };
+        try
+        {
+            foreach (var (output, noBuild) in new[] { (Path.Combine(work, "built"), false), (Path.Combine(work, "no-build"), true) })
+            {
+                string[] args = ["pack", Path.Combine(root, "jobs", "Hpc.Jobs.csproj"), "-c", configuration, "--no-restore", "-o", output, .. (noBuild ? new[] { "--no-build" } : [])];
+                var pack = await RunAsync("dotnet", args, root, env, TimeSpan.FromMinutes(5));
+                Assert.True(pack.Code == 0, $"dotnet {string.Join(' ', args)}:\n{pack.Output}");
+                using var zip = System.IO.Compression.ZipFile.OpenRead(Assert.Single(Directory.GetFiles(output, "hpcdata.*.nupkg")));
+                var entries = zip.Entries.Select(e => e.FullName).ToHashSet();
+                foreach (var program in new[] { "hpcdata", "Hpc.NodeAgent", "Hpc.CacheHost", "Hpc.Stager", "Hpc.Samples" })
+                foreach (var file in new[] { ".dll", ".runtimeconfig.json", ".deps.json" })
+                    Assert.True(entries.Contains($"tools/net10.0/any/{program}{file}"), $"{program}{file} is not in the package packed {(noBuild ? "with" : "without")} --no-build");
+            }
+        }
+        finally
+        {
+            try { Directory.Delete(work, recursive: true); } catch (IOException) { }
+        }
+    }
+
     [Fact]
     public async Task The_tool_installed_from_its_package_into_a_fresh_directory_runs_the_demo()
     {

@@ -15,22 +15,20 @@ public sealed class CacheTierOptions
     [Switch("--replicas", "copies of each segment on the cache tier", Environment = ReplicasVariable)]
     public int Replicas { get; set; } = 1;
     /// <summary>Account on the cache hosts (their --users-file); none means the default user of --password.</summary>
-    [Switch("--cache-user", "account on the cache hosts (reader for nodes, writer for staging, admin for remove and gc)",
-        Environment = UserVariable, Meta = "NAME")]
+    [Switch("--cache-user", UserHelp, Environment = UserVariable, Meta = "NAME")]
     public string? User { get; set; }
     /// <summary>AUTH password of the cache hosts. A secret: launchers pass it in the environment, never in argv.</summary>
     [Switch("--cache-password", "AUTH password of the cache hosts (visible in ps: prefer the variable or --cache-password-file)",
         Environment = PasswordVariable, Secret = true, Meta = "PASSWORD")]
     public string? Password { get; set; }
     /// <summary>A file whose first line is the AUTH password; read by <see cref="LoadPasswordFile"/> when no password is given.</summary>
-    [Switch("--cache-password-file", "file whose first line is the AUTH password of the cache hosts", Environment = PasswordFileVariable, Meta = "PATH")]
+    [Switch("--cache-password-file", PasswordFileHelp, Environment = PasswordFileVariable, Meta = "PATH")]
     public string? PasswordFile { get; set; }
     /// <summary>Speak TLS to the cache hosts (they run with --tls-cert and --tls-key).</summary>
-    [Switch("--cache-tls", "connect to the cache hosts over TLS, checking their certificates", Environment = TlsVariable)]
+    [Switch("--cache-tls", TlsHelp, Environment = TlsVariable)]
     public bool Tls { get; set; }
     /// <summary>PEM file of the certificate authorities that sign the hosts' certificates; implies TLS. Default: the system's trusted roots.</summary>
-    [Switch("--cache-ca", "PEM file of the CA(s) that sign the cache hosts' certificates (implies --cache-tls; default: the system's roots)",
-        Environment = TlsCaVariable, Meta = "PATH")]
+    [Switch("--cache-ca", TlsCaHelp, Environment = TlsCaVariable, Meta = "PATH")]
     public string? TlsCaFile { get; set; }
     public bool UsesTls => Tls || !string.IsNullOrEmpty(TlsCaFile);
     /// <summary>
@@ -61,6 +59,13 @@ public sealed class CacheTierOptions
     /// <summary>Below this a pipelined batch (about 1 MB per connection) takes longer than a sane exchange timeout.</summary>
     public const long MinimumRate = 256 << 10;
 
+    // The help of the account and TLS switches, one text wherever a command line declares them (the programs' contracts,
+    // and hpcdata's verbs that talk to the cache tier).
+    public const string UserHelp = "account on the cache hosts (reader for nodes, writer for staging, admin for remove and gc)";
+    public const string PasswordFileHelp = "file whose first line is the AUTH password of the cache hosts";
+    public const string TlsHelp = "connect to the cache hosts over TLS, checking their certificates";
+    public const string TlsCaHelp = "PEM file of the CA(s) that sign the cache hosts' certificates (implies --cache-tls; default: the system's roots)";
+
     public const string HostsVariable = "HPCDATA_CACHE_HOSTS";
     public const string PasswordVariable = "HPCDATA_CACHE_PASSWORD";
     public const string UserVariable = "HPCDATA_CACHE_USER";
@@ -86,6 +91,9 @@ public sealed class CacheTierOptions
         if (MaxRate.BytesPerSecond < 0) yield return "--max-rate must not be negative";
         else if (MaxRate.BytesPerSecond is > 0 and < MinimumRate) yield return $"--max-rate {MaxRate.ToExactString()} is below {MinimumRate >> 10}KB/s: a batch would outwait the exchange timeout";
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
+        // Placement puts each copy on a different host; more copies than hosts would silently be fewer copies.
+        else if (Hosts.Count > 0 && Replicas > Hosts.Count)
+            yield return $"--replicas {Replicas} cannot exceed the number of cache hosts ({Hosts.Count}): each copy of a segment is kept on a host of its own";
         if (!string.IsNullOrEmpty(TlsCaFile) && !File.Exists(TlsCaFile)) yield return $"--cache-ca: '{TlsCaFile}' does not exist";
         if (!string.IsNullOrEmpty(PasswordFile) && !File.Exists(PasswordFile)) yield return $"--cache-password-file: '{PasswordFile}' does not exist";
         if (ConnectionsPerHost < 1) yield return $"ConnectionsPerHost must be at least 1 (got {ConnectionsPerHost})";

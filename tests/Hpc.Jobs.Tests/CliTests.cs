@@ -1,0 +1,173 @@
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// The command line as users meet it: values that cannot work are refused at once, naming the switch and what it
+/// needs, before any process is started or byte is written.
+/// </summary>
+public sealed class CliTests
+{
+    [Theory]
+    [InlineData("demo")]
+    [InlineData("generate")]
+    public async Task A_dataset_size_without_a_unit_below_1MB_is_refused_naming_the_unit(string verb)
+    {
+        await using var s = new Sandbox();
+        var target = Path.Combine(s.Root, "out");
+        string[] args = verb == "demo" ? ["demo", "--size", "64", "--work-dir", target] : ["generate", target, "--size", "64"];
+        var r = await s.HpcdataAsync(args, timeout: TimeSpan.FromSeconds(60));
+        Assert.True(r.Code == 2, $"exit {r.Code}: {r.Out}\n{r.Stderr}");
+        Assert.Contains("--size 64 has no unit", r.Stderr);
+        Assert.Contains("64MB", r.Stderr);
+        Assert.False(Path.Exists(target), $"{verb} made {target} before refusing");
+
+        // The help states the rule.
+        var help = await s.HpcdataAsync([verb, "--help"]);
+        Assert.Contains("a number without a unit is bytes", string.Join(" ", help.Out.Split((char[])[' ', '\n'], StringSplitOptions.RemoveEmptyEntries)));
+    }
+
+    [Theory]
+    [InlineData("--nodes", "0")]
+    [InlineData("--hosts", "0")]
+    [InlineData("--workers", "-1")]
+    public async Task Demo_refuses_a_count_below_one_at_once(string option, string value)
+    {
+        await using var s = new Sandbox();
+        var work = Path.Combine(s.Root, "demo");
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var r = await s.HpcdataAsync(["demo", option, value, "--size", "8MB", "--work-dir", work], timeout: TimeSpan.FromSeconds(60));
+        Assert.True(r.Code == 2, $"exit {r.Code}: {r.Out}\n{r.Stderr}");
+        Assert.Contains($"{option} must be at least 1 (got {value})", r.Stderr);
+        Assert.DoesNotContain("HPC Common Data demo", r.Out);   // no banner: nothing was started
+        Assert.False(Path.Exists(work));
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(10), $"refused only after {clock.Elapsed}");
+    }
+
+    [Fact]
+    public async Task List_of_a_dataset_that_is_not_on_the_tier_names_it_and_exits_1()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("a.bin", Sandbox.RandomBytes(1000)), "risk/here");
+
+        var missing = await s.HpcdataAsync(["list", "risk/not-here", "--cache-hosts", s.HostList]);
+        Assert.True(missing.Code == 1, $"exit {missing.Code}: {missing.Out}");
+        Assert.Contains("'risk/not-here' has no version on the cache tier", missing.Stderr);
+        var json = await s.HpcdataAsync(["list", "risk/not-here", "--cache-hosts", s.HostList, "--json"]);
+        Assert.Equal(1, json.Code);
+
+        // A name that cannot be a dataset's is a usage error, said before the tier is asked.
+        var bad = await s.HpcdataAsync(["list", "BadName", "--cache-hosts", s.HostList]);
+        Assert.Equal(2, bad.Code);
+        Assert.Contains("'BadName' must have the form owner/name", bad.Stderr);
+
+        var there = await s.HpcdataAsync(["list", "risk/here", "--cache-hosts", s.HostList]);
+        Assert.Equal(0, there.Code);
+        Assert.Contains(there.Stdout, l => l.StartsWith("risk/here", StringComparison.Ordinal));
+    }
+
+    [Fact]
+    public async Task Stage_refuses_more_replicas_than_cache_hosts_naming_both_numbers()
+    {
+        await using var s = new Sandbox();
+        // Nothing listens there: the refusal must come before any connection is tried.
+        var r = await s.HpcdataAsync(["stage", s.WriteFile("d.bin", Sandbox.RandomBytes(1000)), "--name", "risk/r", "--cache-hosts", "127.0.0.1:1", "--replicas", "3"]);
+        Assert.True(r.Code == 2, $"exit {r.Code}: {r.Out}\n{r.Stderr}");
+        Assert.Contains("--replicas 3 cannot exceed the number of cache hosts (1)", r.Stderr);
+
+        var two = await s.HpcdataAsync(["stage", s.WriteFile("e.bin", Sandbox.RandomBytes(1000)), "--name", "risk/r", "--cache-hosts", "127.0.0.1:1,127.0.0.1:2", "--replicas", "2"],
+            timeout: TimeSpan.FromSeconds(90));
+        Assert.DoesNotContain("cannot exceed", two.Stderr);   // as many copies as hosts is allowed (it then fails to connect)
+    }
+
+    /// <summary>Every verb hpcdata lists (its --help), including the programs it runs for some of them.</summary>
+    private static async Task<List<string>> VerbsAsync(Sandbox s)
+    {
+        var help = await s.HpcdataAsync(["--help"]);
+        Assert.Equal(0, help.Code);
+        return help.Stdout.SkipWhile(l => l != "commands:").Skip(1).Where(l => l.StartsWith("  ", StringComparison.Ordinal))
+            .Select(l => l.Trim().Split(' ')[0]).ToList();
+    }
+
+    [Fact]
+    public async Task Dash_h_and_dash_dash_help_print_the_help_of_every_verb()
+    {
+        await using var s = new Sandbox();
+        var verbs = await VerbsAsync(s);
+        Assert.Contains("status", verbs);
+        Assert.Contains("agent", verbs);
+        foreach (var verb in verbs)
+        foreach (var flag in new[] { "-h", "--help" })
+        {
+            var r = await s.HpcdataAsync([verb, flag]);
+            Assert.True(r.Code == 0, $"hpcdata {verb} {flag}: exit {r.Code}\n{r.Out}\n{r.Stderr}");
+            Assert.Contains("--", r.Out);   // it lists options
+            Assert.DoesNotContain("unknown option", r.Out + r.Stderr);
+        }
+    }
+
+    [Fact]
+    public async Task After_dash_dash_a_dash_h_belongs_to_the_command_prestage_runs()
+    {
+        await using var s = new Sandbox();
+        // Not help: prestage goes on to its source, which does not exist, and says so.
+        var r = await s.HpcdataAsync(["prestage", Path.Combine(s.Root, "nothing-here"), "--", "ls", "-h"]);
+        Assert.NotEqual(0, r.Code);
+        Assert.Contains("nothing-here", r.Stderr);
+    }
+
+    [Theory]
+    [InlineData(new[] { "generate" }, "missing required PATH")]
+    [InlineData(new[] { "remove" }, "missing required NAME")]
+    [InlineData(new[] { "get" }, "missing required NAME[@VERSION], DEST")]
+    [InlineData(new[] { "get", "risk/a" }, "missing required DEST")]
+    [InlineData(new[] { "tls-init" }, "missing required --out, --hosts")]
+    [InlineData(new[] { "tls-init", "--out", "x" }, "missing required --hosts")]
+    public async Task A_missing_required_argument_is_named(string[] args, string expected)
+    {
+        await using var s = new Sandbox();
+        var r = await s.HpcdataAsync(args);
+        Assert.Equal(2, r.Code);
+        Assert.Contains($"hpcdata {args[0]}: {expected} (see hpcdata {args[0]} --help)", r.Stderr);
+    }
+
+    [Fact]
+    public async Task An_unknown_option_is_named_as_it_was_typed()
+    {
+        await using var s = new Sandbox();
+        var single = await s.HpcdataAsync(["status", "-x"]);
+        Assert.Equal(2, single.Code);
+        Assert.Contains("unknown option '-x'", single.Stderr);
+        var dashed = await s.HpcdataAsync(["status", "--colour=red"]);
+        Assert.Equal(2, dashed.Code);
+        Assert.Contains("unknown option '--colour'", dashed.Stderr);
+    }
+
+    [Fact]
+    public async Task With_a_cache_host_down_stage_and_get_say_each_problem_in_one_line()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const string dead = "127.0.0.1:1";
+        var hosts = $"{s.HostList},{dead}";
+
+        var stage = await s.HpcdataAsync(["stage", s.WriteFile("d.bin", Sandbox.RandomBytes(8 * 65536)), "--name", "risk/down", "--cache-hosts", hosts]);
+        Assert.Equal(1, stage.Code);
+        AssertOneLinePerProblem("hpcdata stage", stage.Stderr, dead);
+
+        // Staged where the host is up; read back through a list naming the dead one too, with no agent on this node.
+        await s.StageAsync(s.WriteFile("e.bin", Sandbox.RandomBytes(8 * 65536, seed: 4)), "risk/up");
+        var get = await s.HpcdataAsync(["get", "risk/up", Path.Combine(s.Root, "out.bin"), "--cache-hosts", hosts],
+            new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() });
+        AssertOneLinePerProblem("hpcdata get", get.Stderr, dead);
+        Assert.Contains("hpcdata get: warning: No node agent on pipe", get.Stderr);
+    }
+
+    private static void AssertOneLinePerProblem(string command, string stderr, string deadHost)
+    {
+        var lines = stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries).Where(l => l.Trim().Length > 0).ToList();
+        Assert.DoesNotContain(lines, l => l.StartsWith("warn:", StringComparison.Ordinal) || l.StartsWith(' '));   // no logger blocks
+        Assert.All(lines, l => Assert.StartsWith(command + ": ", l));
+        var warnings = lines.Where(l => l.StartsWith(command + ": warning:", StringComparison.Ordinal) && l.Contains(deadHost)).ToList();
+        Assert.True(warnings.Count <= 1, $"the dead host is warned about {warnings.Count} times:\n{stderr}");
+    }
+}
