@@ -3,6 +3,7 @@ using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
+using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Cli;
 using Hpc.Jobs.Local;
 using Hpc.Jobs.Commands;
@@ -87,6 +88,7 @@ public sealed class DemoCommand(DemoOptions o)
     private async Task<int> RunCoreAsync(long size, string root, CancellationToken ct)
     {
         Console.WriteLine($"HPC Common Data demo: {ByteSize.Format(size)} dataset, {o.Hosts} cache hosts, {o.Nodes} nodes × {o.Workers} workers");
+        Console.WriteLine($"  programs   {ProgramBuilds()}");
 
         var clock = Stopwatch.StartNew();
         var random = o.Data == "random";
@@ -158,4 +160,11 @@ public sealed class DemoCommand(DemoOptions o)
                               : r[0].Mode == "map" ? "verified by the agent before it was published (no re-hash)" : "hash checked within the open") +
                           (compute > 0 ? $", VaR pass median {compute:0} ms" : ""));
     }
+
+    /// <summary>Which build of each daemon runs: native code or an assembly the JIT compiles (and where it was found).</summary>
+    private static string ProgramBuilds() => string.Join(", ", new[] { CacheHostOptions.Assembly, NodeAgentOptions.Assembly, StagerOptions.Assembly }.Select(a =>
+    {
+        var path = ComponentLocator.Find(a);
+        return $"{a} {(ComponentLocator.IsNative(path) ? "native" : "JIT")}";
+    })) + $" (from {Path.GetDirectoryName(ComponentLocator.Find(NodeAgentOptions.Assembly))})";
 }

@@ -86,4 +86,27 @@ public sealed class ComponentLocatorTests : IDisposable
         Assert.Null(ComponentLocator.NativeBuildOf(dll, "Hpc.Stager"));
         Assert.Null(ComponentLocator.NativeBuildOf(Touch("Hpc.Stager.dll"), "Hpc.Stager")); // not under artifacts/bin at all
     }
+
+    [Fact]
+    public void An_installed_native_build_for_this_platform_is_started_in_place_of_the_assembly_beside_it()
+    {
+        Touch("Hpc.Stager.dll");
+        Touch("Hpc.Stager.runtimeconfig.json");
+        var native = Path.Combine(Directory.CreateDirectory(ComponentLocator.NativeFolder(_dir)).FullName, Native);
+        File.WriteAllText(native, "");
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(native, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        Assert.Equal(native, ComponentLocator.FindIn(_dir, "Hpc.Stager"));
+        Assert.True(ComponentLocator.IsNative(native));
+    }
+
+    [Fact]
+    public void A_native_build_this_user_may_not_run_leaves_the_assembly_to_be_started()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var dll = Touch("Hpc.Stager.dll");
+        var native = Path.Combine(Directory.CreateDirectory(ComponentLocator.NativeFolder(_dir)).FullName, Native);
+        File.WriteAllText(native, "");
+        File.SetUnixFileMode(native, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        Assert.Equal(dll, ComponentLocator.FindIn(_dir, "Hpc.Stager"));
+    }
 }

@@ -225,14 +225,36 @@ public static class ComponentLocator
             $"Looked in: {string.Join(", ", installed)} and the build's artifacts/bin");
     }
 
-    /// <summary>The program in an installed folder: its assembly, else its native executable; null when neither is there.</summary>
+    /// <summary>Where an installed folder keeps programs compiled to native code for one platform: <c>native/&lt;rid&gt;/</c>.</summary>
+    public static string NativeFolder(string dir) => Path.Combine(dir, "native", RuntimeInformation.RuntimeIdentifier);
+
+    /// <summary>
+    /// The program in an installed folder: its native build for this platform (the tool package carries one for the
+    /// platform it was packed on, beside the portable assemblies), else its assembly, else a native executable in the
+    /// folder itself; null when none is there.
+    /// </summary>
     internal static string? FindIn(string dir, string assembly)
     {
+        if (Path.Combine(NativeFolder(dir), OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var forPlatform && File.Exists(forPlatform)
+            && IsExecutable(forPlatform)) return forPlatform;
         if (Path.Combine(dir, assembly + ".dll") is var path && File.Exists(path)) return path;
         // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
         if (Path.Combine(dir, OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var native && File.Exists(native)
             && !File.Exists(Path.Combine(dir, assembly + ".runtimeconfig.json"))) return native;
         return null;
+    }
+
+    /// <summary>
+    /// Whether this user may run the file: a package extracted by another user may leave it without the execute bit for
+    /// us, and then the portable assembly beside it is the one to start.
+    /// </summary>
+    private static bool IsExecutable(string path) => OperatingSystem.IsWindows() || Posix.Access(path, Posix.X_OK) == 0;
+
+    private static class Posix
+    {
+        public const int X_OK = 1;
+        [DllImport("libc", EntryPoint = "access", SetLastError = true)]
+        public static extern int Access([MarshalAs(UnmanagedType.LPUTF8Str)] string path, int mode);
     }
 
     /// <summary>Whether <paramref name="directory"/> is a build's output (under <c>artifacts/bin/</c>), not an installation.</summary>
