@@ -50,10 +50,11 @@ public sealed class NodePrepOptions
     [Option("timeout", Default = "60m", HelpText = "How long fetching may take.")]
     public string Timeout { get; set; } = "60m";
 
-    [Option("fanout", Default = "none", HelpText = "none, or mpi: run as one MPI rank per node (mpiexec -ppn 1, srun --ntasks-per-node=1); " +
+    [Option("fanout", Default = "auto", HelpText = "auto, none, or mpi: run as one MPI rank per node (mpiexec -ppn 1, srun --ntasks-per-node=1); " +
         "the ranks share the fetching and pass the data on to each other, so the cache tier sends each byte about once. " +
-        "Without MPI, or when the exchange fails, the node fetches what it lacks directly. {rank} in --pipe and --data-dir is the rank.")]
-    public string Fanout { get; set; } = "none";
+        "Without MPI, or when the exchange fails, the node fetches what it lacks directly. {rank} in --pipe and --data-dir is the rank. " +
+        "auto: mpi when a launcher started this node prep as one of several ranks, else none (prestage --fanout auto makes that choice for a job).")]
+    public string Fanout { get; set; } = "auto";
 
     [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long the exchange may go without anything moving (a rank that died) before this node fetches the rest directly.")]
     public string StallTimeout { get; set; } = "2m";
@@ -82,7 +83,8 @@ public static class NodePrepCommand
         TimeSpan startTimeout, fetchTimeout, stallTimeout;
         try { (startTimeout, fetchTimeout, stallTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout), Durations.Parse(o.StallTimeout)); }
         catch (FormatException e) { return Fail(2, e.Message); }
-        if (o.Fanout is not ("none" or "mpi")) return Fail(2, $"--fanout '{o.Fanout}' is not one of none, mpi");
+        if (o.Fanout is not ("auto" or "none" or "mpi")) return Fail(2, $"--fanout '{o.Fanout}' is not one of auto, none, mpi");
+        if (o.Fanout == "auto") o.Fanout = LaunchedRanks() > 1 ? "mpi" : "none";
 
         var clock = Stopwatch.StartNew();
         var pinned = false;
@@ -163,6 +165,18 @@ public static class NodePrepCommand
     }
 
     /// <summary>This process as one rank of an MPI job; null (and one line saying so) when the node has no MPI.</summary>
+    /// <summary>
+    /// How many ranks the launcher that started this process started in all (the process-management interface's
+    /// variables that mpiexec.hydra, Open MPI's mpirun and srun set), or null when no launcher did.
+    /// </summary>
+    internal static int? LaunchedRanks()
+    {
+        foreach (var variable in new[] { "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS" })
+            if (int.TryParse(Environment.GetEnvironmentVariable(variable), System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var n))
+                return n;
+        return null;
+    }
+
     private static MpiRankGroup? JoinRanks()
     {
         try

@@ -5,6 +5,7 @@ using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Fanout;
 using Hpc.Jobs.Scheduling;
 
 namespace Hpc.Jobs.Commands;
@@ -48,9 +49,14 @@ public sealed class PrestageOptions
     [Option("evict", HelpText = "Node release also deletes the nodes' copies.")]
     public bool Evict { get; set; }
 
-    [Option("fanout", Default = "none", HelpText = "none, or mpi: node prep runs as one MPI rank per node and the nodes share the fetching " +
-        "(local: mpiexec.hydra on this machine; slurm: the srun step; needs an MPI on the nodes, else each node fetches directly).")]
-    public string Fanout { get; set; } = "none";
+    [Option("fanout", Default = "auto", HelpText = "auto, none, or mpi: node prep runs as one MPI rank per node and the nodes share the fetching " +
+        "(local: mpiexec.hydra on this machine; slurm: the srun step; needs an MPI on the nodes, else each node fetches directly). auto: " +
+        "whichever the cost model says is faster for the nodes, cache hosts, stored size and link rate, said in one line.")]
+    public string Fanout { get; set; } = "auto";
+
+    [Option("link-rate", HelpText = "--fanout auto: the nodes' and cache hosts' link rate, e.g. 10gbit or 1.2GB/s (default: measured from here by " +
+        "fetching up to 16 MB of the version from the cache tier).")]
+    public string? LinkRate { get; set; }
 
     [Option("dry-run", HelpText = "slurm, hpcpack: print the job instead of submitting it.")]
     public bool DryRun { get; set; }
@@ -102,8 +108,15 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             Console.WriteLine($"prestage: {name} version {version} ({how})");
 
             var lifetimeJob = o.Lifetime == "job";
+            var fanoutMpi = o.Fanout == "mpi";
+            if (o.Fanout == "auto")
+            {
+                var choice = await ChooseFanoutAsync(tierOptions, name, version, hosts.Count, cancel.Token);
+                Console.WriteLine($"prestage: fan-out auto → {choice.Reason}");
+                fanoutMpi = choice.Mpi;
+            }
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, hosts, o.Nodes, o.HostsPerNode, command,
-                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.AgentPipe, o.Evict, lifetimeJob, FanoutMpi: o.Fanout == "mpi");
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.AgentPipe, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 
@@ -138,7 +151,9 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         if (o.Scheduler is not ("local" or "slurm" or "hpcpack")) return $"--scheduler '{o.Scheduler}' is not one of local, slurm, hpcpack";
         if (o.Nodes < 1 || o.HostsPerNode < 1) return "--nodes and --hosts-per-node must be at least 1";
-        if (o.Fanout is not ("none" or "mpi")) return $"--fanout '{o.Fanout}' is not one of none, mpi";
+        if (o.Fanout is not ("auto" or "none" or "mpi")) return $"--fanout '{o.Fanout}' is not one of auto, none, mpi";
+        if (o.LinkRate is not null && (!ByteRate.TryParse(o.LinkRate, out var link) || link.IsUnlimited))
+            return $"--link-rate '{o.LinkRate}' is not a rate (examples: 10gbit, 1.2GB/s)";
         if (o.Fanout == "mpi" && o.Scheduler == "hpcpack") return "--fanout mpi is not available for hpcpack yet: its node-preparation task runs on each node alone";
         if (command.Count == 0) return "no job command: put it after --, e.g. hpcdata prestage data.csv --name risk/prices -- hpcdata worker";
         if (o.Lifetime is not null && o.Lifetime != "job")
@@ -184,6 +199,25 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var how = r.Unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.RawBytes)} in {r.Seconds:0.00} s";
         return (r.Version, how);
     }
+
+    /// <summary>The cost model's choice for this job; the link rate as given, else measured against the tier from here.</summary>
+    private async Task<FanoutChoice> ChooseFanoutAsync(CacheTierOptions tierOptions, string name, string version, int cacheHosts, CancellationToken ct)
+    {
+        await using var tier = new CacheTierClient(tierOptions);
+        var manifest = (await tier.ResolveAsync(name, version, ct)).Manifest;
+        var (rate, source) = o.LinkRate is { } given
+            ? (ByteRate.Parse(given).BytesPerSecond, "--link-rate")
+            : (await FanoutChoice.MeasureLinkAsync(tier, manifest, 16L << 20, TimeSpan.FromSeconds(3), ct), "measured from here");
+        return FanoutChoice.Decide(o.Nodes, cacheHosts, manifest.StoredLength, rate, source, MpiUnavailable());
+    }
+
+    /// <summary>Why this job's node prep cannot run as MPI ranks, or null when it can.</summary>
+    private string? MpiUnavailable() => o.Scheduler switch
+    {
+        "hpcpack" => "hpcpack's node-preparation task runs on each node alone",
+        "local" when FindOnPath("mpiexec.hydra") is null => "no mpiexec.hydra on this machine",
+        _ => null, // slurm: the srun step launches the ranks; a node without MPI fetches directly
+    };
 
     private static async Task<string> LatestAsync(string name, CacheTierOptions options, CancellationToken ct)
     {

@@ -64,6 +64,28 @@ public class PrestageLocalTests
     }
 
     [Fact]
+    public async Task Fanout_auto_chooses_mpi_on_slow_links_and_direct_fetch_on_fast_ones_and_says_why()
+    {
+        await using var s = new Sandbox();
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(3_000_000, seed: 22));
+        // 3 nodes and one cache host: direct fetch sends the data 3 times over the host's link, the ring about once plus
+        // its start-up. At 8 Mbit/s that start-up is worth it; at the rate measured on loopback it is not.
+        var slow = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--link-rate", "8mbit", "--job-id", "job-auto-slow",
+            "--", "/bin/sh", "-c", ShowEnvironment]);
+        Assert.True(slow.Code == 0, slow.Stderr + slow.Out);
+        Assert.Contains(slow.Stdout, l => l.StartsWith("prestage: fan-out auto → mpi: 3 node(s), 1 cache host(s)") && l.Contains("(--link-rate)"));
+        Assert.Equal(3, slow.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("fanout=mpi ranks=3")));
+
+        var fast = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--job-id", "job-auto-fast",
+            "--", "/bin/sh", "-c", ShowEnvironment]);
+        Assert.True(fast.Code == 0, fast.Stderr + fast.Out);
+        Assert.Contains(fast.Stdout, l => l.StartsWith("prestage: fan-out auto → none: 3 node(s)") && l.Contains("(measured from here)"));
+        Assert.Equal(3, fast.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("dataset=risk/auto")));
+        Assert.DoesNotContain(fast.Stdout, l => l.Contains("fanout=mpi"));
+        Assert.Empty(Sandbox.ProcessesMentioning("job-auto"));
+    }
+
+    [Fact]
     public async Task When_a_fanout_rank_dies_the_nodes_it_left_unprepared_are_completed_by_direct_fetch_and_the_job_runs()
     {
         await using var s = new Sandbox();

@@ -1,0 +1,83 @@
+using System.Diagnostics;
+using System.Globalization;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
+
+namespace Hpc.Jobs.Fanout;
+
+/// <summary>
+/// <c>--fanout auto</c>: direct fetch or the MPI fan-out, whichever the cost model (docs/benchmarks.md, "Cost model")
+/// says is faster for this job, with the reason in one line.
+/// </summary>
+/// <remarks>
+/// Direct fetch moves S stored bytes over every node's link and N·S/H over each cache host's, so it takes
+/// S/B·max(1, N/H). The fan-out's cache tier sends each byte once and the ring passes it on: a fixed start-up T0 (ranks
+/// launched, MPI_Init, manifest broadcast, ingest set-up), then S/(η·B) for the ring at efficiency η, plus the last
+/// block crossing N−1 links. T0 and η are this project's measured figures; a site whose launcher is faster can say so.
+/// </remarks>
+public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutSeconds, string Reason)
+{
+    /// <summary>Start-up of a fan-out measured on the scale model: .NET start, MPI_Init, manifest broadcast, ingest set-up.</summary>
+    public static readonly TimeSpan StartUp = TimeSpan.FromSeconds(1.7);
+
+    /// <summary>The ring's share of the link rate measured in the scale model (plain TCP in the same pattern: 0.70–0.81).</summary>
+    public const double RingEfficiency = 0.73;
+
+    /// <summary>Below this many nodes there is no ring worth its start-up: two nodes fetch half each from the tier anyway.</summary>
+    public const int MinimumNodes = 3;
+
+    /// <param name="mpiUnavailable">Why no MPI launch is possible for this job, or null when one is.</param>
+    public static FanoutChoice Decide(int nodes, int cacheHosts, long storedBytes, double linkBytesPerSecond, string linkSource, string? mpiUnavailable,
+        TimeSpan? startUp = null)
+    {
+        ArgumentOutOfRangeException.ThrowIfLessThan(nodes, 1);
+        ArgumentOutOfRangeException.ThrowIfLessThan(cacheHosts, 1);
+        ArgumentOutOfRangeException.ThrowIfNegativeOrZero(linkBytesPerSecond);
+        var s = (double)storedBytes;
+        var direct = s / linkBytesPerSecond * Math.Max(1.0, (double)nodes / cacheHosts);
+        var block = Math.Clamp(storedBytes / nodes / FanoutPlan.BlocksPerShare, FanoutPlan.SmallestBlockBytes, FanoutPlan.LargestBlockBytes);
+        var fanout = (startUp ?? StartUp).TotalSeconds + s / (RingEfficiency * linkBytesPerSecond) + (nodes - 1) * (double)block / linkBytesPerSecond;
+        var facts = string.Create(CultureInfo.InvariantCulture,
+            $"{nodes} node(s), {cacheHosts} cache host(s), {ByteSize.Format(storedBytes)} stored, links {new ByteRate((long)linkBytesPerSecond)} ({linkSource}): " +
+            $"direct ≈ {direct:0.0} s, fan-out ≈ {fanout:0.0} s");
+        if (nodes < MinimumNodes) return new(false, direct, fanout, $"none: {facts}; fewer than {MinimumNodes} nodes");
+        if (mpiUnavailable is not null) return new(false, direct, fanout, $"none: {facts}; {mpiUnavailable}");
+        return fanout < direct
+            ? new(true, direct, fanout, $"mpi: {facts}")
+            : new(false, direct, fanout, $"none: {facts}");
+    }
+
+    /// <summary>
+    /// The link rate from this machine to the cache tier, measured by fetching up to <paramref name="sampleBytes"/> of the
+    /// version's stored segments from every host at once (bounded by <paramref name="limit"/>): what a node's fetch would
+    /// see, as far as the submitting machine can tell.
+    /// </summary>
+    public static async Task<double> MeasureLinkAsync(CacheTierClient tier, Manifest manifest, long sampleBytes, TimeSpan limit, CancellationToken ct)
+    {
+        var wanted = new List<int>();
+        long bytes = 0;
+        for (var i = 0; i < manifest.Segments.Count && bytes < sampleBytes; i++)
+        {
+            wanted.Add(i);
+            bytes += manifest.Segments[i].StoredLength;
+        }
+        if (bytes == 0) throw new InvalidOperationException($"dataset '{manifest.Name}' has no stored bytes to measure the link with");
+        using var bounded = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        bounded.CancelAfter(limit);
+        long received = 0;
+        var clock = Stopwatch.StartNew();
+        try
+        {
+            await tier.FetchSegmentsAsync(manifest.SegmentIds, wanted, (_, stored) =>
+            {
+                Interlocked.Add(ref received, stored.Length);
+                return null;
+            }, $"link measurement of '{manifest.Name}'", bounded.Token);
+        }
+        catch (OperationCanceledException) when (!ct.IsCancellationRequested && Interlocked.Read(ref received) > 0)
+        {
+            // A slow link: what arrived within the limit is the measurement.
+        }
+        return Interlocked.Read(ref received) / Math.Max(1e-6, clock.Elapsed.TotalSeconds);
+    }
+}
