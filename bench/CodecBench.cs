@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Runtime.InteropServices;
 using System.Text.Json;
 using Hpc.CommonData;
+using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Commands;
 using Hpc.Jobs.Data;
@@ -15,7 +16,7 @@ namespace Hpc.Bench;
 public sealed record CodecRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Hosts, int Run,
     double CodecSeconds, double CodecCpuSeconds, double StagerSeconds, double StagerProcessSeconds, double StagerCpuSeconds,
-    double CacheHostCpuSeconds, MachineInfo Machine, string? Chunking = null, string? Stager = null);
+    double CacheHostCpuSeconds, MachineInfo Machine, string? Chunking = null, string? Stager = null, string? Codec = null);
 
 /// <summary>
 /// The stager, as users run it (its own process, sending to real cache hosts on loopback), against the raw codec it is
@@ -35,7 +36,7 @@ public static class CodecBench
     /// <param name="AsWriter">Also stage, in every run, to hosts with accounts as a writer account, recorded as stager
     /// "as writer": the hosts then check that every segment a writer sends is the bytes its id names.</param>
     public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0,
-        IReadOnlyList<string>? Chunkings = null, string? BaselineStager = null, bool AsWriter = false);
+        IReadOnlyList<string>? Chunkings = null, string? BaselineStager = null, bool AsWriter = false, IReadOnlyList<SegmentCompression>? Codecs = null);
 
     /// <summary>Who stages a run: this build's stager or another, to open hosts or as a writer account.</summary>
     private sealed record Variant(string? Label, string? Folder, bool Writer);
@@ -50,12 +51,15 @@ public static class CodecBench
             if (kind == "random") SampleData.GenerateRandom(path, o.Size);
             else MarketHistory.Generate(path, o.Size);
             var data = await File.ReadAllBytesAsync(path, ct);    // also leaves the file in the page cache for the stager
-            CodecBaseline.Run(data, threads: o.StagerCores);      // warm-up: JIT and first touch of the pool buffers
+            foreach (var compression in o.Codecs ?? [SegmentCompression.Lz4])
+            {
+            // Each codec against its own raw pass: the stager's figures are a share of what that codec allows.
+            CodecBaseline.Run(data, threads: o.StagerCores, compression: compression);      // warm-up: JIT and first touch of the pool buffers
             for (var run = 1; run <= o.Repeat; run++)
             {
                 ct.ThrowIfCancellationRequested();
                 var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
-                var codec = CodecBaseline.Run(data, threads: o.StagerCores);
+                var codec = CodecBaseline.Run(data, threads: o.StagerCores, compression: compression);
                 var codecCpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
                 // Chunkings alternate their order run by run, so a slow spell of the machine does not land on one of them every time.
                 var chunkings = o.Chunkings ?? ["content"];
@@ -65,16 +69,17 @@ public static class CodecBench
                 var order = (from c in chunkings from b in stagers select (Chunking: c, Baseline: b)).ToList();
                 foreach (var (chunking, baseline) in run % 2 == 1 ? order : Enumerable.Reverse(order))
                 {
-                    var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, chunking, baseline, o.WorkDir, ct);
+                    var stage = await StageOnceAsync(path, o.Hosts, o.Size, o.StagerCores, chunking, baseline, o.WorkDir, compression, ct);
                     var r = new CodecRecord("codec", 1, DateTimeOffset.UtcNow, kind, data.Length, stage.StoredBytes, o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount, o.StagerCores > 0, o.Hosts, run,
                         codec.Seconds, codecCpu, stage.Seconds, stage.ProcessSeconds, stage.CpuSeconds, stage.HostCpuSeconds, BenchJson.Machine(), chunking,
-                        baseline.Label);
+                        baseline.Label, compression.ToString());
                     records.Add(r);
                     if (o.Out is not null) BenchJson.Append(o.Out, r);
                     Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                        $"  {kind,-6} run {run} {chunking,-7}{(baseline.Label is { } label ? " " + label : "")}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time), " +
-                        $"stager {r.StagerCpuSeconds / (r.RawBytes / 1e9):0.00} CPU-s per GB"));
+                        $"  {kind,-6} {compression,-7} run {run} {chunking,-7}{(baseline.Label is { } label ? " " + label : "")}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time), " +
+                        $"stager {r.StagerCpuSeconds / (r.RawBytes / 1e9):0.00} CPU-s per GB, stored {100.0 * r.StoredBytes / r.RawBytes:0.0}%"));
                 }
+            }
             }
             File.Delete(path);
         }
@@ -85,7 +90,7 @@ public static class CodecBench
 
     /// <summary>Fresh cache hosts every run, so the stager sends every segment instead of finding them already cached.</summary>
     private static async Task<StageRun> StageOnceAsync(string path, int hostCount, long size, int stagerCores, string chunking, Variant variant,
-        string workDir, CancellationToken ct)
+        string workDir, SegmentCompression compression, CancellationToken ct)
     {
         var all = Environment.ProcessorCount;
         string[]? Pin(int first, int last) => stagerCores > 0 ? ["taskset", "-c", $"{first}-{last}"] : null;
@@ -107,7 +112,7 @@ public static class CodecBench
             var clock = Stopwatch.StartNew();
             await using var stager = StartStager(new StagerOptions
             {
-                Path = path, Name = "bench/codec", Chunking = chunking, Json = true,
+                Path = path, Name = "bench/codec", Chunking = chunking, Json = true, Codec = compression.ToString(),
                 CacheTier = { Hosts = endpoints, User = variant.Writer ? "stager" : null, Password = variant.Writer ? password : null },
             }, stagerPin, variant.Folder);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
@@ -138,15 +143,15 @@ public static class CodecBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| data | size | segments | stored | cores | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|");
-        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned, Chunking: r.Chunking ?? "fixed", r.Stager)))
+        sb.AppendLine("| data | codec | size | segments | stored | cores | runs | raw codec MB/s | stager MB/s | stager / codec | codec CPU-s per GB | stager CPU-s per GB | cache hosts CPU-s per GB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var g in records.GroupBy(r => (r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned, Chunking: r.Chunking ?? "fixed", r.Stager)))
         {
             double Med(Func<CodecRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
             var codec = Med(r => Mbps(r.RawBytes, r.CodecSeconds));
             var stager = Med(r => Mbps(r.RawBytes, r.StagerSeconds));
-            sb.AppendLine(inv, $"| {g.Key.Data}{(g.Key.Stager is { } label ? $" ({label} stager)" : "")} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+            sb.AppendLine(inv, $"| {g.Key.Data}{(g.Key.Stager is { } label ? $" ({label} stager)" : "")} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
                                $"{codec:0} ({g.Min(r => Mbps(r.RawBytes, r.CodecSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.CodecSeconds)):0}) | " +
                                $"{stager:0} ({g.Min(r => Mbps(r.RawBytes, r.StagerSeconds)):0}–{g.Max(r => Mbps(r.RawBytes, r.StagerSeconds)):0}) | " +

@@ -19,7 +19,7 @@ namespace Hpc.Bench;
 public sealed record FetchRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Run,
     double DecodeSeconds, double DecodeCpuSeconds, double FetchSeconds, double AgentUserSeconds, double AgentSystemSeconds,
-    double CacheHostCpuSeconds, MachineInfo Machine);
+    double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null);
 
 /// <summary>
 /// The node agent fetching a version from a real cache host on loopback (its own process, warm, as a node runs it),
@@ -32,7 +32,8 @@ public static class FetchBench
 {
     /// <param name="AgentCores">0: everything shares every core. N: the decode baseline runs on N threads and the agent is
     /// pinned to cores 0..N-1, the cache host to the rest.</param>
-    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, string? Out, string WorkDir, int AgentCores = 0);
+    public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, string? Out, string WorkDir, int AgentCores = 0,
+        SegmentCompression? Codec = null);
 
     private const string Pin = "bench";
 
@@ -54,7 +55,8 @@ public static class FetchBench
             await using var host = ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = (long)(o.Size * 1.3) + (64L << 20) },
                 name: "cachehost", launcher: hostPin);
             var endpoint = await host.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
-            await using (var stager = ComponentProcess.Start(new StagerOptions { Path = path, Name = name, Json = true, CacheTier = { Hosts = [endpoint] } }, name: "stager"))
+            await using (var stager = ComponentProcess.Start(new StagerOptions
+                         { Path = path, Name = name, Json = true, Codec = (o.Codec ?? SegmentCompression.Lz4).ToString(), CacheTier = { Hosts = [endpoint] } }, name: "stager"))
                 if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             File.Delete(path);
 
@@ -100,7 +102,7 @@ public static class FetchBench
                     }
                 }
                 var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
-                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine());
+                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString());
                 records.Add(r);
                 if (o.Out is not null) BenchJson.Append(o.Out, r);
                 var gb = r.RawBytes / 1e9;
@@ -165,13 +167,13 @@ public static class FetchBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| data | size | stored | cores | runs | raw decode MB/s | agent fetch MB/s | fetch / decode | decode CPU-s per GB | agent CPU-s per GB (user + kernel) | cache host CPU-s per GB |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
-        foreach (var g in records.GroupBy(r => (r.Data, r.RawBytes, r.Cores, r.Pinned)))
+        sb.AppendLine("| data | codec | size | stored | cores | runs | raw decode MB/s | agent fetch MB/s | fetch / decode | decode CPU-s per GB | agent CPU-s per GB (user + kernel) | cache host CPU-s per GB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var g in records.GroupBy(r => (r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned)))
         {
             double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
-            sb.AppendLine(inv, $"| {g.Key.Data} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+            sb.AppendLine(inv, $"| {g.Key.Data} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
                                $"{Med(r => Mbps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => Mbps(r.RawBytes, r.FetchSeconds)):0} | " +
                                $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +

@@ -31,7 +31,7 @@ public static class StageCommand
             using var source = StageSource.Open(o.Path, log, o.SkipUnreadable);
             var options = new StageOptions
             {
-                Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compress = !o.NoCompress,
+                Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compression = o.Compression,
                 Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime), CheckSpace = !o.NoSpaceCheck,
                 ContentDefined = o.Chunking == "content",
                 Readers = Hpc.CommonData.Access.ReaderSpec.Resolve(o.Readers),

@@ -14,7 +14,7 @@ public sealed class StageOptions
 {
     public required string Name { get; init; }
     public int SegmentSize { get; init; } = SegmentCodec.DefaultSegmentSize;
-    public bool Compress { get; init; } = true;
+    public SegmentCompression Compression { get; init; } = SegmentCompression.Lz4;
     /// <summary>Cache-tier lifetime of the version; null keeps it until removed.</summary>
     public TimeSpan? Lifetime { get; init; }
     /// <summary>Who may read the version on a node; null: everyone.</summary>
@@ -222,7 +222,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                 {
                     var raw = batch.Slab.AsSpan(batch.Offset[i], batch.Length[i]);
                     batch.Ids[i] = SegmentId.Of(raw);
-                    var n = SegmentCodec.EncodeHead(raw, batch.Heads.AsSpan(at), options.Compress, out batch.StoredRaw[i], batch.Ids[i]);
+                    var n = SegmentCodec.EncodeHead(raw, batch.Heads.AsSpan(at), options.Compression, out batch.StoredRaw[i], batch.Ids[i]);
                     batch.HeadOffset[i] = at;
                     batch.HeadLength[i] = n;
                     at += n;
@@ -343,7 +343,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     }
                     segment = segment[..ContentChunker.Default.NextCut(segment, final: true)];
                 }
-                samples.Add((SegmentId.Of(segment), segment.Length, SegmentCodec.Encode(segment, output, options.Compress)));
+                samples.Add((SegmentId.Of(segment), segment.Length, SegmentCodec.Encode(segment, output, options.Compression)));
             }
         }
         finally

@@ -22,6 +22,9 @@ public sealed class BenchCodecOptions
     [Option("stager-cores", Default = 0, HelpText = "Give the stager and the codec the same N cores (taskset) and the cache hosts the others; 0 = all share all.")]
     public int StagerCores { get; set; }
 
+    [Option("codec", Default = "lz4", HelpText = "The stager's codecs, comma-separated (lz4, zstd, zstd:LEVEL, none), each against its own raw codec pass.")]
+    public string Codec { get; set; } = "lz4";
+
     [Option("chunking", Default = "content", HelpText = "The stager's segment boundaries: content, fixed, or content,fixed (both in the same run, alternating).")]
     public string Chunking { get; set; } = "content";
 
@@ -82,7 +85,17 @@ public static class BenchCodecVerb
             if (o.BaselineStager is { } b && !File.Exists(Path.Combine(b, "Hpc.Stager.dll")) && !File.Exists(Path.Combine(b, OperatingSystem.IsWindows() ? "Hpc.Stager.exe" : "Hpc.Stager")))
                 throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll and no native Hpc.Stager there");
             var baseline = o.BaselineStager is null ? null : Path.GetFullPath(o.BaselineStager);
-            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline, o.AsWriter), ct);
+            var codecs = new List<Hpc.CommonData.Format.SegmentCompression>();
+            foreach (var name in o.Codec.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct())
+            {
+                if (!Hpc.CommonData.Format.SegmentCompression.TryParse(name, out var c, out var error))
+                {
+                    Console.Error.WriteLine($"hpcdata bench codec: --codec: {error}");
+                    return 2;
+                }
+                codecs.Add(c);
+            }
+            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline, o.AsWriter, codecs), ct);
             Console.WriteLine(CodecBench.Table(records));
             return 0;
         }

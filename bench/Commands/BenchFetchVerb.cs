@@ -18,6 +18,9 @@ public sealed class BenchFetchOptions
     [Option("agent-cores", Default = 0, HelpText = "Give the agent and the decode baseline the same N cores (taskset) and the cache host the others; 0 = all share all.")]
     public int AgentCores { get; set; }
 
+    [Option("codec", Default = "lz4", HelpText = "The codec the data is staged with (lz4, zstd, zstd:LEVEL, none), for the agent and the baseline alike.")]
+    public string Codec { get; set; } = "lz4";
+
     [Option("out", HelpText = "Directory to append results.jsonl to (kind \"fetch\").")]
     public string? Out { get; set; }
 }
@@ -33,12 +36,13 @@ public static class BenchFetchVerb
             if (o.Repeat is < 1 or > 50) throw new FormatException("--repeat must be between 1 and 50");
             if (o.AgentCores < 0 || o.AgentCores > Environment.ProcessorCount)
                 throw new FormatException($"--agent-cores must be between 0 and the {Environment.ProcessorCount} cores this process may use");
+            if (!Hpc.CommonData.Format.SegmentCompression.TryParse(o.Codec, out var codec, out var codecError)) throw new FormatException($"--codec: {codecError}");
             var size = ByteSize.Parse(o.Size);
             if (size < 1 << 20) throw new FormatException("--size must be at least 1MB");
             var work = Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-fetch-{Environment.ProcessId}");
             try
             {
-                var records = await FetchBench.RunAsync(new FetchBench.Options(size, kinds, o.Repeat, o.Out, work, o.AgentCores), ct);
+                var records = await FetchBench.RunAsync(new FetchBench.Options(size, kinds, o.Repeat, o.Out, work, o.AgentCores, codec), ct);
                 Console.WriteLine(FetchBench.Table(records));
                 return 0;
             }

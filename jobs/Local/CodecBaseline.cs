@@ -5,7 +5,7 @@ using Hpc.CommonData.Format;
 namespace Hpc.Jobs.Local;
 
 /// <summary>
-/// The ceiling for staging on this machine: the raw codec (LZ4 + XXH3 content id + segment checksum) over the same
+/// The ceiling for staging on this machine: the raw codec (LZ4 or the codec asked for + XXH3 content id + segment checksum) over the same
 /// 64 KB segments on every core, from memory, with no I/O or network.
 /// </summary>
 public static class CodecBaseline
@@ -23,7 +23,7 @@ public static class CodecBaseline
     }
 
     /// <summary>One pass: every segment hashed and encoded on <paramref name="threads"/> cores (default all), the encoded bytes discarded.</summary>
-    public static Pass Run(byte[] data, int segmentSize = SegmentCodec.DefaultSegmentSize, int threads = 0)
+    public static Pass Run(byte[] data, int segmentSize = SegmentCodec.DefaultSegmentSize, int threads = 0, SegmentCompression? compression = null)
     {
         var segments = (data.Length + segmentSize - 1) / segmentSize;
         long total = 0;
@@ -34,7 +34,7 @@ public static class CodecBaseline
             {
                 var raw = data.AsSpan(i * segmentSize, Math.Min(segmentSize, data.Length - i * segmentSize));
                 SegmentId.Of(raw);
-                Interlocked.Add(ref total, SegmentCodec.Encode(raw, buffer));
+                Interlocked.Add(ref total, SegmentCodec.Encode(raw, buffer, compression ?? SegmentCompression.Lz4));
                 return buffer;
             },
             buffer => ArrayPool<byte>.Shared.Return(buffer));

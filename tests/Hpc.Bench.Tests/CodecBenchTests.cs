@@ -29,8 +29,8 @@ public class CodecBenchTests
             Assert.InRange(Stored("csv"), 0.05, 0.7);                        // market history compresses
             Assert.InRange(Stored("random"), 1.0, 1.01);                     // random bytes are stored raw, plus headers
 
-            Assert.Contains("| csv | 4 MB |", r.Stdout);
-            Assert.Contains("| random | 4 MB |", r.Stdout);
+            Assert.Contains("| csv | lz4 | 4 MB |", r.Stdout);
+            Assert.Contains("| random | lz4 | 4 MB |", r.Stdout);
         }
         finally { Directory.Delete(dir, recursive: true); }
     }

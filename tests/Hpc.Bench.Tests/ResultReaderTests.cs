@@ -123,7 +123,7 @@ public class ResultReaderTests
         var markdown = ReportMain.Markdown(data, ReportMain.Build(data), []);
 
         Assert.Contains("## Stager vs the raw codec", markdown);
-        Assert.Matches(@"\| csv \| [^|]+ \| fixed \| 40\.0% \| all 2 shared \| 1 \| 1000 \(1000–1000\) \| 500 \(500–500\) \| 50% \|", markdown);
+        Assert.Matches(@"\| csv \| lz4 \| [^|]+ \| fixed \| 40\.0% \| all 2 shared \| 1 \| 1000 \(1000–1000\) \| 500 \(500–500\) \| 50% \|", markdown);
         var pipeline1 = markdown[markdown.IndexOf("pipeline 1 (bench cache)", StringComparison.Ordinal)..markdown.IndexOf("pipeline 16 (bench cache)", StringComparison.Ordinal)];
         var pipeline16 = markdown[markdown.IndexOf("pipeline 16 (bench cache)", StringComparison.Ordinal)..];
         Assert.Matches(@"\| cachehost \| redis-benchmark \| GET \| 2000 \|[^\n]*\| 2\.00× \|", pipeline1);

@@ -40,6 +40,37 @@ public class DataPathTests
         }
     }
 
+    /// <summary>
+    /// A dataset staged with zstd reaches a node and a direct reader like any other (readers take the codec from each
+    /// segment's header), stored smaller than the same bytes staged with LZ4.
+    /// </summary>
+    [Fact]
+    public async Task A_dataset_staged_with_zstd_reaches_workers_verified_and_is_stored_smaller_than_with_lz4()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var data = Cluster.Csvish(40 * 65536 + 77);
+        var path = Cluster.WriteFile(c.Root, "prices.csv", data);
+        var lz4 = await c.StageAsync(path, "risk/lz4");
+        var zstd = await c.StageAsync(path, "risk/zstd", "--codec", "zstd");
+        Assert.True(zstd.StoredBytes < lz4.StoredBytes * 0.8, $"zstd stored {zstd.StoredBytes}, lz4 {lz4.StoredBytes}");
+
+        var (_, pipe, _) = await c.StartAgentAsync();
+        await using (var mapped = await Dataset.OpenAsync("risk/zstd", Cluster.Via(pipe)))
+        {
+            Assert.Equal(zstd.Version, mapped.Version);
+            Assert.Equal(data, mapped.GetSpan(0, data.Length).ToArray());
+            Assert.True(mapped.VerifyHash());
+        }
+        await using (var direct = await Dataset.OpenAsync("risk/zstd", new DatasetOptions
+                     { AgentPipe = "hcd-no-agent-here", Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } }))
+            Assert.Equal(data, direct.GetSpan(0, data.Length).ToArray());
+
+        var refused = await c.RunStagerAsync([path, "--name", "risk/bad", "--cache-hosts", c.HostList, "--codec", "gzip"]);
+        Assert.NotEqual(0, refused.Code);
+        Assert.Contains("--codec: codec 'gzip' is not one of lz4, zstd, zstd:LEVEL, none", refused.Stderr);
+    }
+
     [Fact]
     public async Task Worker_processes_open_the_same_copy_and_agree_on_the_result()
     {

@@ -2,13 +2,13 @@ using System.Buffers.Binary;
 
 namespace Hpc.CommonData.Format;
 
-public enum SegmentCodecKind : byte { Raw = 0, Lz4 = 1 }
+public enum SegmentCodecKind : byte { Raw = 0, Lz4 = 1, Zstd = 2 }
 
 /// <summary>
 /// The stored form of a segment: a 24-byte header then the payload.
 /// <code>
 ///  0  'H' 'C' 'S'  format version (1)
-///  4  codec (0 raw, 1 lz4), 3 reserved bytes (zero)
+///  4  codec (0 raw, 1 lz4, 2 zstd: one Zstandard frame), 3 reserved bytes (zero)
 ///  8  raw length   (int32 LE)
 /// 12  payload length (int32 LE)
 /// 16  XXH3-64 of the payload (uint64 LE)
@@ -33,9 +33,13 @@ public static class SegmentCodec
     public static int MaxHeadLength(int rawLength) => HeaderLength + rawLength + HeadSlack;
 
     /// <summary>Encodes <paramref name="raw"/> into <paramref name="destination"/>; stored raw when LZ4 does not make it smaller.</summary>
-    public static int Encode(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress = true)
+    public static int Encode(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress = true) =>
+        Encode(raw, destination, compress ? SegmentCompression.Lz4 : SegmentCompression.None);
+
+    /// <summary>Encodes <paramref name="raw"/> with <paramref name="compression"/>; stored raw when that does not make it smaller.</summary>
+    public static int Encode(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression)
     {
-        var n = EncodeHead(raw, destination, compress, out var storedRaw);
+        var n = EncodeHead(raw, destination, compression, out var storedRaw);
         if (!storedRaw) return n;
         raw.CopyTo(destination[HeaderLength..]);
         return HeaderLength + raw.Length;
@@ -51,19 +55,23 @@ public static class SegmentCodec
     /// </summary>
     /// <param name="id">The segment's content id when the caller has it already: a raw-stored segment's checksum is
     /// then taken from it instead of hashing the bytes a second time (see <see cref="ChecksumFromId"/>).</param>
-    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw, SegmentId? id = null)
+    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw, SegmentId? id = null) =>
+        EncodeHead(raw, destination, compress ? SegmentCompression.Lz4 : SegmentCompression.None, out storedRaw, id);
+
+    /// <inheritdoc cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, bool, out bool, SegmentId?)"/>
+    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression, out bool storedRaw, SegmentId? id = null)
     {
         if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
-        if (compress && raw.Length > 1)
+        if (compression.Codec != SegmentCodecKind.Raw && raw.Length > 1)
         {
-            // With less room than its worst case LZ4 writes the same block or gives up (0); it reserves a few bytes of
-            // room ahead while it works, so the slack keeps every block shorter than the raw bytes from being refused.
+            // With less room than its worst case a codec writes the same output or gives up (0); LZ4 reserves a few bytes
+            // of room ahead while it works, so the slack keeps every block shorter than the raw bytes from being refused.
             var payload = destination.Slice(HeaderLength, Math.Min(destination.Length - HeaderLength, raw.Length + HeadSlack));
-            var stored = Lz4.Encode(raw, payload);
+            var stored = compression.Codec == SegmentCodecKind.Zstd ? Zstd.Encode(raw, payload, compression.Level) : Lz4.Encode(raw, payload);
             if (stored > 0 && stored < raw.Length)
             {
                 storedRaw = false;
-                WriteHeader(destination, SegmentCodecKind.Lz4, raw.Length, stored, XxHash.Hash64Of(payload[..stored]));
+                WriteHeader(destination, compression.Codec, raw.Length, stored, XxHash.Hash64Of(payload[..stored]));
                 return HeaderLength + stored;
             }
         }
@@ -208,6 +216,11 @@ public static class SegmentCodec
                 // Checked before decoding, so damaged bytes are rejected without running the decoder on them.
                 if (XxHash.Hash64Of(payload) != BinaryPrimitives.ReadUInt64LittleEndian(stored[16..])) return $"segment {expected}: payload checksum mismatch";
                 if (Lz4.Decode(payload, destination) != rawLength) return $"segment {expected}: LZ4 payload does not decode to {rawLength} bytes";
+                raw = destination;
+                break;
+            case SegmentCodecKind.Zstd:
+                if (XxHash.Hash64Of(payload) != BinaryPrimitives.ReadUInt64LittleEndian(stored[16..])) return $"segment {expected}: payload checksum mismatch";
+                if (Zstd.Decode(payload, destination) != rawLength) return $"segment {expected}: zstd payload does not decode to {rawLength} bytes";
                 raw = destination;
                 break;
             default:

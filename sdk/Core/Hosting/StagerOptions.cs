@@ -28,8 +28,14 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--segment-size", "Raw bytes per segment with --chunking fixed.")]
     public ByteSize SegmentSize { get; set; } = new(64 << 10);
 
-    [Switch("--no-compress", "Store segments uncompressed.")]
+    [Switch("--no-compress", "Store segments uncompressed (--codec none).")]
     public bool NoCompress { get; set; }
+
+    [Switch("--codec", Format.SegmentCompression.Help + ".", Meta = "CODEC")]
+    public string Codec { get; set; } = "lz4";
+
+    /// <summary>The codec segments are written with: <see cref="Codec"/>, or none with <see cref="NoCompress"/>.</summary>
+    public Format.SegmentCompression Compression => NoCompress ? Format.SegmentCompression.None : Format.SegmentCompression.Parse(Codec);
 
     [Switch("--lifetime", "Cache-tier lifetime of the version, e.g. 90m, 12h, 7d (default: until removed).", Meta = "DURATION")]
     public string? Lifetime { get; set; }
@@ -55,6 +61,7 @@ public sealed class StagerOptions : IProgramOptions
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
         if (Chunking is not ("content" or "fixed")) yield return $"--chunking must be content or fixed, not '{Chunking}'";
+        if (!Format.SegmentCompression.TryParse(Codec, out _, out var codecError)) yield return $"--codec: {codecError}";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
         string? readers = null;
         try { Access.ReaderSpec.Resolve(Readers); }
