@@ -57,6 +57,8 @@ public sealed class RunConfig
     public int RateMbit { get; set; }
     public double DelayMs { get; set; }
     public bool Compress { get; set; } = true;
+    /// <summary>The stager's codec when it was not LZ4 (zstd, zstd:LEVEL); null for LZ4 or none (see <see cref="Compress"/>).</summary>
+    public string? Codec { get; set; }
     public int Workers { get; set; }
     public string Data { get; set; } = "csv";
     public bool WarmAgents { get; set; }

@@ -117,11 +117,12 @@ public sealed class ClusterSession : IAsyncDisposable
     /// <param name="tls">The cache hosts serve TLS with a certificate from a site CA made for this session; the stager
     /// and the agents verify it.</param>
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
-        string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default)
+        string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4")
     {
         if (fanout is not ("none" or "mpi" or "mpich")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi or mpich");
         if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
         var config = Config(size, compress, workers, data);
+        if (compress && codec != "lz4") config.Codec = codec;
         if (tls) config.Tls = true;
         var certificates = tls ? Certificates() : null;
         _infoTls = certificates is null ? null : CacheTls.Create(certificates.CaFile);
@@ -146,7 +147,7 @@ public sealed class ClusterSession : IAsyncDisposable
 
             var stager = Start(processes, new StagerOptions
                 {
-                    Path = file, Name = name, CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile, MaxRate = stagerMaxRate }, Json = true, NoCompress = !compress,
+                    Path = file, Name = name, CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile, MaxRate = stagerMaxRate }, Json = true, NoCompress = !compress, Codec = codec,
                 },
                 "stager", null);
             double? stagerSteady = null;

@@ -31,6 +31,9 @@ public sealed class BenchClusterOptions
     [Option("no-compress", HelpText = "Stage the data uncompressed.")]
     public bool NoCompress { get; set; }
 
+    [Option("codec", Default = "lz4", HelpText = "The stager's codec: lz4, zstd or zstd:LEVEL (the report's tables take LZ4 cells; others are in the results).")]
+    public string Codec { get; set; } = "lz4";
+
     [Option("workers", Default = 0, HelpText = "Workers per node that attach the copy (map mode) after the fetch.")]
     public int Workers { get; set; }
 
@@ -136,6 +139,7 @@ public static class BenchVerb
             if (o.Data is not ("csv" or "random")) throw new FormatException("--data must be csv or random");
             if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
             if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
+            if (!Hpc.CommonData.Format.SegmentCompression.TryParse(o.Codec, out _, out var codecError)) throw new FormatException($"--codec: {codecError}");
             if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
             var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
             if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich"))) throw new FormatException("--fanout must be none, mpi, mpich or a list of them");
@@ -157,7 +161,7 @@ public static class BenchVerb
                 foreach (var fanout in fanouts)
                     foreach (var transport in transports)
                         Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls",
-                            agentMaxRate, stagerMaxRate));
+                            agentMaxRate, stagerMaxRate, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString()));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct));
@@ -256,7 +260,7 @@ public static class BenchVerb
     private static void Emit(string dir, BenchRecord r)
     {
         BenchJson.Append(dir, r);
-        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? "lz4" : "raw")}{(r.Config.Fanout is { } f ? " " + f : "")}{(r.Config.Tls == true ? " tls" : "")}  ";
+        var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? r.Config.Codec ?? "lz4" : "raw")}{(r.Config.Fanout is { } f ? " " + f : "")}{(r.Config.Tls == true ? " tls" : "")}  ";
         var nodes = r.Nodes.Select(x => x.WallSeconds).Order().ToList();
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +

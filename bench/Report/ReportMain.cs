@@ -76,7 +76,7 @@ public static class ReportMain
 
     public static Report Build(ResultReader.Data data)
     {
-        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Config.Tls != true && r.RateLimit is null && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
+        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Config.Tls != true && r.Config.Codec is null && r.RateLimit is null && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
             .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode, r.Config.HostQueue))
             .Select(g =>
             {
