@@ -31,7 +31,7 @@ public static class StageCommand
             using var source = StageSource.Open(o.Path, log, o.SkipUnreadable);
             var options = new StageOptions
             {
-                Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compression = o.Compression,
+                Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compression = o.Compression, AutoCodec = o.AutoCodec, LinkRate = o.LinkRate.IsUnlimited ? null : o.LinkRate,
                 Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime), CheckSpace = !o.NoSpaceCheck,
                 ContentDefined = o.Chunking == "content",
                 Readers = Hpc.CommonData.Access.ReaderSpec.Resolve(o.Readers),
@@ -48,6 +48,7 @@ public static class StageCommand
                                   $"{result.Segments} segments: {result.Segments - result.SkippedSegments} new ({ByteSize.Format(result.NewRawBytes)} raw), " +
                                   $"{result.SkippedSegments} already on the cache tier; sent {ByteSize.Format(result.SentBytes)}");
                 Console.WriteLine($"  {result.Seconds:0.00} s, {result.MegabytesPerSecond:0} MB/s, hash {result.Hash}");
+                Console.WriteLine($"  codec {(result.CodecReason is { } why ? $"auto → {why}" : result.Codec)}");
             }
             return 0;
         }

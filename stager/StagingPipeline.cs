@@ -10,11 +10,15 @@ using Microsoft.Extensions.Logging;
 
 namespace Hpc.Stager;
 
-public sealed class StageOptions
+public sealed record StageOptions
 {
     public required string Name { get; init; }
     public int SegmentSize { get; init; } = SegmentCodec.DefaultSegmentSize;
     public SegmentCompression Compression { get; init; } = SegmentCompression.Lz4;
+    /// <summary>Choose the codec from a sample (<see cref="CodecChoice"/>); <see cref="Compression"/> is then ignored.</summary>
+    public bool AutoCodec { get; init; }
+    /// <summary>The nodes' link rate, for <see cref="AutoCodec"/>; null when not known.</summary>
+    public ByteRate? LinkRate { get; init; }
     /// <summary>Cache-tier lifetime of the version; null keeps it until removed.</summary>
     public TimeSpan? Lifetime { get; init; }
     /// <summary>Who may read the version on a node; null: everyone.</summary>
@@ -160,6 +164,14 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         await using var lease = await new SegmentCollector(tier, logger).BeginStagingAsync(ct: ct);
         // Whether the tier is likely to hold some of these segments: unknown (no sample) counts as yes.
         var tierMayHold = true;
+        string? codecReason = null;
+        if (options.AutoCodec)
+        {
+            var choice = CodecChoice.Choose(SampleSegments(source, options, CodecChoice.Samples), options.LinkRate, Math.Max(1, options.Parallelism));
+            options = options with { Compression = choice.Compression };
+            codecReason = choice.Reason;
+            logger.LogInformation("Codec for {Dataset}: {Codec} ({Reason})", options.Name, choice.Compression, choice.Reason);
+        }
         if (options.CheckSpace) tierMayHold = await CheckSpaceAsync(source, options, ct) ?? true;
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
 
@@ -299,10 +311,53 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             SegmentSize = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize, Chunking = options.ContentDefined ? ContentChunker.Name : null,
             Segments = segments.Select(x => x!).ToList(), Files = source.Files, Readers = options.Readers,
         };
-        return await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, cts.Token);
+        var result = await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, cts.Token);
+        return result with { Codec = options.Compression.ToString(), CodecReason = codecReason };
     }
 
     private const int SpaceSamples = 32;
+
+    /// <summary>
+    /// Up to <paramref name="count"/> segments spread evenly over the source, cut as the stager cuts them: what the space
+    /// check and the codec choice estimate from. Empty when the source's length is not known (standard input).
+    /// </summary>
+    private static List<byte[]> SampleSegments(StageSource source, StageOptions options, int count)
+    {
+        var result = new List<byte[]>();
+        if (source.KnownLength is not { } length || length == 0) return result;
+        var unit = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize;
+        var segmentCount = (length + unit - 1) / unit;
+        var windows = (int)Math.Min(count, segmentCount);
+        // Content-defined boundaries depend on where chunking started: from an arbitrary offset they fall into step with
+        // the stager's after a cut or two, so the sample is the third segment found in a window.
+        var read = options.ContentDefined ? 5 * ContentChunker.MaxSize : options.SegmentSize;
+        var input = ArrayPool<byte>.Shared.Rent(read);
+        try
+        {
+            for (var w = 0; w < windows; w++)
+            {
+                var n = source.ReadAt(w * segmentCount / windows * unit, input.AsSpan(0, read));
+                if (n <= 0) break;
+                var segment = input.AsSpan(0, n);
+                if (options.ContentDefined)
+                {
+                    for (var skip = 0; skip < 2; skip++)
+                    {
+                        var cut = ContentChunker.Default.NextCut(segment, final: true);
+                        if (cut >= segment.Length) break;
+                        segment = segment[cut..];
+                    }
+                    segment = segment[..ContentChunker.Default.NextCut(segment, final: true)];
+                }
+                result.Add(segment.ToArray());
+            }
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(input);
+        }
+        return result;
+    }
 
     /// <summary>
     /// Refuses, before anything is sent, a stage the cache tier clearly cannot hold: 32 segments spread over the source
@@ -319,36 +374,16 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         if (memory.Any(m => m.Max <= 0)) return null; // a host without a limit (a Redis without maxmemory) cannot say
         var unit = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize;
         var segmentCount = (length + unit - 1) / unit;
-        var windows = (int)Math.Min(SpaceSamples, segmentCount);
-        // Content-defined boundaries depend on where chunking started: from an arbitrary offset they fall into step with
-        // the stager's after a cut or two, so the sample is the third segment found in a window.
-        var read = options.ContentDefined ? 5 * ContentChunker.MaxSize : options.SegmentSize;
-        var input = ArrayPool<byte>.Shared.Rent(read);
+        var sampled = SampleSegments(source, options, SpaceSamples);
+        if (sampled.Count == 0) return null;
         var output = ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(Math.Max(options.SegmentSize, ContentChunker.MaxSize)));
         var samples = new List<(SegmentId Id, int Raw, int Stored)>();
         try
         {
-            for (var w = 0; w < windows; w++)
-            {
-                var n = source.ReadAt(w * segmentCount / windows * unit, input.AsSpan(0, read));
-                if (n <= 0) return null;
-                var segment = input.AsSpan(0, n);
-                if (options.ContentDefined)
-                {
-                    for (var skip = 0; skip < 2; skip++)
-                    {
-                        var cut = ContentChunker.Default.NextCut(segment, final: true);
-                        if (cut >= segment.Length) break;
-                        segment = segment[cut..];
-                    }
-                    segment = segment[..ContentChunker.Default.NextCut(segment, final: true)];
-                }
-                samples.Add((SegmentId.Of(segment), segment.Length, SegmentCodec.Encode(segment, output, options.Compression)));
-            }
+            foreach (var segment in sampled) samples.Add((SegmentId.Of(segment), segment.Length, SegmentCodec.Encode(segment, output, options.Compression)));
         }
         finally
         {
-            ArrayPool<byte>.Shared.Return(input);
             ArrayPool<byte>.Shared.Return(output);
         }
         var present = await tier.ContainsSegmentsAsync(samples.Select(s => s.Id).ToArray(), ct);

@@ -74,7 +74,8 @@ public sealed class Cluster : IAsyncDisposable
         return ProgramContract<NodeAgentOptions>.ToArguments(options);
     }
 
-    public sealed record Staged(string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments, bool Unchanged, string Hash);
+    public sealed record Staged(string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments, bool Unchanged, string Hash,
+        string Codec = "lz4", string? CodecReason = null);
 
     public async Task<Staged> StageAsync(string path, string name, params string[] extra)
     {

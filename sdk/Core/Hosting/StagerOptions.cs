@@ -31,11 +31,19 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--no-compress", "Store segments uncompressed (--codec none).")]
     public bool NoCompress { get; set; }
 
-    [Switch("--codec", Format.SegmentCompression.Help + ".", Meta = "CODEC")]
+    [Switch("--codec", Format.SegmentCompression.Help + "; or auto: lz4 or zstd from a sample of the data, the stager's cores and --link-rate, " +
+        "the choice and its reason in the summary.", Meta = "CODEC")]
     public string Codec { get; set; } = "lz4";
 
-    /// <summary>The codec segments are written with: <see cref="Codec"/>, or none with <see cref="NoCompress"/>.</summary>
-    public Format.SegmentCompression Compression => NoCompress ? Format.SegmentCompression.None : Format.SegmentCompression.Parse(Codec);
+    [Switch("--link-rate", "--codec auto: the nodes' link rate, e.g. 1gbit or 100MB/s (default 0: not known, taken as slower than a node decodes).", Meta = "RATE")]
+    public ByteRate LinkRate { get; set; } = ByteRate.Unlimited;
+
+    /// <summary>--codec auto: the stager chooses from a sample.</summary>
+    public bool AutoCodec => !NoCompress && Codec.Trim().Equals("auto", StringComparison.OrdinalIgnoreCase);
+
+    /// <summary>The codec segments are written with: <see cref="Codec"/>, or none with <see cref="NoCompress"/> (LZ4 until auto has chosen).</summary>
+    public Format.SegmentCompression Compression =>
+        NoCompress ? Format.SegmentCompression.None : AutoCodec ? Format.SegmentCompression.Lz4 : Format.SegmentCompression.Parse(Codec);
 
     [Switch("--lifetime", "Cache-tier lifetime of the version, e.g. 90m, 12h, 7d (default: until removed).", Meta = "DURATION")]
     public string? Lifetime { get; set; }
@@ -61,7 +69,7 @@ public sealed class StagerOptions : IProgramOptions
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
         if (Chunking is not ("content" or "fixed")) yield return $"--chunking must be content or fixed, not '{Chunking}'";
-        if (!Format.SegmentCompression.TryParse(Codec, out _, out var codecError)) yield return $"--codec: {codecError}";
+        if (!AutoCodec && !NoCompress && !Format.SegmentCompression.TryParse(Codec, out _, out var codecError)) yield return $"--codec: {codecError}";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
         string? readers = null;
         try { Access.ReaderSpec.Resolve(Readers); }
@@ -74,7 +82,7 @@ public sealed class StagerOptions : IProgramOptions
 /// <summary>What a staging did: the stager's <c>--json</c> line, read by <c>prestage</c> and the local cluster.</summary>
 public sealed record StageResult(
     string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments,
-    bool Unchanged, double Seconds, string Hash, long NewRawBytes = 0)
+    bool Unchanged, double Seconds, string Hash, long NewRawBytes = 0, string Codec = "lz4", string? CodecReason = null)
 {
     [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
     [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
