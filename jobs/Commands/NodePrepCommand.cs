@@ -205,7 +205,7 @@ public static class NodePrepCommand
     private static async Task<AgentClient> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)
     {
         // No socket file: nothing to wait for (a connect would wait its whole timeout), so an agent is started at once.
-        try { return AgentClient.SocketMissing(pipe) ? throw new IOException("no socket") : await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2), ct); }
+        try { return await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2), ct); }
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
         {
             if (o.NoStart) throw new IOException($"no node agent answers on pipe '{pipe}' and --no-start was given");

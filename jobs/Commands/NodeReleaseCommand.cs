@@ -43,7 +43,7 @@ public static class NodeReleaseCommand
         AgentStatus status;
         try
         {
-            await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2));
+            await using var agent = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2));
             if (name is not null) await agent.ReleaseAsync(name, version, job, o.Evict);
             else
                 // No dataset named (e.g. a Slurm Epilog): every copy this job pinned.

@@ -31,7 +31,7 @@ public static class PathCommand
         AgentClient agent;
         try
         {
-            agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
+            agent = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(5), ct);
         }
         catch (Exception e) when (e is IOException or TimeoutException)
         {

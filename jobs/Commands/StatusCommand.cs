@@ -34,7 +34,7 @@ public static class StatusCommand
         AgentStatus status;
         try
         {
-            await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(3), ct);
+            await using var agent = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(3), ct);
             status = await agent.StatusAsync(ct);
         }
         catch (Exception e) when (e is TimeoutException or IOException)

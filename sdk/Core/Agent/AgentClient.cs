@@ -76,6 +76,16 @@ public sealed class AgentClient : IAsyncDisposable
     }
 
     /// <summary>
+    /// As <see cref="ConnectAsync"/>, but fails at once with an <see cref="IOException"/> when no agent can be listening
+    /// (its socket file is absent): what a command run by a person or a job script wants, instead of waiting out the
+    /// timeout for an agent that is not starting. <see cref="ConnectAsync"/> waits, for callers that start the agent.
+    /// </summary>
+    public static Task<AgentClient> ConnectIfListeningAsync(string pipeName, TimeSpan timeout, CancellationToken ct = default) =>
+        SocketMissing(pipeName)
+            ? Task.FromException<AgentClient>(new IOException($"no socket at {Hosting.NodeAgentOptions.SocketPath(pipeName)}"))
+            : ConnectAsync(pipeName, timeout, ct);
+
+    /// <summary>
     /// True when no agent can be listening on <paramref name="pipeName"/>: on Unix its socket file does not exist (a
     /// connect would wait out its whole timeout there). Always false on Windows, where only a connect can tell.
     /// </summary>
