@@ -139,7 +139,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     }
 
     /// <summary>Whether a local copy holds any segment of <paramref name="manifest"/> (sampled: a version sharing nothing is the common case to rule out fast).</summary>
-    private static bool Shares(LocalCopy copy, Manifest manifest)
+    internal static bool Shares(LocalCopy copy, Manifest manifest)
     {
         var ids = manifest.SegmentIds;
         var step = Math.Max(1, ids.Count / 64);
@@ -148,7 +148,9 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
         return false;
     }
 
-    private void ReleaseLeases(List<LocalCopy> sources)
+    private void ReleaseLeases(List<LocalCopy> sources) => ReleaseLeases(index, sources);
+
+    internal static void ReleaseLeases(CopyIndex index, List<LocalCopy> sources)
     {
         foreach (var s in sources) index.Lease(s.Version, -1);
     }
@@ -159,7 +161,12 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     /// not trusted; that segment is fetched instead). Returns how many segments and raw bytes came from local copies.
     /// </summary>
     private (int Segments, long Bytes) CopyFromLocalCopies(string version, Manifest manifest, DatasetFiles target, bool[] done, List<LocalCopy> sources,
-        FileStream journal)
+        FileStream journal) => CopyFromLocalCopies(directory, index, version, manifest, target, done, sources, journal);
+
+    /// <inheritdoc cref="CopyFromLocalCopies(string, Manifest, DatasetFiles, bool[], List{LocalCopy}, FileStream)"/>
+    /// <remarks>Also what an ingest begins with, so a fan-out carries only what no local version has.</remarks>
+    internal static (int Segments, long Bytes) CopyFromLocalCopies(DataDirectory directory, CopyIndex index, string version, Manifest manifest,
+        DatasetFiles target, bool[] done, List<LocalCopy> sources, FileStream journal)
     {
         if (sources.Count == 0) return (0, 0);
         var opened = new Dictionary<LocalCopy, DatasetFiles>();

@@ -88,19 +88,28 @@ public sealed class SegmentIngest : IDisposable
             // Segments are checked against the node's own manifest of the version when it has one.
             manifest = index.BeginIngest(version, manifest).Manifest;
             DatasetFiles? file = null;
+            FileStream? journal = null;
             try
             {
                 if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, serializedManifest);
                 file = directory.CreatePartial(version, manifest);
                 var have = FetchCoordinator.VerifiedJournalEntries(directory, version, manifest, file);
                 index.SetProgress(version, have.Count(h => h), Enumerable.Range(0, have.Length).Where(i => have[i]).Sum(i => (long)manifest.Segments[i].RawLength));
-                var journal = directory.OpenJournal(version);
+                journal = directory.OpenJournal(version);
+                // Segments another local version holds are copied from it first (checked against their ids), as a fetch
+                // does: the node then reports only what it really lacks, and a fan-out carries only that.
+                var sources = index.LeaseComplete(c => c.Version != version && FetchCoordinator.Shares(c, manifest));
+                (int Segments, long Bytes) reused;
+                try { reused = FetchCoordinator.CopyFromLocalCopies(directory, index, version, manifest, file, have, sources, journal); }
+                finally { FetchCoordinator.ReleaseLeases(index, sources); }
                 var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have);
-                log.LogInformation("Ingesting {Dataset} {Version}: {Missing} of {Total} segments missing on the node", name, version, ingest._missing, have.Length);
+                log.LogInformation("Ingesting {Dataset} {Version}: {Missing} of {Total} segments missing on the node ({Reused} taken from other local versions)",
+                    name, version, ingest._missing, have.Length, reused.Segments);
                 return ingest;
             }
             catch (Exception e)
             {
+                journal?.Dispose();
                 file?.Dispose();
                 index.EndIngest(version);
                 var error = CommonDataException.From(e);

@@ -108,7 +108,7 @@ public static class NodePrepCommand
                 {
                     var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
-                    fanout = $" fanout=mpi ranks={summary.Ranks} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} fetched-bytes={summary.Ring.BytesFetched} " +
+                    fanout = $" fanout=mpi ranks={summary.Ranks} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
                 catch (Exception e) when (!cancel.IsCancellationRequested)

@@ -16,6 +16,8 @@ public sealed class AgentIngest(string pipe) : INodeIngest
         return !_session.Complete;
     }
 
+    public bool Lacks(int index) => (_session ?? throw new InvalidOperationException("ingest not begun")).IsMissing(index);
+
     public ValueTask WriteAsync(ReadOnlyMemory<byte> blockMessage, FanoutPlan plan, CancellationToken ct)
     {
         var session = _session ?? throw new InvalidOperationException("ingest not begun");

@@ -12,6 +12,8 @@ public interface IRankGroup
     int Size { get; }
     /// <summary>Rank 0's bytes, on every rank (rank 0 passes them, the others null).</summary>
     Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct);
+    /// <summary>Every rank's <paramref name="mine"/> (all the same length), in rank order, on every rank.</summary>
+    Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct);
     IRingLink Ring { get; }
 }
 
@@ -20,6 +22,8 @@ public interface INodeIngest : IAsyncDisposable
 {
     /// <summary>Starts taking segments of a version; false when the node already holds it complete (nothing will be written).</summary>
     Task<bool> BeginAsync(string name, string version, ReadOnlyMemory<byte> manifest, CancellationToken ct);
+    /// <summary>After <see cref="BeginAsync"/>: whether the node lacks segment <paramref name="index"/>.</summary>
+    bool Lacks(int index);
     /// <summary>One block's records: segment index and stored bytes.</summary>
     ValueTask WriteAsync(ReadOnlyMemory<byte> blockMessage, FanoutPlan plan, CancellationToken ct);
     /// <summary>Ends the exchange; returns segments accepted, already held, and rejected.</summary>
@@ -27,7 +31,8 @@ public interface INodeIngest : IAsyncDisposable
 }
 
 /// <summary>What one rank's exchange did, for the node-prep line and the report.</summary>
-public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt);
+public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt,
+    int SegmentsCarried = 0);
 
 /// <summary>
 /// One rank's whole fan-out: rank 0 resolves the version and hands its manifest to all (each checks it hashes to the
@@ -69,14 +74,24 @@ public static class FanoutExchange
         var manifest = Manifest.Parse(manifestBytes.Span);
         if (manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version {resolved} belongs to '{manifest.Name}', not '{name}'");
 
-        var plan = new FanoutPlan(manifest, group.Size);
         var wanted = await node.BeginAsync(name, resolved, manifestBytes, ct);
+        // The ranks agree on the union of what their nodes lack (a node holding yesterday's version has its unchanged
+        // segments already, copied from that version when the ingest began): only those travel.
+        var lacking = new byte[(manifest.Segments.Count + 7) / 8];
+        if (wanted)
+            for (var i = 0; i < manifest.Segments.Count; i++)
+                if (node.Lacks(i)) lacking[i >> 3] |= (byte)(1 << (i & 7));
+        var union = new byte[lacking.Length];
+        foreach (var other in await group.AllGatherAsync(lacking, ct))
+            for (var b = 0; b < union.Length; b++) union[b] |= other[b];
+        var needed = Enumerable.Range(0, manifest.Segments.Count).Select(i => (union[i >> 3] & (1 << (i & 7))) != 0).ToArray();
+        var plan = new FanoutPlan(manifest, group.Size, needed: needed);
         var fetcher = new BlockFetcher(tier, plan, resolved);
         // A node that already holds the version still fetches its share and forwards: the ring needs every link.
         var ring = await RingAllGather.RunAsync(plan, group.Ring, fetcher.FetchAsync,
             (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout);
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
-        return new FanoutSummary(group.Size, resolved, ring, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted);
+        return new FanoutSummary(group.Size, resolved, ring, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n));
     }
 
     /// <summary>Version (or none, then the bytes are "Code:message") and manifest bytes, length-prefixed.</summary>

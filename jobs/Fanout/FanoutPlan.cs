@@ -25,15 +25,20 @@ public sealed class FanoutPlan
     /// <param name="maxBlockBytes">Default: a share's stored size over <see cref="BlocksPerShare"/>, within the bounds above.
     /// The last block of the exchange crosses N−1 links one after another, each in a block's time; small blocks keep
     /// that tail short at many ranks, large ones keep per-message costs small at few.</param>
-    public FanoutPlan(Manifest manifest, int ranks, int? maxBlockBytes = null)
+    /// <param name="needed">Which segments travel (those some node lacks); null: all. A block is a run of needed
+    /// segments, so one that is not needed ends a block.</param>
+    public FanoutPlan(Manifest manifest, int ranks, int? maxBlockBytes = null, IReadOnlyList<bool>? needed = null)
     {
         if (ranks < 1) throw new ArgumentOutOfRangeException(nameof(ranks));
+        if (needed is not null && needed.Count != manifest.Segments.Count) throw new ArgumentException("one flag per segment", nameof(needed));
         Ranks = ranks;
-        var block = maxBlockBytes ?? (int)Math.Clamp(manifest.StoredLength / ranks / BlocksPerShare, SmallestBlockBytes, LargestBlockBytes);
-        MaxBlockBytes = Math.Max(block, manifest.Segments.Count == 0 ? 1 : manifest.Segments.Max(s => s.StoredLength));
         var segments = manifest.Segments;
+        bool Needed(int i) => needed is null || needed[i];
+        long StoredIfNeeded(int i) => Needed(i) ? segments[i].StoredLength : 0;
+        var total = Enumerable.Range(0, segments.Count).Sum(StoredIfNeeded);
+        var block = maxBlockBytes ?? (int)Math.Clamp(total / ranks / BlocksPerShare, SmallestBlockBytes, LargestBlockBytes);
+        MaxBlockBytes = Math.Max(block, segments.Count == 0 ? 1 : segments.Max(s => s.StoredLength));
         var shares = new List<Block>[ranks];
-        var total = manifest.StoredLength;
         var start = 0;
         long done = 0;
         for (var k = 0; k < ranks; k++)
@@ -44,17 +49,18 @@ public sealed class FanoutPlan
             var end = start;
             while (end < segments.Count)
             {
-                var next = segments[end].StoredLength;
+                var next = StoredIfNeeded(end);
                 // The last share takes the rest; the others stop where the cut is nearest their target.
-                if (k < ranks - 1 && (done >= target || done + next - target > target - done)) break;
+                if (k < ranks - 1 && next > 0 && (done >= target || done + next - target > target - done)) break;
                 done += next;
                 end++;
             }
             for (var first = start; first < end;)
             {
+                if (!Needed(first)) { first++; continue; }
                 long bytes = 0;
                 var count = 0;
-                while (first + count < end && (count == 0 || bytes + segments[first + count].StoredLength <= MaxBlockBytes))
+                while (first + count < end && Needed(first + count) && (count == 0 || bytes + segments[first + count].StoredLength <= MaxBlockBytes))
                     bytes += segments[first + count++].StoredLength;
                 shares[k].Add(new Block(k, first, count, bytes));
                 first += count;

@@ -40,14 +40,32 @@ public static class InProcessRanks
     {
         var links = InProcessRing.Create(size);
         var announcement = new TaskCompletionSource<byte[]>(TaskCreationOptions.RunContinuationsAsynchronously);
-        return links.Select(l => (IRankGroup)new Group(l, announcement)).ToArray();
+        var gathered = new Gathered(size);
+        return links.Select(l => (IRankGroup)new Group(l, announcement, gathered)).ToArray();
     }
 
-    private sealed class Group(IRingLink link, TaskCompletionSource<byte[]> announcement) : IRankGroup
+    /// <summary>One all-gather: each rank's part, complete when every rank has given its own.</summary>
+    private sealed class Gathered(int size)
+    {
+        private readonly byte[][] _parts = new byte[size][];
+        private int _given;
+        private readonly TaskCompletionSource<byte[][]> _all = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+        public Task<byte[][]> GiveAsync(int rank, byte[] mine, CancellationToken ct)
+        {
+            _parts[rank] = mine.ToArray();
+            if (Interlocked.Increment(ref _given) == _parts.Length) _all.TrySetResult(_parts);
+            return _all.Task.WaitAsync(ct);
+        }
+    }
+
+    private sealed class Group(IRingLink link, TaskCompletionSource<byte[]> announcement, Gathered gathered) : IRankGroup
     {
         public int Rank => link.Rank;
         public int Size => link.Size;
         public IRingLink Ring => link;
+
+        public Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct) => gathered.GiveAsync(Rank, mine, ct);
 
         public Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct)
         {

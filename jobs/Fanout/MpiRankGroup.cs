@@ -51,6 +51,13 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
         return bytes;
     }, ct);
 
+    public Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct) => RunAsync(() =>
+    {
+        var all = new byte[mine.Length * Size];
+        _world!.AllGather(mine, all);
+        return Enumerable.Range(0, Size).Select(r => all.AsSpan(r * mine.Length, mine.Length).ToArray()).ToArray();
+    }, ct);
+
     /// <summary>
     /// The exchange failed and peers may be gone: never call MPI again (a collective could wait forever) and leave the
     /// posted buffers pinned. The process finishes its node's data on its own and exits without MPI_Finalize.

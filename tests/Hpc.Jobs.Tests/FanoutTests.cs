@@ -91,6 +91,47 @@ public sealed class FanoutTests
         }
     }
 
+    /// <summary>
+    /// Nodes holding yesterday's version: each copies the unchanged segments from its own copy when the ingest begins,
+    /// the ranks agree on the union of what is still missing, and only that leaves the cache tier and travels the ring.
+    /// </summary>
+    [Fact]
+    public async Task Nodes_holding_yesterdays_version_carry_only_the_segments_that_changed()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var yesterday = Sandbox.RandomBytes(8 << 20, seed: 31);
+        var v1 = await s.StageAsync(s.WriteFile("v1.bin", yesterday), "risk/daily");
+        var today = yesterday.ToArray();
+        new Random(32).NextBytes(today.AsSpan(4 << 20, 100_000));   // about 100 KB rewritten in the middle
+        var v2 = await s.StageAsync(s.WriteFile("v2.bin", today), "risk/daily");
+        var pipes = await StartAgentsAsync(s, 3);
+        foreach (var pipe in pipes)
+            await using (var agent = await AgentClient.ConnectAsync(pipe)) await agent.PrefetchAsync("risk/daily", v1.Version);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await Sandbox.BytesSentAsync(tier);
+
+        var ranks = InProcessRanks.Create(3);
+        var summaries = await Task.WhenAll(ranks.Select(async r =>
+        {
+            await using var node = new AgentIngest(pipes[r.Rank]);
+            return await FanoutExchange.RunAsync(r, tier, node, "risk/daily", v2.Version, CancellationToken.None, Stall);
+        })).WaitAsync(TimeSpan.FromSeconds(60));
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
+
+        var carried = summaries[0].SegmentsCarried;
+        Assert.All(summaries, x => Assert.Equal(carried, x.SegmentsCarried));            // one plan on every rank
+        Assert.InRange(carried, 1, v2.Segments / 10);                                     // the changed region's few segments
+        Assert.All(summaries, x => Assert.Equal((carried, 0), (x.Accepted, x.Rejected)));
+        Assert.True(sent < v2.RawBytes / 10, $"the tier sent {sent} bytes of a {v2.RawBytes}-byte version (incompressible: stored as large)");
+        foreach (var pipe in pipes)
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe);
+            var copy = await agent.PrefetchAsync("risk/daily", v2.Version);
+            Assert.Equal(v2.Hash, copy.Hash);
+        }
+    }
+
     [Fact]
     public async Task A_dataset_nobody_staged_fails_on_every_rank_with_the_same_reason()
     {
