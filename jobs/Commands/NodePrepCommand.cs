@@ -171,7 +171,7 @@ public static class NodePrepCommand
     /// </summary>
     internal static int? LaunchedRanks()
     {
-        foreach (var variable in new[] { "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS" })
+        foreach (var variable in new[] { "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE" })
             if (int.TryParse(Environment.GetEnvironmentVariable(variable), System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var n))
                 return n;
         return null;

@@ -24,8 +24,14 @@ public sealed record JobSpec(
     string? WorkDirectory = null,
     bool FanoutMpi = false)
 {
-    /// <summary>Node prep's own arguments: with the fan-out, one MPI rank per node shares the fetching.</summary>
-    public IReadOnlyList<string> NodePrepArguments => FanoutMpi ? ["nodeprep", "--fanout", "mpi"] : ["nodeprep"];
+    /// <summary>
+    /// Node prep's own arguments: with the fan-out, one MPI rank per node shares the fetching; without it, a direct fetch
+    /// said outright, so node prep's own <c>auto</c> never second-guesses the job's choice (srun's tasks look like ranks).
+    /// </summary>
+    public IReadOnlyList<string> NodePrepArguments => FanoutMpi ? ["nodeprep", "--fanout", "mpi"] : DirectNodePrepArguments;
+
+    /// <summary>Node prep fetching directly: the job's choice, or the completion after a fan-out that failed.</summary>
+    public static IReadOnlyList<string> DirectNodePrepArguments => ["nodeprep", "--fanout", "none"];
 
     public string CacheHostList => string.Join(",", CacheHosts);
 

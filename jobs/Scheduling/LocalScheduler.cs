@@ -41,7 +41,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
 
             var preps = job.FanoutMpi
                 ? await FanoutPrepAsync(job, jobId, pipePrefix, ct)
-                : await Task.WhenAll(Enumerable.Range(0, job.Nodes).Select(n => RunHpcdataAsync(["nodeprep", "--job", jobId], JobEnvironment(job, jobId, pipes[n]), ct)));
+                : await Task.WhenAll(Enumerable.Range(0, job.Nodes).Select(n => RunHpcdataAsync([.. JobSpec.DirectNodePrepArguments, "--job", jobId], JobEnvironment(job, jobId, pipes[n]), ct)));
             prepare = clock.Elapsed.TotalSeconds;
             var failed = false;
             for (var n = 0; n < job.Nodes; n++)
@@ -138,7 +138,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         ct.ThrowIfCancellationRequested();
         output.WriteLine($"prestage: fan-out ended with exit {code} before {missing.Count} of {job.Nodes} node(s) were prepared; " +
                          $"completing them by direct fetch{(stderr.Length > 0 ? $" ({stderr.Trim().Split('\n')[^1]})" : "")}");
-        var direct = await Task.WhenAll(missing.Select(n => RunHpcdataAsync(["nodeprep", "--job", jobId], JobEnvironment(job, jobId, pipePrefix + n), ct)));
+        var direct = await Task.WhenAll(missing.Select(n => RunHpcdataAsync([.. JobSpec.DirectNodePrepArguments, "--job", jobId], JobEnvironment(job, jobId, pipePrefix + n), ct)));
         for (var i = 0; i < missing.Count; i++) results[missing[i]] = direct[i];
         return results;
     }

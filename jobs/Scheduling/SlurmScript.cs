@@ -96,7 +96,7 @@ public static class SlurmScript
     /// </summary>
     private static string NodePrep(JobSpec job, string perNode, string hpcdata)
     {
-        var direct = $"srun {perNode} {hpcdata} nodeprep";
+        var direct = $"srun {perNode} {hpcdata} {string.Join(" ", JobSpec.DirectNodePrepArguments)}";
         return job.FanoutMpi
             ? $"srun {perNode} {hpcdata} {string.Join(" ", job.NodePrepArguments)} || {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; " +
               $"{direct} || {{ echo \"hpcdata: node preparation failed\" >&2; exit 1; }}; }}"

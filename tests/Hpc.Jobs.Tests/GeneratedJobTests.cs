@@ -48,7 +48,7 @@ public class GeneratedJobTests
         var script = SlurmScript.Generate(Batch with { FanoutMpi = true });
         const string perNode = "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 hpcdata";
         var line = Assert.Single(script.Split('\n'), l => l.StartsWith($"{perNode} nodeprep --fanout mpi", StringComparison.Ordinal));
-        Assert.Contains($"|| {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; {perNode} nodeprep ||", line);
+        Assert.Contains($"|| {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; {perNode} nodeprep --fanout none ||", line);
         Assert.EndsWith("exit 1; }; }", line);
         var bash = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo("bash", ["-n"]) { RedirectStandardInput = true, RedirectStandardError = true })!;
         bash.StandardInput.Write(script);
