@@ -397,11 +397,14 @@ public sealed class ClusterSession : IAsyncDisposable
     // ---------------- calibration: plain TCP over the same links ----------------
 
     /// <summary>(a) every node pulls bytes/H from each cache-host namespace at once: the direct-fetch pattern.</summary>
-    public async Task<BenchRecord> CalibratePullAsync(long bytes, CancellationToken ct)
+    public async Task<BenchRecord> CalibratePullAsync(long bytes, CancellationToken ct, bool iperf3 = false)
     {
         var each = bytes / Hosts;
         var servers = _topology.Hosts.Select(h => (Member: h, Source: $"{h.Address}:{TcpPort}")).ToList();
-        var record = await CalibrateAsync("pull", bytes, servers.Select(s => s.Member).ToList(),
+        var record = iperf3
+            ? await CalibrateWithIperf3Async("pull", bytes, _topology.Nodes.SelectMany((n, i) =>
+                _topology.Hosts.Select(h => new Iperf3.Transfer(h, n, TcpPort + 1 + i, each))).ToList(), ct)
+            : await CalibrateAsync("pull", bytes, servers.Select(s => s.Member).ToList(),
             _ => servers.Select(s => s.Source).ToList(), each, ct);
         record.LimitSeconds = Limits.DirectFetch(Nodes, Hosts, each * Hosts, RateMbit);
         record.Efficiency = record.LimitSeconds / record.MeasuredSeconds;
@@ -409,13 +412,28 @@ public sealed class ClusterSession : IAsyncDisposable
     }
 
     /// <summary>(b) every node sends bytes to its neighbour at once: the pattern a fan-out between nodes needs.</summary>
-    public async Task<BenchRecord> CalibrateNeighbourAsync(long bytes, CancellationToken ct)
+    public async Task<BenchRecord> CalibrateNeighbourAsync(long bytes, CancellationToken ct, bool iperf3 = false)
     {
-        var record = await CalibrateAsync("neighbour", bytes, _topology.Nodes.ToList(),
+        var record = iperf3
+            ? await CalibrateWithIperf3Async("neighbour", bytes, _topology.Nodes.Select((n, i) =>
+                new Iperf3.Transfer(_topology.Nodes[(i + Nodes - 1) % Nodes], n, TcpPort + 1 + i, bytes)).ToList(), ct)
+            : await CalibrateAsync("neighbour", bytes, _topology.Nodes.ToList(),
             n => [$"{_topology.Nodes[(n + Nodes - 1) % Nodes].Address}:{TcpPort}"], bytes, ct);
         record.LimitSeconds = Limits.Neighbour(bytes, RateMbit);
         record.Efficiency = record.LimitSeconds / record.MeasuredSeconds;
         return record;
+    }
+
+    /// <summary>The same patterns measured by iperf3 (pattern "pull-iperf3" / "neighbour-iperf3").</summary>
+    private async Task<BenchRecord> CalibrateWithIperf3Async(string pattern, long bytes, List<Iperf3.Transfer> transfers, CancellationToken ct)
+    {
+        var seconds = await Iperf3.RunAsync(_topology.Nodes, transfers, ct);
+        var nodes = seconds.Select((t, i) => new NodeTime($"node{i + 1}", t, t, transfers.Where(x => x.To == _topology.Nodes[i]).Sum(x => x.Bytes))).ToList();
+        return new BenchRecord
+        {
+            Kind = "calibration", Pattern = pattern + "-iperf3", Run = $"{_runId}-{pattern}-iperf3{DateTime.UtcNow:HHmmssfff}", Config = Config(bytes, false, 0, "tcp"),
+            MeasuredSeconds = seconds.Max(), Nodes = nodes, Machine = BenchJson.Machine(),
+        };
     }
 
     private async Task<BenchRecord> CalibrateAsync(string pattern, long bytes, List<Topology.Member> serveIn, Func<int, List<string>> sourcesOf, long bytesEach, CancellationToken ct)

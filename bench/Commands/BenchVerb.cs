@@ -60,6 +60,9 @@ public sealed class BenchClusterOptions
     [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
     public bool Calibrate { get; set; }
 
+    [Option("calibrate-tool", Default = "hpcdata", HelpText = "--calibrate with hpcdata's own TCP sender and receiver, or iperf3 (zero-copy, needs iperf3 installed).")]
+    public string CalibrateTool { get; set; } = "hpcdata";
+
     [Option("matrix", HelpText = "Run the reference axes (--sizes × --node-counts × --host-counts × compression on/off) instead of one run.")]
     public bool Matrix { get; set; }
 
@@ -140,6 +143,7 @@ public static class BenchVerb
             if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
             if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
             if (!Hpc.CommonData.Format.SegmentCompression.TryParse(o.Codec, out _, out var codecError)) throw new FormatException($"--codec: {codecError}");
+            if (o.CalibrateTool is not ("hpcdata" or "iperf3")) throw new FormatException("--calibrate-tool must be hpcdata or iperf3");
             if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
             var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
             if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich"))) throw new FormatException("--fanout must be none, mpi, mpich or a list of them");
@@ -164,8 +168,8 @@ public static class BenchVerb
                             agentMaxRate, stagerMaxRate, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString()));
             if (o.Calibrate)
             {
-                Emit(o.Out, await session.CalibratePullAsync(size, ct));
-                if (o.Nodes > 1) Emit(o.Out, await session.CalibrateNeighbourAsync(size, ct));
+                Emit(o.Out, await session.CalibratePullAsync(size, ct, o.CalibrateTool == "iperf3"));
+                if (o.Nodes > 1) Emit(o.Out, await session.CalibrateNeighbourAsync(size, ct, o.CalibrateTool == "iperf3"));
             }
             return 0;
         }
