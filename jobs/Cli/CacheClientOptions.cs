@@ -20,6 +20,9 @@ public abstract class CacheClientOptions
     [Option("cache-tls", HelpText = CacheTierOptions.TlsHelp + " (default: $" + CacheTierOptions.TlsVariable + ").")]
     public bool CacheTls { get; set; }
 
+    [Option("cache-cluster", HelpText = CacheTierOptions.ClusterHelp + " (default: $" + CacheTierOptions.ClusterVariable + ").")]
+    public bool CacheCluster { get; set; }
+
     [Option("cache-ca", HelpText = CacheTierOptions.TlsCaHelp + " (default: $" + CacheTierOptions.TlsCaVariable + ").")]
     public string? CacheCa { get; set; }
 
@@ -36,6 +39,7 @@ public abstract class CacheClientOptions
         // A file named on the command line wins over a password the environment gave.
         if (CachePasswordFile is { Length: > 0 }) (options.PasswordFile, options.Password) = (CachePasswordFile, null);
         if (CacheTls) options.Tls = true;
+        if (CacheCluster) options.Cluster = true;
         if (CacheCa is { Length: > 0 }) options.TlsCaFile = CacheCa;
         if (options.Validate().FirstOrDefault() is { } problem) throw new ArgumentException(problem);
         options.LoadPasswordFile();

@@ -22,7 +22,7 @@ public sealed class CacheCatalog
 
     /// <summary>Stores a manifest on every host (it is small and every reader needs it first).</summary>
     public Task PutManifestAsync(string version, ReadOnlyMemory<byte> encoded, TimeSpan? ttl = null, CancellationToken ct = default) =>
-        _hosts.ForAllAsync(async (c, token) =>
+        _hosts.WriteEverywhereAsync(CacheKeys.Manifest(version), async (c, token) =>
         {
             c.BeginCommand(ttl is null ? 3 : 5);
             c.Argument("SET"u8);
@@ -51,7 +51,7 @@ public sealed class CacheCatalog
 
     /// <summary>Moves the "latest" pointer of a dataset, on every host. Call only after every segment and the manifest are stored.</summary>
     public Task SetLatestAsync(string name, string version, CancellationToken ct = default) =>
-        _hosts.ForAllAsync(async (c, token) =>
+        _hosts.WriteEverywhereAsync(CacheKeys.Latest(name), async (c, token) =>
         {
             c.Command("SET"u8, CacheKeys.Latest(name), version);
             Check(c, await c.FlushAndReadAsync(token));
@@ -62,7 +62,7 @@ public sealed class CacheCatalog
     public async Task<string?> GetLatestAsync(string name, CancellationToken ct = default)
     {
         var key = CacheKeys.Latest(name);
-        foreach (var value in await _hosts.AskAnswerableAsync((c, token) => GetAsync(c, key, token), ct))
+        foreach (var value in await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
             if (value.Kind == RespKind.Bulk) return Encoding.UTF8.GetString(value.Bulk!);
         return null;
     }
@@ -115,7 +115,7 @@ public sealed class CacheCatalog
     {
         var key = CacheKeys.Manifest(version);
         string? problem = null;
-        foreach (var reply in await _hosts.AskAnswerableAsync((c, token) => GetAsync(c, key, token), ct))
+        foreach (var reply in await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
         {
             if (reply.Kind != RespKind.Bulk) continue;
             var stored = reply.Bulk!;
@@ -133,16 +133,20 @@ public sealed class CacheCatalog
     /// </summary>
     public async Task<IReadOnlyList<CatalogEntry>> ListAsync(CancellationToken ct = default)
     {
-        var manifestKeys = await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.ManifestPrefix, token), ct, bulk: true);
-        var holders = manifestKeys.SelectMany(k => k).Select(k => k[CacheKeys.ManifestPrefix.Length..])
+        var manifestKeys = await _hosts.AskEveryShardAsync((c, token) => KeysAsync(c, CacheKeys.ManifestPrefix, token), ct, bulk: true);
+        var holders = manifestKeys.SelectMany(k => k.Answer).Select(k => k[CacheKeys.ManifestPrefix.Length..])
             .GroupBy(v => v, StringComparer.Ordinal).ToDictionary(g => g.Key, g => g.Count(), StringComparer.Ordinal);
-        var latestNames = (await _hosts.AskAnswerableAsync((c, token) => KeysAsync(c, CacheKeys.LatestPrefix, token), ct, bulk: true))
-            .SelectMany(k => k).Select(k => k[CacheKeys.LatestPrefix.Length..]).Distinct(StringComparer.Ordinal).ToArray();
+        var latestNames = (await _hosts.AskEveryShardAsync((c, token) => KeysAsync(c, CacheKeys.LatestPrefix, token), ct, bulk: true))
+            .SelectMany(k => k.Answer).Select(k => k[CacheKeys.LatestPrefix.Length..]).Distinct(StringComparer.Ordinal).ToArray();
         var latest = new HashSet<string>(StringComparer.Ordinal);
         foreach (var name in latestNames)
             if (DatasetName.TryValidate(name, out _) && await GetLatestAsync(name, ct) is { } v) latest.Add(v);
         IReadOnlyList<string> withJobs = [];
-        try { withJobs = (await _hosts.RunAsync(Designated, (c, token) => KeysAsync(c, CacheKeys.JobsPrefix, token), ct, bulk: true)).Select(k => k[CacheKeys.JobsPrefix.Length..]).ToList(); }
+        try
+        {
+            withJobs = (await _hosts.AskEveryShardAsync((c, token) => KeysAsync(c, CacheKeys.JobsPrefix, token), ct, bulk: true))
+                .SelectMany(k => k.Answer).Select(k => k[CacheKeys.JobsPrefix.Length..]).ToList();
+        }
         catch (CacheHostUnavailableException) { /* the job lists' host is down: versions are listed without them */ }
 
         var entries = new List<CatalogEntry>();
@@ -184,7 +188,7 @@ public sealed class CacheCatalog
         UpdateJobsAsync(version, job, jobs => jobs.Remove(job), ct);
 
     public async Task<IReadOnlyList<string>> JobsAsync(string version, CancellationToken ct = default) =>
-        ParseJobs(await _hosts.RunAsync(Designated, (c, token) => c.FlushAndReadCommandAsync("GET"u8, CacheKeys.Jobs(version), token), ct));
+        ParseJobs(await _hosts.RunDesignatedAsync(CacheKeys.Jobs(version), (c, token) => c.FlushAndReadCommandAsync("GET"u8, CacheKeys.Jobs(version), token), ct));
 
     /// <summary>
     /// Deletes the manifest (and "latest" when it points here) on every host, then collects unreferenced segments.
@@ -197,45 +201,53 @@ public sealed class CacheCatalog
         var latestRemoved = false;
         if (await GetLatestAsync(name, ct) == version)
         {
-            await _hosts.ForAllAsync(async (c, token) => Check(c, await c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Latest(name), token)), ct);
+            await DeleteEverywhereAsync(CacheKeys.Latest(name), ct);
             latestRemoved = true;
         }
-        await _hosts.ForAllAsync(async (c, token) => Check(c, await c.FlushAndReadCommandAsync("DEL"u8, [CacheKeys.Manifest(version), CacheKeys.Jobs(version)], token)), ct);
+        // One key per command: a Redis Cluster keeps them in different slots.
+        await DeleteEverywhereAsync(CacheKeys.Manifest(version), ct);
+        await DeleteEverywhereAsync(CacheKeys.Jobs(version), ct);
         return (latestRemoved, await new SegmentCollector(_tier).CollectAsync(ct));
     }
 
-    private int Designated => Hosts.Select((h, i) => (h, i)).OrderBy(x => x.h.ToString(), StringComparer.Ordinal).First().i;
+    private Task DeleteEverywhereAsync(string key, CancellationToken ct) =>
+        _hosts.WriteEverywhereAsync(key, async (c, token) => { Check(c, await c.FlushAndReadCommandAsync("DEL"u8, key, token)); return 0; }, ct);
 
-    private Task<IReadOnlyList<string>> UpdateJobsAsync(string version, string job, Action<HashSet<string>> change, CancellationToken ct) =>
-        _hosts.RunAsync(Designated, async (c, token) =>
+    // The lock and the list are separate keys, each on its coordinating host (the same host on independent hosts; on
+    // a Redis Cluster each key's master), so each step is its own exchange.
+    private async Task<IReadOnlyList<string>> UpdateJobsAsync(string version, string job, Action<HashSet<string>> change, CancellationToken ct)
+    {
+        var (lockKey, jobsKey) = (CacheKeys.Lock(version), CacheKeys.Jobs(version));
+        await LockAsync(lockKey, version, job, ct);
+        try
         {
-            await LockAsync(c, version, job, token);
-            try
+            return await _hosts.RunDesignatedAsync(jobsKey, async (c, token) =>
             {
-                var jobs = ParseJobs(await c.FlushAndReadCommandAsync("GET"u8, CacheKeys.Jobs(version), token)).ToHashSet();
+                var jobs = ParseJobs(await c.FlushAndReadCommandAsync("GET"u8, jobsKey, token)).ToHashSet();
                 change(jobs);
                 Check(c, jobs.Count == 0
-                    ? await c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Jobs(version), token)
-                    : await c.FlushAndReadCommandAsync("SET"u8, [CacheKeys.Jobs(version), string.Join("\n", jobs.Order())], token));
+                    ? await c.FlushAndReadCommandAsync("DEL"u8, jobsKey, token)
+                    : await c.FlushAndReadCommandAsync("SET"u8, [jobsKey, string.Join("\n", jobs.Order())], token));
                 return (IReadOnlyList<string>)jobs.Order().ToList();
-            }
-            finally
-            {
-                await c.FlushAndReadCommandAsync("DEL"u8, CacheKeys.Lock(version), CancellationToken.None);
-            }
-        }, ct);
+            }, ct);
+        }
+        finally
+        {
+            await _hosts.RunDesignatedAsync(lockKey, (c, token) => c.FlushAndReadCommandAsync("DEL"u8, lockKey, token), CancellationToken.None);
+        }
+    }
 
     /// <summary>A lock that expires on its own (10 s), so a crashed holder cannot wedge the version.</summary>
-    private static async Task LockAsync(RespConnection c, string version, string job, CancellationToken ct)
+    private async Task LockAsync(string lockKey, string version, string job, CancellationToken ct)
     {
         for (var attempt = 0; attempt < 200; attempt++)
         {
-            var reply = await c.FlushAndReadCommandAsync("SET"u8, [CacheKeys.Lock(version), job, "NX", "PX", "10000"], ct);
-            if (reply.Kind == RespKind.SimpleString) return;
-            Check(c, reply);
+            var taken = await _hosts.RunDesignatedAsync(lockKey, async (c, token) =>
+                Check(c, await c.FlushAndReadCommandAsync("SET"u8, [lockKey, job, "NX", "PX", "10000"], token)).Kind == RespKind.SimpleString, ct);
+            if (taken) return;
             await Task.Delay(TimeSpan.FromMilliseconds(10 + Random.Shared.Next(0, 40)), ct);
         }
-        throw new CommonDataException(ErrorCode.Timeout, $"the job reference list of version {version} stayed locked on {c.Endpoint}");
+        throw new CommonDataException(ErrorCode.Timeout, $"the job reference list of version {version} stayed locked on the cache tier");
     }
 
     private static IReadOnlyList<string> ParseJobs(RespReply reply) =>

@@ -12,23 +12,57 @@ internal sealed class CacheHostSet : IAsyncDisposable
 {
     private readonly CacheTierOptions _options;
     private readonly ILogger _logger;
-    private readonly HostPool[] _pools;
+    private readonly CacheTls? _tls;
+    private readonly object _grow = new();
+    // Copy-on-write: a Redis Cluster's nodes join as they are discovered; an index keeps its host for good.
+    private volatile HostPool[] _pools;
+    private volatile CacheEndpoint[] _hosts;
 
     public CacheHostSet(IReadOnlyList<CacheEndpoint> hosts, CacheTierOptions options, ILogger logger)
     {
         _options = options;
         _logger = logger;
-        Hosts = hosts;
-        var tls = options.UsesTls ? CacheTls.Create(options.TlsCaFile) : null;
+        _hosts = hosts.ToArray();
+        _tls = options.UsesTls ? CacheTls.Create(options.TlsCaFile) : null;
         // One bucket for the whole host set: every connection of the process to every host draws on the same budget.
         RateLimit = options.MaxRate.IsUnlimited ? null : new TokenBucket(options.MaxRate);
-        _pools = hosts.Select(h => new HostPool(h, options, tls, RateLimit)).ToArray();
+        _pools = _hosts.Select(NewPool).ToArray();
+        if (options.Cluster) Cluster = new ClusterTopology();
     }
 
-    public IReadOnlyList<CacheEndpoint> Hosts { get; }
+    private HostPool NewPool(CacheEndpoint h) => new(h, _options, _tls, RateLimit, readOnlyReplicas: _options.Cluster);
+
+    /// <summary>
+    /// Every host known: the configured ones, then (on a Redis Cluster) each node discovered, in the order found.
+    /// </summary>
+    public IReadOnlyList<CacheEndpoint> Hosts => _hosts;
+
+    /// <summary>The slot map when the tier is a Redis Cluster (<see cref="CacheTierOptions.Cluster"/>), else null.</summary>
+    public ClusterTopology? Cluster { get; }
 
     /// <summary>The process's byte budget on the cache tier (<see cref="CacheTierOptions.MaxRate"/>), or null when unlimited.</summary>
     public TokenBucket? RateLimit { get; }
+
+    /// <summary>The host index of an address, adding it (with its own connection pool) when it is new.</summary>
+    public int IndexOf(CacheEndpoint endpoint)
+    {
+        var i = Array.IndexOf(_hosts, endpoint);
+        if (i >= 0) return i;
+        lock (_grow)
+        {
+            i = Array.IndexOf(_hosts, endpoint);
+            if (i >= 0) return i;
+            _pools = [.. _pools, NewPool(endpoint)];
+            _hosts = [.. _hosts, endpoint];
+            return _hosts.Length - 1;
+        }
+    }
+
+    /// <summary>
+    /// The host that every client picks for the tier's coordination keys on a plain tier (job lists, the collection
+    /// flag, stagers' leases): the first in sorted order, whatever order each was configured in.
+    /// </summary>
+    public int Designated => _hosts.Select((h, i) => (h, i)).OrderBy(x => x.h.ToString(), StringComparer.Ordinal).First().i;
 
     /// <summary>
     /// Runs one exchange on a pooled connection to host <paramref name="h"/>, retried as the policy says. A
@@ -40,9 +74,12 @@ internal sealed class CacheHostSet : IAsyncDisposable
     /// with it fail at once, so a node's other requests fall back to replicas or local copies without each waiting.
     /// Refused or reset connections are retried with backoff as before: a restarting host comes back.</para>
     /// </summary>
-    public async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false)
+    /// <para>With <paramref name="once"/> a refused connection is not retried either: the caller (a Redis Cluster's
+    /// routing) has a better next step than the same node again.</para>
+    public async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false, bool once = false)
     {
         var pool = _pools[h];
+        var attempts = once ? 1 : _options.MaxAttempts;
         for (var attempt = 1; ; attempt++)
         {
             if (Volatile.Read(ref pool.SilentSince) is var since and > 0 && Environment.TickCount64 - since < SilenceMemory)
@@ -64,7 +101,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 Volatile.Write(ref pool.SilentSince, 0);
                 return result;
             }
-            catch (Exception e) when (IsTransient(e, ct) && !IsSilence(e, ct, c) && attempt < _options.MaxAttempts)
+            catch (Exception e) when (IsTransient(e, ct) && !IsSilence(e, ct, c) && attempt < attempts)
             {
                 c?.MarkBroken();
                 var delay = Backoff(attempt);
@@ -111,6 +148,161 @@ internal sealed class CacheHostSet : IAsyncDisposable
     private static bool IsSilence(Exception e, CancellationToken ct, RespConnection? c) =>
         c is not { Heard: true } && !ct.IsCancellationRequested &&
         (e is OperationCanceledException || e is CacheHostUnavailableException { TimedOut: true });
+
+    // ---------------- a Redis Cluster: each key where its slot lives ----------------
+
+    private Task? _refresh;
+
+    /// <summary>Learns a Redis Cluster's slot map before the first exchange; a plain tier has nothing to learn.</summary>
+    public Task ReadyAsync(CancellationToken ct) => Cluster is null || Cluster.Known ? Task.CompletedTask : RefreshAsync().WaitAsync(ct);
+
+    /// <summary>
+    /// Learns the slot map again from whichever known node answers <c>CLUSTER SLOTS</c> first (all are asked at once:
+    /// after a failover some are gone). Callers at the same moment share one refresh.
+    /// </summary>
+    public Task RefreshAsync()
+    {
+        lock (_grow)
+        {
+            if (_refresh is { IsCompleted: false } running) return running;
+            return _refresh = RefreshCoreAsync();
+        }
+    }
+
+    private async Task RefreshCoreAsync()
+    {
+        var asks = _hosts.Select((_, h) => RunAsync(h, (c, token) => c.FlushAndReadCommandAsync("CLUSTER"u8, "SLOTS", token), CancellationToken.None, once: true)).ToList();
+        var problems = new List<string>();
+        while (asks.Count > 0)
+        {
+            var done = await Task.WhenAny(asks);
+            asks.Remove(done);
+            if (done.IsCompletedSuccessfully)
+            {
+                var problem = Cluster!.Load(done.Result, IndexOf);
+                if (problem is null)
+                {
+                    foreach (var rest in asks) _ = rest.ContinueWith(static t => t.Exception, TaskScheduler.Default);
+                    return;
+                }
+                problems.Add(problem);
+            }
+            else problems.Add(done.Exception!.GetBaseException().Message);
+        }
+        if (problems.Any(p => p.Contains("cluster support disabled", StringComparison.OrdinalIgnoreCase)))
+            throw new CommonDataException(ErrorCode.BadRequest,
+                $"--cache-cluster: the cache hosts {string.Join(", ", _hosts.AsEnumerable())} are not Redis Cluster nodes ({problems[0]}); leave out --cache-cluster for independent hosts");
+        throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster ({string.Join(", ", _hosts.AsEnumerable())}) told its slot map: {string.Join("; ", problems.Distinct())}");
+    }
+
+    /// <summary>
+    /// Runs an exchange about one key on the node serving its slot: follows MOVED (and learns the map again) and ASK
+    /// (once, after ASKING), and waits out a failover (CLUSTERDOWN, TRYAGAIN, an owner that stopped answering) for up
+    /// to <see cref="CacheTierOptions.OperationTimeout"/>. With <paramref name="replicaOk"/> a read turns to the slot's
+    /// replicas when its master does not answer (connections to a cluster are READONLY).
+    /// </summary>
+    public async Task<T> RunOnKeyAsync<T>(string key, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct,
+        bool bulk = false, bool replicaOk = false)
+    {
+        var cluster = Cluster ?? throw new InvalidOperationException("not a Redis Cluster");
+        await ReadyAsync(ct);
+        var slot = ClusterTopology.SlotOf(key);
+        var deadline = Environment.TickCount64 + (long)_options.OperationTimeout.TotalMilliseconds;
+        CacheEndpoint? asked = null;
+        var turn = 0;
+        for (var attempt = 1; ; attempt++)
+        {
+            int host;
+            if (asked is not null) host = IndexOf(asked);
+            else if (cluster.NodesOf(slot) is { Length: > 0 } nodes) host = nodes[replicaOk ? turn % nodes.Length : 0];
+            else throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster serves slot {slot} (key {key})");
+            var asking = asked is not null;
+            asked = null;
+            try
+            {
+                return await RunAsync(host, asking ? Asking(op) : op, ct, bulk, once: true);
+            }
+            catch (RespErrorException e) when (ClusterRedirect.TryParse(e.ServerMessage, out var redirect) && attempt < MaxRedirects)
+            {
+                if (redirect.Ask) asked = redirect.Target;
+                else
+                {
+                    cluster.Move(redirect.Slot, IndexOf(redirect.Target));
+                    ObserveRefresh();
+                }
+            }
+            catch (Exception e) when (Environment.TickCount64 < deadline &&
+                                      (e is CacheHostUnavailableException || e is RespErrorException r && ClusterRedirect.IsTransient(r.ServerMessage)))
+            {
+                turn++;
+                if (!replicaOk || turn % Math.Max(1, cluster.NodesOf(slot).Length) == 0)
+                {
+                    _logger.LogWarning("Redis Cluster slot {Slot} on {Host}: {Error}; waiting for the cluster", slot, Hosts[host], e.Message);
+                    await Task.Delay(Backoff(Math.Min(attempt, 5)), ct);
+                    await RefreshQuietlyAsync();
+                }
+            }
+        }
+    }
+
+    /// <summary>More redirects than a migration and a failover together cause means nodes disagree about the map.</summary>
+    private const int MaxRedirects = 16;
+
+    private static Func<RespConnection, CancellationToken, ValueTask<T>> Asking<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op) =>
+        async (c, token) =>
+        {
+            var ok = await c.FlushAndReadCommandAsync("ASKING"u8, [], token);
+            if (ok.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), ok.Text!);
+            return await op(c, token);
+        };
+
+    /// <summary>Learns the map again; a cluster that cannot tell it now leaves the old one in use.</summary>
+    public async Task RefreshQuietlyAsync()
+    {
+        try { await RefreshAsync(); }
+        catch (CommonDataException e) { _logger.LogWarning("Redis Cluster map not refreshed: {Error}", e.Message); }
+    }
+
+    private void ObserveRefresh() => _ = RefreshQuietlyAsync();
+
+    /// <summary>
+    /// Writes what every reader needs first (manifests, "latest"): on every host of a plain tier; on a Redis Cluster on
+    /// the key's master, which replicates it itself.
+    /// </summary>
+    public async Task WriteEverywhereAsync(string key, Func<RespConnection, CancellationToken, ValueTask<int>> op, CancellationToken ct, bool bulk = false)
+    {
+        if (Cluster is null) await ForAllAsync(op, ct, bulk);
+        else await RunOnKeyAsync(key, op, ct, bulk);
+    }
+
+    /// <summary>Reads such a key: every answering host of a plain tier; on a Redis Cluster the key's node (a replica when its master is down).</summary>
+    public async Task<T[]> ReadAnywhereAsync<T>(string key, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
+        Cluster is null ? await AskAnswerableAsync(op, ct, bulk) : [await RunOnKeyAsync(key, op, ct, bulk, replicaOk: true)];
+
+    /// <summary>Runs an exchange on the one host that coordinates a key (job lists, flags, leases): the designated host, or the key's master.</summary>
+    public Task<T> RunDesignatedAsync<T>(string key, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
+        Cluster is null ? RunAsync(Designated, op, ct, bulk) : RunOnKeyAsync(key, op, ct, bulk);
+
+    /// <summary>
+    /// Asks every part of the tier that holds distinct keys (a plain tier's hosts; a cluster's shards, each at its master
+    /// or, when that is down, a replica); fails only when none answers. Returns the answers and the hosts that gave them.
+    /// </summary>
+    public async Task<(int Host, T Answer)[]> AskEveryShardAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false)
+    {
+        await ReadyAsync(ct);
+        var parts = Cluster is null ? Enumerable.Range(0, Hosts.Count).Select(h => new[] { h }).ToList() : Cluster.Shards;
+        var tasks = parts.Select(async nodes =>
+        {
+            for (var i = 0; ; i++)
+            {
+                try { return (nodes[i], await RunAsync(nodes[i], op, ct, bulk, once: Cluster is not null && i < nodes.Length - 1)); }
+                catch (CacheHostUnavailableException) when (i < nodes.Length - 1) { }
+            }
+        }).ToArray();
+        try { await Task.WhenAll(tasks); }
+        catch (CacheHostUnavailableException) when (tasks.Any(t => t.IsCompletedSuccessfully)) { }
+        return tasks.Where(t => t.IsCompletedSuccessfully).Select(t => t.Result).ToArray();
+    }
 
     public async Task<T[]> ForAllAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
         await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Select(h => RunAsync(h, op, ct, bulk)));
@@ -173,7 +365,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
         foreach (var p in _pools) await p.DisposeAsync();
     }
 
-    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls, TokenBucket? rateLimit) : IAsyncDisposable
+    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls, TokenBucket? rateLimit, bool readOnlyReplicas) : IAsyncDisposable
     {
         public CacheEndpoint Endpoint => endpoint;
         /// <summary>When (Environment.TickCount64) the host was last found silent; 0 once it answers again.</summary>
@@ -189,7 +381,14 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 while (_idle.TryTake(out var c))
                     if (!c.IsBroken) return c;
                     else await c.DisposeAsync();
-                return await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls, rateLimit);
+                var fresh = await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls, rateLimit);
+                if (!readOnlyReplicas) return fresh;
+                // A cluster node serves reads of its master's slots only after READONLY; a master ignores it.
+                fresh.ThrowsRoutingErrors = true;
+                var ok = await fresh.FlushAndReadCommandAsync("READONLY"u8, [], ct);
+                if (ok.Kind != RespKind.Error) return fresh;
+                await fresh.DisposeAsync();
+                throw new RespErrorException(endpoint.ToString(), ok.Text!);
             }
             catch
             {

@@ -32,8 +32,12 @@ public sealed class CacheTierClient : IAsyncDisposable
     private readonly CacheHostSet _hosts;
     private readonly RendezvousPlacement _placement;
 
+    /// <summary>The hosts: as configured, and on a Redis Cluster every node learned from it since.</summary>
     public IReadOnlyList<CacheEndpoint> Hosts => _hosts.Hosts;
-    public int Replicas => _placement.Replicas;
+    /// <summary>Copies of each segment this client writes: R on independent hosts; 1 on a Redis Cluster, which keeps its own replicas.</summary>
+    public int Replicas => _hosts.Cluster is null ? _placement.Replicas : 1;
+    /// <summary>The tier is a Redis Cluster (<see cref="CacheTierOptions.Cluster"/>).</summary>
+    public bool IsCluster => _hosts.Cluster is not null;
     public CacheCatalog Catalog { get; }
 
     /// <summary>Where segment traffic is counted (the owning component's meter), or null.</summary>
@@ -51,8 +55,56 @@ public sealed class CacheTierClient : IAsyncDisposable
         Catalog = new CacheCatalog(_hosts, this);
     }
 
-    /// <summary>Fills <paramref name="hosts"/> with the R host indexes for a segment, best first (rendezvous hashing).</summary>
-    public void Place(in SegmentId id, Span<int> hosts) => _placement.Place(id, hosts);
+    /// <summary>Fills <paramref name="hosts"/> with the R host indexes for a segment, best first (rendezvous hashing; on a Redis Cluster, its slot's master).</summary>
+    public void Place(in SegmentId id, Span<int> hosts)
+    {
+        if (_hosts.Cluster is { } cluster) hosts[0] = cluster.NodesOf(ClusterTopology.SlotOf(id)) is { Length: > 0 } nodes ? nodes[0] : -1;
+        else _placement.Place(id, hosts);
+    }
+
+    /// <summary>
+    /// For each host, the items it holds (the writes' copies, or with <paramref name="replica"/> only that copy). On a
+    /// Redis Cluster: the slot's master, or its nodes in turn for reads (a replica answers reads while its master fails over).
+    /// </summary>
+    private List<int>?[] GroupByHost(int count, Func<int, SegmentId> idOf, int? replica = null)
+    {
+        if (_hosts.Cluster is not { } cluster) return _placement.GroupByHost(count, idOf, replica);
+        var host = new int[count];
+        for (var i = 0; i < count; i++)
+        {
+            var nodes = cluster.NodesOf(ClusterTopology.SlotOf(idOf(i)));
+            if (nodes.Length == 0) throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster ({string.Join(", ", Hosts)}) serves segment {idOf(i)}'s slot");
+            host[i] = nodes[(replica ?? 0) % nodes.Length];
+        }
+        var byHost = new List<int>?[count == 0 ? 0 : host.Max() + 1];
+        for (var i = 0; i < count; i++) (byHost[host[i]] ??= []).Add(i);
+        return byHost;
+    }
+
+    /// <summary>
+    /// Runs a batch exchange (EXISTS, SET NX, DEL: each safe to repeat) and, on a Redis Cluster, runs it again on a new
+    /// slot map when a node moved a slot or stopped answering, until <see cref="CacheTierOptions.OperationTimeout"/>.
+    /// </summary>
+    private async Task RoutedAsync(Func<Task> exchange, string what, CancellationToken ct)
+    {
+        if (_hosts.Cluster is null) { await exchange(); return; }
+        await _hosts.ReadyAsync(ct);
+        var deadline = Environment.TickCount64 + (long)_options.OperationTimeout.TotalMilliseconds;
+        for (var attempt = 1; ; attempt++)
+        {
+            try { await exchange(); return; }
+            catch (Exception e) when (IsRouting(e) && Environment.TickCount64 < deadline)
+            {
+                _logger.LogWarning("Redis Cluster: {What}: {Error}; again on a fresh slot map", what, e.Message);
+                await Task.Delay(TimeSpan.FromMilliseconds(Math.Min(2000, 100 << Math.Min(attempt, 5)) * Random.Shared.NextDouble()), ct);
+                await _hosts.RefreshQuietlyAsync();
+            }
+        }
+    }
+
+    /// <summary>A failure that another node, or the same slot a moment later, may not have.</summary>
+    private static bool IsRouting(Exception e) =>
+        e is CacheHostUnavailableException || e is RespErrorException r && ClusterRedirect.IsRouting(r.ServerMessage);
 
     // ---------------- segments ----------------
 
@@ -65,12 +117,15 @@ public sealed class CacheTierClient : IAsyncDisposable
     }
 
     /// <summary>Sets <paramref name="present"/>[i] when segment i is already stored on all of its replica hosts (one pipelined EXISTS batch per host).</summary>
-    public async Task ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, bool[] present, CancellationToken ct = default)
+    public Task ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, bool[] present, CancellationToken ct = default) =>
+        RoutedAsync(() => ContainsOnceAsync(ids, present, ct), "looking up segments", ct);
+
+    private async Task ContainsOnceAsync(IReadOnlyList<SegmentId> ids, bool[] present, CancellationToken ct)
     {
         var held = new int[ids.Count];
-        var byHost = _placement.GroupByHost(ids.Count, i => ids[i]);
-        var tasks = new List<Task>(Hosts.Count);
-        for (var h = 0; h < Hosts.Count; h++)
+        var byHost = GroupByHost(ids.Count, i => ids[i]);
+        var tasks = new List<Task>(byHost.Length);
+        for (var h = 0; h < byHost.Length; h++)
         {
             if (byHost[h] is not { } mine) continue;
             tasks.Add(RunAsync(h, async (c, token) =>
@@ -114,11 +169,19 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// </summary>
     public async Task<long> PutSegmentsAsync(IReadOnlyList<StoredSegmentParts> segments, TimeSpan? ttl, bool[]? alreadyHeld, CancellationToken ct = default)
     {
-        var byHost = _placement.GroupByHost(segments.Count, i => segments[i].Id);
+        long sent = 0;
+        // Sent again on a Redis Cluster's new map, a segment the first try stored reads as held: counted once, as held.
+        await RoutedAsync(async () => sent = await PutOnceAsync(segments, ttl, alreadyHeld, ct), "storing segments", ct);
+        return sent;
+    }
+
+    private async Task<long> PutOnceAsync(IReadOnlyList<StoredSegmentParts> segments, TimeSpan? ttl, bool[]? alreadyHeld, CancellationToken ct)
+    {
+        var byHost = GroupByHost(segments.Count, i => segments[i].Id);
         var held = new int[segments.Count];
         long sent = 0;
-        var tasks = new List<Task>(Hosts.Count);
-        for (var h = 0; h < Hosts.Count; h++)
+        var tasks = new List<Task>(byHost.Length);
+        for (var h = 0; h < byHost.Length; h++)
         {
             if (byHost[h] is not { } mine) continue;
             tasks.Add(RunAsync(h, async (c, token) =>
@@ -174,20 +237,31 @@ public sealed class CacheTierClient : IAsyncDisposable
     {
         var pending = wanted.ToArray();
         var failures = new ConcurrentDictionary<int, string>();
-        for (var replica = 0; replica < Replicas && pending.Length > 0; replica++)
+        var cluster = _hosts.Cluster is not null;
+        if (cluster) await _hosts.ReadyAsync(ct);
+        // Independent hosts: each replica once. A Redis Cluster: the slot's nodes in turn (a replica reads while its
+        // master fails over), on a fresh map after each failed round, until the exchange timeout.
+        var deadline = Environment.TickCount64 + (long)_options.OperationTimeout.TotalMilliseconds;
+        for (var round = 0; cluster ? pending.Length > 0 : round < Replicas && pending.Length > 0; round++)
         {
-            var queues = new ConcurrentQueue<int[]>[Hosts.Count];
-            var grouped = _placement.GroupByHost(pending.Length, k => ids[pending[k]], replica);
+            if (cluster && round > 0)
+            {
+                await Task.Delay(TimeSpan.FromMilliseconds(Math.Min(1000, 50 << Math.Min(round, 5))), ct);
+                await _hosts.RefreshQuietlyAsync();
+            }
+            var canRetry = cluster ? Environment.TickCount64 < deadline : round < Replicas - 1;
+            var grouped = GroupByHost(pending.Length, k => ids[pending[k]], round);
             var byHost = grouped.Select(g => g?.Select(k => pending[k]).ToList()).ToArray();
+            var queues = new ConcurrentQueue<int[]>[byHost.Length];
             var tasks = new List<Task>();
             var retry = new ConcurrentBag<int>();
-            for (var h = 0; h < Hosts.Count; h++)
+            for (var h = 0; h < byHost.Length; h++)
             {
                 if (byHost[h] is null) continue;
                 queues[h] = new ConcurrentQueue<int[]>(byHost[h]!.Chunk(_options.BatchSize));
                 var host = h;
                 for (var k = 0; k < Math.Min(_options.ConnectionsPerHost, queues[h].Count); k++)
-                    tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, retry, replica < Replicas - 1, ct), ct));
+                    tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, retry, canRetry, ct), ct));
             }
             await Task.WhenAll(tasks);
             pending = retry.ToArray();
@@ -205,6 +279,7 @@ public sealed class CacheTierClient : IAsyncDisposable
         ConcurrentDictionary<int, string> failures, ConcurrentBag<int> retry, bool canRetry, CancellationToken ct)
     {
         var keys = new byte[_options.BatchSize * CacheKeys.SegmentKeyLength];
+        var cluster = _hosts.Cluster is not null;
         while (queue.TryDequeue(out var batch))
         {
             var outcome = new string?[batch.Length];
@@ -213,16 +288,20 @@ public sealed class CacheTierClient : IAsyncDisposable
             await RunAsync(host, async (c, token) =>
             {
                 Array.Clear(outcome);
-                c.BeginCommand(1 + batch.Length);
-                c.Argument("MGET"u8);
+                // A Redis Cluster refuses MGET across hash slots: one pipelined GET per key instead.
+                if (!cluster) { c.BeginCommand(1 + batch.Length); c.Argument("MGET"u8); }
                 for (var k = 0; k < batch.Length; k++)
                 {
                     var key = keys.AsSpan(k * CacheKeys.SegmentKeyLength, CacheKeys.SegmentKeyLength);
                     CacheKeys.WriteSegmentKey(ids[batch[k]], key);
+                    if (cluster) { c.BeginCommand(2); c.Argument("GET"u8); }
                     c.Argument(key);
                 }
                 await c.FlushAsync(token);
-                await c.ReadBulkArrayAsync(batch.Length, (int k, in ReadOnlySequence<byte> value, bool isNull) =>
+                await (cluster ? c.ReadBulkRepliesAsync(batch.Length, Handle, token) : c.ReadBulkArrayAsync(batch.Length, Handle, token));
+                return 0;
+
+                void Handle(int k, in ReadOnlySequence<byte> value, bool isNull)
                 {
                     if (isNull) { outcome[k] = $"missing on {Hosts[host]}"; return; }
                     outcome[k] = value.IsSingleSegment ? handler(batch[k], value.FirstSpan) : HandleCopied(batch[k], value, handler);
@@ -230,11 +309,10 @@ public sealed class CacheTierClient : IAsyncDisposable
                     _metrics.BytesReceived.Add(value.Length);
                     if (outcome[k] is null) _metrics.Segments.Add(1);
                     else _metrics.VerificationFailures.Add(1);
-                }, token);
-                return 0;
-            }, ct, bulk: true);
+                }
+            }, ct, bulk: true, once: cluster);
             }
-            catch (CacheHostUnavailableException e) when (canRetry)
+            catch (Exception e) when (canRetry && (e is CacheHostUnavailableException || cluster && IsRouting(e)))
             {
                 // The host is down (its retries are spent): send this batch and everything still queued for it to the
                 // next replica at once instead of retrying each batch. The last replica's failure propagates as it is.
@@ -242,13 +320,19 @@ public sealed class CacheTierClient : IAsyncDisposable
                 while (queue.TryDequeue(out var rest))
                     foreach (var i in rest) { failures[i] = e.Message; retry.Add(i); }
             }
+            string? shared = null;
+            var failed = 0;
             for (var k = 0; k < batch.Length; k++)
             {
                 if (outcome[k] is null) { failures.TryRemove(batch[k], out _); continue; }
                 failures[batch[k]] = outcome[k]!;
                 if (canRetry) retry.Add(batch[k]);
-                _logger.LogWarning("Segment {Index} of {Id} rejected from {Host}: {Reason}", batch[k], ids[batch[k]], Hosts[host], outcome[k]);
+                shared = failed++ == 0 || shared == outcome[k] ? outcome[k] : null;
+                if (shared is null) _logger.LogWarning("Segment {Index} of {Id} rejected from {Host}: {Reason}", batch[k], ids[batch[k]], Hosts[host], outcome[k]);
             }
+            // A host that is down or a cluster between masters fails the whole batch for one reason: one line, not one per segment.
+            if (failed > 0 && shared is not null)
+                _logger.LogWarning("{Count} segment(s) from #{First} rejected from {Host}: {Reason}", failed, batch[0], Hosts[host], shared);
         }
     }
 
@@ -274,23 +358,58 @@ public sealed class CacheTierClient : IAsyncDisposable
 
     // ---------------- administration ----------------
 
-    /// <summary>Keys starting with <paramref name="prefix"/>, per host (the cache host's KEYS with a "prefix*" pattern).</summary>
+    /// <summary>
+    /// Keys starting with <paramref name="prefix"/>, per host (the cache host's KEYS with a "prefix*" pattern). On a
+    /// Redis Cluster each shard is asked once (its master, or a replica when the master is down); other nodes' lists
+    /// are empty.
+    /// </summary>
     public async Task<IReadOnlyList<string>[]> KeysAsync(string prefix, CancellationToken ct = default)
     {
         // A scan of every key may take the host a while before its first byte.
-        var replies = await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true);
-        return replies.Select((r, h) => r.Kind == RespKind.Array
-            ? (IReadOnlyList<string>)r.Items!.Select(i => Encoding.UTF8.GetString(i.Bulk!)).ToList()
-            : throw new RespErrorException(Hosts[h].ToString(), r.Text ?? "KEYS failed")).ToArray();
+        var replies = _hosts.Cluster is null
+            ? (await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true)).Select((r, h) => (h, r)).ToArray()
+            : await _hosts.AskEveryShardAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true);
+        var keys = new IReadOnlyList<string>[Hosts.Count];
+        Array.Fill(keys, []);
+        foreach (var (h, r) in replies)
+            keys[h] = r.Kind == RespKind.Array
+                ? r.Items!.Select(i => Encoding.UTF8.GetString(i.Bulk!)).ToList()
+                : throw new RespErrorException(Hosts[h].ToString(), r.Text ?? "KEYS failed");
+        return keys;
     }
 
-    /// <summary>Deletes keys on one host, pipelined; returns how many existed.</summary>
-    public Task<long> DeleteAsync(int host, IReadOnlyList<string> keys, CancellationToken ct = default) =>
+    /// <summary>
+    /// Deletes keys on one host, pipelined; returns how many existed. On a Redis Cluster the keys are deleted wherever
+    /// their slots live (one DEL per key: the cluster refuses one across slots), whichever host was named.
+    /// </summary>
+    public async Task<long> DeleteAsync(int host, IReadOnlyList<string> keys, CancellationToken ct = default)
+    {
+        if (_hosts.Cluster is null) return await DeleteOnAsync(host, keys, perKey: false, ct);
+        long deleted = 0;
+        await RoutedAsync(async () =>
+        {
+            var bySlotOwner = keys.GroupBy(k => _hosts.Cluster.NodesOf(ClusterTopology.SlotOf(k)) is { Length: > 0 } n ? n[0]
+                : throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster serves key {k}"));
+            deleted = (await Task.WhenAll(bySlotOwner.Select(g => DeleteOnAsync(g.Key, g.ToList(), perKey: true, ct)))).Sum();
+        }, "deleting keys", ct);
+        return deleted;
+    }
+
+    private Task<long> DeleteOnAsync(int host, IReadOnlyList<string> keys, bool perKey, CancellationToken ct) =>
         RunAsync(host, async (c, token) =>
         {
             long deleted = 0;
+            var counts = new long[256];
             foreach (var chunk in keys.Chunk(256))
             {
+                if (perKey)
+                {
+                    foreach (var k in chunk) c.Command("DEL"u8, k);
+                    await c.FlushAsync(token);
+                    await c.ReadStatusRepliesAsync(counts.AsMemory(0, chunk.Length), token);
+                    deleted += counts.AsSpan(0, chunk.Length).ToArray().Sum();
+                    continue;
+                }
                 c.BeginCommand(1 + chunk.Length);
                 c.Argument("DEL"u8);
                 foreach (var k in chunk) c.Argument(k);
@@ -301,11 +420,31 @@ public sealed class CacheTierClient : IAsyncDisposable
             return deleted;
         }, ct);
 
+    /// <summary>
+    /// Runs a raw command about one key where the tier coordinates it: on independent hosts the designated one (the
+    /// first in sorted order), on a Redis Cluster the key's master.
+    /// </summary>
+    public Task<RespReply> ExecuteForKeyAsync(string key, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
+        _hosts.RunDesignatedAsync(key, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
+
+    /// <summary>The host that coordinates <paramref name="key"/> (see <see cref="ExecuteForKeyAsync"/>), for messages.</summary>
+    public async Task<CacheEndpoint> CoordinatorOfAsync(string key, CancellationToken ct = default)
+    {
+        if (_hosts.Cluster is not { } cluster) return Hosts[_hosts.Designated];
+        await _hosts.ReadyAsync(ct);
+        return cluster.NodesOf(ClusterTopology.SlotOf(key)) is { Length: > 0 } nodes ? Hosts[nodes[0]] : Hosts[0];
+    }
+
     /// <summary>Runs a raw command on one host (by index into <see cref="Hosts"/>).</summary>
     /// <summary>Each host's budget as its INFO reports it: bytes in use and the limit (0 when the host has none, as a Redis may).</summary>
-    public async Task<(CacheEndpoint Host, long Used, long Max)[]> GetMemoryAsync(CancellationToken ct = default) =>
-        await Task.WhenAll(Hosts.Select(async (h, i) =>
+    public async Task<(CacheEndpoint Host, long Used, long Max)[]> GetMemoryAsync(CancellationToken ct = default)
+    {
+        await _hosts.ReadyAsync(ct);
+        // A Redis Cluster's replicas hold copies of their masters' keys: the budget is the masters'.
+        var holders = _hosts.Cluster is { } cluster ? cluster.Shards.Select(n => n[0]).ToArray() : Enumerable.Range(0, Hosts.Count).ToArray();
+        return await Task.WhenAll(holders.Select(async i =>
         {
+            var h = Hosts[i];
             var reply = await ExecuteOnAsync(i, "INFO"u8.ToArray(), ["memory"], ct);
             if (reply.Kind == RespKind.Error) throw new RespErrorException(h.ToString(), reply.Text!);
             long Field(string name) =>
@@ -314,10 +453,13 @@ public sealed class CacheTierClient : IAsyncDisposable
                     .Select(f => long.TryParse(f[1], out var v) ? v : 0).FirstOrDefault();
             return (h, Field("used_memory"), Field("maxmemory"));
         }));
+    }
 
     /// <summary>Every host's INFO, read into a <see cref="CacheHostStatus"/>; a host that cannot be read is reported with its error, not thrown.</summary>
-    public async Task<CacheHostStatus[]> GetHostStatusAsync(CancellationToken ct = default) =>
-        await Task.WhenAll(Hosts.Select(async (h, i) =>
+    public async Task<CacheHostStatus[]> GetHostStatusAsync(CancellationToken ct = default)
+    {
+        await _hosts.ReadyAsync(ct);
+        return await Task.WhenAll(Hosts.Select(async (h, i) =>
         {
             try
             {
@@ -330,6 +472,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                 return new CacheHostStatus { Host = h.ToString(), Error = e.Message };
             }
         }));
+    }
 
     public Task<RespReply> ExecuteOnAsync(int host, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
         RunAsync(host, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
@@ -366,10 +509,15 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// (same order as <see cref="Hosts"/>), why it could not be reached, or null. An unreachable host is an answer, not
     /// an exception: a node keeps serving its local copies through a cache-tier outage.
     /// </summary>
-    public Task<string?[]> ConnectAllAsync(CancellationToken ct = default) => _hosts.ConnectAllAsync(ct);
+    public async Task<string?[]> ConnectAllAsync(CancellationToken ct = default)
+    {
+        try { await _hosts.ReadyAsync(ct); }
+        catch (CommonDataException e) when (e.Code == ErrorCode.Unavailable) { return Hosts.Select(_ => (string?)e.Message).ToArray(); }
+        return await _hosts.ConnectAllAsync(ct);
+    }
 
-    private Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
-        _hosts.RunAsync(h, op, ct, bulk);
+    private Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false, bool once = false) =>
+        _hosts.RunAsync(h, op, ct, bulk, once);
 
     private Task<T[]> ForAllHostsAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct) => _hosts.ForAllAsync(op, ct);
 

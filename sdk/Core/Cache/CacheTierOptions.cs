@@ -11,6 +11,12 @@ public sealed class CacheTierOptions
     /// <summary>Cache hosts, <c>host:port</c>. The order does not matter: placement is by rendezvous hashing.</summary>
     [Switch("--cache-hosts", "cache hosts, host:port,…", Environment = HostsVariable, Meta = "HOST:PORT,…")]
     public List<string> Hosts { get; set; } = [];
+    /// <summary>
+    /// The hosts are seed nodes of a Redis Cluster: keys go to the node serving their hash slot, learned from the
+    /// cluster, and the cluster's own replicas serve reads while a master fails over. Off: independent hosts.
+    /// </summary>
+    [Switch("--cache-cluster", ClusterHelp, Environment = ClusterVariable)]
+    public bool Cluster { get; set; }
     /// <summary>Copies of each segment (1 by default; 2 for high availability).</summary>
     [Switch("--replicas", "copies of each segment on the cache tier", Environment = ReplicasVariable)]
     public int Replicas { get; set; } = 1;
@@ -64,6 +70,7 @@ public sealed class CacheTierOptions
     public const string UserHelp = "account on the cache hosts (reader for nodes, writer for staging, admin for remove and gc)";
     public const string PasswordFileHelp = "file whose first line is the AUTH password of the cache hosts";
     public const string TlsHelp = "connect to the cache hosts over TLS, checking their certificates";
+    public const string ClusterHelp = "the cache hosts are seed nodes of a Redis Cluster (keys go where their hash slot lives)";
     public const string TlsCaHelp = "PEM file of the CA(s) that sign the cache hosts' certificates (implies --cache-tls; default: the system's roots)";
 
     public const string HostsVariable = "HPCDATA_CACHE_HOSTS";
@@ -74,6 +81,7 @@ public sealed class CacheTierOptions
     public const string TlsCaVariable = "HPCDATA_CACHE_CA";
     public const string MaxRateVariable = "HPCDATA_MAX_RATE";
     public const string ReplicasVariable = "HPCDATA_CACHE_REPLICAS";
+    public const string ClusterVariable = "HPCDATA_CACHE_CLUSTER";
 
     /// <summary>Problems with the settings, each a sentence naming the switch; empty when they are usable.</summary>
     public IEnumerable<string> Validate()
@@ -91,6 +99,8 @@ public sealed class CacheTierOptions
         if (MaxRate.BytesPerSecond < 0) yield return "--max-rate must not be negative";
         else if (MaxRate.BytesPerSecond is > 0 and < MinimumRate) yield return $"--max-rate {MaxRate.ToExactString()} is below {MinimumRate >> 10}KB/s: a batch would outwait the exchange timeout";
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
+        else if (Cluster && Replicas > 1)
+            yield return $"--replicas {Replicas} with --cache-cluster: a Redis Cluster keeps its own replicas of every key; leave --replicas at 1";
         // Placement puts each copy on a different host; more copies than hosts would silently be fewer copies.
         else if (Hosts.Count > 0 && Replicas > Hosts.Count)
             yield return $"--replicas {Replicas} cannot exceed the number of cache hosts ({Hosts.Count}): each copy of a segment is kept on a host of its own";
@@ -124,6 +134,7 @@ public sealed class CacheTierOptions
             User = Environment.GetEnvironmentVariable(UserVariable) is { Length: > 0 } user ? user : null,
             PasswordFile = Environment.GetEnvironmentVariable(PasswordFileVariable) is { Length: > 0 } file ? file : null,
             Tls = Environment.GetEnvironmentVariable(TlsVariable) is "1" or "true",
+            Cluster = Environment.GetEnvironmentVariable(ClusterVariable) is "1" or "true",
             TlsCaFile = Environment.GetEnvironmentVariable(TlsCaVariable) is { Length: > 0 } ca ? ca : null,
         };
         o.LoadPasswordFile();

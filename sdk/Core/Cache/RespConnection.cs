@@ -43,6 +43,13 @@ public sealed class RespConnection : IAsyncDisposable
     /// <summary>Set when reply bytes arrive; the exchange's owner clears it, to tell a silent host from a slow one.</summary>
     public bool Heard { get; set; }
 
+    /// <summary>
+    /// On a Redis Cluster connection every reply that says the key lives elsewhere (MOVED, ASK) or cannot be served yet
+    /// (CLUSTERDOWN, TRYAGAIN) is thrown as a <see cref="RespErrorException"/>, whatever the exchange expected: the
+    /// host set follows it, so no command's caller mistakes it for its own answer.
+    /// </summary>
+    public bool ThrowsRoutingErrors { get; set; }
+
     /// <summary>The exchange was abandoned part-way; replies may still be in flight, so the connection is not reused.</summary>
     public void MarkBroken() => _broken = true;
 
@@ -295,6 +302,8 @@ public sealed class RespConnection : IAsyncDisposable
             if (done)
             {
                 _reader.AdvanceTo(reader.Position);
+                if (ThrowsRoutingErrors && reply is { Kind: RespKind.Error, Text: { } text } && ClusterRedirect.IsRouting(text))
+                    throw new RespErrorException(Endpoint.ToString(), text);
                 return reply;
             }
             _reader.AdvanceTo(buffer.Start, buffer.End);
@@ -373,9 +382,18 @@ public sealed class RespConnection : IAsyncDisposable
     }
 
     /// <summary>Reads an MGET reply of <paramref name="count"/> elements, handing each value over as soon as it is complete.</summary>
-    public async ValueTask ReadBulkArrayAsync(int count, BulkHandler handler, CancellationToken ct)
+    public ValueTask ReadBulkArrayAsync(int count, BulkHandler handler, CancellationToken ct) => ReadBulksAsync(count, handler, array: true, ct);
+
+    /// <summary>
+    /// Reads the replies of <paramref name="count"/> pipelined GETs, handing each value over as soon as it is complete
+    /// (where MGET cannot be used: a Redis Cluster refuses one across hash slots). A server error is thrown as
+    /// <see cref="RespErrorException"/>; the replies after it are left unread.
+    /// </summary>
+    public ValueTask ReadBulkRepliesAsync(int count, BulkHandler handler, CancellationToken ct) => ReadBulksAsync(count, handler, array: false, ct);
+
+    private async ValueTask ReadBulksAsync(int count, BulkHandler handler, bool array, CancellationToken ct)
     {
-        var headerRead = false;
+        var headerRead = !array;
         var next = 0;
         while (next < count || !headerRead)
         {

@@ -21,8 +21,13 @@ public sealed record RespReply(RespKind Kind, string? Text = null, long Integer 
 }
 
 /// <summary>The server answered with a RESP error (the connection is still usable).</summary>
-public sealed class RespErrorException(string host, string message) : CommonDataException(CodeOf(message), $"{host}: {message}")
+public sealed class RespErrorException(string host, string message) : CommonDataException(CodeOf(message), $"{host}: {message}{HintFor(message)}")
 {
+    /// <summary>A client that takes a Redis Cluster for independent hosts hears MOVED: say what setting that means.</summary>
+    private static string HintFor(string message) =>
+        message.StartsWith("MOVED ", StringComparison.Ordinal) || message.StartsWith("ASK ", StringComparison.Ordinal)
+            ? " (the cache hosts are a Redis Cluster: give --cache-cluster or set HPCDATA_CACHE_CLUSTER=1)" : "";
+
     /// <summary>OOM is a full budget; NOAUTH / WRONGPASS / NOPERM are refused credentials; the rest are refused requests.</summary>
     private static ErrorCode CodeOf(string message) => message.Split(' ', 2)[0] switch
     {

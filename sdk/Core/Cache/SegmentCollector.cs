@@ -26,8 +26,6 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     /// <summary>What a collection did. <paramref name="Unreadable"/>: manifest keys whose content is not a manifest, skipped (or dropped).</summary>
     public sealed record Collection(bool Ran, string? SkippedBecause, int Manifests, int SegmentsKept, long SegmentsDeleted, IReadOnlyList<string>? Unreadable = null);
 
-    private int Designated => tier.Hosts.Select((h, i) => (h, i)).OrderBy(x => x.h.ToString(), StringComparer.Ordinal).First().i;
-
     /// <summary>
     /// Deletes unreferenced segments on every host; skips (and says why) while a stager is running. A manifest key that
     /// holds no readable manifest references nothing: it is skipped with a warning (its key is in <see cref="Collection.Unreadable"/>),
@@ -36,16 +34,17 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     /// </summary>
     public async Task<Collection> CollectAsync(CancellationToken ct = default, bool dropUnreadable = false)
     {
-        var designated = tier.Hosts[Designated];
+        var designated = await tier.CoordinatorOfAsync(CacheKeys.Collection, ct);
         await RequireAdminAsync(ct);
         var token = Guid.NewGuid().ToString("n");
-        var set = await tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [CacheKeys.Collection, token, "NX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
+        var set = await tier.ExecuteForKeyAsync(CacheKeys.Collection, "SET"u8.ToArray(), [CacheKeys.Collection, token, "NX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
         if (set.Kind == RespKind.Error) throw Refused(designated, set.Text!);
         if (set.Kind != RespKind.SimpleString)
             return new Collection(false, $"another collection is running ({CacheKeys.Collection} is set on {designated})", 0, 0, 0);
-        await using var flag = new Renewal(() => tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [CacheKeys.Collection, token, "XX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], CancellationToken.None),
-            () => tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [CacheKeys.Collection], CancellationToken.None), CacheKeys.Collection, _log);
-        var stagers = (await tier.KeysAsync(CacheKeys.StagingPrefix, ct))[Designated];
+        await using var flag = new Renewal(() => tier.ExecuteForKeyAsync(CacheKeys.Collection, "SET"u8.ToArray(), [CacheKeys.Collection, token, "XX", "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], CancellationToken.None),
+            () => tier.ExecuteForKeyAsync(CacheKeys.Collection, "DEL"u8.ToArray(), [CacheKeys.Collection], CancellationToken.None), CacheKeys.Collection, _log);
+        // Leases live on the designated host, or (a Redis Cluster) wherever their keys' slots are.
+        var stagers = (await tier.KeysAsync(CacheKeys.StagingPrefix, ct)).SelectMany(k => k).ToList();
         if (stagers.Count > 0) return new Collection(false, $"{stagers.Count} stager(s) running", 0, 0, 0);
 
         var referenced = new HashSet<SegmentId>();
@@ -64,7 +63,7 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
                 dropUnreadable ? ", deleting it" : ": an administrator removes it with hpcdata gc --drop-unreadable");
         }
         if (dropUnreadable && unreadable.Count > 0)
-            for (var h = 0; h < tier.Hosts.Count; h++) await tier.DeleteAsync(h, unreadable, ct);
+            for (var h = 0; h < (tier.IsCluster ? 1 : tier.Hosts.Count); h++) await tier.DeleteAsync(h, unreadable, ct);
 
         long deleted = 0;
         var perHost = await tier.KeysAsync(CacheKeys.SegmentPrefix, ct);
@@ -98,8 +97,8 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     /// </summary>
     private async Task RequireAdminAsync(CancellationToken ct)
     {
-        if (await tier.DryRunAsync(Designated, ["DEL", CacheKeys.Segment(default)], ct) is { } denial)
-            throw Refused(tier.Hosts[Designated], denial);
+        if (await tier.DryRunAsync(0, ["DEL", CacheKeys.Segment(default)], ct) is { } denial)
+            throw Refused(tier.Hosts[0], denial);
     }
 
     private static CommonDataException Refused(CacheEndpoint host, string why) =>
@@ -111,18 +110,17 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     public async Task<IAsyncDisposable> BeginStagingAsync(TimeSpan? wait = null, CancellationToken ct = default)
     {
         var key = CacheKeys.Staging(Guid.NewGuid().ToString("n"));
-        var designated = Designated;
         await SetLeaseAsync(key, ct);
-        var lease = new Renewal(() => SetLeaseAsync(key, CancellationToken.None), () => tier.ExecuteOnAsync(Designated, "DEL"u8.ToArray(), [key], CancellationToken.None), key, _log);
+        var lease = new Renewal(() => SetLeaseAsync(key, CancellationToken.None), () => tier.ExecuteForKeyAsync(key, "DEL"u8.ToArray(), [key], CancellationToken.None), key, _log);
         var deadline = DateTime.UtcNow + (wait ?? TimeSpan.FromMinutes(2));
         try
         {
             for (var delay = 50; ; delay = Math.Min(delay * 2, 2000))
             {
-                var gc = await tier.ExecuteOnAsync(designated, "EXISTS"u8.ToArray(), [CacheKeys.Collection], ct);
+                var gc = await tier.ExecuteForKeyAsync(CacheKeys.Collection, "EXISTS"u8.ToArray(), [CacheKeys.Collection], ct);
                 if (gc.Integer == 0) break;
                 if (DateTime.UtcNow > deadline)
-                    throw new TimeoutException($"a segment collection on {tier.Hosts[designated]} did not finish in time; try again");
+                    throw new TimeoutException($"a segment collection on {await tier.CoordinatorOfAsync(CacheKeys.Collection, ct)} did not finish in time; try again");
                 await Task.Delay(delay + Random.Shared.Next(delay), ct);
             }
         }
@@ -135,7 +133,7 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     }
 
     private Task<RespReply> SetLeaseAsync(string key, CancellationToken ct) =>
-        tier.ExecuteOnAsync(Designated, "SET"u8.ToArray(), [key, Environment.MachineName, "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
+        tier.ExecuteForKeyAsync(key, "SET"u8.ToArray(), [key, Environment.MachineName, "PX", ((long)FlagLifetime.TotalMilliseconds).ToString()], ct);
 
     /// <summary>
     /// A flag kept alive while its process works: renewed at a quarter of its lifetime, deleted when disposed. If the

@@ -1,0 +1,105 @@
+using System.Diagnostics;
+using Hpc.CommonData;
+using Hpc.CommonData.Cache;
+
+namespace Hpc.Integration.Tests;
+
+/// <summary>
+/// The cache tier on a Redis Cluster a site already runs: three masters with a replica each, started by the test.
+/// Keys go where their hash slots live, moved slots are followed, and a master killed mid-fetch costs the node nothing.
+/// </summary>
+public sealed class RedisClusterTests
+{
+    [Fact]
+    public async Task Stage_list_read_remove_and_collect_on_a_redis_cluster()
+    {
+        await using var redis = await RedisClusterNodes.StartAsync();
+        await using var c = new Cluster();
+        c.Hosts.Add(redis.Seeds[0]);
+        var bytes = Cluster.Csvish(40 * 65536 + 11);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.csv", bytes), "rc/data", "--cache-cluster");
+        Assert.True((await c.StageAsync(Cluster.WriteFile(c.Root, "d.csv", bytes), "rc/data", "--cache-cluster")).Unchanged);
+
+        // Content-addressed segments spread over every master's slots, not one node.
+        foreach (var master in await redis.MastersAsync()) Assert.True(await redis.KeyCountAsync(master) > 1, $"master {master} holds no segments");
+
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = redis.Options() };
+        await using (var data = await Dataset.OpenAsync("rc/data", direct))
+        {
+            Assert.Equal(staged.Version, data.Version);
+            Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+        }
+        var (_, pipe, _) = await c.StartAgentAsync(configure: o => o.CacheTier.Cluster = true);
+        await using (var viaAgent = await Dataset.OpenAsync("rc/data", Cluster.Via(pipe)))
+            Assert.True(viaAgent.VerifyHash());
+
+        await using var tier = new CacheTierClient(redis.Options());
+        var listed = Assert.Single(await tier.Catalog.ListAsync(), e => e.Name == "rc/data");
+        Assert.Equal((staged.Version, true, staged.Segments), (listed.Version, listed.Latest, listed.Segments));
+        Assert.Equal(6, (await tier.GetHostStatusAsync()).Count(s => s.Error is null)); // every node learned from one seed
+
+        var (latestRemoved, collection) = await tier.Catalog.RemoveVersionAsync("rc/data", staged.Version);
+        Assert.True(latestRemoved && collection.Ran);
+        Assert.Equal(staged.Segments, collection.SegmentsDeleted);
+        foreach (var master in await redis.MastersAsync()) Assert.Equal(0, await redis.KeyCountAsync(master));
+    }
+
+    [Fact]
+    public async Task A_client_with_an_old_slot_map_follows_MOVED_after_the_slots_are_resharded()
+    {
+        await using var redis = await RedisClusterNodes.StartAsync();
+        await using var c = new Cluster();
+        c.Hosts.Add(redis.Seeds[0]);
+        var bytes = Cluster.Csvish(24 * 65536);
+        await c.StageAsync(Cluster.WriteFile(c.Root, "m.csv", bytes), "rc/moved", "--cache-cluster");
+        await using var tier = new CacheTierClient(redis.Options());
+        var (_, manifest) = await tier.ResolveAsync("rc/moved"); // the client has learned the map
+
+        // Move every slot of one master (and so its keys) to another, behind the client's back.
+        var masters = await redis.MastersAsync();
+        var (from, to) = (await NodeIdAsync(redis, masters[0]), await NodeIdAsync(redis, masters[1]));
+        var moved = await redis.CliAsync(masters[0], "--cluster", "reshard", $"127.0.0.1:{masters[0]}", "--cluster-from", from, "--cluster-to", to,
+            "--cluster-slots", "16384", "--cluster-yes");
+        Assert.Equal(0, await redis.KeyCountAsync(masters[0]));
+        Assert.Contains("Moving slot", moved);
+
+        var got = new byte[bytes.Length];
+        var ids = manifest.SegmentIds.ToArray();
+        await tier.FetchSegmentsAsync(ids, Enumerable.Range(0, ids.Length).ToArray(), (i, stored) =>
+            Hpc.CommonData.Format.SegmentCodec.TryDecode(stored, ids[i], got.AsSpan((int)manifest.Offsets[i], manifest.Segments[i].RawLength)), "rc/moved");
+        Assert.Equal(bytes, got);
+        Assert.Equal(manifest.Name, (await tier.ResolveAsync("rc/moved")).Manifest.Name);
+    }
+
+    [Fact]
+    public async Task A_master_killed_mid_fetch_still_leaves_the_node_a_verified_copy()
+    {
+        await using var redis = await RedisClusterNodes.StartAsync();
+        await using var c = new Cluster();
+        c.Hosts.Add(redis.Seeds[0]);
+        var bytes = Cluster.Csvish(16 << 20, seed: 11);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "f.csv", bytes), "rc/failover", "--cache-cluster");
+        await redis.WaitReplicatedAsync();
+
+        // The node's link is slow enough that the fetch is still under way when a master dies.
+        var rate = Math.Max(CacheTierOptions.MinimumRate, staged.StoredBytes / 4);
+        var (agent, pipe, _) = await c.StartAgentAsync(configure: o => { o.CacheTier.Cluster = true; o.CacheTier.MaxRate = new ByteRate(rate); });
+        var clock = Stopwatch.StartNew();
+        var open = Dataset.OpenAsync("rc/failover", Cluster.Via(pipe));
+        await Task.Delay(TimeSpan.FromSeconds(1));
+        Assert.False(open.IsCompleted, "the fetch ended before the master was killed");
+        var victim = (await redis.MastersAsync())[0];
+        redis.Kill(victim);
+
+        await using var data = await open.WaitAsync(TimeSpan.FromSeconds(90));
+        Assert.Equal(staged.Version, data.Version);
+        Assert.True(data.VerifyHash());
+        Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+        Assert.True(clock.Elapsed > TimeSpan.FromSeconds(1));
+        Assert.DoesNotContain(victim, await redis.MastersAsync()); // its replica took over
+        var log = string.Join("\n", agent.StandardOutput) + agent.StandardErrorTail;
+        Assert.True(log.Contains($"127.0.0.1:{victim}"), log); // and the agent met the dead master
+    }
+
+    private static async Task<string> NodeIdAsync(RedisClusterNodes redis, int port) => (await redis.CliAsync(port, "CLUSTER", "MYID")).Trim();
+}
