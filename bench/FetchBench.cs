@@ -19,7 +19,7 @@ namespace Hpc.Bench;
 public sealed record FetchRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Run,
     double DecodeSeconds, double DecodeCpuSeconds, double FetchSeconds, double AgentUserSeconds, double AgentSystemSeconds,
-    double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null);
+    double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null, string? Tier = null);
 
 /// <summary>
 /// The node agent fetching a version from a real cache host on loopback (its own process, warm, as a node runs it),
@@ -32,8 +32,32 @@ public static class FetchBench
 {
     /// <param name="AgentCores">0: everything shares every core. N: the decode baseline runs on N threads and the agent is
     /// pinned to cores 0..N-1, the cache host to the rest.</param>
+    /// <param name="Tier"><see cref="OurHost"/> or <see cref="RedisCluster"/>.</param>
     public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, string? Out, string WorkDir, int AgentCores = 0,
-        SegmentCompression? Codec = null);
+        SegmentCompression? Codec = null, string Tier = OurHost);
+
+    public const string OurHost = "cachehost";
+    public const string RedisCluster = "redis-cluster";
+
+    /// <summary>The cache tier under test: how to reach it and what its processes have spent on the CPU.</summary>
+    private sealed class TierUnderTest(CacheTierOptions client, Func<double> cpuSeconds, IAsyncDisposable processes) : IAsyncDisposable
+    {
+        public CacheTierOptions Client() => new() { Hosts = client.Hosts.ToList(), Cluster = client.Cluster };
+        public double CpuSeconds() => cpuSeconds();
+        public ValueTask DisposeAsync() => processes.DisposeAsync();
+
+        public static async Task<TierUnderTest> StartAsync(Options o, string[]? pin, CancellationToken ct)
+        {
+            if (o.Tier == RedisCluster)
+            {
+                var redis = await RedisClusterNodes.StartAsync(masters: 3, replicasPerMaster: 0);
+                return new TierUnderTest(redis.Options(), () => redis.ProcessIds.Sum(id => ProcStats.Read("redis-server", id).CpuSeconds), redis);
+            }
+            var host = ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = (long)(o.Size * 1.3) + (64L << 20) }, name: "cachehost", launcher: pin);
+            var endpoint = await host.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+            return new TierUnderTest(new CacheTierOptions { Hosts = [endpoint] }, () => ProcStats.Read(host.Name, host.Id).CpuSeconds, host);
+        }
+    }
 
     private const string Pin = "bench";
 
@@ -52,15 +76,13 @@ public static class FetchBench
             if (kind == "random") SampleData.GenerateRandom(path, o.Size);
             else MarketHistory.Generate(path, o.Size);
             var name = $"bench/fetch-{kind}";
-            await using var host = ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = (long)(o.Size * 1.3) + (64L << 20) },
-                name: "cachehost", launcher: hostPin);
-            var endpoint = await host.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+            await using var host = await TierUnderTest.StartAsync(o, hostPin, ct);
             await using (var stager = ComponentProcess.Start(new StagerOptions
-                         { Path = path, Name = name, Json = true, Codec = (o.Codec ?? SegmentCompression.Lz4).ToString(), CacheTier = { Hosts = [endpoint] } }, name: "stager"))
+                         { Path = path, Name = name, Json = true, Codec = (o.Codec ?? SegmentCompression.Lz4).ToString(), CacheTier = host.Client() }, name: "stager"))
                 if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(30), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             File.Delete(path);
 
-            await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [endpoint] });
+            await using var tier = new CacheTierClient(host.Client());
             var (version, manifest) = await tier.ResolveAsync(name, null, ct);
             var stored = await ReadStoredAsync(tier, manifest, ct);
             var target = Path.Combine(o.WorkDir, "decoded.bin");
@@ -70,7 +92,7 @@ public static class FetchBench
             var pipe = Path.Combine(Path.GetTempPath(), $"hcdfetch{Environment.ProcessId}.sock");
             await using var agent = ComponentProcess.Start(new NodeAgentOptions
             {
-                Pipe = pipe, DataDirectory = Path.Combine(o.WorkDir, "agent"), CacheTier = new CacheTierOptions { Hosts = [endpoint] },
+                Pipe = pipe, DataDirectory = Path.Combine(o.WorkDir, "agent"), CacheTier = host.Client(),
             }, name: "agent", launcher: agentPin);
             await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
             await using var client = await AgentClient.ConnectAsync(pipe, ct: ct);
@@ -94,15 +116,15 @@ public static class FetchBench
                     else
                     {
                         var a0 = ProcStats.Read(agent.Name, agent.Id);
-                        var h0 = ProcStats.Read(host.Name, host.Id).CpuSeconds;
+                        var h0 = host.CpuSeconds();
                         var (a1, h1) = (a0, h0);
                         var seconds = await FetchOnceAsync(client, name, version, ct,
-                            () => (a1, h1) = (ProcStats.Read(agent.Name, agent.Id), ProcStats.Read(host.Name, host.Id).CpuSeconds));
+                            () => (a1, h1) = (ProcStats.Read(agent.Name, agent.Id), host.CpuSeconds()));
                         fetch = (seconds, a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds, h1 - h0);
                     }
                 }
                 var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
-                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString());
+                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier);
                 records.Add(r);
                 if (o.Out is not null) BenchJson.Append(o.Out, r);
                 var gb = r.RawBytes / 1e9;
@@ -167,13 +189,13 @@ public static class FetchBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| data | codec | size | stored | cores | runs | raw decode MB/s | agent fetch MB/s | fetch / decode | decode CPU-s per GB | agent CPU-s per GB (user + kernel) | cache host CPU-s per GB |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|");
-        foreach (var g in records.GroupBy(r => (r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned)))
+        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MB/s | agent fetch MB/s | fetch / decode | decode CPU-s per GB | agent CPU-s per GB (user + kernel) | cache tier CPU-s per GB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var g in records.GroupBy(r => (Tier: r.Tier ?? OurHost, r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned)))
         {
             double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / 1e9;
-            sb.AppendLine(inv, $"| {g.Key.Data} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+            sb.AppendLine(inv, $"| {g.Key.Tier} | {g.Key.Data} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
                                $"{Med(r => Mbps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => Mbps(r.RawBytes, r.FetchSeconds)):0} | " +
                                $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +

@@ -21,6 +21,9 @@ public sealed class BenchFetchOptions
     [Option("codec", Default = "lz4", HelpText = "The codec the data is staged with (lz4, zstd, zstd:LEVEL, none), for the agent and the baseline alike.")]
     public string Codec { get; set; } = "lz4";
 
+    [Option("tier", Default = "cachehost", HelpText = "What the agent fetches from: cachehost (ours, one process) or redis-cluster (Debian's redis-server, 3 masters, slots learned by the client).")]
+    public string Tier { get; set; } = "cachehost";
+
     [Option("out", HelpText = "Directory to append results.jsonl to (kind \"fetch\").")]
     public string? Out { get; set; }
 }
@@ -37,12 +40,13 @@ public static class BenchFetchVerb
             if (o.AgentCores < 0 || o.AgentCores > Environment.ProcessorCount)
                 throw new FormatException($"--agent-cores must be between 0 and the {Environment.ProcessorCount} cores this process may use");
             if (!Hpc.CommonData.Format.SegmentCompression.TryParse(o.Codec, out var codec, out var codecError)) throw new FormatException($"--codec: {codecError}");
+            if (o.Tier is not (FetchBench.OurHost or FetchBench.RedisCluster)) throw new FormatException($"--tier '{o.Tier}': use {FetchBench.OurHost} or {FetchBench.RedisCluster}");
             var size = ByteSize.Parse(o.Size);
             if (size < 1 << 20) throw new FormatException("--size must be at least 1MB");
             var work = Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-fetch-{Environment.ProcessId}");
             try
             {
-                var records = await FetchBench.RunAsync(new FetchBench.Options(size, kinds, o.Repeat, o.Out, work, o.AgentCores, codec), ct);
+                var records = await FetchBench.RunAsync(new FetchBench.Options(size, kinds, o.Repeat, o.Out, work, o.AgentCores, codec, o.Tier), ct);
                 Console.WriteLine(FetchBench.Table(records));
                 return 0;
             }

@@ -1,4 +1,5 @@
 using System.Diagnostics;
+using Hpc.Bench;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 
@@ -99,6 +100,31 @@ public sealed class RedisClusterTests
         Assert.DoesNotContain(victim, await redis.MastersAsync()); // its replica took over
         var log = string.Join("\n", agent.StandardOutput) + agent.StandardErrorTail;
         Assert.True(log.Contains($"127.0.0.1:{victim}"), log); // and the agent met the dead master
+    }
+
+    [Fact]
+    public async Task A_key_in_the_middle_of_a_migration_is_read_from_the_node_the_ASK_names()
+    {
+        await using var redis = await RedisClusterNodes.StartAsync(replicasPerMaster: 0);
+        await using var c = new Cluster();
+        c.Hosts.Add(redis.Seeds[0]);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "a.csv", Cluster.Csvish(3 * 65536)), "rc/ask", "--cache-cluster");
+
+        // Leave the manifest's slot half-migrated: its key already on the importing node, the slot still the old one's.
+        var key = CacheKeys.Manifest(staged.Version);
+        var masters = await redis.MastersAsync();
+        var from = 0;
+        foreach (var p in masters) if ((await redis.CliAsync(p, "EXISTS", key)).Trim() == "1") from = p;
+        var to = masters.First(p => p != from);
+        var slot = (await redis.CliAsync(from, "CLUSTER", "KEYSLOT", key)).Trim();
+        await redis.CliAsync(to, "CLUSTER", "SETSLOT", slot, "IMPORTING", await NodeIdAsync(redis, from));
+        await redis.CliAsync(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", await NodeIdAsync(redis, to));
+        Assert.Equal("OK", (await redis.CliAsync(from, "MIGRATE", "127.0.0.1", to.ToString(), key, "0", "5000")).Trim());
+        Assert.StartsWith("ASK ", (await redis.CliAsync(from, "GET", key)).Trim());
+
+        await using var tier = new CacheTierClient(redis.Options());
+        var (version, manifest) = await tier.ResolveAsync("rc/ask");
+        Assert.Equal((staged.Version, "rc/ask"), (version, manifest.Name));
     }
 
     private static async Task<string> NodeIdAsync(RedisClusterNodes redis, int port) => (await redis.CliAsync(port, "CLUSTER", "MYID")).Trim();

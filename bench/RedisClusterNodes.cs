@@ -3,11 +3,12 @@ using System.Net;
 using System.Net.Sockets;
 using Hpc.CommonData.Cache;
 
-namespace Hpc.Integration.Tests;
+namespace Hpc.Bench;
 
 /// <summary>
 /// A real Redis Cluster on loopback: Debian's redis-server nodes with cluster mode on, joined by
-/// <c>redis-cli --cluster create</c> into masters with one replica each. Killed and its files removed on dispose.
+/// <c>redis-cli --cluster create</c> into masters with (by default) one replica each. Killed and its files removed on
+/// dispose. Tests fail it over; <c>bench fetch --tier redis-cluster</c> fetches from it.
 /// </summary>
 public sealed class RedisClusterNodes : IAsyncDisposable
 {
@@ -20,22 +21,25 @@ public sealed class RedisClusterNodes : IAsyncDisposable
     /// <summary>Client options for this cluster, given only its first node as a seed (the rest is learned).</summary>
     public CacheTierOptions Options(int attempts = 3) => new() { Hosts = [Seeds[0]], Cluster = true, MaxAttempts = attempts };
 
-    public static async Task<RedisClusterNodes> StartAsync(int masters = 3, int nodeTimeoutMs = 1000)
+    /// <summary>The nodes' process ids (what their CPU is read by).</summary>
+    public IReadOnlyList<int> ProcessIds => _nodes.Values.Where(p => !p.HasExited).Select(p => p.Id).ToList();
+
+    public static async Task<RedisClusterNodes> StartAsync(int masters = 3, int replicasPerMaster = 1, int nodeTimeoutMs = 1000)
     {
         var cluster = new RedisClusterNodes();
         try
         {
             Directory.CreateDirectory(cluster._dir);
-            foreach (var port in FreeClusterPorts(masters * 2))
+            foreach (var port in FreeClusterPorts(masters * (1 + replicasPerMaster)))
                 cluster._nodes[port] = Process.Start(new ProcessStartInfo(Executable("redis-server"),
                 [
                     "--port", port.ToString(), "--bind", "127.0.0.1", "--cluster-enabled", "yes", "--cluster-config-file", $"nodes-{port}.conf",
                     "--cluster-node-timeout", nodeTimeoutMs.ToString(), "--save", "", "--appendonly", "no", "--dir", cluster._dir,
                 ]) { RedirectStandardOutput = true, UseShellExecute = false })!;
             foreach (var port in cluster.Ports) await cluster.CliAsync(port, "PING");
-            var create = await RunAsync(Executable("redis-cli"), ["--cluster", "create", .. cluster.Seeds, "--cluster-replicas", "1", "--cluster-yes"]);
+            var create = await RunAsync(Executable("redis-cli"), ["--cluster", "create", .. cluster.Seeds, "--cluster-replicas", replicasPerMaster.ToString(), "--cluster-yes"]);
             if (create.Code != 0) throw new InvalidOperationException($"redis-cli --cluster create failed: {create.Output}");
-            await cluster.WaitHealthyAsync(masters);
+            await cluster.WaitHealthyAsync(masters * (1 + replicasPerMaster));
             return cluster;
         }
         catch
@@ -45,8 +49,8 @@ public sealed class RedisClusterNodes : IAsyncDisposable
         }
     }
 
-    /// <summary>Waits until every slot is served and each of the <paramref name="masters"/> slot ranges has its replica.</summary>
-    public async Task WaitHealthyAsync(int masters, TimeSpan? within = null)
+    /// <summary>Waits until every slot is served and <paramref name="nodes"/> nodes, masters and replicas, are online.</summary>
+    public async Task WaitHealthyAsync(int nodes, TimeSpan? within = null)
     {
         var deadline = DateTime.UtcNow + (within ?? TimeSpan.FromSeconds(30));
         foreach (var port in Ports.Where(p => _nodes[p] is { HasExited: false }))
@@ -55,7 +59,7 @@ public sealed class RedisClusterNodes : IAsyncDisposable
                 var info = await CliAsync(port, "CLUSTER", "INFO");
                 var slots = await CliAsync(port, "CLUSTER", "SHARDS");
                 var healthy = slots.Split('\n').Count(l => l.Trim() == "online");
-                if (info.Contains("cluster_state:ok") && healthy >= masters * 2) break;
+                if (info.Contains("cluster_state:ok") && healthy >= nodes) break;
                 if (DateTime.UtcNow > deadline) throw new TimeoutException($"Redis Cluster on {port} not healthy: {info} {slots}");
                 await Task.Delay(100);
             }
