@@ -1,0 +1,203 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Net;
+using System.Net.Sockets;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Bench;
+
+/// <summary>
+/// A real Slurm across the scale model's node namespaces, run as a site runs it: munged and slurmctld in the root
+/// namespace on the bridge's address, one slurmd per node namespace under the node's own host name and address, and each
+/// node with a /tmp and /dev/shm of its own (a mount namespace per slurmd), as separate machines have, so the same
+/// agent socket and data paths mean a different node's on each. Debian's slurm-wlm and munge; MPI steps get PMI-2
+/// (<c>MpiDefault=pmi2</c>), which MPICH's PMI-1 client speaks to. The Epilog runs <c>hpcdata noderelease</c> on
+/// every node. Everything lives in one shared directory and is stopped on dispose.
+/// </summary>
+public sealed class SlurmLab : IAsyncDisposable
+{
+    private readonly List<Process> _daemons = [];
+    private readonly Topology _topology;
+
+    /// <summary>Configuration, munge socket, spool, logs and job output: shared by every node, outside any node's /tmp.</summary>
+    public string Directory { get; }
+    public string Conf => Path.Combine(Directory, "slurm.conf");
+    public IReadOnlyList<string> NodeNames => _topology.Nodes.Select((_, i) => NodeName(i)).ToList();
+
+    /// <summary>The environment a Slurm client command needs (the lab's configuration file).</summary>
+    public Dictionary<string, string?> Environment => new() { ["SLURM_CONF"] = Conf };
+
+    private SlurmLab(Topology topology, string directory)
+    {
+        _topology = topology;
+        Directory = directory;
+    }
+
+    public static string NodeName(int index) => $"n{index + 1}";
+
+    /// <summary>Why this machine cannot run the lab (not root, a program missing), or null.</summary>
+    public static string? Unavailable() =>
+        !OperatingSystem.IsLinux() ? "Slurm across namespaces needs Linux"
+        : !Shell.IsRoot ? "not running as root (slurmd starts job steps, namespaces need root)"
+        : new[] { "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/sbatch", "/usr/bin/nsenter", "/usr/bin/unshare" }
+            .FirstOrDefault(p => !File.Exists(p)) is { } missing ? $"{missing} is not installed (apt-get install slurm-wlm munge util-linux)"
+        : null;
+
+    /// <summary>Starts the daemons on an existing topology and waits until every node is idle.</summary>
+    public static async Task<SlurmLab> StartAsync(Topology topology, CancellationToken ct = default)
+    {
+        if (Unavailable() is { } why) throw new BenchRefusedException(why, 2);
+        var dir = Path.Combine("/var/tmp", $"hcd-slurm-{System.Environment.ProcessId}-{topology.Instance}");
+        var lab = new SlurmLab(topology, dir);
+        try
+        {
+            lab.WriteConfiguration();
+            lab.Start(null, "/usr/sbin/munged", "-F", "--force", "-S", $"{dir}/munge/munge.socket", "--pid-file", $"{dir}/munge/munged.pid",
+                "--log-file", $"{dir}/munge/munged.log", "--seed-file", $"{dir}/munge/munged.seed");
+            for (var i = 0; i < 50 && !File.Exists($"{dir}/munge/munge.socket"); i++) await Task.Delay(100, ct);
+            lab.Start(null, "/usr/sbin/slurmctld", "-D", "-i", "-f", lab.Conf);
+            for (var i = 0; i < topology.Nodes.Count; i++)
+            {
+                System.IO.Directory.CreateDirectory(Path.Combine(dir, "spool", NodeName(i)));
+                lab.Start(topology.Nodes[i], "/usr/sbin/slurmd", "-D", "-N", NodeName(i), "-f", lab.Conf);
+            }
+            var clock = Stopwatch.StartNew();
+            while (true)
+            {
+                var state = await lab.RunAsync("sinfo", "-h", "-N", "-o", "%N %T");
+                var idle = state.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries).Count(l => l.EndsWith(" idle", StringComparison.Ordinal));
+                if (state.Code == 0 && idle == topology.Nodes.Count) return lab;
+                if (clock.Elapsed > TimeSpan.FromSeconds(60) || lab._daemons.Any(d => d.HasExited))
+                    throw new InvalidOperationException($"Slurm did not come up ({idle} of {topology.Nodes.Count} nodes idle; sinfo: {state.Output.Trim()}):\n{lab.Logs()}");
+                await Task.Delay(300, ct);
+            }
+        }
+        catch
+        {
+            await lab.DisposeAsync();
+            throw;
+        }
+    }
+
+    private void WriteConfiguration()
+    {
+        foreach (var d in new[] { "state", "spool", "munge", "jobs" }) System.IO.Directory.CreateDirectory(Path.Combine(Directory, d));
+        var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
+        var epilog = Path.Combine(Directory, "epilog.sh");
+        File.WriteAllText(epilog, $"#!/bin/sh\nexec {hpcdata} noderelease --job \"$SLURM_JOB_ID\" >>{Directory}/epilog-$SLURMD_NODENAME.log 2>&1\n");
+        File.SetUnixFileMode(epilog, (UnixFileMode)0b111_101_101);
+        var cpus = System.Environment.ProcessorCount;
+        var nodes = string.Join("\n", _topology.Nodes.Select((n, i) =>
+            $"NodeName={NodeName(i)} NodeAddr={n.Address} NodeHostname={NodeName(i)} CPUs={cpus} RealMemory=1024 State=UNKNOWN"));
+        // The controller is this machine under its own name, reached by the nodes at the bridge's address.
+        File.WriteAllText(Conf, $"""
+            ClusterName=hcdlab
+            SlurmctldHost={Dns.GetHostName()}({_topology.BridgeAddress})
+            SlurmUser=root
+            SlurmdUser=root
+            AuthType=auth/munge
+            AuthInfo=socket={Directory}/munge/munge.socket
+            StateSaveLocation={Directory}/state
+            SlurmdSpoolDir={Directory}/spool/%n
+            SlurmctldPidFile={Directory}/slurmctld.pid
+            SlurmdPidFile={Directory}/slurmd-%n.pid
+            SlurmctldLogFile={Directory}/slurmctld.log
+            SlurmdLogFile={Directory}/slurmd-%n.log
+            SlurmctldPort={FreePort()}
+            SlurmdPort=6818
+            ProctrackType=proctrack/linuxproc
+            TaskPlugin=task/none
+            SelectType=select/cons_tres
+            SelectTypeParameters=CR_Core
+            JobAcctGatherType=jobacct_gather/none
+            AccountingStorageType=accounting_storage/none
+            MpiDefault=pmi2
+            ReturnToService=2
+            Epilog={epilog}
+            {nodes}
+            PartitionName=lab Nodes=n[1-{_topology.Nodes.Count}] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
+
+            """);
+    }
+
+    /// <summary>
+    /// Starts a daemon in the root namespace, or a node's: in its network namespace (nsenter, so /sys stays the
+    /// machine's and slurmd finds its cgroups), under the node's host name, and in a mount namespace of its own with a
+    /// fresh /tmp and /dev/shm.
+    /// </summary>
+    private void Start(Topology.Member? node, string program, params string[] args)
+    {
+        var info = node is null
+            ? new ProcessStartInfo(program)
+            : new ProcessStartInfo("/usr/bin/nsenter", [$"--net=/run/netns/{node.Namespace}", "/usr/bin/unshare", "--mount", "--uts", "--propagation", "slave",
+                "/bin/sh", "-c", $"hostname {NodeName(_topology.Nodes.ToList().IndexOf(node))} && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\"", program]);
+        info.UseShellExecute = false;
+        info.RedirectStandardOutput = info.RedirectStandardError = true;
+        foreach (var a in args) info.ArgumentList.Add(a);
+        info.Environment["SLURM_CONF"] = Conf;
+        var p = Process.Start(info)!;
+        var log = Path.Combine(Directory, "daemons.err");
+        p.OutputDataReceived += (_, _) => { };
+        p.ErrorDataReceived += (_, e) => { if (e.Data is not null) lock (_daemons) File.AppendAllText(log, e.Data + "\n"); };
+        p.BeginOutputReadLine();
+        p.BeginErrorReadLine();
+        _daemons.Add(p);
+    }
+
+    public async Task<(int Code, string Output)> RunAsync(string program, params string[] args)
+    {
+        var info = new ProcessStartInfo(program) { UseShellExecute = false, RedirectStandardOutput = true, RedirectStandardError = true };
+        foreach (var a in args) info.ArgumentList.Add(a);
+        info.Environment["SLURM_CONF"] = Conf;
+        using var p = Process.Start(info)!;
+        var stdout = p.StandardOutput.ReadToEndAsync();
+        var stderr = p.StandardError.ReadToEndAsync();
+        await p.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(60));
+        return (p.ExitCode, await stdout + await stderr);
+    }
+
+    /// <summary>Waits until the job has left the queue and returns its output file (written in <paramref name="workDir"/>).</summary>
+    public async Task<string> WaitForJobAsync(string job, string workDir, TimeSpan timeout)
+    {
+        var clock = Stopwatch.StartNew();
+        var output = Path.Combine(workDir, $"slurm-{job}.out");
+        while (await RunAsync("squeue", "-h", "-o", "%i", "-j", job) is var q &&
+               (q.Code != 0 && !q.Output.Contains("Invalid job id") || q.Output.Split('\n').Any(l => l.Trim() == job) || !File.Exists(output)))
+        {
+            if (clock.Elapsed > timeout) throw new TimeoutException($"Slurm job {job} still queued or running after {timeout}:\n{Logs()}");
+            await Task.Delay(300);
+        }
+        return await File.ReadAllTextAsync(output);
+    }
+
+    /// <summary>The last lines of every daemon's log, for a failure message.</summary>
+    public string Logs() => string.Join("\n", new[] { "slurmctld.log", "daemons.err", "munge/munged.log" }
+            .Concat(NodeNames.SelectMany(n => new[] { $"slurmd-{n}.log", $"epilog-{n}.log" }))
+            .Select(f => Path.Combine(Directory, f)).Where(File.Exists).Select(f => $"--- {f}\n{string.Join("\n", File.ReadLines(f).TakeLast(12))}"));
+
+    private static int FreePort()
+    {
+        using var l = new TcpListener(IPAddress.Any, 0);
+        l.Start();
+        return ((IPEndPoint)l.LocalEndpoint).Port;
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        // Jobs first, so their steps and Epilogs end while the daemons that run them are still there.
+        if (_daemons.Count > 2 && _daemons.All(d => !d.HasExited))
+        {
+            await RunAsync("scancel", "--full", "--partition", "lab");
+            for (var i = 0; i < 50 && (await RunAsync("squeue", "-h")).Output.Trim().Length > 0; i++) await Task.Delay(200);
+        }
+        foreach (var p in Enumerable.Reverse(_daemons))
+        {
+            try { if (!p.HasExited) p.Kill(entireProcessTree: true); } catch (InvalidOperationException) { }
+            try { await p.WaitForExitAsync().WaitAsync(TimeSpan.FromSeconds(10)); } catch (TimeoutException) { }
+            p.Dispose();
+        }
+        try { System.IO.Directory.Delete(Directory, recursive: true); } catch (IOException) { } catch (UnauthorizedAccessException) { }
+    }
+
+    public override string ToString() => string.Create(CultureInfo.InvariantCulture, $"Slurm on {_topology.Nodes.Count} nodes ({Directory})");
+}
