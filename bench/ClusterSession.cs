@@ -16,7 +16,7 @@ namespace Hpc.Bench;
 /// the plain-TCP calibrations. Every run starts its own processes and stops them before it returns, so runs in one
 /// session do not share state; the namespaces and links are reused because building them is the slow part.
 /// </summary>
-public sealed class ClusterSession : IAsyncDisposable
+public sealed partial class ClusterSession : IAsyncDisposable
 {
     public const int CachePort = 6380;
     private const int TcpPort = 6390;
@@ -503,7 +503,11 @@ public sealed class ClusterSession : IAsyncDisposable
     {
         List<ComponentProcess> left;
         lock (_processes) left = [.. _processes];
-        try { await StopAllAsync(left); }
+        try
+        {
+            await StopAllAsync(left);
+            await DisposeSlurmAsync();
+        }
         finally
         {
             _topology.Destroy();

@@ -54,6 +54,11 @@ public sealed class BenchClusterOptions
         "mpich: the same under MPICH (mpiexec.hydra). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
     public string Fanout { get; set; } = "none";
 
+    [Option("scheduler", Default = "none", HelpText = "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
+        "(slurmctld, one slurmd per node), and --fanout's modes run as steps of one allocation: none, mpi (srun hpcdata nodeprep), sbcast, sbcast-tree2 " +
+        "(sbcast --compress=lz4, default tree width or 2), srun-bcast (srun --bcast --compress=lz4).")]
+    public string Scheduler { get; set; } = "none";
+
     [Option("transport", Default = "plain", HelpText = "plain (TCP) or tls (the cache hosts serve TLS, the stager and agents verify it); a list (plain,tls) runs each in turn in the same cluster. Direct fetch only.")]
     public string Transport { get; set; } = "plain";
 
@@ -146,6 +151,8 @@ public static class BenchVerb
             if (o.CalibrateTool is not ("hpcdata" or "iperf3")) throw new FormatException("--calibrate-tool must be hpcdata or iperf3");
             if (o.Instance is < 0 or > Topology.MaxInstance) throw new FormatException($"--instance must be 0..{Topology.MaxInstance}");
             var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
+            if (o.Scheduler is not ("none" or "slurm")) throw new FormatException("--scheduler must be none or slurm");
+            if (o.Scheduler == "slurm") return await SlurmAsync(o, fanouts, rate, delay, ct);
             if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich"))) throw new FormatException("--fanout must be none, mpi, mpich or a list of them");
             if (fanouts.Contains("mpi") && !Shell.Exists("mpiexec.openmpi"))
                 throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
@@ -193,6 +200,23 @@ public static class BenchVerb
             Console.Error.WriteLine($"hpcdata bench cluster: {e.Message}");
             return 1;
         }
+    }
+
+    private static async Task<int> SlurmAsync(BenchClusterOptions o, List<string> modes, int rate, double delay, CancellationToken ct)
+    {
+        if (modes.Count == 0 || modes.Any(m => !ClusterSession.SlurmModes.Contains(m)))
+            throw new FormatException($"--fanout with --scheduler slurm: a list of {string.Join(", ", ClusterSession.SlurmModes)}");
+        if (o.Matrix || o.Transport != "plain" || o.Workers > 0) throw new FormatException("--scheduler slurm runs single cells, plain transport, without workers");
+        if (SlurmLab.Unavailable() is { } why) throw new BenchRefusedException(why, 2);
+        await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
+        foreach (var r in await session.RunSlurmAsync(ByteSize.Parse(o.Size), o.Data, modes, o.Repeat, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(), ct))
+            Emit(o.Out, r);
+        if (o.Calibrate)
+        {
+            Emit(o.Out, await session.CalibratePullAsync(ByteSize.Parse(o.Size), ct, o.CalibrateTool == "iperf3"));
+            if (o.Nodes > 1) Emit(o.Out, await session.CalibrateNeighbourAsync(ByteSize.Parse(o.Size), ct, o.CalibrateTool == "iperf3"));
+        }
+        return 0;
     }
 
     private static async Task<int> MatrixAsync(BenchClusterOptions o, int rate, double delay, CancellationToken ct)

@@ -1,0 +1,162 @@
+using System.Globalization;
+using System.Text;
+using System.Text.Json;
+using Hpc.CommonData;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Commands;
+
+namespace Hpc.Bench;
+
+public sealed partial class ClusterSession
+{
+    /// <summary>What <c>bench cluster --scheduler slurm</c> runs as steps of one allocation, each timed by the batch shell.</summary>
+    public static readonly IReadOnlyList<string> SlurmModes = ["none", "mpi", "sbcast", "sbcast-tree2", "srun-bcast"];
+
+    private SlurmLab? _slurm;
+
+    /// <summary>
+    /// Slurm's own ways to put a file on every node beside ours, as steps of one allocation of all N nodes, in turn:
+    /// <list type="bullet">
+    /// <item><c>none</c>, <c>mpi</c>: <c>srun hpcdata nodeprep --fanout none|mpi</c> (ranks through PMI-2), the data
+    /// staged to the cache hosts beforehand; the agents start cold, as on nodes without an agent service.</item>
+    /// <item><c>sbcast</c>: <c>sbcast --compress=lz4</c> from the batch node (the default tree width, wider than the
+    /// cluster: the batch node sends to every node); <c>sbcast-tree2</c>: the same through a tree of width 2.</item>
+    /// <item><c>srun-bcast</c>: <c>srun --bcast --compress=lz4</c> of the same bytes behind a two-line shell header
+    /// (srun broadcasts only the program it runs).</item>
+    /// </list>
+    /// The source file sits on the storage every node shares; each copy lands in the node's own /dev/shm and is removed
+    /// (our modes: released and evicted) before the next mode. Returns one record per mode and repetition.
+    /// </summary>
+    public async Task<List<BenchRecord>> RunSlurmAsync(long size, string data, IReadOnlyList<string> modes, int repeat, string codec, CancellationToken ct)
+    {
+        if (modes.FirstOrDefault(m => !SlurmModes.Contains(m)) is { } bad) throw new ArgumentException($"Slurm mode '{bad}': use {string.Join(", ", SlurmModes)}");
+        _slurm ??= await SlurmLab.StartAsync(_topology, ct);
+        var run = $"{_runId}-s{DateTime.UtcNow:HHmmssfff}";
+        const string name = "bench/slurm";
+        var processes = new List<ComponentProcess>();
+        var shared = Path.Combine(_slurm.Directory, "jobs", run);
+        Directory.CreateDirectory(shared);
+        try
+        {
+            var hosts = _topology.Hosts.Select((h, i) => Start(processes,
+                new CacheHostOptions { Address = h.Address, Port = CachePort, MaxMemoryBytes = (long)(size * 1.3) + (64L << 20) }, $"cachehost{i + 1}", h)).ToList();
+            foreach (var h in hosts) await h.WaitReadyAsync(ReadyTimeout, ct);
+            var hostList = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
+            var source = Path.Combine(shared, "data.bin");
+            File.Copy(Dataset(size, data), source);
+            var stager = Start(processes, new StagerOptions { Path = source, Name = name, CacheTier = { Hosts = [hostList] }, Json = true, Codec = codec }, "stager", null);
+            if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
+            var stage = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
+
+            // srun broadcasts the program it runs: the same bytes behind a header that makes them one.
+            var program = Path.Combine(shared, "data.run");
+            await using (var o = File.Create(program))
+            {
+                await o.WriteAsync("#!/bin/sh\nexit 0\n"u8.ToArray(), ct);
+                await using var i = File.OpenRead(source);
+                await i.CopyToAsync(o, ct);
+            }
+            File.SetUnixFileMode(program, (UnixFileMode)0b111_101_101);
+
+            var script = Path.Combine(shared, "modes.sh");
+            var order = Enumerable.Range(0, repeat).SelectMany(r => r % 2 == 0 ? modes : modes.Reverse()).ToList();
+            await File.WriteAllTextAsync(script, Script(order, hostList, name, stage.Version, source, program, shared), ct);
+            var submit = await _slurm.RunAsync("sbatch", "--parsable", $"--nodes={Nodes}", "--ntasks-per-node=1", "--exclusive", $"--chdir={shared}",
+                $"--output={shared}/slurm-%j.out", script);
+            if (submit.Code != 0) throw new InvalidOperationException($"sbatch failed: {submit.Output}");
+            var job = submit.Output.Trim().Split(';')[0];
+            var output = await _slurm.WaitForJobAsync(job, shared, TimeSpan.FromMinutes(10 + repeat * modes.Count * Limits.Fanout(stage.StoredBytes, RateMbit) * 4 / 60));
+            return Records(output, stage, run, codec, data, shared);
+        }
+        finally
+        {
+            await StopAllAsync(processes);
+            try { Directory.Delete(shared, recursive: true); } catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
+        }
+    }
+
+    private string Script(IReadOnlyList<string> order, string hostList, string name, string version, string source, string program, string shared)
+    {
+        var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
+        var perNode = $"--nodes={Nodes} --ntasks={Nodes} --ntasks-per-node=1";
+        var s = new StringBuilder($"""
+            #!/bin/bash
+            set -u
+            export HPCDATA_CACHE_HOSTS={hostList}
+            stamp() {"{"} date +%s.%N; {"}"}
+            # One mode: its steps' output to a file of its own, then a line the bench reads.
+            run() {"{"}
+              local mode=$1 n=$2; shift 2
+              local s; s=$(stamp)
+              "$@" >"{shared}/$mode.$n.out" 2>&1
+              local rc=$? e; e=$(stamp)
+              echo "MODE $mode $n rc=$rc start=$s end=$e"
+            {"}"}
+
+            """);
+        var dest = "/dev/shm/hcd-bench.bin";
+        for (var i = 0; i < order.Count; i++)
+        {
+            var mode = order[i];
+            var job = $"bench-{i}";
+            s.Append(mode switch
+            {
+                "none" or "mpi" => $"run {mode} {i} srun {perNode} {hpcdata} nodeprep --fanout {mode} --dataset {name} --version {version} --job {job}\n" +
+                                   $"srun {perNode} {hpcdata} noderelease --job {job} --evict >/dev/null 2>&1\n",
+                "sbcast" => $"run {mode} {i} sbcast --compress=lz4 --force {source} {dest}\n",
+                "sbcast-tree2" => $"run {mode} {i} sbcast --compress=lz4 --force --fanout=2 {source} {dest}\n",
+                "srun-bcast" => $"run {mode} {i} srun {perNode} --bcast={dest} --compress=lz4 {program}\n",
+                _ => throw new ArgumentException(mode),
+            });
+            // Every node holds the whole file, then it goes before the next mode.
+            if (mode is not ("none" or "mpi"))
+                s.Append($"echo \"SIZES {i} $(srun {perNode} stat -c %s {dest} | sort -u | paste -sd,)\"\nsrun {perNode} rm -f {dest}\n");
+        }
+        return s.ToString();
+    }
+
+    private List<BenchRecord> Records(string output, StageResult stage, string run, string codec, string data, string shared)
+    {
+        var lines = output.Split('\n');
+        var records = new List<BenchRecord>();
+        foreach (var line in lines.Where(l => l.StartsWith("MODE ", StringComparison.Ordinal)))
+        {
+            var f = line.Split(' ');
+            var (mode, index) = (f[1], f[2]);
+            var fields = f.Skip(3).Select(x => x.Split('=', 2)).ToDictionary(x => x[0], x => x[1]);
+            var seconds = double.Parse(fields["end"], CultureInfo.InvariantCulture) - double.Parse(fields["start"], CultureInfo.InvariantCulture);
+            var stepOutput = File.Exists(Path.Combine(shared, $"{mode}.{index}.out")) ? File.ReadAllText(Path.Combine(shared, $"{mode}.{index}.out")) : "";
+            if (fields["rc"] != "0") throw new InvalidOperationException($"Slurm mode {mode} failed (rc={fields["rc"]}):\n{stepOutput}\n{output}");
+            // The program srun broadcasts carries a 17-byte shell header before the data.
+            if (mode is not ("none" or "mpi") && !lines.Any(l => l.Trim() == $"SIZES {index} {stage.RawBytes + (mode == "srun-bcast" ? 17 : 0)}"))
+                throw new InvalidOperationException($"Slurm mode {mode}: not every node holds the whole file:\n{output}");
+            // Our modes say per node what they fetched from the cache tier and what CPU they spent.
+            var preps = stepOutput.Split('\n').Where(l => l.StartsWith("node=", StringComparison.Ordinal) && l.Contains(" seconds=")).ToList();
+            if (mode is "none" or "mpi" && preps.Count != Nodes) throw new InvalidOperationException($"Slurm mode {mode}: {preps.Count} of {Nodes} nodes prepared:\n{stepOutput}");
+            var nodes = mode is "none" or "mpi"
+                ? preps.Select(p => new NodeTime(Field(p, "node") ?? "?", seconds, double.Parse(Field(p, "seconds")!, CultureInfo.InvariantCulture), stage.RawBytes,
+                    Field(p, "fanout") is null ? "fetched" : "fanout", RankCpuSeconds: Field(p, "cpu-seconds") is { } cpu ? double.Parse(cpu, CultureInfo.InvariantCulture) : null)).ToList()
+                : _slurm!.NodeNames.Select(n => new NodeTime(n, seconds, seconds, stage.RawBytes, mode)).ToList();
+            var config = Config(stage.RawBytes, true, 0, data);
+            config.Codec = codec == "lz4" ? null : codec;
+            config.Fanout = $"slurm:{mode}";
+            var limit = mode == "none" ? Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit) : Limits.Fanout(stage.StoredBytes, RateMbit);
+            records.Add(new BenchRecord
+            {
+                Kind = "cluster", Run = $"{run}-{index}", Config = config,
+                Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
+                LimitSeconds = limit, MeasuredSeconds = seconds, Efficiency = limit / seconds, Nodes = nodes, Machine = BenchJson.Machine(),
+                Note = mode is "none" or "mpi" ? $"cache tier sent {preps.Sum(p => long.TryParse(Field(p, "fetched-bytes"), out var b) ? b : 0)} bytes" : null,
+            });
+        }
+        return records;
+
+        static string? Field(string line, string name) =>
+            line.Split(' ').FirstOrDefault(x => x.StartsWith(name + "=", StringComparison.Ordinal))?[(name.Length + 1)..];
+    }
+
+    private async ValueTask DisposeSlurmAsync()
+    {
+        if (_slurm is not null) await _slurm.DisposeAsync();
+    }
+}
