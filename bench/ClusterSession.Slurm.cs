@@ -20,7 +20,9 @@ public sealed partial class ClusterSession
     /// <item><c>none</c>, <c>mpi</c>: <c>srun hpcdata nodeprep --fanout none|mpi</c> (ranks through PMI-2), the data
     /// staged to the cache hosts beforehand; the agents start cold, as on nodes without an agent service.</item>
     /// <item><c>sbcast</c>: <c>sbcast --compress=lz4</c> from the batch node (the default tree width, wider than the
-    /// cluster: the batch node sends to every node); <c>sbcast-tree2</c>: the same through a tree of width 2.</item>
+    /// cluster: the batch node sends to every node); <c>sbcast-tree2</c>: the same with <c>TreeWidth=2</c> (set in the
+    /// configuration and <c>scontrol reconfigure</c>d around the step, outside its time), so slurmds forward the data
+    /// down a binary tree.</item>
     /// <item><c>srun-bcast</c>: <c>srun --bcast --compress=lz4</c> of the same bytes behind a two-line shell header
     /// (srun broadcasts only the program it runs).</item>
     /// </list>
@@ -65,7 +67,7 @@ public sealed partial class ClusterSession
                 $"--output={shared}/slurm-%j.out", script);
             if (submit.Code != 0) throw new InvalidOperationException($"sbatch failed: {submit.Output}");
             var job = submit.Output.Trim().Split(';')[0];
-            var output = await _slurm.WaitForJobAsync(job, shared, TimeSpan.FromMinutes(10 + repeat * modes.Count * Limits.Fanout(stage.StoredBytes, RateMbit) * 4 / 60));
+            var output = await _slurm.WaitForJobAsync(job, shared, TimeSpan.FromMinutes(10 + repeat * modes.Count * Limits.Fanout(stage.StoredBytes, RateMbit) * Nodes / 60), ct);
             return Records(output, stage, run, codec, data, shared);
         }
         finally
@@ -85,13 +87,18 @@ public sealed partial class ClusterSession
             export HPCDATA_CACHE_HOSTS={hostList}
             stamp() {"{"} date +%s.%N; {"}"}
             # One mode: its steps' output to a file of its own, then a line the bench reads.
+            # Each node's link as the bridge sees it (this shell shares the machine's /sys): what the node received, what it sent.
+            links() {"{"} for l in {string.Join(' ', _topology.Nodes.Select(n => n.Link))}; do printf '%s,%s ' "$(cat /sys/class/net/$l/statistics/tx_bytes)" "$(cat /sys/class/net/$l/statistics/rx_bytes)"; done; {"}"}
             run() {"{"}
               local mode=$1 n=$2; shift 2
-              local s; s=$(stamp)
+              local s b; b=$(links); s=$(stamp)
               "$@" >"{shared}/$mode.$n.out" 2>&1
               local rc=$? e; e=$(stamp)
               echo "MODE $mode $n rc=$rc start=$s end=$e"
+              echo "LINKS $n $b| $(links)"
             {"}"}
+            # Slurm's tree width is the configuration's: changed for one step and put back, each time waiting for the slurmds.
+            tree() {"{"} sed -i "s/^TreeWidth=.*/TreeWidth=$1/" "$SLURM_CONF" && scontrol reconfigure && sleep 3; {"}"}
 
             """);
         var dest = "/dev/shm/hcd-bench.bin";
@@ -104,7 +111,7 @@ public sealed partial class ClusterSession
                 "none" or "mpi" => $"run {mode} {i} srun {perNode} {hpcdata} nodeprep --fanout {mode} --dataset {name} --version {version} --job {job}\n" +
                                    $"srun {perNode} {hpcdata} noderelease --job {job} --evict >/dev/null 2>&1\n",
                 "sbcast" => $"run {mode} {i} sbcast --compress=lz4 --force {source} {dest}\n",
-                "sbcast-tree2" => $"run {mode} {i} sbcast --compress=lz4 --force --fanout=2 {source} {dest}\n",
+                "sbcast-tree2" => $"tree 2\nrun {mode} {i} sbcast --compress=lz4 --force {source} {dest}\ntree {SlurmLab.DefaultTreeWidth}\n",
                 "srun-bcast" => $"run {mode} {i} srun {perNode} --bcast={dest} --compress=lz4 {program}\n",
                 _ => throw new ArgumentException(mode),
             });
@@ -133,10 +140,13 @@ public sealed partial class ClusterSession
             // Our modes say per node what they fetched from the cache tier and what CPU they spent.
             var preps = stepOutput.Split('\n').Where(l => l.StartsWith("node=", StringComparison.Ordinal) && l.Contains(" seconds=")).ToList();
             if (mode is "none" or "mpi" && preps.Count != Nodes) throw new InvalidOperationException($"Slurm mode {mode}: {preps.Count} of {Nodes} nodes prepared:\n{stepOutput}");
+            var links = lines.First(l => l.StartsWith($"LINKS {index} ", StringComparison.Ordinal))[($"LINKS {index} ".Length)..].Split('|')
+                .Select(side => side.Split(' ', StringSplitOptions.RemoveEmptyEntries).Select(x => x.Split(',').Select(long.Parse).ToArray()).ToArray()).ToArray();
             var nodes = mode is "none" or "mpi"
                 ? preps.Select(p => new NodeTime(Field(p, "node") ?? "?", seconds, double.Parse(Field(p, "seconds")!, CultureInfo.InvariantCulture), stage.RawBytes,
                     Field(p, "fanout") is null ? "fetched" : "fanout", RankCpuSeconds: Field(p, "cpu-seconds") is { } cpu ? double.Parse(cpu, CultureInfo.InvariantCulture) : null)).ToList()
                 : _slurm!.NodeNames.Select(n => new NodeTime(n, seconds, seconds, stage.RawBytes, mode)).ToList();
+            nodes = nodes.Select((n, k) => n with { LinkRxBytes = links[1][k][0] - links[0][k][0], LinkTxBytes = links[1][k][1] - links[0][k][1] }).ToList();
             var config = Config(stage.RawBytes, true, 0, data);
             config.Codec = codec == "lz4" ? null : codec;
             config.Fanout = $"slurm:{mode}";

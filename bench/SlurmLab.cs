@@ -24,8 +24,12 @@ public sealed class SlurmLab : IAsyncDisposable
     public string Conf => Path.Combine(Directory, "slurm.conf");
     public IReadOnlyList<string> NodeNames => _topology.Nodes.Select((_, i) => NodeName(i)).ToList();
 
-    /// <summary>The environment a Slurm client command needs (the lab's configuration file).</summary>
-    public Dictionary<string, string?> Environment => new() { ["SLURM_CONF"] = Conf };
+    /// <summary>
+    /// The environment a Slurm client command needs (the lab's configuration file), and which jobs inherit from sbatch.
+    /// The nodes share one kernel: UCX (MPICH's transport) would find the other ranks "on this machine" and move their
+    /// data through shared memory, past the links; held to TCP on the node's eth0, the ranks talk as separate machines do.
+    /// </summary>
+    public Dictionary<string, string?> Environment => new() { ["SLURM_CONF"] = Conf, ["UCX_TLS"] = "tcp,self", ["UCX_NET_DEVICES"] = "eth0" };
 
     private SlurmLab(Topology topology, string directory)
     {
@@ -34,6 +38,9 @@ public sealed class SlurmLab : IAsyncDisposable
     }
 
     public static string NodeName(int index) => $"n{index + 1}";
+
+    /// <summary>Slurm's default tree width (messages and sbcast's data fan out to this many nodes at each level).</summary>
+    public const int DefaultTreeWidth = 50;
 
     /// <summary>Why this machine cannot run the lab (not root, a program missing), or null.</summary>
     public static string? Unavailable() =>
@@ -112,6 +119,7 @@ public sealed class SlurmLab : IAsyncDisposable
             JobAcctGatherType=jobacct_gather/none
             AccountingStorageType=accounting_storage/none
             MpiDefault=pmi2
+            TreeWidth={DefaultTreeWidth}
             ReturnToService=2
             Epilog={epilog}
             {nodes}
@@ -148,7 +156,7 @@ public sealed class SlurmLab : IAsyncDisposable
     {
         var info = new ProcessStartInfo(program) { UseShellExecute = false, RedirectStandardOutput = true, RedirectStandardError = true };
         foreach (var a in args) info.ArgumentList.Add(a);
-        info.Environment["SLURM_CONF"] = Conf;
+        foreach (var (k, v) in Environment) info.Environment[k] = v;
         using var p = Process.Start(info)!;
         var stdout = p.StandardOutput.ReadToEndAsync();
         var stderr = p.StandardError.ReadToEndAsync();
@@ -157,7 +165,7 @@ public sealed class SlurmLab : IAsyncDisposable
     }
 
     /// <summary>Waits until the job has left the queue and returns its output file (written in <paramref name="workDir"/>).</summary>
-    public async Task<string> WaitForJobAsync(string job, string workDir, TimeSpan timeout)
+    public async Task<string> WaitForJobAsync(string job, string workDir, TimeSpan timeout, CancellationToken ct = default)
     {
         var clock = Stopwatch.StartNew();
         var output = Path.Combine(workDir, $"slurm-{job}.out");
@@ -165,7 +173,7 @@ public sealed class SlurmLab : IAsyncDisposable
                (q.Code != 0 && !q.Output.Contains("Invalid job id") || q.Output.Split('\n').Any(l => l.Trim() == job) || !File.Exists(output)))
         {
             if (clock.Elapsed > timeout) throw new TimeoutException($"Slurm job {job} still queued or running after {timeout}:\n{Logs()}");
-            await Task.Delay(300);
+            await Task.Delay(300, ct);
         }
         return await File.ReadAllTextAsync(output);
     }
