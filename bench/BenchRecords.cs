@@ -31,6 +31,8 @@ public sealed class BenchRecord
     public double? MachineBusy { get; set; }
     /// <summary>Runs with --agent-max-rate or --stager-max-rate: what the token buckets held.</summary>
     public RateLimitResult? RateLimit { get; set; }
+    /// <summary>Bytes the cache tier sent to the nodes in this run, where the nodes reported it (Slurm steps).</summary>
+    public long? CacheTierBytes { get; set; }
 }
 
 /// <summary>

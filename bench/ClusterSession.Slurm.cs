@@ -116,8 +116,9 @@ public sealed partial class ClusterSession
                 _ => throw new ArgumentException(mode),
             });
             // Every node holds the whole file, then it goes before the next mode.
+            // --overlap: a failed broadcast's step may still be winding down on some node.
             if (mode is not ("none" or "mpi"))
-                s.Append($"echo \"SIZES {i} $(srun {perNode} stat -c %s {dest} | sort -u | paste -sd,)\"\nsrun {perNode} rm -f {dest}\n");
+                s.Append($"echo \"SIZES {i} $(srun --overlap {perNode} stat -c %s {dest} 2>/dev/null | sort -u | paste -sd,)\"\nsrun --overlap {perNode} rm -f {dest}\n");
         }
         return s.ToString();
     }
@@ -133,10 +134,20 @@ public sealed partial class ClusterSession
             var fields = f.Skip(3).Select(x => x.Split('=', 2)).ToDictionary(x => x[0], x => x[1]);
             var seconds = double.Parse(fields["end"], CultureInfo.InvariantCulture) - double.Parse(fields["start"], CultureInfo.InvariantCulture);
             var stepOutput = File.Exists(Path.Combine(shared, $"{mode}.{index}.out")) ? File.ReadAllText(Path.Combine(shared, $"{mode}.{index}.out")) : "";
-            if (fields["rc"] != "0") throw new InvalidOperationException($"Slurm mode {mode} failed (rc={fields["rc"]}):\n{stepOutput}\n{output}");
+            var config = Config(stage.RawBytes, true, 0, data);
+            config.Codec = codec == "lz4" ? null : codec;
+            config.Fanout = $"slurm:{mode}";
+            // A mode that fails is a result too (Slurm's broadcasts give up on slow links): recorded, not fatal to the others.
             // The program srun broadcasts carries a 17-byte shell header before the data.
-            if (mode is not ("none" or "mpi") && !lines.Any(l => l.Trim() == $"SIZES {index} {stage.RawBytes + (mode == "srun-bcast" ? 17 : 0)}"))
-                throw new InvalidOperationException($"Slurm mode {mode}: not every node holds the whole file:\n{output}");
+            var failure = fields["rc"] != "0" ? $"exit {fields["rc"]} after {seconds:0.0} s"
+                : mode is not ("none" or "mpi") && !lines.Any(l => l.Trim() == $"SIZES {index} {stage.RawBytes + (mode == "srun-bcast" ? 17 : 0)}")
+                    ? "not every node holds the whole file" : null;
+            if (failure is not null)
+            {
+                var why = stepOutput.Split('\n').FirstOrDefault(l => l.Contains("error", StringComparison.OrdinalIgnoreCase))?.Trim();
+                records.Add(new BenchRecord { Kind = "skipped", Run = $"{run}-{index}", Config = config, Note = $"slurm:{mode} failed: {failure}{(why is null ? "" : $" ({why})")}" });
+                continue;
+            }
             // Our modes say per node what they fetched from the cache tier and what CPU they spent.
             var preps = stepOutput.Split('\n').Where(l => l.StartsWith("node=", StringComparison.Ordinal) && l.Contains(" seconds=")).ToList();
             if (mode is "none" or "mpi" && preps.Count != Nodes) throw new InvalidOperationException($"Slurm mode {mode}: {preps.Count} of {Nodes} nodes prepared:\n{stepOutput}");
@@ -147,16 +158,19 @@ public sealed partial class ClusterSession
                     Field(p, "fanout") is null ? "fetched" : "fanout", RankCpuSeconds: Field(p, "cpu-seconds") is { } cpu ? double.Parse(cpu, CultureInfo.InvariantCulture) : null)).ToList()
                 : _slurm!.NodeNames.Select(n => new NodeTime(n, seconds, seconds, stage.RawBytes, mode)).ToList();
             nodes = nodes.Select((n, k) => n with { LinkRxBytes = links[1][k][0] - links[0][k][0], LinkTxBytes = links[1][k][1] - links[0][k][1] }).ToList();
-            var config = Config(stage.RawBytes, true, 0, data);
-            config.Codec = codec == "lz4" ? null : codec;
-            config.Fanout = $"slurm:{mode}";
             var limit = mode == "none" ? Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit) : Limits.Fanout(stage.StoredBytes, RateMbit);
             records.Add(new BenchRecord
             {
                 Kind = "cluster", Run = $"{run}-{index}", Config = config,
                 Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
                 LimitSeconds = limit, MeasuredSeconds = seconds, Efficiency = limit / seconds, Nodes = nodes, Machine = BenchJson.Machine(),
-                Note = mode is "none" or "mpi" ? $"cache tier sent {preps.Sum(p => long.TryParse(Field(p, "fetched-bytes"), out var b) ? b : 0)} bytes" : null,
+                // A direct fetch's line says where the copy came from, not how much: a node that fetched took every stored byte.
+                CacheTierBytes = mode switch
+                {
+                    "mpi" => preps.Sum(p => long.TryParse(Field(p, "fetched-bytes"), out var b) ? b : 0),
+                    "none" => preps.Count(p => Field(p, "source") == "fetched") * stage.StoredBytes,
+                    _ => 0,
+                },
             });
         }
         return records;

@@ -42,6 +42,12 @@ public sealed class SlurmLab : IAsyncDisposable
     /// <summary>Slurm's default tree width (messages and sbcast's data fan out to this many nodes at each level).</summary>
     public const int DefaultTreeWidth = 50;
 
+    /// <summary>
+    /// sbcast sends every node its blocks from one process: on a 100 Mbit/s link shared by 15 nodes a block waits longer
+    /// than Slurm's default 10 s and sbcast gives up half-way (exit 233). A site with such links raises it as well.
+    /// </summary>
+    public const int MessageTimeoutSeconds = 60;
+
     /// <summary>Why this machine cannot run the lab (not root, a program missing), or null.</summary>
     public static string? Unavailable() =>
         !OperatingSystem.IsLinux() ? "Slurm across namespaces needs Linux"
@@ -119,6 +125,7 @@ public sealed class SlurmLab : IAsyncDisposable
             JobAcctGatherType=jobacct_gather/none
             AccountingStorageType=accounting_storage/none
             MpiDefault=pmi2
+            MessageTimeout={MessageTimeoutSeconds}
             TreeWidth={DefaultTreeWidth}
             ReturnToService=2
             Epilog={epilog}

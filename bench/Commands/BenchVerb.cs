@@ -210,7 +210,8 @@ public static class BenchVerb
         if (SlurmLab.Unavailable() is { } why) throw new BenchRefusedException(why, 2);
         await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
         foreach (var r in await session.RunSlurmAsync(ByteSize.Parse(o.Size), o.Data, modes, o.Repeat, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(), ct))
-            Emit(o.Out, r);
+            if (r.Kind == "skipped") { BenchJson.Append(o.Out, r); Console.Error.WriteLine($"  N={r.Config.Nodes} {r.Note}"); }
+            else Emit(o.Out, r);
         if (o.Calibrate)
         {
             Emit(o.Out, await session.CalibratePullAsync(ByteSize.Parse(o.Size), ct, o.CalibrateTool == "iperf3"));

@@ -29,8 +29,8 @@ public static class ReportMain
             var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
-            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Fanouts, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
-            return report.Cells.Count + (report.Rates?.Count ?? 0) + report.Fanouts.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
+            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Fanouts, report.Slurm, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
+            return report.Cells.Count + (report.Rates?.Count ?? 0) + (report.Slurm?.Count ?? 0) + report.Fanouts.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
@@ -49,7 +49,17 @@ public static class ReportMain
         double NodeMin, double NodeMax);
 
     public sealed record Report(List<Cell> Cells, List<Calibration> Calibrations, List<string> Skipped, List<Attach> Attaches, List<FanoutCell> Fanouts,
-        List<TlsCell>? Tls = null, List<RateCell>? Rates = null);
+        List<TlsCell>? Tls = null, List<RateCell>? Rates = null, List<SlurmCell>? Slurm = null);
+
+    /// <summary>
+    /// One way of putting the data on every node, run as a step of a Slurm allocation (bench cluster --scheduler slurm),
+    /// medians over runs. SbSeconds: S_stored/B. LimitSeconds: the mode's own bound (direct: N·S_stored/(H·B); the
+    /// others S_stored/B). Calibration: the iperf3 (or plain TCP) pattern the mode follows (direct: pull; the others:
+    /// neighbour), its efficiency. CacheTierShare: bytes the cache tier sent over S_stored; BusiestSender: the most a
+    /// node sent over its link, over S_stored; NodeCpu: the median node's CPU seconds where the node reported it.
+    /// </summary>
+    public sealed record SlurmCell(string Mode, int Nodes, int Hosts, long SizeBytes, long StoredBytes, int RateMbit, int Runs, double MeasuredSeconds,
+        double MeasuredMin, double MeasuredMax, double SbSeconds, double LimitSeconds, double? Calibration, double CacheTierShare, double BusiestSender, double NodeCpu);
 
     /// <summary>One --max-rate measurement: who was limited (agents or stager), to what, and what it achieved end to end
     /// and steadily (bytes per second; see <see cref="RateLimitResult"/>).</summary>
@@ -112,8 +122,27 @@ public static class ReportMain
                     g.Count(), Median(slowest), g.Key.RateMbit);
             })
             .OrderBy(a => a.RateMbit).ThenBy(a => a.SizeBytes).ThenBy(a => a.Mode).ThenBy(a => a.PerNode).ToList();
-        return new Report(cells, calibrations, skipped, attaches, FanoutCells(data, cells, calibrations), TlsCells(data), RateCells(data));
+        return new Report(cells, calibrations, skipped, attaches, FanoutCells(data, cells, calibrations), TlsCells(data), RateCells(data), SlurmCells(data, calibrations));
     }
+
+    private static List<SlurmCell> SlurmCells(ResultReader.Data data, List<Calibration> calibrations) =>
+        data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout?.StartsWith("slurm:", StringComparison.Ordinal) == true && r.MeasuredSeconds > 0)
+            .GroupBy(r => (Mode: r.Config.Fanout!["slurm:".Length..], r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.RateMbit))
+            .Select(g =>
+            {
+                var runs = g.ToList();
+                var stored = runs[^1].Dataset?.StoredBytes ?? g.Key.SizeBytes;
+                var pattern = g.Key.Mode == "none" ? "pull" : "neighbour";
+                var calibration = calibrations.Where(c => c.Pattern.StartsWith(pattern, StringComparison.Ordinal) && c.Nodes == g.Key.Nodes && c.RateMbit == g.Key.RateMbit
+                                                          && (pattern == "neighbour" || c.Hosts == g.Key.Hosts)).Select(c => c.Efficiency).ToList();
+                return new SlurmCell(g.Key.Mode, g.Key.Nodes, g.Key.Hosts, g.Key.SizeBytes, stored, g.Key.RateMbit, runs.Count,
+                    Median(runs.Select(r => r.MeasuredSeconds)), runs.Min(r => r.MeasuredSeconds), runs.Max(r => r.MeasuredSeconds),
+                    Limits.Fanout(stored, g.Key.RateMbit), Median(runs.Select(r => r.LimitSeconds)), calibration.Count == 0 ? null : Median(calibration),
+                    Median(runs.Select(r => (r.CacheTierBytes ?? double.NaN) / stored)),
+                    Median(runs.Select(r => r.Nodes.Max(n => (n.LinkTxBytes ?? double.NaN) / stored))),
+                    Median(runs.SelectMany(r => r.Nodes).Select(n => n.RankCpuSeconds ?? double.NaN)));
+            })
+            .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => Array.IndexOf(ClusterSession.SlurmModes.ToArray(), c.Mode)).ToList();
 
     private static List<RateCell> RateCells(ResultReader.Data data)
     {
@@ -245,6 +274,25 @@ public static class ReportMain
             sb.AppendLine();
         }
 
+        if (r.Slurm is { Count: > 0 } slurm)
+        {
+            sb.AppendLine("## On a Slurm cluster: our node prep beside sbcast and srun --bcast").AppendLine();
+            sb.AppendLine("Each mode is a step of one allocation of all N nodes (bench cluster --scheduler slurm), timed by the batch shell from the " +
+                          "step's start to its end, the copy on every node. none / mpi: srun hpcdata nodeprep --fanout none|mpi, agents started cold by " +
+                          "node prep, the data staged to the cache hosts beforehand. sbcast: sbcast --compress=lz4 from the batch node (tree2: with " +
+                          "TreeWidth=2); srun-bcast: srun --bcast --compress=lz4. × S/B: over S_stored/B; × its limit: direct N·S_stored/(H·B), the " +
+                          "others S_stored/B; × calibration: over the time the links carried that pattern in iperf3's (or plain TCP's) calibration " +
+                          "(direct: pull from the hosts; others: every node sending to the next). Cache tier and busiest sender: bytes over S_stored.").AppendLine();
+            sb.AppendLine("| rate | size | stored | H | N | mode | runs | seconds | × S/B | × its limit | × calibration | cache tier sent | busiest node sent | node CPU-s |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            foreach (var c in slurm)
+                sb.AppendLine($"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {ByteSize.Format(c.StoredBytes)} | {c.Hosts} | {c.Nodes} | {c.Mode} | {c.Runs} | " +
+                              $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.MeasuredSeconds / c.SbSeconds)} | " +
+                              $"{F(c.MeasuredSeconds / c.LimitSeconds)} | {F(c.Calibration is { } e ? c.MeasuredSeconds / (c.LimitSeconds / e) : double.NaN)} | " +
+                              $"{F(c.CacheTierShare)} | {F(c.BusiestSender)} | {F(c.NodeCpu)} |");
+            sb.AppendLine();
+        }
+
         if (r.Tls is { Count: > 0 } tls)
         {
             sb.AppendLine("## The cache tier over TLS beside plain TCP").AppendLine();
@@ -364,6 +412,22 @@ public static class ReportMain
             chart.ReferenceLines.AddRange([("limit: the configured rate", 1.0), ("±5%", 1.05), ("", 0.95)]);
             chart.Save(Path.Combine(dir, "rate-limit.png"));
             written.Add("rate-limit.png");
+        }
+        if (r.Slurm is { Count: > 0 } slurm)
+        {
+            var chart = new LineChart
+            {
+                Title = "On Slurm: time until every node holds the data", XLabel = "nodes", YLabel = "seconds",
+                LimitsLabel = "each mode's limit (dotted, same colour): direct N·S/(H·B), the others S/B",
+            };
+            foreach (var g in slurm.GroupBy(c => (c.Mode, c.RateMbit, c.SizeBytes)))
+            {
+                var label = $"{g.Key.Mode} {g.Key.RateMbit} Mbit/s {ByteSize.Format(g.Key.SizeBytes)}";
+                chart.Lines.Add(new LineChart.Series(label, g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: g.Key.RateMbit != slurm[0].RateMbit));
+                chart.Limits.Add(new LineChart.Series(label, g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()));
+            }
+            chart.Save(Path.Combine(dir, "slurm-time-vs-nodes.png"));
+            written.Add("slurm-time-vs-nodes.png");
         }
         if (r.Cells.Count == 0 && r.Calibrations.Count == 0) return written;
         var series = r.Cells.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue, c.RateMbit)).OrderBy(g => g.Key.SizeBytes).ThenBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();

@@ -64,8 +64,14 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     /// </summary>
     public void Abandon() => _abandoned = true;
 
-    /// <summary>How long the closing barrier and MPI_Finalize may take before the process leaves them behind.</summary>
+    /// <summary>How long the closing barrier may wait for the slowest rank before the process leaves MPI behind.</summary>
     public static readonly TimeSpan FinalizeLimit = TimeSpan.FromSeconds(5);
+
+    /// <summary>
+    /// How long MPI_Finalize may take once every rank has passed the barrier. Nothing is left to move then, so a
+    /// finalize that has not returned in this time is the hang below, and every second more delays the job's next step.
+    /// </summary>
+    public static readonly TimeSpan FinalizeAfterBarrier = TimeSpan.FromMilliseconds(500);
 
     public void Dispose()
     {
@@ -76,9 +82,10 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
                 // Every rank is done with the exchange by now, so nothing is lost if finalizing never returns: MPICH
                 // 4.0 over UCX's TCP transport hung in MPI_Finalize (UCX stops progressing TCP endpoints before it
                 // flushes them) with three ranks or more on separate hosts.
-                var finished = RunAsync(() => { _world!.Barrier(); _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeLimit);
+                var finished = RunAsync(() => { _world!.Barrier(); return 0; }, CancellationToken.None).Wait(FinalizeLimit) &&
+                               RunAsync(() => { _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeAfterBarrier);
                 if (!finished)
-                    Console.Error.WriteLine($"hpcdata nodeprep: MPI_Finalize did not return within {FinalizeLimit.TotalSeconds:0} s ({Implementation}); " +
+                    Console.Error.WriteLine($"hpcdata nodeprep: the closing barrier or MPI_Finalize did not return in time ({Implementation}); " +
                                             "the exchange had ended, leaving it behind");
             }
             catch (AggregateException) { }
