@@ -59,7 +59,8 @@ public static class ReportMain
     /// node sent over its link, over S_stored; NodeCpu: the median node's CPU seconds where the node reported it.
     /// </summary>
     public sealed record SlurmCell(string Mode, int Nodes, int Hosts, long SizeBytes, long StoredBytes, int RateMbit, int Runs, double MeasuredSeconds,
-        double MeasuredMin, double MeasuredMax, double SbSeconds, double LimitSeconds, double? Calibration, double CacheTierShare, double BusiestSender, double NodeCpu);
+        double MeasuredMin, double MeasuredMax, double SbSeconds, double LimitSeconds, double? Calibration, double CacheTierShare, double BusiestSender, double NodeCpu,
+        double NodePrepSeconds = double.NaN);
 
     /// <summary>One --max-rate measurement: who was limited (agents or stager), to what, and what it achieved end to end
     /// and steadily (bytes per second; see <see cref="RateLimitResult"/>).</summary>
@@ -140,7 +141,8 @@ public static class ReportMain
                     Limits.Fanout(stored, g.Key.RateMbit), Median(runs.Select(r => r.LimitSeconds)), calibration.Count == 0 ? null : Median(calibration),
                     Median(runs.Select(r => (r.CacheTierBytes ?? double.NaN) / stored)),
                     Median(runs.Select(r => r.Nodes.Max(n => (n.LinkTxBytes ?? double.NaN) / stored))),
-                    Median(runs.SelectMany(r => r.Nodes).Select(n => n.RankCpuSeconds ?? double.NaN)));
+                    Median(runs.SelectMany(r => r.Nodes).Select(n => n.RankCpuSeconds ?? double.NaN)),
+                    g.Key.Mode is "none" or "mpi" ? Median(runs.Select(r => r.Nodes.Max(n => n.FetchSeconds))) : double.NaN);
             })
             .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => Array.IndexOf(ClusterSession.SlurmModes.ToArray(), c.Mode)).ToList();
 
@@ -282,12 +284,14 @@ public static class ReportMain
                           "node prep, the data staged to the cache hosts beforehand. sbcast: sbcast --compress=lz4 from the batch node (tree2: with " +
                           "TreeWidth=2); srun-bcast: srun --bcast --compress=lz4. × S/B: over S_stored/B; × its limit: direct N·S_stored/(H·B), the " +
                           "others S_stored/B; × calibration: over the time the links carried that pattern in iperf3's (or plain TCP's) calibration " +
-                          "(direct: pull from the hosts; others: every node sending to the next). Cache tier and busiest sender: bytes over S_stored.").AppendLine();
-            sb.AppendLine("| rate | size | stored | H | N | mode | runs | seconds | × S/B | × its limit | × calibration | cache tier sent | busiest node sent | node CPU-s |");
-            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+                          "(direct: pull from the hosts; others: every node sending to the next). Cache tier and busiest sender: bytes over S_stored. " +
+                          "Node prep: the slowest node's own time from its start to its verified copy, inside the step (the rest is srun's launch, " +
+                          "the process start and the MPI shutdown).").AppendLine();
+            sb.AppendLine("| rate | size | stored | H | N | mode | runs | step s | node prep s | × S/B | × its limit | × calibration | cache tier sent | busiest node sent | node CPU-s |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
             foreach (var c in slurm)
                 sb.AppendLine($"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {ByteSize.Format(c.StoredBytes)} | {c.Hosts} | {c.Nodes} | {c.Mode} | {c.Runs} | " +
-                              $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.MeasuredSeconds / c.SbSeconds)} | " +
+                              $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.NodePrepSeconds)} | {F(c.MeasuredSeconds / c.SbSeconds)} | " +
                               $"{F(c.MeasuredSeconds / c.LimitSeconds)} | {F(c.Calibration is { } e ? c.MeasuredSeconds / (c.LimitSeconds / e) : double.NaN)} | " +
                               $"{F(c.CacheTierShare)} | {F(c.BusiestSender)} | {F(c.NodeCpu)} |");
             sb.AppendLine();

@@ -65,6 +65,20 @@ public static class PngFile
 
     public sealed record Chunk(string Type, byte[] Data);
 
+    /// <summary>Writes a report's charts into a directory of their own, checks each is a whole PNG, and returns their names.</summary>
+    public static List<string> WriteCharts(Hpc.Bench.Report.ReportMain.Report report)
+    {
+        var dir = Path.Combine(Path.GetTempPath(), $"hcd-charts-{Guid.NewGuid():N}");
+        Directory.CreateDirectory(dir);
+        try
+        {
+            var written = Hpc.Bench.Report.ReportMain.WriteCharts(report, dir);
+            foreach (var name in written) Chunks(File.ReadAllBytes(Path.Combine(dir, name)));
+            return written;
+        }
+        finally { Directory.Delete(dir, recursive: true); }
+    }
+
     public static List<Chunk> Chunks(byte[] png)
     {
         Assert.True(png.AsSpan(0, 8).SequenceEqual(Signature), "PNG signature");

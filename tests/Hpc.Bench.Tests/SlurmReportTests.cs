@@ -1,0 +1,35 @@
+using Hpc.Bench.Report;
+
+namespace Hpc.Bench.Tests;
+
+/// <summary>bench cluster --scheduler slurm: how its steps are reported beside the calibration of the pattern each follows.</summary>
+public class SlurmReportTests
+{
+    private const string Mpi =
+        """{"kind":"cluster","schema":1,"run":"s-1","config":{"nodes":4,"hosts":2,"sizeBytes":67108890,"rateMbit":100,"compress":true,"fanout":"slurm:mpi"},"dataset":{"version":"v","rawBytes":67108890,"storedBytes":27985101,"segments":900,"stageSeconds":1.2},"limitSeconds":2.2388,"measuredSeconds":4.91,"efficiency":0.456,"nodes":[{"node":"n1","wallSeconds":4.91,"fetchSeconds":3.9,"bytes":67108890,"linkTxBytes":21000000,"rankCpuSeconds":1.1},{"node":"n2","wallSeconds":4.91,"fetchSeconds":4.1,"bytes":67108890,"linkTxBytes":20000000,"rankCpuSeconds":1.2},{"node":"n3","wallSeconds":4.91,"fetchSeconds":4.0,"bytes":67108890,"linkTxBytes":20000000,"rankCpuSeconds":1.2},{"node":"n4","wallSeconds":4.91,"fetchSeconds":4.0,"bytes":67108890,"linkTxBytes":20000000,"rankCpuSeconds":1.3}],"cacheTierBytes":27985101}""";
+
+    private const string Sbcast =
+        """{"kind":"cluster","schema":1,"run":"s-2","config":{"nodes":4,"hosts":2,"sizeBytes":67108890,"rateMbit":100,"compress":true,"fanout":"slurm:sbcast"},"dataset":{"version":"v","rawBytes":67108890,"storedBytes":27985101,"segments":900,"stageSeconds":1.2},"limitSeconds":2.2388,"measuredSeconds":7.28,"efficiency":0.31,"nodes":[{"node":"n1","wallSeconds":7.28,"fetchSeconds":7.28,"bytes":67108890,"source":"sbcast","linkTxBytes":83955303},{"node":"n2","wallSeconds":7.28,"fetchSeconds":7.28,"bytes":67108890,"source":"sbcast","linkTxBytes":100000}],"cacheTierBytes":0}""";
+
+    private const string Neighbour =
+        """{"kind":"calibration","schema":1,"run":"s-3","pattern":"neighbour-iperf3","config":{"nodes":4,"hosts":2,"sizeBytes":67108864,"rateMbit":100,"compress":true},"limitSeconds":5.37,"measuredSeconds":5.967,"efficiency":0.9,"nodes":[{"node":"n1","wallSeconds":5.9,"fetchSeconds":5.9,"bytes":67108864}]}""";
+
+    private const string GaveUp =
+        """{"kind":"skipped","schema":1,"run":"s-4","note":"slurm:sbcast failed: exit 233 after 15.9 s","config":{"nodes":16,"hosts":2,"sizeBytes":67108890,"rateMbit":100,"compress":true,"fanout":"slurm:sbcast"}}""";
+
+    [Fact]
+    public void Each_step_is_given_against_S_over_B_its_own_limit_and_the_calibration_of_its_pattern()
+    {
+        var data = ResultReader.ReadLines([Mpi, Sbcast, Neighbour, GaveUp]);
+        var report = ReportMain.Build(data);
+        Assert.Empty(report.Cells); // kept out of the direct-fetch tables
+        Assert.Equal(["mpi", "sbcast"], report.Slurm!.Select(c => c.Mode));
+        var md = ReportMain.Markdown(data, report, []);
+        Assert.Contains("## On a Slurm cluster: our node prep beside sbcast and srun --bcast", md);
+        // 4.91 s over S/B = 2.2388 s; the neighbour pattern ran at 90%, so its time was 2.49 s; median node CPU 1.2 s.
+        Assert.Contains("| 4 | mpi | 1 | 4.91 | 4.10 | 2.19 | 2.19 | 1.97 | 1.00 | 0.75 | 1.20 |", md);
+        Assert.Contains("| 4 | sbcast | 1 | 7.28 | – | 3.25 | 3.25 | 2.93 | 0.00 | 3.00 | – |", md);
+        Assert.Contains("slurm:sbcast failed: exit 233", md);
+        Assert.Contains("slurm-time-vs-nodes.png", PngFile.WriteCharts(report));
+    }
+}
