@@ -58,7 +58,7 @@ public sealed partial class ClusterSession
                 await using var i = File.OpenRead(source);
                 await i.CopyToAsync(o, ct);
             }
-            File.SetUnixFileMode(program, (UnixFileMode)0b111_101_101);
+            if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(program, (UnixFileMode)0b111_101_101);
 
             var script = Path.Combine(shared, "modes.sh");
             var order = Enumerable.Range(0, repeat).SelectMany(r => r % 2 == 0 ? modes : modes.Reverse()).ToList();

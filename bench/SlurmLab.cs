@@ -98,7 +98,7 @@ public sealed class SlurmLab : IAsyncDisposable
         var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
         var epilog = Path.Combine(Directory, "epilog.sh");
         File.WriteAllText(epilog, $"#!/bin/sh\nexec {hpcdata} noderelease --job \"$SLURM_JOB_ID\" >>{Directory}/epilog-$SLURMD_NODENAME.log 2>&1\n");
-        File.SetUnixFileMode(epilog, (UnixFileMode)0b111_101_101);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(epilog, (UnixFileMode)0b111_101_101);
         var cpus = System.Environment.ProcessorCount;
         var nodes = string.Join("\n", _topology.Nodes.Select((n, i) =>
             $"NodeName={NodeName(i)} NodeAddr={n.Address} NodeHostname={NodeName(i)} CPUs={cpus} RealMemory=1024 State=UNKNOWN"));
@@ -145,7 +145,7 @@ public sealed class SlurmLab : IAsyncDisposable
         var info = node is null
             ? new ProcessStartInfo(program)
             : new ProcessStartInfo("/usr/bin/nsenter", [$"--net=/run/netns/{node.Namespace}", "/usr/bin/unshare", "--mount", "--uts", "--propagation", "slave",
-                "/bin/sh", "-c", $"hostname {NodeName(_topology.Nodes.ToList().IndexOf(node))} && mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /dev/shm && exec \"$0\" \"$@\"", program]);
+                "/bin/sh", "-c", NodeSetup(NodeName(_topology.Nodes.ToList().IndexOf(node))) + " && exec \"$0\" \"$@\"", program]);
         info.UseShellExecute = false;
         info.RedirectStandardOutput = info.RedirectStandardError = true;
         foreach (var a in args) info.ArgumentList.Add(a);
@@ -157,6 +157,23 @@ public sealed class SlurmLab : IAsyncDisposable
         p.BeginOutputReadLine();
         p.BeginErrorReadLine();
         _daemons.Add(p);
+    }
+
+    /// <summary>
+    /// The shell commands that make a node's mount namespace: its host name, a fresh /tmp and /dev/shm, and the shared
+    /// trees that live under /tmp (a checkout there, the programs, the submitting directory) bound back in, so jobs
+    /// find them on every node as on shared storage.
+    /// </summary>
+    private string NodeSetup(string node)
+    {
+        var keep = new[] { AppContext.BaseDirectory, System.IO.Directory.GetCurrentDirectory(), Path.GetDirectoryName(ComponentLocator.Find("hpcdata"))! }
+            .Select(Path.GetFullPath).Where(p => p.StartsWith("/tmp/", StringComparison.Ordinal))
+            .Select(p => p["/tmp/".Length..].Split('/')[0]).Distinct().ToList();
+        var original = Path.Combine(Directory, $"tmp-of-{node}");
+        System.IO.Directory.CreateDirectory(original);
+        var steps = new List<string> { $"hostname {node}", $"mount --bind /tmp {original}", "mount -t tmpfs tmpfs /tmp", "mount -t tmpfs tmpfs /dev/shm" };
+        steps.AddRange(keep.Select(k => $"mkdir -p '/tmp/{k}' && mount --bind '{original}/{k}' '/tmp/{k}'"));
+        return string.Join(" && ", steps);
     }
 
     public async Task<(int Code, string Output)> RunAsync(string program, params string[] args)
