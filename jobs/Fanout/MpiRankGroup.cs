@@ -129,7 +129,8 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
         {
             _mpi = MpiRuntime.Initialize(MpiThreadLevel.Single);
             _world = _mpi.World;
-            (Rank, Size, Implementation) = (_world.Rank, _world.Size, _mpi.Implementation);
+            // MPICH's version text goes on with its whole configure line: its first line names it.
+            (Rank, Size, Implementation) = (_world.Rank, _world.Size, _mpi.Implementation.Split('\n')[0].Replace('\t', ' ').Trim());
             ready.SetResult();
         }
         catch (Exception e)
