@@ -73,6 +73,20 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     /// </summary>
     public static readonly TimeSpan FinalizeAfterBarrier = TimeSpan.FromMilliseconds(500);
 
+    /// <summary>
+    /// True when srun started the ranks itself and speaks PMI to them (Slurm's pmi2 plugin; not mpiexec, which runs its
+    /// own proxies under srun and tells its ranks so in <c>HYDI_CONTROL_FD</c>).
+    /// </summary>
+    /// <remarks>
+    /// MPI_Finalize ends with a PMI barrier that srun completes by sending every node's slurmstepd the result. MPICH
+    /// 4.0 over UCX's TCP transport sometimes hangs in finalize before that barrier; if some ranks then reach the
+    /// barrier and others leave, srun retries the send to the steps that are gone for 1 + 2 + 4 + 8 s ("mpi/pmi2: failed
+    /// to send temp kvs to compute nodes") and the step ends 15 s late. Under srun a rank may leave without finalize:
+    /// no PMI exchange is left open, and the step ends with its last rank.
+    /// </remarks>
+    public static bool StartedBySrun(Func<string, string?> environment) =>
+        environment("SLURM_STEP_ID") is { Length: > 0 } && environment("PMI_FD") is { Length: > 0 } && environment("HYDI_CONTROL_FD") is null;
+
     public void Dispose()
     {
         if (!_abandoned)
@@ -82,8 +96,9 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
                 // Every rank is done with the exchange by now, so nothing is lost if finalizing never returns: MPICH
                 // 4.0 over UCX's TCP transport hung in MPI_Finalize (UCX stops progressing TCP endpoints before it
                 // flushes them) with three ranks or more on separate hosts.
-                var finished = RunAsync(() => { _world!.Barrier(); return 0; }, CancellationToken.None).Wait(FinalizeLimit) &&
-                               RunAsync(() => { _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeAfterBarrier);
+                var passed = RunAsync(() => { _world!.Barrier(); return 0; }, CancellationToken.None).Wait(FinalizeLimit);
+                var finished = passed && (StartedBySrun(Environment.GetEnvironmentVariable) ||
+                                          RunAsync(() => { _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeAfterBarrier));
                 if (!finished)
                     Console.Error.WriteLine($"hpcdata nodeprep: the closing barrier or MPI_Finalize did not return in time ({Implementation}); " +
                                             "the exchange had ended, leaving it behind");

@@ -1,0 +1,25 @@
+using Hpc.Jobs.Fanout;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>When a rank may leave without MPI_Finalize: only when srun itself started it and holds its PMI connection.</summary>
+public sealed class MpiRankGroupTests
+{
+    private static Func<string, string?> Environment(params (string Name, string Value)[] variables) =>
+        name => variables.FirstOrDefault(v => v.Name == name).Value;
+
+    [Fact]
+    public void A_rank_srun_started_over_pmi_leaves_without_finalize() =>
+        Assert.True(MpiRankGroup.StartedBySrun(Environment(("SLURM_STEP_ID", "0"), ("PMI_FD", "7"), ("PMI_JOBID", "12.0"))));
+
+    [Fact]
+    public void A_rank_of_mpiexec_finalizes_even_inside_a_slurm_step() =>
+        Assert.False(MpiRankGroup.StartedBySrun(Environment(("SLURM_STEP_ID", "0"), ("PMI_FD", "6"), ("HYDI_CONTROL_FD", "7"))));
+
+    [Fact]
+    public void A_rank_without_a_slurm_step_or_pmi_connection_finalizes()
+    {
+        Assert.False(MpiRankGroup.StartedBySrun(Environment(("PMI_FD", "6"))));
+        Assert.False(MpiRankGroup.StartedBySrun(Environment(("SLURM_STEP_ID", "0"), ("PMIX_RANK", "0"))));
+    }
+}
