@@ -7,7 +7,7 @@ using Hpc.CommonData.Agent;
 using Hpc.Jobs.Data;
 using Hpc.Jobs.Local;
 using Hpc.Jobs.Commands;
-using static Hpc.Bench.Stats;
+using static Hpc.Jobs.Report.Stats;
 
 namespace Hpc.Bench;
 

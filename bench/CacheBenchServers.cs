@@ -131,7 +131,7 @@ public sealed class ExternalProcess : IAsyncDisposable
 /// <summary>One store under test, on its own loopback port, stopped on dispose.</summary>
 public sealed class CacheBenchServer : IAsyncDisposable
 {
-    public const string CacheHost = "cachehost", Redis = "redis-server", Garnet = "garnet-server";
+    public const string CacheHost = CacheResults.CacheHost, Redis = CacheResults.Redis, Garnet = CacheResults.Garnet;
     private static readonly TimeSpan ReadyTimeout = TimeSpan.FromSeconds(60);
 
     private readonly ComponentProcess? _component;
@@ -147,7 +147,7 @@ public sealed class CacheBenchServer : IAsyncDisposable
     public string? CaFile { get; private init; }
 
     /// <summary>The suffix of a store's name when it is measured over TLS.</summary>
-    public const string TlsSuffix = "+tls";
+    public const string TlsSuffix = CacheResults.TlsSuffix;
     public int Pid => _component?.Id ?? _external!.Id;
 
     private CacheBenchServer(string name, string? version, CacheEndpoint endpoint, ComponentProcess? component, ExternalProcess? external, string? scratch)

@@ -10,7 +10,7 @@ namespace Hpc.Bench;
 public sealed partial class ClusterSession
 {
     /// <summary>What <c>bench cluster --scheduler slurm</c> runs as steps of one allocation, each timed by the batch shell.</summary>
-    public static readonly IReadOnlyList<string> SlurmModes = ["none", "mpi", "sbcast", "sbcast-tree2", "srun-bcast"];
+    public static IReadOnlyList<string> SlurmModes => Hpc.Jobs.Report.SlurmModes.All;
 
     private SlurmLab? _slurm;
 

@@ -11,7 +11,7 @@ using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Commands;
 using Hpc.Jobs.Data;
 using Hpc.Jobs.Local;
-using static Hpc.Bench.Stats;
+using static Hpc.Jobs.Report.Stats;
 
 namespace Hpc.Bench;
 

@@ -5,13 +5,11 @@ namespace Hpc.Bench;
 /// <summary>CPU time and peak resident memory of a live process, from /proc (read before the process is stopped).</summary>
 public static class ProcStats
 {
-    /// <param name="UserSeconds">CPU in the process's own code; <paramref name="SystemSeconds"/>: in the kernel on its behalf.</param>
-    public sealed record Sample(string Name, int Pid, double CpuSeconds, long PeakRssBytes, double UserSeconds = double.NaN, double SystemSeconds = double.NaN);
 
     /// <summary>USER_HZ is 100 on every Linux ABI .NET runs on; sysconf is not worth a P/Invoke here.</summary>
     private const double TicksPerSecond = 100;
 
-    public static Sample Read(string name, int pid)
+    public static ProcessSample Read(string name, int pid)
     {
         double cpu = double.NaN, user = double.NaN, system = double.NaN;
         long peak = -1;
@@ -29,8 +27,8 @@ public static class ProcStats
                     peak = long.Parse(line[6..].Trim().Split(' ')[0], CultureInfo.InvariantCulture) * 1024;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or FormatException or IndexOutOfRangeException) { }
-        return new Sample(name, pid, cpu, peak, user, system);
+        return new ProcessSample(name, pid, cpu, peak, user, system);
     }
 
-    public static Sample Self(string name) => Read(name, Environment.ProcessId);
+    public static ProcessSample Self(string name) => Read(name, Environment.ProcessId);
 }

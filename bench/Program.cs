@@ -14,7 +14,6 @@ return await new CommandTree(Me, "the lab: scale-model cluster, codec, cache and
     VerbEntry.Of<BenchUpdateOptions>(Me, BenchUpdateVerb.RunAsync),
     VerbEntry.Of<BenchTreeOptions>(Me, BenchTreeVerb.RunAsync),
     VerbEntry.Of<BenchCleanOptions>(Me, (o, _) => Task.FromResult(BenchVerb.Clean(o.Instance))),
-    new("report", "Tables, charts and report.md from results.jsonl or agents' telemetry: report DIR|FILE.jsonl [--json].", a => Task.FromResult(Hpc.Bench.Report.ReportMain.Run(a))),
     VerbEntry.Of<TcpServeOptions>(Me, (o, ct) => TcpTools.ServeAsync(o.Address, o.Port, ct)),
     VerbEntry.Of<TcpPullOptions>(Me, (o, ct) => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),
 ]).RunAsync(args);

@@ -28,6 +28,6 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
         args => ProgramVerb.RunAsync("Hpc.Samples", ["demo", .. args])),
     new("bench", "The lab: scale-model cluster, codec, cache and attach benchmarks (runs Hpc.Bench).",
         args => ProgramVerb.RunAsync("Hpc.Bench", args)),
-    new("report", "Tables, charts and a Markdown summary of bench results or agents' fetch telemetry (runs Hpc.Bench).",
-        args => ProgramVerb.RunAsync("Hpc.Bench", ["report", .. args])),
+    new("report", "Tables, charts and a Markdown summary of bench results or agents' fetch telemetry.",
+        args => Task.FromResult(Hpc.Jobs.Report.ReportMain.Run(args))),
 ]).RunAsync(args);

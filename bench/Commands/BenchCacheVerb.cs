@@ -50,7 +50,7 @@ public static class BenchCacheVerb
         try
         {
             var outcome = await CacheBench.RunAsync(Parse(o), ct);
-            Console.WriteLine(CacheBench.Table(outcome.Records, outcome.Notes));
+            Console.WriteLine(CacheResults.Table(outcome.Records, outcome.Notes));
             return 0;
         }
         catch (FormatException e)

@@ -96,7 +96,7 @@ public static class BenchCodecVerb
                 codecs.Add(c);
             }
             var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline, o.AsWriter, codecs), ct);
-            Console.WriteLine(CodecBench.Table(records));
+            Console.WriteLine(CodecResults.Table(records));
             return 0;
         }
         finally

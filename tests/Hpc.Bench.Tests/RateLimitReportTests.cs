@@ -1,4 +1,4 @@
-using Hpc.Bench.Report;
+using Hpc.Jobs.Report;
 
 namespace Hpc.Bench.Tests;
 

@@ -1,4 +1,4 @@
-using Hpc.Bench.Report;
+using Hpc.Jobs.Report;
 
 namespace Hpc.Bench.Tests;
 
@@ -110,12 +110,12 @@ public class ResultReaderTests
     [Fact]
     public void Codec_and_cache_measurements_get_their_own_sections_and_cache_ratios_stay_within_one_pipeline_depth()
     {
-        var machine = new Hpc.Bench.MachineInfo("m", 2, "6.x", ".NET 10");
-        string Json<T>(T record) => System.Text.Json.JsonSerializer.Serialize(record, Hpc.Bench.BenchJson.Options);
-        var codec = new Hpc.Bench.CodecRecord("codec", 1, DateTimeOffset.UnixEpoch, "csv", 1_000_000_000, 400_000_000, 2, false, 1, 1,
+        var machine = new MachineInfo("m", 2, "6.x", ".NET 10");
+        string Json<T>(T record) => System.Text.Json.JsonSerializer.Serialize(record, BenchJson.Options);
+        var codec = new CodecRecord("codec", 1, DateTimeOffset.UnixEpoch, "csv", 1_000_000_000, 400_000_000, 2, false, 1, 1,
             CodecSeconds: 1.0, CodecCpuSeconds: 2.0, StagerSeconds: 2.0, StagerProcessSeconds: 2.5, StagerCpuSeconds: 3.0, CacheHostCpuSeconds: 1.0, machine);
-        Hpc.Bench.CacheRecord Cache(string server, int pipeline, double rps) => new("cache", 1, "run", DateTimeOffset.UnixEpoch, server, null, "redis-benchmark", "GET", 1,
-            new Hpc.Bench.CacheConfig(1000, 1000, 16, pipeline, 100, 65536, 1), 1000 / rps, rps, rps * 65536 / 1e6, 1, 0.5, 2, 1, 1, 2, 1, null, machine);
+        CacheRecord Cache(string server, int pipeline, double rps) => new("cache", 1, "run", DateTimeOffset.UnixEpoch, server, null, "redis-benchmark", "GET", 1,
+            new CacheConfig(1000, 1000, 16, pipeline, 100, 65536, 1), 1000 / rps, rps, rps * 65536 / 1e6, 1, 0.5, 2, 1, 1, 2, 1, null, machine);
 
         var data = ResultReader.ReadLines([Json(codec), Json(Cache("cachehost", 1, 2000)), Json(Cache("redis-server", 1, 1000)),
             Json(Cache("cachehost", 16, 3000)), Json(Cache("redis-server", 16, 4000))]);

@@ -1,4 +1,4 @@
-namespace Hpc.Bench;
+namespace Hpc.Jobs.Report;
 
 public static class Stats
 {

@@ -1,7 +1,6 @@
 using System.Text.Json;
-using Hpc.Bench;
 
-namespace Hpc.Bench.Report;
+namespace Hpc.Jobs.Report;
 
 /// <summary>
 /// Reads bench results and cluster telemetry (JSON lines, docs/benchmarks.md). Tolerant by design: an interrupted run

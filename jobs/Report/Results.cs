@@ -1,7 +1,7 @@
 using System.Text.Json;
 using System.Text.Json.Serialization;
 
-namespace Hpc.Bench;
+namespace Hpc.Jobs.Report;
 
 /// <summary>
 /// One line of results.jsonl (format "hpcdata-bench", schema 1; documented in docs/benchmarks.md). Readers must ignore
@@ -24,7 +24,7 @@ public sealed class BenchRecord
     public double Efficiency { get; set; }
     public List<NodeTime> Nodes { get; set; } = [];
     public List<HostBytes>? CacheHosts { get; set; }
-    public List<ProcStats.Sample>? Processes { get; set; }
+    public List<ProcessSample>? Processes { get; set; }
     public List<WorkerTime>? Workers { get; set; }
     public MachineInfo? Machine { get; set; }
     /// <summary>Share of all cores busy (user, system, interrupts) over the timed part: near 1, the emulator itself limited the run.</summary>
@@ -89,7 +89,15 @@ public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemory
 /// <param name="TouchMs">Map mode: the first touch of every page of the mapping.</param>
 public sealed record WorkerTime(string Node, string Mode, double AttachMs, double WarmAttachMs, bool Verified, double? VerifyMs = null, double? WallMs = null,
     double? StartupMs = null, double? TouchMs = null);
+/// <param name="UserSeconds">CPU in the process's own code; <paramref name="SystemSeconds"/>: in the kernel on its behalf.</param>
+public sealed record ProcessSample(string Name, int Pid, double CpuSeconds, long PeakRssBytes, double UserSeconds = double.NaN, double SystemSeconds = double.NaN);
 public sealed record MachineInfo(string Host, int Cores, string Kernel, string Runtime);
+
+/// <summary>The modes of a Slurm session, in the order the bench runs and the report lists them.</summary>
+public static class SlurmModes
+{
+    public static readonly IReadOnlyList<string> All = ["none", "mpi", "sbcast", "sbcast-tree2", "srun-bcast"];
+}
 
 public static class Limits
 {

@@ -2,10 +2,9 @@ using System.Globalization;
 using System.Text;
 using System.Text.Json;
 using Hpc.CommonData;
-using Hpc.Bench;
-using static Hpc.Bench.Stats;
+using static Hpc.Jobs.Report.Stats;
 
-namespace Hpc.Bench.Report;
+namespace Hpc.Jobs.Report;
 
 /// <summary><c>hpcdata report DIR [--json]</c>: tables, charts and a Markdown summary of bench results or cluster telemetry.</summary>
 public static class ReportMain
@@ -144,7 +143,7 @@ public static class ReportMain
                     Median(runs.SelectMany(r => r.Nodes).Select(n => n.RankCpuSeconds ?? double.NaN)),
                     g.Key.Mode is "none" or "mpi" ? Median(runs.Select(r => r.Nodes.Max(n => n.FetchSeconds))) : double.NaN);
             })
-            .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => Array.IndexOf(ClusterSession.SlurmModes.ToArray(), c.Mode)).ToList();
+            .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => SlurmModes.All.ToList().IndexOf(c.Mode)).ToList();
 
     private static List<RateCell> RateCells(ResultReader.Data data)
     {
@@ -353,14 +352,14 @@ public static class ReportMain
         if (data.Codecs.Count > 0)
         {
             sb.AppendLine("## Stager vs the raw codec (bench codec)").AppendLine();
-            sb.AppendLine(CodecBench.Table(data.Codecs));
+            sb.AppendLine(CodecResults.Table(data.Codecs));
         }
 
         // Ratios to redis-server are taken within a round, so measurements made with other settings get tables of their own.
         foreach (var g in data.Caches.GroupBy(c => (c.Config.Pipeline, c.Config.Clients, c.Config.Keys)).OrderBy(g => g.Key.Pipeline))
         {
             sb.AppendLine(inv, $"## Cache stores, 64 KB values, pipeline {g.Key.Pipeline} (bench cache)").AppendLine();
-            sb.AppendLine(CacheBench.Table(g.ToList(), []));
+            sb.AppendLine(CacheResults.Table(g.ToList(), []));
         }
 
         if (r.Rates is { Count: > 0 } rates)
