@@ -6,12 +6,15 @@ namespace Hpc.Jobs.Report;
 /// <summary>
 /// The report's line charts, drawn with ScottPlot: a title, labelled axes, a legend, node counts on a log2 axis (they
 /// double from point to point, so each gets the same width) and reference lines for the limits measurements are
-/// compared with. ScottPlot renders through Skia, whose native library ships with the lab only, never with what a
-/// node installs.
+/// compared with. A chart answers one question and carries at most <see cref="MaxSeries"/> series, each with a colour
+/// and a marker of its own, so none is told from another by the legend's order alone.
 /// </summary>
 public sealed class LineChart
 {
     public sealed record Series(string Name, IReadOnlyList<(double X, double Y)> Points, bool Dashed = false);
+
+    /// <summary>More lines than this and a reader stops matching lines to the legend at a glance; the report splits them.</summary>
+    public const int MaxSeries = 6;
 
     public string Title { get; init; } = "";
     public string XLabel { get; init; } = "";
@@ -37,11 +40,15 @@ public sealed class LineChart
         new[] { "DejaVu Sans", "Liberation Sans", "Arial", "Helvetica" }.FirstOrDefault(f => SkiaSharp.SKFontManager.Default.GetFontFamilies().Contains(f)) ?? Fonts.Sans;
 
     private static readonly MarkerShape[] Markers =
-        [MarkerShape.FilledCircle, MarkerShape.FilledSquare, MarkerShape.FilledTriangleUp, MarkerShape.FilledDiamond, MarkerShape.FilledTriangleDown];
+        [MarkerShape.FilledCircle, MarkerShape.FilledSquare, MarkerShape.FilledTriangleUp, MarkerShape.FilledDiamond, MarkerShape.FilledTriangleDown, MarkerShape.OpenCircle];
     public static Color ColourOf(int series) => Color.FromHex(Palette[series % Palette.Length]);
+    /// <summary>Series i's colour and marker: both differ from every other series' of the same chart.</summary>
+    public static (string Colour, MarkerShape Marker) StyleOf(int series) => (Palette[series % Palette.Length], Markers[series % Markers.Length]);
 
     public Plot Build()
     {
+        if (Lines.Count > MaxSeries)
+            throw new InvalidOperationException($"chart '{Title}' has {Lines.Count} series; at most {MaxSeries} are read at a glance (split it)");
         var plot = new Plot();
         plot.Font.Set(SansFont);
         plot.Axes.Title.Label.Bold = true;
@@ -61,7 +68,7 @@ public sealed class LineChart
             line.LineWidth = limit ? 1.5f : 2;
             line.LinePattern = limit ? LinePattern.Dotted : s.Dashed ? LinePattern.Dashed : LinePattern.Solid;
             line.MarkerSize = limit ? 0 : 7;
-            line.MarkerShape = limit ? MarkerShape.None : Markers[Lines.IndexOf(s) % Markers.Length];
+            line.MarkerShape = limit ? MarkerShape.None : StyleOf(Lines.IndexOf(s)).Marker;
         }
         for (var i = 0; i < Lines.Count; i++) AddSeries(Lines[i], ColourOf(i), limit: false);
         for (var i = 0; i < Limits.Count; i++) AddSeries(Limits[i], ColourOf(i), limit: true);

@@ -418,40 +418,73 @@ public static class ReportMain
         }
         if (r.Slurm is { Count: > 0 } slurm)
         {
-            var chart = new LineChart
+            // One chart per link rate and size: the modes side by side, each with its own limit.
+            var panels = slurm.GroupBy(c => (c.RateMbit, c.SizeBytes)).OrderBy(g => g.Key.RateMbit).ThenBy(g => g.Key.SizeBytes).ToList();
+            var sizes = panels.Select(p => p.Key.SizeBytes).Distinct().Count();
+            foreach (var panel in panels)
             {
-                Title = "On Slurm: time until every node holds the data", XLabel = "nodes", YLabel = "seconds",
-                LimitsLabel = "each mode's limit (dotted, same colour): direct N·S/(H·B), the others S/B",
-            };
-            foreach (var g in slurm.GroupBy(c => (c.Mode, c.RateMbit, c.SizeBytes)))
-            {
-                var label = $"{g.Key.Mode} {g.Key.RateMbit} Mbit/s {ByteSize.Format(g.Key.SizeBytes)}";
-                chart.Lines.Add(new LineChart.Series(label, g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: g.Key.RateMbit != slurm[0].RateMbit));
-                chart.Limits.Add(new LineChart.Series(label, g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()));
+                var suffix = panels.Count == 1 ? "" : $"-{panel.Key.RateMbit}mbit{(sizes > 1 ? "-" + FileSize(panel.Key.SizeBytes) : "")}";
+                Save(written, dir, $"slurm-time-vs-nodes{suffix}", () => new LineChart
+                {
+                    Title = $"On Slurm, {panel.Key.RateMbit} Mbit/s links, {ByteSize.Format(panel.Key.SizeBytes)}: time until every node holds the data",
+                    XLabel = "nodes", YLabel = "seconds",
+                    LimitsLabel = "limit (dotted): direct N·S/(H·B), others S/B",
+                }, panel.GroupBy(c => c.Mode).OrderBy(g => SlurmModes.All.ToList().IndexOf(g.Key)).Select(g =>
+                    (new LineChart.Series(SlurmModes.Describe(g.Key), g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList()),
+                     (LineChart.Series?)new LineChart.Series(g.Key, g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()))).ToList());
             }
-            chart.Save(Path.Combine(dir, "slurm-time-vs-nodes.png"));
-            written.Add("slurm-time-vs-nodes.png");
         }
-        if (r.Cells.Count == 0 && r.Calibrations.Count == 0) return written;
-        var series = r.Cells.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue, c.RateMbit)).OrderBy(g => g.Key.SizeBytes).ThenBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
+        if (r.Cells.Count == 0) return written;
+        // One chart per link rate (and per size when there are several): its series differ in hosts, codec and agents.
+        var cellPanels = r.Cells.GroupBy(c => (c.RateMbit, c.SizeBytes)).OrderBy(g => g.Key.RateMbit).ThenBy(g => g.Key.SizeBytes).ToList();
+        var cellSizes = cellPanels.Select(p => p.Key.SizeBytes).Distinct().Count();
+        string Suffix(int rate, long size) => cellPanels.Count == 1 ? "" : $"-{rate}mbit{(cellSizes > 1 ? "-" + FileSize(size) : "")}";
+        foreach (var panel in cellPanels)
+        {
+            var series = panel.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue, c.RateMbit)).OrderBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
+            var about = $"{panel.Key.RateMbit} Mbit/s links, {ByteSize.Format(panel.Key.SizeBytes)}";
+            Save(written, dir, "time-vs-nodes" + Suffix(panel.Key.RateMbit, panel.Key.SizeBytes), () => new LineChart
+            {
+                Title = $"Data access time vs node count ({about})", XLabel = "nodes", YLabel = "seconds", LimitsLabel = "limit (dotted): max(N/H, 1)·S/B",
+            }, series.Select(g => (new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
+                    g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: !g.Key.Compress),
+                (LineChart.Series?)new LineChart.Series("limit", g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()))).ToList());
 
-        var time = new LineChart { Title = "Data access time vs node count", XLabel = "nodes", YLabel = "seconds", LimitsLabel = "limit max(N/H, 1)·S/B (dotted, per series)" };
-        foreach (var g in series)
-            time.Lines.Add(new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
-                g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: !g.Key.Compress));
-        foreach (var g in series)
-            time.Limits.Add(new LineChart.Series("limit", g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()));
-        if (time.Lines.Count > 0) { time.Save(Path.Combine(dir, "time-vs-nodes.png")); written.Add("time-vs-nodes.png"); }
-
-        var efficiency = new LineChart { Title = "Efficiency (direct-fetch limit / measured)", XLabel = "nodes", YLabel = "efficiency", YMax = 1.2, YPercent = true };
-        foreach (var g in series)
-            efficiency.Lines.Add(new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
-                g.Select(c => ((double)c.Nodes, c.Efficiency)).ToList(), Dashed: !g.Key.Compress));
-        foreach (var g in r.Calibrations.GroupBy(c => (c.Pattern, Hosts: c.Pattern == "neighbour" ? 0 : c.Hosts)))
-            efficiency.Lines.Add(new LineChart.Series(g.Key.Pattern == "neighbour" ? "tcp neighbour" : $"tcp pull H={g.Key.Hosts}",
-                g.GroupBy(c => c.Nodes).Select(n => ((double)n.Key, Median(n.Select(c => c.Efficiency)))).ToList(), Dashed: true));
-        efficiency.ReferenceLines.Add(("limit (100%)", 1.0));
-        if (efficiency.Lines.Count > 0) { efficiency.Save(Path.Combine(dir, "efficiency-vs-nodes.png")); written.Add("efficiency-vs-nodes.png"); }
+            var efficiency = series.Select(g => (new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
+                g.Select(c => ((double)c.Nodes, c.Efficiency)).ToList(), Dashed: !g.Key.Compress), (LineChart.Series?)null)).ToList();
+            foreach (var g in r.Calibrations.Where(c => c.RateMbit == panel.Key.RateMbit).GroupBy(c => (c.Pattern, Hosts: c.Pattern == "neighbour" ? 0 : c.Hosts)))
+                efficiency.Add((new LineChart.Series(g.Key.Pattern == "neighbour" ? "tcp neighbour" : $"tcp pull H={g.Key.Hosts}",
+                    g.GroupBy(c => c.Nodes).Select(n => ((double)n.Key, Median(n.Select(c => c.Efficiency)))).ToList(), Dashed: true), null));
+            Save(written, dir, "efficiency-vs-nodes" + Suffix(panel.Key.RateMbit, panel.Key.SizeBytes), () =>
+            {
+                var chart = new LineChart { Title = $"Efficiency, direct-fetch limit / measured ({about})", XLabel = "nodes", YLabel = "efficiency", YMax = 1.2, YPercent = true };
+                chart.ReferenceLines.Add(("limit (100%)", 1.0));
+                return chart;
+            }, efficiency);
+        }
         return written;
     }
+
+    /// <summary>
+    /// Saves <paramref name="series"/> (each with its limit, or none) as charts of at most <see cref="LineChart.MaxSeries"/>
+    /// series: <c>NAME.png</c>, and <c>NAME-2.png</c>… when they do not fit one.
+    /// </summary>
+    private static void Save(List<string> written, string dir, string name, Func<LineChart> create, List<(LineChart.Series Line, LineChart.Series? Limit)> series)
+    {
+        var parts = series.Chunk(LineChart.MaxSeries).ToList();
+        for (var i = 0; i < parts.Count; i++)
+        {
+            var chart = create();
+            foreach (var (line, limit) in parts[i])
+            {
+                chart.Lines.Add(line);
+                if (limit is not null) chart.Limits.Add(limit);
+            }
+            var file = $"{name}{(i == 0 ? "" : $"-{i + 1}")}.png";
+            chart.Save(Path.Combine(dir, file));
+            written.Add(file);
+        }
+    }
+
+    private static string FileSize(long bytes) => ByteSize.Format(bytes).Replace(" ", "", StringComparison.Ordinal).ToLowerInvariant();
 }

@@ -97,6 +97,16 @@ public sealed record MachineInfo(string Host, int Cores, string Kernel, string R
 public static class SlurmModes
 {
     public static readonly IReadOnlyList<string> All = ["none", "mpi", "sbcast", "sbcast-tree2", "srun-bcast"];
+
+    /// <summary>What a chart's legend calls a mode.</summary>
+    public static string Describe(string mode) => mode switch
+    {
+        "none" => "direct fetch",
+        "mpi" => "MPI fan-out",
+        "sbcast-tree2" => "sbcast, TreeWidth=2",
+        "srun-bcast" => "srun --bcast",
+        _ => mode,
+    };
 }
 
 public static class Limits

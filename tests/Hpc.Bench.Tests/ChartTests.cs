@@ -54,6 +54,39 @@ public class ChartTests
         Assert.Equal([0.0, 1, 2, 3, 6], ticks.Select(t => t.Position));
     }
 
+    [Fact]
+    public void No_two_series_of_a_chart_share_their_colour_and_marker()
+    {
+        var styles = Enumerable.Range(0, LineChart.MaxSeries).Select(LineChart.StyleOf).ToList();
+        Assert.Equal(styles.Count, styles.Select(s => s.Colour).Distinct().Count());
+        Assert.Equal(styles.Count, styles.Select(s => s.Marker).Distinct().Count());
+    }
+
+    [Fact]
+    public void A_chart_with_more_series_than_a_reader_can_follow_is_refused()
+    {
+        var chart = new LineChart { Title = "crowded" };
+        for (var i = 0; i <= LineChart.MaxSeries; i++) chart.Lines.Add(new LineChart.Series($"s{i}", [(1, i), (2, i)]));
+        Assert.Contains("crowded", Assert.Throws<InvalidOperationException>(() => chart.Build()).Message);
+    }
+
+    [Fact]
+    public void The_report_draws_one_chart_per_link_rate_and_splits_series_beyond_six()
+    {
+        // Two rates; at 25 Mbit/s eight host counts (eight series), at 100 Mbit/s one.
+        var cells = Enumerable.Range(1, 8).SelectMany(h => new[] { 2, 4 }.Select(n => Cell(n, h, 25)))
+            .Concat([Cell(2, 1, 100), Cell(4, 1, 100)]).ToList();
+        var report = new ReportMain.Report(cells, [], [], [], []);
+
+        var charts = PngFile.WriteCharts(report);
+
+        Assert.Equal(["time-vs-nodes-25mbit.png", "time-vs-nodes-25mbit-2.png", "efficiency-vs-nodes-25mbit.png", "efficiency-vs-nodes-25mbit-2.png",
+                      "time-vs-nodes-100mbit.png", "efficiency-vs-nodes-100mbit.png"], charts);
+    }
+
+    private static ReportMain.Cell Cell(int nodes, int hosts, int rate) =>
+        new(nodes, hosts, 64 << 20, true, rate, 1, 2.0 * nodes / hosts, 1.0 * nodes / hosts, 0.5, 1, 1, 1, 64 << 20, 30 << 20, [], 0, 0, 0, null, null);
+
     private static bool Near(SKColor a, SKColor b) =>
         Math.Abs(a.Red - b.Red) < 12 && Math.Abs(a.Green - b.Green) < 12 && Math.Abs(a.Blue - b.Blue) < 12;
 }
