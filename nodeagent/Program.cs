@@ -2,6 +2,7 @@ using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
 using Hpc.Hosting;
 using Hpc.NodeAgent;
+using Hpc.NodeAgent.Pipe;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;

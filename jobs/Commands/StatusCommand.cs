@@ -16,7 +16,7 @@ public sealed class StatusOptions : CacheClientOptions
     public string? CacheHosts { get; set; }
 
     [Option("cache-tier", HelpText = "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]
-    public bool CacheTier { get; set; }
+    public bool WholeCacheTier { get; set; }
 
     [Option("json", HelpText = "One JSON document on stdout (the agent's AgentStatus, or an array of CacheHostStatus), for scripts.")]
     public bool Json { get; set; }
@@ -26,7 +26,7 @@ public sealed class StatusOptions : CacheClientOptions
 public static class StatusCommand
 {
     public static Task<int> RunAsync(StatusOptions o, CancellationToken ct) =>
-        o.CacheHosts is not null || o.CacheTier ? CacheHostsAsync(o, ct) : NodeAsync(o, ct);
+        o.CacheHosts is not null || o.WholeCacheTier ? CacheHostsAsync(o, ct) : NodeAsync(o, ct);
 
     private static async Task<int> NodeAsync(StatusOptions o, CancellationToken ct)
     {

@@ -14,6 +14,7 @@ public class TrustTests
     private static PeerCredentials As(uint uid) => new(4242, uid, uid, []);
 
     [LinuxFact]
+    [System.Runtime.Versioning.SupportedOSPlatform("linux")]
     public async Task A_pins_owner_survives_a_restart_and_still_decides_who_may_release_it()
     {
         using var node = new Node();
@@ -30,6 +31,7 @@ public class TrustTests
     }
 
     [LinuxFact]
+    [System.Runtime.Versioning.SupportedOSPlatform("linux")]
     public async Task Pins_kept_from_before_pins_had_owners_may_be_released_only_by_root_or_the_agents_user()
     {
         using var node = new Node();
@@ -109,6 +111,7 @@ public class TrustTests
     }
 
     [LinuxFact]
+    [System.Runtime.Versioning.SupportedOSPlatform("linux")]
     public async Task The_agents_own_files_are_readable_by_its_user_only()
     {
         var root = Path.Combine(Path.GetTempPath(), $"hcd-files-{Guid.NewGuid():N}");
@@ -150,6 +153,7 @@ public class AdminGroupTests
     private const uint AgentUid = 500, Alice = 1001, Bob = 1002, Admins = 2500;
 
     [LinuxFact]
+    [System.Runtime.Versioning.SupportedOSPlatform("linux")]
     public void A_member_of_the_admin_group_may_release_any_pin_and_see_every_copy_but_not_read_a_restricted_one()
     {
         var policy = new AccessPolicy(AgentUid, adminGroup: Admins);
@@ -171,6 +175,7 @@ public class AdminGroupTests
     }
 
     [LinuxFact]
+    [System.Runtime.Versioning.SupportedOSPlatform("linux")]
     public async Task With_an_admin_group_the_agents_own_files_are_0640_in_that_group()
     {
         using var node = new Node();

@@ -29,7 +29,7 @@ public static class SegmentCodec
 
     private const int HeadSlack = 64;
 
-    /// <summary>Room <see cref="EncodeHead"/> needs for a segment of <paramref name="rawLength"/> bytes.</summary>
+    /// <summary>Room <see cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, SegmentCompression, out bool, SegmentId?)"/> needs for a segment of <paramref name="rawLength"/> bytes.</summary>
     public static int MaxHeadLength(int rawLength) => HeaderLength + rawLength + HeadSlack;
 
     /// <summary>Encodes <paramref name="raw"/> into <paramref name="destination"/>; stored raw when LZ4 does not make it smaller.</summary>
@@ -46,7 +46,7 @@ public static class SegmentCodec
     }
 
     /// <summary>
-    /// Encodes like <see cref="Encode"/> but leaves a raw-stored payload where it is: writes the header, and the LZ4
+    /// Encodes like <see cref="Encode(ReadOnlySpan{byte}, Span{byte}, SegmentCompression)"/> but leaves a raw-stored payload where it is: writes the header, and the LZ4
     /// payload when LZ4 shrinks the segment, into <paramref name="destination"/> and returns how many bytes it wrote.
     /// With <paramref name="storedRaw"/> the stored form is those 24 header bytes followed by <paramref name="raw"/>
     /// itself, so a sender can write both without copying the segment once more. <paramref name="destination"/> needs

@@ -1,0 +1,59 @@
+using System.IO.Pipelines;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Fetch;
+
+namespace Hpc.NodeAgent.Pipe;
+
+/// <summary>
+/// open, prefetch and stream: the verified copy of a version, fetched first if the node lacks it. Open and stream lease
+/// it for the connection's life; prefetch only warms the node, and may pin the copy for a job. Stream then sends the
+/// copy itself. A version whose readers do not include the worker is refused before anything is fetched.
+/// </summary>
+internal static class OpenOperation
+{
+    public static async Task<bool> RunAsync(PipeConnection connection, AgentRequest request, CancellationToken ct)
+    {
+        AgentResponse response;
+        try
+        {
+            var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
+            var lease = request.Op != AgentOps.Prefetch;
+            var pin = request.Op == AgentOps.Prefetch ? request.Pin : null;
+            var ensured = await connection.Store.EnsureAsync(name, request.Version, lease, pin, ct,
+                manifest => { if (manifest.Readers is not null) connection.Access.Check(manifest, connection.Peer.Value); },
+                pin is null ? AccessPolicy.NoOwner : AccessPolicy.OwnerOf(connection.Peer.Value));
+            if (lease) connection.Leases.Add(ensured.Version);
+            response = new AgentResponse { Ok = true, Dataset = ensured.Dataset };
+            if (request.Op == AgentOps.Stream)
+            {
+                await connection.ReplyAsync(response, ct);
+                await StreamAsync(ensured.Dataset, connection.Writer, ct);
+                return true;
+            }
+        }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            response = connection.Failed(request, e);
+        }
+        await connection.ReplyAsync(response, ct);
+        return true;
+    }
+
+    /// <summary>Stream mode: the verified copy (file or tree, in dataset order) in 1 MB frames, then an empty frame.</summary>
+    private static async Task StreamAsync(LocalDataset dataset, PipeWriter writer, CancellationToken ct)
+    {
+        using var files = DatasetFiles.Open(dataset.Path, dataset.Files, dataset.Length, writable: false);
+        for (long offset = 0; offset < dataset.Length;)
+        {
+            var n = (int)Math.Min(AgentFrames.DataFrameSize, dataset.Length - offset);
+            var memory = writer.GetMemory(4 + n);
+            files.Read(memory.Span.Slice(4, n), offset);
+            System.Buffers.Binary.BinaryPrimitives.WriteUInt32LittleEndian(memory.Span, (uint)n);
+            writer.Advance(4 + n);
+            offset += n;
+            await writer.FlushAsync(ct);
+        }
+        AgentFrames.Write(writer, ReadOnlySpan<byte>.Empty);
+        await writer.FlushAsync(ct);
+    }
+}

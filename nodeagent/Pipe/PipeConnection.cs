@@ -1,0 +1,80 @@
+using System.IO.Pipelines;
+using System.IO.Pipes;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.NodeAgent.Pipe;
+
+/// <summary>
+/// One worker's connection: a sequence of framed requests, each answered by the operation it names. Datasets opened on
+/// it stay leased until it closes. A malformed or oversized frame is answered with one error and closes this connection
+/// only.
+/// </summary>
+internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore store, AccessPolicy access, ILogger log)
+{
+    // Buffers of 128 KB: an ingest's 64 KB segments then mostly arrive in one piece and in few reads.
+    public PipeReader Reader { get; } = PipeReader.Create(pipe, new StreamPipeReaderOptions(bufferSize: 1 << 17, leaveOpen: true));
+    public PipeWriter Writer { get; } = PipeWriter.Create(pipe, new StreamPipeWriterOptions(minimumBufferSize: AgentFrames.DataFrameSize + 8, leaveOpen: true));
+    public DatasetStore Store { get; } = store;
+    public AccessPolicy Access { get; } = access;
+    public ILogger Log { get; } = log;
+    /// <summary>Versions this connection holds open; their leases end with it.</summary>
+    public List<string> Leases { get; } = [];
+    /// <summary>Read when a restricted version is asked for: most connections (status, ingest, open datasets) never need it.</summary>
+    public Lazy<PeerCredentials?> Peer { get; } = new(() => PeerCredentials.Of(pipe));
+
+    public async Task RunAsync(CancellationToken stoppingToken)
+    {
+        try
+        {
+            while (true)
+            {
+                AgentRequest? request;
+                try
+                {
+                    request = await AgentFrames.ReadMessageAsync(Reader, () => AgentJson.Default.AgentRequest, stoppingToken);
+                }
+                catch (InvalidDataException e)
+                {
+                    Pipe.Log.BadFrame(Log, e.Message);
+                    await ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, e.Message)), stoppingToken);
+                    return;
+                }
+                if (request is null) return;
+                if (!await AgentOperations.RunAsync(this, request, stoppingToken)) return;
+            }
+        }
+        catch (Exception e) when (e is IOException or OperationCanceledException or ObjectDisposedException)
+        {
+            // The worker went away or we are stopping: its leases end below.
+        }
+        catch (Exception e)
+        {
+            Pipe.Log.ConnectionFailed(Log, e);
+        }
+        finally
+        {
+            foreach (var v in Leases) Store.Lease(v, -1);
+            await Reader.CompleteAsync();
+            await Writer.CompleteAsync();
+            await pipe.DisposeAsync();
+        }
+    }
+
+    public ValueTask ReplyAsync(AgentResponse response, CancellationToken ct) =>
+        AgentFrames.WriteMessageAsync(Writer, response, () => AgentJson.Default.AgentResponse, ct);
+
+    /// <summary>
+    /// The reply for a request that failed: its error as the worker's SDK will raise it. Refusals are counted and logged
+    /// with who asked; an internal error is logged with its stack.
+    /// </summary>
+    public AgentResponse Failed(AgentRequest request, Exception e)
+    {
+        var error = CommonDataException.From(e);
+        if (error.Code is ErrorCode.NoSpace or ErrorCode.AccessDenied) AgentMetrics.Instance.Refused(error.Code);
+        if (error.Code == ErrorCode.Internal) Pipe.Log.RequestFailed(Log, e, request.Op, request.Dataset);
+        else if (error.Code == ErrorCode.AccessDenied) Pipe.Log.Refused(Log, request.Op, request.Dataset, Peer.Value?.Pid, Peer.Value?.Uid, error.Message);
+        return AgentResponse.Failure(error);
+    }
+}

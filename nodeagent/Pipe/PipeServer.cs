@@ -1,0 +1,170 @@
+using System.IO.Pipes;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Fetch;
+using Hpc.CommonData.Hosting;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.NodeAgent.Pipe;
+
+/// <summary>
+/// Listens on the agent's named pipe (a Unix domain socket on Linux) and hands each accepted connection to a
+/// <see cref="PipeConnection"/>, which answers its requests with the <see cref="AgentOperations"/>.
+/// </summary>
+/// <para>The socket admits every user of the node; what a connection may do is decided from the credentials the
+/// kernel recorded for it (<see cref="PeerCredentials"/>, <see cref="AccessPolicy"/>): open, stream and prefetch of a
+/// version whose readers do not include the worker are refused with <see cref="ErrorCode.AccessDenied"/>; a pin is
+/// recorded with the uid that made it and only that user, root, the agent's user or a member of its admin group may
+/// release it or evict its copy; status lists only the copies the caller may read (all to those administrators).</para>
+public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
+{
+    private readonly NodeAgentOptions _options = options;
+    private readonly AccessPolicy _access = AccessPolicy.ForThisProcess(options.AdminGroupId());
+    private int _connections;
+    private readonly TaskCompletionSource _serving = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    /// <summary>
+    /// Returns once the pipe is listening, not when serving merely began: the host announces itself started (to a
+    /// service manager, READY=1) after every StartAsync returned, and workers connecting before the socket exists fail.
+    /// A start-up failure (pipe taken, data directory unusable) is thrown here, so the host never reports started.
+    /// </summary>
+    public override async Task StartAsync(CancellationToken cancellationToken)
+    {
+        await base.StartAsync(cancellationToken);
+        var execution = ExecuteTask ?? Task.CompletedTask;
+        await Task.WhenAny(_serving.Task, execution).WaitAsync(cancellationToken);
+        if (!_serving.Task.IsCompleted)
+        {
+            await execution; // rethrows why the pipe could not be served
+            throw new IOException($"the node agent stopped before serving pipe '{_options.Pipe}'");
+        }
+    }
+
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        try
+        {
+            await ServeAllAsync(stoppingToken);
+        }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            Log.CannotServe(log, _options.Pipe, e.Message);
+            Environment.ExitCode = 1; // the host stops on a failed service; launchers must see a failure
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// A Unix socket file outlives an agent that was killed; it would block the next one. Probe it: if an agent
+    /// answers, refuse to start; if nobody does, it is stale and is removed.
+    /// </summary>
+    private void RemoveStaleSocket()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var path = NodeAgentOptions.SocketPath(_options.Pipe);
+        if (!File.Exists(path)) return;
+        using (var probe = new NamedPipeClientStream(".", _options.Pipe, PipeDirection.InOut))
+        {
+            try
+            {
+                probe.Connect(300);
+            }
+            catch (Exception e) when (e is TimeoutException or IOException)
+            {
+                Log.StaleSocket(log, path);
+                File.Delete(path);
+                return;
+            }
+        }
+        throw new IOException($"pipe '{_options.Pipe}' ({path}) is already served by a running agent");
+    }
+
+    private async Task ServeAllAsync(CancellationToken stoppingToken)
+    {
+        RemoveStaleSocket();
+        await store.PrepareAsync(stoppingToken);
+        var handlers = new List<Task>();
+        // One instance is always waiting, also while the last connection closes: on Unix the pipe is a socket that
+        // exists only while some server instance does, so a gap between instances makes connects fail with ENOENT.
+        var server = CreateInstance(first: true);
+        OpenSocketToAllUsers();
+        // The listening socket exists once the first instance is created: announce readiness to launchers.
+        Console.Out.WriteLine($"READY {_options.Pipe}");
+        Console.Out.Flush();
+        _serving.TrySetResult();
+        Log.Serving(log, _options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget.ToString());
+        while (!stoppingToken.IsCancellationRequested)
+        {
+            try
+            {
+                await server.WaitForConnectionAsync(stoppingToken);
+            }
+            catch (OperationCanceledException)
+            {
+                await server.DisposeAsync();
+                break;
+            }
+            catch (IOException e)
+            {
+                Log.AcceptFailed(log, e.Message);
+                var replacement = CreateInstance(first: false);
+                await server.DisposeAsync();
+                server = replacement;
+                continue;
+            }
+            var accepted = server;
+            server = CreateInstance(first: false);
+            handlers.RemoveAll(t => t.IsCompleted);
+            if (Interlocked.Increment(ref _connections) > _options.MaxConnections)
+            {
+                Log.TooManyConnections(log, _options.MaxConnections);
+                Interlocked.Decrement(ref _connections);
+                await accepted.DisposeAsync();
+                continue;
+            }
+            handlers.Add(Task.Run(() => ServeAsync(accepted, stoppingToken), CancellationToken.None));
+        }
+        await server.DisposeAsync();
+        await Task.WhenAll(handlers);
+    }
+
+    /// <summary>
+    /// The socket file is created with the agent's umask (typically srwxr-xr-x), and connecting needs write permission
+    /// on it: other users' workers would be turned away before saying what they want. Every user may connect; the
+    /// per-dataset check on each request is the gate.
+    /// </summary>
+    private void OpenSocketToAllUsers()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var path = NodeAgentOptions.SocketPath(_options.Pipe);
+        try
+        {
+            File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.GroupWrite |
+                                       UnixFileMode.OtherRead | UnixFileMode.OtherWrite);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            Log.SocketNotOpenToAll(log, path, e.Message);
+        }
+    }
+
+    private NamedPipeServerStream CreateInstance(bool first)
+    {
+        var flags = System.IO.Pipes.PipeOptions.Asynchronous | (first ? System.IO.Pipes.PipeOptions.FirstPipeInstance : 0);
+        try
+        {
+            return new NamedPipeServerStream(_options.Pipe, PipeDirection.InOut, NamedPipeServerStream.MaxAllowedServerInstances,
+                PipeTransmissionMode.Byte, flags, 1 << 20, 1 << 20);
+        }
+        catch (IOException e) when (first)
+        {
+            throw new IOException($"pipe '{_options.Pipe}' is already served by another agent on this node ({e.Message})", e);
+        }
+    }
+
+    private async Task ServeAsync(NamedPipeServerStream pipe, CancellationToken stoppingToken)
+    {
+        try { await new PipeConnection(pipe, store, _access, log).RunAsync(stoppingToken); }
+        finally { Interlocked.Decrement(ref _connections); }
+    }
+}
