@@ -75,6 +75,11 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
                 Console.Error.WriteLine($"{usage}: cancelled");
                 return ExitCodes.Cancelled;
             }
+            catch (CommandException e)
+            {
+                Console.Error.WriteLine($"{usage}: {e.Message}");
+                return e.ExitCode;
+            }
         }
         var errors = ((NotParsed<TOptions>)parsed).Errors.ToList();
         if (errors.Any(e => e.Tag is ErrorType.HelpRequestedError or ErrorType.HelpVerbRequestedError))
@@ -171,6 +176,26 @@ public static class Signals
 }
 
 /// <summary>Exit codes of every command, decided here only.</summary>
+/// <summary>
+/// A verb's failure with the exit code it means (<see cref="ExitCodes"/>): the verb throws it, and the command tree
+/// writes <c>program verb: message</c> on stderr and exits with the code. Nothing else decides a verb's exit code.
+/// </summary>
+public sealed class CommandException : Exception
+{
+    private CommandException(int exitCode, string message) : base(message) => ExitCode = exitCode;
+
+    public int ExitCode { get; }
+
+    /// <summary>The command line (or what the environment gave in its place) was wrong; nothing was done.</summary>
+    public static CommandException Usage(string message) => new(ExitCodes.Usage, message);
+
+    /// <summary>The command ran and failed; the message says why.</summary>
+    public static CommandException Failed(string message) => new(ExitCodes.Failed, message);
+
+    /// <summary>Cancelled by a signal after cleaning up; the message says what was left.</summary>
+    public static CommandException Cancelled(string message) => new(ExitCodes.Cancelled, message);
+}
+
 public static class ExitCodes
 {
     public const int Ok = 0;

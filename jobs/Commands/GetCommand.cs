@@ -31,10 +31,10 @@ public static class GetCommand
     {
         var at = o.Dataset.IndexOf('@');
         var (name, version) = at < 0 ? (o.Dataset, null) : (o.Dataset[..at], o.Dataset[(at + 1)..]);
-        if (!DatasetName.TryValidate(name, out var why)) return Fail(2, $"'{name}': {why}");
+        if (!DatasetName.TryValidate(name, out var why)) throw CommandException.Usage($"'{name}': {why}");
         var destination = Path.GetFullPath(o.Destination);
         if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
-            return Fail(2, $"{destination} exists; give --force to replace it");
+            throw CommandException.Usage($"{destination} exists; give --force to replace it");
         var tier = o.CacheTier(o.CacheHosts);
         try
         {
@@ -43,7 +43,7 @@ public static class GetCommand
             // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,
             // so what lands at DEST is exactly the staged content whatever happened to the node's copy since.
             if (data.Mode == DataAccessMode.Map && !data.VerifyHash())
-                return Fail(1, $"{name} version {data.Version}: the node's copy does not match its hash; nothing was written");
+                throw CommandException.Failed($"{name} version {data.Version}: the node's copy does not match its hash; nothing was written");
 
             // Written beside DEST and renamed into place, so DEST is never half-written and an old one survives a failure.
             var staging = Path.Combine(Path.GetDirectoryName(destination)!, $".{Path.GetFileName(destination)}.hpcdata-get-{Environment.ProcessId}");
@@ -67,7 +67,7 @@ public static class GetCommand
         }
         catch (Exception e) when (e is CommonDataException or IOException or UnauthorizedAccessException or ArgumentException)
         {
-            return Fail(1, e.Message);
+            throw CommandException.Failed(e.Message);
         }
     }
 
@@ -90,9 +90,4 @@ public static class GetCommand
 
     private static void Remove(string path) => TreeWriter.Delete(path);
 
-    private static int Fail(int code, string message)
-    {
-        Console.Error.WriteLine($"hpcdata get: {message}");
-        return code;
-    }
 }

@@ -76,14 +76,14 @@ public static class NodePrepCommand
         var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
         var job = JobVariables.JobIdFromEnvironment(o.Job);
         var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
-        if (name is null) return Fail(2, "no dataset (--dataset or HPCDATA_DATASET)");
-        if (job is null) return Fail(2, "no job id to pin the data with (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
-        if (!DatasetName.TryValidate(name, out var nameError)) return Fail(2, nameError!);
+        if (name is null) throw CommandException.Usage("no dataset (--dataset or HPCDATA_DATASET)");
+        if (job is null) throw CommandException.Usage("no job id to pin the data with (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
+        if (!DatasetName.TryValidate(name, out var nameError)) throw CommandException.Usage(nameError!);
         if (version == "latest") version = null;
         TimeSpan startTimeout, fetchTimeout, stallTimeout;
         try { (startTimeout, fetchTimeout, stallTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout), Durations.Parse(o.StallTimeout)); }
-        catch (FormatException e) { return Fail(2, e.Message); }
-        if (o.Fanout is not ("auto" or "none" or "mpi")) return Fail(2, $"--fanout '{o.Fanout}' is not one of auto, none, mpi");
+        catch (FormatException e) { throw CommandException.Usage(e.Message); }
+        if (o.Fanout is not ("auto" or "none" or "mpi")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi");
         if (o.Fanout == "auto") o.Fanout = LaunchedRanks() > 1 ? "mpi" : "none";
 
         var clock = Stopwatch.StartNew();
@@ -135,7 +135,7 @@ public static class NodePrepCommand
             if (problem is not null)
             {
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
-                return Fail(1, $"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
+                throw CommandException.Failed($"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
             }
             LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}{fanout} path={local.Path}");
             return 0;
@@ -143,15 +143,15 @@ public static class NodePrepCommand
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)
         {
             if (pinned) await ReleaseQuietlyAsync(pipe, name, version, job, evict: false);
-            return Fail(130, "cancelled; no pin was left on the node");
+            throw CommandException.Cancelled("cancelled; no pin was left on the node");
         }
         catch (OperationCanceledException)
         {
-            return Fail(1, $"fetching {name} took longer than {fetchTimeout.TotalMinutes:0.#} min (--timeout); nothing was pinned");
+            throw CommandException.Failed($"fetching {name} took longer than {fetchTimeout.TotalMinutes:0.#} min (--timeout); nothing was pinned");
         }
         catch (CommonDataException e)
         {
-            return Fail(1, e.Code switch
+            throw CommandException.Failed(e.Code switch
             {
                 ErrorCode.NotFound => $"{e.Message} (was it staged? check the name and the agent's cache hosts)",
                 ErrorCode.Unavailable => $"the cache tier is unreachable from this node: {e.Message}",
@@ -160,7 +160,7 @@ public static class NodePrepCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException or UnauthorizedAccessException or InvalidDataException or ArgumentException)
         {
-            return Fail(1, e.Message);
+            throw CommandException.Failed(e.Message);
         }
     }
 
@@ -259,11 +259,6 @@ public static class NodePrepCommand
         catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
     }
 
-    private static int Fail(int code, string message)
-    {
-        Console.Error.WriteLine($"hpcdata nodeprep: {message}");
-        return code;
-    }
 
     /// <summary>One self-overwriting line on the terminal from the agent's status (segments done of all).</summary>
     private sealed class FetchProgress : IDisposable

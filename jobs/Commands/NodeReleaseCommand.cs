@@ -3,6 +3,8 @@ using Hpc.CommonData.Agent;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Scheduling;
 
+using Hpc.Jobs.Cli;
+
 namespace Hpc.Jobs.Commands;
 
 [Verb("noderelease", HelpText = "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.")]
@@ -36,9 +38,9 @@ public static class NodeReleaseCommand
         var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
         var job = JobVariables.JobIdFromEnvironment(o.Job);
         var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
-        if (job is null) return Say(2, "no job id (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
-        if (name is not null && !DatasetName.TryValidate(name, out var nameError)) return Say(2, nameError!);
-        if (o.StopAgent is not ("auto" or "never" or "always")) return Say(2, $"--stop-agent '{o.StopAgent}' is not one of auto, never, always");
+        if (job is null) throw CommandException.Usage("no job id (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
+        if (name is not null && !DatasetName.TryValidate(name, out var nameError)) throw CommandException.Usage(nameError!);
+        if (o.StopAgent is not ("auto" or "never" or "always")) throw CommandException.Usage($"--stop-agent '{o.StopAgent}' is not one of auto, never, always");
 
         AgentStatus status;
         try
@@ -54,11 +56,11 @@ public static class NodeReleaseCommand
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
         {
             ForgetDeadAgent(pipe);
-            return Say(0, $"{AgentClient.NotAnswering(pipe, e)}; nothing to release for job {job}");
+            return Notice($"{AgentClient.NotAnswering(pipe, e)}; nothing to release for job {job}");
         }
         catch (CommonDataException e)
         {
-            return Say(0, $"the agent could not release {name} for job {job}: {e.Message}; nothing else done");
+            return Notice($"the agent could not release {name} for job {job}: {e.Message}; nothing else done");
         }
 
         var left = status.Copies.Where(c => (name is null || c.Name == name) && (version is null || c.Version == version)).ToList();
@@ -91,9 +93,10 @@ public static class NodeReleaseCommand
             _ = NodeAgentLauncher.StopAsync(started, TimeSpan.Zero);
     }
 
-    private static int Say(int code, string message)
+    /// <summary>A line on stderr about what was not done, where that is no failure (exit 0).</summary>
+    private static int Notice(string message)
     {
         Console.Error.WriteLine($"hpcdata noderelease: {message}");
-        return code;
+        return ExitCodes.Ok;
     }
 }

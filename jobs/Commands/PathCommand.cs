@@ -4,6 +4,8 @@ using Hpc.CommonData.Agent;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Scheduling;
 
+using Hpc.Jobs.Cli;
+
 namespace Hpc.Jobs.Commands;
 
 [Verb("path", HelpText = "Print where this node's copy of a dataset is: the read-only tree of a directory dataset, or the file of a single-file one. " +
@@ -23,10 +25,10 @@ public static class PathCommand
     public static async Task<int> RunAsync(PathOptions o, CancellationToken ct)
     {
         var given = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
-        if (given is null) return Fail(2, "no dataset (NAME or HPCDATA_DATASET)");
+        if (given is null) throw CommandException.Usage("no dataset (NAME or HPCDATA_DATASET)");
         var at = given.IndexOf('@');
         var (name, version) = at < 0 ? (given, JobVariables.First(Environment.GetEnvironmentVariable(JobVariables.Version))) : (given[..at], given[(at + 1)..]);
-        if (!DatasetName.TryValidate(name, out var why)) return Fail(2, $"'{name}': {why}");
+        if (!DatasetName.TryValidate(name, out var why)) throw CommandException.Usage($"'{name}': {why}");
         var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
         AgentClient agent;
         try
@@ -35,11 +37,11 @@ public static class PathCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException)
         {
-            return Fail(1, AgentClient.NotAnswering(pipe, e));
+            throw CommandException.Failed(AgentClient.NotAnswering(pipe, e));
         }
         catch (Exception e) when (e is CommonDataException or UnauthorizedAccessException)
         {
-            return Fail(1, e.Message); // an agent is there but its socket turns this user away
+            throw CommandException.Failed(e.Message); // an agent is there but its socket turns this user away
         }
         try
         {
@@ -51,13 +53,8 @@ public static class PathCommand
         }
         catch (Exception e) when (e is CommonDataException or IOException or TimeoutException or UnauthorizedAccessException)
         {
-            return Fail(1, e.Message);
+            throw CommandException.Failed(e.Message);
         }
     }
 
-    private static int Fail(int code, string message)
-    {
-        Console.Error.WriteLine($"hpcdata path: {message}");
-        return code;
-    }
 }

@@ -8,6 +8,8 @@ using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Fanout;
 using Hpc.Jobs.Scheduling;
 
+using Hpc.Jobs.Cli;
+
 namespace Hpc.Jobs.Commands;
 
 [Verb("prestage", HelpText = "Stage a dataset if it changed, then run or submit a job whose nodes get it first: hpcdata prestage PATH|NAME [options] -- command args…")]
@@ -86,7 +88,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
 
     public async Task<int> RunAsync(CancellationToken stop)
     {
-        if (Validate() is { } usage) return Say(2, usage);
+        if (Validate() is { } usage) throw CommandException.Usage(usage);
         using var cancel = CancellationTokenSource.CreateLinkedTokenSource(stop);
         var local = o.Scheduler == "local";
         var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-job-{Environment.ProcessId}");
@@ -131,12 +133,12 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)
         {
-            return Say(130, $"cancelled{(jobId is null ? "" : $"; job {jobId}'s nodes were released")}");
+            throw CommandException.Cancelled($"cancelled{(jobId is null ? "" : $"; job {jobId}'s nodes were released")}");
         }
         catch (Exception e) when (e is IOException or InvalidOperationException or ArgumentException or FormatException or TimeoutException
                                        or CommonDataException or UnauthorizedAccessException)
         {
-            return Say(1, e.Message);
+            throw CommandException.Failed(e.Message);
         }
         finally
         {
@@ -247,7 +249,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var stdout = await p.StandardOutput.ReadToEndAsync(ct);
         var stderr = await p.StandardError.ReadToEndAsync(ct);
         await p.WaitForExitAsync(ct);
-        if (p.ExitCode != 0) return Say(1, $"{submitter} refused the job ({file}): {stderr.Trim()}");
+        if (p.ExitCode != 0) throw CommandException.Failed($"{submitter} refused the job ({file}): {stderr.Trim()}");
         var id = stdout.Trim().Split(';')[0];
         Console.WriteLine($"prestage: submitted job {id} ({file})");
         if (job.LifetimeJob && tier is not null)
@@ -320,9 +322,4 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         return words;
     }
 
-    private static int Say(int code, string message)
-    {
-        Console.Error.WriteLine($"hpcdata prestage: {message}");
-        return code;
-    }
 }

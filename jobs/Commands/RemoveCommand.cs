@@ -28,17 +28,17 @@ public static class RemoveCommand
 {
     public static async Task<int> RunAsync(RemoveOptions o, CancellationToken ct)
     {
-        if (!DatasetName.TryValidate(o.Name, out var error)) return Say(2, error!);
+        if (!DatasetName.TryValidate(o.Name, out var error)) throw CommandException.Usage(error!);
         var options = o.CacheTier(o.CacheHosts);
         try
         {
             await using var tier = new CacheTierClient(options);
             var version = o.Version ?? await tier.GetLatestAsync(o.Name, ct);
-            if (version is null) return Say(0, $"dataset '{o.Name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
+            if (version is null) return Notice($"dataset '{o.Name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
             if (o.Job is not null)
             {
                 var others = await tier.Catalog.RemoveJobAsync(version, o.Job, ct);
-                if (others.Count > 0) return Say(0, $"{o.Name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
+                if (others.Count > 0) return Notice($"{o.Name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
             }
             var (latest, gc) = await tier.Catalog.RemoveVersionAsync(o.Name, version, ct);
             Console.WriteLine($"removed {o.Name} version {version}{(latest ? " (it was the latest)" : "")}; " +
@@ -48,13 +48,14 @@ public static class RemoveCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
         {
-            return Say(1, e.Message);
+            throw CommandException.Failed(e.Message);
         }
     }
 
-    private static int Say(int code, string message)
+    /// <summary>A line on stderr about what was not done, where that is no failure (exit 0).</summary>
+    private static int Notice(string message)
     {
         Console.Error.WriteLine($"hpcdata remove: {message}");
-        return code;
+        return ExitCodes.Ok;
     }
 }
