@@ -30,8 +30,7 @@ public static class GcCommand
             var gc = await new SegmentCollector(tier).CollectAsync(ct, o.DropUnreadable);
             if (!gc.Ran)
             {
-                Console.Error.WriteLine($"hpcdata gc: not collected now: {gc.SkippedBecause}");
-                return 1;
+                throw CommandException.Failed($"not collected now: {gc.SkippedBecause}");
             }
             foreach (var key in gc.Unreadable ?? [])
                 Console.Error.WriteLine(o.DropUnreadable
@@ -42,8 +41,7 @@ public static class GcCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
         {
-            Console.Error.WriteLine($"hpcdata gc: {e.Message}");
-            return 1;
+            throw CommandException.Failed(e.Message);
         }
     }
 }

@@ -39,13 +39,11 @@ public static class StatusCommand
         }
         catch (Exception e) when (e is TimeoutException or IOException)
         {
-            Console.Error.WriteLine($"hpcdata status: {AgentClient.NotAnswering(pipe, e)}");
-            return 1;
+            throw CommandException.Failed($"{AgentClient.NotAnswering(pipe, e)}");
         }
         catch (Exception e) when (e is UnauthorizedAccessException or CommonDataException)
         {
-            Console.Error.WriteLine($"hpcdata status: the node agent on pipe '{pipe}' refused: {e.Message}");
-            return 1;
+            throw CommandException.Failed($"the node agent on pipe '{pipe}' refused: {e.Message}");
         }
         if (o.Json)
         {
@@ -81,8 +79,7 @@ public static class StatusCommand
         }
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
         {
-            Console.Error.WriteLine($"hpcdata status: {e.Message}");
-            return 1;
+            throw CommandException.Failed(e.Message);
         }
         if (o.Json) Console.WriteLine(JsonSerializer.Serialize(hosts, CacheStatusJson.Default.CacheHostStatusArray));
         else

@@ -1,6 +1,8 @@
 using CommandLine;
 using Hpc.CommonData.Security;
 
+using Hpc.Jobs.Cli;
+
 namespace Hpc.Jobs.Commands;
 
 [Verb("tls-init", HelpText = "Create a site CA (once) and a cache-host certificate it signs, as PEM files: host.pem and host.key for the hosts, ca.pem for every client.")]
@@ -24,8 +26,7 @@ public static class TlsInitCommand
         var hosts = o.Hosts.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
         if (hosts.Length == 0 || o.Days < 1)
         {
-            Console.Error.WriteLine("hpcdata tls-init: give --hosts NAME,… and --days of at least 1");
-            return 2;
+            throw CommandException.Usage("give --hosts NAME,… and --days of at least 1");
         }
         try
         {
@@ -36,8 +37,7 @@ public static class TlsInitCommand
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or System.Security.Cryptography.CryptographicException)
         {
-            Console.Error.WriteLine($"hpcdata tls-init: {e.Message}");
-            return 1;
+            throw CommandException.Failed(e.Message);
         }
     }
 }
