@@ -204,30 +204,5 @@ public class RespParserTests
 
     private static byte[] Latin1(string text) => Encoding.Latin1.GetBytes(text);
 
-    internal static ReadOnlySequence<byte> Sequence(params byte[][] chunks)
-    {
-        if (chunks.Length == 0)
-            return ReadOnlySequence<byte>.Empty;
-        var first = new Segment(chunks[0], 0);
-        var last = first;
-        foreach (var chunk in chunks.Skip(1))
-            last = last.Append(chunk);
-        return new ReadOnlySequence<byte>(first, 0, last, last.Memory.Length);
-    }
-
-    private sealed class Segment : ReadOnlySequenceSegment<byte>
-    {
-        public Segment(ReadOnlyMemory<byte> memory, long runningIndex)
-        {
-            Memory = memory;
-            RunningIndex = runningIndex;
-        }
-
-        public Segment Append(ReadOnlyMemory<byte> memory)
-        {
-            var next = new Segment(memory, RunningIndex + Memory.Length);
-            Next = next;
-            return next;
-        }
-    }
+    internal static ReadOnlySequence<byte> Sequence(params byte[][] chunks) => Hpc.Fuzzing.Sequences.Of(chunks);
 }

@@ -47,22 +47,9 @@ public class RespReplyParserTests
     [Fact]
     public void Bulk_values_split_across_buffer_segments_are_sliced_whole()
     {
-        var first = new Segment(Encoding.ASCII.GetBytes("$6\r\nabc"));
-        var last = first.Append(Encoding.ASCII.GetBytes("def\r\n"));
-        var reader = new SequenceReader<byte>(new ReadOnlySequence<byte>(first, 0, last, last.Memory.Length));
+        var reader = new SequenceReader<byte>(Hpc.Fuzzing.Sequences.Of(Encoding.ASCII.GetBytes("$6\r\nabc"), Encoding.ASCII.GetBytes("def\r\n")));
         Assert.True(RespReplyParser.TryReadBulk(ref reader, 100, out var value, out var isNull));
         Assert.False(isNull);
         Assert.Equal("abcdef", Encoding.ASCII.GetString(value));
-    }
-
-    private sealed class Segment : ReadOnlySequenceSegment<byte>
-    {
-        public Segment(byte[] data) => Memory = data;
-        public Segment Append(byte[] data)
-        {
-            var next = new Segment(data) { RunningIndex = RunningIndex + Memory.Length };
-            Next = next;
-            return next;
-        }
     }
 }
