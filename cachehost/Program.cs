@@ -2,7 +2,6 @@ using Hpc.CacheHost;
 using Hpc.CacheHost.Server;
 using Hpc.CacheHost.Storage;
 using Hpc.CommonData.Hosting;
-using Hpc.Hosting;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Hosting;

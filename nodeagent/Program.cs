@@ -1,6 +1,5 @@
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
-using Hpc.Hosting;
 using Hpc.NodeAgent;
 using Hpc.NodeAgent.Pipe;
 using Microsoft.Extensions.Configuration;

@@ -10,6 +10,9 @@ namespace Hpc.CommonData.Agent;
 /// </summary>
 public sealed class AgentClient : IAsyncDisposable
 {
+    /// <summary>The file system path of an agent's socket on Unix (.NET puts a relative pipe name in the temp directory).</summary>
+    public static string SocketPath(string pipe) => Path.IsPathRooted(pipe) ? pipe : Path.Combine(Path.GetTempPath(), "CoreFxPipe_" + pipe);
+
     public const string PipeVariable = "HPCDATA_AGENT_PIPE";
     public const string DefaultPipe = "hpcdata-agent";
 
@@ -70,7 +73,7 @@ public sealed class AgentClient : IAsyncDisposable
     public static string NotAnswering(string pipeName, Exception cause)
     {
         if (OperatingSystem.IsWindows()) return $"no node agent answers on pipe '{pipeName}' ({cause.Message})";
-        var socket = Hosting.NodeAgentOptions.SocketPath(pipeName);
+        var socket = SocketPath(pipeName);
         var reason = File.Exists(socket) || Directory.Exists(socket) ? $"{socket}: {cause.Message}" : $"no socket at {socket}";
         return $"no node agent answers on pipe '{pipeName}' ({reason})";
     }
@@ -82,7 +85,7 @@ public sealed class AgentClient : IAsyncDisposable
     /// </summary>
     public static Task<AgentClient> ConnectIfListeningAsync(string pipeName, TimeSpan timeout, CancellationToken ct = default) =>
         SocketMissing(pipeName)
-            ? Task.FromException<AgentClient>(new IOException($"no socket at {Hosting.NodeAgentOptions.SocketPath(pipeName)}"))
+            ? Task.FromException<AgentClient>(new IOException($"no socket at {SocketPath(pipeName)}"))
             : ConnectAsync(pipeName, timeout, ct);
 
     /// <summary>
@@ -90,7 +93,7 @@ public sealed class AgentClient : IAsyncDisposable
     /// connect would wait out its whole timeout there). Always false on Windows, where only a connect can tell.
     /// </summary>
     public static bool SocketMissing(string pipeName) =>
-        !OperatingSystem.IsWindows() && Hosting.NodeAgentOptions.SocketPath(pipeName) is var socket && !File.Exists(socket) && !Directory.Exists(socket);
+        !OperatingSystem.IsWindows() && SocketPath(pipeName) is var socket && !File.Exists(socket) && !Directory.Exists(socket);
 
     private static string CurrentUser()
     {

@@ -3,14 +3,13 @@ using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Hosting.Systemd;
 using Microsoft.Extensions.Logging;
 
-namespace Hpc.Hosting;
+namespace Hpc.CommonData.Hosting;
 
 /// <summary>
 /// Lets a long-running component (cache host, node agent) run under a service manager: systemd (<c>Type=notify</c>)
-/// or the Windows service control manager. Compiled into each program that is a service (linked source), so the SDK
-/// packages carry no hosting dependency.
+/// or the Windows service control manager. In the hosting library, so the worker SDK carries no hosting dependency.
 /// </summary>
-internal static class ServiceHosting
+public static class ServiceHosting
 {
     /// <summary>Names a settings file of the site's (e.g. /etc/hpcdata/agent.json) read in addition to appsettings.json.</summary>
     public const string SettingsVariable = "HPCDATA_SETTINGS";

@@ -113,5 +113,5 @@ public sealed class NodeAgentOptions : IProgramOptions
     }
 
     /// <summary>The file system path of the agent's socket on Unix (.NET puts a relative pipe name in the temp directory).</summary>
-    public static string SocketPath(string pipe) => Path.IsPathRooted(pipe) ? pipe : Path.Combine(Path.GetTempPath(), "CoreFxPipe_" + pipe);
+    public static string SocketPath(string pipe) => Agent.AgentClient.SocketPath(pipe);
 }

@@ -1,0 +1,20 @@
+namespace Hpc.CommonData.Hosting;
+
+/// <summary>
+/// Marks an options property as a command-line switch (and, with <see cref="Environment"/>, an environment variable).
+/// Properties whose type has switches of its own (e.g. the cache-tier settings inside the agent's options) are
+/// followed, so one options type describes the program's whole command line.
+/// </summary>
+[AttributeUsage(AttributeTargets.Property)]
+public sealed class SwitchAttribute(string name, string help) : Attribute
+{
+    /// <summary>The switch as typed, e.g. <c>--data-dir</c>; empty for the program's one positional argument.</summary>
+    public string Name { get; } = name;
+    public string Help { get; } = help;
+    /// <summary>An environment variable read for this setting (below the command line, above appsettings.json).</summary>
+    public string? Environment { get; init; }
+    /// <summary>A secret is never put on a command line a launcher builds (argv is visible in <c>ps</c>): launchers pass it in the environment.</summary>
+    public bool Secret { get; init; }
+    /// <summary>Shown as the value's placeholder in help, e.g. <c>SIZE</c>.</summary>
+    public string? Meta { get; init; }
+}
