@@ -13,8 +13,8 @@ internal static class OpenOperation
 {
     public static async Task<bool> RunAsync(PipeConnection connection, AgentRequest request, CancellationToken ct)
     {
-        AgentResponse response;
-        try
+        LocalDataset? streamed = null;
+        var open = await connection.AnswerAsync(request, async () =>
         {
             var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
             var lease = request.Op != AgentOps.Prefetch;
@@ -23,20 +23,12 @@ internal static class OpenOperation
                 manifest => { if (manifest.Readers is not null) connection.Access.Check(manifest, connection.Peer.Value); },
                 pin is null ? AccessPolicy.NoOwner : AccessPolicy.OwnerOf(connection.Peer.Value));
             if (lease) connection.Leases.Add(ensured.Version);
-            response = new AgentResponse { Ok = true, Dataset = ensured.Dataset };
-            if (request.Op == AgentOps.Stream)
-            {
-                await connection.ReplyAsync(response, ct);
-                await StreamAsync(ensured.Dataset, connection.Writer, ct);
-                return true;
-            }
-        }
-        catch (Exception e) when (e is not OperationCanceledException)
-        {
-            response = connection.Failed(request, e);
-        }
-        await connection.ReplyAsync(response, ct);
-        return true;
+            if (request.Op == AgentOps.Stream) streamed = ensured.Dataset;
+            return new AgentResponse { Ok = true, Dataset = ensured.Dataset };
+        }, ct);
+        // Stream: the copy itself follows its answer.
+        if (streamed is not null) await StreamAsync(streamed, connection.Writer, ct);
+        return open;
     }
 
     /// <summary>Stream mode: the verified copy (file or tree, in dataset order) in 1 MB frames, then an empty frame.</summary>

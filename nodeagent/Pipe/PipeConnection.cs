@@ -62,6 +62,25 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
         }
     }
 
+    /// <summary>
+    /// Answers <paramref name="request"/> with what <paramref name="answer"/> returns, or with its failure as the worker's
+    /// SDK will raise it; the connection stays open either way.
+    /// </summary>
+    public async Task<bool> AnswerAsync(AgentRequest request, Func<Task<AgentResponse>> answer, CancellationToken ct)
+    {
+        AgentResponse response;
+        try
+        {
+            response = await answer();
+        }
+        catch (Exception e) when (e is not OperationCanceledException)
+        {
+            response = Failed(request, e);
+        }
+        await ReplyAsync(response, ct);
+        return true;
+    }
+
     public ValueTask ReplyAsync(AgentResponse response, CancellationToken ct) =>
         AgentFrames.WriteMessageAsync(Writer, response, () => AgentJson.Default.AgentResponse, ct);
 
@@ -69,7 +88,7 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
     /// The reply for a request that failed: its error as the worker's SDK will raise it. Refusals are counted and logged
     /// with who asked; an internal error is logged with its stack.
     /// </summary>
-    public AgentResponse Failed(AgentRequest request, Exception e)
+    private AgentResponse Failed(AgentRequest request, Exception e)
     {
         var error = CommonDataException.From(e);
         if (error.Code is ErrorCode.NoSpace or ErrorCode.AccessDenied) AgentMetrics.Instance.Refused(error.Code);

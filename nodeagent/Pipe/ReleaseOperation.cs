@@ -8,22 +8,13 @@ namespace Hpc.NodeAgent.Pipe;
 /// </summary>
 internal static class ReleaseOperation
 {
-    public static async Task<bool> RunAsync(PipeConnection connection, AgentRequest request, CancellationToken ct)
-    {
-        AgentResponse response;
-        try
+    public static Task<bool> RunAsync(PipeConnection connection, AgentRequest request, CancellationToken ct) =>
+        connection.AnswerAsync(request, () =>
         {
             var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
             var evicted = connection.Store.Release(name, request.Version, request.Pin ?? throw new ArgumentException("release needs a pin"), request.Evict,
                 connection.Access, connection.Peer.Value);
-            response = new AgentResponse { Ok = true };
             if (evicted) Log.ReleasedAndEvicted(connection.Log, request.Pin, name, connection.Peer.Value?.Uid);
-        }
-        catch (Exception e) when (e is not OperationCanceledException)
-        {
-            response = connection.Failed(request, e);
-        }
-        await connection.ReplyAsync(response, ct);
-        return true;
-    }
+            return Task.FromResult(new AgentResponse { Ok = true });
+        }, ct);
 }

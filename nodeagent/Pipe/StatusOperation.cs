@@ -5,19 +5,10 @@ namespace Hpc.NodeAgent.Pipe;
 /// <summary>status: the node's copies, pins and fetches, of the datasets the caller may read (all of them to administrators).</summary>
 internal static class StatusOperation
 {
-    public static async Task<bool> RunAsync(PipeConnection connection, AgentRequest request, CancellationToken ct)
-    {
-        AgentResponse response;
-        try
+    // Names, versions, sizes and pins of datasets the caller may not read are not the caller's to know.
+    public static Task<bool> RunAsync(PipeConnection connection, AgentRequest request, CancellationToken ct) =>
+        connection.AnswerAsync(request, () => Task.FromResult(new AgentResponse
         {
-            // Names, versions, sizes and pins of datasets the caller may not read are not the caller's to know.
-            response = new AgentResponse { Ok = true, Status = connection.Store.Status(manifest => connection.Access.MaySee(manifest, connection.Peer.Value)) };
-        }
-        catch (Exception e) when (e is not OperationCanceledException)
-        {
-            response = connection.Failed(request, e);
-        }
-        await connection.ReplyAsync(response, ct);
-        return true;
-    }
+            Ok = true, Status = connection.Store.Status(manifest => connection.Access.MaySee(manifest, connection.Peer.Value)),
+        }), ct);
 }
