@@ -150,12 +150,14 @@ public sealed partial class ClusterSession
             }
             // Our modes say per node what they fetched from the cache tier and what CPU they spent.
             var preps = stepOutput.Split('\n').Where(l => l.StartsWith("node=", StringComparison.Ordinal) && l.Contains(" seconds=")).ToList();
+            foreach (var p in preps) Console.Error.WriteLine($"  slurm:{mode} {p.Trim()}");
             if (mode is "none" or "mpi" && preps.Count != Nodes) throw new InvalidOperationException($"Slurm mode {mode}: {preps.Count} of {Nodes} nodes prepared:\n{stepOutput}");
             var links = lines.First(l => l.StartsWith($"LINKS {index} ", StringComparison.Ordinal))[($"LINKS {index} ".Length)..].Split('|')
                 .Select(side => side.Split(' ', StringSplitOptions.RemoveEmptyEntries).Select(x => x.Split(',').Select(long.Parse).ToArray()).ToArray()).ToArray();
             var nodes = mode is "none" or "mpi"
                 ? preps.Select(p => new NodeTime(Field(p, "node") ?? "?", seconds, double.Parse(Field(p, "seconds")!, CultureInfo.InvariantCulture), stage.RawBytes,
-                    Field(p, "fanout") is null ? "fetched" : "fanout", RankCpuSeconds: Field(p, "cpu-seconds") is { } cpu ? double.Parse(cpu, CultureInfo.InvariantCulture) : null)).ToList()
+                    Field(p, "fanout") is null ? "fetched" : "fanout", ExchangeSeconds: Seconds(p, "exchange-seconds"), RingSeconds: Seconds(p, "ring-seconds"),
+                    PublishSeconds: Seconds(p, "publish-seconds"), RankCpuSeconds: Seconds(p, "cpu-seconds"))).ToList()
                 : _slurm!.NodeNames.Select(n => new NodeTime(n, seconds, seconds, stage.RawBytes, mode)).ToList();
             nodes = nodes.Select((n, k) => n with { LinkRxBytes = links[1][k][0] - links[0][k][0], LinkTxBytes = links[1][k][1] - links[0][k][1] }).ToList();
             var limit = mode == "none" ? Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit) : Limits.Fanout(stage.StoredBytes, RateMbit);
@@ -174,6 +176,8 @@ public sealed partial class ClusterSession
             });
         }
         return records;
+
+        static double? Seconds(string line, string name) => Field(line, name) is { } v ? double.Parse(v, CultureInfo.InvariantCulture) : null;
 
         static string? Field(string line, string name) =>
             line.Split(' ').FirstOrDefault(x => x.StartsWith(name + "=", StringComparison.Ordinal))?[(name.Length + 1)..];

@@ -82,7 +82,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     private static void CheckKernelQueues(Topology topology)
     {
         var needed = new List<(string Kind, string Option)>();
-        if (topology.HostQueue != "fifo") needed.Add((topology.HostQueue, "--host-queue fifo"));
+        if (topology.HostQueue == "fq_codel") needed.Add((topology.HostQueue, "--host-queue ack-first"));
         if (topology.DelayMs > 0) needed.Add(("netem delay 1ms", "--delay 0ms"));
         foreach (var (kind, option) in needed)
             if (Topology.QdiscUnavailable(kind) is { } complaint)

@@ -40,7 +40,8 @@ public sealed class BenchClusterOptions
     [Option("worker-mode", Default = "map", HelpText = "How the workers attach: map (the shared copy) or stream (a private copy over the pipe).")]
     public string WorkerMode { get; set; } = "map";
 
-    [Option("host-queue", Default = "fifo", HelpText = "Queue at every member's own link egress: fifo, or fq_codel (flow-fair, what a Linux host's NIC uses by default).")]
+    [Option("host-queue", Default = "fifo", HelpText = "Queue at every member's own link egress: fifo; fq_codel (flow-fair, what a Linux host's NIC uses by default); " +
+        "or ack-first (small packets before bulk: what fq_codel gives a node's ACKs, on kernels without it).")]
     public string HostQueue { get; set; } = "fifo";
 
     [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random.")]

@@ -56,6 +56,10 @@ public sealed class NodePrepOptions
         "auto: mpi when a launcher started this node prep as one of several ranks, else none (prestage --fanout auto makes that choice for a job).")]
     public string Fanout { get; set; } = "auto";
 
+    [Option("ring", Default = "tcp", HelpText = "--fanout mpi: what carries the blocks between neighbours. tcp (default): a TCP connection per " +
+        "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).")]
+    public string Ring { get; set; } = "tcp";
+
     [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long the exchange may go without anything moving (a rank that died) before this node fetches the rest directly.")]
     public string StallTimeout { get; set; } = "2m";
 
@@ -84,11 +88,13 @@ public static class NodePrepCommand
         try { (startTimeout, fetchTimeout, stallTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout), Durations.Parse(o.StallTimeout)); }
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
         if (o.Fanout is not ("auto" or "none" or "mpi")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi");
+        if (o.Ring is not ("tcp" or "mpi")) throw CommandException.Usage($"--ring '{o.Ring}' is not one of tcp, mpi");
         if (o.Fanout == "auto") o.Fanout = LaunchedRanks() > 1 ? "mpi" : "none";
 
         var clock = Stopwatch.StartNew();
         var pinned = false;
         using var ranks = o.Fanout == "mpi" ? JoinRanks() : null;
+        var joined = clock.Elapsed;
         if (ranks is not null)
         {
             pipe = pipe.Replace("{rank}", ranks.Rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
@@ -108,7 +114,7 @@ public static class NodePrepCommand
                 {
                     var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
-                    fanout = $" fanout=mpi ranks={summary.Ranks} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
+                    fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
                 catch (Exception e) when (!cancel.IsCancellationRequested)
@@ -126,7 +132,8 @@ public static class NodePrepCommand
             using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name))
                 fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
             if (ranks is not null)
-                fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} cpu-seconds={Environment.CpuUsage.TotalTime.TotalSeconds:0.000}";
+                fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} cpu-seconds={Environment.CpuUsage.TotalTime.TotalSeconds:0.000} " +
+                          $"startup-seconds={StartupSeconds(clock):0.000} join-seconds={joined.TotalSeconds:0.000}";
             pinned = true;
             var local = await agent.PrefetchAsync(name, fetched.Version, pin: job, CancellationToken.None);
             cancel.Token.ThrowIfCancellationRequested();
@@ -177,6 +184,13 @@ public static class NodePrepCommand
         return null;
     }
 
+    /// <summary>From the process's start until <paramref name="clock"/> started: the runtime's own start-up.</summary>
+    private static double StartupSeconds(Stopwatch clock)
+    {
+        using var self = Process.GetCurrentProcess();
+        return Math.Max(0, (DateTime.Now - self.StartTime).TotalSeconds - clock.Elapsed.TotalSeconds);
+    }
+
     private static MpiRankGroup? JoinRanks()
     {
         try
@@ -199,7 +213,9 @@ public static class NodePrepCommand
         tierOptions.LoadPasswordFile();
         await using var tier = new CacheTierClient(tierOptions);
         await using var ingest = new AgentIngest(pipe);
-        return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout);
+        var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
+        await using var ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
+        return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring);
     }
 
     private static async Task<AgentClient> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)

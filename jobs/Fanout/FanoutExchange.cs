@@ -39,11 +39,12 @@ public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, i
 /// version), every rank fetches its share and the ring brings it the rest, and every block goes to this node's agent.
 /// It never publishes: the node's ordinary prefetch that follows verifies the whole copy and publishes it, and fetches
 /// from the cache tier whatever the exchange did not deliver — so a failed exchange costs time, never data.
+/// The blocks travel on <c>ring</c> when one is given (e.g. <see cref="TcpRing"/>), else on the group's own link.
 /// </summary>
 public static class FanoutExchange
 {
     public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct,
-        TimeSpan? stallTimeout = null)
+        TimeSpan? stallTimeout = null, IRingLink? ring = null)
     {
         var clock = Stopwatch.StartNew();
         byte[]? announcement = null;
@@ -88,10 +89,10 @@ public static class FanoutExchange
         var plan = new FanoutPlan(manifest, group.Size, needed: needed);
         var fetcher = new BlockFetcher(tier, plan, resolved);
         // A node that already holds the version still fetches its share and forwards: the ring needs every link.
-        var ring = await RingAllGather.RunAsync(plan, group.Ring, fetcher.FetchAsync,
+        var exchanged = await RingAllGather.RunAsync(plan, ring ?? group.Ring, fetcher.FetchAsync,
             (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout);
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
-        return new FanoutSummary(group.Size, resolved, ring, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n));
+        return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n));
     }
 
     /// <summary>Version (or none, then the bytes are "Code:message") and manifest bytes, length-prefixed.</summary>

@@ -17,9 +17,12 @@ public sealed class MpiNodePrepTests
         : ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-n", "3"];
 
 
+    /// <summary>Both launchers with the default TCP ring, and the MPI library's own link once.</summary>
+    public static TheoryData<string, string> LaunchersAndRings => new() { { "hydra", "tcp" }, { "openmpi", "tcp" }, { "hydra", "mpi" } };
+
     [Theory]
-    [MemberData(nameof(Launchers))]
-    public async Task Three_ranks_prepare_three_nodes_and_the_cache_tier_sends_the_data_about_once(string launcher)
+    [MemberData(nameof(LaunchersAndRings))]
+    public async Task Three_ranks_prepare_three_nodes_and_the_cache_tier_sends_the_data_about_once(string launcher, string ring)
     {
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
@@ -29,7 +32,7 @@ public sealed class MpiNodePrepTests
         var pipe = s.NewPipe() + "r{rank}";
 
         await using var job = ComponentProcess.Start("hpcdata",
-            ["nodeprep", "--fanout", "mpi", "--dataset", "risk/mpi", "--job", "job-7", "--pipe", pipe,
+            ["nodeprep", "--fanout", "mpi", "--ring", ring, "--dataset", "risk/mpi", "--job", "job-7", "--pipe", pipe,
              "--data-dir", Path.Combine(s.Root, "node{rank}"), "--cache-hosts", s.HostList],
             new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" }, name: "mpi nodeprep",
             launcher: Launcher(launcher));
@@ -39,7 +42,7 @@ public sealed class MpiNodePrepTests
         Assert.True(code == 0, $"exit {code}: {job.StandardErrorTail}");
         Assert.Equal(3, lines.Count);
         Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
-        Assert.All(lines, l => Assert.Contains("fanout=mpi ranks=3", l));
+        Assert.All(lines, l => Assert.Contains($"fanout=mpi ranks=3 ring={ring}", l));
         for (var r = 0; r < 3; r++)
         {
             var status = await s.StatusAsync(pipe.Replace("{rank}", r.ToString()));
