@@ -1,48 +1,77 @@
-using CommandLine;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.Jobs.Cli;
 
 /// <summary>
-/// The account and TLS switches of a verb that talks to the cache tier (list, status, remove, gc, get), declared as the
-/// stager and the agent declare them (<see cref="CacheTierOptions"/>'s help texts and variables), so a site's accounts
-/// and TLS work the same from every command. Each defaults to its HPCDATA_CACHE_* variable.
+/// A verb that talks to the cache tier (list, status, remove, gc, get, nodeprep, prestage). Its cache-tier switches
+/// (<c>--cache-hosts</c>, <c>--cache-user</c>, <c>--cache-password-file</c>, <c>--cache-tls</c>, <c>--cache-ca</c>, …)
+/// are <see cref="CacheTierOptions"/>' own, the ones the stager and the agent take: the command tree reads them into
+/// <see cref="CacheTierSwitches"/> (variables first, then the command line) before the verb's own options are parsed.
 /// </summary>
-public abstract class CacheClientOptions
+public abstract class CacheClientOptions : ISwitchGroups
 {
-    [Option("cache-user", HelpText = CacheTierOptions.UserHelp + " (default: $" + CacheTierOptions.UserVariable + ").")]
-    public string? CacheUser { get; set; }
+    /// <summary>The cache tier as the environment and the command line give it (no default hosts yet).</summary>
+    public CacheTierOptions CacheTierSwitches { get; set; } = new();
 
-    [Option("cache-password-file", HelpText = CacheTierOptions.PasswordFileHelp + " (default: $" + CacheTierOptions.PasswordFileVariable +
-        "; $" + CacheTierOptions.PasswordVariable + " gives the password itself).")]
-    public string? CachePasswordFile { get; set; }
+    private bool _hostsDefaulted;
 
-    [Option("cache-tls", HelpText = CacheTierOptions.TlsHelp + " (default: $" + CacheTierOptions.TlsVariable + ").")]
-    public bool CacheTls { get; set; }
+    /// <summary>The switches of the groups that were on the command line (e.g. <c>--cache-hosts</c>).</summary>
+    public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
-    [Option("cache-cluster", HelpText = CacheTierOptions.ClusterHelp + " (default: $" + CacheTierOptions.ClusterVariable + ").")]
-    public bool CacheCluster { get; set; }
+    IEnumerable<object> ISwitchGroups.Groups => [CacheTierSwitches];
 
-    [Option("cache-ca", HelpText = CacheTierOptions.TlsCaHelp + " (default: $" + CacheTierOptions.TlsCaVariable + ").")]
-    public string? CacheCa { get; set; }
+    void ISwitchGroups.Adopt(ISwitchGroups filled)
+    {
+        CacheTierSwitches = ((CacheClientOptions)filled).CacheTierSwitches;
+        GivenSwitches.UnionWith(filled.GivenSwitches);
+    }
+
+    /// <summary>The cache hosts given, as text (null when neither the command line nor the variable named any).</summary>
+    public string? CacheHosts => CacheTierSwitches.Hosts.Count == 0 ? null : string.Join(",", CacheTierSwitches.Hosts);
 
     /// <summary>
-    /// The cache tier as the environment gives it, with <paramref name="hosts"/> (a verb's --cache-hosts) and these
-    /// switches over it; an <see cref="ArgumentException"/> naming the switch when the result cannot be used (a usage
-    /// error, before the tier is asked anything).
+    /// Gives a program this command starts (an agent, a stager) the cache tier as this command was given it: hosts,
+    /// account, TLS, files by their full paths. A password given itself is left out: it stays in the environment the
+    /// program inherits, never on its command line.
     /// </summary>
-    public CacheTierOptions CacheTier(string? hosts)
+    public void PassCacheTierTo(CacheTierOptions target)
     {
-        var options = CacheTierOptions.FromEnvironment();
-        if (hosts is { Length: > 0 }) options.Hosts = CacheEndpoint.ParseList(hosts).Select(h => h.ToString()).ToList();
-        if (CacheUser is { Length: > 0 }) options.User = CacheUser;
+        var given = CacheTierSwitches;
+        if (given.Hosts.Count > 0 && !_hostsDefaulted) target.Hosts = [.. given.Hosts];
+        (target.User, target.Tls, target.Cluster) = (given.User, given.Tls, given.Cluster);
+        if (given.PasswordFile is { Length: > 0 } file) target.PasswordFile = Path.GetFullPath(file);
+        if (given.TlsCaFile is { Length: > 0 } ca) target.TlsCaFile = Path.GetFullPath(ca);
+    }
+
+    /// <summary>
+    /// The cache tier to use: what was given, 127.0.0.1:6380 when no host was, the password file read. An
+    /// <see cref="ArgumentException"/> naming the switch when the result cannot be used (a usage error, before the tier
+    /// is asked anything).
+    /// </summary>
+    public CacheTierOptions CacheTier()
+    {
+        var options = CacheTierSwitches;
+        // The default is this command's own: a program it starts keeps its own default (or its appsettings.json).
+        if (options.Hosts.Count == 0) (options.Hosts, _hostsDefaulted) = ([$"127.0.0.1:{CacheEndpoint.DefaultPort}"], true);
+        options.Hosts = CacheEndpoint.ParseList(string.Join(",", options.Hosts)).Select(h => h.ToString()).ToList();
         // A file named on the command line wins over a password the environment gave.
-        if (CachePasswordFile is { Length: > 0 }) (options.PasswordFile, options.Password) = (CachePasswordFile, null);
-        if (CacheTls) options.Tls = true;
-        if (CacheCluster) options.Cluster = true;
-        if (CacheCa is { Length: > 0 }) options.TlsCaFile = CacheCa;
+        if (GivenSwitches.Contains("--cache-password-file")) options.Password = null;
         if (options.Validate().FirstOrDefault() is { } problem) throw new ArgumentException(problem);
         options.LoadPasswordFile();
         return options;
     }
+}
+
+/// <summary>
+/// Options of a verb that nest switch groups (<see cref="SwitchGroup"/>): the command tree fills each group from the
+/// environment and takes its switches off the command line before the verb's own parser sees it.
+/// </summary>
+public interface ISwitchGroups
+{
+    /// <summary>The group objects the command tree fills (one per nested group).</summary>
+    IEnumerable<object> Groups { get; }
+    ISet<string> GivenSwitches { get; }
+    /// <summary>Takes the groups another instance of the same options type was filled with.</summary>
+    void Adopt(ISwitchGroups filled);
 }

@@ -1,6 +1,7 @@
 using System.Runtime.InteropServices;
 using CommandLine;
 using CommandLine.Text;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.Jobs.Cli;
 
@@ -61,9 +62,26 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     public static async Task<int> ParseAndRunAsync<TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
     {
         using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
+        // Nested switch groups (the cache tier's) are read by their own declarations first; the rest is the verb's.
+        var groups = typeof(ISwitchGroups).IsAssignableFrom(typeof(TOptions)) ? (ISwitchGroups)Activator.CreateInstance(typeof(TOptions))! : null;
+        if (groups is not null && !args.Contains("--help") && !args.Contains("-h"))
+        {
+            var rest = args.ToList();
+            foreach (var group in groups.Groups)
+            {
+                var switches = SwitchGroup.Of(group.GetType());
+                if ((switches.ApplyEnvironment(group) ?? switches.Take(rest, group, groups.GivenSwitches)) is { } refused)
+                {
+                    Console.Error.WriteLine($"{usage}: {refused} (see {usage} --help)");
+                    return ExitCodes.Usage;
+                }
+            }
+            args = [.. rest];
+        }
         var parsed = parser.ParseArguments<TOptions>(WithLongHelp<TOptions>(args));
         if (parsed is Parsed<TOptions> ok)
         {
+            if (groups is not null) ((ISwitchGroups)ok.Value!).Adopt(groups);
             using var cancel = new CancellationTokenSource();
             using var signals = Signals.CancelOn(cancel);
             try
@@ -91,6 +109,10 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
                 return h;
             }, e => e);
             Console.Out.WriteLine(help);
+            if (groups is not null)
+                foreach (var group in groups.Groups)
+                    Console.Out.WriteLine("Cache tier (the stager's and the agent's switches; each also from its variable):\n" +
+                                          string.Join('\n', SwitchGroup.Of(group.GetType()).HelpLines()) + "\n");
             return 0;
         }
         var missing = errors.OfType<MissingRequiredOptionError>().ToList();

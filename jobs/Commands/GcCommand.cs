@@ -8,9 +8,6 @@ namespace Hpc.Jobs.Commands;
 [Verb("gc", HelpText = "Free the segments no dataset version on the cache tier references (left by removed versions or failed stages).")]
 public sealed class GcOptions : CacheClientOptions
 {
-    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
-    public string? CacheHosts { get; set; }
-
     [Option("drop-unreadable", HelpText = "Also delete manifest keys that hold no readable manifest (they are skipped with a warning otherwise).")]
     public bool DropUnreadable { get; set; }
 }
@@ -23,7 +20,7 @@ public static class GcCommand
 {
     public static async Task<int> RunAsync(GcOptions o, CancellationToken ct)
     {
-        var options = o.CacheTier(o.CacheHosts);
+        var options = o.CacheTier();
         try
         {
             await using var tier = new CacheTierClient(options);

@@ -20,8 +20,6 @@ public sealed class GetOptions : CacheClientOptions
     [Option("force", HelpText = "Replace DEST if it exists.")]
     public bool Force { get; set; }
 
-    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
-    public string? CacheHosts { get; set; }
 }
 
 /// <summary>Exit codes: 0 written; 1 the data could not be had or written (it says why); 2 bad usage or DEST exists.</summary>
@@ -35,7 +33,7 @@ public static class GetCommand
         var destination = Path.GetFullPath(o.Destination);
         if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
             throw CommandException.Usage($"{destination} exists; give --force to replace it");
-        var tier = o.CacheTier(o.CacheHosts);
+        var tier = o.CacheTier();
         try
         {
             var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get"), CacheTier = tier };

@@ -13,9 +13,6 @@ public sealed class ListOptions : CacheClientOptions
     [Value(0, MetaName = "NAME", HelpText = "Only this dataset (owner/name).")]
     public string? Name { get; set; }
 
-    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
-    public string? CacheHosts { get; set; }
-
     [Option("json", HelpText = "One JSON array of CatalogEntry on stdout, for scripts.")]
     public bool Json { get; set; }
 }
@@ -30,7 +27,7 @@ public static class ListCommand
             Console.Error.WriteLine($"hpcdata list: {why}");
             return ExitCodes.Usage;
         }
-        var options = o.CacheTier(o.CacheHosts);
+        var options = o.CacheTier();
         IReadOnlyList<CatalogEntry> entries;
         try
         {

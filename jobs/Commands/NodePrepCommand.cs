@@ -15,7 +15,7 @@ using Hpc.Jobs.Scheduling;
 namespace Hpc.Jobs.Commands;
 
 [Verb("nodeprep", HelpText = "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.")]
-public sealed class NodePrepOptions
+public sealed class NodePrepOptions : CacheClientOptions
 {
     [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
     public string? Dataset { get; set; }
@@ -31,9 +31,6 @@ public sealed class NodePrepOptions
 
     [Option("data-dir", HelpText = "Data directory for an agent started here (default: /dev/shm/hpcdata-<pipe>).")]
     public string? DataDirectory { get; set; }
-
-    [Option("cache-hosts", HelpText = "Cache hosts for an agent started here (default: $HPCDATA_CACHE_HOSTS).")]
-    public string? CacheHosts { get; set; }
 
     [Option("budget", HelpText = "Data budget in bytes for an agent started here.")]
     public string? Budget { get; set; }
@@ -63,8 +60,6 @@ public sealed class NodePrepOptions
     [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long the exchange may go without anything moving (a rank that died) before this node fetches the rest directly.")]
     public string StallTimeout { get; set; } = "2m";
 
-    [Option("cache-password-file", HelpText = "File whose first line is the cache hosts' AUTH password, for the fan-out and for the agent node prep starts (default: $HPCDATA_CACHE_PASSWORD_FILE; $HPCDATA_CACHE_PASSWORD gives the password itself).")]
-    public string? CachePasswordFile { get; set; }
 }
 
 /// <summary>
@@ -88,6 +83,9 @@ public static class NodePrepCommand
         try { (startTimeout, fetchTimeout, stallTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout), Durations.Parse(o.StallTimeout)); }
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
         if (o.Fanout is not ("auto" or "none" or "mpi")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi");
+        // The cache tier's settings are checked before anything starts (a missing password file, a bad host).
+        try { o.CacheTier(); }
+        catch (ArgumentException e) { throw CommandException.Usage(e.Message); }
         if (o.Ring is not ("tcp" or "mpi")) throw CommandException.Usage($"--ring '{o.Ring}' is not one of tcp, mpi");
         if (o.Fanout == "auto") o.Fanout = LaunchedRanks() > 1 ? "mpi" : "none";
 
@@ -105,6 +103,7 @@ public static class NodePrepCommand
         {
             await using var agent = await ConnectOrStartAsync(o, pipe, startTimeout, cancel.Token);
             var status = await agent.StatusAsync(cancel.Token);
+            var agentReady = clock.Elapsed;
             using var fetchTimer = CancellationTokenSource.CreateLinkedTokenSource(cancel.Token);
             fetchTimer.CancelAfter(fetchTimeout);
             if (ranks is not null)
@@ -133,12 +132,14 @@ public static class NodePrepCommand
                 fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
             if (ranks is not null)
                 fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} cpu-seconds={Environment.CpuUsage.TotalTime.TotalSeconds:0.000} " +
-                          $"startup-seconds={StartupSeconds(clock):0.000} join-seconds={joined.TotalSeconds:0.000}";
+                          $"startup-seconds={StartupSeconds(clock):0.000} join-seconds={joined.TotalSeconds:0.000} agent-seconds={(agentReady - joined).TotalSeconds:0.000}";
             pinned = true;
             var local = await agent.PrefetchAsync(name, fetched.Version, pin: job, CancellationToken.None);
             cancel.Token.ThrowIfCancellationRequested();
 
+            var confirmStart = clock.Elapsed;
             var problem = await ConfirmAsync(pipe, name, version ?? fetched.Version, local, cancel.Token);
+            if (ranks is not null) fanout += $" confirm-seconds={(clock.Elapsed - confirmStart).TotalSeconds:0.000}";
             if (problem is not null)
             {
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
@@ -207,10 +208,7 @@ public static class NodePrepCommand
     private static async Task<FanoutSummary> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version,
         TimeSpan stallTimeout, CancellationToken ct)
     {
-        var tierOptions = CacheTierOptions.FromEnvironment();
-        if (JobVariables.First(o.CacheHosts) is { } hosts) tierOptions.Hosts = CacheEndpoint.ParseList(hosts).Select(h => h.ToString()).ToList();
-        tierOptions.PasswordFile = o.CachePasswordFile;
-        tierOptions.LoadPasswordFile();
+        var tierOptions = o.CacheTier();
         await using var tier = new CacheTierClient(tierOptions);
         await using var ingest = new AgentIngest(pipe);
         var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
@@ -229,12 +227,9 @@ public static class NodePrepCommand
                 throw new IOException($"no node agent answers on pipe '{pipe}', and it is managed by {manager}: not starting another; check that service");
         }
         var dataDir = JobVariables.First(o.DataDirectory) ?? DefaultDataDirectory(pipe);
-        var hosts = JobVariables.First(o.CacheHosts, Environment.GetEnvironmentVariable(JobVariables.CacheHosts));
         Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
         var agent = new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDir };
-        if (hosts is not null) agent.CacheTier.Hosts = CacheEndpoint.ParseList(hosts).Select(h => h.ToString()).ToList();
-        // The file's path goes on the agent's command line, never the secret: the agent reads the file itself.
-        if (o.CachePasswordFile is not null) agent.CacheTier.PasswordFile = Path.GetFullPath(o.CachePasswordFile);
+        o.PassCacheTierTo(agent.CacheTier);
         if (o.Budget is not null) agent.Budget = ByteSize.Parse(o.Budget);
         if (o.Node is not null) agent.NodeName = o.Node;
         await NodeAgentLauncher.StartAsync(agent, startTimeout, ct);

@@ -13,7 +13,7 @@ using Hpc.Jobs.Cli;
 namespace Hpc.Jobs.Commands;
 
 [Verb("prestage", HelpText = "Stage a dataset if it changed, then run or submit a job whose nodes get it first: hpcdata prestage PATH|NAME [options] -- command args…")]
-public sealed class PrestageOptions
+public sealed class PrestageOptions : CacheClientOptions
 {
     [Value(0, MetaName = "source", Required = true, HelpText = "A file or directory to stage, or the name of an already staged dataset.")]
     public string Source { get; set; } = "";
@@ -32,9 +32,6 @@ public sealed class PrestageOptions
 
     [Option("client", HelpText = "SOA client command, run once every service host printed READY; the job ends with it.")]
     public string? Client { get; set; }
-
-    [Option("cache-hosts", HelpText = "Cache hosts host:port,… (default: $HPCDATA_CACHE_HOSTS; local without either starts its own).")]
-    public string? CacheHosts { get; set; }
 
     [Option("embedded-cache-hosts", Default = 1, HelpText = "local: cache hosts to start when none are given.")]
     public int EmbeddedCacheHosts { get; set; } = 1;
@@ -103,8 +100,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             if (local) Directory.CreateDirectory(root);
             var size = path is null ? 1L << 30 : PathSize(path);
             var hosts = await CacheHostsAsync(local, path is null, size, cancel.Token);
-            tierOptions = CacheTierOptions.FromEnvironment();
-            tierOptions.Hosts = hosts.ToList();
+            o.CacheTierSwitches.Hosts = hosts.ToList();
+            tierOptions = o.CacheTier();
             var (v, how) = path is not null ? await StageAsync(path, name, hosts, cancel.Token) : (await LatestAsync(name, tierOptions, cancel.Token), "already staged");
             version = v;
             Console.WriteLine($"prestage: {name} version {version} ({how})");
@@ -176,7 +173,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
 
     private async Task<IReadOnlyList<string>> CacheHostsAsync(bool local, bool named, long size, CancellationToken ct)
     {
-        var given = JobVariables.First(o.CacheHosts, Environment.GetEnvironmentVariable(JobVariables.CacheHosts));
+        var given = o.CacheHosts;
         if (given is not null) return CacheEndpoint.ParseList(given).Select(h => h.ToString()).ToList();
         if (!local) throw new ArgumentException($"the {o.Scheduler} scheduler needs the cluster's cache hosts: --cache-hosts or HPCDATA_CACHE_HOSTS");
         if (named) throw new CommonDataException(ErrorCode.NotFound, $"'{o.Source}' is not a path, and a dataset of that name can only be found on existing cache hosts (--cache-hosts); the local scheduler's own cache tier starts empty");
@@ -197,6 +194,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             Path = path, Name = name, CacheTier = { Hosts = [.. hosts] }, Json = true, Lifetime = o.Lifetime is { } l && l != "job" ? l : null,
             Readers = o.Readers,
         };
+        o.PassCacheTierTo(stager.CacheTier);
+        stager.CacheTier.Hosts = [.. hosts];
         var r = await ComponentProcess.StageAsync(stager, TimeSpan.FromHours(2), ct);
         var how = r.Unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.RawBytes)} in {r.Seconds:0.00} s";
         return (r.Version, how);

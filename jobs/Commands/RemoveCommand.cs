@@ -19,8 +19,6 @@ public sealed class RemoveOptions : CacheClientOptions
     [Option("job", HelpText = "Only drop this job's reference; remove the version when no other job still uses it.")]
     public string? Job { get; set; }
 
-    [Option("cache-hosts", HelpText = "Cache hosts (default: $HPCDATA_CACHE_HOSTS).")]
-    public string? CacheHosts { get; set; }
 }
 
 /// <summary>Exit codes: 0 removed, kept for other jobs, or already gone; 1 the cache tier failed; 2 bad usage.</summary>
@@ -29,7 +27,7 @@ public static class RemoveCommand
     public static async Task<int> RunAsync(RemoveOptions o, CancellationToken ct)
     {
         if (!DatasetName.TryValidate(o.Name, out var error)) throw CommandException.Usage(error!);
-        var options = o.CacheTier(o.CacheHosts);
+        var options = o.CacheTier();
         try
         {
             await using var tier = new CacheTierClient(options);

@@ -12,9 +12,6 @@ public sealed class StatusOptions : CacheClientOptions
     [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
     public string? Pipe { get; set; }
 
-    [Option("cache-hosts", HelpText = "Report these cache hosts (host:port,…) instead of the node.")]
-    public string? CacheHosts { get; set; }
-
     [Option("cache-tier", HelpText = "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]
     public bool WholeCacheTier { get; set; }
 
@@ -26,7 +23,7 @@ public sealed class StatusOptions : CacheClientOptions
 public static class StatusCommand
 {
     public static Task<int> RunAsync(StatusOptions o, CancellationToken ct) =>
-        o.CacheHosts is not null || o.WholeCacheTier ? CacheHostsAsync(o, ct) : NodeAsync(o, ct);
+        o.GivenSwitches.Contains("--cache-hosts") || o.WholeCacheTier ? CacheHostsAsync(o, ct) : NodeAsync(o, ct);
 
     private static async Task<int> NodeAsync(StatusOptions o, CancellationToken ct)
     {
@@ -66,7 +63,7 @@ public static class StatusCommand
 
     private static async Task<int> CacheHostsAsync(StatusOptions o, CancellationToken ct)
     {
-        var options = o.CacheTier(o.CacheHosts);
+        var options = o.CacheTier();
         CacheHostStatus[] hosts;
         try
         {

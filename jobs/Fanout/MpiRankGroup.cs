@@ -41,22 +41,24 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     public string Implementation { get; private set; } = "";
     public IRingLink Ring { get; }
 
-    public Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct) => RunAsync(() =>
+    // Collectives are posted and tested like the ring's sends: a blocking MPI_Bcast or MPI_Allgather spins a core
+    // while it waits for the slowest rank to start, and on a node that shares its cores that is time taken from others.
+    public async Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct)
     {
-        Span<byte> length = stackalloc byte[8];
+        var length = new byte[8];
         BinaryPrimitives.WriteInt64LittleEndian(length, fromRoot?.Length ?? 0);
-        _world!.Broadcast(length, 0);
+        await Post(() => _world!.IBroadcast(length, 0), ct);
         var bytes = Rank == 0 ? fromRoot! : new byte[BinaryPrimitives.ReadInt64LittleEndian(length)];
-        _world.Broadcast(bytes, 0);
+        await Post(() => _world!.IBroadcast(bytes, 0), ct);
         return bytes;
-    }, ct);
+    }
 
-    public Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct) => RunAsync(() =>
+    public async Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct)
     {
         var all = new byte[mine.Length * Size];
-        _world!.AllGather(mine, all);
+        await Post(() => _world!.IAllGather(mine, all), ct);
         return Enumerable.Range(0, Size).Select(r => all.AsSpan(r * mine.Length, mine.Length).ToArray()).ToArray();
-    }, ct);
+    }
 
     /// <summary>
     /// The exchange failed and peers may be gone: never call MPI again (a collective could wait forever) and leave the
@@ -96,7 +98,7 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
                 // Every rank is done with the exchange by now, so nothing is lost if finalizing never returns: MPICH
                 // 4.0 over UCX's TCP transport hung in MPI_Finalize (UCX stops progressing TCP endpoints before it
                 // flushes them) with three ranks or more on separate hosts.
-                var passed = RunAsync(() => { _world!.Barrier(); return 0; }, CancellationToken.None).Wait(FinalizeLimit);
+                var passed = Post(() => _world!.IBarrier(), CancellationToken.None).Wait(FinalizeLimit);
                 var finished = passed && (StartedBySrun(Environment.GetEnvironmentVariable) ||
                                           RunAsync(() => { _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeAfterBarrier));
                 if (!finished)

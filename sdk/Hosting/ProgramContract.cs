@@ -269,46 +269,9 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         else yield return new(e.Key, value);
     }
 
-    /// <summary>Converts the text as configuration binding will, so a bad value is a usage error here, not a crash later.</summary>
-    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
-    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
-    private static string? Check(Entry e, string value)
-    {
-        var type = Nullable.GetUnderlyingType(e.Property.PropertyType) ?? e.Property.PropertyType;
-        if (IsList(type) || type == typeof(string)) return null;
-        try
-        {
-            if (type == typeof(TimeSpan)) { _ = TimeSpan.Parse(value, CultureInfo.InvariantCulture); return null; }
-            if (type.IsEnum) return Enum.TryParse(type, value, ignoreCase: true, out _) ? null : $"'{value}' is not one of {string.Join(", ", Enum.GetNames(type)).ToLowerInvariant()}";
-            TypeDescriptor.GetConverter(type).ConvertFromInvariantString(value);
-            return null;
-        }
-        catch (Exception ex) when (ex is FormatException or ArgumentException or NotSupportedException or OverflowException)
-        {
-            return ex is FormatException && ex.Message.StartsWith('\'') ? ex.Message : $"'{value}' is not {Describe(type)}";
-        }
-    }
+    private static string? Check(Entry e, string value) => SwitchValues.Check(e.Property.PropertyType, value);
 
-    private static string Describe(Type t) => t switch
-    {
-        _ when t == typeof(int) || t == typeof(long) || t == typeof(short) => "a whole number",
-        _ when t == typeof(double) || t == typeof(float) || t == typeof(decimal) => "a number",
-        _ when t == typeof(bool) => "true or false",
-        _ when t == typeof(TimeSpan) => "a duration (HH:MM:SS)",
-        _ when t == typeof(ByteSize) => "a size (examples: 65536, 64KB, 256MB, 1GB)",
-        _ when t == typeof(ByteRate) => "a rate (examples: 100MB, 100MB/s, 800mbit; 0: unlimited)",
-        _ => $"a valid {t.Name}",
-    };
+    private static bool IsList(Type t) => SwitchValues.IsList(t);
 
-    private static bool IsList(Type t) => t != typeof(string) && typeof(IEnumerable).IsAssignableFrom(t);
-
-    private static string MetaOf(Type t) => (Nullable.GetUnderlyingType(t) ?? t) switch
-    {
-        var x when x == typeof(ByteSize) => "SIZE",
-        var x when x == typeof(ByteRate) => "RATE",
-        var x when x == typeof(TimeSpan) => "HH:MM:SS",
-        var x when x == typeof(int) || x == typeof(long) => "N",
-        var x when IsList(x) => "A,B,…",
-        _ => "VALUE",
-    };
+    private static string MetaOf(Type t) => SwitchValues.MetaOf(t);
 }

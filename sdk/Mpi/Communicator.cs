@@ -128,6 +128,57 @@ public sealed unsafe class Communicator : IDisposable
             MpiRuntime.Check(abi.AllGather(m, mine.Length, a, handle), "MPI_Allgather");
     }
 
+    /// <summary>
+    /// Starts a barrier (MPI_Ibarrier): the request completes once every rank has started it. A rank that waits by
+    /// testing now and then, instead of blocking in MPI_Barrier, does not spin a core while the slowest rank catches up.
+    /// </summary>
+    public MpiRequest IBarrier()
+    {
+        MpiRuntime.Check(Abi.Ibarrier(handle, out nint request), "MPI_Ibarrier");
+        return new MpiRequest(runtime, request, default);
+    }
+
+    /// <summary>Starts <see cref="Broadcast"/> (MPI_Ibcast); <paramref name="buffer"/> stays pinned until the request completes.</summary>
+    public MpiRequest IBroadcast(Memory<byte> buffer, int root)
+    {
+        MpiAbi abi = Abi;
+        var pin = buffer.Pin();
+        try
+        {
+            MpiRuntime.Check(abi.Ibroadcast(pin.Pointer, buffer.Length, root, handle, out nint request), "MPI_Ibcast");
+            return new MpiRequest(runtime, request, pin);
+        }
+        catch
+        {
+            pin.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// Starts <see cref="AllGather(ReadOnlySpan{byte}, Span{byte})"/> (MPI_Iallgather). Both buffers stay pinned until
+    /// the request completes; <paramref name="all"/> is defined only after that.
+    /// </summary>
+    public MpiRequest IAllGather(ReadOnlyMemory<byte> mine, Memory<byte> all)
+    {
+        if ((long)mine.Length * Size != all.Length)
+            throw new ArgumentException($"AllGather needs {mine.Length} × {Size} = {(long)mine.Length * Size} bytes to receive into, got {all.Length}.", nameof(all));
+        MpiAbi abi = Abi;
+        var pinMine = mine.Pin();
+        var pinAll = all.Pin();
+        try
+        {
+            MpiRuntime.Check(abi.Iallgather(pinMine.Pointer, mine.Length, pinAll.Pointer, handle, out nint request), "MPI_Iallgather");
+            return new MpiRequest(runtime, request, pinAll, pinMine);
+        }
+        catch
+        {
+            pinMine.Dispose();
+            pinAll.Dispose();
+            throw;
+        }
+    }
+
     /// <summary>Gathers one value per rank; element r of the result is rank r's <paramref name="value"/>. Collective.</summary>
     public long[] AllGather(long value)
     {

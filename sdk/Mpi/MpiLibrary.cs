@@ -143,6 +143,9 @@ internal abstract unsafe class MpiAbi
     internal abstract int Broadcast(void* buffer, int count, int root, nint comm);
     internal abstract int AllGather(void* mine, int count, void* all, nint comm);
     internal abstract int Abort(nint comm, int errorCode);
+    internal abstract int Ibarrier(nint comm, out nint request);
+    internal abstract int Ibroadcast(void* buffer, int count, int root, nint comm, out nint request);
+    internal abstract int Iallgather(void* mine, int count, void* all, nint comm, out nint request);
 }
 
 /// <summary>MPICH, Intel MPI, MS-MPI. Values from MPICH 4.0.2's mpi.h; MS-MPI's mpi.h has the same ones.</summary>
@@ -234,6 +237,30 @@ internal sealed unsafe class MpichAbi : MpiAbi
     internal override int Broadcast(void* buffer, int count, int root, nint comm) => MpichNative.MPI_Bcast(buffer, count, MPI_BYTE, root, (int)comm);
     internal override int AllGather(void* mine, int count, void* all, nint comm) => MpichNative.MPI_Allgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, (int)comm);
     internal override int Abort(nint comm, int errorCode) => MpichNative.MPI_Abort((int)comm, errorCode);
+
+    internal override int Ibarrier(nint comm, out nint request)
+    {
+        int r = MPI_REQUEST_NULL;
+        int rc = MpichNative.MPI_Ibarrier((int)comm, &r);
+        request = r;
+        return rc;
+    }
+
+    internal override int Ibroadcast(void* buffer, int count, int root, nint comm, out nint request)
+    {
+        int r = MPI_REQUEST_NULL;
+        int rc = MpichNative.MPI_Ibcast(buffer, count, MPI_BYTE, root, (int)comm, &r);
+        request = r;
+        return rc;
+    }
+
+    internal override int Iallgather(void* mine, int count, void* all, nint comm, out nint request)
+    {
+        int r = MPI_REQUEST_NULL;
+        int rc = MpichNative.MPI_Iallgather(mine, count, MPI_BYTE, all, count, MPI_BYTE, (int)comm, &r);
+        request = r;
+        return rc;
+    }
 }
 
 /// <summary>Open MPI (4.x, 5.x). Predefined handles are the addresses of exported globals, so they are looked up.</summary>
@@ -313,4 +340,28 @@ internal sealed unsafe class OpenMpiAbi(nint library) : MpiAbi
     internal override int Broadcast(void* buffer, int count, int root, nint comm) => OpenMpiNative.MPI_Bcast(buffer, count, mpiByte, root, comm);
     internal override int AllGather(void* mine, int count, void* all, nint comm) => OpenMpiNative.MPI_Allgather(mine, count, mpiByte, all, count, mpiByte, comm);
     internal override int Abort(nint comm, int errorCode) => OpenMpiNative.MPI_Abort(comm, errorCode);
+
+    internal override int Ibarrier(nint comm, out nint request)
+    {
+        nint r = requestNull;
+        int rc = OpenMpiNative.MPI_Ibarrier(comm, &r);
+        request = r;
+        return rc;
+    }
+
+    internal override int Ibroadcast(void* buffer, int count, int root, nint comm, out nint request)
+    {
+        nint r = requestNull;
+        int rc = OpenMpiNative.MPI_Ibcast(buffer, count, mpiByte, root, comm, &r);
+        request = r;
+        return rc;
+    }
+
+    internal override int Iallgather(void* mine, int count, void* all, nint comm, out nint request)
+    {
+        nint r = requestNull;
+        int rc = OpenMpiNative.MPI_Iallgather(mine, count, mpiByte, all, count, mpiByte, comm, &r);
+        request = r;
+        return rc;
+    }
 }

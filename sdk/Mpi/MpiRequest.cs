@@ -12,13 +12,14 @@ public sealed class MpiRequest : IDisposable
 {
     private readonly MpiRuntime runtime;
     private nint handle;
-    private MemoryHandle pin;
+    private MemoryHandle pin, second;
 
-    internal MpiRequest(MpiRuntime runtime, nint handle, MemoryHandle pin)
+    internal MpiRequest(MpiRuntime runtime, nint handle, MemoryHandle pin, MemoryHandle second = default)
     {
         this.runtime = runtime;
         this.handle = handle;
         this.pin = pin;
+        this.second = second;
         Complete(handle);
     }
 
@@ -92,5 +93,7 @@ public sealed class MpiRequest : IDisposable
         IsCompleted = true;
         pin.Dispose();
         pin = default;
+        second.Dispose();
+        second = default;
     }
 }

@@ -42,6 +42,9 @@ internal static unsafe partial class MpichNative
     [LibraryImport(Library)] internal static partial int MPI_Bcast(void* buffer, int count, int datatype, int root, int comm);
     [LibraryImport(Library)] internal static partial int MPI_Allgather(void* sendBuffer, int sendCount, int sendType, void* receiveBuffer, int receiveCount, int receiveType, int comm);
     [LibraryImport(Library)] internal static partial int MPI_Abort(int comm, int errorCode);
+    [LibraryImport(Library)] internal static partial int MPI_Ibarrier(int comm, int* request);
+    [LibraryImport(Library)] internal static partial int MPI_Ibcast(void* buffer, int count, int datatype, int root, int comm, int* request);
+    [LibraryImport(Library)] internal static partial int MPI_Iallgather(void* sendBuffer, int sendCount, int sendType, void* receiveBuffer, int receiveCount, int receiveType, int comm, int* request);
 }
 
 /// <summary>Open MPI: every handle is a pointer to a library object (mpi.h: <c>typedef struct ompi_communicator_t *MPI_Comm;</c>).</summary>
@@ -67,4 +70,7 @@ internal static unsafe partial class OpenMpiNative
     [LibraryImport(Library)] internal static partial int MPI_Bcast(void* buffer, int count, nint datatype, int root, nint comm);
     [LibraryImport(Library)] internal static partial int MPI_Allgather(void* sendBuffer, int sendCount, nint sendType, void* receiveBuffer, int receiveCount, nint receiveType, nint comm);
     [LibraryImport(Library)] internal static partial int MPI_Abort(nint comm, int errorCode);
+    [LibraryImport(Library)] internal static partial int MPI_Ibarrier(nint comm, nint* request);
+    [LibraryImport(Library)] internal static partial int MPI_Ibcast(void* buffer, int count, nint datatype, int root, nint comm, nint* request);
+    [LibraryImport(Library)] internal static partial int MPI_Iallgather(void* sendBuffer, int sendCount, nint sendType, void* receiveBuffer, int receiveCount, nint receiveType, nint comm, nint* request);
 }

@@ -170,4 +170,48 @@ public sealed class CliTests
         var warnings = lines.Where(l => l.StartsWith(command + ": warning:", StringComparison.Ordinal) && l.Contains(deadHost)).ToList();
         Assert.True(warnings.Count <= 1, $"the dead host is warned about {warnings.Count} times:\n{stderr}");
     }
+
+    /// <summary>Every verb that talks to the cache tier: they take the stager's and the agent's cache-tier switches.</summary>
+    public static TheoryData<string> CacheVerbs => ["list", "status", "remove", "gc", "get", "nodeprep", "prestage"];
+
+    [Theory]
+    [MemberData(nameof(CacheVerbs))]
+    public async Task Cache_tier_switches_are_the_agents_own_listed_once_with_their_variables(string verb)
+    {
+        await using var s = new Sandbox();
+        var help = (await s.HpcdataAsync([verb, "--help"])).Out;
+        foreach (var (name, variable) in new[]
+                 {
+                     ("--cache-hosts", "HPCDATA_CACHE_HOSTS"), ("--cache-user", "HPCDATA_CACHE_USER"), ("--cache-password-file", "HPCDATA_CACHE_PASSWORD_FILE"),
+                     ("--cache-tls", "HPCDATA_CACHE_TLS"), ("--cache-ca", "HPCDATA_CACHE_CA"),
+                 })
+        {
+            var lines = help.Split('\n').Where(l => l.TrimStart().StartsWith(name + " ", StringComparison.Ordinal) || l.Trim() == name).ToList();
+            Assert.True(lines.Count == 1, $"{verb} --help lists {name} {lines.Count} times:\n{help}");
+            Assert.Contains(variable, lines[0]);
+        }
+    }
+
+    [Theory]
+    [InlineData("list")]
+    [InlineData("nodeprep")]
+    public async Task A_password_file_that_does_not_exist_is_refused_naming_the_switch_before_anything_is_asked(string verb)
+    {
+        await using var s = new Sandbox();
+        var missing = Path.Combine(s.Root, "no-such.password");
+        string[] args = verb == "list" ? ["list", "--cache-hosts", "127.0.0.1:1", "--cache-password-file", missing]
+            : ["nodeprep", "--fanout", "mpi", "--dataset", "risk/x", "--job", "j", "--no-start", "--pipe", s.NewPipe(), "--cache-hosts", "127.0.0.1:1", "--cache-password-file", missing];
+        var r = await s.HpcdataAsync(args, timeout: TimeSpan.FromSeconds(60));
+        Assert.True(r.Code is 1 or 2, $"exit {r.Code}: {r.Stderr}");
+        Assert.Contains($"--cache-password-file: '{missing}' does not exist", r.Stderr);
+    }
+
+    [Fact]
+    public async Task A_cache_tier_switch_without_its_value_is_a_usage_error_naming_it()
+    {
+        await using var s = new Sandbox();
+        var r = await s.HpcdataAsync(["list", "--cache-hosts"]);
+        Assert.Equal(2, r.Code);
+        Assert.Contains("--cache-hosts needs a value", r.Stderr);
+    }
 }

@@ -1,0 +1,144 @@
+using System.Collections;
+using System.ComponentModel;
+using System.Diagnostics.CodeAnalysis;
+using System.Globalization;
+using System.Reflection;
+
+namespace Hpc.CommonData.Hosting;
+
+/// <summary>
+/// A group of switches declared once with <see cref="SwitchAttribute"/> on an options type (the cache tier's, say) and
+/// read wherever a command line carries them: the programs' contracts nest the type, and a CLI's verbs take the group's
+/// switches out of their arguments before parsing their own. Name, variable, help and value checks come from the one
+/// declaration, so a switch cannot mean one thing to a daemon and another to a verb.
+/// </summary>
+public sealed class SwitchGroup
+{
+    private readonly (SwitchAttribute Switch, PropertyInfo Property)[] _switches;
+
+    [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
+    private SwitchGroup(Type type) =>
+        _switches = type.GetProperties(BindingFlags.Public | BindingFlags.Instance)
+            .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p)).Where(x => x.Switch is { Name.Length: > 0 }).ToArray();
+
+    [UnconditionalSuppressMessage("Trimming", "IL2067", Justification = "options types are kept whole in native builds")]
+    public static SwitchGroup Of(Type type) => new(type);
+
+    /// <summary>The group's switches, in declaration order.</summary>
+    public IEnumerable<SwitchAttribute> Switches => _switches.Select(s => s.Switch);
+
+    /// <summary>Whether <paramref name="type"/> declares switches (a group a command line can nest).</summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
+    public static bool IsGroup(Type type) =>
+        type.IsClass && type != typeof(string) && type.GetProperties().Any(p => p.GetCustomAttribute<SwitchAttribute>() is { Name.Length: > 0 });
+
+    /// <summary>Sets every switch whose variable is set; the first bad value is returned as the problem.</summary>
+    public string? ApplyEnvironment(object target)
+    {
+        foreach (var (s, p) in _switches)
+        {
+            if (s.Environment is not { } name || Environment.GetEnvironmentVariable(name) is not { Length: > 0 } value) continue;
+            if (Set(target, p, value) is { } problem) return $"environment variable {name}: {problem}";
+        }
+        return null;
+    }
+
+    /// <summary>
+    /// Takes the group's switches (<c>--name value</c>, <c>--name=value</c>, a bare flag) out of <paramref name="args"/>,
+    /// up to a <c>--</c>, and sets them on <paramref name="target"/>; the rest stay for the verb's own parser. Returns the
+    /// first problem (a missing or bad value, naming the switch), or null; <paramref name="given"/> collects the
+    /// switches found.
+    /// </summary>
+    public string? Take(List<string> args, object target, ISet<string> given)
+    {
+        for (var i = 0; i < args.Count;)
+        {
+            var arg = args[i];
+            if (arg == "--") break;
+            var (name, value) = arg.IndexOf('=') is var eq and > 0 ? (arg[..eq], arg[(eq + 1)..]) : (arg, null);
+            var found = _switches.FirstOrDefault(s => string.Equals(s.Switch.Name, name, StringComparison.OrdinalIgnoreCase));
+            if (found.Property is null) { i++; continue; }
+            var taken = 1;
+            if (value is null)
+            {
+                if (found.Property.PropertyType == typeof(bool) && (i + 1 >= args.Count || !bool.TryParse(args[i + 1], out _))) value = "true";
+                else if (i + 1 < args.Count && !(args[i + 1].StartsWith("--", StringComparison.Ordinal) && args[i + 1].Length > 2)) (value, taken) = (args[i + 1], 2);
+                else return $"{found.Switch.Name} needs a value";
+            }
+            if (Set(target, found.Property, value) is { } problem) return $"{found.Switch.Name}: {problem}";
+            given.Add(found.Switch.Name);
+            args.RemoveRange(i, taken);
+        }
+        return null;
+    }
+
+    /// <summary>One line per switch (name, value placeholder, help, variable), for a verb's help.</summary>
+    public IEnumerable<string> HelpLines(int width = 28) => _switches.Select(x =>
+    {
+        var left = x.Property.PropertyType == typeof(bool) ? x.Switch.Name : $"{x.Switch.Name} {x.Switch.Meta ?? SwitchValues.MetaOf(x.Property.PropertyType)}";
+        return $"  {left.PadRight(width)} {x.Switch.Help}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
+    });
+
+    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
+    private static string? Set(object target, PropertyInfo property, string value)
+    {
+        if (SwitchValues.Check(property.PropertyType, value) is { } problem) return problem;
+        var type = Nullable.GetUnderlyingType(property.PropertyType) ?? property.PropertyType;
+        object? converted = type == typeof(string) ? value
+            : SwitchValues.IsList(type) ? value.Split([',', ' ', ';'], StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList()
+            : type == typeof(TimeSpan) ? TimeSpan.Parse(value, CultureInfo.InvariantCulture)
+            : type.IsEnum ? Enum.Parse(type, value, ignoreCase: true)
+            : TypeDescriptor.GetConverter(type).ConvertFromInvariantString(value);
+        property.SetValue(target, converted);
+        return null;
+    }
+}
+
+/// <summary>How switch values are checked and shown, alike for programs' contracts and switch groups.</summary>
+internal static class SwitchValues
+{
+    /// <summary>Converts the text as binding will, so a bad value is a usage error naming it, not a crash later; null when it converts.</summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("Trimming", "IL2067", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
+    public static string? Check(Type propertyType, string value)
+    {
+        var type = Nullable.GetUnderlyingType(propertyType) ?? propertyType;
+        if (IsList(type) || type == typeof(string)) return null;
+        try
+        {
+            if (type == typeof(TimeSpan)) { _ = TimeSpan.Parse(value, CultureInfo.InvariantCulture); return null; }
+            if (type.IsEnum) return Enum.TryParse(type, value, ignoreCase: true, out _) ? null : $"'{value}' is not one of {string.Join(", ", Enum.GetNames(type)).ToLowerInvariant()}";
+            TypeDescriptor.GetConverter(type).ConvertFromInvariantString(value);
+            return null;
+        }
+        catch (Exception ex) when (ex is FormatException or ArgumentException or NotSupportedException or OverflowException)
+        {
+            return ex is FormatException && ex.Message.StartsWith('\'') ? ex.Message : $"'{value}' is not {Describe(type)}";
+        }
+    }
+
+    private static string Describe(Type t) => t switch
+    {
+        _ when t == typeof(int) || t == typeof(long) || t == typeof(short) => "a whole number",
+        _ when t == typeof(double) || t == typeof(float) || t == typeof(decimal) => "a number",
+        _ when t == typeof(bool) => "true or false",
+        _ when t == typeof(TimeSpan) => "a duration (HH:MM:SS)",
+        _ when t == typeof(ByteSize) => "a size (examples: 65536, 64KB, 256MB, 1GB)",
+        _ when t == typeof(ByteRate) => "a rate (examples: 100MB, 100MB/s, 800mbit; 0: unlimited)",
+        _ => $"a valid {t.Name}",
+    };
+
+    public static bool IsList(Type t) => t != typeof(string) && typeof(IEnumerable).IsAssignableFrom(t);
+
+    public static string MetaOf(Type t) => (Nullable.GetUnderlyingType(t) ?? t) switch
+    {
+        var x when x == typeof(ByteSize) => "SIZE",
+        var x when x == typeof(ByteRate) => "RATE",
+        var x when x == typeof(TimeSpan) => "HH:MM:SS",
+        var x when x == typeof(int) || x == typeof(long) => "N",
+        var x when IsList(x) => "A,B,…",
+        _ => "VALUE",
+    };
+}
