@@ -91,19 +91,23 @@ public static class NodePrepCommand
 
         var clock = Stopwatch.StartNew();
         var pinned = false;
-        using var ranks = o.Fanout == "mpi" ? JoinRanks() : null;
+        // MPI initializes while the node's agent is reached (or started): neither waits for the other. A pipe named per
+        // rank ({rank}) needs the rank first, which the launcher's variables give before MPI does.
+        var joining = o.Fanout == "mpi" ? Task.Run(JoinRanks) : Task.FromResult<MpiRankGroup?>(null);
+        if (pipe.Contains("{rank}", StringComparison.Ordinal) || o.DataDirectory?.Contains("{rank}", StringComparison.Ordinal) == true)
+            if ((LaunchedRank() ?? (await joining)?.Rank) is { } rank)
+            {
+                pipe = pipe.Replace("{rank}", rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                o.DataDirectory = o.DataDirectory?.Replace("{rank}", rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
+            }
+        var connecting = ReachAgentAsync();
+        using var ranks = await joining;
         var joined = clock.Elapsed;
-        if (ranks is not null)
-        {
-            pipe = pipe.Replace("{rank}", ranks.Rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
-            o.DataDirectory = o.DataDirectory?.Replace("{rank}", ranks.Rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
-        }
         var fanout = "";
         try
         {
-            await using var agent = await ConnectOrStartAsync(o, pipe, startTimeout, cancel.Token);
-            var status = await agent.StatusAsync(cancel.Token);
-            var agentReady = clock.Elapsed;
+            var (agent, status, agentSeconds) = await connecting;
+            await using var _ = agent;
             using var fetchTimer = CancellationTokenSource.CreateLinkedTokenSource(cancel.Token);
             fetchTimer.CancelAfter(fetchTimeout);
             if (ranks is not null)
@@ -132,7 +136,7 @@ public static class NodePrepCommand
                 fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
             if (ranks is not null)
                 fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} cpu-seconds={Environment.CpuUsage.TotalTime.TotalSeconds:0.000} " +
-                          $"startup-seconds={StartupSeconds(clock):0.000} join-seconds={joined.TotalSeconds:0.000} agent-seconds={(agentReady - joined).TotalSeconds:0.000}";
+                          $"startup-seconds={StartupSeconds(clock):0.000} join-seconds={joined.TotalSeconds:0.000} agent-seconds={agentSeconds:0.000}";
             pinned = true;
             var local = await agent.PrefetchAsync(name, fetched.Version, pin: job, CancellationToken.None);
             cancel.Token.ThrowIfCancellationRequested();
@@ -170,6 +174,27 @@ public static class NodePrepCommand
         {
             throw CommandException.Failed(e.Message);
         }
+
+        async Task<(AgentClient Agent, AgentStatus Status, double Seconds)> ReachAgentAsync()
+        {
+            var started = Stopwatch.StartNew();
+            var agent = await ConnectOrStartAsync(o, pipe, startTimeout, cancel.Token);
+            try { return (agent, await agent.StatusAsync(cancel.Token), started.Elapsed.TotalSeconds); }
+            catch
+            {
+                await agent.DisposeAsync();
+                throw;
+            }
+        }
+    }
+
+    /// <summary>This process's rank as its launcher's variables give it (hydra, Open MPI, PMIx, srun), before MPI is up.</summary>
+    internal static int? LaunchedRank()
+    {
+        foreach (var variable in new[] { "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID" })
+            if (int.TryParse(Environment.GetEnvironmentVariable(variable), System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var n))
+                return n;
+        return null;
     }
 
     /// <summary>This process as one rank of an MPI job; null (and one line saying so) when the node has no MPI.</summary>
