@@ -73,7 +73,7 @@ public class ClusterSmokeTests
                 // Refused up front, saying what is missing and what to run instead, with nothing built.
                 Assert.Equal(2, code);
                 Assert.Contains("fq_codel queueing discipline", stderr);
-                Assert.Contains("--host-queue fifo", stderr);
+                Assert.Contains("--host-queue ack-first", stderr);
                 Assert.Empty(Topology.Leftovers(instance));
                 Assert.False(File.Exists(Path.Combine(dir, "results.jsonl")));
                 return;
@@ -87,6 +87,30 @@ public class ClusterSmokeTests
             (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "report", dir);
             Assert.True(code == 0, $"report exited {code}: {stderr}");
             Assert.Contains("fq_codel host queues", File.ReadAllText(Path.Combine(dir, "report.md")));
+        }
+        finally
+        {
+            if (Shell.IsRoot) Topology.Clean(instance);
+            try { Directory.Delete(dir, recursive: true); } catch (IOException) { }
+        }
+    }
+
+    [Fact]
+    public async Task Ack_first_host_queues_build_on_any_kernel_with_htb_and_are_recorded_as_such()
+    {
+        if (!Shell.IsRoot) return;
+        var dir = Path.Combine(Path.GetTempPath(), $"hcd-test-{Environment.ProcessId}-{Guid.NewGuid():N}"[..40]);
+        var instance = OwnInstance();
+        try
+        {
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--hosts", "1", "--size", "4MB", "--out", dir, "--host-queue", "ack-first", "--instance", $"{instance}");
+            Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
+            Assert.Empty(Topology.Leftovers(instance));
+            using var run = JsonDocument.Parse(File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Single());
+            Assert.Equal("ack-first", run.RootElement.GetProperty("config").GetProperty("hostQueue").GetString());
+            Assert.Equal(2, run.RootElement.GetProperty("nodes").GetArrayLength());
+            var raw = run.RootElement.GetProperty("dataset").GetProperty("rawBytes").GetInt64();
+            Assert.All(run.RootElement.GetProperty("nodes").EnumerateArray(), n => Assert.Equal(raw, n.GetProperty("bytes").GetInt64()));
         }
         finally
         {
@@ -132,7 +156,8 @@ public class ClusterSmokeTests
     }
 
     [Theory]
-    [InlineData("red", 0, "use fifo or fq_codel")]
+    [InlineData("red", 0, "use fifo, fq_codel or ack-first")]
+    [InlineData("ack-first", 5, "cannot both be")]
     [InlineData("fq_codel", 5, "cannot both be")]
     public void A_host_queue_the_emulator_cannot_build_is_refused_before_anything_is_created(string queue, double delayMs, string message)
     {
