@@ -177,33 +177,9 @@ public sealed class TcpRing : IRingLink, IAsyncDisposable
         var length = BinaryPrimitives.ReadInt32LittleEndian(_receiveHeader);
         if (length < 0 || length > buffer.Length)
             throw new InvalidDataException($"rank {(Rank - 1 + Size) % Size} sent a message of {length} bytes; at most {buffer.Length} were expected");
-        for (var body = buffer[..length]; !body.IsEmpty;)
-        {
-            // Woken per arrival, a receive on a slow link returns a packet or two at a time: a thousand thread-pool
-            // wake-ups a second at 25 Mbit/s, which cost the rank more CPU than the bytes. The kernel holds the
-            // wake-up until a good part of the block (or all that is left of it) is there.
-            SetLowWater(Math.Min(body.Length, LowWater));
-            var n = await _left!.ReceiveAsync(body, SocketFlags.None, ct);
-            if (n == 0) throw new EndOfStreamException("the neighbour closed the ring's connection");
-            body = body[n..];
-        }
-        SetLowWater(1);
+        await ReadExactlyAsync(_left!, buffer[..length], ct);
         return length;
     }
-
-    /// <summary>Bytes a receive waits for before it wakes (SO_RCVLOWAT), at most.</summary>
-    private const int LowWater = 128 << 10;
-    private int _lowWater = 1;
-
-    private void SetLowWater(int bytes)
-    {
-        if (bytes == _lowWater || _lowWaterUnsupported) return;
-        try { _left!.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.ReceiveLowWater, bytes); }
-        catch (SocketException) { _lowWaterUnsupported = true; } // Windows: receives wake per arrival, as before
-        _lowWater = bytes;
-    }
-
-    private bool _lowWaterUnsupported;
 
     private static async ValueTask SendAllAsync(Socket socket, ReadOnlyMemory<byte> data, CancellationToken ct)
     {
