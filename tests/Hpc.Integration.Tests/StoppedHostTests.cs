@@ -25,21 +25,24 @@ public sealed class StoppedHostTests(Xunit.Abstractions.ITestOutputHelper output
         Signal(host.Id, "STOP");
         try
         {
-            var clock = Stopwatch.StartNew();
-            await using var data = await Dataset.OpenAsync("fault/stopped", Cluster.Via(pipe));
-            var first = clock.Elapsed;
-            output.WriteLine($"local copy served {first.TotalSeconds:0.00} s after the cache host was stopped");
-            Assert.Equal(staged.Version, data.Version);
-            Assert.True(data.VerifyHash());
-            Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
-            // The response timeout is 3 s; the old policy waited 150 s. The margin is for a loaded test machine.
-            Assert.True(first < TimeSpan.FromSeconds(15), $"the local copy was served after {first.TotalSeconds:0.0} s");
-
-            clock.Restart();
-            await using var second = await Dataset.OpenAsync("fault/stopped", Cluster.Via(pipe));
-            Assert.Equal(staged.Version, second.Version);
-            output.WriteLine($"a second open: {clock.Elapsed.TotalSeconds:0.00} s");
-            Assert.True(clock.Elapsed < first, $"a second open right after waited again ({clock.Elapsed.TotalSeconds:0.0} s, first {first.TotalSeconds:0.0} s)");
+            // Three opens in a row, each served from the local copy within seconds. At most one of them waits out the
+            // 3 s response timeout: once the agent has seen the host not answer, the next open does not wait again.
+            // SIGSTOP stops the host's threads when they are next scheduled, so the first open may still be answered.
+            var waits = new List<TimeSpan>();
+            for (var i = 0; i < 3; i++)
+            {
+                var clock = Stopwatch.StartNew();
+                await using var data = await Dataset.OpenAsync("fault/stopped", Cluster.Via(pipe));
+                waits.Add(clock.Elapsed);
+                output.WriteLine($"open {i + 1}: local copy served {clock.Elapsed.TotalSeconds:0.00} s after the cache host was stopped");
+                Assert.Equal(staged.Version, data.Version);
+                Assert.True(data.VerifyHash());
+                Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+                // The old policy waited 150 s. The margin is for a loaded test machine.
+                Assert.True(clock.Elapsed < TimeSpan.FromSeconds(15), $"open {i + 1} served the local copy after {clock.Elapsed.TotalSeconds:0.0} s");
+            }
+            var waited = string.Join(", ", waits.Select(w => $"{w.TotalSeconds:0.0} s"));
+            Assert.True(waits.Count(w => w >= TimeSpan.FromSeconds(2.5)) <= 1, $"more than one open waited for the stopped host: {waited}");
         }
         finally
         {

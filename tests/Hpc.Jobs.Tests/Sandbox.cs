@@ -122,10 +122,16 @@ public sealed class Sandbox : IAsyncDisposable
     /// Waits until an MPI node prep whose command line mentions <paramref name="marker"/> has handed some node's agent
     /// segments, then SIGKILLs the process of the given rank. Returns its pid, or 0 if nothing moved in time.
     /// </summary>
-    public static async Task<int> KillRankOnceTheExchangeMovesAsync(string marker, int rank, TimeSpan limit)
+    /// <summary>
+    /// Kills the node-prep rank <paramref name="rank"/> (of <paramref name="ranks"/>) of the job that <paramref name="job"/> runs once some agent of
+    /// that job holds a verified segment. Returns the killed process id; when none was killed, says why: the job ended
+    /// first (with its output), or no agent of it held a segment within <paramref name="limit"/>.
+    /// </summary>
+    public static async Task<int> KillRankOnceTheExchangeMovesAsync(string marker, int rank, int ranks, TimeSpan limit, ComponentProcess job)
     {
         var deadline = DateTime.UtcNow + limit;
-        while (DateTime.UtcNow < deadline)
+        var seen = new HashSet<string>();
+        while (DateTime.UtcNow < deadline && !job.HasExited)
         {
             foreach (var pid in ProcessesMentioning(marker))
             {
@@ -139,26 +145,33 @@ public sealed class Sandbox : IAsyncDisposable
                 var at = Array.IndexOf(args, "--pipe");
                 if (!args.Contains("nodeprep") || at < 0 || at + 1 >= args.Length) continue;
                 if (!environ.Any(v => v == $"PMI_RANK={rank}" || v == $"OMPI_COMM_WORLD_RANK={rank}")) continue;
-                if (!await AnyAgentHasSegmentsAsync(args[at + 1])) continue;
+                seen.Add($"rank {rank} (pid {pid})");
+                if (!await AnyAgentHasSegmentsAsync(args[at + 1], ranks)) continue;
                 System.Diagnostics.Process.GetProcessById(pid).Kill();
                 return pid;
             }
             await Task.Delay(50);
         }
+        var output = string.Join("\n", job.StandardOutput);
+        Assert.Fail(job.HasExited
+            ? $"the job ended (exit {job.ExitCode}) before a rank was seen exchanging data; seen: {string.Join(", ", seen)}\n{output}\n{job.StandardErrorTail}"
+            : $"no agent of the job held a segment within {limit.TotalSeconds:0} s; seen: {string.Join(", ", seen)}\n{output}\n{job.StandardErrorTail}");
         return 0;
     }
 
-    private static async Task<bool> AnyAgentHasSegmentsAsync(string pipeTemplate)
+    private static async Task<bool> AnyAgentHasSegmentsAsync(string pipeTemplate, int ranks)
     {
-        for (var r = 0; r < 64; r++)
+        // Each rank's agent in turn; one that is not up yet (or busy past the short wait) is skipped, not the end of the look.
+        for (var r = 0; r < ranks; r++)
         {
             try
             {
                 await using var agent = await Hpc.CommonData.Agent.AgentClient.ConnectAsync(pipeTemplate.Replace("{rank}", r.ToString()),
-                    TimeSpan.FromMilliseconds(200), CancellationToken.None);
+                    TimeSpan.FromSeconds(1), CancellationToken.None);
                 if ((await agent.StatusAsync(CancellationToken.None)).Copies.Any(c => c.SegmentsDone > 0)) return true;
             }
-            catch (Exception e) when (e is CommonDataException or TimeoutException or IOException) { return false; }
+            catch (Exception e) when (e is CommonDataException or TimeoutException or IOException) { }
+            if (!pipeTemplate.Contains("{rank}")) break;
         }
         return false;
     }
