@@ -4,10 +4,9 @@ using System.Globalization;
 using System.Text;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
-using Hpc.Jobs.Data;
-using Hpc.Jobs.Local;
-using Hpc.Jobs.Commands;
-using static Hpc.Jobs.Report.Stats;
+using Hpc.CommonData.Local;
+using Hpc.CommonData.Cli;
+using static Hpc.CommonData.Report.Stats;
 
 namespace Hpc.Bench;
 

@@ -2,7 +2,7 @@ using Hpc.CommonData.Security;
 using System.Diagnostics;
 using System.Globalization;
 using System.Text;
-using static Hpc.Jobs.Report.Stats;
+using static Hpc.CommonData.Report.Stats;
 
 namespace Hpc.Bench;
 

@@ -3,14 +3,14 @@ using System.Text;
 using System.Text.Json;
 using Hpc.CommonData;
 using Hpc.CommonData.Hosting;
-using Hpc.Jobs.Commands;
+using Hpc.CommonData.Cli;
 
 namespace Hpc.Bench;
 
 public sealed partial class ClusterSession
 {
     /// <summary>What <c>bench cluster --scheduler slurm</c> runs as steps of one allocation, each timed by the batch shell.</summary>
-    public static IReadOnlyList<string> SlurmModes => Hpc.Jobs.Report.SlurmModes.All;
+    public static IReadOnlyList<string> SlurmModes => Hpc.CommonData.Report.SlurmModes.All;
 
     private SlurmLab? _slurm;
 

@@ -5,9 +5,8 @@ using System.Text.Json;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Hosting;
-using Hpc.Jobs.Commands;
-using Hpc.Jobs.Data;
-using Hpc.Jobs.Local;
+using Hpc.CommonData.Cli;
+using Hpc.CommonData.Local;
 
 namespace Hpc.Bench;
 

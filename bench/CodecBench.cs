@@ -5,10 +5,9 @@ using System.Text.Json;
 using Hpc.CommonData;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
-using Hpc.Jobs.Commands;
-using Hpc.Jobs.Data;
-using Hpc.Jobs.Local;
-using static Hpc.Jobs.Report.Stats;
+using Hpc.CommonData.Cli;
+using Hpc.CommonData.Local;
+using static Hpc.CommonData.Report.Stats;
 
 namespace Hpc.Bench;
 

@@ -1,6 +1,6 @@
 using Hpc.Bench;
 using Hpc.Bench.Commands;
-using Hpc.Jobs.Cli;
+using Hpc.CommonData.Cli;
 
 // The lab: what measures the product. `hpcdata bench …` and `hpcdata report …` run this program.
 const string Me = "hpcdata bench";

@@ -7,7 +7,7 @@ using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
-using Hpc.Jobs.Data;
+using Hpc.CommonData.Local;
 
 namespace Hpc.Bench;
 

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 using Hpc.Jobs.Commands;
 
@@ -29,5 +30,5 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     new("bench", "The lab: scale-model cluster, codec, cache and attach benchmarks (runs Hpc.Bench).",
         args => ProgramVerb.RunAsync("Hpc.Bench", args)),
     new("report", "Tables, charts and a Markdown summary of bench results or agents' fetch telemetry.",
-        args => Task.FromResult(Hpc.Jobs.Report.ReportMain.Run(args))),
+        args => Task.FromResult(Hpc.CommonData.Report.ReportMain.Run(args))),
 ]).RunAsync(args);

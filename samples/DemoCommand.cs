@@ -4,10 +4,8 @@ using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Hosting;
-using Hpc.Jobs.Cli;
-using Hpc.Jobs.Local;
-using Hpc.Jobs.Commands;
-using Hpc.Jobs.Data;
+using Hpc.CommonData.Cli;
+using Hpc.CommonData.Local;
 
 namespace Hpc.Samples;
 

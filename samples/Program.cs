@@ -1,4 +1,4 @@
-using Hpc.Jobs.Cli;
+using Hpc.CommonData.Cli;
 using Hpc.Samples;
 
 // Samples: services written against the worker SDK, and the demo that runs them on a local cluster.

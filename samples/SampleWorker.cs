@@ -1,5 +1,5 @@
 using CommandLine;
-using Hpc.Jobs.Commands;
+using Hpc.CommonData.Cli;
 
 namespace Hpc.Samples;
 

@@ -2,7 +2,7 @@ using System.Diagnostics;
 using System.Net.Sockets;
 using System.Text.Json;
 using CommandLine;
-using Hpc.Jobs.Scheduling;
+using Hpc.CommonData.Cli;
 
 namespace Hpc.Samples;
 
@@ -69,7 +69,7 @@ public static class SoaClient
         var days = 0;
         for (var i = 0; i < requests; i++)
         {
-            var request = SoaProtocol.Request(rng, positions, Hpc.Jobs.Data.MarketHistory.DefaultInstruments);
+            var request = SoaProtocol.Request(rng, positions, Hpc.CommonData.Local.MarketHistory.DefaultInstruments);
             var t = Stopwatch.GetTimestamp();
             await stream.WriteAsync(request);
             if (!await SoaProtocol.ReadExactlyOrEndAsync(stream, reply, CancellationToken.None)) throw new IOException($"service host {endpoint} closed the connection");

@@ -5,8 +5,8 @@ using System.Net.Sockets;
 using System.Runtime.InteropServices;
 using CommandLine;
 using Hpc.CommonData;
-using Hpc.Jobs.Data;
-using Hpc.Jobs.Scheduling;
+using Hpc.CommonData.Local;
+using Hpc.CommonData.Cli;
 using Microsoft.Extensions.Logging;
 
 namespace Hpc.Samples;
@@ -35,7 +35,7 @@ public static class SoaHost
     {
         using var loggerFactory = LoggerFactory.Create(b => b.SetMinimumLevel(LogLevel.Warning).AddConsole(c => c.LogToStandardErrorThreshold = LogLevel.Trace));
         using var stop = new CancellationTokenSource();
-        using var signals = Hpc.Jobs.Cli.Signals.CancelOn(stop);
+        using var signals = Signals.CancelOn(stop);
         var endpointsDir = Environment.GetEnvironmentVariable(JobVariables.EndpointsDirectory);
         // Across nodes (Slurm) clients come from elsewhere; on one machine loopback is enough.
         var listener = new TcpListener(endpointsDir is null ? IPAddress.Loopback : IPAddress.Any, o.Port);

@@ -1,4 +1,4 @@
-using Hpc.Jobs.Data;
+using Hpc.CommonData.Local;
 
 namespace Hpc.Samples;
 

@@ -1,4 +1,5 @@
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Cli;
 using Hpc.CommonData.Hosting;
 
 namespace Hpc.Jobs.Cli;
@@ -61,17 +62,4 @@ public abstract class CacheClientOptions : ISwitchGroups
         options.LoadPasswordFile();
         return options;
     }
-}
-
-/// <summary>
-/// Options of a verb that nest switch groups (<see cref="SwitchGroup"/>): the command tree fills each group from the
-/// environment and takes its switches off the command line before the verb's own parser sees it.
-/// </summary>
-public interface ISwitchGroups
-{
-    /// <summary>The group objects the command tree fills (one per nested group).</summary>
-    IEnumerable<object> Groups { get; }
-    ISet<string> GivenSwitches { get; }
-    /// <summary>Takes the groups another instance of the same options type was filled with.</summary>
-    void Adopt(ISwitchGroups filled);
 }

@@ -1,6 +1,7 @@
 using CommandLine;
 using Hpc.CommonData.Cache;
 
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;

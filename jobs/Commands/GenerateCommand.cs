@@ -1,7 +1,8 @@
 using CommandLine;
 using Hpc.CommonData;
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
-using Hpc.Jobs.Data;
+using Hpc.CommonData.Local;
 
 namespace Hpc.Jobs.Commands;
 
@@ -50,20 +51,5 @@ public static class GenerateCommand
         }
         Console.WriteLine($"{Path}: {ByteSize.Format(new FileInfo(Path).Length)}");
         return Task.FromResult(0);
-    }
-}
-
-public static class SampleData
-{
-    public static void GenerateRandom(string path, long size)
-    {
-        var rng = new Random(42);
-        var buffer = new byte[1 << 20];
-        using var f = File.Create(path);
-        for (var left = size; left > 0; left -= buffer.Length)
-        {
-            rng.NextBytes(buffer);
-            f.Write(buffer, 0, (int)Math.Min(buffer.Length, left));
-        }
     }
 }

@@ -2,6 +2,7 @@ using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 using Microsoft.Extensions.Logging;
 

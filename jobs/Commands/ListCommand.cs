@@ -3,6 +3,7 @@ using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;

@@ -7,6 +7,7 @@ using Hpc.CommonData.Fetch;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 using Hpc.Jobs.Fanout;
 using Hpc.Mpi;

@@ -4,6 +4,7 @@ using Hpc.CommonData.Agent;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Scheduling;
 
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;

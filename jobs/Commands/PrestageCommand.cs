@@ -8,6 +8,7 @@ using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Fanout;
 using Hpc.Jobs.Scheduling;
 
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
@@ -80,7 +81,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         var split = Array.IndexOf(args, "--");
         var (own, command) = split < 0 ? (args, Array.Empty<string>()) : (args[..split], args[(split + 1)..]);
-        return Cli.CommandTree.ParseAndRunAsync<PrestageOptions>("hpcdata prestage", own, (o, ct) => new PrestageCommand(o, command).RunAsync(ct));
+        return CommandTree.ParseAndRunAsync<PrestageOptions>("hpcdata prestage", own, (o, ct) => new PrestageCommand(o, command).RunAsync(ct));
     }
 
     public async Task<int> RunAsync(CancellationToken stop)

@@ -3,6 +3,7 @@ using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Scheduling;
 
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;

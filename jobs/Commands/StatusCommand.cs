@@ -2,6 +2,7 @@ using System.Text.Json;
 using CommandLine;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;

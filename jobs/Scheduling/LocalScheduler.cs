@@ -1,3 +1,4 @@
+using Hpc.CommonData.Cli;
 using Hpc.CommonData.Agent;
 using System.Diagnostics;
 using Hpc.CommonData.Hosting;

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Cli;
 using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Text.Json;

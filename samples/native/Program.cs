@@ -1,4 +1,4 @@
-using Hpc.Jobs.Commands;
+using Hpc.CommonData.Cli;
 
 // A worker service compiled to native code: it opens the job's dataset through the SDK exactly as `hpcdata worker` does
 // (same switches, same JSON line), without a runtime to start or a method to compile first.

@@ -1,7 +1,7 @@
 using System.Buffers.Binary;
 using System.IO.Hashing;
 using System.Text;
-using Hpc.Jobs.Report;
+using Hpc.CommonData.Report;
 using SkiaSharp;
 
 namespace Hpc.Bench.Tests;
@@ -99,13 +99,13 @@ public static class PngFile
     public sealed record Chunk(string Type, byte[] Data);
 
     /// <summary>Writes a report's charts into a directory of their own, checks each is a whole PNG, and returns their names.</summary>
-    public static List<string> WriteCharts(Hpc.Jobs.Report.ReportMain.Report report)
+    public static List<string> WriteCharts(Hpc.CommonData.Report.ReportMain.Report report)
     {
         var dir = Path.Combine(Path.GetTempPath(), $"hcd-charts-{Guid.NewGuid():N}");
         Directory.CreateDirectory(dir);
         try
         {
-            var written = Hpc.Jobs.Report.ReportMain.WriteCharts(report, dir);
+            var written = Hpc.CommonData.Report.ReportMain.WriteCharts(report, dir);
             foreach (var name in written) Chunks(File.ReadAllBytes(Path.Combine(dir, name)));
             return written;
         }

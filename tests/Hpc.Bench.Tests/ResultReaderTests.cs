@@ -1,4 +1,4 @@
-using Hpc.Jobs.Report;
+using Hpc.CommonData.Report;
 
 namespace Hpc.Bench.Tests;
 

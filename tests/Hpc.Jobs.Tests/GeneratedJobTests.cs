@@ -1,3 +1,4 @@
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Scheduling;
 
 namespace Hpc.Jobs.Tests;

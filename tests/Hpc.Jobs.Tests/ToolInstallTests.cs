@@ -98,8 +98,16 @@ public sealed class ToolInstallTests
                 using var zip = System.IO.Compression.ZipFile.OpenRead(Assert.Single(Directory.GetFiles(output, "hpcdata.*.nupkg")));
                 var entries = zip.Entries.Select(e => e.FullName).ToHashSet();
                 foreach (var program in new[] { "hpcdata", "Hpc.NodeAgent", "Hpc.CacheHost", "Hpc.Stager", "Hpc.Samples" })
-                foreach (var file in new[] { ".dll", ".runtimeconfig.json", ".deps.json" })
-                    Assert.True(entries.Contains($"tools/net10.0/any/{program}{file}"), $"{program}{file} is not in the package packed {(noBuild ? "with" : "without")} --no-build");
+                {
+                    foreach (var file in new[] { ".dll", ".runtimeconfig.json", ".deps.json" })
+                        Assert.True(entries.Contains($"tools/net10.0/any/{program}{file}"), $"{program}{file} is not in the package packed {(noBuild ? "with" : "without")} --no-build");
+                    // Every library of ours a program loads travels with it (hpcdata once went without Hpc.Mpi.dll).
+                    using var deps = System.Text.Json.JsonDocument.Parse(zip.GetEntry($"tools/net10.0/any/{program}.deps.json")!.Open());
+                    foreach (var library in deps.RootElement.GetProperty("libraries").EnumerateObject())
+                        if (library.Value.GetProperty("type").GetString() == "project" && library.Name.Split('/')[0] is var name && name != program)
+                            Assert.True(entries.Contains($"tools/net10.0/any/{name}.dll"),
+                                $"{name}.dll, which {program} loads, is not in the package packed {(noBuild ? "with" : "without")} --no-build");
+                }
             }
         }
         finally

@@ -1,4 +1,5 @@
 using Hpc.CommonData.Hosting;
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Commands;
 
 namespace Hpc.Jobs.Tests;

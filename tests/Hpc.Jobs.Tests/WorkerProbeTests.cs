@@ -1,5 +1,6 @@
 using System.Reflection;
 using CommandLine;
+using Hpc.CommonData.Cli;
 using Hpc.Jobs.Commands;
 
 namespace Hpc.Jobs.Tests;

@@ -2,7 +2,7 @@ using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 
-namespace Hpc.Jobs.Scheduling;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>
 /// The environment every service host of a job sees. The SDK reads the first four itself; the job id names the

@@ -4,9 +4,9 @@ using System.Text.Json;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Hosting;
 using Hpc.CommonData;
-using Hpc.Jobs.Commands;
+using Hpc.CommonData.Cli;
 
-namespace Hpc.Jobs.Local;
+namespace Hpc.CommonData.Local;
 
 /// <summary>
 /// The system on this machine, every component its own child process on loopback: cache hosts, the stager, node

@@ -1,4 +1,4 @@
 using BenchmarkDotNet.Running;
 
-// dotnet run -c Release --project tests/Hpc.Benchmarks -- --filter '*' [--job short]
+// dotnet run -c Release --project bench/Microbenchmarks -- --filter '*' [--job short]
 BenchmarkSwitcher.FromAssembly(typeof(Hpc.Benchmarks.SegmentBenchmarks).Assembly).Run(args);

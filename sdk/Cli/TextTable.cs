@@ -1,7 +1,7 @@
-namespace Hpc.Jobs.Cli;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>Columns padded to their widest cell, numbers right-aligned: what status and list print for people.</summary>
-internal sealed partial class TextTable(params string[] headers)
+public sealed partial class TextTable(params string[] headers)
 {
     /// <summary>A number with an optional unit: 12, 3.5 GB, 99.1%, 100% (3/3); not an address like 10.0.0.1:6380.</summary>
     [System.Text.RegularExpressions.GeneratedRegex(@"^[0-9][0-9.,]*( ?[A-Za-z%]+)?( \([0-9/]+\))?$")]

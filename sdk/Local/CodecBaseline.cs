@@ -2,7 +2,7 @@ using System.Buffers;
 using System.Diagnostics;
 using Hpc.CommonData.Format;
 
-namespace Hpc.Jobs.Local;
+namespace Hpc.CommonData.Local;
 
 /// <summary>
 /// The ceiling for staging on this machine: the raw codec (LZ4 or the codec asked for + XXH3 content id + segment checksum) over the same

@@ -2,9 +2,8 @@ using System.Diagnostics;
 using System.Text.Json;
 using System.Text.Json.Serialization;
 using Hpc.CommonData;
-using Hpc.Jobs.Cli;
 
-namespace Hpc.Jobs.Commands;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>
 /// A worker's view of a dataset on its node, timed: open it through the SDK as a service would, touch it, optionally

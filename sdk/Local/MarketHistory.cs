@@ -1,7 +1,7 @@
 using System.Buffers.Text;
 using System.Text;
 
-namespace Hpc.Jobs.Data;
+namespace Hpc.CommonData.Local;
 
 /// <summary>
 /// The generated dataset of <c>hpcdata generate</c>: daily closing prices of thousands of instruments over years, as

@@ -1,6 +1,6 @@
 using System.Text.Json;
 
-namespace Hpc.Jobs.Report;
+namespace Hpc.CommonData.Report;
 
 /// <summary>
 /// Reads bench results and cluster telemetry (JSON lines, docs/benchmarks.md). Tolerant by design: an interrupted run

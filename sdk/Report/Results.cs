@@ -1,7 +1,7 @@
 using System.Text.Json;
 using System.Text.Json.Serialization;
 
-namespace Hpc.Jobs.Report;
+namespace Hpc.CommonData.Report;
 
 /// <summary>
 /// One line of results.jsonl (format "hpcdata-bench", schema 1; documented in docs/benchmarks.md). Readers must ignore

@@ -1,7 +1,7 @@
 using Hpc.CommonData.Hosting;
 using Microsoft.Extensions.Logging;
 
-namespace Hpc.Jobs.Cli;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>
 /// Warnings and errors of a short-lived command, one line each on stderr, each problem once (<see cref="LineLogger"/>,

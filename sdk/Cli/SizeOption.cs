@@ -1,4 +1,4 @@
-namespace Hpc.Jobs.Cli;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>
 /// The dataset size a verb is asked to make (<c>demo --size</c>, <c>generate --size</c>). A bare number is bytes, as

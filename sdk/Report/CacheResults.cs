@@ -1,8 +1,8 @@
 using System.Globalization;
 using System.Text;
-using static Hpc.Jobs.Report.Stats;
+using static Hpc.CommonData.Report.Stats;
 
-namespace Hpc.Jobs.Report;
+namespace Hpc.CommonData.Report;
 
 /// <summary>The settings of one <c>bench cache</c> measurement; <see cref="Commands"/> is what was sent.</summary>
 public sealed record CacheConfig(int Requests, int Commands, int Clients, int Pipeline, int Keys, int ValueBytes, int KeysPerCommand);

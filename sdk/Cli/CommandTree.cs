@@ -1,15 +1,16 @@
+using System.Diagnostics.CodeAnalysis;
 using System.Runtime.InteropServices;
 using CommandLine;
 using CommandLine.Text;
 using Hpc.CommonData.Hosting;
 
-namespace Hpc.Jobs.Cli;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>One verb of a program: its name, one line for the verb list, and what runs it with the remaining arguments.</summary>
 public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<int>> Run, bool Hidden = false)
 {
     /// <summary>A verb whose options type carries <see cref="VerbAttribute"/>: name and summary come from it.</summary>
-    public static VerbEntry Of<TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
+    public static VerbEntry Of<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
     {
         var verb = typeof(TOptions).GetCustomAttributes(typeof(VerbAttribute), false).Cast<VerbAttribute>().Single();
         return new VerbEntry(verb.Name, verb.HelpText, args => CommandTree.ParseAndRunAsync($"{program} {verb.Name}", args, run, verb.HelpText), verb.Hidden);
@@ -59,7 +60,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     /// a bad or unknown option is one line on stderr (exit 2). The token is cancelled by SIGINT or SIGTERM
     /// (<see cref="Signals"/>), so a cancelled verb cleans up in its finally blocks and exits 130.
     /// </summary>
-    public static async Task<int> ParseAndRunAsync<TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
+    public static async Task<int> ParseAndRunAsync<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
     {
         using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
         // Nested switch groups (the cache tier's) are read by their own declarations first; the rest is the verb's.
@@ -126,7 +127,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     /// -h a meaning of its own; CommandLineParser knows only <c>--help</c>. Nothing after <c>--</c> is touched: that is
     /// the command a verb runs.
     /// </summary>
-    private static string[] WithLongHelp<TOptions>(string[] args)
+    private static string[] WithLongHelp<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string[] args)
     {
         var own = typeof(TOptions).GetProperties().Any(p => p.GetCustomAttributes(typeof(OptionAttribute), true).Cast<OptionAttribute>().Any(o => o.ShortName == "h"));
         if (own) return args;
@@ -139,7 +140,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     /// argument (and reports several as one): positional arguments fill in order, so the missing ones are the required
     /// ones past those given.
     /// </summary>
-    private static IEnumerable<string> MissingNames<TOptions>(List<MissingRequiredOptionError> missing, string[] args)
+    private static IEnumerable<string> MissingNames<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(List<MissingRequiredOptionError> missing, string[] args)
     {
         var options = typeof(TOptions).GetProperties()
             .SelectMany(p => p.GetCustomAttributes(typeof(OptionAttribute), true).Cast<OptionAttribute>().Select(o => (o, p.PropertyType))).ToList();
@@ -240,4 +241,11 @@ public static class ExitCodes
         Console.Error.WriteLine($"{who}: {e.Message}");
         return e is FormatException or ArgumentException || error.Code == ErrorCode.BadRequest && e is not CommonDataException ? Usage : Failed;
     }
+}
+
+/// <summary>What the command tree reads of an options type by reflection, so a trimmed or native build keeps it.</summary>
+internal static class OptionsType
+{
+    public const DynamicallyAccessedMemberTypes Members =
+        DynamicallyAccessedMemberTypes.PublicProperties | DynamicallyAccessedMemberTypes.PublicParameterlessConstructor;
 }

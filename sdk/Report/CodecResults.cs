@@ -1,8 +1,8 @@
 using System.Globalization;
 using Hpc.CommonData;
-using static Hpc.Jobs.Report.Stats;
+using static Hpc.CommonData.Report.Stats;
 
-namespace Hpc.Jobs.Report;
+namespace Hpc.CommonData.Report;
 
 /// <summary>One measured run of <c>hpcdata bench codec</c> (JSON line kind "codec").</summary>
 public sealed record CodecRecord(

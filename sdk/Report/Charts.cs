@@ -1,7 +1,7 @@
 using System.Globalization;
 using ScottPlot;
 
-namespace Hpc.Jobs.Report;
+namespace Hpc.CommonData.Report;
 
 /// <summary>
 /// The report's line charts, drawn with ScottPlot: a title, labelled axes, a legend, node counts on a log2 axis (they

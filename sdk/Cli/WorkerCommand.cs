@@ -1,7 +1,7 @@
 using CommandLine;
 using Hpc.CommonData;
 
-namespace Hpc.Jobs.Commands;
+namespace Hpc.CommonData.Cli;
 
 [Verb("worker", HelpText = "Check a worker's view of a dataset on this node: open it through the SDK as a service would, verify it, time it, print one JSON line.")]
 public class WorkerOptions

@@ -2,9 +2,9 @@ using System.Globalization;
 using System.Text;
 using System.Text.Json;
 using Hpc.CommonData;
-using static Hpc.Jobs.Report.Stats;
+using static Hpc.CommonData.Report.Stats;
 
-namespace Hpc.Jobs.Report;
+namespace Hpc.CommonData.Report;
 
 /// <summary><c>hpcdata report DIR [--json]</c>: tables, charts and a Markdown summary of bench results or cluster telemetry.</summary>
 public static class ReportMain

@@ -1,6 +1,6 @@
 using System.Text;
 
-namespace Hpc.Jobs.Cli;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>
 /// A line for a program that reads it back: written to standard output with one write, so it cannot be split. The ranks

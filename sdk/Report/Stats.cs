@@ -1,4 +1,4 @@
-namespace Hpc.Jobs.Report;
+namespace Hpc.CommonData.Report;
 
 public static class Stats
 {
