@@ -17,7 +17,7 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     VerbEntry.Of<StatusOptions>(Me, StatusCommand.RunAsync),
     VerbEntry.Of<ListOptions>(Me, ListCommand.RunAsync),
     VerbEntry.Of<TlsInitOptions>(Me, (o, _) => Task.FromResult(TlsInitCommand.Run(o))),
-    VerbEntry.Of<WorkerOptions>(Me, (o, ct) => WorkerCommand.RunAsync(o, compute: null, ct)),
+    new("worker", WorkerProbe.Summary, args => WorkerProbe.MainAsync($"{Me} worker", args, compute: null)),
     VerbEntry.Of<GenerateOptions>(Me, GenerateCommand.RunAsync),
     // The long-running components, reachable from the one installed command (a service unit runs `hpcdata agent`);
     // each keeps its own command line, --help and exit codes.

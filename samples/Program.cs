@@ -5,7 +5,7 @@ using Hpc.Samples;
 const string Me = "Hpc.Samples";
 return await new CommandTree(Me, "sample services on common data, and the demo that runs them on this machine", [
     VerbEntry.Of<DemoOptions>("hpcdata", (o, ct) => new DemoCommand(o).RunAsync(ct)),
-    VerbEntry.Of<SampleWorkerOptions>(Me, SampleWorker.RunAsync),
+    new("worker", SampleWorker.Summary, args => SampleWorker.MainAsync($"{Me} worker", args)),
     VerbEntry.Of<SoaHostOptions>(Me, (o, _) => SoaHost.RunAsync(o)),
     VerbEntry.Of<SoaClientOptions>(Me, (o, _) => SoaClient.RunAsync(o)),
 ]).RunAsync(args);

@@ -8,7 +8,7 @@ namespace Hpc.CommonData.Cli;
 /// <summary>
 /// A worker's view of a dataset on its node, timed: open it through the SDK as a service would, touch it, optionally
 /// re-hash it, re-open it, print one JSON line. <c>hpcdata worker</c> runs it, and so does the sample worker compiled to
-/// native code (samples/native), which shares this file: no reflection and no command-line library, so it compiles ahead of time.
+/// native code (samples/native), through this same class: no reflection and no command-line library, so it compiles ahead of time.
 /// </summary>
 public static class WorkerProbe
 {
@@ -30,10 +30,62 @@ public static class WorkerProbe
 
     public static double UnixMs() => (DateTime.UtcNow - DateTime.UnixEpoch).TotalMilliseconds;
 
-    public const string Usage = "worker [--dataset NAME] [--mode auto|map|stream|direct] [--wait-go] [--verify] [--touch first|all] [--reopens N]";
+    /// <summary>One line for a program's list of commands.</summary>
+    public const string Summary = "Check a worker's view of a dataset on this node: open it through the SDK as a service would, verify it, time it, print one JSON line.";
 
-    /// <summary>Reads <c>worker [--dataset NAME] [--mode M] [--wait-go] [--verify] [--touch first|all] [--reopens N]</c>
-    /// (also <c>--name=value</c>); null and the reason for a command line it refuses, and for <c>--help</c> (reason null).</summary>
+    /// <summary>
+    /// One switch of <c>hpcdata worker</c>: the only declaration of it. The parser, <c>--help</c>, the sample workers
+    /// and the native sample all read this list; a switch takes a value when <see cref="Set"/> is given, else it is a flag.
+    /// </summary>
+    public sealed record Switch(string Name, string? Short, string? Value, string Help, Func<Settings, string, Settings>? Set = null, Func<Settings, Settings>? Flag = null);
+
+    public static readonly IReadOnlyList<Switch> Switches =
+    [
+        new("--dataset", "-d", "NAME", "Dataset name (default: $HPCDATA_DATASET).", Set: (s, v) => s with { Dataset = v }),
+        new("--mode", null, "auto|map|stream|direct", "map: the agent's verified copy, zero copy; stream: a private copy over the pipe; direct: from the cache tier, no agent; " +
+                                                      "auto (the default): map, else stream, else direct.",
+            Set: (s, v) => v is "auto" or "map" or "stream" or "direct" ? s with { Mode = v } : throw new FormatException($"--mode '{v}' is not one of auto, map, stream, direct")),
+        new("--wait-go", null, null, "Print READY and wait for a line on stdin before opening (so many workers start together).", Flag: s => s with { WaitGo = true }),
+        new("--verify", null, null, "Also re-hash a mapped copy in this worker. Not needed: the agent verified every segment and the whole copy before it " +
+                                    "published it read-only; this checks the node's memory and disk since (stream and direct copies are always hashed on open).",
+            Flag: s => s with { Verify = true }),
+        new("--touch", null, "first|all", "Map mode, timed as TouchMs: first (read the first byte: the mapping is usable) or all (a byte of every page: " +
+                                          "the page-table cost a first full pass over the data pays). Default: first.",
+            Set: (s, v) => v is "first" or "all" ? s with { Touch = v } : throw new FormatException($"--touch '{v}' is not first or all")),
+        new("--reopens", null, "N", "Opens after the first, in the same process, for the re-open time (0: none; in stream mode each one copies the " +
+                                    "whole dataset again). Default: 5, at most 1000.",
+            Set: (s, v) => !int.TryParse(v, out var n) ? throw new FormatException($"option '--reopens': '{v}' is not a whole number")
+                : n is < 0 or > 1000 ? throw new FormatException("--reopens must be between 0 and 1000") : s with { Reopens = n }),
+    ];
+
+    public static string Usage => "worker " + string.Join(' ', Switches.Select(o => o.Value is null ? $"[{o.Name}]" : $"[{o.Name} {o.Value}]"));
+
+    /// <summary>What <c>--help</c> prints: usage, the summary, then each switch once with its help.</summary>
+    public static string Help(string me, string summary = Summary, IEnumerable<(string Switch, string Help)>? more = null)
+    {
+        var rows = Switches.Select(o => (Switch: (o.Short is null ? "    " : o.Short + ", ") + o.Name + (o.Value is null ? "" : " " + o.Value), o.Help))
+            .Concat(more ?? []).Append((Switch: "    --help", Help: "This help.")).ToList();
+        var width = rows.Max(r => r.Switch.Length) + 2;
+        return $"usage: {me} [options]\n{Wrap(summary, 0)}\n" + string.Concat(rows.Select(r => $"  {r.Switch.PadRight(width)}{Wrap(r.Help, width + 2)}"));
+    }
+
+    /// <summary>Text that fits 100 columns from <paramref name="indent"/> on: its later lines indented as much.</summary>
+    private static string Wrap(string text, int indent)
+    {
+        var lines = new System.Text.StringBuilder();
+        var column = indent;
+        foreach (var word in text.Split(' ', StringSplitOptions.RemoveEmptyEntries))
+        {
+            if (column > indent && column + 1 + word.Length > 100) { lines.Append('\n').Append(' ', indent); column = indent; }
+            else if (column > indent) { lines.Append(' '); column++; }
+            lines.Append(word);
+            column += word.Length;
+        }
+        return lines.Append('\n').ToString();
+    }
+
+    /// <summary>Reads <c>worker [switches]</c> (also <c>--name=value</c>); null and the reason for a command line it refuses,
+    /// and for <c>--help</c> (reason null).</summary>
     public static Settings? Parse(IReadOnlyList<string> args, out string? error)
     {
         string? problem = null;
@@ -43,33 +95,54 @@ public static class WorkerProbe
         {
             var (option, inline) = args[i].IndexOf('=') is var eq and > 2 && args[i].StartsWith("--", StringComparison.Ordinal)
                 ? (args[i][..eq], args[i][(eq + 1)..]) : (args[i], (string?)null);
-            string Value()
+            if (option is "--help" or "-h")
             {
-                if (inline is not null) return inline;
-                if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) return args[++i];
-                problem ??= $"option '{option}' needs a value";
-                return "";
+                error = null;
+                return null;
             }
-            switch (option)
+            var known = Switches.FirstOrDefault(o => o.Name == option || o.Short == option);
+            if (known is null) problem = $"unknown option '{option}' ({Usage})";
+            else if (known.Flag is { } flag) s = flag(s);
+            else if ((inline ?? (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal) ? args[++i] : null)) is not { } value)
+                problem = $"option '{option}' needs a value";
+            else
             {
-                case "--help" or "-h":
-                    error = null;
-                    return null;
-                case "--dataset" or "-d": s = s with { Dataset = Value() }; break;
-                case "--mode": s = s with { Mode = Value() }; break;
-                case "--touch": s = s with { Touch = Value() }; break;
-                case "--reopens":
-                    var text = Value();
-                    if (int.TryParse(text, out var n)) s = s with { Reopens = n };
-                    else problem ??= $"option '--reopens': '{text}' is not a whole number";
-                    break;
-                case "--wait-go": s = s with { WaitGo = true }; break;
-                case "--verify": s = s with { Verify = true }; break;
-                default: problem = $"unknown option '{option}' ({Usage})"; break;
+                try { s = known.Set!(s, value); }
+                catch (FormatException e) { problem = e.Message; }
             }
         }
         error = problem;
         return problem is null ? s : null;
+    }
+
+    /// <summary>
+    /// A worker program's whole life: parse, <c>--help</c>, run with SIGINT/SIGTERM cancelling, exit code (<see cref="ExitCodes"/>).
+    /// <c>hpcdata worker</c>, the sample worker and the native sample are this call.
+    /// </summary>
+    public static async Task<int> MainAsync(string me, IReadOnlyList<string> args, Func<Dataset, string>? compute,
+        string summary = Summary, IEnumerable<(string Switch, string Help)>? more = null)
+    {
+        var main = UnixMs();
+        if (Parse(args, out var error) is not { } settings)
+        {
+            if (error is not null)
+            {
+                Console.Error.WriteLine($"{me}: {error}");
+                return ExitCodes.Usage;
+            }
+            Console.Out.Write(Help(me, summary, more));
+            return ExitCodes.Ok;
+        }
+        using var stop = new CancellationTokenSource();
+        using var signals = Signals.CancelOn(stop);
+        try
+        {
+            return await RunAsync(settings, compute, stop.Token, main, me);
+        }
+        catch (OperationCanceledException) when (stop.IsCancellationRequested)
+        {
+            return ExitCodes.Cancelled;
+        }
     }
 
     /// <param name="compute">A pass over the open data, as a service would make (timed as ComputeMs); null for a plain check.</param>
@@ -77,10 +150,7 @@ public static class WorkerProbe
     {
         if (mainUnixMs == 0) mainUnixMs = UnixMs();
         var name = o.Dataset ?? Environment.GetEnvironmentVariable(DatasetOptions.DatasetVariable);
-        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine($"{me}: no dataset (--dataset or HPCDATA_DATASET)"); return 2; }
-        if (o.Reopens is < 0 or > 1000) { Console.Error.WriteLine($"{me}: --reopens must be between 0 and 1000"); return 2; }
-        if (o.Touch is not ("first" or "all")) { Console.Error.WriteLine($"{me}: --touch '{o.Touch}' is not first or all"); return 2; }
-        if (o.Mode is not ("auto" or "map" or "stream" or "direct")) { Console.Error.WriteLine($"{me}: --mode '{o.Mode}' is not one of auto, map, stream, direct"); return 2; }
+        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine($"{me}: no dataset (--dataset or HPCDATA_DATASET)"); return ExitCodes.Usage; }
         try
         {
             var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Logger = new StderrLogger(me) };
@@ -119,14 +189,12 @@ public static class WorkerProbe
             var result = new WorkerResult(Environment.ProcessId, data.Mode.ToString().ToLowerInvariant(), data.Version, data.Length,
                 attach, warmAttach, verify, clock.Elapsed.TotalMilliseconds, Verified: true, verifiedAt, computed, mainUnixMs, touch);
             Console.WriteLine(JsonSerializer.Serialize(result, WorkerJson.Default.WorkerResult));
-            return 0;
+            return ExitCodes.Ok;
         }
-        catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or InvalidDataException or TimeoutException
-                                       or UnauthorizedAccessException or System.Net.Sockets.SocketException or InvalidOperationException
-                                       or JsonException or FormatException)
+        catch (Exception e) when (ExitCodes.IsExpected(e))
         {
             Console.Error.WriteLine($"{me}: {e.Message}");
-            return 1;
+            return ExitCodes.Failed;
         }
     }
 

@@ -1,33 +1,36 @@
-using System.Reflection;
-using CommandLine;
 using Hpc.CommonData.Cli;
-using Hpc.Jobs.Commands;
 
 namespace Hpc.Jobs.Tests;
 
-/// <summary>The sample worker compiled to native code reads hpcdata worker's command line without the command-line library.</summary>
+/// <summary>
+/// hpcdata worker, the sample worker and the native sample read one declaration of the worker's switches, without a
+/// command-line library (the native sample compiles ahead of time).
+/// </summary>
 public class WorkerProbeTests
 {
     [Fact]
-    public void Every_switch_of_hpcdata_worker_is_understood_the_same_way()
+    public void Every_declared_switch_is_understood_and_listed_once_in_the_help()
     {
-        var switches = typeof(WorkerOptions).GetProperties().Select(p => p.GetCustomAttribute<OptionAttribute>()).OfType<OptionAttribute>().ToList();
-        Assert.NotEmpty(switches);
-        foreach (var option in switches)
+        var help = WorkerProbe.Help("hpcdata worker");
+        foreach (var option in WorkerProbe.Switches)
         {
-            string[] args = option.LongName is "wait-go" or "verify" ? ["worker", $"--{option.LongName}"] : ["worker", $"--{option.LongName}", option.LongName == "reopens" ? "7" : "all"];
-            Assert.True(WorkerProbe.Parse(args, out var error) is not null, $"--{option.LongName}: {error}");
+            string[] args = option.Value is null ? ["worker", option.Name] : ["worker", option.Name, option.Name switch { "--reopens" => "7", "--mode" => "map", _ => "all" }];
+            Assert.True(WorkerProbe.Parse(args, out var error) is not null, $"{option.Name}: {error}");
+            Assert.Contains(option.Help.Split(' ')[0], Assert.Single(help.Split('\n'), l => l.Contains($" {option.Name}")));
         }
         var s = WorkerProbe.Parse(["worker", "-d", "risk/a", "--mode", "map", "--wait-go", "--verify", "--touch", "all", "--reopens", "0"], out _)!;
         Assert.Equal(new WorkerProbe.Settings("risk/a", "map", WaitGo: true, Verify: true, Touch: "all", Reopens: 0), s);
     }
 
     [Fact]
-    public void Defaults_are_hpcdata_workers_defaults()
+    public void No_switches_give_the_documented_defaults()
     {
-        var cli = new WorkerOptions();
         var s = WorkerProbe.Parse(["worker"], out _)!;
-        Assert.Equal((cli.Dataset, cli.Mode, cli.WaitGo, cli.Verify, cli.Touch, cli.Reopens), (s.Dataset, s.Mode, s.WaitGo, s.Verify, s.Touch, s.Reopens));
+        Assert.Equal((null, "auto", false, false, "first", 5), (s.Dataset, s.Mode, s.WaitGo, s.Verify, s.Touch, s.Reopens));
+        var help = WorkerProbe.Help("hpcdata worker");
+        Assert.Contains("auto (the default)", System.Text.RegularExpressions.Regex.Replace(help, @"\s+", " "));
+        Assert.Contains("Default: first", help);
+        Assert.Contains("Default: 5", help);
     }
 
     [Theory]
@@ -35,6 +38,9 @@ public class WorkerProbeTests
     [InlineData("option '--mode' needs a value", "--mode")]
     [InlineData("option '--dataset' needs a value", "--dataset", "--verify")]
     [InlineData("option '--reopens': 'abc' is not a whole number", "--reopens", "abc")]
+    [InlineData("--reopens must be between 0 and 1000", "--reopens", "5000")]
+    [InlineData("--touch 'some' is not first or all", "--touch", "some")]
+    [InlineData("--mode 'mmap' is not one of auto, map, stream, direct", "--mode=mmap")]
     public void A_bad_command_line_is_refused_with_the_switch_named(string message, params string[] args)
     {
         Assert.Null(WorkerProbe.Parse(["worker", .. args], out var error));
