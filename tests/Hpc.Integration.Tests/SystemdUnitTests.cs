@@ -1,0 +1,134 @@
+using System.Diagnostics;
+using System.Text.Json;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cli;
+using Hpc.Jobs.Tests;
+
+namespace Hpc.Integration.Tests;
+
+/// <summary>
+/// deploy/systemd/hpcdata-agent.service, unchanged, under a real systemd (a Debian container booted with
+/// systemd-nspawn): <c>systemctl start</c> returns once the agent serves (<c>Type=notify</c>), the cache password
+/// reaches it only as a credential (<c>LoadCredential</c>), a worker of another user reads the dataset through it, and
+/// <c>systemctl stop</c> mid-fetch ends it cleanly with what it verified kept for the next start to resume.
+/// </summary>
+[System.Runtime.Versioning.SupportedOSPlatform("linux")]
+public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output)
+{
+    private const int ReaderUid = 4242;
+    private static readonly TimeSpan Command = TimeSpan.FromSeconds(60);
+
+    [Fact]
+    public async Task The_agent_unit_is_ready_once_serving_logs_in_with_its_credential_and_resumes_a_fetch_after_a_stop()
+    {
+        if (await SystemdMachine.UnavailableAsync() is { } why) { Console.Error.WriteLine($"systemd unit test not run: {why}"); return; }
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", "node reader node-pass\nops admin ops-pass\n"u8.ToArray());
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        const int size = 8 << 20;
+        var bytes = Cluster.RandomBytes(size, seed: 29);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "prices.bin", bytes), "site/prices", "--readers", $"user:{ReaderUid}",
+            "--cache-user", "ops", "--cache-password-file", Cluster.WriteFile(c.Root, "ops-pass", "ops-pass"u8.ToArray()));
+        // 256 KB/s: the fetch lasts about 30 s, long enough to stop the unit in the middle of it.
+        await using var slowLink = new ThrottledRelay(c.Hosts[0], 256 << 10);
+
+        var etc = Directory.CreateDirectory(Path.Combine(c.Root, "etc-hpcdata")).FullName;
+        File.Copy(Path.Combine(Cluster.RepositoryRoot, "deploy", "config", "agent.env"), Path.Combine(etc, "agent.env"));
+        File.WriteAllText(Path.Combine(etc, "agent.json"), JsonSerializer.Serialize(new
+        {
+            Agent = new { Pipe = "/run/hpcdata/agent", DataDirectory = "/dev/shm/hpcdata", Budget = "1GB",
+                CacheTier = new { Hosts = new[] { slowLink.Address }, Replicas = 1, User = "node" } },
+        }));
+        // The secret is a root-only file on the host; only systemd's copy of it (%d/cache-password) is the agent's.
+        var secrets = Directory.CreateDirectory(Path.Combine(etc, "secrets")).FullName;
+        File.WriteAllText(Path.Combine(secrets, "agent-cache-password"), "node-pass");
+        File.SetUnixFileMode(Path.Combine(secrets, "agent-cache-password"), UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        // The tool installed as /opt/hpcdata/hpcdata: this build's hpcdata, which finds the agent in the build's output.
+        var opt = Directory.CreateDirectory(Path.Combine(c.Root, "opt-hpcdata")).FullName;
+        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name;
+        var hpcdata = Path.Combine(Cluster.RepositoryRoot, "artifacts", "bin", "Hpc.Jobs", configuration, "hpcdata");
+        File.CreateSymbolicLink(Path.Combine(opt, "hpcdata"), hpcdata);
+        var sysusers = Cluster.WriteFile(c.Root, "hpcdata.conf", "u hpcdata - \"HPC Common Data\"\n"u8.ToArray());
+        var dotnetRoot = Path.GetDirectoryName(Hpc.CommonData.Hosting.ComponentProcess.DotnetHost())!;
+        var dropIn = Directory.CreateDirectory(Path.Combine(c.Root, "agent.service.d")).FullName;
+        // A site's drop-in: where this machine's .NET runtime is (the container has none of its own).
+        File.WriteAllText(Path.Combine(dropIn, "runtime.conf"), $"[Service]\nEnvironment=DOTNET_ROOT={dotnetRoot}\n");
+
+        await using var machine = await SystemdMachine.BootAsync([
+            (dotnetRoot, dotnetRoot, true), (Path.Combine(Cluster.RepositoryRoot, "artifacts"), Path.Combine(Cluster.RepositoryRoot, "artifacts"), true),
+            (opt, "/opt/hpcdata", true), (etc, "/etc/hpcdata", false), (sysusers, "/etc/sysusers.d/hpcdata.conf", true),
+            (Path.Combine(Cluster.RepositoryRoot, "deploy", "systemd", "hpcdata-agent.service"), "/etc/systemd/system/hpcdata-agent.service", true),
+            (dropIn, "/etc/systemd/system/hpcdata-agent.service.d", true),
+        ], TimeSpan.FromMinutes(2));
+        Assert.Equal(0, (await machine.RunAsync(["useradd", "-u", ReaderUid.ToString(), "-m", "reader"], Command)).Code);
+        var env = new Dictionary<string, string> { ["DOTNET_ROOT"] = dotnetRoot, [AgentClient.PipeVariable] = "/run/hpcdata/agent" };
+
+        // Type=notify: start returns once the agent said READY=1, and READY=1 comes once the pipe serves.
+        var start = await machine.RunAsync(["systemctl", "start", "hpcdata-agent"], Command);
+        Assert.True(start.Code == 0, $"{start}\n{await JournalAsync(machine)}");
+        var status = await machine.RunAsync(["/opt/hpcdata/hpcdata", "status"], Command, env);
+        Assert.True(status.Code == 0, $"status right after start: {status}\n{await JournalAsync(machine)}");
+        Assert.Contains("StatusText=serving", (await machine.RunAsync(["systemctl", "show", "hpcdata-agent", "-p", "StatusText"], Command)).Output);
+        // The password is in no file or variable the unit names, only in the credential systemd made for it.
+        Assert.DoesNotContain("node-pass", File.ReadAllText(Path.Combine(etc, "agent.env")) + File.ReadAllText(Path.Combine(etc, "agent.json")));
+        Assert.Equal("node-pass", File.ReadAllText(machine.HostPath("/run/credentials/hpcdata-agent.service/cache-password")));
+
+        // A node prep starts the fetch; the unit is stopped in the middle of it.
+        using var prep = machine.Start(["/opt/hpcdata/hpcdata", "nodeprep", "--dataset", "site/prices", "--job", "j1", "--cache-hosts", slowLink.Address], env);
+        var partly = await WaitForProgressAsync(machine, staged.Version, staged.Segments);
+        var stopping = Stopwatch.StartNew();
+        var stop = await machine.RunAsync(["systemctl", "stop", "hpcdata-agent"], Command);
+        Assert.True(stop.Code == 0, stop.ToString());
+        var stopped = stopping.Elapsed;
+        Assert.True(stopped < TimeSpan.FromSeconds(25), $"the unit took {stopped.TotalSeconds:0} s to stop");
+        var result = (await machine.RunAsync(["systemctl", "show", "hpcdata-agent", "-p", "Result", "-p", "ExecMainStatus"], Command)).Output;
+        Assert.True(result.Contains("Result=success") && result.Contains("ExecMainStatus=0"), $"{result}\n{await JournalAsync(machine)}");
+        try { prep.Kill(entireProcessTree: true); } catch (InvalidOperationException) { }
+
+        Assert.Equal(0, (await machine.RunAsync(["systemctl", "start", "hpcdata-agent"], Command)).Code);
+        await using (var agent = await AgentClient.ConnectAsync(machine.HostPath("/run/hpcdata/agent"), TimeSpan.FromSeconds(10)))
+        {
+            var kept = (await agent.StatusAsync()).Copies.Single(x => x.Version == staged.Version);
+            Assert.Equal("partial", kept.State);
+            Assert.True(kept.SegmentsDone >= partly, $"verified before the stop: {partly}, kept: {kept.SegmentsDone}");
+        }
+        var again = await machine.RunAsync(["/opt/hpcdata/hpcdata", "nodeprep", "--dataset", "site/prices", "--job", "j2", "--cache-hosts", slowLink.Address],
+            TimeSpan.FromMinutes(2), env);
+        Assert.True(again.Code == 0, $"{again}\n{await JournalAsync(machine)}");
+        Assert.Contains("source=resumed", again.Output);
+        output.WriteLine($"stopped after {partly} of {staged.Segments} segments in {stopped.TotalSeconds:0.0} s; after the restart: {again.Output.Trim()}");
+
+        // The reader, another user of the node, maps the copy the service fetched.
+        var worker = await machine.RunAsync(["setpriv", $"--reuid={ReaderUid}", $"--regid={ReaderUid}", "--clear-groups", "--",
+            "/opt/hpcdata/hpcdata", "worker", "--dataset", "site/prices", "--mode", "map", "--verify", "--reopens", "0"], Command, env);
+        Assert.True(worker.Code == 0, worker.ToString());
+        var seen = WorkerProbe.ReadResult(worker.Output.Trim().Split('\n').Last())!;
+        Assert.True(seen.Verified);
+        Assert.Equal((staged.Version, (long)size, "map"), (seen.Version, seen.Bytes, seen.Mode));
+    }
+
+    /// <summary>Segments the agent has verified once it is part-way (a tenth or more, not all), read from its status.</summary>
+    private static async Task<int> WaitForProgressAsync(SystemdMachine machine, string version, int segments)
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(60);
+        while (DateTime.UtcNow < deadline)
+        {
+            try
+            {
+                await using var agent = await AgentClient.ConnectAsync(machine.HostPath("/run/hpcdata/agent"), TimeSpan.FromSeconds(5));
+                if ((await agent.StatusAsync()).Copies.FirstOrDefault(x => x.Version == version) is { } copy && copy.SegmentsDone * 10 >= segments)
+                {
+                    Assert.True(copy.SegmentsDone < segments, "the fetch ended before the unit could be stopped in the middle of it");
+                    return copy.SegmentsDone;
+                }
+            }
+            catch (Exception e) when (e is CommonDataException or TimeoutException or IOException) { }
+            await Task.Delay(200);
+        }
+        Assert.Fail($"the agent did not fetch a tenth of the dataset within 60 s\n{await JournalAsync(machine)}");
+        return 0;
+    }
+
+    private static async Task<string> JournalAsync(SystemdMachine machine) =>
+        (await machine.RunAsync(["journalctl", "-u", "hpcdata-agent", "--no-pager", "-n", "40"], Command)).Output;
+}
