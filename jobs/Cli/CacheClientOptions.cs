@@ -20,11 +20,20 @@ public abstract class CacheClientOptions : ISwitchGroups
     /// <summary>The switches of the groups that were on the command line (e.g. <c>--cache-hosts</c>).</summary>
     public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
-    IEnumerable<object> ISwitchGroups.Groups => [CacheTierSwitches];
+    /// <summary>The node agent, for a verb that also talks to it (<see cref="TalksToAgent"/>).</summary>
+    public AgentSwitches Agent { get; set; } = new();
+
+    /// <summary>Whether the verb also talks to this node's agent (status, nodeprep): then it takes <c>--pipe</c> too.</summary>
+    protected virtual bool TalksToAgent => false;
+
+    IEnumerable<(string Title, object Switches)> ISwitchGroups.Groups =>
+        TalksToAgent ? [(CacheTierTitle, CacheTierSwitches), (AgentSwitches.Title, Agent)] : [(CacheTierTitle, CacheTierSwitches)];
+
+    private const string CacheTierTitle = "Cache tier (the stager's and the agent's switches; each also from its variable)";
 
     void ISwitchGroups.Adopt(ISwitchGroups filled)
     {
-        CacheTierSwitches = ((CacheClientOptions)filled).CacheTierSwitches;
+        (CacheTierSwitches, Agent) = (((CacheClientOptions)filled).CacheTierSwitches, ((CacheClientOptions)filled).Agent);
         GivenSwitches.UnionWith(filled.GivenSwitches);
     }
 

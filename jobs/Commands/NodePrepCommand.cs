@@ -18,6 +18,8 @@ namespace Hpc.Jobs.Commands;
 [Verb("nodeprep", HelpText = "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.")]
 public sealed class NodePrepOptions : CacheClientOptions
 {
+    protected override bool TalksToAgent => true;
+
     [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
     public string? Dataset { get; set; }
 
@@ -27,8 +29,6 @@ public sealed class NodePrepOptions : CacheClientOptions
     [Option("job", HelpText = "Job id used as the pin (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).")]
     public string? Job { get; set; }
 
-    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
-    public string? Pipe { get; set; }
 
     [Option("data-dir", HelpText = "Data directory for an agent started here (default: /dev/shm/hpcdata-<pipe>).")]
     public string? DataDirectory { get; set; }
@@ -75,7 +75,7 @@ public static class NodePrepCommand
         var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
         var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
         var job = JobVariables.JobIdFromEnvironment(o.Job);
-        var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
+        var pipe = o.Agent.PipeName;
         if (name is null) throw CommandException.Usage("no dataset (--dataset or HPCDATA_DATASET)");
         if (job is null) throw CommandException.Usage("no job id to pin the data with (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
         if (!DatasetName.TryValidate(name, out var nameError)) throw CommandException.Usage(nameError!);

@@ -9,7 +9,7 @@ using Hpc.Jobs.Cli;
 namespace Hpc.Jobs.Commands;
 
 [Verb("noderelease", HelpText = "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.")]
-public sealed class NodeReleaseOptions
+public sealed class NodeReleaseOptions : AgentClientOptions
 {
     [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET; neither: every copy this job pinned).")]
     public string? Dataset { get; set; }
@@ -20,8 +20,6 @@ public sealed class NodeReleaseOptions
     [Option("job", HelpText = "Job id the data was pinned with (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).")]
     public string? Job { get; set; }
 
-    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
-    public string? Pipe { get; set; }
 
     [Option("evict", HelpText = "Also delete the node's copy when nothing else pins or uses it.")]
     public bool Evict { get; set; }
@@ -38,7 +36,7 @@ public static class NodeReleaseCommand
         var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
         var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
         var job = JobVariables.JobIdFromEnvironment(o.Job);
-        var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
+        var pipe = o.Agent.PipeName;
         if (job is null) throw CommandException.Usage("no job id (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
         if (name is not null && !DatasetName.TryValidate(name, out var nameError)) throw CommandException.Usage(nameError!);
         if (o.StopAgent is not ("auto" or "never" or "always")) throw CommandException.Usage($"--stop-agent '{o.StopAgent}' is not one of auto, never, always");

@@ -11,13 +11,11 @@ namespace Hpc.Jobs.Commands;
 
 [Verb("path", HelpText = "Print where this node's copy of a dataset is: the read-only tree of a directory dataset, or the file of a single-file one. " +
                          "For programs that read files (Python, R, solvers); job scripts export it as $HPCDATA_DATASET_PATH.")]
-public sealed class PathOptions
+public sealed class PathOptions : AgentClientOptions
 {
     [Value(0, MetaName = "NAME[@VERSION]", HelpText = "Dataset, optionally @ a version id (default: $HPCDATA_DATASET and $HPCDATA_VERSION, else latest).")]
     public string? Dataset { get; set; }
 
-    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
-    public string? Pipe { get; set; }
 }
 
 /// <summary>Exit codes: 0 printed; 1 no agent answers or the data cannot be had (it says why); 2 bad usage.</summary>
@@ -30,7 +28,7 @@ public static class PathCommand
         var at = given.IndexOf('@');
         var (name, version) = at < 0 ? (given, JobVariables.First(Environment.GetEnvironmentVariable(JobVariables.Version))) : (given[..at], given[(at + 1)..]);
         if (!DatasetName.TryValidate(name, out var why)) throw CommandException.Usage($"'{name}': {why}");
-        var pipe = JobVariables.First(o.Pipe) ?? AgentClient.PipeFromEnvironment();
+        var pipe = o.Agent.PipeName;
         AgentClient agent;
         try
         {

@@ -10,8 +10,7 @@ namespace Hpc.Jobs.Commands;
 [Verb("status", HelpText = "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.")]
 public sealed class StatusOptions : CacheClientOptions
 {
-    [Option("pipe", HelpText = "The node agent's pipe (default: $HPCDATA_AGENT_PIPE or hpcdata-agent).")]
-    public string? Pipe { get; set; }
+    protected override bool TalksToAgent => true;
 
     [Option("cache-tier", HelpText = "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]
     public bool WholeCacheTier { get; set; }
@@ -28,7 +27,7 @@ public static class StatusCommand
 
     private static async Task<int> NodeAsync(StatusOptions o, CancellationToken ct)
     {
-        var pipe = o.Pipe is { Length: > 0 } p ? p : AgentClient.PipeFromEnvironment();
+        var pipe = o.Agent.PipeName;
         AgentStatus status;
         try
         {

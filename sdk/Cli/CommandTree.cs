@@ -63,12 +63,12 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     public static async Task<int> ParseAndRunAsync<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
     {
         using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
-        // Nested switch groups (the cache tier's) are read by their own declarations first; the rest is the verb's.
+        // Nested switch groups (the cache tier's, the agent's) are read by their own declarations first; the rest is the verb's.
         var groups = typeof(ISwitchGroups).IsAssignableFrom(typeof(TOptions)) ? (ISwitchGroups)Activator.CreateInstance(typeof(TOptions))! : null;
         if (groups is not null && !args.Contains("--help") && !args.Contains("-h"))
         {
             var rest = args.ToList();
-            foreach (var group in groups.Groups)
+            foreach (var (_, group) in groups.Groups)
             {
                 var switches = SwitchGroup.Of(group.GetType());
                 if ((switches.ApplyEnvironment(group) ?? switches.Take(rest, group, groups.GivenSwitches)) is { } refused)
@@ -111,9 +111,8 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
             }, e => e);
             Console.Out.WriteLine(help);
             if (groups is not null)
-                foreach (var group in groups.Groups)
-                    Console.Out.WriteLine("Cache tier (the stager's and the agent's switches; each also from its variable):\n" +
-                                          string.Join('\n', SwitchGroup.Of(group.GetType()).HelpLines()) + "\n");
+                foreach (var (title, group) in groups.Groups)
+                    Console.Out.WriteLine($"{title}:\n" + string.Join('\n', SwitchGroup.Of(group.GetType()).HelpLines()) + "\n");
             return 0;
         }
         var missing = errors.OfType<MissingRequiredOptionError>().ToList();

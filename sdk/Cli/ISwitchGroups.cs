@@ -8,8 +8,8 @@ namespace Hpc.CommonData.Cli;
 /// </summary>
 public interface ISwitchGroups
 {
-    /// <summary>The group objects the command tree fills (one per nested group).</summary>
-    IEnumerable<object> Groups { get; }
+    /// <summary>The group objects the command tree fills (one per nested group), each with the title its help section has.</summary>
+    IEnumerable<(string Title, object Switches)> Groups { get; }
     ISet<string> GivenSwitches { get; }
     /// <summary>Takes the groups another instance of the same options type was filled with.</summary>
     void Adopt(ISwitchGroups filled);
