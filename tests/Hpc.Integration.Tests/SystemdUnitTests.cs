@@ -32,34 +32,18 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         // 256 KB/s: the fetch lasts about 30 s, long enough to stop the unit in the middle of it.
         await using var slowLink = new ThrottledRelay(c.Hosts[0], 256 << 10);
 
-        var etc = Directory.CreateDirectory(Path.Combine(c.Root, "etc-hpcdata")).FullName;
-        File.Copy(Path.Combine(Cluster.RepositoryRoot, "deploy", "config", "agent.env"), Path.Combine(etc, "agent.env"));
-        File.WriteAllText(Path.Combine(etc, "agent.json"), JsonSerializer.Serialize(new
+        var site = Site.Prepare(c.Root, "hpcdata-agent");
+        File.Copy(Path.Combine(Cluster.RepositoryRoot, "deploy", "config", "agent.env"), Path.Combine(site.Etc, "agent.env"));
+        File.WriteAllText(Path.Combine(site.Etc, "agent.json"), JsonSerializer.Serialize(new
         {
             Agent = new { Pipe = "/run/hpcdata/agent", DataDirectory = "/dev/shm/hpcdata", Budget = "1GB",
                 CacheTier = new { Hosts = new[] { slowLink.Address }, Replicas = 1, User = "node" } },
         }));
         // The secret is a root-only file on the host; only systemd's copy of it (%d/cache-password) is the agent's.
-        var secrets = Directory.CreateDirectory(Path.Combine(etc, "secrets")).FullName;
-        File.WriteAllText(Path.Combine(secrets, "agent-cache-password"), "node-pass");
-        File.SetUnixFileMode(Path.Combine(secrets, "agent-cache-password"), UnixFileMode.UserRead | UnixFileMode.UserWrite);
-        // The tool installed as /opt/hpcdata/hpcdata: this build's hpcdata, which finds the agent in the build's output.
-        var opt = Directory.CreateDirectory(Path.Combine(c.Root, "opt-hpcdata")).FullName;
-        var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name;
-        var hpcdata = Path.Combine(Cluster.RepositoryRoot, "artifacts", "bin", "Hpc.Jobs", configuration, "hpcdata");
-        File.CreateSymbolicLink(Path.Combine(opt, "hpcdata"), hpcdata);
-        var sysusers = Cluster.WriteFile(c.Root, "hpcdata.conf", "u hpcdata - \"HPC Common Data\"\n"u8.ToArray());
-        var dotnetRoot = Path.GetDirectoryName(Hpc.CommonData.Hosting.ComponentProcess.DotnetHost())!;
-        var dropIn = Directory.CreateDirectory(Path.Combine(c.Root, "agent.service.d")).FullName;
-        // A site's drop-in: where this machine's .NET runtime is (the container has none of its own).
-        File.WriteAllText(Path.Combine(dropIn, "runtime.conf"), $"[Service]\nEnvironment=DOTNET_ROOT={dotnetRoot}\n");
+        site.Secret("secrets/agent-cache-password", "node-pass");
 
-        await using var machine = await SystemdMachine.BootAsync([
-            (dotnetRoot, dotnetRoot, true), (Path.Combine(Cluster.RepositoryRoot, "artifacts"), Path.Combine(Cluster.RepositoryRoot, "artifacts"), true),
-            (opt, "/opt/hpcdata", true), (etc, "/etc/hpcdata", false), (sysusers, "/etc/sysusers.d/hpcdata.conf", true),
-            (Path.Combine(Cluster.RepositoryRoot, "deploy", "systemd", "hpcdata-agent.service"), "/etc/systemd/system/hpcdata-agent.service", true),
-            (dropIn, "/etc/systemd/system/hpcdata-agent.service.d", true),
-        ], TimeSpan.FromMinutes(2));
+        await using var machine = await site.BootAsync();
+        var dotnetRoot = site.DotnetRoot;
         Assert.Equal(0, (await machine.RunAsync(["useradd", "-u", ReaderUid.ToString(), "-m", "reader"], Command)).Code);
         var env = new Dictionary<string, string> { ["DOTNET_ROOT"] = dotnetRoot, [AgentClient.PipeVariable] = "/run/hpcdata/agent" };
 
@@ -70,7 +54,7 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         Assert.True(status.Code == 0, $"status right after start: {status}\n{await JournalAsync(machine)}");
         Assert.Contains("StatusText=serving", (await machine.RunAsync(["systemctl", "show", "hpcdata-agent", "-p", "StatusText"], Command)).Output);
         // The password is in no file or variable the unit names, only in the credential systemd made for it.
-        Assert.DoesNotContain("node-pass", File.ReadAllText(Path.Combine(etc, "agent.env")) + File.ReadAllText(Path.Combine(etc, "agent.json")));
+        Assert.DoesNotContain("node-pass", File.ReadAllText(Path.Combine(site.Etc, "agent.env")) + File.ReadAllText(Path.Combine(site.Etc, "agent.json")));
         Assert.Equal("node-pass", File.ReadAllText(machine.HostPath("/run/credentials/hpcdata-agent.service/cache-password")));
 
         // A node prep starts the fetch; the unit is stopped in the middle of it.
@@ -129,6 +113,108 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         return 0;
     }
 
-    private static async Task<string> JournalAsync(SystemdMachine machine) =>
-        (await machine.RunAsync(["journalctl", "-u", "hpcdata-agent", "--no-pager", "-n", "40"], Command)).Output;
+    [Fact]
+    public async Task The_cache_host_unit_is_ready_once_listening_serves_TLS_with_its_key_and_users_from_credentials_and_stops_cleanly()
+    {
+        if (await SystemdMachine.UnavailableAsync() is { } why) { Console.Error.WriteLine($"systemd unit test not run: {why}"); return; }
+        await using var c = new Cluster();
+        var site = Site.Prepare(c.Root, "hpcdata-cache");
+        var tls = Directory.CreateDirectory(Path.Combine(site.Etc, "tls")).FullName;
+        var init = await c.RunAsync("hpcdata", ["tls-init", "--out", tls, "--hosts", "127.0.0.1,localhost"]);
+        Assert.True(init.Code == 0, init.Stderr);
+        File.SetUnixFileMode(Path.Combine(tls, "host.key"), UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        site.Secret("secrets/cache-users", "ops admin ops-pass\nnode reader node-pass\n");
+        File.Copy(Path.Combine(Cluster.RepositoryRoot, "deploy", "config", "cache.env"), Path.Combine(site.Etc, "cache.env"));
+        var port = FreePort();
+        File.WriteAllText(Path.Combine(site.Etc, "cache.json"), JsonSerializer.Serialize(new
+        {
+            CacheHost = new { Address = "127.0.0.1", Port = port, MaxMemoryBytes = "256MB" },
+        }));
+
+        await using var machine = await site.BootAsync();
+        var start = await machine.RunAsync(["systemctl", "start", "hpcdata-cache"], Command);
+        Assert.True(start.Code == 0, $"{start}\n{await JournalAsync(machine, "hpcdata-cache")}");
+        // Right after start returns: TLS with the site CA, and the accounts of the users file systemd handed over.
+        var ca = Path.Combine(tls, "ca.pem");
+        string[] Tier(string user, string password) =>
+            ["--cache-hosts", $"127.0.0.1:{port}", "--cache-tls", "--cache-ca", ca, "--cache-user", user, "--cache-password-file", Cluster.WriteFile(c.Root, $"{user}-{password}", System.Text.Encoding.UTF8.GetBytes(password))];
+        var staged = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(1 << 20, seed: 5)), "--name", "site/tls", .. Tier("ops", "ops-pass")]);
+        Assert.True(staged.Code == 0, $"{staged.Stderr}\n{await JournalAsync(machine, "hpcdata-cache")}");
+        var list = await c.RunAsync("hpcdata", ["list", .. Tier("node", "node-pass")]);
+        Assert.True(list.Code == 0, list.Stderr);
+        Assert.Contains(list.Stdout, l => l.Contains("site/tls"));
+        var wrong = await c.RunAsync("hpcdata", ["list", .. Tier("node", "guess")]);
+        Assert.NotEqual(0, wrong.Code);
+        Assert.Contains("WRONGPASS", wrong.Stderr);
+        Assert.Contains("StatusText=serving", (await machine.RunAsync(["systemctl", "show", "hpcdata-cache", "-p", "StatusText"], Command)).Output);
+        // The private key and the users file are readable by this service alone, in its credentials directory.
+        Assert.True(File.Exists(machine.HostPath("/run/credentials/hpcdata-cache.service/tls-key")));
+        Assert.Contains("ops admin", File.ReadAllText(machine.HostPath("/run/credentials/hpcdata-cache.service/users")));
+
+        var stop = await machine.RunAsync(["systemctl", "stop", "hpcdata-cache"], Command);
+        Assert.True(stop.Code == 0, stop.ToString());
+        var result = (await machine.RunAsync(["systemctl", "show", "hpcdata-cache", "-p", "Result", "-p", "ExecMainStatus"], Command)).Output;
+        Assert.True(result.Contains("Result=success") && result.Contains("ExecMainStatus=0"), $"{result}\n{await JournalAsync(machine, "hpcdata-cache")}");
+    }
+
+    private static int FreePort()
+    {
+        var listener = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
+        listener.Start();
+        var port = ((System.Net.IPEndPoint)listener.LocalEndpoint).Port;
+        listener.Stop();
+        return port;
+    }
+
+    private static async Task<string> JournalAsync(SystemdMachine machine, string unit = "hpcdata-agent") =>
+        (await machine.RunAsync(["journalctl", "-u", unit, "--no-pager", "-n", "40"], Command)).Output;
+
+    /// <summary>
+    /// What a site installs for one unit, as docs/deploy.md says: /etc/hpcdata (settings, secrets), the tool as
+    /// /opt/hpcdata/hpcdata (this build's, which finds the daemons in the build's output), the service user, the unit
+    /// file from deploy/systemd unchanged, and one site drop-in saying where this machine's .NET runtime is (the
+    /// container has none of its own).
+    /// </summary>
+    private sealed record Site(string Root, string Unit, string Etc, string Opt, string DotnetRoot)
+    {
+        public static Site Prepare(string root, string unit)
+        {
+            var etc = Directory.CreateDirectory(Path.Combine(root, "etc-hpcdata")).FullName;
+            var opt = Directory.CreateDirectory(Path.Combine(root, "opt-hpcdata")).FullName;
+            var configuration = new DirectoryInfo(AppContext.BaseDirectory.TrimEnd('/')).Name;
+            File.CreateSymbolicLink(Path.Combine(opt, "hpcdata"), $"{Build}/bin/Hpc.Jobs/{configuration}/hpcdata");
+            File.WriteAllText(Path.Combine(root, "sysusers.conf"), "u hpcdata - \"HPC Common Data\"\n");
+            // The runtime running this test: <root>/shared/Microsoft.NETCore.App/<version>/.
+            var dotnetRoot = Path.GetFullPath(Path.Combine(System.Runtime.InteropServices.RuntimeEnvironment.GetRuntimeDirectory(), "..", "..", "..")).TrimEnd('/');
+            var dropIn = Directory.CreateDirectory(Path.Combine(root, unit + ".service.d")).FullName;
+            File.WriteAllText(Path.Combine(dropIn, "runtime.conf"), $"[Service]\nEnvironment=DOTNET_ROOT={dotnetRoot}\n");
+            return new Site(root, unit, etc, opt, dotnetRoot);
+        }
+
+        /// <summary>A root-only file under /etc/hpcdata: systemd hands it to the unit as a credential.</summary>
+        public void Secret(string relative, string content)
+        {
+            var path = Path.Combine(Etc, relative);
+            Directory.CreateDirectory(Path.GetDirectoryName(path)!);
+            File.WriteAllText(path, content);
+            File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        }
+
+        /// <summary>
+        /// Where the build's output is inside the container: under /opt, since the cache host's unit gives it a private
+        /// /tmp and hides /home, where a clone of the repository may be.
+        /// </summary>
+        private const string Build = "/opt/hpcdata-build/artifacts";
+
+        public Task<SystemdMachine> BootAsync()
+        {
+            var artifacts = Path.Combine(Cluster.RepositoryRoot, "artifacts");
+            return SystemdMachine.BootAsync([
+                (DotnetRoot, DotnetRoot, true), (artifacts, Build, true), (Opt, "/opt/hpcdata", true), (Etc, "/etc/hpcdata", false),
+                (Path.Combine(Root, "sysusers.conf"), "/etc/sysusers.d/hpcdata.conf", true),
+                (Path.Combine(Cluster.RepositoryRoot, "deploy", "systemd", Unit + ".service"), $"/etc/systemd/system/{Unit}.service", true),
+                (Path.Combine(Root, Unit + ".service.d"), $"/etc/systemd/system/{Unit}.service.d", true),
+            ], TimeSpan.FromMinutes(2));
+        }
+    }
 }
