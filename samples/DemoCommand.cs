@@ -160,7 +160,7 @@ public sealed class DemoCommand(DemoOptions o)
     }
 
     /// <summary>Which build of each daemon runs: native code or an assembly the JIT compiles (and where it was found).</summary>
-    private static string ProgramBuilds() => string.Join(", ", new[] { CacheHostOptions.Assembly, NodeAgentOptions.Assembly, StagerOptions.Assembly }.Select(a =>
+    private static string ProgramBuilds() => string.Join(", ", new[] { "hpcdata", CacheHostOptions.Assembly, NodeAgentOptions.Assembly, StagerOptions.Assembly }.Select(a =>
     {
         var path = ComponentLocator.Find(a);
         return $"{a} {(ComponentLocator.IsNative(path) ? "native" : "JIT")}";

@@ -10,6 +10,10 @@ namespace Hpc.Jobs.Scheduling;
 /// <summary>What node prep recorded about an agent it started, so node release can stop that agent and no other.</summary>
 public sealed record StartedAgent(int Pid, string Pipe, string DataDirectory, string Log, DateTimeOffset Started);
 
+/// <summary>The state file's JSON, generated at compile time: hpcdata also runs compiled to native code.</summary>
+[System.Text.Json.Serialization.JsonSerializable(typeof(StartedAgent))]
+internal sealed partial class StartedAgentJson : System.Text.Json.Serialization.JsonSerializerContext;
+
 /// <summary>
 /// Starts a node agent that outlives the node-prep process (the scheduler's step ends, the agent keeps serving the
 /// job's workers), and remembers it in a small state file keyed by pipe name.
@@ -56,7 +60,7 @@ public static partial class NodeAgentLauncher
         var pid = OperatingSystem.IsWindows() ? StartDetachedOnWindows(command, log, agent) : await StartInNewSessionAsync(command, log, agent, ct);
 
         var started = new StartedAgent(pid, pipe, dataDirectory, log, DateTimeOffset.UtcNow);
-        await File.WriteAllTextAsync(StateFile(pipe), JsonSerializer.Serialize(started), ct);
+        await File.WriteAllTextAsync(StateFile(pipe), JsonSerializer.Serialize(started, StartedAgentJson.Default.StartedAgent), ct);
 
         var clock = Stopwatch.StartNew();
         var delay = TimeSpan.FromMilliseconds(50);
@@ -129,7 +133,7 @@ public static partial class NodeAgentLauncher
         try
         {
             var path = StateFile(pipe);
-            return File.Exists(path) ? JsonSerializer.Deserialize<StartedAgent>(File.ReadAllText(path)) : null;
+            return File.Exists(path) ? JsonSerializer.Deserialize(File.ReadAllText(path), StartedAgentJson.Default.StartedAgent) : null;
         }
         catch (Exception e) when (e is IOException or JsonException or UnauthorizedAccessException) { return null; }
     }

@@ -261,7 +261,7 @@ public static class ComponentLocator
     public static bool IsBuildTree(string directory)
     {
         for (var dir = new DirectoryInfo(directory.TrimEnd(Path.DirectorySeparatorChar, Path.AltDirectorySeparatorChar)); dir is not null; dir = dir.Parent)
-            if (dir.Name == "bin" && dir.Parent?.Name == "artifacts") return true;
+            if (dir.Name is "bin" or "publish" && dir.Parent?.Name == "artifacts") return true;
         return false;
     }
 
@@ -274,16 +274,24 @@ public static class ComponentLocator
         // The newest copy may sit in a referencing project's output; the native build is under the program's own project.
         var configDir = new DirectoryInfo(Path.GetDirectoryName(builtAssembly)!);
         if (configDir.Parent?.Parent is not { Name: "bin", Parent: { } artifacts }) return null;
-        var native = Path.Combine(artifacts.FullName, "publish", assembly, $"{configDir.Name}_{RuntimeInformation.RuntimeIdentifier}",
-            OperatingSystem.IsWindows() ? assembly + ".exe" : assembly);
-        return File.Exists(native) && !File.Exists(Path.Combine(Path.GetDirectoryName(native)!, assembly + ".runtimeconfig.json"))
-               && File.GetLastWriteTimeUtc(native) >= File.GetLastWriteTimeUtc(builtAssembly) ? native : null;
+        // Under the project's name, which is the program's own except for hpcdata (project Hpc.Jobs).
+        var publish = new DirectoryInfo(Path.Combine(artifacts.FullName, "publish"));
+        if (!publish.Exists) return null;
+        var executable = OperatingSystem.IsWindows() ? assembly + ".exe" : assembly;
+        return publish.EnumerateDirectories()
+            .Select(project => Path.Combine(project.FullName, $"{configDir.Name}_{RuntimeInformation.RuntimeIdentifier}", executable))
+            .FirstOrDefault(native => File.Exists(native) && !File.Exists(Path.Combine(Path.GetDirectoryName(native)!, assembly + ".runtimeconfig.json"))
+                                      && File.GetLastWriteTimeUtc(native) >= File.GetLastWriteTimeUtc(builtAssembly));
     }
 
     private static IEnumerable<string> BuildTree()
     {
         var baseDir = AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar);
         var config = Path.GetFileName(baseDir);
+        // A native build (artifacts/publish/<project>/<config>_<rid>/) runs the other programs of its configuration's build.
+        if (new DirectoryInfo(baseDir) is { Parent.Parent: { Name: "publish", Parent: { Name: "artifacts" } artifacts } } && config.IndexOf('_') is var rid and > 0
+            && new DirectoryInfo(Path.Combine(artifacts.FullName, "bin")) is { Exists: true } bin)
+            return bin.EnumerateDirectories().Select(project => Path.Combine(project.FullName, config[..rid]));
         for (var dir = new DirectoryInfo(baseDir); dir is not null; dir = dir.Parent)
         {
             if (dir.Name != "bin" || dir.Parent?.Name != "artifacts") continue;

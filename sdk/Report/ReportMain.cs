@@ -28,7 +28,7 @@ public static class ReportMain
             var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
-            Console.WriteLine(json ? JsonSerializer.Serialize(new { report.Cells, report.Fanouts, report.Slurm, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts }, BenchJson.Options) : markdown);
+            Console.WriteLine(json ? JsonSerializer.Serialize(new ReportDocument(report.Cells, report.Fanouts, report.Slurm, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts), ReportJson.Default.ReportDocument) : markdown);
             return report.Cells.Count + (report.Rates?.Count ?? 0) + (report.Slurm?.Count ?? 0) + report.Fanouts.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
@@ -39,6 +39,10 @@ public static class ReportMain
     }
 
     /// <summary>One configuration, aggregated over its repeated runs (medians).</summary>
+    /// <summary>What <c>hpcdata report --json</c> prints.</summary>
+    public sealed record ReportDocument(List<Cell> Cells, List<FanoutCell> Fanouts, List<SlurmCell>? Slurm, List<Calibration> Calibrations, List<Attach> Attaches,
+        List<RateCell>? Rates, List<string> Skipped, List<CodecRecord> Codecs, List<CacheRecord> Caches, int Lines, int Unreadable, int UnknownKinds, List<string> Charts);
+
     public sealed record Cell(int Nodes, int Hosts, long SizeBytes, bool Compress, int RateMbit, int Runs, double MeasuredSeconds, double LimitSeconds,
         double Efficiency, double NodeMin, double NodeMedian, double NodeMax, long RawBytes, long StoredBytes, List<HostBytes> CacheHosts,
         double CpuSecondsHosts, double CpuSecondsAgents, long PeakRssAgentBytes, double? AttachMsMedian, string? Note, bool WarmAgents = false,

@@ -72,21 +72,21 @@ public static class ResultReader
             switch (kind)
             {
                 case "cluster" or "calibration" or "skipped":
-                    var r = doc.RootElement.Deserialize<BenchRecord>(BenchJson.Options);
+                    var r = doc.RootElement.Deserialize(ReportJson.Default.BenchRecord);
                     if (r is null || r.Config is null) { data.Unreadable++; return; }
                     r.Nodes ??= [];
                     data.Records.Add(r);
                     break;
                 case "codec":
-                    if (doc.RootElement.Deserialize<CodecRecord>(BenchJson.Options) is { RawBytes: > 0 } codec) data.Codecs.Add(codec);
+                    if (doc.RootElement.Deserialize(ReportJson.Default.CodecRecord) is { RawBytes: > 0 } codec) data.Codecs.Add(codec);
                     else data.Unreadable++;
                     break;
                 case "cache":
-                    if (doc.RootElement.Deserialize<CacheRecord>(BenchJson.Options) is { Rps: > 0, Config: not null } cache) data.Caches.Add(cache);
+                    if (doc.RootElement.Deserialize(ReportJson.Default.CacheRecord) is { Rps: > 0, Config: not null } cache) data.Caches.Add(cache);
                     else data.Unreadable++;
                     break;
                 case "fetch":
-                    if (doc.RootElement.Deserialize<FetchTelemetry>(BenchJson.Options) is { Version.Length: > 0 } t) fetches.Add(t);
+                    if (doc.RootElement.Deserialize(ReportJson.Default.FetchTelemetry) is { Version.Length: > 0 } t) fetches.Add(t);
                     else data.Unreadable++;
                     break;
                 default:

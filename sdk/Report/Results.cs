@@ -126,6 +126,19 @@ public static class Limits
     public static double Neighbour(long bytes, int rateMbit) => bytes / (rateMbit * 1e6 / 8);
 }
 
+/// <summary>
+/// The records' JSON, generated at compile time with <see cref="BenchJson.Options"/>' settings: the report reads them in
+/// hpcdata compiled to native code too, where JSON by reflection is off.
+/// </summary>
+[JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase, DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull,
+    NumberHandling = JsonNumberHandling.AllowNamedFloatingPointLiterals)]
+[JsonSerializable(typeof(BenchRecord))]
+[JsonSerializable(typeof(CodecRecord))]
+[JsonSerializable(typeof(CacheRecord))]
+[JsonSerializable(typeof(ResultReader.FetchTelemetry))]
+[JsonSerializable(typeof(ReportMain.ReportDocument))]
+internal sealed partial class ReportJson : JsonSerializerContext;
+
 public static class BenchJson
 {
     public static readonly JsonSerializerOptions Options = new()

@@ -185,7 +185,10 @@ public sealed class WorkerRunner
         Assert.True(Run(user, ["test", "-x", root], root).Code == 0,
             $"{root} is not reachable by other users; run the tests with TMPDIR set to a directory every user may enter");
         var bin = Path.Combine(root, "bin");
-        CopyTree(Path.GetDirectoryName(ComponentLocator.Find("hpcdata"))!, bin);
+        var hpcdata = ComponentLocator.Find("hpcdata");
+        CopyTree(Path.GetDirectoryName(hpcdata)!, bin);
+        // hpcdata compiled to native code runs itself: no runtime to share with these users.
+        if (ComponentLocator.IsNative(hpcdata)) return new WorkerRunner { Worker = [Path.Combine(bin, Path.GetFileName(hpcdata))], WorkingDirectory = root };
         var host = ComponentProcess.DotnetHost();
         if (!Path.IsPathRooted(host)) host = FindOnPath(host) ?? host;
         host = new FileInfo(host).ResolveLinkTarget(returnFinalTarget: true)?.FullName ?? host;

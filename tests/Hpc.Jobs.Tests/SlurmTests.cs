@@ -78,7 +78,7 @@ public class SlurmTests
                 foreach (var d in new[] { "state", "spool", "munge" }) System.IO.Directory.CreateDirectory(Path.Combine(dir, d));
                 var host = System.Net.Dns.GetHostName();
                 var memory = File.ReadLines("/proc/meminfo").First(l => l.StartsWith("MemTotal")).Split(' ', StringSplitOptions.RemoveEmptyEntries)[1];
-                var hpcdata = $"{Hpc.CommonData.Hosting.ComponentProcess.DotnetHost()} {Hpc.CommonData.Hosting.ComponentLocator.Find("hpcdata")}";
+                var hpcdata = string.Join(' ', Hpc.CommonData.Hosting.ComponentLocator.Command("hpcdata"));
                 File.WriteAllText(Path.Combine(dir, "epilog.sh"),
                     $"#!/bin/sh\nHPCDATA_STATE_DIR={s.StateDirectory} exec {hpcdata} noderelease --job \"$SLURM_JOB_ID\" --pipe {dir}/agent.sock >>{dir}/epilog.log 2>&1\n");
                 if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(Path.Combine(dir, "epilog.sh"), (UnixFileMode)0b111_101_101);
