@@ -149,6 +149,8 @@ public static class BenchJson
     };
 
     /// <summary>Appends one line and flushes it to disk, so an interrupted matrix keeps every finished run.</summary>
+    [System.Diagnostics.CodeAnalysis.RequiresUnreferencedCode("The lab writes its records by reflection; it runs JIT-compiled.")]
+    [System.Diagnostics.CodeAnalysis.RequiresDynamicCode("The lab writes its records by reflection; it runs JIT-compiled.")]
     public static void Append<T>(string dir, T record)
     {
         Directory.CreateDirectory(dir);
