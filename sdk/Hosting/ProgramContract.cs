@@ -214,6 +214,11 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         {
             var items = settings.Where(kv => kv.Key.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase) && kv.Value is not null)
                 .OrderBy(kv => int.TryParse(kv.Key[(e.Key.Length + 1)..], out var i) ? i : int.MaxValue).Select(kv => kv.Value!).ToList();
+            // Else the settings file's list, set here too: the binder cannot fill a list in a native build (the agent's
+            // "Hosts": [...] in agent.json came out empty there).
+            if (items.Count == 0)
+                items = configuration.GetSection(e.Key).GetChildren().OrderBy(c => int.TryParse(c.Key, out var i) ? i : int.MaxValue)
+                    .Select(c => c.Value).OfType<string>().ToList();
             if (items.Count == 0) continue;
             object? owner = options;
             foreach (var p in e.Path[..^1]) owner = owner is null ? null : p.GetValue(owner);

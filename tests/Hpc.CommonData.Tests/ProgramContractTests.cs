@@ -95,6 +95,28 @@ public class ProgramContractTests
     }
 
     [Fact]
+    public void A_settings_files_list_is_bound_unless_the_command_line_gives_one()
+    {
+        var file = Path.Combine(Path.GetTempPath(), $"contract-{Guid.NewGuid():N}.json");
+        File.WriteAllText(file, "{ \"Sample\": { \"Path\": \"p\", \"Tier\": { \"Hosts\": [ \"a:1\", \"b:2\", \"c:3\" ] } } }");
+        try
+        {
+            var configuration = new ConfigurationBuilder().AddJsonFile(file).Build();
+            Assert.Null(ProgramContract<SampleOptions>.Bind(configuration, new Dictionary<string, string?>(), out var fromFile));
+            Assert.Equal(["a:1", "b:2", "c:3"], fromFile.Tier.Hosts);
+
+            var given = ProgramContract<SampleOptions>.Parse(["--hosts", "d:4"]).Settings;
+            var both = new ConfigurationBuilder().AddJsonFile(file).AddInMemoryCollection(given).Build();
+            Assert.Null(ProgramContract<SampleOptions>.Bind(both, given, out var fromCommandLine));
+            Assert.Equal(["d:4"], fromCommandLine.Tier.Hosts);
+        }
+        finally
+        {
+            File.Delete(file);
+        }
+    }
+
+    [Fact]
     public void A_list_given_twice_is_replaced_not_merged()
     {
         var o = ParseAndBind("p", "--hosts", "a,b,c", "--hosts", "d");
