@@ -211,6 +211,10 @@ public static class ComponentLocator
         var installed = new List<string>();
         if (Environment.GetEnvironmentVariable(BinVariable) is { Length: > 0 } bin) installed.Add(bin);
         installed.Add(AppContext.BaseDirectory);
+        // A native program of an installed folder (<folder>/native/<rid>/) runs that folder's other programs too.
+        if (new DirectoryInfo(AppContext.BaseDirectory.TrimEnd(Path.DirectorySeparatorChar)) is { Name: var rid, Parent: { Name: "native", Parent: { } folder } }
+            && rid == RuntimeInformation.RuntimeIdentifier)
+            installed.Add(folder.FullName);
         foreach (var dir in installed)
             if (FindIn(dir, assembly) is { } path) return path;
         // A build tree (artifacts/bin/<project>/<configuration>/): a program may also sit, copied, in the output of
