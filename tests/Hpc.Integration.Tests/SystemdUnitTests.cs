@@ -125,7 +125,7 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         File.SetUnixFileMode(Path.Combine(tls, "host.key"), UnixFileMode.UserRead | UnixFileMode.UserWrite);
         site.Secret("secrets/cache-users", "ops admin ops-pass\nnode reader node-pass\n");
         File.Copy(Path.Combine(Cluster.RepositoryRoot, "deploy", "config", "cache.env"), Path.Combine(site.Etc, "cache.env"));
-        var port = FreePort();
+        var port = BadInputTests.FreePort();
         File.WriteAllText(Path.Combine(site.Etc, "cache.json"), JsonSerializer.Serialize(new
         {
             CacheHost = new { Address = "127.0.0.1", Port = port, MaxMemoryBytes = "256MB" },
@@ -155,15 +155,6 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         Assert.True(stop.Code == 0, stop.ToString());
         var result = (await machine.RunAsync(["systemctl", "show", "hpcdata-cache", "-p", "Result", "-p", "ExecMainStatus"], Command)).Output;
         Assert.True(result.Contains("Result=success") && result.Contains("ExecMainStatus=0"), $"{result}\n{await JournalAsync(machine, "hpcdata-cache")}");
-    }
-
-    private static int FreePort()
-    {
-        var listener = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
-        listener.Start();
-        var port = ((System.Net.IPEndPoint)listener.LocalEndpoint).Port;
-        listener.Stop();
-        return port;
     }
 
     private static async Task<string> JournalAsync(SystemdMachine machine, string unit = "hpcdata-agent") =>
