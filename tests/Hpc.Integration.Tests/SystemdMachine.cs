@@ -71,12 +71,13 @@ internal sealed class SystemdMachine : IAsyncDisposable
             lock (console) machine._console.Append(console);
             nspawn.OutputDataReceived += (_, e) => { if (e.Data is { } l) lock (machine._console) machine._console.AppendLine(l); };
             nspawn.ErrorDataReceived += (_, e) => { if (e.Data is { } l) lock (machine._console) machine._console.AppendLine(l); };
-            // Until systemd has opened its control socket, systemctl cannot reach it at all: asked again until it answers.
-            var booted = await machine.RunAsync(["systemctl", "is-system-running", "--wait"], deadline - DateTime.UtcNow);
-            while (booted.Output.Length == 0 && DateTime.UtcNow < deadline)
+            // Until systemd has opened its control socket, systemctl cannot reach it: depending on how far PID 1 has got,
+            // it prints nothing or "offline" and gives up at once instead of waiting. Asked again until it waits for real.
+            var booted = await machine.RunAsync(["systemctl", "is-system-running", "--wait"], Remaining(deadline));
+            while (booted.Output.Trim() is "" or "offline" && DateTime.UtcNow < deadline && !nspawn.HasExited)
             {
                 await Task.Delay(200);
-                booted = await machine.RunAsync(["systemctl", "is-system-running", "--wait"], deadline - DateTime.UtcNow);
+                booted = await machine.RunAsync(["systemctl", "is-system-running", "--wait"], Remaining(deadline));
             }
             if (booted.Output.Trim() is not ("running" or "degraded"))
                 throw new InvalidOperationException($"the container did not finish booting ({booted}):\n{machine.Console}");
@@ -158,6 +159,8 @@ internal sealed class SystemdMachine : IAsyncDisposable
         }
         return 0;
     }
+
+    private static TimeSpan Remaining(DateTime deadline) => TimeSpan.FromTicks(Math.Max((deadline - DateTime.UtcNow).Ticks, TimeSpan.TicksPerSecond));
 
     private static int ParentOf(int pid)
     {
