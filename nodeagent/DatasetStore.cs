@@ -250,7 +250,7 @@ public sealed class DatasetStore
     public AgentStatus Status(Func<Manifest, bool>? visible = null) => new()
     {
         Node = _options.NodeName, DataDirectory = DataDirectory, BudgetBytes = _options.Budget.Bytes,
-        UsedBytes = _index.UsedBytes, Copies = _index.Snapshot(visible),
+        UsedBytes = _index.UsedBytes, Copies = _index.Snapshot(visible), CpuSeconds = Environment.CpuUsage.TotalTime.TotalSeconds,
     };
 
     /// <summary>

@@ -107,7 +107,7 @@ public static class NodePrepCommand
         var fanout = "";
         try
         {
-            var (agent, status, agentSeconds) = await connecting;
+            var (agent, status, agentSeconds, agentStarted) = await connecting;
             await using var _ = agent;
             using var fetchTimer = CancellationTokenSource.CreateLinkedTokenSource(cancel.Token);
             fetchTimer.CancelAfter(fetchTimeout);
@@ -136,8 +136,11 @@ public static class NodePrepCommand
             using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name))
                 fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
             if (ranks is not null)
-                fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} cpu-seconds={Environment.CpuUsage.TotalTime.TotalSeconds:0.000} " +
-                          $"startup-seconds={StartupSeconds(clock):0.000} join-seconds={joined.TotalSeconds:0.000} agent-seconds={agentSeconds:0.000}";
+                fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} startup-seconds={StartupSeconds(clock):0.000} " +
+                          $"join-seconds={joined.TotalSeconds:0.000} agent-seconds={agentSeconds:0.000}";
+            // The node's CPU for this dataset: this process's, and the agent's over the fetch (all of it when started here).
+            var agentCpu = (await agent.StatusAsync(fetchTimer.Token)).CpuSeconds - (agentStarted ? 0 : status.CpuSeconds);
+            fanout += $" cpu-seconds={Environment.CpuUsage.TotalTime.TotalSeconds:0.000} agent-cpu-seconds={agentCpu:0.000}";
             pinned = true;
             var local = await agent.PrefetchAsync(name, fetched.Version, pin: job, CancellationToken.None);
             cancel.Token.ThrowIfCancellationRequested();
@@ -176,11 +179,11 @@ public static class NodePrepCommand
             throw CommandException.Failed(e.Message);
         }
 
-        async Task<(AgentClient Agent, AgentStatus Status, double Seconds)> ReachAgentAsync()
+        async Task<(AgentClient Agent, AgentStatus Status, double Seconds, bool Started)> ReachAgentAsync()
         {
             var started = Stopwatch.StartNew();
-            var agent = await ConnectOrStartAsync(o, pipe, startTimeout, cancel.Token);
-            try { return (agent, await agent.StatusAsync(cancel.Token), started.Elapsed.TotalSeconds); }
+            var (agent, startedHere) = await ConnectOrStartAsync(o, pipe, startTimeout, cancel.Token);
+            try { return (agent, await agent.StatusAsync(cancel.Token), started.Elapsed.TotalSeconds, startedHere); }
             catch
             {
                 await agent.DisposeAsync();
@@ -242,10 +245,10 @@ public static class NodePrepCommand
         return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring);
     }
 
-    private static async Task<AgentClient> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)
+    private static async Task<(AgentClient Agent, bool Started)> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)
     {
         // No socket file: nothing to wait for (a connect would wait its whole timeout), so an agent is started at once.
-        try { return await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2), ct); }
+        try { return (await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2), ct), false); }
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
         {
             if (o.NoStart) throw new IOException($"no node agent answers on pipe '{pipe}' and --no-start was given");
@@ -259,7 +262,7 @@ public static class NodePrepCommand
         if (o.Budget is not null) agent.Budget = ByteSize.Parse(o.Budget);
         if (o.Node is not null) agent.NodeName = o.Node;
         await NodeAgentLauncher.StartAsync(agent, startTimeout, ct);
-        return await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct);
+        return (await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct), true);
     }
 
     public static string DefaultDataDirectory(string pipe)

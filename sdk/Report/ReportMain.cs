@@ -59,11 +59,12 @@ public static class ReportMain
     /// medians over runs. SbSeconds: S_stored/B. LimitSeconds: the mode's own bound (direct: N·S_stored/(H·B); the
     /// others S_stored/B). Calibration: the iperf3 (or plain TCP) pattern the mode follows (direct: pull; the others:
     /// neighbour), its efficiency. CacheTierShare: bytes the cache tier sent over S_stored; BusiestSender: the most a
-    /// node sent over its link, over S_stored; NodeCpu: the median node's CPU seconds where the node reported it.
+    /// node sent over its link, over S_stored; NodeCpu and AgentCpu: the median node's CPU seconds in node prep and in its agent
+    /// (over the fetch; all of it for an agent node prep started), where the node reported them.
     /// </summary>
     public sealed record SlurmCell(string Mode, int Nodes, int Hosts, long SizeBytes, long StoredBytes, int RateMbit, int Runs, double MeasuredSeconds,
         double MeasuredMin, double MeasuredMax, double SbSeconds, double LimitSeconds, double? Calibration, double CacheTierShare, double BusiestSender, double NodeCpu,
-        double NodePrepSeconds = double.NaN);
+        double NodePrepSeconds = double.NaN, double AgentCpu = double.NaN);
 
     /// <summary>One --max-rate measurement: who was limited (agents or stager), to what, and what it achieved end to end
     /// and steadily (bytes per second; see <see cref="RateLimitResult"/>).</summary>
@@ -145,7 +146,8 @@ public static class ReportMain
                     Median(runs.Select(r => (r.CacheTierBytes ?? double.NaN) / stored)),
                     Median(runs.Select(r => r.Nodes.Max(n => (n.LinkTxBytes ?? double.NaN) / stored))),
                     Median(runs.SelectMany(r => r.Nodes).Select(n => n.RankCpuSeconds ?? double.NaN)),
-                    g.Key.Mode is "none" or "mpi" ? Median(runs.Select(r => r.Nodes.Max(n => n.FetchSeconds))) : double.NaN);
+                    g.Key.Mode is "none" or "mpi" ? Median(runs.Select(r => r.Nodes.Max(n => n.FetchSeconds))) : double.NaN,
+                    Median(runs.SelectMany(r => r.Nodes).Select(n => n.AgentCpuSeconds ?? double.NaN)));
             })
             .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => SlurmModes.All.ToList().IndexOf(c.Mode)).ToList();
 
@@ -290,13 +292,13 @@ public static class ReportMain
                           "(direct: pull from the hosts; others: every node sending to the next). Cache tier and busiest sender: bytes over S_stored. " +
                           "Node prep: the slowest node's own time from its start to its verified copy, inside the step (the rest is srun's launch, " +
                           "the process start and the MPI shutdown).").AppendLine();
-            sb.AppendLine("| rate | size | stored | H | N | mode | runs | step s | node prep s | × S/B | × its limit | × calibration | cache tier sent | busiest node sent | node CPU-s |");
-            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            sb.AppendLine("| rate | size | stored | H | N | mode | runs | step s | node prep s | × S/B | × its limit | × calibration | cache tier sent | busiest node sent | node prep CPU-s | agent CPU-s |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
             foreach (var c in slurm)
                 sb.AppendLine($"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {ByteSize.Format(c.StoredBytes)} | {c.Hosts} | {c.Nodes} | {c.Mode} | {c.Runs} | " +
                               $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.NodePrepSeconds)} | {F(c.MeasuredSeconds / c.SbSeconds)} | " +
                               $"{F(c.MeasuredSeconds / c.LimitSeconds)} | {F(c.Calibration is { } e ? c.MeasuredSeconds / (c.LimitSeconds / e) : double.NaN)} | " +
-                              $"{F(c.CacheTierShare)} | {F(c.BusiestSender)} | {F(c.NodeCpu)} |");
+                              $"{F(c.CacheTierShare)} | {F(c.BusiestSender)} | {F(c.NodeCpu)} | {F(c.AgentCpu)} |");
             sb.AppendLine();
         }
 

@@ -78,10 +78,11 @@ public sealed class RunConfig
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
 /// <summary>LinkRxBytes/LinkTxBytes: the node namespace's eth0 counters over the timed part (its shaped veth end).
 /// LaunchSeconds/ExchangeSeconds (fan-out runs): from the common start until the rank's process started its clock, and
-/// the rank's own exchange time as it reported it.</summary>
+/// the rank's own exchange time as it reported it. RankCpuSeconds/AgentCpuSeconds: node prep's CPU and its agent's over
+/// the fetch (all of it for an agent node prep started).</summary>
 public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null,
     long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null,
-    double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null);
+    double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null, double? AgentCpuSeconds = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>

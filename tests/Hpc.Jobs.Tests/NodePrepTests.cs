@@ -18,8 +18,14 @@ public class NodePrepTests
         var first = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/prep", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
         Assert.True(first.Code == 0, first.Stderr);
         var line = Assert.Single(first.Stdout);
-        Assert.Matches(new Regex($@"^node=\S+ dataset=risk/prep version={staged.Version} bytes=2000000 seconds=\d+\.\d+ source=fetched path=\S+/complete/{staged.Version}\.data$"), line);
+        var shape = new Regex($@"^node=\S+ dataset=risk/prep version={staged.Version} bytes=2000000 seconds=\d+\.\d+ source=fetched " +
+                              $@"cpu-seconds=(?<cpu>\d+\.\d+) agent-cpu-seconds=(?<agent>\d+\.\d+) path=\S+/complete/{staged.Version}\.data$");
+        Assert.Matches(shape, line);
+        var fields = shape.Match(line);
         Assert.Contains("starting one", first.Stderr);
+        // The node's cost is stated: this process's CPU and, for the agent it started, the agent's from its start.
+        Assert.True(double.Parse(fields.Groups["cpu"].Value, System.Globalization.CultureInfo.InvariantCulture) > 0, line);
+        Assert.True(double.Parse(fields.Groups["agent"].Value, System.Globalization.CultureInfo.InvariantCulture) > 0, line);
 
         var status = await s.StatusAsync(pipe);
         Assert.Equal(["job-1"], status.Copies.Single().Pins);

@@ -178,6 +178,8 @@ public sealed class AgentStatus
     [JsonPropertyName("dataDirectory")] public string DataDirectory { get; set; } = "";
     [JsonPropertyName("budgetBytes")] public long BudgetBytes { get; set; }
     [JsonPropertyName("usedBytes")] public long UsedBytes { get; set; }
+    /// <summary>CPU time the agent process has used since it started (user and system): the node's cost of its fetches.</summary>
+    [JsonPropertyName("cpuSeconds")] public double CpuSeconds { get; set; }
     [JsonPropertyName("copies")] public List<CopyStatus> Copies { get; set; } = [];
 }
 
