@@ -84,17 +84,33 @@ internal static class MpiLibrary
         }
     }
 
+    /// <summary>UCX settings a .NET process needs, each applied unless the operator set that variable.</summary>
+    /// <remarks>
+    /// UCX runs under MPICH's ch4:ucx and Open MPI's pml ucx. It reads its configuration when libucs is loaded — with
+    /// the MPI library, before MPI_Init — and from the C environment, which Environment.SetEnvironmentVariable does
+    /// not change on Unix: hence setenv, before the first load.
+    /// <list type="bullet">
+    /// <item>UCX_ERROR_SIGNALS empty: UCX's own SIGSEGV/SIGBUS handlers take the signal the .NET runtime turns into
+    /// NullReferenceException and kill the rank with a UCX backtrace (seen with MPICH 4.0.2).</item>
+    /// <item>UCX_MEM_EVENTS=no: to learn of memory being unmapped, UCX rewrites the first instructions of libc's mmap,
+    /// munmap, madvise, brk and sbrk in place ("bistro" hooks) while MPI initializes. A .NET process always has other
+    /// threads calling those (the GC, the thread pool), and one that runs into a half-written instruction dies of
+    /// SIGILL: one rank in 32 did, in brk, under srun with MPICH 4.0.2 and UCX 1.13, and the other ranks then waited for
+    /// it. Without the events UCX keeps no registration cache (it registers memory per transfer on RDMA fabrics), and
+    /// its TCP transport does not use one.</item>
+    /// </list>
+    /// </remarks>
+    internal static readonly IReadOnlyList<(string Name, string Value)> UcxDefaults = [("UCX_ERROR_SIGNALS", ""), ("UCX_MEM_EVENTS", "no")];
+
     private static void PrepareEnvironment()
     {
-        // UCX (under MPICH's ch4:ucx and Open MPI's pml ucx) installs its own SIGSEGV/SIGBUS handlers, which take the
-        // signal the .NET runtime turns into NullReferenceException and kill the rank with a UCX backtrace (seen with
-        // MPICH 4.0.2). An empty list keeps UCX's hands off them unless the operator chose otherwise. UCX reads its
-        // configuration when libucs is loaded — with the MPI library, before MPI_Init — and from the C environment,
-        // which Environment.SetEnvironmentVariable does not change on Unix: hence setenv, before the first load.
-        if (OperatingSystem.IsWindows() || Environment.GetEnvironmentVariable("UCX_ERROR_SIGNALS") is not null) return;
-        try { _ = LibC.setenv("UCX_ERROR_SIGNALS", "", 0); }
-        catch (DllNotFoundException) { }   // not glibc: UCX is unlikely there, and MPI still works without this
-        catch (EntryPointNotFoundException) { }
+        if (OperatingSystem.IsWindows()) return;
+        foreach (var (name, value) in UcxDefaults)
+        {
+            try { _ = LibC.setenv(name, value, overwrite: 0); }
+            catch (DllNotFoundException) { return; }   // not glibc: UCX is unlikely there, and MPI still works without this
+            catch (EntryPointNotFoundException) { return; }
+        }
     }
 
     private static nint Resolve(string name, Assembly assembly, DllImportSearchPath? searchPath) =>

@@ -23,6 +23,21 @@ public sealed class LauncherTests
         Assert.Contains(run.Of(0), t => t.StartsWith("implementation " + (launcher == Launcher.Hydra ? "MPICH" : "Open MPI"), StringComparison.Ordinal));
     }
 
+    [Fact]
+    public async Task UCX_leaves_libc_code_alone_unless_the_operator_asks_for_its_memory_hooks()
+    {
+        // UCX rewrites libc's mmap/brk/... in place while other threads run them unless its memory events are off; a
+        // .NET rank always has such threads, and one that ran into a half-written instruction died of SIGILL.
+        var log = new Dictionary<string, string> { ["UCX_MEM_LOG_LEVEL"] = "debug" };
+        var run = await MpiRun.ProbeAsync(Launcher.Hydra, log, "ring", (1 << 20).ToString());
+        MpiRun.AssertEveryRank(run, "^ring ok 1048576 bytes");
+        Assert.DoesNotContain("installing bistro hook", run.Output);
+
+        // The operator's own setting wins, and this is how the hooks show when they are installed.
+        var asked = await MpiRun.ProbeAsync(Launcher.Hydra, new Dictionary<string, string>(log) { ["UCX_MEM_EVENTS"] = "yes" }, "info");
+        Assert.Contains("installing bistro hook for brk", asked.Output);
+    }
+
     [Theory, MemberData(nameof(Launchers))]
     public async Task A_ring_of_nonblocking_segment_sends_delivers_every_byte(Launcher launcher)
     {
