@@ -58,7 +58,7 @@ public sealed class NodePrepOptions : CacheClientOptions
         "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).")]
     public string Ring { get; set; } = "tcp";
 
-    [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long the exchange may go without anything moving (a rank that died) before this node fetches the rest directly.")]
+    [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.")]
     public string StallTimeout { get; set; } = "2m";
 
 }
@@ -94,17 +94,20 @@ public static class NodePrepCommand
         var pinned = false;
         // MPI initializes while the node's agent is reached (or started): neither waits for the other. A pipe named per
         // rank ({rank}) needs the rank first, which the launcher's variables give before MPI does.
-        var joining = o.Fanout == "mpi" ? Task.Run(JoinRanks) : Task.FromResult<MpiRankGroup?>(null);
+        // A rank that never starts, or dies before it joins, would keep MPI_Init waiting in the others for good: the
+        // wait is bounded like the exchange's, and the node goes on by direct fetch.
+        var joining = o.Fanout == "mpi" ? JoinWithinAsync(Task.Run(JoinRanks), stallTimeout) : Task.FromResult<(MpiRankGroup? Ranks, bool TimedOut)>((null, false));
         if (pipe.Contains("{rank}", StringComparison.Ordinal) || o.DataDirectory?.Contains("{rank}", StringComparison.Ordinal) == true)
-            if ((LaunchedRank() ?? (await joining)?.Rank) is { } rank)
+            if ((LaunchedRank() ?? (await joining).Ranks?.Rank) is { } rank)
             {
                 pipe = pipe.Replace("{rank}", rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
                 o.DataDirectory = o.DataDirectory?.Replace("{rank}", rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
             }
         var connecting = ReachAgentAsync();
-        using var ranks = await joining;
+        var (joinedRanks, joinTimedOut) = await joining;
+        using var ranks = joinedRanks;
         var joined = clock.Elapsed;
-        var fanout = "";
+        var fanout = joinTimedOut ? " fanout=failed" : "";
         try
         {
             var (agent, status, agentSeconds, agentStarted) = await connecting;
@@ -219,6 +222,19 @@ public static class NodePrepCommand
     {
         using var self = Process.GetCurrentProcess();
         return Math.Max(0, (DateTime.Now - self.StartTime).TotalSeconds - clock.Elapsed.TotalSeconds);
+    }
+
+    /// <summary>The ranks once MPI is up, or none and whether that is because it did not come up within <paramref name="limit"/>.</summary>
+    private static async Task<(MpiRankGroup? Ranks, bool TimedOut)> JoinWithinAsync(Task<MpiRankGroup?> joining, TimeSpan limit)
+    {
+        try { return (await joining.WaitAsync(limit), false); }
+        catch (TimeoutException)
+        {
+            // MPI_Init cannot be called off: its thread is left waiting, and the process exits without it.
+            Console.Error.WriteLine($"hpcdata nodeprep: MPI did not start within {Durations.Format((long)limit.TotalSeconds)} (--stall-timeout): a rank " +
+                                    "never started or died before joining; completing by direct fetch");
+            return (null, true);
+        }
     }
 
     private static MpiRankGroup? JoinRanks()

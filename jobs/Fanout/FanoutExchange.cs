@@ -47,6 +47,8 @@ public static class FanoutExchange
         TimeSpan? stallTimeout = null, IRingLink? ring = null)
     {
         var clock = Stopwatch.StartNew();
+        // Before the ring runs, the ranks wait for each other in collectives; one that died would keep them waiting.
+        var limit = stallTimeout ?? Timeout.InfiniteTimeSpan;
         byte[]? announcement = null;
         if (group.Rank == 0)
         {
@@ -59,11 +61,11 @@ public static class FanoutExchange
             {
                 // Every rank must learn why, or the others would wait for a manifest that never comes.
                 announcement = Announce(null, Encoding.UTF8.GetBytes($"{e.Code}:{e.Message}"));
-                await group.BroadcastAsync(announcement, ct);
+                await Within(group.BroadcastAsync(announcement, ct), limit, "the manifest's broadcast");
                 throw;
             }
         }
-        var (resolved, manifestBytes) = Read(await group.BroadcastAsync(announcement, ct));
+        var (resolved, manifestBytes) = Read(await Within(group.BroadcastAsync(announcement, ct), limit, "the manifest's broadcast"));
         if (resolved is null)
         {
             var text = Encoding.UTF8.GetString(manifestBytes.Span);
@@ -83,7 +85,7 @@ public static class FanoutExchange
             for (var i = 0; i < manifest.Segments.Count; i++)
                 if (node.Lacks(i)) lacking[i >> 3] |= (byte)(1 << (i & 7));
         var union = new byte[lacking.Length];
-        foreach (var other in await group.AllGatherAsync(lacking, ct))
+        foreach (var other in await Within(group.AllGatherAsync(lacking, ct), limit, "agreeing on the missing segments"))
             for (var b = 0; b < union.Length; b++) union[b] |= other[b];
         var needed = Enumerable.Range(0, manifest.Segments.Count).Select(i => (union[i >> 3] & (1 << (i & 7))) != 0).ToArray();
         var plan = new FanoutPlan(manifest, group.Size, needed: needed);
@@ -93,6 +95,12 @@ public static class FanoutExchange
             (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout);
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
         return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n));
+    }
+
+    private static async Task<T> Within<T>(Task<T> step, TimeSpan limit, string what)
+    {
+        try { return await step.WaitAsync(limit); }
+        catch (TimeoutException) { throw new TimeoutException($"the other ranks did not answer within {limit.TotalSeconds:0.#} s ({what}): a rank died or stalled"); }
     }
 
     /// <summary>Version (or none, then the bytes are "Code:message") and manifest bytes, length-prefixed.</summary>

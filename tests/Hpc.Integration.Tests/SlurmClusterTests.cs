@@ -54,4 +54,50 @@ public sealed class SlurmClusterTests
             topology.Destroy();
         }
     }
+    [Fact]
+    public async Task A_rank_that_never_starts_costs_the_others_the_stall_timeout_and_they_fetch_directly()
+    {
+        if (SlurmLab.Unavailable() is { } why) { Console.Error.WriteLine($"Slurm cluster test not run: {why}"); return; }
+        var topology = new Topology(hosts: 1, nodes: 3, rateMbit: 1000, delayMs: 0, instance: Topology.FreeInstance(from: 40));
+        try
+        {
+            topology.Create();
+            await using var c = new Cluster();
+            var host = topology.Hosts[0];
+            await using var cache = ComponentProcess.Start(new CacheHostOptions { Address = host.Address, Port = 6380 }, name: "cachehost",
+                launcher: Topology.Launcher(host));
+            await cache.WaitReadyAsync(Cluster.Ready);
+            await using var slurm = await SlurmLab.StartAsync(topology);
+            var tier = $"{host.Address}:6380";
+            var bytes = Cluster.Csvish(2 << 20, seed: 11);
+            var stage = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "late.csv", bytes), "--name", "lab/late", "--cache-hosts", tier]);
+            Assert.True(stage.Code == 0, stage.Stderr);
+
+            // The third task exits before hpcdata starts: a node whose rank died at launch. srun lets the others run on.
+            var work = Path.Combine(slurm.Directory, "jobs");
+            Directory.CreateDirectory(work);
+            var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
+            var script = Cluster.WriteFile(work, "late.sh", System.Text.Encoding.ASCII.GetBytes($"""
+                #!/bin/bash
+                export HPCDATA_CACHE_HOSTS={tier}
+                srun --ntasks-per-node=1 /bin/sh -c 'if [ "$SLURM_PROCID" = 2 ]; then exit 0; fi; exec {hpcdata} nodeprep --fanout mpi --dataset lab/late --job $SLURM_JOB_ID --stall-timeout 5s'
+                echo "step exit $?"
+                srun --ntasks-per-node=1 {hpcdata} noderelease --job $SLURM_JOB_ID --evict
+
+                """));
+            var submit = await slurm.RunAsync("sbatch", "--parsable", "--nodes=3", "--ntasks-per-node=1", $"--chdir={work}", $"--output={work}/slurm-%j.out", script);
+            Assert.True(submit.Code == 0, submit.Output);
+            var output = await slurm.WaitForJobAsync(submit.Output.Trim().Split(';')[0], work, TimeSpan.FromMinutes(2));
+
+            Assert.Contains("step exit 0", output);
+            var preps = output.Split('\n').Where(l => l.Contains("dataset=lab/late ") && l.Contains(" seconds=")).ToList();
+            Assert.True(preps.Count == 2, output);
+            Assert.All(preps, l => Assert.Contains(" source=fetched fanout=failed", l));
+            Assert.Equal(2, output.Split('\n').Count(l => l.Contains("MPI did not start within 5s (--stall-timeout)")));
+        }
+        finally
+        {
+            topology.Destroy();
+        }
+    }
 }
