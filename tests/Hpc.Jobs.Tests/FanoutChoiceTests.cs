@@ -13,14 +13,14 @@ public sealed class FanoutChoiceTests
         var choice = FanoutChoice.Decide(nodes: 190, cacheHosts: 10, storedBytes: 410L << 20, GigE, "--link-rate", mpiUnavailable: null);
         Assert.True(choice.Mpi);
         Assert.InRange(choice.DirectSeconds, 60, 70);   // 19 × 410 MB over one host link
-        Assert.InRange(choice.FanoutSeconds, 5, 8);     // start-up + the ring at 73% of the link + the last block's hops
+        Assert.InRange(choice.FanoutSeconds, 4, 5);     // start-up + the ring at 94% of the link + the last block's hops
         Assert.StartsWith("mpi: 190 node(s), 10 cache host(s), 410 MB stored", choice.Reason);
     }
 
     [Fact]
     public void Small_data_on_few_nodes_per_cache_host_is_fetched_directly_since_the_fan_out_start_up_costs_more()
     {
-        var choice = FanoutChoice.Decide(nodes: 8, cacheHosts: 2, storedBytes: 16L << 20, GigE, "measured from here", mpiUnavailable: null);
+        var choice = FanoutChoice.Decide(nodes: 8, cacheHosts: 2, storedBytes: 8L << 20, GigE, "measured from here", mpiUnavailable: null);
         Assert.False(choice.Mpi);
         Assert.True(choice.DirectSeconds < choice.FanoutSeconds);
         Assert.StartsWith("none: 8 node(s), 2 cache host(s)", choice.Reason);
