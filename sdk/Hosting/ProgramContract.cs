@@ -37,9 +37,11 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
 
     // Options types live in this library, which a native build of this repository's programs keeps whole
     // (TrimmerRootAssembly in Directory.Build.props): their properties, attributes and converters are there for
-    // reflection and for the configuration binder. A program built elsewhere natively must root it the same way.
+    // reflection and for the configuration binder. The cache tier's options, which they nest, live in the core library
+    // and are kept from here. A program built elsewhere natively must root this library the same way.
     [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
     [UnconditionalSuppressMessage("Trimming", "IL2075", Justification = "options types are kept whole in native builds")]
+    [DynamicDependency(DynamicallyAccessedMemberTypes.All, typeof(Hpc.CommonData.Cache.CacheTierOptions))]
     private static IEnumerable<Entry> Collect(Type type, string prefix, PropertyInfo[] path)
     {
         foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance))

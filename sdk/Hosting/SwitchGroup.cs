@@ -17,6 +17,7 @@ public sealed class SwitchGroup
     private readonly (SwitchAttribute Switch, PropertyInfo Property)[] _switches;
 
     [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
+    [DynamicDependency(DynamicallyAccessedMemberTypes.All, typeof(Hpc.CommonData.Cache.CacheTierOptions))]
     private SwitchGroup(Type type) =>
         _switches = type.GetProperties(BindingFlags.Public | BindingFlags.Instance)
             .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p)).Where(x => x.Switch is { Name.Length: > 0 }).ToArray();
