@@ -7,6 +7,13 @@ using Hpc.Mpi;
 string scenario = args.Length > 0 ? args[0] : "info";
 int bytes = args.Length > 1 ? int.Parse(args[1]) : 4 << 20;
 
+// "churn": threads call malloc/free (so brk, sbrk, mmap, munmap and madvise) while MPI starts, as a .NET process's
+// GC and thread pool do; a library that rewrites those functions' code in place then crashes them.
+using var churning = new CancellationTokenSource();
+var churners = scenario == "churn"
+    ? Enumerable.Range(0, 2).Select(t => new Thread(() => Churn(t, churning.Token)) { IsBackground = true }).ToList()
+    : [];
+churners.ForEach(t => t.Start());
 using var mpi = MpiRuntime.Initialize(MpiThreadLevel.Funneled);
 Communicator world = mpi.World;
 int rank = world.Rank, size = world.Size;
@@ -16,6 +23,13 @@ void Fail(string why) { failures++; Say("FAIL " + why); }
 
 switch (scenario)
 {
+    case "churn":
+        Thread.Sleep(50);
+        churning.Cancel();
+        churners.ForEach(t => t.Join());
+        Say("churn survived");
+        break;
+
     case "info":
         Say($"size {size} abi {mpi.AbiFamily} library {mpi.LibraryName} thread {mpi.ProvidedThreadLevel}");
         if (rank == 0) Say("implementation " + mpi.Implementation.Split('\n')[0].Trim());
@@ -157,4 +171,22 @@ static void Fill(Span<byte> data, int seed)
         x ^= x << 13; x ^= x >> 17; x ^= x << 5;
         data[i] = (byte)x;
     }
+}
+
+static unsafe void Churn(int seed, CancellationToken stop)
+{
+    var random = new Random(seed);
+    var held = new List<nint>();
+    while (!stop.IsCancellationRequested)
+    {
+        // Small blocks grow the heap with brk; large ones are mapped and unmapped.
+        var size = random.Next(4) == 0 ? random.Next(256 << 10, 2 << 20) : random.Next(64, 64 << 10);
+        held.Add((nint)System.Runtime.InteropServices.NativeMemory.Alloc((nuint)size));
+        if (held.Count > 64)
+        {
+            foreach (var p in held) System.Runtime.InteropServices.NativeMemory.Free((void*)p);
+            held.Clear();
+        }
+    }
+    foreach (var p in held) System.Runtime.InteropServices.NativeMemory.Free((void*)p);
 }

@@ -38,6 +38,18 @@ public sealed class LauncherTests
         Assert.Contains("installing bistro hook for brk", asked.Output);
     }
 
+    [Fact]
+    public async Task Ranks_whose_threads_allocate_while_MPI_starts_survive_the_start()
+    {
+        // Two threads per rank call malloc/free (brk, mmap, munmap) throughout MPI_Init. With UCX's memory hooks on
+        // (UCX_MEM_EVENTS=yes) 14 of 30 such launches died of SIGSEGV here, as a fan-out rank once died of SIGILL.
+        for (int launch = 0; launch < 10; launch++)
+        {
+            var run = await MpiRun.ProbeAsync(Launcher.Hydra, "churn");
+            MpiRun.AssertEveryRank(run, "^churn survived$");
+        }
+    }
+
     [Theory, MemberData(nameof(Launchers))]
     public async Task A_ring_of_nonblocking_segment_sends_delivers_every_byte(Launcher launcher)
     {
