@@ -17,6 +17,10 @@ public sealed class AgentSwitches
 
     /// <summary>The pipe to connect to: the one given, else the default.</summary>
     public string PipeName => Pipe is { Length: > 0 } p ? p.Trim() : AgentClient.DefaultPipe;
+
+    /// <summary>What a verb that needs a running agent says when none answers on <see cref="PipeName"/>: where it looked, and how one is started.</summary>
+    public string NotAnswering(Exception cause) =>
+        $"{AgentClient.NotAnswering(PipeName, cause)}; start one with `hpcdata agent{(Pipe is { Length: > 0 } ? $" --pipe {PipeName}" : "")}`, or check the node's hpcdata-agent service";
 }
 
 /// <summary>A verb that talks to this node's agent only (path, noderelease).</summary>

@@ -36,7 +36,7 @@ public static class PathCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException)
         {
-            throw CommandException.Failed(AgentClient.NotAnswering(pipe, e));
+            throw CommandException.Failed(o.Agent.NotAnswering(e));
         }
         catch (Exception e) when (e is CommonDataException or UnauthorizedAccessException)
         {

@@ -36,7 +36,7 @@ public static class StatusCommand
         }
         catch (Exception e) when (e is TimeoutException or IOException)
         {
-            throw CommandException.Failed($"{AgentClient.NotAnswering(pipe, e)}");
+            throw CommandException.Failed(o.Agent.NotAnswering(e));
         }
         catch (Exception e) when (e is UnauthorizedAccessException or CommonDataException)
         {

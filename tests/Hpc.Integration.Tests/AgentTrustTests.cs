@@ -100,7 +100,7 @@ public sealed class AgentTrustTests
 
         Assert.Equal((1, 1), (path.Code, status.Code));
         var line = Assert.Single(path.Stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries));
-        Assert.Equal($"hpcdata path: no node agent answers on pipe '{missing}' (no socket at {missing})", line);
+        Assert.Equal($"hpcdata path: no node agent answers on pipe '{missing}' (no socket at {missing}); start one with `hpcdata agent --pipe {missing}`, or check the node's hpcdata-agent service", line);
         Assert.Equal(line.Replace("hpcdata path:", "hpcdata status:"), status.Stderr.Trim());
     }
 
