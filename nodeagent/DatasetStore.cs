@@ -127,7 +127,7 @@ public sealed class DatasetStore
 
         var clock = Stopwatch.StartNew();
         var source = "local";
-        long reusedBytes = 0;
+        long reusedBytes = 0, resumedBytes = 0;
         var copy = _index.Find(version);
         if (copy is { Complete: true })
         {
@@ -139,13 +139,13 @@ public sealed class DatasetStore
         {
             if (copy is not null && copy.Manifest.Name == name) authorize?.Invoke(copy.Manifest); // partial: its manifest is known
             var fetched = await _fetches.FetchAsync(name, version, ct);
-            (copy, source, reusedBytes) = (fetched.Copy, fetched.Resumed ? "resumed" : "fetched", fetched.ReusedBytes);
+            (copy, source, reusedBytes, resumedBytes) = (fetched.Copy, fetched.Resumed ? "resumed" : "fetched", fetched.ReusedBytes, fetched.ResumedBytes);
             CheckBelongs(copy, name);
             authorize?.Invoke(copy.Manifest);
         }
         _index.Acquire(version, lease, pin, pinOwner);
         var described = Describe(copy, source, clock.Elapsed.TotalSeconds);
-        described.ReusedBytes = reusedBytes;
+        (described.ReusedBytes, described.ResumedBytes) = (reusedBytes, resumedBytes);
         return new Ensured(described, version);
     }
 

@@ -28,7 +28,8 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
 
     /// <summary>A published copy, and whether its fetch resumed a partial copy (found some segments already on the node).</summary>
     /// <param name="ReusedBytes">Raw bytes taken from other versions' local copies instead of the cache tier (a delta).</param>
-    public sealed record Fetched(LocalCopy Copy, bool Resumed, long ReusedBytes = 0);
+    /// <param name="ResumedBytes">Raw bytes of the segments already in the partial copy, verified and kept.</param>
+    public sealed record Fetched(LocalCopy Copy, bool Resumed, long ReusedBytes = 0, long ResumedBytes = 0);
 
     /// <summary>
     /// The fetch of <paramref name="version"/>: joins the one in flight, or starts one. <paramref name="ct"/> ends only
@@ -80,12 +81,13 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
         {
             if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, manifest);
             int resumed, reused = 0;
-            long reusedBytes = 0;
+            long reusedBytes = 0, resumedBytes;
             using (var files = directory.CreatePartial(version, manifest))
             {
                 var done = VerifiedJournalEntries(directory, version, manifest, files);
                 resumed = done.Count(d => d);
-                index.SetProgress(version, resumed, Enumerable.Range(0, done.Length).Where(i => done[i]).Sum(i => (long)manifest.Segments[i].RawLength));
+                resumedBytes = Enumerable.Range(0, done.Length).Where(i => done[i]).Sum(i => (long)manifest.Segments[i].RawLength);
+                index.SetProgress(version, resumed, resumedBytes);
                 await using var journal = directory.OpenJournal(version);
                 var local = Stopwatch.StartNew();
                 (reused, reusedBytes) = CopyFromLocalCopies(version, manifest, files, done, sources, journal);
@@ -116,7 +118,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                 name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
             telemetry.Fetched(manifest, version, clock.Elapsed.TotalSeconds, resumed > 0 ? "resumed" : "fetched", reused, reusedBytes);
             AgentMetrics.Instance.FetchDuration.Record(clock.Elapsed.TotalSeconds);
-            return new Fetched(copy, resumed > 0, reusedBytes);
+            return new Fetched(copy, resumed > 0, reusedBytes, resumedBytes);
         }
         catch (Exception e)
         {

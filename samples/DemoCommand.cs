@@ -15,7 +15,7 @@ public sealed class DemoOptions
     [Option("size", Default = "256MB", HelpText = "Dataset size: " + SizeOption.Rule + ".")]
     public string Size { get; set; } = "256MB";
 
-    [Option("hosts", Default = 2, HelpText = "Cache hosts.")]
+    [Option("cache-host-count", Default = 2, HelpText = "Cache hosts to start.")]
     public int Hosts { get; set; } = 2;
 
     [Option("nodes", Default = 2, HelpText = "Node agents (each stands in for a compute node).")]
@@ -38,7 +38,7 @@ public sealed class DemoOptions
     {
         try { SizeOption.Parse("--size", Size); }
         catch (ArgumentException e) { return e.Message; }
-        if (Hosts < 1) return $"--hosts must be at least 1 (got {Hosts})";
+        if (Hosts < 1) return $"--cache-host-count must be at least 1 (got {Hosts})";
         if (Nodes < 1) return $"--nodes must be at least 1 (got {Nodes})";
         if (Workers < 1) return $"--workers must be at least 1 (got {Workers})";
         if (Data is not ("csv" or "random")) return $"--data '{Data}' is not one of csv, random";

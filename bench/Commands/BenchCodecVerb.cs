@@ -16,7 +16,7 @@ public sealed class BenchCodecOptions
     [Option("repeat", Default = 3, HelpText = "Measured runs of each (after one codec warm-up); the table shows medians.")]
     public int Repeat { get; set; } = 3;
 
-    [Option("hosts", Default = 1, HelpText = "Cache hosts the stager sends to (fresh ones every run).")]
+    [Option("cache-host-count", Default = 1, HelpText = "Cache hosts the stager sends to (fresh ones every run).")]
     public int Hosts { get; set; } = 1;
 
     [Option("stager-cores", Default = 0, HelpText = "Give the stager and the codec the same N cores (taskset) and the cache hosts the others; 0 = all share all.")]
@@ -68,7 +68,7 @@ public static class BenchCodecVerb
         var kinds = o.Data.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct().ToList();
         if (kinds.Count == 0 || kinds.Any(k => k is not ("csv" or "random"))) throw new FormatException($"--data '{o.Data}': use csv, random or csv,random");
         if (o.Repeat is < 1 or > 50) throw new FormatException("--repeat must be between 1 and 50");
-        if (o.Hosts is < 1 or > 16) throw new FormatException("--hosts must be between 1 and 16");
+        if (o.Hosts is < 1 or > 16) throw new FormatException("--cache-host-count must be between 1 and 16");
         if (o.StagerCores < 0 || o.StagerCores > Environment.ProcessorCount)
             throw new FormatException($"--stager-cores must be between 0 and the {Environment.ProcessorCount} cores this process may use");
         var size = ByteSize.Parse(o.Size);

@@ -13,7 +13,7 @@ public sealed class BenchClusterOptions
     [Option("nodes", Default = 4, HelpText = "Compute-node namespaces, each with a node agent.")]
     public int Nodes { get; set; } = 4;
 
-    [Option("hosts", Default = 1, HelpText = "Cache-host namespaces, each with a cache host.")]
+    [Option("cache-host-count", Default = 1, HelpText = "Cache-host namespaces, each with a cache host.")]
     public int Hosts { get; set; } = 1;
 
     [Option("size", Default = "64MB", HelpText = "Dataset size.")]

@@ -5,22 +5,39 @@ using Hpc.CommonData.Hosting;
 namespace Hpc.Jobs.Cli;
 
 /// <summary>
-/// The node agent a verb talks to (status, path, nodeprep, noderelease): the one declaration of <c>--pipe</c> among
-/// hpcdata's verbs, read from the variable the agent and the workers read too.
+/// The node agent a verb talks to (status, path, nodeprep, noderelease, prestage): the agent's own switches
+/// (<see cref="NodeAgentOptions"/>), of which a verb takes the few it needs, so <c>--pipe</c> means, reads and says the
+/// same for a verb as for the agent.
 /// </summary>
 public sealed class AgentSwitches
 {
-    public const string Title = "Node agent (each also from its variable)";
+    /// <summary>The switch every verb that reaches an agent takes.</summary>
+    public static readonly IReadOnlyCollection<string> Pipe = ["--pipe"];
 
-    [Switch("--pipe", "the node agent's pipe name, or on Linux an absolute socket path (default: hpcdata-agent)", Environment = AgentClient.PipeVariable, Meta = "NAME")]
-    public string? Pipe { get; set; }
+    /// <summary>What node prep also takes for an agent it starts when none answers.</summary>
+    public static readonly IReadOnlyCollection<string> Start = ["--pipe", "--data-dir", "--budget", "--node"];
+
+    /// <summary>The agent's options as the environment and the command line give them (the others keep their defaults).</summary>
+    public NodeAgentOptions Options { get; set; } = new();
+
+    private ISet<string> _given = new HashSet<string>();
 
     /// <summary>The pipe to connect to: the one given, else the default.</summary>
-    public string PipeName => Pipe is { Length: > 0 } p ? p.Trim() : AgentClient.DefaultPipe;
+    public string PipeName => Options.Pipe.Trim();
+
+    /// <summary>Whether the switch was given, on the command line or by its variable.</summary>
+    public bool IsSet(string name) => SwitchGroup.Of(typeof(NodeAgentOptions), [name]).IsSet(name, _given);
+
+    /// <summary>The group as a verb nests it, taking <paramref name="only"/> of the agent's switches.</summary>
+    public NestedSwitches Nested(IReadOnlyCollection<string> only, string title = "Node agent (the agent's own switches; each also from its variable)") =>
+        new(title, Options, only);
+
+    /// <summary>Takes what the command tree filled in another instance.</summary>
+    public void Adopt(AgentSwitches filled, ISet<string> given) => (Options, _given) = (filled.Options, given);
 
     /// <summary>What a verb that needs a running agent says when none answers on <see cref="PipeName"/>: where it looked, and how one is started.</summary>
     public string NotAnswering(Exception cause) =>
-        $"{AgentClient.NotAnswering(PipeName, cause)}; start one with `hpcdata agent{(Pipe is { Length: > 0 } ? $" --pipe {PipeName}" : "")}`, or check the node's hpcdata-agent service";
+        $"{AgentClient.NotAnswering(PipeName, cause)}; start one with `hpcdata agent{(IsSet("--pipe") ? $" --pipe {PipeName}" : "")}`, or check the node's hpcdata-agent service";
 }
 
 /// <summary>A verb that talks to this node's agent only (path, noderelease).</summary>
@@ -30,11 +47,11 @@ public abstract class AgentClientOptions : ISwitchGroups
 
     public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
-    IEnumerable<(string Title, object Switches)> ISwitchGroups.Groups => [(AgentSwitches.Title, Agent)];
+    IEnumerable<NestedSwitches> ISwitchGroups.Groups => [Agent.Nested(AgentSwitches.Pipe)];
 
     void ISwitchGroups.Adopt(ISwitchGroups filled)
     {
-        Agent = ((AgentClientOptions)filled).Agent;
         GivenSwitches.UnionWith(filled.GivenSwitches);
+        Agent.Adopt(((AgentClientOptions)filled).Agent, GivenSwitches);
     }
 }

@@ -20,21 +20,27 @@ public abstract class CacheClientOptions : ISwitchGroups
     /// <summary>The switches of the groups that were on the command line (e.g. <c>--cache-hosts</c>).</summary>
     public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
-    /// <summary>The node agent, for a verb that also talks to it (<see cref="TalksToAgent"/>).</summary>
+    /// <summary>The node agent, for a verb that also talks to it (<see cref="AgentSwitchNames"/>).</summary>
     public AgentSwitches Agent { get; set; } = new();
 
-    /// <summary>Whether the verb also talks to this node's agent (status, nodeprep): then it takes <c>--pipe</c> too.</summary>
-    protected virtual bool TalksToAgent => false;
+    /// <summary>Which of the agent's switches the verb takes, when it also talks to this node's agent (status, nodeprep, prestage).</summary>
+    protected virtual IReadOnlyCollection<string>? AgentSwitchNames => null;
 
-    IEnumerable<(string Title, object Switches)> ISwitchGroups.Groups =>
-        TalksToAgent ? [(CacheTierTitle, CacheTierSwitches), (AgentSwitches.Title, Agent)] : [(CacheTierTitle, CacheTierSwitches)];
+    /// <summary>The title of the agent's section in the verb's help.</summary>
+    protected virtual string? AgentTitle => null;
+
+    IEnumerable<NestedSwitches> ISwitchGroups.Groups =>
+        AgentSwitchNames is { } names
+            ? [new(CacheTierTitle, CacheTierSwitches), AgentTitle is { } title ? Agent.Nested(names, title) : Agent.Nested(names)]
+            : [new(CacheTierTitle, CacheTierSwitches)];
 
     private const string CacheTierTitle = "Cache tier (the stager's and the agent's switches; each also from its variable)";
 
     void ISwitchGroups.Adopt(ISwitchGroups filled)
     {
-        (CacheTierSwitches, Agent) = (((CacheClientOptions)filled).CacheTierSwitches, ((CacheClientOptions)filled).Agent);
+        CacheTierSwitches = ((CacheClientOptions)filled).CacheTierSwitches;
         GivenSwitches.UnionWith(filled.GivenSwitches);
+        Agent.Adopt(((CacheClientOptions)filled).Agent, GivenSwitches);
     }
 
     /// <summary>The cache hosts given, as text (null when neither the command line nor the variable named any).</summary>

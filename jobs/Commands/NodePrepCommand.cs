@@ -18,7 +18,11 @@ namespace Hpc.Jobs.Commands;
 [Verb("nodeprep", HelpText = "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.")]
 public sealed class NodePrepOptions : CacheClientOptions
 {
-    protected override bool TalksToAgent => true;
+    protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Start;
+
+    protected override string AgentTitle =>
+        "Node agent (its own switches, each also from its variable; all but --pipe are for an agent node prep starts,\n" +
+        "  whose --data-dir defaults to /dev/shm/hpcdata-<pipe>)";
 
     [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
     public string? Dataset { get; set; }
@@ -29,15 +33,6 @@ public sealed class NodePrepOptions : CacheClientOptions
     [Option("job", HelpText = "Job id used as the pin (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).")]
     public string? Job { get; set; }
 
-
-    [Option("data-dir", HelpText = "Data directory for an agent started here (default: /dev/shm/hpcdata-<pipe>).")]
-    public string? DataDirectory { get; set; }
-
-    [Option("budget", HelpText = "Data budget in bytes for an agent started here.")]
-    public string? Budget { get; set; }
-
-    [Option("node", HelpText = "Node name for an agent started here (default: host name).")]
-    public string? Node { get; set; }
 
     [Option("no-start", HelpText = "Never start an agent; fail when none answers.")]
     public bool NoStart { get; set; }
@@ -97,11 +92,12 @@ public static class NodePrepCommand
         // A rank that never starts, or dies before it joins, would keep MPI_Init waiting in the others for good: the
         // wait is bounded like the exchange's, and the node goes on by direct fetch.
         var joining = o.Fanout == "mpi" ? JoinWithinAsync(Task.Run(JoinRanks), stallTimeout) : Task.FromResult<(MpiRankGroup? Ranks, bool TimedOut)>((null, false));
-        if (pipe.Contains("{rank}", StringComparison.Ordinal) || o.DataDirectory?.Contains("{rank}", StringComparison.Ordinal) == true)
+        var started = o.Agent.Options;
+        if (pipe.Contains("{rank}", StringComparison.Ordinal) || started.DataDirectory.Contains("{rank}", StringComparison.Ordinal))
             if ((LaunchedRank() ?? (await joining).Ranks?.Rank) is { } rank)
             {
                 pipe = pipe.Replace("{rank}", rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
-                o.DataDirectory = o.DataDirectory?.Replace("{rank}", rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                started.DataDirectory = started.DataDirectory.Replace("{rank}", rank.ToString(System.Globalization.CultureInfo.InvariantCulture));
             }
         var connecting = ReachAgentAsync();
         var (joinedRanks, joinTimedOut) = await joining;
@@ -156,7 +152,10 @@ public static class NodePrepCommand
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
                 throw CommandException.Failed($"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
             }
-            LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={fetched.Source}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}{fanout} path={local.Path}");
+            // After a fan-out the agent finds the ring's segments in the partial copy: the data came by the fan-out.
+            var source = ranks is not null && fanout.StartsWith(" fanout=mpi", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
+            var kept = $"{(fetched.ResumedBytes > 0 && source == "resumed" ? $" resumed-bytes={fetched.ResumedBytes}" : "")}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}";
+            LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
             return 0;
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)
@@ -271,12 +270,12 @@ public static class NodePrepCommand
             if (NodeAgentLauncher.ManagedBy() is { } manager)
                 throw new IOException($"no node agent answers on pipe '{pipe}', and it is managed by {manager}: not starting another; check that service");
         }
-        var dataDir = JobVariables.First(o.DataDirectory) ?? DefaultDataDirectory(pipe);
+        // Each node prep's agent keeps its copies apart (a directory per pipe) unless the data directory was given.
+        var given = o.Agent.Options;
+        var dataDir = o.Agent.IsSet("--data-dir") ? given.DataDirectory : DefaultDataDirectory(pipe);
         Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
-        var agent = new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDir };
+        var agent = new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDir, Budget = given.Budget, NodeName = given.NodeName };
         o.PassCacheTierTo(agent.CacheTier);
-        if (o.Budget is not null) agent.Budget = ByteSize.Parse(o.Budget);
-        if (o.Node is not null) agent.NodeName = o.Node;
         await NodeAgentLauncher.StartAsync(agent, startTimeout, ct);
         return (await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct), true);
     }

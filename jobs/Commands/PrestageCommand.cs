@@ -16,6 +16,10 @@ namespace Hpc.Jobs.Commands;
 [Verb("prestage", HelpText = "Stage a dataset if it changed, then run or submit a job whose nodes get it first: hpcdata prestage PATH|NAME [options] -- command args…")]
 public sealed class PrestageOptions : CacheClientOptions
 {
+    protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
+
+    protected override string AgentTitle => "Node agent (slurm, hpcpack: the nodes' agents; default: the nodes' own setting)";
+
     [Value(0, MetaName = "source", Required = true, HelpText = "A file or directory to stage, or the name of an already staged dataset.")]
     public string Source { get; set; } = "";
 
@@ -34,8 +38,8 @@ public sealed class PrestageOptions : CacheClientOptions
     [Option("client", HelpText = "SOA client command, run once every service host printed READY; the job ends with it.")]
     public string? Client { get; set; }
 
-    [Option("embedded-cache-hosts", Default = 1, HelpText = "local: cache hosts to start when none are given.")]
-    public int EmbeddedCacheHosts { get; set; } = 1;
+    [Option("cache-host-count", Default = 1, HelpText = "local: cache hosts to start on this machine when no --cache-hosts are given.")]
+    public int CacheHostCount { get; set; } = 1;
 
     [Option("lifetime", HelpText = "job (remove the version when the job ends, unless another job uses it) or a TTL such as 12h.")]
     public string? Lifetime { get; set; }
@@ -43,8 +47,8 @@ public sealed class PrestageOptions : CacheClientOptions
     [Option("readers", HelpText = "When staging a path: who may read it on the nodes, user:NAME,group:NAME,… or all (default: only you).")]
     public string? Readers { get; set; }
 
-    [Option("job-id", HelpText = "local: the job id (default: local-<time>-<pid>).")]
-    public string? JobId { get; set; }
+    [Option("job", HelpText = "local: the job id the nodes pin the data with (default: local-<time>-<pid>).")]
+    public string? Job { get; set; }
 
     [Option("evict", HelpText = "Node release also deletes the nodes' copies.")]
     public bool Evict { get; set; }
@@ -60,9 +64,6 @@ public sealed class PrestageOptions : CacheClientOptions
 
     [Option("dry-run", HelpText = "slurm, hpcpack: print the job instead of submitting it.")]
     public bool DryRun { get; set; }
-
-    [Option("agent-pipe", HelpText = "slurm, hpcpack: the node agents' pipe (default: the nodes' own setting).")]
-    public string? AgentPipe { get; set; }
 
     [Option("hpcdata", HelpText = "slurm, hpcpack: how nodes run hpcdata (default: the installed tool: this launcher by absolute path, else hpcdata on PATH; from a build without one, this build).")]
     public string? Hpcdata { get; set; }
@@ -90,7 +91,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         using var cancel = CancellationTokenSource.CreateLinkedTokenSource(stop);
         var local = o.Scheduler == "local";
         var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-job-{Environment.ProcessId}");
-        var jobId = o.JobId ?? (local ? $"local-{DateTime.UtcNow:yyyyMMdd-HHmmss}-{Environment.ProcessId}" : null);
+        var jobId = o.Job ?? (local ? $"local-{DateTime.UtcNow:yyyyMMdd-HHmmss}-{Environment.ProcessId}" : null);
         string? version = null, datasetName = null;
         CacheTierOptions? tierOptions = null;
         var clock = Stopwatch.StartNew();
@@ -116,7 +117,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
                 fanoutMpi = choice.Mpi;
             }
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, hosts, o.Nodes, o.HostsPerNode, command,
-                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.AgentPipe, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.Agent.IsSet("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 
@@ -179,7 +180,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         if (!local) throw new ArgumentException($"the {o.Scheduler} scheduler needs the cluster's cache hosts: --cache-hosts or HPCDATA_CACHE_HOSTS");
         if (named) throw new CommonDataException(ErrorCode.NotFound, $"'{o.Source}' is not a path, and a dataset of that name can only be found on existing cache hosts (--cache-hosts); the local scheduler's own cache tier starts empty");
         var hosts = new List<string>();
-        for (var h = 0; h < o.EmbeddedCacheHosts; h++)
+        for (var h = 0; h < o.CacheHostCount; h++)
         {
             var p = ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = (long)(size * 1.5) + (64L << 20) }, name: $"cachehost{h + 1}");
             _cacheHosts.Add(p);

@@ -10,7 +10,7 @@ namespace Hpc.Jobs.Commands;
 [Verb("status", HelpText = "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.")]
 public sealed class StatusOptions : CacheClientOptions
 {
-    protected override bool TalksToAgent => true;
+    protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
 
     [Option("cache-tier", HelpText = "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]
     public bool WholeCacheTier { get; set; }

@@ -51,7 +51,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
                 else { failed = true; errors.WriteLine($"hpcdata prestage: node prep failed on node{n + 1} (exit {preps[n].Code}): {preps[n].Stderr}"); }
             }
             ct.ThrowIfCancellationRequested();
-            if (failed) return 1;
+            if (failed) return ExitCodes.Failed;
 
             var paths = await Task.WhenAll(pipes.Select(p => DatasetPathAsync(job, p, ct)));
             clock.Restart();
@@ -78,7 +78,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         catch (InvalidOperationException e) when (!ct.IsCancellationRequested)
         {
             errors.WriteLine($"hpcdata prestage: {e.Message}");
-            return 1;
+            return ExitCodes.Failed;
         }
         finally
         {

@@ -68,10 +68,10 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
         if (groups is not null && !args.Contains("--help") && !args.Contains("-h"))
         {
             var rest = args.ToList();
-            foreach (var (_, group) in groups.Groups)
+            foreach (var group in groups.Groups)
             {
-                var switches = SwitchGroup.Of(group.GetType());
-                if ((switches.ApplyEnvironment(group) ?? switches.Take(rest, group, groups.GivenSwitches)) is { } refused)
+                var switches = group.Switches;
+                if ((switches.ApplyEnvironment(group.Target) ?? switches.Take(rest, group.Target, groups.GivenSwitches)) is { } refused)
                 {
                     Console.Error.WriteLine($"{usage}: {refused} (see {usage} --help)");
                     return ExitCodes.Usage;
@@ -106,13 +106,13 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
             var help = HelpText.AutoBuild(parsed, h =>
             {
                 h.Heading = summary is null ? usage : $"{usage} — {summary}"; h.Copyright = ""; h.AdditionalNewLineAfterOption = false; h.AddDashesToOption = true; h.AutoVersion = false;
-                h.MaximumDisplayWidth = 120;
+                h.MaximumDisplayWidth = 100;
                 return h;
             }, e => e);
             Console.Out.WriteLine(help);
             if (groups is not null)
-                foreach (var (title, group) in groups.Groups)
-                    Console.Out.WriteLine($"{title}:\n" + string.Join('\n', SwitchGroup.Of(group.GetType()).HelpLines()) + "\n");
+                foreach (var group in groups.Groups)
+                    Console.Out.WriteLine($"{group.Title}:\n" + string.Join('\n', group.Switches.HelpLines()) + "\n");
             return 0;
         }
         var missing = errors.OfType<MissingRequiredOptionError>().ToList();
@@ -197,7 +197,6 @@ public static class Signals
     }
 }
 
-/// <summary>Exit codes of every command, decided here only.</summary>
 /// <summary>
 /// A verb's failure with the exit code it means (<see cref="ExitCodes"/>): the verb throws it, and the command tree
 /// writes <c>program verb: message</c> on stderr and exits with the code. Nothing else decides a verb's exit code.
@@ -218,6 +217,7 @@ public sealed class CommandException : Exception
     public static CommandException Cancelled(string message) => new(ExitCodes.Cancelled, message);
 }
 
+/// <summary>Exit codes of every command, decided here only.</summary>
 public static class ExitCodes
 {
     public const int Ok = 0;

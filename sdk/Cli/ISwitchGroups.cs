@@ -8,9 +8,18 @@ namespace Hpc.CommonData.Cli;
 /// </summary>
 public interface ISwitchGroups
 {
-    /// <summary>The group objects the command tree fills (one per nested group), each with the title its help section has.</summary>
-    IEnumerable<(string Title, object Switches)> Groups { get; }
+    /// <summary>The groups the command tree fills, each with the title its help section has.</summary>
+    IEnumerable<NestedSwitches> Groups { get; }
     ISet<string> GivenSwitches { get; }
     /// <summary>Takes the groups another instance of the same options type was filled with.</summary>
     void Adopt(ISwitchGroups filled);
+}
+
+/// <summary>
+/// One group a verb nests: the title of its help section, the object its switches are set on, and which of that type's
+/// switches the verb takes (null: all of them).
+/// </summary>
+public sealed record NestedSwitches(string Title, object Target, IReadOnlyCollection<string>? Only = null)
+{
+    public SwitchGroup Switches => SwitchGroup.Of(Target.GetType(), Only);
 }

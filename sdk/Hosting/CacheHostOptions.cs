@@ -10,7 +10,7 @@ namespace Hpc.CommonData.Hosting;
 public sealed class CacheHostOptions : IProgramOptions
 {
     public static string SectionName => "CacheHost";
-    public static string ProgramName => "Hpc.CacheHost";
+    public static string ProgramName => "hpcdata cache-host";
     public static string Assembly => "Hpc.CacheHost";
     public static string Summary => "in-memory segment store of the cache tier, speaking a RESP2 subset (redis-cli and redis-benchmark work against it)";
 

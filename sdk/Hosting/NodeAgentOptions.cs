@@ -12,7 +12,7 @@ namespace Hpc.CommonData.Hosting;
 public sealed class NodeAgentOptions : IProgramOptions
 {
     public static string SectionName => "Agent";
-    public static string ProgramName => "Hpc.NodeAgent";
+    public static string ProgramName => "hpcdata agent";
     public static string Assembly => "Hpc.NodeAgent";
     public static string Summary => "keeps verified local copies of datasets on this node and serves them to local workers over a pipe";
 

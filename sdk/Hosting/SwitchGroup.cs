@@ -18,12 +18,26 @@ public sealed class SwitchGroup
 
     [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
     [DynamicDependency(DynamicallyAccessedMemberTypes.All, typeof(Hpc.CommonData.Cache.CacheTierOptions))]
-    private SwitchGroup(Type type) =>
+    private SwitchGroup(Type type, IReadOnlyCollection<string>? only)
+    {
         _switches = type.GetProperties(BindingFlags.Public | BindingFlags.Instance)
-            .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p)).Where(x => x.Switch is { Name.Length: > 0 }).ToArray();
+            .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p))
+            .Where(x => x.Switch is { Name.Length: > 0 } && (only is null || only.Contains(x.Switch.Name))).ToArray();
+        if (only?.FirstOrDefault(name => _switches.All(s => s.Switch.Name != name)) is { } unknown)
+            throw new ArgumentException($"{type.Name} declares no switch {unknown}", nameof(only));
+    }
 
+    /// <summary>
+    /// The switches <paramref name="type"/> declares, or only those named in <paramref name="only"/>: a verb that starts
+    /// a program can take a few of that program's own switches (node prep: the agent's <c>--data-dir</c> and
+    /// <c>--budget</c>) without declaring them again.
+    /// </summary>
     [UnconditionalSuppressMessage("Trimming", "IL2067", Justification = "options types are kept whole in native builds")]
-    public static SwitchGroup Of(Type type) => new(type);
+    public static SwitchGroup Of(Type type, IReadOnlyCollection<string>? only = null) => new(type, only);
+
+    /// <summary>Whether <paramref name="name"/> was on the command line (<paramref name="given"/>) or its variable is set.</summary>
+    public bool IsSet(string name, ISet<string> given) => given.Contains(name)
+        || _switches.FirstOrDefault(s => s.Switch.Name == name).Switch?.Environment is { } variable && Environment.GetEnvironmentVariable(variable) is { Length: > 0 };
 
     /// <summary>The group's switches, in declaration order.</summary>
     public IEnumerable<SwitchAttribute> Switches => _switches.Select(s => s.Switch);
@@ -73,12 +87,28 @@ public sealed class SwitchGroup
         return null;
     }
 
-    /// <summary>One line per switch (name, value placeholder, help, variable), for a verb's help.</summary>
-    public IEnumerable<string> HelpLines(int width = 28) => _switches.Select(x =>
+    /// <summary>
+    /// One entry per switch (name, value placeholder, help, variable), for a verb's help: the help wraps under itself so
+    /// no line is wider than <paramref name="columns"/>.
+    /// </summary>
+    public IEnumerable<string> HelpLines(int width = 28, int columns = 100) => _switches.Select(x =>
     {
         var left = x.Property.PropertyType == typeof(bool) ? x.Switch.Name : $"{x.Switch.Name} {x.Switch.Meta ?? SwitchValues.MetaOf(x.Property.PropertyType)}";
-        return $"  {left.PadRight(width)} {x.Switch.Help}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
+        var text = $"{x.Switch.Help}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
+        return $"  {left.PadRight(width)} " + string.Join("\n" + new string(' ', width + 3), Wrap(text, Math.Max(20, columns - width - 3)));
     });
+
+    private static IEnumerable<string> Wrap(string text, int columns)
+    {
+        var line = new System.Text.StringBuilder();
+        foreach (var word in text.Split(' ', StringSplitOptions.RemoveEmptyEntries))
+        {
+            if (line.Length > 0 && line.Length + 1 + word.Length > columns) { yield return line.ToString(); line.Clear(); }
+            if (line.Length > 0) line.Append(' ');
+            line.Append(word);
+        }
+        if (line.Length > 0) yield return line.ToString();
+    }
 
     [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
     [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]

@@ -17,7 +17,7 @@ public class ClusterSmokeTests
         var instance = OwnInstance();
         try
         {
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "4", "--hosts", "1", "--size", "8MB", "--out", dir, "--calibrate", "--instance", $"{instance}");
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "4", "--cache-host-count", "1", "--size", "8MB", "--out", dir, "--calibrate", "--instance", $"{instance}");
             if (!Shell.IsRoot)
             {
                 Assert.Equal(2, code);
@@ -67,7 +67,7 @@ public class ClusterSmokeTests
         try
         {
             var kernelLacksFqCodel = Topology.QdiscUnavailable("fq_codel") is not null;
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--hosts", "1", "--size", "4MB", "--out", dir, "--host-queue", "fq_codel", "--instance", $"{instance}");
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--cache-host-count", "1", "--size", "4MB", "--out", dir, "--host-queue", "fq_codel", "--instance", $"{instance}");
             if (kernelLacksFqCodel)
             {
                 // Refused up front, saying what is missing and what to run instead, with nothing built.
@@ -103,7 +103,7 @@ public class ClusterSmokeTests
         var instance = OwnInstance();
         try
         {
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--hosts", "1", "--size", "4MB", "--out", dir, "--host-queue", "ack-first", "--instance", $"{instance}");
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(90), "bench", "cluster", "--nodes", "2", "--cache-host-count", "1", "--size", "4MB", "--out", dir, "--host-queue", "ack-first", "--instance", $"{instance}");
             Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
             Assert.Empty(Topology.Leftovers(instance));
             using var run = JsonDocument.Parse(File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Single());
@@ -127,7 +127,7 @@ public class ClusterSmokeTests
         var instance = OwnInstance();
         try
         {
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(120), "bench", "cluster", "--nodes", "3", "--hosts", "1", "--size", "4MB",
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(120), "bench", "cluster", "--nodes", "3", "--cache-host-count", "1", "--size", "4MB",
                 "--data", "random", "--no-compress", "--fanout", "mpi", "--out", dir, "--instance", $"{instance}");
             Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
             Assert.Empty(Topology.Leftovers(instance));
@@ -177,7 +177,7 @@ public class ClusterSmokeTests
         {
             Shell.Check("ip", "netns", "add", leftover);
             Shell.Check("ip", "netns", "add", neighbour);
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "cluster", "--nodes", "1", "--hosts", "1", "--size", "1MB", "--out", Path.GetTempPath(), "--instance", $"{mine}");
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(30), "bench", "cluster", "--nodes", "1", "--cache-host-count", "1", "--size", "1MB", "--out", Path.GetTempPath(), "--instance", $"{mine}");
             Assert.Equal(3, code);
             Assert.Contains(leftover, stderr);
             Assert.Contains($"hpcdata bench clean --instance {mine}", stderr);

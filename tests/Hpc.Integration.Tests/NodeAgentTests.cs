@@ -135,7 +135,7 @@ public class NodeAgentTests
             Assert.Equal(2, code);
             Assert.Empty(stdout);
             var line = Assert.Single(stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries));
-            Assert.StartsWith("Hpc.NodeAgent: ", line);
+            Assert.StartsWith("hpcdata agent: ", line);
             Assert.Contains(says, line);
         }
         var (_, help, _) = await c.RunAsync("Hpc.NodeAgent", ["--help"]);

@@ -1,3 +1,4 @@
+using System.Text.RegularExpressions;
 namespace Hpc.Jobs.Tests;
 
 /// <summary>
@@ -27,7 +28,7 @@ public sealed class CliTests
 
     [Theory]
     [InlineData("--nodes", "0")]
-    [InlineData("--hosts", "0")]
+    [InlineData("--cache-host-count", "0")]
     [InlineData("--workers", "-1")]
     public async Task Demo_refuses_a_count_below_one_at_once(string option, string value)
     {
@@ -186,10 +187,66 @@ public sealed class CliTests
                      ("--cache-tls", "HPCDATA_CACHE_TLS"), ("--cache-ca", "HPCDATA_CACHE_CA"),
                  })
         {
-            var lines = help.Split('\n').Where(l => l.TrimStart().StartsWith(name + " ", StringComparison.Ordinal) || l.Trim() == name).ToList();
-            Assert.True(lines.Count == 1, $"{verb} --help lists {name} {lines.Count} times:\n{help}");
-            Assert.Contains(variable, lines[0]);
+            var entries = HelpEntries(help, name);
+            Assert.True(entries.Count == 1, $"{verb} --help lists {name} {entries.Count} times:\n{help}");
+            Assert.Contains(variable, entries[0]);
         }
+    }
+
+    /// <summary>The help entries of a switch: its line and the lines its text wraps onto, joined.</summary>
+    private static List<string> HelpEntries(string help, string name)
+    {
+        var lines = help.Split('\n');
+        var entries = new List<string>();
+        for (var i = 0; i < lines.Length; i++)
+        {
+            if (!Regex.IsMatch(lines[i], $@"^  (-\w, )?{Regex.Escape(name)}( |$)")) continue;
+            var entry = lines[i];
+            for (var j = i + 1; j < lines.Length && lines[j].StartsWith(new string(' ', 20), StringComparison.Ordinal); j++) entry += " " + lines[j].Trim();
+            entries.Add(entry);
+        }
+        return entries;
+    }
+
+    /// <summary>What a help entry says of its switch, without the default and the variable, on one line.</summary>
+    private static string HelpText(string entry) => Regex.Replace(Regex.Replace(
+        Regex.Match(entry, @"^\s*--\S+(?: \S+)?\s{2,}(?<text>.*)$", RegexOptions.Singleline).Groups["text"].Value,
+        @" \(default: [^)]*\)| \[HPCDATA_\w+\]", ""), @"\s+", " ").Trim();
+
+    /// <summary>Every verb that reaches a node agent, with the agent's switches it takes.</summary>
+    public static TheoryData<string, string[]> AgentVerbs => new()
+    {
+        { "status", ["--pipe"] }, { "path", ["--pipe"] }, { "noderelease", ["--pipe"] }, { "prestage", ["--pipe"] },
+        { "nodeprep", ["--pipe", "--data-dir", "--budget", "--node"] },
+    };
+
+    [Theory]
+    [MemberData(nameof(AgentVerbs))]
+    public async Task Agent_switches_are_the_agents_own_listed_once_with_their_variables(string verb, string[] switches)
+    {
+        await using var s = new Sandbox();
+        var help = (await s.HpcdataAsync([verb, "--help"])).Out;
+        var agentHelp = string.Join("\n", (await s.RunAsync("Hpc.NodeAgent", ["--help"])).Stdout);
+        foreach (var name in switches)
+        {
+            var entries = HelpEntries(help, name);
+            Assert.True(entries.Count == 1, $"{verb} --help lists {name} {entries.Count} times:\n{help}");
+            // The agent's own help text and variable: one declaration serves both.
+            var own = Assert.Single(HelpEntries(agentHelp, name));
+            var variable = Regex.Match(own, @"\[(HPCDATA_\w+)\]").Groups[1].Value;
+            Assert.StartsWith("HPCDATA_AGENT_", variable);
+            Assert.Contains($"[{variable}]", entries[0]);
+            Assert.Equal(HelpText(own), HelpText(entries[0]));
+        }
+    }
+
+    [Fact]
+    public async Task An_agent_switch_with_a_bad_value_is_refused_by_node_prep_as_the_agent_would_refuse_it()
+    {
+        await using var s = new Sandbox();
+        var r = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/x", "--job", "j", "--budget", "lots"]);
+        Assert.Equal(2, r.Code);
+        Assert.Contains("hpcdata nodeprep: --budget: 'lots' is not a size", r.Stderr);
     }
 
     [Theory]

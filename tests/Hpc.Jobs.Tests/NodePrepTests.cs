@@ -71,6 +71,26 @@ public class NodePrepTests
     }
 
     [Fact]
+    public async Task The_agent_node_prep_starts_takes_the_agents_switches_from_the_command_line_and_their_variables()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(100_000)), "risk/sized");
+        var pipe = s.NewPipe();
+        var dataDir = Path.Combine(s.Root, "from-variable");
+        var env = Node(pipe);
+        env["HPCDATA_AGENT_DATA_DIR"] = dataDir;
+
+        var prep = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/sized", "--cache-hosts", s.HostList, "--budget", "64MB", "--node", "n7"], env);
+        Assert.True(prep.Code == 0, prep.Stderr);
+        Assert.Contains($"starting one (data in {dataDir})", prep.Stderr);
+        var status = await s.StatusAsync(pipe);
+        Assert.Equal(("n7", 64L << 20), (status.Node, status.BudgetBytes));
+        Assert.StartsWith(dataDir, Assert.Single(prep.Stdout).Split(" path=")[1]);
+        Assert.Equal(0, (await s.HpcdataAsync(["noderelease", "--dataset", "risk/sized"], Node(pipe))).Code);
+    }
+
+    [Fact]
     public async Task Release_keeps_an_agent_that_another_job_still_pins()
     {
         await using var s = new Sandbox();

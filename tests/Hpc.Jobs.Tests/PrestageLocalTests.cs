@@ -14,7 +14,7 @@ public class PrestageLocalTests
     {
         await using var s = new Sandbox();
         var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(1_000_000));
-        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/local", "--nodes", "2", "--hosts-per-node", "3", "--job-id", "job-42",
+        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/local", "--nodes", "2", "--hosts-per-node", "3", "--job", "job-42",
             "--", "/bin/sh", "-c", ShowEnvironment]);
         Assert.True(r.Code == 0, r.Stderr + r.Out);
         Assert.Contains("job job-42", r.Out);
@@ -37,7 +37,7 @@ public class PrestageLocalTests
         Assert.True(generated.Code == 0, generated.Stderr);
         var reader = Path.Combine(ToolInstallTests.RepositoryRoot(), "samples", "python", "history_reader.py");
 
-        var r = await s.HpcdataAsync(["prestage", history, "--name", "risk/history", "--nodes", "2", "--job-id", "job-py", "--", "python3", reader]);
+        var r = await s.HpcdataAsync(["prestage", history, "--name", "risk/history", "--nodes", "2", "--job", "job-py", "--", "python3", reader]);
 
         Assert.True(r.Code == 0, r.Stderr + r.Out);
         var results = r.Stdout.Where(l => l.StartsWith("[node", StringComparison.Ordinal)).Select(l => JsonDocument.Parse(l[(l.IndexOf(']') + 2)..]).RootElement).ToList();
@@ -52,7 +52,7 @@ public class PrestageLocalTests
     {
         await using var s = new Sandbox();
         var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(3_000_000, seed: 21));
-        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/fan", "--nodes", "3", "--fanout", "mpi", "--job-id", "job-fan",
+        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/fan", "--nodes", "3", "--fanout", "mpi", "--job", "job-fan",
             "--", "/bin/sh", "-c", ShowEnvironment]);
         Assert.True(r.Code == 0, r.Stderr + r.Out);
         var preps = r.Stdout.Where(l => l.Contains("nodeprep") && l.Contains("dataset=risk/fan") && l.Contains("bytes=3000000")).ToList();
@@ -70,13 +70,13 @@ public class PrestageLocalTests
         var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(3_000_000, seed: 22));
         // 3 nodes and one cache host: direct fetch sends the data 3 times over the host's link, the ring about once plus
         // its start-up. At 8 Mbit/s that start-up is worth it; at the rate measured on loopback it is not.
-        var slow = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--link-rate", "8mbit", "--job-id", "job-auto-slow",
+        var slow = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--link-rate", "8mbit", "--job", "job-auto-slow",
             "--", "/bin/sh", "-c", ShowEnvironment]);
         Assert.True(slow.Code == 0, slow.Stderr + slow.Out);
         Assert.Contains(slow.Stdout, l => l.StartsWith("prestage: fan-out auto → mpi: 3 node(s), 1 cache host(s)") && l.Contains("(--link-rate)"));
         Assert.Equal(3, slow.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("fanout=mpi ranks=3")));
 
-        var fast = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--job-id", "job-auto-fast",
+        var fast = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--job", "job-auto-fast",
             "--", "/bin/sh", "-c", ShowEnvironment]);
         Assert.True(fast.Code == 0, fast.Stderr + fast.Out);
         Assert.Contains(fast.Stdout, l => l.StartsWith("prestage: fan-out auto → none: 3 node(s)") && l.Contains("(measured from here)"));
@@ -95,7 +95,7 @@ public class PrestageLocalTests
         await s.StageAsync(data, "risk/die");
         await using var slowLink = new ThrottledRelay(s.HostList, 512 << 10);
         var prestage = s.StartHpcdata(["prestage", "risk/die", "--cache-hosts", slowLink.Address, "--nodes", "3", "--fanout", "mpi",
-            "--job-id", "job-die", "--", "/bin/sh", "-c", ShowEnvironment]);
+            "--job", "job-die", "--", "/bin/sh", "-c", ShowEnvironment]);
         await Sandbox.KillRankOnceTheExchangeMovesAsync("job-die", rank: 1, ranks: 3, TimeSpan.FromSeconds(60), prestage);
         var code = await prestage.WaitForExitAsync(TimeSpan.FromMinutes(3));
         var output = string.Join("\n", prestage.StandardOutput);
@@ -117,7 +117,7 @@ public class PrestageLocalTests
         Assert.True(first.Code == 0, first.Stderr);
         Assert.Contains("staged", first.Out);
 
-        var second = await s.HpcdataAsync(["prestage", data, "--name", "risk/again", "--cache-hosts", s.HostList, "--job-id", "job-fails", "--", "/bin/sh", "-c", "exit 7"]);
+        var second = await s.HpcdataAsync(["prestage", data, "--name", "risk/again", "--cache-hosts", s.HostList, "--job", "job-fails", "--", "/bin/sh", "-c", "exit 7"]);
         Assert.Equal(7, second.Code);
         Assert.Contains("unchanged: nothing moved", second.Out);
         Assert.Contains("failed (exit 7)", second.Out);
@@ -157,7 +157,7 @@ public class PrestageLocalTests
         await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = s.Hosts.ToList() });
         await tier.Catalog.AddJobAsync(staged.Version, "other-job");
 
-        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/short", "--cache-hosts", s.HostList, "--lifetime", "job", "--job-id", "j1", "--", "true"]);
+        var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/short", "--cache-hosts", s.HostList, "--lifetime", "job", "--job", "j1", "--", "true"]);
         Assert.True(r.Code == 0, r.Stderr);
         Assert.Contains("kept for job(s) other-job", r.Out);
         Assert.Equal(staged.Version, await tier.GetLatestAsync("risk/short"));
@@ -177,7 +177,7 @@ public class PrestageLocalTests
     {
         await using var s = new Sandbox();
         var data = s.WriteFile("big.bin", Sandbox.RandomBytes(96 << 20));
-        var prestage = s.StartHpcdata(["prestage", data, "--name", "risk/interrupt", "--nodes", "2", "--job-id", "job-cancelled", "--", "sleep", "60"]);
+        var prestage = s.StartHpcdata(["prestage", data, "--name", "risk/interrupt", "--nodes", "2", "--job", "job-cancelled", "--", "sleep", "60"]);
         for (var i = 0; i < 1200 && !prestage.StandardOutput.Any(l => l.Contains("job job-cancelled")); i++) await Task.Delay(50);
         Assert.Contains(prestage.StandardOutput, l => l.Contains("job job-cancelled"));
         await Task.Delay(300);

@@ -32,7 +32,7 @@ public class SlurmTests
         var env = slurm.Environment(s);
 
         var submit = await s.HpcdataAsync(["prestage", data, "--name", "risk/slurm", "--scheduler", "slurm", "--nodes", "1", "--hosts-per-node", "2",
-            "--cache-hosts", s.HostList, "--agent-pipe", pipe, "--work-dir", slurm.Directory, "--", "/bin/sh", "-c", "echo host $SLURM_PROCID $HPCDATA_DATASET $HPCDATA_JOB_ID"], env);
+            "--cache-hosts", s.HostList, "--pipe", pipe, "--work-dir", slurm.Directory, "--", "/bin/sh", "-c", "echo host $SLURM_PROCID $HPCDATA_DATASET $HPCDATA_JOB_ID"], env);
         Assert.True(submit.Code == 0, submit.Stderr + submit.Out);
         var job = submit.Stdout.Single(l => l.Contains("submitted job")).Split(' ')[3];
         var output = await slurm.WaitForJobAsync(job, TimeSpan.FromMinutes(3));
@@ -43,7 +43,7 @@ public class SlurmTests
         Assert.Empty(Sandbox.ProcessesMentioning(pipe)); // the agent nodeprep started was stopped by node release
 
         // Cancelled while the service hosts run: the batch shell's trap can no longer start a step, the Epilog releases.
-        var second = await s.HpcdataAsync(["prestage", "risk/slurm", "--scheduler", "slurm", "--cache-hosts", s.HostList, "--agent-pipe", pipe,
+        var second = await s.HpcdataAsync(["prestage", "risk/slurm", "--scheduler", "slurm", "--cache-hosts", s.HostList, "--pipe", pipe,
             "--work-dir", slurm.Directory, "--", "sleep", "300"], env);
         Assert.True(second.Code == 0, second.Stderr);
         var cancelled = second.Stdout.Single(l => l.Contains("submitted job")).Split(' ')[3];

@@ -162,6 +162,15 @@ public sealed class ToolInstallTests
             Assert.True(report.Code == 0, report.Output);
             Assert.True(File.Exists(Path.Combine(results, "report.md")), report.Output);
             Assert.Contains("time-vs-nodes.png", Directory.GetFiles(results, "*.png").Select(Path.GetFileName));
+            // The native hpcdata a Release package carries draws the same charts with the renderer packed beside it.
+            var nativeDir = Path.Combine(installed, "native");
+            foreach (var native in Directory.Exists(nativeDir) ? Directory.GetFiles(nativeDir, "hpcdata", SearchOption.AllDirectories) : [])
+            {
+                foreach (var png in Directory.GetFiles(results, "*.png")) File.Delete(png);
+                var nativeReport = await RunAsync(native, ["report", results], elsewhere, env, TimeSpan.FromMinutes(2));
+                Assert.True(nativeReport.Code == 0, $"{native} report:\n{nativeReport.Output}");
+                Assert.Contains("time-vs-nodes.png", Directory.GetFiles(results, "*.png").Select(Path.GetFileName));
+            }
             var help = await RunAsync(hpcdata, ["--help"], elsewhere, env, TimeSpan.FromMinutes(1));
             Assert.Contains("agent", help.Output);
             Assert.Contains("cache-host", help.Output);

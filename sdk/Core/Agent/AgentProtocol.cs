@@ -170,6 +170,11 @@ public sealed class LocalDataset
     [JsonPropertyName("fetchSeconds")] public double FetchSeconds { get; set; }
     /// <summary>Raw bytes this fetch took from other versions already on the node instead of the cache tier (an update's unchanged segments).</summary>
     [JsonPropertyName("reusedBytes")] public long ReusedBytes { get; set; }
+    /// <summary>
+    /// Raw bytes a resumed fetch found already in the partial copy, verified and kept (what an interrupted fetch, or a
+    /// fan-out's ring, had written), so not fetched again.
+    /// </summary>
+    [JsonPropertyName("resumedBytes")] public long ResumedBytes { get; set; }
 }
 
 public sealed class AgentStatus

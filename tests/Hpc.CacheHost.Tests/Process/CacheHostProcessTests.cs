@@ -392,7 +392,7 @@ public sealed class CacheHostProcessTests : IDisposable
         Assert.Equal(2, exitCode);
         Assert.Equal("", stdout);
         var line = Assert.Single(log.Split('\n', StringSplitOptions.RemoveEmptyEntries));
-        Assert.StartsWith("Hpc.CacheHost: ", line);
+        Assert.StartsWith("hpcdata cache-host: ", line);
         Assert.Contains(expected, line);
         Assert.Contains(value, line);
     }
@@ -414,7 +414,7 @@ public sealed class CacheHostProcessTests : IDisposable
         var (exitCode, stdout, log) = CacheHostProcess.RunToExit("--help");
 
         Assert.Equal(0, exitCode);
-        Assert.Contains("usage: Hpc.CacheHost", stdout);
+        Assert.Contains("usage: hpcdata cache-host [options]", stdout);
         foreach (var option in (string[])["--address", "--port", "--max-memory", "--max-frame", "--max-clients", "--password", "--password-file", "HPCDATA_CACHE_PASSWORD"])
             Assert.Contains(option, stdout);
         Assert.DoesNotContain(stdout.Split('\n'), line => line.StartsWith("READY", StringComparison.Ordinal));
