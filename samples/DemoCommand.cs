@@ -1,6 +1,6 @@
 using System.Diagnostics;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using System.Text.Json;
-using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Hosting;
@@ -9,28 +9,31 @@ using Hpc.CommonData.Local;
 
 namespace Hpc.Samples;
 
-[Verb("demo", HelpText = "Run the whole system on this machine: cache hosts, node agents, staging, and sample workers.")]
-public sealed class DemoOptions
+public sealed class DemoOptions : IVerbOptions
 {
-    [Option("size", Default = "256MB", HelpText = "Dataset size: " + SizeOption.Rule + ".")]
+    public static string Verb => "demo";
+
+    public static string Summary => "Run the whole system on this machine: cache hosts, node agents, staging, and sample workers.";
+
+    [Switch("--size", "Dataset size: " + SizeOption.Rule + ".", Meta = "SIZE")]
     public string Size { get; set; } = "256MB";
 
-    [Option("cache-host-count", Default = 2, HelpText = "Cache hosts to start.")]
+    [Switch("--cache-host-count", "Cache hosts to start.")]
     public int Hosts { get; set; } = 2;
 
-    [Option("nodes", Default = 2, HelpText = "Node agents (each stands in for a compute node).")]
+    [Switch("--nodes", "Node agents (each stands in for a compute node).")]
     public int Nodes { get; set; } = 2;
 
-    [Option("workers", Default = 4, HelpText = "Worker processes per node.")]
+    [Switch("--workers", "Worker processes per node.")]
     public int Workers { get; set; } = 4;
 
-    [Option("work-dir", HelpText = "Scratch directory (default: under /dev/shm or the temp folder); removed afterwards.")]
+    [Switch("--work-dir", "Scratch directory (default: under /dev/shm or the temp folder); removed afterwards.", Meta = "DIR")]
     public string? WorkDir { get; set; }
 
-    [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random (incompressible; workers then only attach and verify).")]
+    [Switch("--data", "csv (market history, compressible) or random (incompressible; workers then only attach and verify).", Meta = "KIND")]
     public string Data { get; set; } = "csv";
 
-    [Option("json", HelpText = "Also write the measurements as JSON to this file.")]
+    [Switch("--json", "Also write the measurements as JSON to this file.", Meta = "PATH")]
     public string? Json { get; set; }
 
     /// <summary>What is wrong with the options, one sentence naming the switch; null when the demo can run.</summary>
@@ -68,13 +71,11 @@ public sealed class DemoCommand(DemoOptions o)
         }
         catch (OperationCanceledException)
         {
-            Console.Error.WriteLine("hpcdata demo: interrupted; everything it started was stopped");
-            return 130;
+            throw CommandException.Cancelled("interrupted; everything it started was stopped");
         }
         catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException)
         {
-            Console.Error.WriteLine($"hpcdata demo: {e.Message}");
-            return 1;
+            throw CommandException.Failed(e.Message);
         }
         finally
         {

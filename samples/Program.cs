@@ -4,7 +4,7 @@ using Hpc.Samples;
 // Samples: services written against the worker SDK, and the demo that runs them on a local cluster.
 const string Me = "Hpc.Samples";
 return await new CommandTree(Me, "sample services on common data, and the demo that runs them on this machine", [
-    VerbEntry.Of<DemoOptions>("hpcdata", (o, ct) => new DemoCommand(o).RunAsync(ct)),
+    VerbEntry.For<DemoOptions>("hpcdata", (o, ct) => new DemoCommand(o).RunAsync(ct)),
     new("worker", SampleWorker.Summary, args => SampleWorker.MainAsync($"{Me} worker", args)),
     VerbEntry.Of<SoaHostOptions>(Me, (o, _) => SoaHost.RunAsync(o)),
     VerbEntry.Of<SoaClientOptions>(Me, (o, _) => SoaClient.RunAsync(o)),

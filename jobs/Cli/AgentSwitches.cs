@@ -9,7 +9,7 @@ namespace Hpc.Jobs.Cli;
 /// (<see cref="NodeAgentOptions"/>), of which a verb takes the few it needs, so <c>--pipe</c> means, reads and says the
 /// same for a verb as for the agent.
 /// </summary>
-public sealed class AgentSwitches
+public sealed class AgentSwitches(ISet<string> given)
 {
     /// <summary>The switch every verb that reaches an agent takes.</summary>
     public static readonly IReadOnlyCollection<string> Pipe = ["--pipe"];
@@ -20,20 +20,15 @@ public sealed class AgentSwitches
     /// <summary>The agent's options as the environment and the command line give them (the others keep their defaults).</summary>
     public NodeAgentOptions Options { get; set; } = new();
 
-    private ISet<string> _given = new HashSet<string>();
-
     /// <summary>The pipe to connect to: the one given, else the default.</summary>
     public string PipeName => Options.Pipe.Trim();
 
     /// <summary>Whether the switch was given, on the command line or by its variable.</summary>
-    public bool IsSet(string name) => SwitchGroup.Of(typeof(NodeAgentOptions), [name]).IsSet(name, _given);
+    public bool IsSet(string name) => SwitchGroup.Of(typeof(NodeAgentOptions), [name]).IsSet(name, given);
 
     /// <summary>The group as a verb nests it, taking <paramref name="only"/> of the agent's switches.</summary>
     public NestedSwitches Nested(IReadOnlyCollection<string> only, string title = "Node agent (the agent's own switches; each also from its variable)") =>
         new(title, Options, only);
-
-    /// <summary>Takes what the command tree filled in another instance.</summary>
-    public void Adopt(AgentSwitches filled, ISet<string> given) => (Options, _given) = (filled.Options, given);
 
     /// <summary>What a verb that needs a running agent says when none answers on <see cref="PipeName"/>: where it looked, and how one is started.</summary>
     public string NotAnswering(Exception cause) =>
@@ -43,15 +38,11 @@ public sealed class AgentSwitches
 /// <summary>A verb that talks to this node's agent only (path, noderelease).</summary>
 public abstract class AgentClientOptions : ISwitchGroups
 {
-    public AgentSwitches Agent { get; set; } = new();
+    protected AgentClientOptions() => Agent = new AgentSwitches(GivenSwitches);
+
+    public AgentSwitches Agent { get; }
 
     public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
     IEnumerable<NestedSwitches> ISwitchGroups.Groups => [Agent.Nested(AgentSwitches.Pipe)];
-
-    void ISwitchGroups.Adopt(ISwitchGroups filled)
-    {
-        GivenSwitches.UnionWith(filled.GivenSwitches);
-        Agent.Adopt(((AgentClientOptions)filled).Agent, GivenSwitches);
-    }
 }

@@ -12,6 +12,8 @@ namespace Hpc.Jobs.Cli;
 /// </summary>
 public abstract class CacheClientOptions : ISwitchGroups
 {
+    protected CacheClientOptions() => Agent = new AgentSwitches(GivenSwitches);
+
     /// <summary>The cache tier as the environment and the command line give it (no default hosts yet).</summary>
     public CacheTierOptions CacheTierSwitches { get; set; } = new();
 
@@ -21,7 +23,7 @@ public abstract class CacheClientOptions : ISwitchGroups
     public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 
     /// <summary>The node agent, for a verb that also talks to it (<see cref="AgentSwitchNames"/>).</summary>
-    public AgentSwitches Agent { get; set; } = new();
+    public AgentSwitches Agent { get; }
 
     /// <summary>Which of the agent's switches the verb takes, when it also talks to this node's agent (status, nodeprep, prestage).</summary>
     protected virtual IReadOnlyCollection<string>? AgentSwitchNames => null;
@@ -35,13 +37,6 @@ public abstract class CacheClientOptions : ISwitchGroups
             : [new(CacheTierTitle, CacheTierSwitches)];
 
     private const string CacheTierTitle = "Cache tier (the stager's and the agent's switches; each also from its variable)";
-
-    void ISwitchGroups.Adopt(ISwitchGroups filled)
-    {
-        CacheTierSwitches = ((CacheClientOptions)filled).CacheTierSwitches;
-        GivenSwitches.UnionWith(filled.GivenSwitches);
-        Agent.Adopt(((CacheClientOptions)filled).Agent, GivenSwitches);
-    }
 
     /// <summary>The cache hosts given, as text (null when neither the command line nor the variable named any).</summary>
     public string? CacheHosts => CacheTierSwitches.Hosts.Count == 0 ? null : string.Join(",", CacheTierSwitches.Hosts);

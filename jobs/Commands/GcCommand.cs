@@ -1,4 +1,4 @@
-using CommandLine;
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Cache;
 
 using Hpc.CommonData.Cli;
@@ -6,10 +6,13 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("gc", HelpText = "Free the segments no dataset version on the cache tier references (left by removed versions or failed stages).")]
-public sealed class GcOptions : CacheClientOptions
+public sealed class GcOptions : CacheClientOptions, IVerbOptions
 {
-    [Option("drop-unreadable", HelpText = "Also delete manifest keys that hold no readable manifest (they are skipped with a warning otherwise).")]
+    public static string Verb => "gc";
+
+    public static string Summary => "Free the segments no dataset version on the cache tier references (left by removed versions or failed stages).";
+
+    [Switch("--drop-unreadable", "Also delete manifest keys that hold no readable manifest (they are skipped with a warning otherwise).")]
     public bool DropUnreadable { get; set; }
 }
 

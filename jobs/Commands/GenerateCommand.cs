@@ -1,4 +1,4 @@
-using CommandLine;
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData;
 using Hpc.CommonData.Cli;
 using Hpc.Jobs.Cli;
@@ -6,26 +6,29 @@ using Hpc.CommonData.Local;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("generate", HelpText = "Write test data to stage: market history CSV (compressible), random bytes, or a version of a market history that changes the way such data does.")]
-public sealed class GenerateOptions
+public sealed class GenerateOptions : IVerbOptions
 {
-    [Value(0, MetaName = "path", Required = true, HelpText = "Output file.")]
+    public static string Verb => "generate";
+
+    public static string Summary => "Write test data to stage: market history CSV (compressible), random bytes, or a version of a market history that changes the way such data does.";
+
+    [Switch("", "Output file.", Meta = "PATH", Required = true)]
     public string Path { get; set; } = "";
 
-    [Option("size", Default = "256MB", HelpText = "Bytes to write: " + SizeOption.Rule + ".")]
+    [Switch("--size", "Bytes to write: " + SizeOption.Rule + ".", Meta = "SIZE")]
     public string Size { get; set; } = "256MB";
 
-    [Option("data", Default = "csv", HelpText = "csv (ordered by date), random, history (one CSV ordered by instrument then date; each --version adds a day to every " +
-        "instrument and revises ten past closes) or history-files (a directory of per-instrument CSVs; each --version adds a day to every file and replaces 1% of them).")]
+    [Switch("--data", "csv (ordered by date), random, history (one CSV ordered by instrument then date; each --version adds a day to every " +
+        "instrument and revises ten past closes) or history-files (a directory of per-instrument CSVs; each --version adds a day to every file and replaces 1% of them).", Meta = "KIND")]
     public string Data { get; set; } = "csv";
 
-    [Option("version", Default = 0, HelpText = "For history and history-files: which version (0 is the first; --size sets its size).")]
+    [Switch("--version", "For history and history-files: which version (0 is the first; --size sets its size).")]
     public int Version { get; set; }
 
-    [Option("seed", Default = 42, HelpText = "For history and history-files: the seed; the same seed, size and version give the same bytes.")]
+    [Switch("--seed", "For history and history-files: the seed; the same seed, size and version give the same bytes.")]
     public int Seed { get; set; } = 42;
 
-    [Option("instruments", Default = MarketHistory.DefaultInstruments, HelpText = "For history and history-files: instruments.")]
+    [Switch("--instruments", "For history and history-files: instruments.")]
     public int Instruments { get; set; } = MarketHistory.DefaultInstruments;
 
 }

@@ -1,4 +1,4 @@
-using CommandLine;
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
@@ -8,17 +8,20 @@ using Microsoft.Extensions.Logging;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("get", HelpText = "Copy a dataset to a path, verified: a file for a file dataset, the tree (directories, links, modes, times) for a directory dataset. " +
-                        "From this node's agent when one runs, else from the cache tier.")]
-public sealed class GetOptions : CacheClientOptions
+public sealed class GetOptions : CacheClientOptions, IVerbOptions
 {
-    [Value(0, MetaName = "NAME[@VERSION]", Required = true, HelpText = "Dataset (owner/name), optionally @ a version id; the latest version by default.")]
+    public static string Verb => "get";
+
+    public static string Summary => "Copy a dataset to a path, verified: a file for a file dataset, the tree (directories, links, modes, times) for a directory dataset. " +
+                        "From this node's agent when one runs, else from the cache tier.";
+
+    [Switch("", "Dataset (owner/name), optionally @ a version id; the latest version by default.", Meta = "NAME[@VERSION]", Required = true)]
     public string Dataset { get; set; } = "";
 
-    [Value(1, MetaName = "DEST", Required = true, HelpText = "Where to write it: a file path, or a directory to create for a directory dataset.")]
+    [Switch("", "Where to write it: a file path, or a directory to create for a directory dataset.", Meta = "DEST", Required = true)]
     public string Destination { get; set; } = "";
 
-    [Option("force", HelpText = "Replace DEST if it exists.")]
+    [Switch("--force", "Replace DEST if it exists.")]
     public bool Force { get; set; }
 
 }

@@ -1,6 +1,6 @@
+using Hpc.CommonData.Hosting;
 using System.Globalization;
 using System.Text.Json;
-using CommandLine;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Cli;
@@ -8,13 +8,16 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("list", HelpText = "The datasets and versions on the cache tier: sizes, which is latest, created, lifetime and expiry, the jobs keeping them.")]
-public sealed class ListOptions : CacheClientOptions
+public sealed class ListOptions : CacheClientOptions, IVerbOptions
 {
-    [Value(0, MetaName = "NAME", HelpText = "Only this dataset (owner/name).")]
+    public static string Verb => "list";
+
+    public static string Summary => "The datasets and versions on the cache tier: sizes, which is latest, created, lifetime and expiry, the jobs keeping them.";
+
+    [Switch("", "Only this dataset (owner/name).", Meta = "NAME")]
     public string? Name { get; set; }
 
-    [Option("json", HelpText = "One JSON array of CatalogEntry on stdout, for scripts.")]
+    [Switch("--json", "One JSON array of CatalogEntry on stdout, for scripts.")]
     public bool Json { get; set; }
 }
 

@@ -1,6 +1,6 @@
 using System.Diagnostics;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using System.Runtime.InteropServices;
-using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Fetch;
@@ -15,45 +15,48 @@ using Hpc.Jobs.Scheduling;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("nodeprep", HelpText = "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.")]
-public sealed class NodePrepOptions : CacheClientOptions
+public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
 {
+    public static string Verb => "nodeprep";
+
+    public static string Summary => "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.";
+
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Start;
 
     protected override string AgentTitle =>
         "Node agent (its own switches, each also from its variable; all but --pipe are for an agent node prep starts,\n" +
         "  whose --data-dir defaults to /dev/shm/hpcdata-<pipe>)";
 
-    [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET).")]
+    [Switch("--dataset", "Dataset name (default: $HPCDATA_DATASET).", Alias = "-d", Meta = "NAME")]
     public string? Dataset { get; set; }
 
-    [Option("version", HelpText = "Exact version (default: $HPCDATA_VERSION, else latest).")]
+    [Switch("--version", "Exact version (default: $HPCDATA_VERSION, else latest).", Meta = "VERSION")]
     public string? Version { get; set; }
 
-    [Option("job", HelpText = "Job id used as the pin (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).")]
+    [Switch("--job", "Job id used as the pin (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).", Meta = "ID")]
     public string? Job { get; set; }
 
 
-    [Option("no-start", HelpText = "Never start an agent; fail when none answers.")]
+    [Switch("--no-start", "Never start an agent; fail when none answers.")]
     public bool NoStart { get; set; }
 
-    [Option("start-timeout", Default = "30s", HelpText = "How long a started agent may take to answer.")]
+    [Switch("--start-timeout", "How long a started agent may take to answer.", Meta = "DURATION")]
     public string StartTimeout { get; set; } = "30s";
 
-    [Option("timeout", Default = "60m", HelpText = "How long fetching may take.")]
+    [Switch("--timeout", "How long fetching may take.", Meta = "DURATION")]
     public string Timeout { get; set; } = "60m";
 
-    [Option("fanout", Default = "auto", HelpText = "auto, none, or mpi: run as one MPI rank per node (mpiexec -ppn 1, srun --ntasks-per-node=1); " +
+    [Switch("--fanout", "auto, none, or mpi: run as one MPI rank per node (mpiexec -ppn 1, srun --ntasks-per-node=1); " +
         "the ranks share the fetching and pass the data on to each other, so the cache tier sends each byte about once. " +
         "Without MPI, or when the exchange fails, the node fetches what it lacks directly. {rank} in --pipe and --data-dir is the rank. " +
-        "auto: mpi when a launcher started this node prep as one of several ranks, else none (prestage --fanout auto makes that choice for a job).")]
+        "auto: mpi when a launcher started this node prep as one of several ranks, else none (prestage --fanout auto makes that choice for a job).", Meta = "MODE")]
     public string Fanout { get; set; } = "auto";
 
-    [Option("ring", Default = "tcp", HelpText = "--fanout mpi: what carries the blocks between neighbours. tcp (default): a TCP connection per " +
-        "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).")]
+    [Switch("--ring", "--fanout mpi: what carries the blocks between neighbours. tcp: a TCP connection per " +
+        "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).", Meta = "KIND")]
     public string Ring { get; set; } = "tcp";
 
-    [Option("stall-timeout", Default = "2m", HelpText = "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.")]
+    [Switch("--stall-timeout", "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
 
 }

@@ -1,4 +1,4 @@
-using CommandLine;
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Scheduling;
@@ -8,23 +8,26 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("noderelease", HelpText = "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.")]
-public sealed class NodeReleaseOptions : AgentClientOptions
+public sealed class NodeReleaseOptions : AgentClientOptions, IVerbOptions
 {
-    [Option('d', "dataset", HelpText = "Dataset name (default: $HPCDATA_DATASET; neither: every copy this job pinned).")]
+    public static string Verb => "noderelease";
+
+    public static string Summary => "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.";
+
+    [Switch("--dataset", "Dataset name (default: $HPCDATA_DATASET; neither: every copy this job pinned).", Alias = "-d", Meta = "NAME")]
     public string? Dataset { get; set; }
 
-    [Option("version", HelpText = "Version (default: $HPCDATA_VERSION, else every version of the dataset pinned by this job).")]
+    [Switch("--version", "Version (default: $HPCDATA_VERSION, else every version of the dataset pinned by this job).", Meta = "VERSION")]
     public string? Version { get; set; }
 
-    [Option("job", HelpText = "Job id the data was pinned with (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).")]
+    [Switch("--job", "Job id the data was pinned with (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).", Meta = "ID")]
     public string? Job { get; set; }
 
 
-    [Option("evict", HelpText = "Also delete the node's copy when nothing else pins or uses it.")]
+    [Switch("--evict", "Also delete the node's copy when nothing else pins or uses it.")]
     public bool Evict { get; set; }
 
-    [Option("stop-agent", Default = "auto", HelpText = "auto: stop the agent when node prep started it and nothing is pinned, leased or fetching; never; always (only an agent node prep started).")]
+    [Switch("--stop-agent", "auto: stop the agent when node prep started it and nothing is pinned, leased or fetching; never; always (only an agent node prep started).", Meta = "WHEN")]
     public string StopAgent { get; set; } = "auto";
 }
 

@@ -1,4 +1,4 @@
-using CommandLine;
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Format;
@@ -9,11 +9,14 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("path", HelpText = "Print where this node's copy of a dataset is: the read-only tree of a directory dataset, or the file of a single-file one. " +
-                         "For programs that read files (Python, R, solvers); job scripts export it as $HPCDATA_DATASET_PATH.")]
-public sealed class PathOptions : AgentClientOptions
+public sealed class PathOptions : AgentClientOptions, IVerbOptions
 {
-    [Value(0, MetaName = "NAME[@VERSION]", HelpText = "Dataset, optionally @ a version id (default: $HPCDATA_DATASET and $HPCDATA_VERSION, else latest).")]
+    public static string Verb => "path";
+
+    public static string Summary => "Print where this node's copy of a dataset is: the read-only tree of a directory dataset, or the file of a single-file one. " +
+                         "For programs that read files (Python, R, solvers); job scripts export it as $HPCDATA_DATASET_PATH.";
+
+    [Switch("", "Dataset, optionally @ a version id (default: $HPCDATA_DATASET and $HPCDATA_VERSION, else latest).", Meta = "NAME[@VERSION]")]
     public string? Dataset { get; set; }
 
 }

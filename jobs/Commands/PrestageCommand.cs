@@ -1,6 +1,6 @@
 using System.Diagnostics;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using System.Text.Json;
-using CommandLine;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
@@ -13,62 +13,67 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("prestage", HelpText = "Stage a dataset if it changed, then run or submit a job whose nodes get it first: hpcdata prestage PATH|NAME [options] -- command args…")]
-public sealed class PrestageOptions : CacheClientOptions
+public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
 {
+    public static string Verb => "prestage";
+
+    public static string Trailing => "-- COMMAND [ARGS…]";
+
+    public static string Summary => "Stage a dataset if it changed, then run or submit a job whose nodes get it first: hpcdata prestage PATH|NAME [options] -- command args…";
+
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
 
     protected override string AgentTitle => "Node agent (slurm, hpcpack: the nodes' agents; default: the nodes' own setting)";
 
-    [Value(0, MetaName = "source", Required = true, HelpText = "A file or directory to stage, or the name of an already staged dataset.")]
+    [Switch("", "A file or directory to stage, or the name of an already staged dataset.", Meta = "SOURCE", Required = true)]
     public string Source { get; set; } = "";
 
-    [Option('n', "name", HelpText = "Dataset name when staging a path (owner/name).")]
+    [Switch("--name", "Dataset name when staging a path (owner/name).", Alias = "-n", Meta = "OWNER/NAME")]
     public string? Name { get; set; }
 
-    [Option("scheduler", Default = "local", HelpText = "local (this machine), slurm, or hpcpack.")]
+    [Switch("--scheduler", "local (this machine), slurm, or hpcpack.", Meta = "KIND")]
     public string Scheduler { get; set; } = "local";
 
-    [Option("nodes", Default = 1, HelpText = "Nodes.")]
+    [Switch("--nodes", "Nodes.")]
     public int Nodes { get; set; } = 1;
 
-    [Option("hosts-per-node", Default = 1, HelpText = "Service-host processes per node.")]
+    [Switch("--hosts-per-node", "Service-host processes per node.")]
     public int HostsPerNode { get; set; } = 1;
 
-    [Option("client", HelpText = "SOA client command, run once every service host printed READY; the job ends with it.")]
+    [Switch("--client", "SOA client command, run once every service host printed READY; the job ends with it.", Meta = "COMMAND")]
     public string? Client { get; set; }
 
-    [Option("cache-host-count", Default = 1, HelpText = "local: cache hosts to start on this machine when no --cache-hosts are given.")]
+    [Switch("--cache-host-count", "local: cache hosts to start on this machine when no --cache-hosts are given.")]
     public int CacheHostCount { get; set; } = 1;
 
-    [Option("lifetime", HelpText = "job (remove the version when the job ends, unless another job uses it) or a TTL such as 12h.")]
+    [Switch("--lifetime", "job (remove the version when the job ends, unless another job uses it) or a TTL such as 12h.", Meta = "job|TTL")]
     public string? Lifetime { get; set; }
 
-    [Option("readers", HelpText = "When staging a path: who may read it on the nodes, user:NAME,group:NAME,… or all (default: only you).")]
+    [Switch("--readers", "When staging a path: who may read it on the nodes, user:NAME,group:NAME,… or all (default: only you).", Meta = "WHO")]
     public string? Readers { get; set; }
 
-    [Option("job", HelpText = "local: the job id the nodes pin the data with (default: local-<time>-<pid>).")]
+    [Switch("--job", "local: the job id the nodes pin the data with (default: local-<time>-<pid>).", Meta = "ID")]
     public string? Job { get; set; }
 
-    [Option("evict", HelpText = "Node release also deletes the nodes' copies.")]
+    [Switch("--evict", "Node release also deletes the nodes' copies.")]
     public bool Evict { get; set; }
 
-    [Option("fanout", Default = "auto", HelpText = "auto, none, or mpi: node prep runs as one MPI rank per node and the nodes share the fetching " +
+    [Switch("--fanout", "auto, none, or mpi: node prep runs as one MPI rank per node and the nodes share the fetching " +
         "(local: mpiexec.hydra on this machine; slurm: the srun step; needs an MPI on the nodes, else each node fetches directly). auto: " +
-        "whichever the cost model says is faster for the nodes, cache hosts, stored size and link rate, said in one line.")]
+        "whichever the cost model says is faster for the nodes, cache hosts, stored size and link rate, said in one line.", Meta = "MODE")]
     public string Fanout { get; set; } = "auto";
 
-    [Option("link-rate", HelpText = "--fanout auto: the nodes' and cache hosts' link rate, e.g. 10gbit or 1.2GB/s (default: measured from here by " +
-        "fetching up to 16 MB of the version from the cache tier).")]
+    [Switch("--link-rate", "--fanout auto: the nodes' and cache hosts' link rate, e.g. 10gbit or 1.2GB/s (default: measured from here by " +
+        "fetching up to 16 MB of the version from the cache tier).", Meta = "RATE")]
     public string? LinkRate { get; set; }
 
-    [Option("dry-run", HelpText = "slurm, hpcpack: print the job instead of submitting it.")]
+    [Switch("--dry-run", "slurm, hpcpack: print the job instead of submitting it.")]
     public bool DryRun { get; set; }
 
-    [Option("hpcdata", HelpText = "slurm, hpcpack: how nodes run hpcdata (default: the installed tool: this launcher by absolute path, else hpcdata on PATH; from a build without one, this build).")]
+    [Switch("--hpcdata", "slurm, hpcpack: how nodes run hpcdata (default: the installed tool: this launcher by absolute path, else hpcdata on PATH; from a build without one, this build).", Meta = "COMMAND")]
     public string? Hpcdata { get; set; }
 
-    [Option("work-dir", HelpText = "local: scratch directory for the nodes' data (default under /dev/shm; removed afterwards unless given). slurm, hpcpack: where the job script is written (default: here).")]
+    [Switch("--work-dir", "local: scratch directory for the nodes' data (default under /dev/shm; removed afterwards unless given). slurm, hpcpack: where the job script is written (default: here).", Meta = "DIR")]
     public string? WorkDir { get; set; }
 }
 
@@ -82,7 +87,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         var split = Array.IndexOf(args, "--");
         var (own, command) = split < 0 ? (args, Array.Empty<string>()) : (args[..split], args[(split + 1)..]);
-        return CommandTree.ParseAndRunAsync<PrestageOptions>("hpcdata prestage", own, (o, ct) => new PrestageCommand(o, command).RunAsync(ct));
+        return VerbContract<PrestageOptions>.RunAsync("hpcdata prestage", own, (o, ct) => new PrestageCommand(o, command).RunAsync(ct));
     }
 
     public async Task<int> RunAsync(CancellationToken stop)

@@ -1,4 +1,4 @@
-using CommandLine;
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Scheduling;
@@ -8,16 +8,19 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("remove", HelpText = "Remove a dataset version from the cache tier (its manifest, and the latest pointer when it points there).")]
-public sealed class RemoveOptions : CacheClientOptions
+public sealed class RemoveOptions : CacheClientOptions, IVerbOptions
 {
-    [Value(0, MetaName = "name", Required = true, HelpText = "Dataset name.")]
+    public static string Verb => "remove";
+
+    public static string Summary => "Remove a dataset version from the cache tier (its manifest, and the latest pointer when it points there).";
+
+    [Switch("", "Dataset name.", Meta = "NAME", Required = true)]
     public string Name { get; set; } = "";
 
-    [Option("version", HelpText = "Version to remove (default: the latest).")]
+    [Switch("--version", "Version to remove (default: the latest).", Meta = "VERSION")]
     public string? Version { get; set; }
 
-    [Option("job", HelpText = "Only drop this job's reference; remove the version when no other job still uses it.")]
+    [Switch("--job", "Only drop this job's reference; remove the version when no other job still uses it.", Meta = "ID")]
     public string? Job { get; set; }
 
 }

@@ -1,5 +1,5 @@
+using Hpc.CommonData.Hosting;
 using System.Text.Json;
-using CommandLine;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Cli;
@@ -7,15 +7,18 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("status", HelpText = "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.")]
-public sealed class StatusOptions : CacheClientOptions
+public sealed class StatusOptions : CacheClientOptions, IVerbOptions
 {
+    public static string Verb => "status";
+
+    public static string Summary => "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.";
+
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
 
-    [Option("cache-tier", HelpText = "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]
+    [Switch("--cache-tier", "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]
     public bool WholeCacheTier { get; set; }
 
-    [Option("json", HelpText = "One JSON document on stdout (the agent's AgentStatus, or an array of CacheHostStatus), for scripts.")]
+    [Switch("--json", "One JSON document on stdout (the agent's AgentStatus, or an array of CacheHostStatus), for scripts.")]
     public bool Json { get; set; }
 }
 

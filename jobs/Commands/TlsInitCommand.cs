@@ -1,4 +1,4 @@
-using CommandLine;
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Security;
 
 using Hpc.CommonData.Cli;
@@ -6,16 +6,19 @@ using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Commands;
 
-[Verb("tls-init", HelpText = "Create a site CA (once) and a cache-host certificate it signs, as PEM files: host.pem and host.key for the hosts, ca.pem for every client.")]
-public sealed class TlsInitOptions
+public sealed class TlsInitOptions : IVerbOptions
 {
-    [Option("out", Required = true, HelpText = "Directory for ca.pem, ca.key, host.pem, host.key; an existing CA there is reused.")]
+    public static string Verb => "tls-init";
+
+    public static string Summary => "Create a site CA (once) and a cache-host certificate it signs, as PEM files: host.pem and host.key for the hosts, ca.pem for every client.";
+
+    [Switch("--out", "Directory for ca.pem, ca.key, host.pem, host.key; an existing CA there is reused.", Required = true, Meta = "DIR")]
     public string Out { get; set; } = "";
 
-    [Option("hosts", Required = true, HelpText = "Names the cache hosts are reached by, as clients spell them in --cache-hosts: DNS names and IP addresses, comma-separated.")]
+    [Switch("--hosts", "Names the cache hosts are reached by, as clients spell them in --cache-hosts: DNS names and IP addresses, comma-separated.", Required = true, Meta = "NAMES")]
     public string Hosts { get; set; } = "";
 
-    [Option("days", Default = 365, HelpText = "Validity of the host certificate in days (the CA lasts four times as long).")]
+    [Switch("--days", "Validity of the host certificate in days (the CA lasts four times as long).")]
     public int Days { get; set; } = 365;
 }
 

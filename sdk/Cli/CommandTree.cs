@@ -9,7 +9,12 @@ namespace Hpc.CommonData.Cli;
 /// <summary>One verb of a program: its name, one line for the verb list, and what runs it with the remaining arguments.</summary>
 public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<int>> Run, bool Hidden = false)
 {
-    /// <summary>A verb whose options type carries <see cref="VerbAttribute"/>: name and summary come from it.</summary>
+    /// <summary>A verb whose options type declares its switches (<see cref="IVerbOptions"/>, <see cref="VerbContract{T}"/>).</summary>
+    public static VerbEntry For<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
+        where TOptions : class, IVerbOptions, new() =>
+        new(TOptions.Verb, TOptions.Summary, args => VerbContract<TOptions>.RunAsync($"{program} {TOptions.Verb}", args, run));
+
+    /// <summary>A verb whose options type carries CommandLineParser's <see cref="VerbAttribute"/> (the lab's and the samples' verbs).</summary>
     public static VerbEntry Of<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
     {
         var verb = typeof(TOptions).GetCustomAttributes(typeof(VerbAttribute), false).Cast<VerbAttribute>().Single();
@@ -63,43 +68,8 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     public static async Task<int> ParseAndRunAsync<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
     {
         using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
-        // Nested switch groups (the cache tier's, the agent's) are read by their own declarations first; the rest is the verb's.
-        var groups = typeof(ISwitchGroups).IsAssignableFrom(typeof(TOptions)) ? (ISwitchGroups)Activator.CreateInstance(typeof(TOptions))! : null;
-        if (groups is not null && !args.Contains("--help") && !args.Contains("-h"))
-        {
-            var rest = args.ToList();
-            foreach (var group in groups.Groups)
-            {
-                var switches = group.Switches;
-                if ((switches.ApplyEnvironment(group.Target) ?? switches.Take(rest, group.Target, groups.GivenSwitches)) is { } refused)
-                {
-                    Console.Error.WriteLine($"{usage}: {refused} (see {usage} --help)");
-                    return ExitCodes.Usage;
-                }
-            }
-            args = [.. rest];
-        }
         var parsed = parser.ParseArguments<TOptions>(WithLongHelp<TOptions>(args));
-        if (parsed is Parsed<TOptions> ok)
-        {
-            if (groups is not null) ((ISwitchGroups)ok.Value!).Adopt(groups);
-            using var cancel = new CancellationTokenSource();
-            using var signals = Signals.CancelOn(cancel);
-            try
-            {
-                return await run(ok.Value, cancel.Token);
-            }
-            catch (OperationCanceledException) when (cancel.IsCancellationRequested)
-            {
-                Console.Error.WriteLine($"{usage}: cancelled");
-                return ExitCodes.Cancelled;
-            }
-            catch (CommandException e)
-            {
-                Console.Error.WriteLine($"{usage}: {e.Message}");
-                return e.ExitCode;
-            }
-        }
+        if (parsed is Parsed<TOptions> ok) return await RunCancellableAsync(usage, ct => run(ok.Value, ct));
         var errors = ((NotParsed<TOptions>)parsed).Errors.ToList();
         if (errors.Any(e => e.Tag is ErrorType.HelpRequestedError or ErrorType.HelpVerbRequestedError))
         {
@@ -110,15 +80,36 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
                 return h;
             }, e => e);
             Console.Out.WriteLine(help);
-            if (groups is not null)
-                foreach (var group in groups.Groups)
-                    Console.Out.WriteLine($"{group.Title}:\n" + string.Join('\n', group.Switches.HelpLines()) + "\n");
             return 0;
         }
         var missing = errors.OfType<MissingRequiredOptionError>().ToList();
         var problem = missing.Count == errors.Count ? $"missing required {string.Join(", ", MissingNames<TOptions>(missing, args))}" : Describe(errors[0], args);
         Console.Error.WriteLine($"{usage}: {problem} (see {usage} --help)");
         return ExitCodes.Usage;
+    }
+
+    /// <summary>
+    /// Runs a parsed verb with a token SIGINT or SIGTERM cancel (<see cref="Signals"/>): a cancelled verb cleans up in
+    /// its finally blocks and exits 130; a <see cref="CommandException"/> is one line and its exit code.
+    /// </summary>
+    public static async Task<int> RunCancellableAsync(string usage, Func<CancellationToken, Task<int>> run)
+    {
+        using var cancel = new CancellationTokenSource();
+        using var signals = Signals.CancelOn(cancel);
+        try
+        {
+            return await run(cancel.Token);
+        }
+        catch (OperationCanceledException) when (cancel.IsCancellationRequested)
+        {
+            Console.Error.WriteLine($"{usage}: cancelled");
+            return ExitCodes.Cancelled;
+        }
+        catch (CommandException e)
+        {
+            Console.Error.WriteLine($"{usage}: {e.Message}");
+            return e.ExitCode;
+        }
     }
 
     /// <summary>

@@ -10,9 +10,8 @@ public interface ISwitchGroups
 {
     /// <summary>The groups the command tree fills, each with the title its help section has.</summary>
     IEnumerable<NestedSwitches> Groups { get; }
+    /// <summary>The switches found on the command line, the verb's own and its groups'.</summary>
     ISet<string> GivenSwitches { get; }
-    /// <summary>Takes the groups another instance of the same options type was filled with.</summary>
-    void Adopt(ISwitchGroups filled);
 }
 
 /// <summary>

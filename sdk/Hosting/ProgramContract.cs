@@ -131,7 +131,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         {
             if (e.Switch.Secret) continue;
             var value = Read(e, options);
-            if (Format(value) is not { Length: > 0 } text || (text == Format(Read(e, defaults)) && e.Switch.Environment is null)) continue;
+            if (SwitchValues.Format(value) is not { Length: > 0 } text || (text == SwitchValues.Format(Read(e, defaults)) && e.Switch.Environment is null)) continue;
             if (e.Switch.Name == "") args.Insert(0, text);
             else if (e.Property.PropertyType == typeof(bool)) { if ((bool)value!) args.Add(e.Switch.Name); else args.AddRange([e.Switch.Name, "false"]); }
             // A value that looks like a switch would be refused as a missing value; the name=value form carries it.
@@ -146,7 +146,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     {
         var env = new Dictionary<string, string?>();
         foreach (var e in Entries)
-            if (e.Switch is { Secret: true, Environment: { } name } && Format(Read(e, options)) is { } text) env[name] = text;
+            if (e.Switch is { Secret: true, Environment: { } name } && SwitchValues.Format(Read(e, options)) is { } text) env[name] = text;
         return env;
     }
 
@@ -163,7 +163,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             var left = e.Switch.Name == "" ? e.Switch.Meta ?? "ARG"
                 : e.Property.PropertyType == typeof(bool) ? e.Switch.Name : $"{e.Switch.Name} {e.Switch.Meta ?? MetaOf(e.Property.PropertyType)}";
             var help = e.Switch.Help;
-            if (!e.Switch.Secret && Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
+            if (!e.Switch.Secret && SwitchValues.Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
             if (e.Switch.Environment is { } env) help += $" [{env}]";
             sb.AppendLine($"  {left,-28} {help}");
         }
@@ -252,19 +252,6 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         foreach (var p in e.Path) o = o is null ? null : p.GetValue(o);
         return o;
     }
-
-    private static string? Format(object? value) => value switch
-    {
-        null => null,
-        string s => s,
-        bool b => b ? "true" : "false",
-        ByteSize b => b.ToExactString(),
-        ByteRate r => r.ToExactString(),
-        TimeSpan t => t.ToString("c", CultureInfo.InvariantCulture),
-        IFormattable f => f.ToString(null, CultureInfo.InvariantCulture),
-        IEnumerable list => string.Join(",", list.Cast<object?>().Select(Format)),
-        _ => value.ToString(),
-    };
 
     private static IEnumerable<KeyValuePair<string, string?>> Expand(Entry e, string value)
     {

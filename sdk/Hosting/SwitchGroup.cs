@@ -15,6 +15,8 @@ namespace Hpc.CommonData.Hosting;
 public sealed class SwitchGroup
 {
     private readonly (SwitchAttribute Switch, PropertyInfo Property)[] _switches;
+    /// <summary>The positional arguments (switches without a name), in declaration order.</summary>
+    private readonly (SwitchAttribute Switch, PropertyInfo Property)[] _positionals = [];
 
     [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
     [DynamicDependency(DynamicallyAccessedMemberTypes.All, typeof(Hpc.CommonData.Cache.CacheTierOptions))]
@@ -25,6 +27,9 @@ public sealed class SwitchGroup
             .Where(x => x.Switch is { Name.Length: > 0 } && (only is null || only.Contains(x.Switch.Name))).ToArray();
         if (only?.FirstOrDefault(name => _switches.All(s => s.Switch.Name != name)) is { } unknown)
             throw new ArgumentException($"{type.Name} declares no switch {unknown}", nameof(only));
+        if (only is null)
+            _positionals = type.GetProperties(BindingFlags.Public | BindingFlags.Instance)
+                .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p)).Where(x => x.Switch is { Name.Length: 0 }).ToArray();
     }
 
     /// <summary>
@@ -71,7 +76,7 @@ public sealed class SwitchGroup
             var arg = args[i];
             if (arg == "--") break;
             var (name, value) = arg.IndexOf('=') is var eq and > 0 ? (arg[..eq], arg[(eq + 1)..]) : (arg, null);
-            var found = _switches.FirstOrDefault(s => string.Equals(s.Switch.Name, name, StringComparison.OrdinalIgnoreCase));
+            var found = _switches.FirstOrDefault(s => string.Equals(s.Switch.Name, name, StringComparison.OrdinalIgnoreCase) || s.Switch.Alias == name);
             if (found.Property is null) { i++; continue; }
             var taken = 1;
             if (value is null)
@@ -88,17 +93,51 @@ public sealed class SwitchGroup
     }
 
     /// <summary>
-    /// One entry per switch (name, value placeholder, help, variable), for a verb's help: the help wraps under itself so
-    /// no line is wider than <paramref name="columns"/>.
+    /// Binds a whole command line (what nested groups left of it) to <paramref name="target"/>: the switches, then the
+    /// positional arguments in order (everything after <c>--</c> is positional). Returns the first problem — an unknown
+    /// option, an argument too many, a bad or missing value, a required switch or argument missing — or null.
     /// </summary>
-    public IEnumerable<string> HelpLines(int width = 28, int columns = 100) => _switches.Select(x =>
+    public string? Bind(List<string> args, object target, ISet<string> given)
     {
-        var left = x.Property.PropertyType == typeof(bool) ? x.Switch.Name : $"{x.Switch.Name} {x.Switch.Meta ?? SwitchValues.MetaOf(x.Property.PropertyType)}";
-        var text = $"{x.Switch.Help}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
-        return $"  {left.PadRight(width)} " + string.Join("\n" + new string(' ', width + 3), Wrap(text, Math.Max(20, columns - width - 3)));
-    });
+        if (Take(args, target, given) is { } problem) return problem;
+        var values = new List<string>();
+        var end = args.IndexOf("--");
+        for (var i = 0; i < args.Count; i++)
+        {
+            if (i == end) continue;
+            if ((end < 0 || i < end) && args[i].Length > 1 && args[i][0] == '-') return $"unknown option '{args[i].Split('=')[0]}'";
+            values.Add(args[i]);
+        }
+        if (values.Count > _positionals.Length) return $"unexpected argument '{values[_positionals.Length]}'";
+        for (var i = 0; i < values.Count; i++)
+            if (Set(target, _positionals[i].Property, values[i]) is { } bad) return $"{_positionals[i].Switch.Meta}: {bad}";
+        var missing = _switches.Where(s => s.Switch.Required && !IsSet(s.Switch.Name, given)).Select(s => s.Switch.Name)
+            .Concat(_positionals.Skip(values.Count).Where(p => p.Switch.Required).Select(p => p.Switch.Meta ?? "ARGUMENT")).ToList();
+        return missing.Count > 0 ? $"missing required {string.Join(", ", missing)}" : null;
+    }
 
-    private static IEnumerable<string> Wrap(string text, int columns)
+    /// <summary>The positional arguments as a usage line shows them: <c>NAME DEST</c>, an optional one in brackets.</summary>
+    public string Arguments => string.Join(" ", _positionals.Select(p => p.Switch.Required ? p.Switch.Meta : $"[{p.Switch.Meta}]"));
+
+    /// <summary>
+    /// One entry per positional argument and switch (name, value placeholder, help, the default
+    /// <paramref name="defaults"/> holds, variable), for a verb's help: the help wraps under itself so no line is wider
+    /// than <paramref name="columns"/>.
+    /// </summary>
+    public IEnumerable<string> HelpLines(object? defaults = null, int width = 28, int columns = 100) =>
+        _positionals.Concat(_switches).Select(x =>
+        {
+            var name = x.Switch.Alias is { } alias ? $"{alias}, {x.Switch.Name}" : x.Switch.Name;
+            var left = x.Switch.Name.Length == 0 ? x.Switch.Meta ?? "ARGUMENT"
+                : x.Property.PropertyType == typeof(bool) ? name : $"{name} {x.Switch.Meta ?? SwitchValues.MetaOf(x.Property.PropertyType)}";
+            var shown = defaults is null || x.Switch.Secret || x.Switch.Name.Length == 0 || x.Property.PropertyType == typeof(bool) ? null
+                : SwitchValues.Format(x.Property.GetValue(defaults));
+            var text = $"{x.Switch.Help}{(shown is { Length: > 0 } ? $" (default: {shown})" : "")}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
+            return $"  {left.PadRight(width)} " + string.Join("\n" + new string(' ', width + 3), Wrap(text, Math.Max(20, columns - width - 3)));
+        });
+
+    /// <summary>Words of <paramref name="text"/> as lines of at most <paramref name="columns"/> characters (a longer word stands alone).</summary>
+    public static IEnumerable<string> Wrap(string text, int columns)
     {
         var line = new System.Text.StringBuilder();
         foreach (var word in text.Split(' ', StringSplitOptions.RemoveEmptyEntries))
@@ -159,6 +198,20 @@ internal static class SwitchValues
         _ when t == typeof(ByteSize) => "a size (examples: 65536, 64KB, 256MB, 1GB)",
         _ when t == typeof(ByteRate) => "a rate (examples: 100MB, 100MB/s, 800mbit; 0: unlimited)",
         _ => $"a valid {t.Name}",
+    };
+
+    /// <summary>A value as a command line and help spell it (sizes and rates exactly, lists comma-separated).</summary>
+    public static string? Format(object? value) => value switch
+    {
+        null => null,
+        string s => s,
+        bool b => b ? "true" : "false",
+        ByteSize b => b.ToExactString(),
+        ByteRate r => r.ToExactString(),
+        TimeSpan t => t.ToString("c", CultureInfo.InvariantCulture),
+        IFormattable f => f.ToString(null, CultureInfo.InvariantCulture),
+        IEnumerable list => string.Join(",", list.Cast<object?>().Select(Format)),
+        _ => value.ToString(),
     };
 
     public static bool IsList(Type t) => t != typeof(string) && typeof(IEnumerable).IsAssignableFrom(t);

@@ -15,6 +15,10 @@ public sealed class SwitchAttribute(string name, string help) : Attribute
     public string? Environment { get; init; }
     /// <summary>A secret is never put on a command line a launcher builds (argv is visible in <c>ps</c>): launchers pass it in the environment.</summary>
     public bool Secret { get; init; }
-    /// <summary>Shown as the value's placeholder in help, e.g. <c>SIZE</c>.</summary>
+    /// <summary>Shown as the value's placeholder in help, e.g. <c>SIZE</c>; for a positional argument, its name.</summary>
     public string? Meta { get; init; }
+    /// <summary>A short spelling, e.g. <c>-d</c> for <c>--dataset</c>.</summary>
+    public string? Alias { get; init; }
+    /// <summary>The command cannot run without it: missing, it is a usage error naming it.</summary>
+    public bool Required { get; init; }
 }

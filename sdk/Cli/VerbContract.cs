@@ -1,0 +1,76 @@
+using System.Diagnostics.CodeAnalysis;
+using System.Text;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.CommonData.Cli;
+
+/// <summary>
+/// A verb's options type: its name and summary beside the <see cref="SwitchAttribute"/> properties that are its
+/// command line — the grammar the programs' own options (<see cref="IProgramOptions"/>) use, so a verb can nest a
+/// program's switch groups (<see cref="ISwitchGroups"/>) and each switch is declared once.
+/// </summary>
+public interface IVerbOptions
+{
+    static abstract string Verb { get; }
+    static abstract string Summary { get; }
+    /// <summary>What the usage line shows after the options, e.g. the command a verb runs (<c>-- COMMAND [ARGS…]</c>).</summary>
+    static virtual string Trailing => "";
+}
+
+/// <summary>
+/// The command line of one verb, read from its options type <typeparamref name="T"/>: the variables of its switches and
+/// of the groups it nests, then the groups' switches, then its own switches and positional arguments. <c>--help</c>
+/// (or <c>-h</c>) prints every switch with its default and variable; anything wrong is one line naming it, exit 2.
+/// </summary>
+public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members)] T> where T : class, IVerbOptions, new()
+{
+    public static Task<int> RunAsync(string usage, string[] args, Func<T, CancellationToken, Task<int>> run)
+    {
+        var end = Array.IndexOf(args, "--") is var e and >= 0 ? e : args.Length;
+        if (args[..end].Any(a => a is "--help" or "-h"))
+        {
+            Console.Out.Write(Help(usage));
+            return Task.FromResult(ExitCodes.Ok);
+        }
+        var (options, problem) = Parse(args);
+        if (problem is not null)
+        {
+            Console.Error.WriteLine($"{usage}: {problem} (see {usage} --help)");
+            return Task.FromResult(ExitCodes.Usage);
+        }
+        return CommandTree.RunCancellableAsync(usage, ct => run(options, ct));
+    }
+
+    /// <summary>The options the environment and <paramref name="args"/> give, or the first problem with them.</summary>
+    public static (T Options, string? Problem) Parse(IReadOnlyList<string> args)
+    {
+        var options = new T();
+        var groups = options as ISwitchGroups;
+        var given = groups?.GivenSwitches ?? new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+        var rest = args.ToList();
+        var own = SwitchGroup.Of(typeof(T));
+        var problem = own.ApplyEnvironment(options);
+        foreach (var group in groups?.Groups ?? [])
+            problem ??= group.Switches.ApplyEnvironment(group.Target) ?? group.Switches.Take(rest, group.Target, given);
+        return (options, problem ?? own.Bind(rest, options, given));
+    }
+
+    public static string Help(string usage)
+    {
+        var defaults = new T();
+        var own = SwitchGroup.Of(typeof(T));
+        var sb = new StringBuilder();
+        foreach (var line in SwitchGroup.Wrap($"{usage} — {T.Summary}", 100)) sb.AppendLine(line);
+        sb.AppendLine();
+        sb.Append("usage: ").Append(usage).Append(own.Arguments is { Length: > 0 } a ? " " + a : "").Append(" [options]").AppendLine(T.Trailing is { Length: > 0 } t ? " " + t : "").AppendLine();
+        foreach (var line in own.HelpLines(defaults)) sb.AppendLine(line);
+        sb.AppendLine($"  {"-h, --help",-28} this text").AppendLine();
+        foreach (var group in (defaults as ISwitchGroups)?.Groups ?? [])
+        {
+            sb.Append(group.Title).AppendLine(":");
+            foreach (var line in group.Switches.HelpLines()) sb.AppendLine(line);
+            sb.AppendLine();
+        }
+        return sb.ToString();
+    }
+}
