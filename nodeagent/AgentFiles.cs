@@ -74,11 +74,11 @@ public sealed class AgentFiles
             if ((mode & (UnixFileMode)0x1FF & ~OwnerOnly) != 0) File.SetUnixFileMode(path, mode & OwnerOnly);
             if (_adminGroup is { } group) GiveToAdminGroup(path, group);
             if ((mode & (UnixFileMode)0x1FF & ~Mode) != 0) // rwx bits beyond what the agent's files get
-                _log.LogInformation("Restricted {Path} to the agent's user{Group} (it was {Mode})", path, _adminGroup is null ? "" : " and its admin group", mode);
+                _log.FileRestricted(path, _adminGroup is null ? "" : " and its admin group", mode);
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
-            _log.LogWarning("Cannot restrict {Path} to the agent's user ({Reason}); other users may read it", path, e.Message);
+            _log.FileNotRestricted(path, e.Message);
         }
     }
 
@@ -90,8 +90,7 @@ public sealed class AgentFiles
         {
             var errno = Marshal.GetLastPInvokeError();
             if (Interlocked.Exchange(ref _groupWarned, 1) == 0)
-                _log.LogWarning("Cannot give {Path} to admin group {Group} (errno {Errno}; the agent's user must be root or a member); " +
-                                "the agent's files stay readable by its user only", path, group, errno);
+                _log.AdminGroupNotGiven(path, group, errno);
             return;
         }
         File.SetUnixFileMode(path, OwnerAndGroupRead);

@@ -89,7 +89,7 @@ public sealed class DataDirectory
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
-            _log.LogWarning("Cannot restrict the modes of data directory {Dir} ({Reason}); other users may list it", Root, e.Message);
+            _log.DataDirectoryNotRestricted(Root, e.Message);
         }
     }
 
@@ -219,9 +219,7 @@ public sealed class DataDirectory
         var permissions = directory ? (ushort)(PosixAcl.Read | PosixAcl.Execute) : PosixAcl.Read;
         var errno = PosixAcl.TrySet(path, PosixAcl.Encode(readers, permissions, permissions));
         if (errno != 0 && Interlocked.Exchange(ref _aclWarned, 1) == 0)
-            _log.LogWarning("Data directory {Dir} does not take POSIX ACLs (errno {Errno}); copies of datasets with readers are readable " +
-                            "on the file system by the agent's user only, and other readers' workers get them over the pipe (stream mode)",
-                Root, errno);
+            _log.NoPosixAcls(Root, errno);
     }
 
     /// <summary>Removes every file of a version: its data (complete or partial), journal and manifest.</summary>
@@ -257,12 +255,12 @@ public sealed class DataDirectory
                     return new Pin(p.GetProperty("name").GetString() ?? throw new InvalidDataException("a pin without a name"), p.GetProperty("owner").GetUInt32());
                 }).ToArray();
             if (unowned > 0)
-                _log.LogWarning("{File} holds {Count} pins from before pins had owners; only root or the agent's user may release them", _pinsFile, unowned);
+                _log.UnownedPins(_pinsFile, unowned);
             return pins;
         }
         catch (Exception e) when (e is JsonException or InvalidOperationException or InvalidDataException or KeyNotFoundException or FormatException)
         {
-            _log.LogWarning("Ignoring unreadable {File}: {Reason}", _pinsFile, e.Message);
+            _log.PinsUnreadable(_pinsFile, e.Message);
             return [];
         }
     }
@@ -279,7 +277,7 @@ public sealed class DataDirectory
     private void TryDeleteTree(string path)
     {
         try { TreeWriter.Delete(path); }
-        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { _log.LogWarning("Could not delete {Path}: {Reason}", path, e.Message); }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { _log.DeleteFailed(path, e.Message); }
     }
 
     public void TryDelete(string path)
@@ -290,6 +288,6 @@ public sealed class DataDirectory
             return;
         }
         try { File.Delete(path); }
-        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { _log.LogWarning("Could not delete {Path}: {Reason}", path, e.Message); }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { _log.DeleteFailed(path, e.Message); }
     }
 }

@@ -56,7 +56,7 @@ public sealed class DatasetStore
         WarmUpMessages();
         var unreachable = await _source.ConnectAsync(ct);
         for (var h = 0; h < unreachable.Length; h++)
-            if (unreachable[h] is { } why) _log.LogWarning("Cache host {Host} not reachable at start-up: {Error}", _source.Hosts[h], why);
+            if (unreachable[h] is { } why) _log.CacheHostUnreachable(_source.Hosts[h], why);
     }
 
     /// <summary>
@@ -77,11 +77,11 @@ public sealed class DatasetStore
                 if (file.Path != expected) throw new InvalidDataException($"its manifest lays the copy out as {expected}");
                 var (segments, bytes) = file.Complete ? (0, 0L) : JournalProgress(file.Name, manifest);
                 _index.Restore(file.Name, manifest, file.Complete, pins.GetValueOrDefault(file.Name) ?? [], segments, bytes, file.LastWriteUtc);
-                _log.LogInformation("Found {State} copy of {Dataset} {Version}", file.Complete ? "complete" : "partial", manifest.Name, file.Name);
+                _log.CopyFound(file.Complete ? "complete" : "partial", manifest.Name, file.Name);
             }
             catch (Exception e) when (e is IOException or InvalidDataException or UnauthorizedAccessException)
             {
-                _log.LogWarning("Discarding {File}: {Reason}", file.Path, e.Message);
+                _log.DiscardingFile(file.Path, e.Message);
                 _directory.TryDelete(file.Path);
             }
         }
@@ -104,8 +104,7 @@ public sealed class DatasetStore
 
     private void Removed(LocalCopy c)
     {
-        _log.LogInformation("Removing {State} copy of {Dataset} {Version} ({Bytes} bytes, last used {Last:u})",
-            c.Complete ? "complete" : "partial", c.Manifest.Name, c.Version, c.Manifest.RawLength, c.LastAccess);
+        _log.RemovingCopy(c.Complete ? "complete" : "partial", c.Manifest.Name, c.Version, c.Manifest.RawLength, c.LastAccess);
         _directory.Delete(c.Version);
         AgentMetrics.Instance.Evictions.Add(1);
     }
@@ -209,7 +208,7 @@ public sealed class DatasetStore
         {
             var newest = _index.NewestComplete(name);
             if (newest is null) throw;
-            _log.LogWarning("Cache tier unreachable ({Error}); serving the newest local copy of {Dataset}, {Version}", e.Message, name, newest.Version);
+            _log.ServingNewestLocalCopy(e.Message, name, newest.Version);
             return newest.Version;
         }
     }
@@ -230,9 +229,9 @@ public sealed class DatasetStore
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or InvalidDataException)
         {
-            _log.LogError("Local copy of {Dataset} {Version} cannot be read ({Reason})", copy.Manifest.Name, copy.Version, e.Message);
+            _log.LocalCopyUnreadable(copy.Manifest.Name, copy.Version, e.Message);
         }
-        _log.LogError("Local copy of {Dataset} {Version} failed verification; discarding it", copy.Manifest.Name, copy.Version);
+        _log.LocalCopyDamaged(copy.Manifest.Name, copy.Version);
         _index.Remove(copy.Version);
         throw new CommonDataException(ErrorCode.Integrity, $"local copy of '{copy.Manifest.Name}' version {copy.Version} was damaged and has been discarded; ask again to refetch");
     }

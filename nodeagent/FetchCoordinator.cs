@@ -92,8 +92,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
                 var local = Stopwatch.StartNew();
                 (reused, reusedBytes) = CopyFromLocalCopies(version, manifest, files, done, sources, journal);
                 var wanted = Enumerable.Range(0, done.Length).Where(i => !done[i]).ToArray();
-                _log.LogInformation("Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already in its partial copy, {Reused} taken from other local versions in {LocalSeconds:0.00} s)",
-                    name, version, wanted.Length, done.Length, resumed, reused, local.Elapsed.TotalSeconds);
+                _log.FetchStarted(name, version, wanted.Length, done.Length, resumed, reused, local.Elapsed.TotalSeconds);
                 if (wanted.Length > 0) // all on the node (ingested, journaled before a restart, or in other versions): the cache tier is not asked
                 {
                     var gate = new object();
@@ -114,8 +113,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
             sources = [];
             directory.Publish(version, manifest);
             index.Completed(version);
-            _log.LogInformation("Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)",
-                name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
+            _log.FetchPublished(name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
             telemetry.Fetched(manifest, version, clock.Elapsed.TotalSeconds, resumed > 0 ? "resumed" : "fetched", reused, reusedBytes);
             AgentMetrics.Instance.FetchDuration.Record(clock.Elapsed.TotalSeconds);
             return new Fetched(copy, resumed > 0, reusedBytes, resumedBytes);
@@ -125,7 +123,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
             ReleaseLeases(sources);
             sources = [];
             var error = CommonDataException.From(e);
-            _log.LogError("Fetch of {Dataset} {Version} failed: {Error}", name, version, e.Message);
+            _log.FetchFailed(name, version, e.Message);
             index.EndFetch(version);
             if (error.Code is ErrorCode.Integrity or ErrorCode.NoSpace)
             {

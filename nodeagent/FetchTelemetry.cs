@@ -40,7 +40,7 @@ public sealed class FetchTelemetry(string? path, string node, int hosts, ILogger
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
-            _log.LogWarning("Could not write telemetry to {Path}: {Error}", Path, e.Message);
+            _log.TelemetryNotWritten(Path, e.Message);
         }
     }
 }

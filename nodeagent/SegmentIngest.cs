@@ -103,8 +103,7 @@ public sealed class SegmentIngest : IDisposable
                 try { reused = FetchCoordinator.CopyFromLocalCopies(directory, index, version, manifest, file, have, sources, journal); }
                 finally { FetchCoordinator.ReleaseLeases(index, sources); }
                 var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have);
-                log.LogInformation("Ingesting {Dataset} {Version}: {Missing} of {Total} segments missing on the node ({Reused} taken from other local versions)",
-                    name, version, ingest._missing, have.Length, reused.Segments);
+                log.IngestStarted(name, version, ingest._missing, have.Length, reused.Segments);
                 return ingest;
             }
             catch (Exception e)
@@ -173,9 +172,8 @@ public sealed class SegmentIngest : IDisposable
             try { _journal!.Flush(); }
             catch (Exception e) { throw Fail(e); }
         }
-        _log.LogInformation("Ingest of {Dataset} {Version} ended: {Accepted} accepted, {Had} already on the node, {Rejected} rejected, {Missing} still missing",
-            Manifest.Name, Version, _accepted, _alreadyHad, _rejected, _missing);
-        if (_rejected > 0) _log.LogWarning("Ingest of {Dataset} {Version} rejected {Rejected} segments, first: {Reason}", Manifest.Name, Version, _rejected, _reasons[0]);
+        _log.IngestEnded(Manifest.Name, Version, _accepted, _alreadyHad, _rejected, _missing);
+        if (_rejected > 0) _log.SegmentsRejected(Manifest.Name, Version, _rejected, _reasons[0]);
         return new IngestReport
         {
             Complete = Complete, Segments = Manifest.Segments.Count, Missing = _missing, Accepted = _accepted, AlreadyHad = _alreadyHad,
@@ -190,7 +188,7 @@ public sealed class SegmentIngest : IDisposable
             error = new CommonDataException(ErrorCode.NoSpace,
                 $"ingest of '{Manifest.Name}' version {Version}: no space left in the data directory ({e.Message}); the partial copy was removed", e);
         _failure = error;
-        _log.LogError("Ingest of {Dataset} {Version} failed: {Error}", Manifest.Name, Version, e.Message);
+        _log.IngestWriteFailed(Manifest.Name, Version, e.Message);
         return error;
     }
 
@@ -206,7 +204,7 @@ public sealed class SegmentIngest : IDisposable
         if (!Complete)
         {
             try { _journal!.Dispose(); }
-            catch (IOException e) { _log.LogWarning("Closing the journal of {Version} failed: {Error}", Version, e.Message); }
+            catch (IOException e) { _log.JournalCloseFailed(Version, e.Message); }
             _file!.Dispose();
             _index!.EndIngest(Version);
             if (_failure?.Code == ErrorCode.NoSpace) _index.Remove(Version);

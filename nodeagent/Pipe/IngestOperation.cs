@@ -22,7 +22,7 @@ internal static class IngestOperation
         }
         catch (InvalidDataException e)
         {
-            Log.BadIngestManifest(connection.Log, e.Message);
+            connection.Log.BadIngestManifest(e.Message);
             await connection.ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, e.Message)), ct);
             return false;
         }
@@ -37,8 +37,8 @@ internal static class IngestOperation
         catch (Exception e) when (e is not OperationCanceledException)
         {
             var error = CommonDataException.From(e);
-            if (error.Code == ErrorCode.Internal) Log.IngestFailed(connection.Log, e, request.Dataset, request.Version);
-            else Log.IngestRefused(connection.Log, request.Dataset, request.Version, connection.Peer.Value?.Pid, connection.Peer.Value?.Uid, error.Message);
+            if (error.Code == ErrorCode.Internal) connection.Log.IngestFailed(e, request.Dataset, request.Version);
+            else connection.Log.IngestRefused(request.Dataset, request.Version, connection.Peer.Value?.Pid, connection.Peer.Value?.Uid, error.Message);
             await connection.ReplyAsync(AgentResponse.Failure(error), ct);
             return true;
         }
@@ -51,7 +51,7 @@ internal static class IngestOperation
             {
                 if (!await ReceiveSegmentsAsync(connection.Reader, ingest, ct))
                 {
-                    Log.IngestBrokenOff(connection.Log, ingest.Version);
+                    connection.Log.IngestBrokenOff(ingest.Version);
                     return false;
                 }
                 await connection.ReplyAsync(new AgentResponse { Ok = true, Ingest = ingest.Finish() }, ct);
@@ -59,7 +59,7 @@ internal static class IngestOperation
             }
             catch (InvalidDataException e) { failure = new CommonDataException(ErrorCode.BadRequest, $"ingest of version {ingest.Version}: {e.Message}"); }
             catch (CommonDataException e) { failure = e; }
-            Log.IngestAborted(connection.Log, failure.Message);
+            connection.Log.IngestAborted(failure.Message);
             await connection.ReplyAsync(AgentResponse.Failure(failure), ct);
             return false;
         }

@@ -37,7 +37,7 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
                 }
                 catch (InvalidDataException e)
                 {
-                    Pipe.Log.BadFrame(Log, e.Message);
+                    Log.BadFrame(e.Message);
                     await ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, e.Message)), stoppingToken);
                     return;
                 }
@@ -51,7 +51,7 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
         }
         catch (Exception e)
         {
-            Pipe.Log.ConnectionFailed(Log, e);
+            Log.ConnectionFailed(e);
         }
         finally
         {
@@ -92,8 +92,8 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
     {
         var error = CommonDataException.From(e);
         if (error.Code is ErrorCode.NoSpace or ErrorCode.AccessDenied) AgentMetrics.Instance.Refused(error.Code);
-        if (error.Code == ErrorCode.Internal) Pipe.Log.RequestFailed(Log, e, request.Op, request.Dataset);
-        else if (error.Code == ErrorCode.AccessDenied) Pipe.Log.Refused(Log, request.Op, request.Dataset, Peer.Value?.Pid, Peer.Value?.Uid, error.Message);
+        if (error.Code == ErrorCode.Internal) Log.RequestFailed(e, request.Op, request.Dataset);
+        else if (error.Code == ErrorCode.AccessDenied) Log.Refused(request.Op, request.Dataset, Peer.Value?.Pid, Peer.Value?.Uid, error.Message);
         return AgentResponse.Failure(error);
     }
 }

@@ -48,7 +48,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         }
         catch (Exception e) when (e is not OperationCanceledException)
         {
-            Log.CannotServe(log, _options.Pipe, e.Message);
+            log.CannotServe(_options.Pipe, e.Message);
             Environment.ExitCode = 1; // the host stops on a failed service; launchers must see a failure
             throw;
         }
@@ -71,7 +71,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             }
             catch (Exception e) when (e is TimeoutException or IOException)
             {
-                Log.StaleSocket(log, path);
+                log.StaleSocket(path);
                 File.Delete(path);
                 return;
             }
@@ -92,7 +92,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         Console.Out.WriteLine($"READY {_options.Pipe}");
         Console.Out.Flush();
         _serving.TrySetResult();
-        Log.Serving(log, _options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget.ToString());
+        log.Serving(_options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget.ToString());
         while (!stoppingToken.IsCancellationRequested)
         {
             try
@@ -106,7 +106,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             }
             catch (IOException e)
             {
-                Log.AcceptFailed(log, e.Message);
+                log.AcceptFailed(e.Message);
                 var replacement = CreateInstance(first: false);
                 await server.DisposeAsync();
                 server = replacement;
@@ -117,7 +117,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             handlers.RemoveAll(t => t.IsCompleted);
             if (Interlocked.Increment(ref _connections) > _options.MaxConnections)
             {
-                Log.TooManyConnections(log, _options.MaxConnections);
+                log.TooManyConnections(_options.MaxConnections);
                 Interlocked.Decrement(ref _connections);
                 await accepted.DisposeAsync();
                 continue;
@@ -144,7 +144,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
-            Log.SocketNotOpenToAll(log, path, e.Message);
+            log.SocketNotOpenToAll(path, e.Message);
         }
     }
 

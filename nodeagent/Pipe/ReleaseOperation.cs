@@ -14,7 +14,7 @@ internal static class ReleaseOperation
             var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
             var evicted = connection.Store.Release(name, request.Version, request.Pin ?? throw new ArgumentException("release needs a pin"), request.Evict,
                 connection.Access, connection.Peer.Value);
-            if (evicted) Log.ReleasedAndEvicted(connection.Log, request.Pin, name, connection.Peer.Value?.Uid);
+            if (evicted) connection.Log.ReleasedAndEvicted(request.Pin, name, connection.Peer.Value?.Uid);
             return Task.FromResult(new AgentResponse { Ok = true });
         }, ct);
 }
