@@ -25,7 +25,7 @@ public static class ReportMain
             var data = ResultReader.Read(paths[0]);
             var outDir = Directory.Exists(paths[0]) ? paths[0] : Path.GetDirectoryName(Path.GetFullPath(paths[0]))!;
             var report = Build(data);
-            var charts = WriteCharts(report, outDir);
+            var charts = WriteChartsIfRendererLoads(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
             Console.WriteLine(json ? JsonSerializer.Serialize(new ReportDocument(report.Cells, report.Fanouts, report.Slurm, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts), ReportJson.Default.ReportDocument) : markdown);
@@ -38,7 +38,6 @@ public static class ReportMain
         }
     }
 
-    /// <summary>One configuration, aggregated over its repeated runs (medians).</summary>
     /// <summary>What <c>hpcdata report --json</c> prints.</summary>
     public sealed record ReportDocument(List<Cell> Cells, List<FanoutCell> Fanouts, List<SlurmCell>? Slurm, List<Calibration> Calibrations, List<Attach> Attaches,
         List<RateCell>? Rates, List<string> Skipped, List<CodecRecord> Codecs, List<CacheRecord> Caches, int Lines, int Unreadable, int UnknownKinds, List<string> Charts);
@@ -395,6 +394,26 @@ public static class ReportMain
             foreach (var c in charts) sb.AppendLine($"![{Path.GetFileNameWithoutExtension(c)}]({c})").AppendLine();
         }
         return sb.ToString();
+    }
+
+    /// <summary>
+    /// The charts, or none and one warning when the renderer's native library (SkiaSharp, beside the program) cannot
+    /// load: the tables and the Markdown summary do not need it.
+    /// </summary>
+    private static List<string> WriteChartsIfRendererLoads(Report r, string dir)
+    {
+        try
+        {
+            return WriteCharts(r, dir);
+        }
+        catch (Exception e) when (e is TypeInitializationException or DllNotFoundException)
+        {
+            var cause = e;
+            while (cause.InnerException is { } inner) cause = inner;
+            var reason = cause.Message.Split('\n')[0];
+            Console.Error.WriteLine($"hpcdata report: warning: no charts, the chart renderer did not load: {(reason.IndexOf(". ", StringComparison.Ordinal) is var end and > 0 ? reason[..end] : reason)}");
+            return [];
+        }
     }
 
     public static List<string> WriteCharts(Report r, string dir)

@@ -170,6 +170,19 @@ public sealed class ToolInstallTests
                 var nativeReport = await RunAsync(native, ["report", results], elsewhere, env, TimeSpan.FromMinutes(2));
                 Assert.True(nativeReport.Code == 0, $"{native} report:\n{nativeReport.Output}");
                 Assert.Contains("time-vs-nodes.png", Directory.GetFiles(results, "*.png").Select(Path.GetFileName));
+
+                // Copied alone, without the renderer: the tables are still written, and one line says why no chart is.
+                var alone = Directory.CreateDirectory(Path.Combine(work, "alone")).FullName;
+                File.Copy(native, Path.Combine(alone, "hpcdata"));
+                File.SetUnixFileMode(Path.Combine(alone, "hpcdata"), File.GetUnixFileMode(native));
+                foreach (var png in Directory.GetFiles(results, "*.png")) File.Delete(png);
+                File.Delete(Path.Combine(results, "report.md"));
+                var withoutRenderer = await RunAsync(Path.Combine(alone, "hpcdata"), ["report", results], elsewhere, env, TimeSpan.FromMinutes(2));
+                Assert.True(withoutRenderer.Code == 0, withoutRenderer.Output);
+                Assert.True(File.Exists(Path.Combine(results, "report.md")), withoutRenderer.Output);
+                Assert.Empty(Directory.GetFiles(results, "*.png"));
+                Assert.Contains("hpcdata report: warning: no charts, the chart renderer did not load: Unable to load shared library 'libSkiaSharp'", withoutRenderer.Output);
+                Assert.DoesNotContain("   at ", withoutRenderer.Output);
             }
             var help = await RunAsync(hpcdata, ["--help"], elsewhere, env, TimeSpan.FromMinutes(1));
             Assert.Contains("agent", help.Output);
