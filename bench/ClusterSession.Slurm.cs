@@ -108,7 +108,7 @@ public sealed partial class ClusterSession
             var job = $"bench-{i}";
             s.Append(mode switch
             {
-                "none" or "mpi" => $"run {mode} {i} srun {perNode} {hpcdata} nodeprep --fanout {mode} --dataset {name} --version {version} --job {job}\n" +
+                "none" or "mpi" => $"run {mode} {i} srun {perNode} {hpcdata} nodeprep {name}@{version} --fanout {mode} --job {job}\n" +
                                    $"srun {perNode} {hpcdata} noderelease --job {job} --evict >/dev/null 2>&1\n",
                 "sbcast" => $"run {mode} {i} sbcast --compress=lz4 --force {source} {dest}\n",
                 "sbcast-tree2" => $"tree 2\nrun {mode} {i} sbcast --compress=lz4 --force {source} {dest}\ntree {SlurmLab.DefaultTreeWidth}\n",

@@ -305,7 +305,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
             ];
         var start = Stopwatch.StartNew();
         var mpi = Track(processes, ComponentProcess.Start("hpcdata",
-            ["nodeprep", "--fanout", "mpi", "--dataset", name, "--version", stage.Version, "--job", run, "--pipe", pipePattern,
+            ["nodeprep", "--fanout", "mpi", $"{name}@{stage.Version}", "--job", run, "--pipe", pipePattern,
              "--cache-hosts", hostList, "--no-start", "--timeout", "20m"],
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
         // Lines are stamped as they arrive: the process keeps them, but not when each came.
@@ -362,7 +362,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
         var workers = new List<(string Node, ComponentProcess P)>();
         for (var n = 0; n < Nodes; n++)
             for (var w = 0; w < perNode; w++)
-                workers.Add(($"node{n + 1}", Start(processes, "hpcdata", ["worker", "--dataset", name, "--mode", mode, "--wait-go"],
+                workers.Add(($"node{n + 1}", Start(processes, "hpcdata", ["worker", name, "--mode", mode, "--wait-go"],
                     $"worker{n + 1}.{w + 1}", _topology.Nodes[n], new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipes[n] })));
         await Task.WhenAll(workers.Select(w => w.P.WaitReadyAsync(ReadyTimeout, ct)));
         await Task.WhenAll(workers.Select(w => w.P.SendLineAsync("go")));

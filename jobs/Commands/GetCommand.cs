@@ -15,7 +15,7 @@ public sealed class GetOptions : CacheClientOptions, IVerbOptions
     public static string Summary => "Copy a dataset to a path, verified: a file for a file dataset, the tree (directories, links, modes, times) for a directory dataset. " +
                         "From this node's agent when one runs, else from the cache tier.";
 
-    [Switch("", "Dataset (owner/name), optionally @ a version id; the latest version by default.", Meta = "NAME[@VERSION]", Required = true)]
+    [Switch("", "Dataset (owner/name), optionally @ a version id; the latest version by default.", Meta = DatasetArgument.Meta, Required = true)]
     public string Dataset { get; set; } = "";
 
     [Switch("", "Where to write it: a file path, or a directory to create for a directory dataset.", Meta = "DEST", Required = true)]
@@ -31,9 +31,7 @@ public static class GetCommand
 {
     public static async Task<int> RunAsync(GetOptions o, CancellationToken ct)
     {
-        var at = o.Dataset.IndexOf('@');
-        var (name, version) = at < 0 ? (o.Dataset, null) : (o.Dataset[..at], o.Dataset[(at + 1)..]);
-        if (!DatasetName.TryValidate(name, out var why)) throw CommandException.Usage($"'{name}': {why}");
+        var (name, version) = DatasetArgument.Parse(o.Dataset);
         var destination = Path.GetFullPath(o.Destination);
         if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
             throw CommandException.Usage($"{destination} exists; give --force to replace it");

@@ -27,11 +27,8 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
         "Node agent (its own switches, each also from its variable; all but --pipe are for an agent node prep starts,\n" +
         "  whose --data-dir defaults to /dev/shm/hpcdata-<pipe>)";
 
-    [Switch("--dataset", "Dataset name (default: $HPCDATA_DATASET).", Alias = "-d", Meta = "NAME")]
+    [Switch("", "The dataset, optionally @ a version id (" + DatasetArgument.JobDefault + ", else the latest).", Meta = DatasetArgument.Meta)]
     public string? Dataset { get; set; }
-
-    [Switch("--version", "Exact version (default: $HPCDATA_VERSION, else latest).", Meta = "VERSION")]
-    public string? Version { get; set; }
 
     [Switch("--job", "Job id used as the pin (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).", Meta = "ID")]
     public string? Job { get; set; }
@@ -70,11 +67,10 @@ public static class NodePrepCommand
     public static async Task<int> RunAsync(NodePrepOptions o, CancellationToken stop)
     {
         using var cancel = CancellationTokenSource.CreateLinkedTokenSource(stop);
-        var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
-        var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
+        var (name, version) = DatasetArgument.OrJob(o.Dataset) is { } selected ? (selected.Name, selected.Version) : (null, null);
         var job = JobVariables.JobIdFromEnvironment(o.Job);
         var pipe = o.Agent.PipeName;
-        if (name is null) throw CommandException.Usage("no dataset (--dataset or HPCDATA_DATASET)");
+        if (name is null) throw CommandException.Usage("no dataset (NAME or HPCDATA_DATASET)");
         if (job is null) throw CommandException.Usage("no job id to pin the data with (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
         if (!DatasetName.TryValidate(name, out var nameError)) throw CommandException.Usage(nameError!);
         if (version == "latest") version = null;

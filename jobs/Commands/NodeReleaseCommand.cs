@@ -14,11 +14,9 @@ public sealed class NodeReleaseOptions : AgentClientOptions, IVerbOptions
 
     public static string Summary => "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.";
 
-    [Switch("--dataset", "Dataset name (default: $HPCDATA_DATASET; neither: every copy this job pinned).", Alias = "-d", Meta = "NAME")]
+    [Switch("", "The dataset, optionally @ a version id (" + DatasetArgument.JobDefault + "; no version: every version this job pinned; " +
+        "no dataset: every copy this job pinned).", Meta = DatasetArgument.Meta)]
     public string? Dataset { get; set; }
-
-    [Switch("--version", "Version (default: $HPCDATA_VERSION, else every version of the dataset pinned by this job).", Meta = "VERSION")]
-    public string? Version { get; set; }
 
     [Switch("--job", "Job id the data was pinned with (default: $HPCDATA_JOB_ID, $SLURM_JOB_ID or $CCP_JOBID).", Meta = "ID")]
     public string? Job { get; set; }
@@ -36,12 +34,10 @@ public static class NodeReleaseCommand
 {
     public static async Task<int> RunAsync(NodeReleaseOptions o, CancellationToken ct)
     {
-        var name = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
-        var version = JobVariables.First(o.Version, Environment.GetEnvironmentVariable(JobVariables.Version));
+        var (name, version) = DatasetArgument.OrJob(o.Dataset) is { } selected ? (selected.Name, selected.Version) : (null, null);
         var job = JobVariables.JobIdFromEnvironment(o.Job);
         var pipe = o.Agent.PipeName;
         if (job is null) throw CommandException.Usage("no job id (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
-        if (name is not null && !DatasetName.TryValidate(name, out var nameError)) throw CommandException.Usage(nameError!);
         if (o.StopAgent is not ("auto" or "never" or "always")) throw CommandException.Usage($"--stop-agent '{o.StopAgent}' is not one of auto, never, always");
 
         AgentStatus status;

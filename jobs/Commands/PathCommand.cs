@@ -16,7 +16,7 @@ public sealed class PathOptions : AgentClientOptions, IVerbOptions
     public static string Summary => "Print where this node's copy of a dataset is: the read-only tree of a directory dataset, or the file of a single-file one. " +
                          "For programs that read files (Python, R, solvers); job scripts export it as $HPCDATA_DATASET_PATH.";
 
-    [Switch("", "Dataset, optionally @ a version id (default: $HPCDATA_DATASET and $HPCDATA_VERSION, else latest).", Meta = "NAME[@VERSION]")]
+    [Switch("", "The dataset, optionally @ a version id (" + DatasetArgument.JobDefault + ", else the latest).", Meta = DatasetArgument.Meta)]
     public string? Dataset { get; set; }
 
 }
@@ -26,11 +26,7 @@ public static class PathCommand
 {
     public static async Task<int> RunAsync(PathOptions o, CancellationToken ct)
     {
-        var given = JobVariables.First(o.Dataset, Environment.GetEnvironmentVariable(JobVariables.Dataset));
-        if (given is null) throw CommandException.Usage("no dataset (NAME or HPCDATA_DATASET)");
-        var at = given.IndexOf('@');
-        var (name, version) = at < 0 ? (given, JobVariables.First(Environment.GetEnvironmentVariable(JobVariables.Version))) : (given[..at], given[(at + 1)..]);
-        if (!DatasetName.TryValidate(name, out var why)) throw CommandException.Usage($"'{name}': {why}");
+        var (name, version) = DatasetArgument.OrJob(o.Dataset) ?? throw CommandException.Usage("no dataset (NAME or HPCDATA_DATASET)");
         var pipe = o.Agent.PipeName;
         AgentClient agent;
         try

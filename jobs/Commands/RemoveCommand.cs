@@ -14,11 +14,8 @@ public sealed class RemoveOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "Remove a dataset version from the cache tier (its manifest, and the latest pointer when it points there).";
 
-    [Switch("", "Dataset name.", Meta = "NAME", Required = true)]
-    public string Name { get; set; } = "";
-
-    [Switch("--version", "Version to remove (default: the latest).", Meta = "VERSION")]
-    public string? Version { get; set; }
+    [Switch("", "The dataset, optionally @ the version to remove (default: the latest).", Meta = DatasetArgument.Meta, Required = true)]
+    public string Dataset { get; set; } = "";
 
     [Switch("--job", "Only drop this job's reference; remove the version when no other job still uses it.", Meta = "ID")]
     public string? Job { get; set; }
@@ -30,20 +27,20 @@ public static class RemoveCommand
 {
     public static async Task<int> RunAsync(RemoveOptions o, CancellationToken ct)
     {
-        if (!DatasetName.TryValidate(o.Name, out var error)) throw CommandException.Usage(error!);
+        var (name, given) = DatasetArgument.Parse(o.Dataset);
         var options = o.CacheTier();
         try
         {
             await using var tier = new CacheTierClient(options);
-            var version = o.Version ?? await tier.GetLatestAsync(o.Name, ct);
-            if (version is null) return Notice($"dataset '{o.Name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
+            var version = given ?? await tier.GetLatestAsync(name, ct);
+            if (version is null) return Notice($"dataset '{name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
             if (o.Job is not null)
             {
                 var others = await tier.Catalog.RemoveJobAsync(version, o.Job, ct);
-                if (others.Count > 0) return Notice($"{o.Name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
+                if (others.Count > 0) return Notice($"{name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
             }
-            var (latest, gc) = await tier.Catalog.RemoveVersionAsync(o.Name, version, ct);
-            Console.WriteLine($"removed {o.Name} version {version}{(latest ? " (it was the latest)" : "")}; " +
+            var (latest, gc) = await tier.Catalog.RemoveVersionAsync(name, version, ct);
+            Console.WriteLine($"removed {name} version {version}{(latest ? " (it was the latest)" : "")}; " +
                               (gc.Ran ? $"freed {gc.SegmentsDeleted} segments no other version uses"
                                   : $"segments not collected now ({gc.SkippedBecause}); the next removal collects them"));
             return 0;

@@ -42,7 +42,7 @@ public static class SlurmScript
 
             """);
         if (job.LifetimeJob)
-            s.Append($"  {hpcdata} remove \"$HPCDATA_DATASET\" --version \"$HPCDATA_VERSION\" --job \"$HPCDATA_JOB_ID\" || echo \"hpcdata: could not drop the job's dataset version\" >&2\n");
+            s.Append($"  {hpcdata} remove \"$HPCDATA_DATASET@$HPCDATA_VERSION\" --job \"$HPCDATA_JOB_ID\" || echo \"hpcdata: could not drop the job's dataset version\" >&2\n");
         s.Append($$"""
             }
             trap release EXIT

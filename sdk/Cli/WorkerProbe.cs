@@ -41,7 +41,6 @@ public static class WorkerProbe
 
     public static readonly IReadOnlyList<Switch> Switches =
     [
-        new("--dataset", "-d", "NAME", "Dataset name (default: $HPCDATA_DATASET).", Set: (s, v) => s with { Dataset = v }),
         new("--mode", null, "auto|map|stream|direct", "map: the agent's verified copy, zero copy; stream: a private copy over the pipe; direct: from the cache tier, no agent; " +
                                                       "auto (the default): map, else stream, else direct.",
             Set: (s, v) => v is "auto" or "map" or "stream" or "direct" ? s with { Mode = v } : throw new FormatException($"--mode '{v}' is not one of auto, map, stream, direct")),
@@ -58,15 +57,15 @@ public static class WorkerProbe
                 : n is < 0 or > 1000 ? throw new FormatException("--reopens must be between 0 and 1000") : s with { Reopens = n }),
     ];
 
-    public static string Usage => "worker " + string.Join(' ', Switches.Select(o => o.Value is null ? $"[{o.Name}]" : $"[{o.Name} {o.Value}]"));
+    public static string Usage => "worker [NAME] " + string.Join(' ', Switches.Select(o => o.Value is null ? $"[{o.Name}]" : $"[{o.Name} {o.Value}]"));
 
     /// <summary>What <c>--help</c> prints: usage, the summary, then each switch once with its help.</summary>
     public static string Help(string me, string summary = Summary, IEnumerable<(string Switch, string Help)>? more = null)
     {
-        var rows = Switches.Select(o => (Switch: (o.Short is null ? "    " : o.Short + ", ") + o.Name + (o.Value is null ? "" : " " + o.Value), o.Help))
+        var rows = new[] { (Switch: "    NAME", Help: "The dataset (default: $HPCDATA_DATASET).") }.Concat(Switches.Select(o => (Switch: (o.Short is null ? "    " : o.Short + ", ") + o.Name + (o.Value is null ? "" : " " + o.Value), o.Help)))
             .Concat(more ?? []).Append((Switch: "    --help", Help: "This help.")).ToList();
         var width = rows.Max(r => r.Switch.Length) + 2;
-        return $"usage: {me} [options]\n{Wrap(summary, 0)}\n" + string.Concat(rows.Select(r => $"  {r.Switch.PadRight(width)}{Wrap(r.Help, width + 2)}"));
+        return $"usage: {me} [NAME] [options]\n{Wrap(summary, 0)}\n" + string.Concat(rows.Select(r => $"  {r.Switch.PadRight(width)}{Wrap(r.Help, width + 2)}"));
     }
 
     /// <summary>Text that fits 100 columns from <paramref name="indent"/> on: its later lines indented as much.</summary>
@@ -99,6 +98,12 @@ public static class WorkerProbe
             {
                 error = null;
                 return null;
+            }
+            if (!option.StartsWith('-') || option == "-")
+            {
+                if (s.Dataset is null) s = s with { Dataset = option };
+                else problem = $"unexpected argument '{option}' ({Usage})";
+                continue;
             }
             var known = Switches.FirstOrDefault(o => o.Name == option || o.Short == option);
             if (known is null) problem = $"unknown option '{option}' ({Usage})";
@@ -150,7 +155,7 @@ public static class WorkerProbe
     {
         if (mainUnixMs == 0) mainUnixMs = UnixMs();
         var name = o.Dataset ?? Environment.GetEnvironmentVariable(DatasetOptions.DatasetVariable);
-        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine($"{me}: no dataset (--dataset or HPCDATA_DATASET)"); return ExitCodes.Usage; }
+        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine($"{me}: no dataset (NAME or HPCDATA_DATASET)"); return ExitCodes.Usage; }
         try
         {
             var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Logger = new StderrLogger(me) };

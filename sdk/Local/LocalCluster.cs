@@ -69,7 +69,7 @@ public sealed class LocalCluster : IAsyncDisposable
             string[] wait = fresh ? [] : ["--wait-go"];
             foreach (var pipe in pipes)
                 for (var w = 0; w < perNode; w++)
-                    workers.Add(Track(ComponentProcess.Start(program, ["worker", "--dataset", dataset, "--mode", mode, .. wait, .. extraArgs],
+                    workers.Add(Track(ComponentProcess.Start(program, ["worker", dataset, "--mode", mode, .. wait, .. extraArgs],
                         new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe }, name: $"worker-{mode}-{pipe}-{w + 1}")));
             if (!fresh)
             {

@@ -43,7 +43,7 @@ public sealed class AccessTests
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
         var env = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe, ["HPCDATA_CACHE_HOSTS"] = "127.0.0.1:1" };
 
-        var alice = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "--dataset", "risk/secret", "--mode", "map", "--verify", "--reopens", "0"], env);
+        var alice = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "risk/secret", "--mode", "map", "--verify", "--reopens", "0"], env);
         Assert.True(alice.Code == 0, $"the reader's worker failed ({alice.Code}): {alice.Stderr}");
         var result = JsonDocument.Parse(alice.Text.Trim().Split('\n').Last()).RootElement;
         Assert.Equal(staged.Version, result.GetProperty("Version").GetString());
@@ -52,7 +52,7 @@ public sealed class AccessTests
         Assert.True(result.GetProperty("VerifyMs").GetDouble() > 0); // --verify: its own hash of the mapped copy matched the staged hash
         Assert.Equal("map", result.GetProperty("Mode").GetString());
 
-        var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "--dataset", "risk/secret", "--reopens", "0"], env);
+        var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "risk/secret", "--reopens", "0"], env);
         Assert.Equal(1, bob.Code);
         var lines = bob.Stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries);
         Assert.True(lines.Length == 1, $"a refused worker prints one line, not:\n{bob.Stderr}");
@@ -123,7 +123,7 @@ public sealed class AccessTests
                                                                 UnixFileMode.GroupRead | UnixFileMode.GroupExecute | UnixFileMode.OtherRead | UnixFileMode.OtherExecute);
         var run = WorkerRunner.Prepare(cluster.Root, Bob);
 
-        var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "--dataset", "risk/open", "--reopens", "0"],
+        var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "risk/open", "--reopens", "0"],
             new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe, ["HPCDATA_CACHE_HOSTS"] = cluster.HostList });
 
         Assert.Equal(1, bob.Code);

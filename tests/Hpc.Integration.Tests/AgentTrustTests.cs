@@ -27,7 +27,7 @@ public sealed class AgentTrustTests
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
         var copy = Path.Combine(dataDir, "complete", staged.Version + ".data");
 
-        var prep = await run.AsUserAsync(Alice, [.. run.Worker, "nodeprep", "--dataset", "risk/pinned", "--job", "job-7", "--pipe", pipe, "--no-start"]);
+        var prep = await run.AsUserAsync(Alice, [.. run.Worker, "nodeprep", "risk/pinned", "--job", "job-7", "--pipe", pipe, "--no-start"]);
         Assert.True(prep.Code == 0, $"node prep as the job's owner failed ({prep.Code}): {prep.Stderr}");
         Assert.Equal(["job-7"], (await StatusAsync(pipe)).Copies.Single().Pins); // what the stranger sees too
 
@@ -35,7 +35,7 @@ public sealed class AgentTrustTests
         await agent.KillAsync();
         await cluster.StartAgentAsync(dataDir, pipe: pipe);
 
-        string[] release = ["noderelease", "--dataset", "risk/pinned", "--job", "job-7", "--evict", "--pipe", pipe, "--stop-agent", "never"];
+        string[] release = ["noderelease", "risk/pinned", "--job", "job-7", "--evict", "--pipe", pipe, "--stop-agent", "never"];
         var bob = await run.AsUserAsync(Bob, [.. run.Worker, .. release]);
         Assert.Equal(0, bob.Code); // node release never fails; it says why nothing was released
         Assert.Contains("access denied", bob.Stderr);
@@ -65,7 +65,7 @@ public sealed class AgentTrustTests
         var (_, pipe, _) = await cluster.StartAgentAsync();
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
         var env = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe, ["HPCDATA_CACHE_HOSTS"] = "127.0.0.1:1" };
-        var first = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "--dataset", "risk/prices", "--verify", "--reopens", "0"], env);
+        var first = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "risk/prices", "--verify", "--reopens", "0"], env);
         Assert.True(first.Code == 0, first.Stderr);
 
         // The stranger's own cache host, with its own bytes staged under the same name, later than the real ones.
@@ -75,14 +75,14 @@ public sealed class AgentTrustTests
         Assert.True(code == 0, stderr);
         var planted = JsonSerializer.Deserialize<Cluster.Staged>(stdout.Last())!.Version;
 
-        var attack = await run.AsUserAsync(Bob, ["mpiexec.hydra", "-n", "1", .. run.Worker, "nodeprep", "--fanout", "mpi", "--dataset", "risk/prices",
+        var attack = await run.AsUserAsync(Bob, ["mpiexec.hydra", "-n", "1", .. run.Worker, "nodeprep", "--fanout", "mpi", "risk/prices",
             "--job", "job-b", "--pipe", pipe, "--no-start", "--cache-hosts", own], new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = cluster.Root });
         Assert.DoesNotContain((await StatusAsync(pipe)).Copies, c => c.Version == planted);
         Assert.Contains("does not vouch for that version", attack.Stderr);
         Assert.Contains(planted, attack.Stderr);
 
         await cluster.Processes.Single(p => p.ReadyText == tier).KillAsync(); // the agent's cache tier goes down
-        var reader = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "--dataset", "risk/prices", "--verify", "--reopens", "0"], env);
+        var reader = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "risk/prices", "--verify", "--reopens", "0"], env);
         Assert.True(reader.Code == 0, reader.Stderr);
         var result = JsonDocument.Parse(reader.Text.Trim().Split('\n').Last()).RootElement;
         Assert.Equal(staged.Version, result.GetProperty("Version").GetString());
@@ -118,7 +118,7 @@ public sealed class AgentTrustTests
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
         foreach (var name in new[] { "risk/secret", "risk/open" })
         {
-            var prep = await run.AsUserAsync(Alice, [.. run.Worker, "nodeprep", "--dataset", name, "--job", "job-a", "--pipe", pipe, "--no-start"]);
+            var prep = await run.AsUserAsync(Alice, [.. run.Worker, "nodeprep", name, "--job", "job-a", "--pipe", pipe, "--no-start"]);
             Assert.True(prep.Code == 0, prep.Stderr);
         }
 
@@ -157,7 +157,7 @@ public sealed class AgentTrustTests
             "--readers", $"user:{Alice}");
         var (_, pipe, dataDir) = await cluster.StartAgentAsync(configure: o => o.AdminGroup = Admins);
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
-        var prep = await run.AsUserAsync(Alice, [.. run.Worker, "nodeprep", "--dataset", "risk/secret", "--job", "job-a", "--pipe", pipe, "--no-start"]);
+        var prep = await run.AsUserAsync(Alice, [.. run.Worker, "nodeprep", "risk/secret", "--job", "job-a", "--pipe", pipe, "--no-start"]);
         Assert.True(prep.Code == 0, prep.Stderr);
         var telemetry = Path.Combine(dataDir, "telemetry.jsonl");
 
@@ -171,7 +171,7 @@ public sealed class AgentTrustTests
         var carolRead = await run.AsUserAsync(Carol, ["cat", Path.Combine(dataDir, "complete", secret.Version + ".data")]);
         Assert.NotEqual(0, carolRead.Code); // administering the agent is not reading its restricted data
 
-        var release = await run.AsUserAsync(Carol, [.. run.Worker, "noderelease", "--dataset", "risk/secret", "--job", "job-a", "--evict", "--pipe", pipe,
+        var release = await run.AsUserAsync(Carol, [.. run.Worker, "noderelease", "risk/secret", "--job", "job-a", "--evict", "--pipe", pipe,
             "--stop-agent", "never"]);
         Assert.True(release.Code == 0, release.Stderr);
         Assert.Contains("state=evicted", release.Text);

@@ -80,7 +80,7 @@ public class DataPathTests
         var staged = await c.StageAsync(csv, "demo/market");
         var (_, pipe, _) = await c.StartAgentAsync();
         var env = new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe };
-        var runs = await Task.WhenAll(Enumerable.Range(0, 3).Select(_ => c.RunAsync("Hpc.Samples", ["worker", "--dataset", "demo/market", "--mode", "map"], env)));
+        var runs = await Task.WhenAll(Enumerable.Range(0, 3).Select(_ => c.RunAsync("Hpc.Samples", ["worker", "demo/market", "--mode", "map"], env)));
         var results = runs.Select(r =>
         {
             Assert.True(r.Code == 0, r.Stderr);

@@ -25,8 +25,8 @@ public class NativeProgramsTests
         if (Installed is { } bin && File.Exists(Path.Combine(bin, OperatingSystem.IsWindows() ? "Hpc.Samples.Native.exe" : "Hpc.Samples.Native")))
             Assert.True(ComponentLocator.IsNative(ComponentLocator.Find("Hpc.Samples.Native")), "a native build in HPCDATA_BIN is the one started");
 
-        string[] map = ["worker", "--dataset", "risk/native", "--mode", "map", "--verify", "--touch", "all", "--reopens", "2"];
-        string[] stream = ["worker", "--dataset", "risk/native", "--mode", "stream", "--reopens", "0"];
+        string[] map = ["worker", "risk/native", "--mode", "map", "--verify", "--touch", "all", "--reopens", "2"];
+        string[] stream = ["worker", "risk/native", "--mode", "stream", "--reopens", "0"];
         var runs = await Task.WhenAll([.. Enumerable.Range(0, 4).Select(_ => c.RunAsync("Hpc.Samples.Native", map, env)), c.RunAsync("Hpc.Samples.Native", stream, env)]);
         foreach (var (code, stdout, stderr) in runs)
         {
@@ -50,11 +50,11 @@ public class NativeProgramsTests
         var (_, pipe, _) = await c.StartAgentAsync();
         var env = new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe };
 
-        var missing = await c.RunAsync("Hpc.Samples.Native", ["worker", "--dataset", "risk/nowhere", "--reopens", "0"], env);
+        var missing = await c.RunAsync("Hpc.Samples.Native", ["worker", "risk/nowhere", "--reopens", "0"], env);
         Assert.Equal(1, missing.Code);
         Assert.Contains("risk/nowhere", missing.Stderr);
 
-        var unknown = await c.RunAsync("Hpc.Samples.Native", ["worker", "--dataset", "risk/x", "--colour", "blue"], env);
+        var unknown = await c.RunAsync("Hpc.Samples.Native", ["worker", "risk/x", "--colour", "blue"], env);
         Assert.Equal(2, unknown.Code);
         Assert.Contains("unknown option '--colour'", unknown.Stderr);
     }

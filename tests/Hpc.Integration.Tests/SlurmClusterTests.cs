@@ -58,7 +58,7 @@ public sealed class SlurmClusterTests
         var script = Cluster.WriteFile(work, "late.sh", System.Text.Encoding.ASCII.GetBytes($"""
             #!/bin/bash
             export HPCDATA_CACHE_HOSTS={tier}
-            srun --ntasks-per-node=1 /bin/sh -c 'if [ "$SLURM_PROCID" = 2 ]; then exit 0; fi; exec {hpcdata} nodeprep --fanout mpi --dataset lab/late --job $SLURM_JOB_ID --stall-timeout 5s'
+            srun --ntasks-per-node=1 /bin/sh -c 'if [ "$SLURM_PROCID" = 2 ]; then exit 0; fi; exec {hpcdata} nodeprep --fanout mpi lab/late --job $SLURM_JOB_ID --stall-timeout 5s'
             echo "step exit $?"
             srun --ntasks-per-node=1 {hpcdata} noderelease --job $SLURM_JOB_ID --evict
 

@@ -58,7 +58,7 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         Assert.Equal("node-pass", File.ReadAllText(machine.HostPath("/run/credentials/hpcdata-agent.service/cache-password")));
 
         // A node prep starts the fetch; the unit is stopped in the middle of it.
-        using var prep = machine.Start(["/opt/hpcdata/hpcdata", "nodeprep", "--dataset", "site/prices", "--job", "j1", "--cache-hosts", slowLink.Address], env);
+        using var prep = machine.Start(["/opt/hpcdata/hpcdata", "nodeprep", "site/prices", "--job", "j1", "--cache-hosts", slowLink.Address], env);
         var partly = await WaitForProgressAsync(machine, staged.Version, staged.Segments);
         var stopping = Stopwatch.StartNew();
         var stop = await machine.RunAsync(["systemctl", "stop", "hpcdata-agent"], Command);
@@ -76,7 +76,7 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
             Assert.Equal("partial", kept.State);
             Assert.True(kept.SegmentsDone >= partly, $"verified before the stop: {partly}, kept: {kept.SegmentsDone}");
         }
-        var again = await machine.RunAsync(["/opt/hpcdata/hpcdata", "nodeprep", "--dataset", "site/prices", "--job", "j2", "--cache-hosts", slowLink.Address],
+        var again = await machine.RunAsync(["/opt/hpcdata/hpcdata", "nodeprep", "site/prices", "--job", "j2", "--cache-hosts", slowLink.Address],
             TimeSpan.FromMinutes(2), env);
         Assert.True(again.Code == 0, $"{again}\n{await JournalAsync(machine)}");
         Assert.Matches(@"source=resumed resumed-bytes=[1-9]\d* ", again.Output);
@@ -84,7 +84,7 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
 
         // The reader, another user of the node, maps the copy the service fetched.
         var worker = await machine.RunAsync(["setpriv", $"--reuid={ReaderUid}", $"--regid={ReaderUid}", "--clear-groups", "--",
-            "/opt/hpcdata/hpcdata", "worker", "--dataset", "site/prices", "--mode", "map", "--verify", "--reopens", "0"], Command, env);
+            "/opt/hpcdata/hpcdata", "worker", "site/prices", "--mode", "map", "--verify", "--reopens", "0"], Command, env);
         Assert.True(worker.Code == 0, worker.ToString());
         var seen = WorkerProbe.ReadResult(worker.Output.Trim().Split('\n').Last())!;
         Assert.True(seen.Verified);

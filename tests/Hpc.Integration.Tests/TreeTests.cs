@@ -82,7 +82,7 @@ public class TreeTests
         var staged = await c.StageAsync(tree, "tree/everything");
         var (agent, pipe, dataDir) = await c.StartAgentAsync();
 
-        var (prepared, prepOut, prepErr) = await c.RunAsync("hpcdata", ["nodeprep", "--dataset", "tree/everything", "--job", "j1", "--pipe", pipe, "--no-start"]);
+        var (prepared, prepOut, prepErr) = await c.RunAsync("hpcdata", ["nodeprep", "tree/everything", "--job", "j1", "--pipe", pipe, "--no-start"]);
         Assert.True(prepared == 0, prepErr);
         var nodeTree = prepOut.Last().Split(' ').Single(f => f.StartsWith("path=", StringComparison.Ordinal))["path=".Length..];
         Assert.Equal(Path.Combine(dataDir, "complete", staged.Version), nodeTree);
@@ -129,14 +129,14 @@ public class TreeTests
         // A restarted agent finds the tree, checks it whole on first use and serves it without fetching.
         await agent.DisposeAsync();
         (agent, _, _) = await c.StartAgentAsync(dataDir, pipe: pipe);
-        var (again, againOut, againErr) = await c.RunAsync("hpcdata", ["nodeprep", "--dataset", "tree/everything", "--job", "j2", "--pipe", pipe, "--no-start"]);
+        var (again, againOut, againErr) = await c.RunAsync("hpcdata", ["nodeprep", "tree/everything", "--job", "j2", "--pipe", pipe, "--no-start"]);
         Assert.True(again == 0, againErr);
         Assert.Contains("source=local", againOut.Last());
 
         // Released and evicted: the tree goes, read-only directories and all.
         foreach (var job in new[] { "j1", "j2" })
         {
-            var (released, _, releaseErr) = await c.RunAsync("hpcdata", ["noderelease", "--dataset", "tree/everything", "--job", job, "--pipe", pipe, "--evict", "--stop-agent", "never"]);
+            var (released, _, releaseErr) = await c.RunAsync("hpcdata", ["noderelease", "tree/everything", "--job", job, "--pipe", pipe, "--evict", "--stop-agent", "never"]);
             Assert.True(released == 0, releaseErr);
         }
         Assert.False(Directory.Exists(nodeTree));

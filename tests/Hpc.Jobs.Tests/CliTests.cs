@@ -118,7 +118,7 @@ public sealed class CliTests
 
     [Theory]
     [InlineData(new[] { "generate" }, "missing required PATH")]
-    [InlineData(new[] { "remove" }, "missing required NAME")]
+    [InlineData(new[] { "remove" }, "missing required NAME[@VERSION]")]
     [InlineData(new[] { "get" }, "missing required NAME[@VERSION], DEST")]
     [InlineData(new[] { "get", "risk/a" }, "missing required DEST")]
     [InlineData(new[] { "tls-init" }, "missing required --out, --hosts")]
@@ -213,6 +213,22 @@ public sealed class CliTests
         Regex.Match(entry, @"^\s*--\S+(?: \S+)?\s{2,}(?<text>.*)$", RegexOptions.Singleline).Groups["text"].Value,
         @" \(default: [^)]*\)| \[HPCDATA_\w+\]", ""), @"\s+", " ").Trim();
 
+    [Theory]
+    [InlineData("get", "NAME[@VERSION] DEST")]
+    [InlineData("path", "[NAME[@VERSION]]")]
+    [InlineData("remove", "NAME[@VERSION]")]
+    [InlineData("nodeprep", "[NAME[@VERSION]]")]
+    [InlineData("noderelease", "[NAME[@VERSION]]")]
+    [InlineData("list", "[NAME]")]
+    [InlineData("worker", "[NAME]")]
+    public async Task Every_verb_names_its_dataset_the_same_way_as_its_argument(string verb, string arguments)
+    {
+        await using var s = new Sandbox();
+        var help = await s.HpcdataAsync([verb, "--help"]);
+        Assert.Contains($"usage: hpcdata {verb} {arguments} [options]", help.Out);
+        Assert.DoesNotContain("--dataset", help.Out);
+    }
+
     /// <summary>Every verb that reaches a node agent, with the agent's switches it takes.</summary>
     public static TheoryData<string, string[]> AgentVerbs => new()
     {
@@ -244,7 +260,7 @@ public sealed class CliTests
     public async Task An_agent_switch_with_a_bad_value_is_refused_by_node_prep_as_the_agent_would_refuse_it()
     {
         await using var s = new Sandbox();
-        var r = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/x", "--job", "j", "--budget", "lots"]);
+        var r = await s.HpcdataAsync(["nodeprep", "risk/x", "--job", "j", "--budget", "lots"]);
         Assert.Equal(2, r.Code);
         Assert.Contains("hpcdata nodeprep: --budget: 'lots' is not a size", r.Stderr);
     }
@@ -257,7 +273,7 @@ public sealed class CliTests
         await using var s = new Sandbox();
         var missing = Path.Combine(s.Root, "no-such.password");
         string[] args = verb == "list" ? ["list", "--cache-hosts", "127.0.0.1:1", "--cache-password-file", missing]
-            : ["nodeprep", "--fanout", "mpi", "--dataset", "risk/x", "--job", "j", "--no-start", "--pipe", s.NewPipe(), "--cache-hosts", "127.0.0.1:1", "--cache-password-file", missing];
+            : ["nodeprep", "--fanout", "mpi", "risk/x", "--job", "j", "--no-start", "--pipe", s.NewPipe(), "--cache-hosts", "127.0.0.1:1", "--cache-password-file", missing];
         var r = await s.HpcdataAsync(args, timeout: TimeSpan.FromSeconds(60));
         Assert.True(r.Code is 1 or 2, $"exit {r.Code}: {r.Stderr}");
         Assert.Contains($"--cache-password-file: '{missing}' does not exist", r.Stderr);

@@ -33,7 +33,7 @@ public sealed class MpiNodePrepTests
         var pipe = s.NewPipe() + "r{rank}";
 
         await using var job = ComponentProcess.Start("hpcdata",
-            ["nodeprep", "--fanout", "mpi", "--ring", ring, "--dataset", "risk/mpi", "--job", "job-7", "--pipe", pipe,
+            ["nodeprep", "--fanout", "mpi", "--ring", ring, "risk/mpi", "--job", "job-7", "--pipe", pipe,
              "--data-dir", Path.Combine(s.Root, "node{rank}"), "--cache-hosts", s.HostList],
             new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" }, name: "mpi nodeprep",
             launcher: Launcher(launcher));
@@ -68,7 +68,7 @@ public sealed class MpiNodePrepTests
         await using var slowLink = new ThrottledRelay(s.HostList, 512 << 10);
         var pipe = s.NewPipe() + "r";
         string[] NodePrep(params string[] extra) =>
-            ["nodeprep", .. extra, "--dataset", "risk/kill", "--job", "job-k", "--cache-hosts", slowLink.Address];
+            ["nodeprep", .. extra, "risk/kill", "--job", "job-k", "--cache-hosts", slowLink.Address];
         var env = new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" };
 
         await using var job = ComponentProcess.Start("hpcdata",
@@ -115,7 +115,7 @@ public sealed class MpiNodePrepTests
         await s.StartCacheHostAsync();
         var staged = await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(1 << 20)), "risk/solo");
         // A single process with the MPI library present is a world of one: the exchange is this node alone.
-        var r = await s.HpcdataAsync(["nodeprep", "--fanout", "mpi", "--dataset", "risk/solo", "--job", "j", "--pipe", s.NewPipe(),
+        var r = await s.HpcdataAsync(["nodeprep", "--fanout", "mpi", "risk/solo", "--job", "j", "--pipe", s.NewPipe(),
             "--data-dir", Path.Combine(s.Root, "n"), "--cache-hosts", s.HostList],
             new Dictionary<string, string?> { ["HPCDATA_MPI_LIBRARY"] = "/nonexistent/libmpi.so" });
         Assert.True(r.Code == 0, r.Stderr);

@@ -15,7 +15,7 @@ public class NodePrepTests
         var staged = await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(2_000_000)), "risk/prep");
         var pipe = s.NewPipe();
 
-        var first = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/prep", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
+        var first = await s.HpcdataAsync(["nodeprep", "risk/prep", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
         Assert.True(first.Code == 0, first.Stderr);
         var line = Assert.Single(first.Stdout);
         var shape = new Regex($@"^node=\S+ dataset=risk/prep version={staged.Version} bytes=2000000 seconds=\d+\.\d+ source=fetched " +
@@ -31,21 +31,21 @@ public class NodePrepTests
         Assert.Equal(["job-1"], status.Copies.Single().Pins);
 
         // Safe to run twice: the copy is local, the pin is not doubled.
-        var second = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/prep"], Node(pipe));
+        var second = await s.HpcdataAsync(["nodeprep", "risk/prep"], Node(pipe));
         Assert.True(second.Code == 0, second.Stderr);
         Assert.Contains(" source=local ", second.Stdout.Single());
         Assert.DoesNotContain("starting one", second.Stderr);
         Assert.Equal(["job-1"], (await s.StatusAsync(pipe)).Copies.Single().Pins);
 
         // Release unpins; the agent nodeprep started has nothing left to serve, so it is stopped.
-        var release = await s.HpcdataAsync(["noderelease", "--dataset", "risk/prep"], Node(pipe));
+        var release = await s.HpcdataAsync(["noderelease", "risk/prep"], Node(pipe));
         Assert.Equal(0, release.Code);
         Assert.Contains("released", release.Out);
         Assert.Contains("stopped the node agent", release.Stderr);
         Assert.Empty(Sandbox.ProcessesMentioning(pipe));
 
         // Releasing again, with the data and the agent gone, is not an error.
-        var again = await s.HpcdataAsync(["noderelease", "--dataset", "risk/prep", "--evict"], Node(pipe));
+        var again = await s.HpcdataAsync(["noderelease", "risk/prep", "--evict"], Node(pipe));
         Assert.Equal(0, again.Code);
         Assert.Contains("nothing to release", again.Stderr);
     }
@@ -62,12 +62,12 @@ public class NodePrepTests
         var secret = s.WriteFile("tier.password", "tier-secret\n"u8.ToArray());
         var pipe = s.NewPipe();
 
-        var prep = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/secured", "--cache-hosts", s.HostList, "--cache-password-file", secret,
+        var prep = await s.HpcdataAsync(["nodeprep", "risk/secured", "--cache-hosts", s.HostList, "--cache-password-file", secret,
             "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
         Assert.True(prep.Code == 0, prep.Stderr);
         Assert.Contains("starting one", prep.Stderr);
         Assert.Contains(" source=fetched ", Assert.Single(prep.Stdout));
-        Assert.Equal(0, (await s.HpcdataAsync(["noderelease", "--dataset", "risk/secured"], Node(pipe))).Code);
+        Assert.Equal(0, (await s.HpcdataAsync(["noderelease", "risk/secured"], Node(pipe))).Code);
     }
 
     [Fact]
@@ -81,13 +81,13 @@ public class NodePrepTests
         var env = Node(pipe);
         env["HPCDATA_AGENT_DATA_DIR"] = dataDir;
 
-        var prep = await s.HpcdataAsync(["nodeprep", "--dataset", "risk/sized", "--cache-hosts", s.HostList, "--budget", "64MB", "--node", "n7"], env);
+        var prep = await s.HpcdataAsync(["nodeprep", "risk/sized", "--cache-hosts", s.HostList, "--budget", "64MB", "--node", "n7"], env);
         Assert.True(prep.Code == 0, prep.Stderr);
         Assert.Contains($"starting one (data in {dataDir})", prep.Stderr);
         var status = await s.StatusAsync(pipe);
         Assert.Equal(("n7", 64L << 20), (status.Node, status.BudgetBytes));
         Assert.StartsWith(dataDir, Assert.Single(prep.Stdout).Split(" path=")[1]);
-        Assert.Equal(0, (await s.HpcdataAsync(["noderelease", "--dataset", "risk/sized"], Node(pipe))).Code);
+        Assert.Equal(0, (await s.HpcdataAsync(["noderelease", "risk/sized"], Node(pipe))).Code);
     }
 
     [Fact]
@@ -97,11 +97,11 @@ public class NodePrepTests
         await s.StartCacheHostAsync();
         await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(300_000)), "risk/shared");
         var pipe = s.NewPipe();
-        var args = new[] { "nodeprep", "--dataset", "risk/shared", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node") };
+        var args = new[] { "nodeprep", "risk/shared", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node") };
         Assert.Equal(0, (await s.HpcdataAsync(args, Node(pipe, "job-a"))).Code);
         Assert.Equal(0, (await s.HpcdataAsync(args, Node(pipe, "job-b"))).Code);
 
-        var a = await s.HpcdataAsync(["noderelease", "--dataset", "risk/shared", "--evict"], Node(pipe, "job-a"));
+        var a = await s.HpcdataAsync(["noderelease", "risk/shared", "--evict"], Node(pipe, "job-a"));
         Assert.Equal(0, a.Code);
         Assert.Contains("state=in-use", a.Out);
         Assert.Equal(["job-b"], (await s.StatusAsync(pipe)).Copies.Single().Pins);
@@ -118,7 +118,7 @@ public class NodePrepTests
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
         var pipe = s.NewPipe();
-        var r = await s.HpcdataAsync(["nodeprep", "--dataset", "nobody/staged-this", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
+        var r = await s.HpcdataAsync(["nodeprep", "nobody/staged-this", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
         Assert.Equal(1, r.Code);
         Assert.Contains("nobody/staged-this", r.Stderr);
         Assert.Contains("not found", r.Stderr);
@@ -132,13 +132,13 @@ public class NodePrepTests
         await s.StartCacheHostAsync();
         var pipe = s.NewPipe();
         var notADirectory = s.WriteFile("plain-file", [1]);
-        var r = await s.HpcdataAsync(["nodeprep", "--dataset", "a/b", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(notADirectory, "data")], Node(pipe));
+        var r = await s.HpcdataAsync(["nodeprep", "a/b", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(notADirectory, "data")], Node(pipe));
         Assert.Equal(1, r.Code);
         Assert.Contains("exited during start-up", r.Stderr);
         Assert.Contains("plain-file", r.Stderr); // the agent's own error, from its log
         Assert.Empty(Sandbox.ProcessesMentioning(pipe));
 
-        var fixedRun = await s.HpcdataAsync(["nodeprep", "--dataset", "a/b", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
+        var fixedRun = await s.HpcdataAsync(["nodeprep", "a/b", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
         Assert.Contains("not found", fixedRun.Stderr); // the agent starts now; only the dataset is missing
     }
 
@@ -149,7 +149,7 @@ public class NodePrepTests
         var pipe = s.NewPipe();
         var env = Node(pipe);
         env["HPCDATA_AGENT_MANAGED"] = "1";
-        var r = await s.HpcdataAsync(["nodeprep", "--dataset", "a/b"], env);
+        var r = await s.HpcdataAsync(["nodeprep", "a/b"], env);
         Assert.Equal(1, r.Code);
         Assert.Contains("managed by HPCDATA_AGENT_MANAGED", r.Stderr);
         Assert.Empty(Sandbox.ProcessesMentioning(pipe));
@@ -166,7 +166,7 @@ public class NodePrepTests
         await s.StopCacheHostsAsync();
 
         var pipe = s.NewPipe();
-        var args = new[] { "nodeprep", "--dataset", "risk/down", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node") };
+        var args = new[] { "nodeprep", "risk/down", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node") };
         var down = await s.HpcdataAsync(args, Node(pipe));
         Assert.Equal(1, down.Code);
         Assert.Contains("cache tier is unreachable", down.Stderr);
@@ -190,7 +190,7 @@ public class NodePrepTests
         // 96 MB at 24 MB/s: about four seconds of fetching, however fast this machine is.
         await using var slowLink = new ThrottledRelay(s.HostList, 24 << 20);
         var pipe = s.NewPipe();
-        var args = new[] { "nodeprep", "--dataset", "risk/cancel", "--cache-hosts", slowLink.Address, "--data-dir", Path.Combine(s.Root, "node") };
+        var args = new[] { "nodeprep", "risk/cancel", "--cache-hosts", slowLink.Address, "--data-dir", Path.Combine(s.Root, "node") };
         var prep = s.StartHpcdata(args, Node(pipe));
 
         var fetching = false;
@@ -218,7 +218,7 @@ public class NodePrepTests
     public async Task Missing_job_id_or_dataset_is_a_usage_error()
     {
         await using var s = new Sandbox();
-        var noJob = await s.HpcdataAsync(["nodeprep", "--dataset", "a/b"], Node(s.NewPipe(), job: null));
+        var noJob = await s.HpcdataAsync(["nodeprep", "a/b"], Node(s.NewPipe(), job: null));
         Assert.Equal(2, noJob.Code);
         Assert.Contains("no job id", noJob.Stderr);
         var noData = await s.HpcdataAsync(["nodeprep"], Node(s.NewPipe()));

@@ -18,7 +18,7 @@ public class WorkerProbeTests
             Assert.True(WorkerProbe.Parse(args, out var error) is not null, $"{option.Name}: {error}");
             Assert.Contains(option.Help.Split(' ')[0], Assert.Single(help.Split('\n'), l => l.Contains($" {option.Name}")));
         }
-        var s = WorkerProbe.Parse(["worker", "-d", "risk/a", "--mode", "map", "--wait-go", "--verify", "--touch", "all", "--reopens", "0"], out _)!;
+        var s = WorkerProbe.Parse(["worker", "risk/a", "--mode", "map", "--wait-go", "--verify", "--touch", "all", "--reopens", "0"], out _)!;
         Assert.Equal(new WorkerProbe.Settings("risk/a", "map", WaitGo: true, Verify: true, Touch: "all", Reopens: 0), s);
     }
 
@@ -36,7 +36,7 @@ public class WorkerProbeTests
     [Theory]
     [InlineData("unknown option '--colour'", "--colour")]
     [InlineData("option '--mode' needs a value", "--mode")]
-    [InlineData("option '--dataset' needs a value", "--dataset", "--verify")]
+    [InlineData("unexpected argument 'risk/b'", "risk/a", "risk/b")]
     [InlineData("option '--reopens': 'abc' is not a whole number", "--reopens", "abc")]
     [InlineData("--reopens must be between 0 and 1000", "--reopens", "5000")]
     [InlineData("--touch 'some' is not first or all", "--touch", "some")]
@@ -50,7 +50,7 @@ public class WorkerProbeTests
     [Fact]
     public void Values_may_follow_an_equals_sign_and_help_is_not_an_error()
     {
-        Assert.Equal(new WorkerProbe.Settings("risk/a", Reopens: 3), WorkerProbe.Parse(["worker", "--dataset=risk/a", "--reopens=3"], out _));
+        Assert.Equal(new WorkerProbe.Settings("risk/a", Reopens: 3), WorkerProbe.Parse(["worker", "risk/a", "--reopens=3"], out _));
         Assert.Null(WorkerProbe.Parse(["worker", "--help"], out var error));
         Assert.Null(error);
     }
