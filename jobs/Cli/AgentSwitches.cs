@@ -21,7 +21,7 @@ public sealed class AgentSwitches(ISet<string> given)
     public NodeAgentOptions Options { get; set; } = new();
 
     /// <summary>The pipe to connect to: the one given, else the default.</summary>
-    public string PipeName => Options.Pipe.Trim();
+    public string PipeName => string.IsNullOrWhiteSpace(Options.Pipe) ? AgentClient.DefaultPipe : Options.Pipe.Trim();
 
     /// <summary>Whether the switch was given, on the command line or by its variable.</summary>
     public bool IsSet(string name) => SwitchGroup.Of(typeof(NodeAgentOptions), [name]).IsSet(name, given);

@@ -14,7 +14,7 @@ public sealed class ListOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "The datasets and versions on the cache tier: sizes, which is latest, created, lifetime and expiry, the jobs keeping them.";
 
-    [Switch("", "Only this dataset (owner/name).", Meta = "NAME")]
+    [Switch("", "Only this dataset, optionally only @ this version.", Meta = DatasetArgument.Meta)]
     public string? Name { get; set; }
 
     [Switch("--json", "One JSON array of CatalogEntry on stdout, for scripts.")]
@@ -26,11 +26,7 @@ public static class ListCommand
 {
     public static async Task<int> RunAsync(ListOptions o, CancellationToken ct)
     {
-        if (o.Name is not null && !DatasetName.TryValidate(o.Name, out var why))
-        {
-            Console.Error.WriteLine($"hpcdata list: {why}");
-            return ExitCodes.Usage;
-        }
+        var only = o.Name is null ? (DatasetArgument?)null : DatasetArgument.Parse(o.Name);
         var options = o.CacheTier();
         IReadOnlyList<CatalogEntry> entries;
         try
@@ -44,11 +40,11 @@ public static class ListCommand
             Console.Error.WriteLine($"hpcdata list: {e.Message}");
             return ExitCodes.Failed;
         }
-        if (o.Name is not null) entries = entries.Where(e => e.Name == o.Name).ToList();
+        if (only is { } filter) entries = entries.Where(e => e.Name == filter.Name && (filter.Version is null || e.Version == filter.Version)).ToList();
         // A named dataset that is not there is an answer scripts must be able to tell from a listing, as get and path do.
-        if (o.Name is not null && entries.Count == 0)
+        if (only is { } missing && entries.Count == 0)
         {
-            Console.Error.WriteLine($"hpcdata list: dataset '{o.Name}' has no version on the cache tier");
+            Console.Error.WriteLine($"hpcdata list: {(missing.Version is null ? $"dataset '{missing.Name}' has no version" : $"dataset '{missing.Name}' has no version {missing.Version}")} on the cache tier");
             return ExitCodes.Failed;
         }
         if (o.Json)

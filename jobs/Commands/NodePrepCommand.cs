@@ -21,6 +21,9 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.";
 
+    // An agent node prep starts keeps its copies in a directory of its pipe's, not in the agent's own default.
+    public NodePrepOptions() => Agent.Options.DataDirectory = "";
+
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Start;
 
     protected override string AgentTitle =>

@@ -23,7 +23,8 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
 
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
 
-    protected override string AgentTitle => "Node agent (slurm, hpcpack: the nodes' agents; default: the nodes' own setting)";
+    // The submitting shell's HPCDATA_AGENT_PIPE is this machine's agent, not the nodes': only a --pipe given goes into the job.
+    protected override string AgentTitle => "Node agent (slurm, hpcpack: the nodes' agents; default: the nodes' own setting, not this shell's variable)";
 
     [Switch("", "A file or directory to stage, or the name of an already staged dataset.", Meta = "SOURCE", Required = true)]
     public string Source { get; set; } = "";
@@ -122,7 +123,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
                 fanoutMpi = choice.Mpi;
             }
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, hosts, o.Nodes, o.HostsPerNode, command,
-                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.Agent.IsSet("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 

@@ -68,7 +68,7 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
         foreach (var group in (defaults as ISwitchGroups)?.Groups ?? [])
         {
             sb.Append(group.Title).AppendLine(":");
-            foreach (var line in group.Switches.HelpLines()) sb.AppendLine(line);
+            foreach (var line in group.Switches.HelpLines(group.Target)) sb.AppendLine(line);
             sb.AppendLine();
         }
         return sb.ToString();

@@ -57,15 +57,15 @@ public static class WorkerProbe
                 : n is < 0 or > 1000 ? throw new FormatException("--reopens must be between 0 and 1000") : s with { Reopens = n }),
     ];
 
-    public static string Usage => "worker [NAME] " + string.Join(' ', Switches.Select(o => o.Value is null ? $"[{o.Name}]" : $"[{o.Name} {o.Value}]"));
+    public static string Usage => "worker [NAME[@VERSION]] " + string.Join(' ', Switches.Select(o => o.Value is null ? $"[{o.Name}]" : $"[{o.Name} {o.Value}]"));
 
     /// <summary>What <c>--help</c> prints: usage, the summary, then each switch once with its help.</summary>
     public static string Help(string me, string summary = Summary, IEnumerable<(string Switch, string Help)>? more = null)
     {
-        var rows = new[] { (Switch: "    NAME", Help: "The dataset (default: $HPCDATA_DATASET).") }.Concat(Switches.Select(o => (Switch: (o.Short is null ? "    " : o.Short + ", ") + o.Name + (o.Value is null ? "" : " " + o.Value), o.Help)))
+        var rows = new[] { (Switch: "    NAME[@VERSION]", Help: "The dataset, optionally @ a version id (" + DatasetArgument.JobDefault + ", else the latest).") }.Concat(Switches.Select(o => (Switch: (o.Short is null ? "    " : o.Short + ", ") + o.Name + (o.Value is null ? "" : " " + o.Value), o.Help)))
             .Concat(more ?? []).Append((Switch: "    --help", Help: "This help.")).ToList();
         var width = rows.Max(r => r.Switch.Length) + 2;
-        return $"usage: {me} [NAME] [options]\n{Wrap(summary, 0)}\n" + string.Concat(rows.Select(r => $"  {r.Switch.PadRight(width)}{Wrap(r.Help, width + 2)}"));
+        return $"usage: {me} [NAME[@VERSION]] [options]\n{Wrap(summary, 0)}\n" + string.Concat(rows.Select(r => $"  {r.Switch.PadRight(width)}{Wrap(r.Help, width + 2)}"));
     }
 
     /// <summary>Text that fits 100 columns from <paramref name="indent"/> on: its later lines indented as much.</summary>
@@ -154,11 +154,14 @@ public static class WorkerProbe
     public static async Task<int> RunAsync(Settings o, Func<Dataset, string>? compute, CancellationToken ct, double mainUnixMs = 0, string me = "hpcdata worker")
     {
         if (mainUnixMs == 0) mainUnixMs = UnixMs();
-        var name = o.Dataset ?? Environment.GetEnvironmentVariable(DatasetOptions.DatasetVariable);
-        if (string.IsNullOrEmpty(name)) { Console.Error.WriteLine($"{me}: no dataset (NAME or HPCDATA_DATASET)"); return ExitCodes.Usage; }
+        DatasetArgument? selected;
+        try { selected = DatasetArgument.OrJob(o.Dataset); }
+        catch (CommandException e) { Console.Error.WriteLine($"{me}: {e.Message}"); return e.ExitCode; }
+        if (selected is not { } chosen) { Console.Error.WriteLine($"{me}: no dataset (NAME[@VERSION] or HPCDATA_DATASET)"); return ExitCodes.Usage; }
+        var (name, version) = chosen;
         try
         {
-            var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Logger = new StderrLogger(me) };
+            var options = new DatasetOptions { Mode = DatasetOptions.ParseMode(o.Mode), Version = version, Logger = new StderrLogger(me) };
             if (o.WaitGo)
             {
                 Console.WriteLine("READY");

@@ -83,7 +83,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             if (value is null)
             {
                 if (isFlag && (i + 1 >= args.Count || !bool.TryParse(args[i + 1], out _))) value = "true";
-                else if (i + 1 < args.Count && !(args[i + 1].StartsWith("--", StringComparison.Ordinal) && args[i + 1].Length > 2)) value = args[++i];
+                else if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) value = args[++i];
                 else return new(settings, false, $"option '{name}' needs a value");
             }
             if (Check(entry, value) is { } problem) return new(settings, false, $"option '{name}': {problem}");

@@ -82,7 +82,7 @@ public sealed class SwitchGroup
             if (value is null)
             {
                 if (found.Property.PropertyType == typeof(bool) && (i + 1 >= args.Count || !bool.TryParse(args[i + 1], out _))) value = "true";
-                else if (i + 1 < args.Count && !(args[i + 1].StartsWith("--", StringComparison.Ordinal) && args[i + 1].Length > 2)) (value, taken) = (args[i + 1], 2);
+                else if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) (value, taken) = (args[i + 1], 2);
                 else return $"{found.Switch.Name} needs a value";
             }
             if (Set(target, found.Property, value) is { } problem) return $"{found.Switch.Name}: {problem}";

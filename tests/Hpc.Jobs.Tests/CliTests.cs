@@ -219,8 +219,8 @@ public sealed class CliTests
     [InlineData("remove", "NAME[@VERSION]")]
     [InlineData("nodeprep", "[NAME[@VERSION]]")]
     [InlineData("noderelease", "[NAME[@VERSION]]")]
-    [InlineData("list", "[NAME]")]
-    [InlineData("worker", "[NAME]")]
+    [InlineData("list", "[NAME[@VERSION]]")]
+    [InlineData("worker", "[NAME[@VERSION]]")]
     public async Task Every_verb_names_its_dataset_the_same_way_as_its_argument(string verb, string arguments)
     {
         await using var s = new Sandbox();
@@ -254,6 +254,17 @@ public sealed class CliTests
             Assert.Contains($"[{variable}]", entries[0]);
             Assert.Equal(HelpText(own), HelpText(entries[0]));
         }
+    }
+
+    [Theory]
+    [InlineData(new[] { "nodeprep", "risk/x", "--job", "--" }, "--job needs a value")]
+    [InlineData(new[] { "get", "--cache-user", "--", "risk/x", "dest" }, "--cache-user needs a value")]
+    public async Task A_switch_never_takes_the_separator_as_its_value(string[] args, string says)
+    {
+        await using var s = new Sandbox();
+        var r = await s.HpcdataAsync(args);
+        Assert.Equal(2, r.Code);
+        Assert.Contains(says, r.Stderr);
     }
 
     [Fact]

@@ -1,5 +1,4 @@
 using Hpc.CommonData.Cli;
-using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Tests;
 

@@ -203,4 +203,26 @@ public class PrestageLocalTests
         Assert.Equal(4, r.Stdout.Count(l => l.Contains("opened via map")));
         Assert.Empty(Sandbox.ProcessesMentioning("soa-host"));
     }
+
+    [Fact]
+    public async Task A_submitted_job_gets_the_agent_pipe_given_on_the_command_line_not_the_submitting_shells()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(100_000)), "risk/dry");
+        // The login shell's variable names this machine's agent; the nodes have their own setting.
+        var shell = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = "/home/me/laptop-agent" };
+        string[] args = ["prestage", "risk/dry", "--scheduler", "slurm", "--cache-hosts", s.HostList, "--fanout", "none", "--dry-run"];
+
+        var inherited = await s.HpcdataAsync([.. args, "--", "my-service"], shell);
+        Assert.True(inherited.Code == 0, inherited.Stderr);
+        Assert.Contains("#SBATCH", inherited.Out);
+        Assert.DoesNotContain("HPCDATA_AGENT_PIPE=", inherited.Out);
+        Assert.DoesNotContain("laptop-agent", inherited.Out);
+
+        var given = await s.HpcdataAsync([.. args, "--pipe", "/run/hpcdata/agent", "--", "my-service"], shell);
+        Assert.True(given.Code == 0, given.Stderr);
+        Assert.Contains("HPCDATA_AGENT_PIPE=", given.Out);
+        Assert.Contains("/run/hpcdata/agent", given.Out);
+    }
 }

@@ -1,11 +1,11 @@
-using Hpc.CommonData.Cli;
 using Hpc.CommonData.Format;
 
-namespace Hpc.Jobs.Cli;
+namespace Hpc.CommonData.Cli;
 
 /// <summary>
 /// The dataset a verb works on, as every verb takes it: <c>NAME[@VERSION]</c>, a positional argument. The node-side
-/// verbs (node prep, node release, path) default to the job's variables, so a job script names nothing.
+/// verbs (node prep, node release, path, worker) default to the job's variables, so a job script names nothing. The job's
+/// version applies to the job's dataset only, as the worker SDK has it (<c>DatasetOptions</c>).
 /// </summary>
 public readonly record struct DatasetArgument(string Name, string? Version)
 {
