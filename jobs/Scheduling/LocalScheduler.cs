@@ -129,8 +129,12 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
     /// </summary>
     private async Task<(int Code, string Stdout, string Stderr)[]> FanoutPrepAsync(JobSpec job, string jobId, string pipePrefix, CancellationToken ct)
     {
+        var environment = JobEnvironment(job, jobId, pipePrefix + "{rank}");
+        // Every rank is on this machine, so UCX needs no network device; one that appears or goes while the ranks
+        // start (a container or a VM starting beside them) would fail MPI_Init with "init_worker No such device".
+        if (string.IsNullOrEmpty(Environment.GetEnvironmentVariable(UcxNetDevices))) environment[UcxNetDevices] = "lo";
         var (code, stdout, stderr) = await RunHpcdataAsync([.. job.NodePrepArguments, "--job", jobId, "--pipe", pipePrefix + "{rank}"],
-            JobEnvironment(job, jobId, pipePrefix + "{rank}"), ct, launcher: ["mpiexec.hydra", "-n", job.Nodes.ToString(System.Globalization.CultureInfo.InvariantCulture)]);
+            environment, ct, launcher: ["mpiexec.hydra", "-n", job.Nodes.ToString(System.Globalization.CultureInfo.InvariantCulture)]);
         var lines = stdout.Split('\n');
         var results = Enumerable.Range(0, job.Nodes).Select(n =>
             lines.FirstOrDefault(l => l.StartsWith($"node=node{n + 1} ", StringComparison.Ordinal)) is { } line ? (0, line, "") : (-1, "", "")).ToArray();
@@ -143,6 +147,8 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         for (var i = 0; i < missing.Count; i++) results[missing[i]] = direct[i];
         return results;
     }
+
+    private const string UcxNetDevices = "UCX_NET_DEVICES";
 
     private static async Task<(int Code, string Stdout, string Stderr)> RunHpcdataAsync(string[] args, IDictionary<string, string?> env, CancellationToken ct,
         IReadOnlyList<string>? launcher = null)

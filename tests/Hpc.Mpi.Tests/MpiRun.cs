@@ -54,6 +54,9 @@ public static partial class MpiRun
             if (key == "HPCDATA_MPI_LIBRARY" || key.StartsWith("OMPI_", StringComparison.Ordinal) || key.StartsWith("PMI_", StringComparison.Ordinal) || key.StartsWith("PMIX_", StringComparison.Ordinal))
                 start.Environment.Remove(key);
         start.Environment["TERM"] = "dumb";
+        // Every rank is on this machine. UCX opens each network device it listed a moment before, so a device that
+        // another test adds or removes meanwhile fails MPI_Init ("init_worker No such device"); loopback stays put.
+        start.Environment["UCX_NET_DEVICES"] = "lo";
         foreach (var (key, value) in environment) start.Environment[key] = value;
         start.Environment["DOTNET_CLI_TELEMETRY_OPTOUT"] = "1";
 
