@@ -76,7 +76,9 @@ public sealed class AgentTrustTests
         var planted = JsonSerializer.Deserialize<Cluster.Staged>(stdout.Last())!.Version;
 
         var attack = await run.AsUserAsync(Bob, ["mpiexec.hydra", "-n", "1", .. run.Worker, "nodeprep", "--fanout", "mpi", "risk/prices",
-            "--job", "job-b", "--pipe", pipe, "--no-start", "--cache-hosts", own], new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = cluster.Root });
+            "--job", "job-b", "--pipe", pipe, "--no-start", "--cache-hosts", own],
+            // One rank on this machine: UCX needs no network device, and the Slurm tests beside this one add some.
+            new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = cluster.Root, ["UCX_NET_DEVICES"] = "lo" });
         Assert.DoesNotContain((await StatusAsync(pipe)).Copies, c => c.Version == planted);
         Assert.Contains("does not vouch for that version", attack.Stderr);
         Assert.Contains(planted, attack.Stderr);
