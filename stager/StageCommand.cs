@@ -44,6 +44,8 @@ public static class StageCommand
             else
             {
                 Console.WriteLine($"staged {result.Name} version {result.Version}{(result.Unchanged ? " (unchanged: nothing new published)" : "")}");
+                if (result.RepairedHosts.Count > 0)
+                    Console.WriteLine($"  repaired {string.Join(", ", result.RepairedHosts)}: given this version's manifest and latest pointer, which they lacked");
                 Console.WriteLine($"  raw {ByteSize.Format(result.RawBytes)}, stored {ByteSize.Format(result.StoredBytes)} (ratio {result.Ratio:P1}), " +
                                   $"{result.Segments} segments: {result.Segments - result.SkippedSegments} new ({ByteSize.Format(result.NewRawBytes)} raw), " +
                                   $"{result.SkippedSegments} already on the cache tier; sent {ByteSize.Format(result.SentBytes)}");

@@ -473,13 +473,18 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         {
             try
             {
-                var (_, current) = await tier.ResolveAsync(manifest.Name, latest, ct);
+                var (_, current, currentBytes) = await tier.Catalog.ResolveWithBytesAsync(manifest.Name, latest, ct);
                 if (current.Hash == manifest.Hash && current.SegmentSize == manifest.SegmentSize && current.Segments.SequenceEqual(manifest.Segments) &&
                     (current.Files ?? []).SequenceEqual(manifest.Files ?? []) && current.LifetimeSeconds == manifest.LifetimeSeconds &&
                     Hpc.CommonData.Access.DatasetReaders.Same(current.Readers, manifest.Readers))
                 {
                     logger.LogInformation("{Dataset}: content unchanged, latest stays {Version}", manifest.Name, latest);
-                    return Result(manifest, latest, sent, skipped, unchanged: true, clock, newRaw);
+                    // Unchanged is no reason to leave a host without it: one restarted empty, added, or down at the
+                    // last stage gets the manifest and pointer now (its segments were sent above, as for any host
+                    // that lacked them).
+                    var repaired = await tier.Catalog.RepairAsync(manifest.Name, latest, Encode(currentBytes), options.Lifetime, ct);
+                    foreach (var host in repaired) logger.LogWarning("{Dataset}: {Host} lacked version {Version}'s manifest or latest pointer; restored", manifest.Name, host, latest);
+                    return Result(manifest, latest, sent, skipped, unchanged: true, clock, newRaw) with { RepairedHosts = [.. repaired.Select(h => h.ToString())] };
                 }
             }
             catch (Exception e) when (e is CommonDataException { Code: ErrorCode.NotFound or ErrorCode.Integrity } or InvalidDataException)
@@ -489,12 +494,18 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }
         var bytes = manifest.Serialize();
         var version = Manifest.VersionOf(bytes);
-        var encoded = new byte[SegmentCodec.MaxEncodedLength(bytes.Length)];
-        var n = SegmentCodec.Encode(bytes, encoded);
-        await tier.PutManifestAsync(version, encoded.AsMemory(0, n), options.Lifetime, ct);
+        var encoded = Encode(bytes);
+        var n = encoded.Length;
+        await tier.PutManifestAsync(version, encoded, options.Lifetime, ct);
         // Only now, with every segment and the manifest stored, does "latest" move.
         await tier.SetLatestAsync(manifest.Name, version, ct);
         return Result(manifest, version, sent + n * (long)tier.Hosts.Count, skipped, unchanged: false, clock, newRaw);
+    }
+
+    private static byte[] Encode(byte[] manifest)
+    {
+        var encoded = new byte[SegmentCodec.MaxEncodedLength(manifest.Length)];
+        return encoded[..SegmentCodec.Encode(manifest, encoded)];
     }
 
     private static StageResult Result(Manifest m, string version, long sent, int skipped, bool unchanged, Stopwatch clock, long newRaw) =>

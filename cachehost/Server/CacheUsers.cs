@@ -1,13 +1,46 @@
 using System.Security.Cryptography;
 using System.Text;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Format;
 
 namespace Hpc.CacheHost.Server;
 
-/// <summary>One account: a name, what it may do, and the SHA-256 of its password (never the password itself).</summary>
+/// <summary>
+/// One account: a name, what it may do, the SHA-256 of its password (never the password itself) and, for a writer, the
+/// dataset names it may stage (<see cref="Owns"/>).
+/// </summary>
 internal sealed record CacheUser(string Name, CacheRole Role, byte[] PasswordHash)
 {
     public byte[] NameBytes { get; } = Encoding.UTF8.GetBytes(Name);
+
+    /// <summary>The <c>names</c> patterns of the users file: <c>owner/name</c>, <c>owner/*</c>, <c>owner/prefix*</c> or <c>*</c>.</summary>
+    public List<string> NamePatterns { get; } = [];
+
+    /// <summary>
+    /// Whether this account may publish, move or remove versions of dataset <paramref name="name"/>. Read from the users
+    /// file alone, so every host with the same file gives the same answer, before and after any restart: a writer owns
+    /// the names its <c>names</c> lines match, and the owner prefix spelled as its account name (<c>alice/*</c> for
+    /// alice). Administrators own every name.
+    /// </summary>
+    public bool Owns(string name)
+    {
+        if (Role == CacheRole.Admin) return true;
+        if (Role != CacheRole.Writer) return false;
+        int slash = name.IndexOf('/');
+        if (slash == Name.Length && name.StartsWith(Name, StringComparison.Ordinal)) return true;
+        foreach (var pattern in NamePatterns)
+            if (pattern.EndsWith('*') ? name.StartsWith(pattern.AsSpan(0, pattern.Length - 1), StringComparison.Ordinal) : name == pattern)
+                return true;
+        return false;
+    }
+
+    /// <summary>Everything <see cref="Owns"/> accepts, as the users file spells it (ACL GETUSER).</summary>
+    public IEnumerable<string> Datasets => Role switch
+    {
+        CacheRole.Admin => ["*"],
+        CacheRole.Writer => NamePatterns.Prepend(Name + "/*").Distinct(StringComparer.Ordinal),
+        _ => [],
+    };
 }
 
 /// <summary>
@@ -43,8 +76,9 @@ internal sealed class CacheUsers
 
     /// <summary>
     /// Builds the accounts from the default user's password and the lines of a users file: <c>NAME ROLE SECRET</c>,
-    /// where ROLE is reader, writer or admin and SECRET the password or <c>sha256:HEX</c> of it; <c>#</c> starts a
-    /// comment. Throws <see cref="FormatException"/> naming the line for anything else.
+    /// where ROLE is reader, writer or admin and SECRET the password or <c>sha256:HEX</c> of it, and
+    /// <c>names ACCOUNT PATTERN...</c>, the dataset names a writer may stage; <c>#</c> starts a comment. Throws
+    /// <see cref="FormatException"/> naming the line for anything else.
     /// </summary>
     public static CacheUsers Create(string? defaultPassword, IEnumerable<string>? usersFileLines, string? source = null)
     {
@@ -52,6 +86,7 @@ internal sealed class CacheUsers
         if (!string.IsNullOrEmpty(defaultPassword))
             users[DefaultUser] = new(DefaultUser, CacheRole.Admin, SHA256.HashData(Encoding.UTF8.GetBytes(defaultPassword)));
         int number = 0;
+        var names = new List<(string Account, string[] Patterns, string Where)>();
         foreach (var raw in usersFileLines ?? [])
         {
             number++;
@@ -59,6 +94,17 @@ internal sealed class CacheUsers
             if (line.Length == 0 || line[0] == '#')
                 continue;
             var where = $"{source ?? "users file"} line {number}";
+            if (line.StartsWith(NamesDirective + " ", StringComparison.Ordinal) || line.StartsWith(NamesDirective + "\t", StringComparison.Ordinal))
+            {
+                var parts = line.Split((char[]?)null, StringSplitOptions.RemoveEmptyEntries);
+                if (parts.Length < 3)
+                    throw new FormatException($"{where}: expected names ACCOUNT PATTERN..., e.g. names stager risk/* market/ticks");
+                foreach (var pattern in parts.Skip(2))
+                    if (PatternProblem(pattern) is { } problem)
+                        throw new FormatException($"{where}: {problem}");
+                names.Add((parts[1], parts[2..], where));
+                continue;
+            }
             var fields = line.Split((char[]?)null, 3, StringSplitOptions.RemoveEmptyEntries);
             if (fields.Length != 3)
                 throw new FormatException($"{where}: expected NAME ROLE SECRET, got {fields.Length} field(s)");
@@ -67,11 +113,37 @@ internal sealed class CacheUsers
                 throw new FormatException($"{where}: user name '{name}' may hold only letters, digits and - _ . @ (at most 64)");
             if (!char.IsAsciiLetter(roleText[0]) || !Enum.TryParse<CacheRole>(roleText, ignoreCase: true, out var role) || !Enum.IsDefined(role))
                 throw new FormatException($"{where}: role '{roleText}' is not one of reader, writer, admin");
+            if (name == NamesDirective)
+                throw new FormatException($"{where}: '{NamesDirective}' starts a line of dataset names (names ACCOUNT PATTERN...), it cannot name an account");
             if (users.ContainsKey(name))
                 throw new FormatException($"{where}: user '{name}' is defined twice");
             users[name] = new(name, role, ParseSecret(secret, where));
         }
+        foreach (var (account, patterns, where) in names)
+        {
+            if (!users.TryGetValue(account, out var user))
+                throw new FormatException($"{where}: names for account '{account}', which no line of this file defines");
+            if (user.Role != CacheRole.Writer)
+                throw new FormatException($"{where}: names for account '{account}', a {user.Role.ToString().ToLowerInvariant()}: only writers are given dataset names (administrators own every name)");
+            user.NamePatterns.AddRange(patterns);
+        }
         return new CacheUsers(users);
+    }
+
+    /// <summary>The directive that gives a writer dataset names.</summary>
+    public const string NamesDirective = "names";
+
+    // Patterns are names, owner prefixes or name prefixes, so every host decides a name alike and no pattern can reach
+    // outside the dataset namespace.
+    private static string? PatternProblem(string pattern)
+    {
+        if (pattern == "*") return null;
+        var body = pattern.EndsWith('*') ? pattern[..^1] : pattern;
+        if (body.Contains('*')) return $"pattern '{pattern}' may hold '*' only at its end";
+        var slash = body.IndexOf('/');
+        var probe = slash < 0 ? body + "/x" : slash == body.Length - 1 ? body + "x" : body;
+        if (slash < 0 && !pattern.EndsWith('*')) return $"pattern '{pattern}' is neither a dataset name owner/name nor a prefix ending in '*' (owner/*)";
+        return DatasetName.TryValidate(probe, out var error) ? null : $"pattern '{pattern}': {error}";
     }
 
     private static byte[] ParseSecret(string secret, string where)

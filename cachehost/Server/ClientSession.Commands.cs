@@ -57,10 +57,10 @@ internal sealed partial class ClientSession
     /// <summary>
     /// Whether <paramref name="user"/> may run <paramref name="command"/> with the arguments from <paramref name="first"/>
     /// on (the command name is at <paramref name="first"/> − 1): null when allowed, otherwise the refusal to reply.
-    /// <paramref name="dryRun"/> (ACL DRYRUN) decides without recording a dataset's owner. A writer re-sending bytes a
+    /// Deciding changes nothing, so ACL DRYRUN asks the same question. A writer re-sending bytes a
     /// content-addressed key already holds gets <see cref="WriteVerdict.AlreadyHeld"/> through <paramref name="verdict"/>.
     /// </summary>
-    internal string? Authorize(CacheUser user, CommandInfo command, RespCommand args, int first, bool dryRun, out WriteVerdict verdict)
+    internal string? Authorize(CacheUser user, CommandInfo command, RespCommand args, int first, out WriteVerdict verdict)
     {
         verdict = WriteVerdict.Allowed;
         if (user.Role < command.Role)
@@ -71,8 +71,8 @@ internal sealed partial class ClientSession
         if ((command.Flags & CommandFlags.Delete) != 0)
         {
             for (int i = first; i < args.Count; i++)
-                if (!CommandInfo.WriterMayDelete(args.Span(i)))
-                    return $"NOPERM User {user.Name} has no permissions to delete shared keys (segments, manifests, latest pointers): that takes the admin role";
+                if (WriteRules.Delete(Store, user, args.Span(i)) is { } refused)
+                    return refused;
             return null;
         }
         var key = args.Span(first);
@@ -80,8 +80,8 @@ internal sealed partial class ClientSession
         switch (command.Name)
         {
             case "set":
-                WriteRules.ReadOptions(args, first + 2, out _, out bool onlyIfAbsent);
-                verdict = WriteRules.Set(Store, user, key, args[first + 1], onlyIfAbsent, claim: !dryRun, out refusal);
+                WriteRules.ReadOptions(args, first + 2, out long ttlMs, out bool onlyIfAbsent);
+                verdict = WriteRules.Set(Store, user, key, args[first + 1], onlyIfAbsent, ttlMs, out refusal);
                 return refusal;
             case "expire":
             case "pexpire":
@@ -110,7 +110,7 @@ internal sealed partial class ClientSession
         }
         if (_user.Role == CacheRole.Writer)
         {
-            var verdict = WriteRules.Set(Store, _user, key, new ReadOnlySequence<byte>(value), onlyIfAbsent: false, claim: true, out var refusal);
+            var verdict = WriteRules.Set(Store, _user, key, new ReadOnlySequence<byte>(value), onlyIfAbsent: false, ttlMs: 0, out var refusal);
             if (verdict != WriteVerdict.Allowed)
             {
                 ReleaseFrameCharge();
@@ -174,7 +174,7 @@ internal sealed partial class ClientSession
                 return;
             }
         }
-        else if (Authorize(_user, command, _command, 1, dryRun: false, out var verdict) is { } refusal)
+        else if (Authorize(_user, command, _command, 1, out var verdict) is { } refusal)
         {
             // Refusals are rare, so the message may allocate.
             _reply.WriteError(Encoding.UTF8.GetBytes(refusal));

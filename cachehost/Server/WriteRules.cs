@@ -20,61 +20,83 @@ internal enum WriteVerdict
 
 /// <summary>
 /// The per-dataset rules a host with accounts applies to writers (administrators are not limited, and an open host has
-/// only administrators). A dataset name belongs to the account that first stored its manifest or latest pointer (an
-/// <c>hcd:owner:</c> record the host keeps); other writers may read it but not change its pointer. Segments and
-/// manifests are content-addressed and shared by every dataset holding the same bytes, so a writer may add them only
-/// with the bytes their id names, never replace them, and only lengthen their life. Keys outside <c>hcd:</c> are not
-/// this system's and are left to the role check alone.
+/// only administrators). Who owns a dataset name is configuration — the users file's <c>names</c> lines, see
+/// <see cref="CacheUser.Owns"/> — never a record the first writer leaves, so every host with the same users file gives
+/// the same answer before and after a restart, and a refused command changes nothing. Segments and manifests are
+/// content-addressed and shared by every dataset holding the same bytes, so a writer may add them only with the bytes
+/// their id names, never replace them, and only lengthen their life. Bookkeeping keys (job references, locks, staging
+/// leases, removal records) belong to the account they name and always expire. Keys outside <c>hcd:</c> are not this
+/// system's and are left to the role check alone.
 /// </summary>
 internal static class WriteRules
 {
-    private enum KeyKind { Foreign, Segment, Manifest, Latest, Bookkeeping, HostOnly, Malformed }
+    private enum KeyKind { Foreign, Segment, Manifest, Latest, JobReference, Lock, Staging, Removed, HostOnly, Malformed }
+
+    /// <summary>The longest life a writer may give a lock: a holder that dies frees the version within it.</summary>
+    public const long MaxLockMs = 60_000;
+    /// <summary>The longest life a writer may give a staging lease (renewed while the stage runs).</summary>
+    public const long MaxLeaseMs = 10 * 60_000;
+    /// <summary>The longest life a writer may give a job reference or a removal record.</summary>
+    public static readonly long MaxRecordMs = (long)CacheKeys.RecordLifetime.TotalMilliseconds;
 
     private static readonly byte[] Prefix = "hcd:"u8.ToArray();
     private static readonly byte[] Segment = Encoding.ASCII.GetBytes(CacheKeys.SegmentPrefix);
     private static readonly byte[] ManifestKey = Encoding.ASCII.GetBytes(CacheKeys.ManifestPrefix);
     private static readonly byte[] Latest = Encoding.ASCII.GetBytes(CacheKeys.LatestPrefix);
+    private static readonly byte[] Jobs = Encoding.ASCII.GetBytes(CacheKeys.JobsPrefix);
+    private static readonly byte[] LockKey = Encoding.ASCII.GetBytes(CacheKeys.LockPrefix);
+    private static readonly byte[] StagingKey = Encoding.ASCII.GetBytes(CacheKeys.StagingPrefix);
+    private static readonly byte[] RemovedKey = Encoding.ASCII.GetBytes(CacheKeys.RemovedPrefix);
 
+    /// <summary>
+    /// What a key is. <paramref name="id"/>: a segment's, manifest's, lock's or removal record's id;
+    /// <paramref name="name"/>: a pointer's dataset, or the account a job reference or staging lease names.
+    /// </summary>
     private static KeyKind Classify(ReadOnlySpan<byte> key, out SegmentId id, out string? name)
     {
         id = default;
         name = null;
         if (!key.StartsWith(Prefix)) return KeyKind.Foreign;
-        if (CommandWriterDeletes(key)) return KeyKind.Bookkeeping;
-        if (key.StartsWith(Segment) || key.StartsWith(ManifestKey))
-        {
-            var kind = key.StartsWith(Segment) ? KeyKind.Segment : KeyKind.Manifest;
-            var hex = key[(kind == KeyKind.Segment ? Segment.Length : ManifestKey.Length)..];
-            return hex.Length == SegmentId.HexLength && SegmentId.TryParse(Encoding.ASCII.GetString(hex), out id) ? kind : KeyKind.Malformed;
-        }
+        if (key.StartsWith(Segment)) return TryId(key[Segment.Length..], out id) ? KeyKind.Segment : KeyKind.Malformed;
+        if (key.StartsWith(ManifestKey)) return TryId(key[ManifestKey.Length..], out id) ? KeyKind.Manifest : KeyKind.Malformed;
+        if (key.StartsWith(LockKey)) return TryId(key[LockKey.Length..], out id) ? KeyKind.Lock : KeyKind.Malformed;
+        if (key.StartsWith(RemovedKey)) return TryId(key[RemovedKey.Length..], out id) ? KeyKind.Removed : KeyKind.Malformed;
         if (key.StartsWith(Latest))
         {
             name = Encoding.UTF8.GetString(key[Latest.Length..]);
             return DatasetName.TryValidate(name, out _) ? KeyKind.Latest : KeyKind.Malformed;
         }
-        // The collection flag, ownership records and anything not yet defined: administrators only.
+        if (key.StartsWith(Jobs))
+            return CacheKeys.TryParseJobReference(Encoding.UTF8.GetString(key), out var version, out var account, out _)
+                   && SegmentId.TryParse(version, out id) && (name = account) is not null ? KeyKind.JobReference : KeyKind.Malformed;
+        if (key.StartsWith(StagingKey))
+            return CacheKeys.TryParseStagingLease(Encoding.UTF8.GetString(key), out var owner) && (name = owner) is not null ? KeyKind.Staging : KeyKind.Malformed;
+        // The collection flag and anything not yet defined: administrators only.
         return KeyKind.HostOnly;
     }
 
-    private static bool CommandWriterDeletes(ReadOnlySpan<byte> key) => Commands.CommandInfo.WriterMayDelete(key);
+    private static bool TryId(ReadOnlySpan<byte> hex, out SegmentId id)
+    {
+        id = default;
+        return hex.Length == SegmentId.HexLength && SegmentId.TryParse(Encoding.ASCII.GetString(hex), out id);
+    }
 
     /// <summary>
-    /// <c>SET key value</c> by a writer (<paramref name="onlyIfAbsent"/>: with NX). <paramref name="claim"/> false
-    /// (ACL DRYRUN) decides without recording ownership. <see cref="WriteVerdict.AlreadyHeld"/>: the key holds these very
-    /// bytes already.
+    /// <c>SET key value</c> by a writer (<paramref name="onlyIfAbsent"/>: with NX; <paramref name="ttlMs"/>: its EX/PX,
+    /// 0 for none). <see cref="WriteVerdict.AlreadyHeld"/>: the key holds these very bytes already.
     /// </summary>
     public static WriteVerdict Set(CacheStore store, CacheUser user, ReadOnlySpan<byte> key, in ReadOnlySequence<byte> value,
-        bool onlyIfAbsent, bool claim, out string? refusal)
+        bool onlyIfAbsent, long ttlMs, out string? refusal)
     {
         refusal = null;
-        switch (Classify(key, out var id, out var name))
+        var kind = Classify(key, out var id, out var name);
+        switch (kind)
         {
             case KeyKind.Foreign:
-            case KeyKind.Bookkeeping:
                 return WriteVerdict.Allowed;
             case KeyKind.Latest:
-                refusal = CheckOwner(store, user, name!, claim) ?? CheckPointer(store, name!, value);
-                return refusal is null ? WriteVerdict.Allowed : WriteVerdict.Refused;
+                refusal = CheckOwner(user, name!) ?? CheckPointer(store, name!, value);
+                break;
             case KeyKind.Segment:
             case KeyKind.Manifest:
                 if (store.TryPeek(key, out var held))
@@ -85,68 +107,123 @@ internal static class WriteRules
                     refusal = $"NOPERM {KeyText(key)} is content-addressed and holds other bytes: a writer cannot replace it";
                     return WriteVerdict.Refused;
                 }
-                refusal = CheckContent(store, user, key, id, value, claim);
-                return refusal is null ? WriteVerdict.Allowed : WriteVerdict.Refused;
+                refusal = CheckContent(user, key, id, value);
+                break;
+            case KeyKind.JobReference:
+            case KeyKind.Staging:
+                refusal = CheckAccount(user, key, name!) ?? CheckLife(user, key, kind, ttlMs);
+                break;
+            case KeyKind.Lock:
+                refusal = !onlyIfAbsent ? $"NOPERM User {user.Name} may take {KeyText(key)} only with SET NX: a lock is never taken over"
+                    : !Holds(user, value) ? $"NOPERM a lock's value starts with its holder's account and a colon ({user.Name}:...)"
+                    : CheckLife(user, key, kind, ttlMs);
+                break;
+            case KeyKind.Removed:
+                var named = Encoding.UTF8.GetString(value.Length <= 256 ? value.ToArray() : []);
+                refusal = !DatasetName.TryValidate(named, out _) ? $"NOPERM a removal record's value is the removed version's dataset name"
+                    : CheckOwner(user, named) ?? CheckLife(user, key, kind, ttlMs);
+                break;
             case KeyKind.Malformed:
-                refusal = $"NOPERM {KeyText(key)} is not a key this system writes (segments are hcd:s:ID, manifests hcd:m:ID with a {SegmentId.HexLength}-digit id, pointers hcd:latest:owner/name)";
-                return WriteVerdict.Refused;
+                refusal = $"NOPERM {KeyText(key)} is not a key this system writes (segments are hcd:s:ID, manifests hcd:m:ID with a {SegmentId.HexLength}-digit id, pointers hcd:latest:owner/name, job references {CacheKeys.JobsPrefix}{{VERSION}}:ACCOUNT:JOB, staging leases {CacheKeys.StagingPrefix}ACCOUNT:ID)";
+                break;
             default:
                 refusal = $"NOPERM User {user.Name} has no permissions to write {KeyText(key)}: that takes the admin role";
-                return WriteVerdict.Refused;
+                break;
         }
+        return refusal is null ? WriteVerdict.Allowed : WriteVerdict.Refused;
     }
 
     /// <summary>
     /// EXPIRE, PEXPIRE (<paramref name="newTtlMs"/>) or PERSIST (null) by a writer: shared keys only gain life, a
-    /// pointer changes only for its owner.
+    /// pointer changes only for its owner, bookkeeping only for its account and within its longest life.
     /// </summary>
     public static string? Expire(CacheStore store, CacheUser user, ReadOnlySpan<byte> key, long? newTtlMs)
     {
-        switch (Classify(key, out _, out var name))
+        var kind = Classify(key, out _, out var name);
+        switch (kind)
         {
             case KeyKind.Foreign:
-            case KeyKind.Bookkeeping:
                 return null;
             case KeyKind.Latest:
-                return CheckOwner(store, user, name!, claim: false);
+                return CheckOwner(user, name!);
             case KeyKind.Segment:
             case KeyKind.Manifest:
                 long current = store.GetTimeToLiveMs(key);
                 if (current == -2 || newTtlMs is null || (current >= 0 && newTtlMs > current)) return null;
                 return $"NOPERM User {user.Name} may only lengthen the life of {KeyText(key)}: segments and manifests are shared by every dataset holding the same bytes";
+            case KeyKind.JobReference:
+            case KeyKind.Staging:
+                return CheckAccount(user, key, name!) ?? CheckLife(user, key, kind, newTtlMs ?? 0);
+            case KeyKind.Lock:
+                return CheckHolder(store, user, key) ?? CheckLife(user, key, kind, newTtlMs ?? 0);
+            case KeyKind.Removed:
+                return CheckRecordOwner(store, user, key) ?? CheckLife(user, key, kind, newTtlMs ?? 0);
             default:
                 return $"NOPERM User {user.Name} has no permissions to change {KeyText(key)}: that takes the admin role";
         }
     }
 
-    /// <summary>The account a dataset name belongs to on this host, or null when nobody has staged it here.</summary>
-    public static string? OwnerOf(CacheStore store, string name) =>
-        store.TryPeek(Encoding.UTF8.GetBytes(CacheKeys.Owner(name)), out var owner) ? Encoding.UTF8.GetString(owner) : null;
-
-    /// <summary>The dataset names recorded as belonging to <paramref name="account"/>.</summary>
-    public static List<string> NamesOwnedBy(CacheStore store, string account)
+    /// <summary>
+    /// <c>DEL key</c> by a writer: its own bookkeeping, and the pointer and manifests of datasets it owns (a job's end
+    /// step removes its version). Segments are shared across owners, so only an administrator's collection frees them.
+    /// </summary>
+    public static string? Delete(CacheStore store, CacheUser user, ReadOnlySpan<byte> key)
     {
-        var names = new List<string>();
-        var prefix = Encoding.ASCII.GetBytes(CacheKeys.OwnerPrefix);
-        foreach (var key in store.KeysWithPrefix(prefix))
-            if (store.TryPeek(key, out var owner) && Encoding.UTF8.GetString(owner) == account)
-                names.Add(Encoding.UTF8.GetString(key.AsSpan(prefix.Length)));
-        names.Sort(StringComparer.Ordinal);
-        return names;
+        switch (Classify(key, out var id, out var name))
+        {
+            case KeyKind.Foreign:
+                return null;
+            case KeyKind.Latest:
+                return CheckOwner(user, name!);
+            case KeyKind.Manifest:
+                if (!store.TryPeek(key, out var stored)) return null;
+                return Decode(stored, id, out var manifest) is { } problem
+                    ? $"NOPERM {KeyText(key)} holds no readable manifest ({problem}): deleting it takes the admin role"
+                    : CheckOwner(user, manifest!.Name);
+            case KeyKind.JobReference:
+            case KeyKind.Staging:
+                return CheckAccount(user, key, name!);
+            case KeyKind.Lock:
+                return CheckHolder(store, user, key);
+            case KeyKind.Removed:
+                return CheckRecordOwner(store, user, key);
+            default:
+                return $"NOPERM User {user.Name} has no permissions to delete shared keys (segments, and what this system keeps for itself): that takes the admin role";
+        }
     }
 
-    private static string? CheckOwner(CacheStore store, CacheUser user, string name, bool claim)
+    private static string? CheckOwner(CacheUser user, string name) => user.Owns(name) ? null
+        : $"NOPERM dataset {name} is not among the names of account {user.Name} (users file: names {user.Name} ...): User {user.Name} may read it but not change it";
+
+    private static string? CheckAccount(CacheUser user, ReadOnlySpan<byte> key, string account) => account == user.Name ? null
+        : $"NOPERM {KeyText(key)} belongs to account {account}: only it or an administrator changes it";
+
+    private static bool Holds(CacheUser user, in ReadOnlySequence<byte> value)
     {
-        var ownerKey = Encoding.UTF8.GetBytes(CacheKeys.Owner(name));
-        if (!store.TryPeek(ownerKey, out var owner))
-        {
-            if (!claim) return null;
-            // First writer wins; two claiming at once both read back whichever record landed.
-            store.Set(ownerKey, user.NameBytes, SetCondition.IfNotExists);
-            if (!store.TryPeek(ownerKey, out owner)) return $"OOM cannot record the owner of dataset {name}";
-        }
-        if (owner.AsSpan().SequenceEqual(user.NameBytes)) return null;
-        return $"NOPERM dataset {name} belongs to account {Encoding.UTF8.GetString(owner)}: User {user.Name} may read it but not change it";
+        if (value.Length <= user.NameBytes.Length) return false;
+        Span<byte> head = stackalloc byte[Math.Min(65, (int)value.Length)];
+        value.Slice(0, head.Length).CopyTo(head);
+        return head.StartsWith(user.NameBytes) && head[user.NameBytes.Length] == (byte)':';
+    }
+
+    private static string? CheckHolder(CacheStore store, CacheUser user, ReadOnlySpan<byte> key)
+    {
+        if (!store.TryPeek(key, out var value) || Holds(user, new ReadOnlySequence<byte>(value))) return null;
+        var holder = Encoding.UTF8.GetString(value.AsSpan(0, Math.Max(0, value.AsSpan().IndexOf((byte)':'))));
+        return $"NOPERM {KeyText(key)} is held by account {holder}: only it or an administrator releases it";
+    }
+
+    private static string? CheckRecordOwner(CacheStore store, CacheUser user, ReadOnlySpan<byte> key)
+    {
+        if (!store.TryPeek(key, out var value)) return null;
+        return CheckOwner(user, Encoding.UTF8.GetString(value));
+    }
+
+    private static string? CheckLife(CacheUser user, ReadOnlySpan<byte> key, KeyKind kind, long ttlMs)
+    {
+        long most = kind switch { KeyKind.Lock => MaxLockMs, KeyKind.Staging => MaxLeaseMs, _ => MaxRecordMs };
+        return ttlMs > 0 && ttlMs <= most ? null
+            : $"NOPERM {KeyText(key)} must expire within {most / 1000} s (EX or PX): User {user.Name}'s bookkeeping never outlives it";
     }
 
     /// <summary>A latest pointer names a version whose manifest this host holds, and that manifest is of this dataset.</summary>
@@ -162,8 +239,8 @@ internal static class WriteRules
         return manifest!.Name == name ? null : $"NOPERM version {version} is of dataset {manifest.Name}, not {name}";
     }
 
-    /// <summary>A new segment or manifest: its bytes must decode to the id its key names; a manifest's dataset must be the writer's.</summary>
-    private static string? CheckContent(CacheStore store, CacheUser user, ReadOnlySpan<byte> key, SegmentId id, in ReadOnlySequence<byte> value, bool claim)
+    /// <summary>A new segment or manifest: its bytes must decode to the id its key names; a manifest's dataset must be one the writer owns.</summary>
+    private static string? CheckContent(CacheUser user, ReadOnlySpan<byte> key, SegmentId id, in ReadOnlySequence<byte> value)
     {
         byte[]? copy = null;
         try
@@ -184,7 +261,7 @@ internal static class WriteRules
             }
             var manifestProblem = Decode(stored, id, out var manifest);
             if (manifestProblem is not null) return $"NOPERM the value is not manifest {id}: {manifestProblem}";
-            return CheckOwner(store, user, manifest!.Name, claim);
+            return CheckOwner(user, manifest!.Name);
         }
         finally
         {

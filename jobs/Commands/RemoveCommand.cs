@@ -41,7 +41,8 @@ public static class RemoveCommand
             }
             var (latest, gc) = await tier.Catalog.RemoveVersionAsync(name, version, ct);
             Console.WriteLine($"removed {name} version {version}{(latest ? " (it was the latest)" : "")}; " +
-                              (gc.Ran ? $"freed {gc.SegmentsDeleted} segments no other version uses"
+                              (gc is null ? "its segments stay until an administrator's hpcdata gc (collection takes the admin role)"
+                                  : gc.Ran ? $"freed {gc.SegmentsDeleted} segments no other version uses"
                                   : $"segments not collected now ({gc.SkippedBecause}); the next removal collects them"));
             return 0;
         }

@@ -84,6 +84,9 @@ public sealed record StageResult(
     string Name, string Version, long RawBytes, long StoredBytes, long SentBytes, int Segments, int SkippedSegments,
     bool Unchanged, double Seconds, string Hash, long NewRawBytes = 0, string Codec = "lz4", string? CodecReason = null)
 {
+    /// <summary>The cache hosts that lacked this version's manifest or "latest" pointer and were given them by this stage.</summary>
+    public IReadOnlyList<string> RepairedHosts { get; init; } = [];
+
     [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
     [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
 }

@@ -14,7 +14,7 @@ internal enum CommandFlags
     NoAuth = 1,
     /// <summary>Changes the store: writer or admin.</summary>
     Write = 2,
-    /// <summary>Removes keys: admin, or a writer for its own bookkeeping keys (<see cref="CommandInfo.WriterMayDelete"/>).</summary>
+    /// <summary>Removes keys: admin, or a writer within <see cref="WriteRules.Delete"/>.</summary>
     Delete = 4,
     /// <summary>Admin only.</summary>
     Admin = 8,
@@ -33,17 +33,6 @@ internal sealed record CommandInfo(string Name, int Arity, CommandFlags Flags, C
     /// <summary>The least role that may run it (a writer's deletes are further limited by key).</summary>
     public CacheRole Role { get; } = (Flags & CommandFlags.Admin) != 0 ? CacheRole.Admin
         : (Flags & (CommandFlags.Write | CommandFlags.Delete)) != 0 ? CacheRole.Writer : CacheRole.Reader;
-
-    // A stager's staging lease and a job's pin and lock are the writer's own; segments, manifests and the latest
-    // pointers are shared by every version and job, so only an administrator removes them.
-    private static readonly byte[][] WriterDeletable = [.. new[] { CacheKeys.StagingPrefix, CacheKeys.JobsPrefix, CacheKeys.LockPrefix }.Select(Encoding.ASCII.GetBytes)];
-
-    public static bool WriterMayDelete(ReadOnlySpan<byte> key)
-    {
-        foreach (var prefix in WriterDeletable)
-            if (key.StartsWith(prefix)) return true;
-        return false;
-    }
 }
 
 /// <summary>

@@ -121,17 +121,17 @@ internal static class ConnectionCommands
             s.Reply.WriteError(Encoding.UTF8.GetBytes($"ERR Command '{Encoding.UTF8.GetString(Replies.Sanitize(name))}' not found or wrong number of arguments"));
             return;
         }
-        if (s.Authorize(user, command, s.Args, 4, dryRun: true, out _) is { } refusal)
+        if (s.Authorize(user, command, s.Args, 4, out _) is { } refusal)
             s.Reply.WriteBulk(Encoding.UTF8.GetBytes(refusal));
         else
             s.Reply.WriteRaw(Replies.Ok);
     }
 
-    /// <summary>ACL GETUSER name: the account's role and the dataset names it owns on this host.</summary>
+    /// <summary>ACL GETUSER name: the account's role and the dataset names it may stage (as the users file gives them).</summary>
     private static void GetUser(ClientSession s)
     {
         if (TargetUser(s) is not { } user) return;
-        var owned = WriteRules.NamesOwnedBy(s.Store, user.Name);
+        var owned = user.Datasets.ToList();
         s.Reply.WriteArrayHeader(4);
         s.Reply.WriteBulk("role"u8);
         s.Reply.WriteBulk(Encoding.ASCII.GetBytes(user.Role.ToString().ToLowerInvariant()));

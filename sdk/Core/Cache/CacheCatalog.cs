@@ -49,6 +49,45 @@ public sealed class CacheCatalog
         }
     }
 
+    /// <summary>
+    /// Gives every host that lacks them a version's manifest (<paramref name="encoded"/>, stored only where absent) and
+    /// "latest" pointer: a host that restarted empty, was added, or was down while the version was staged. Returns
+    /// the hosts that needed it. Every host must answer, as for a stage.
+    /// </summary>
+    public async Task<IReadOnlyList<CacheEndpoint>> RepairAsync(string name, string version, ReadOnlyMemory<byte> encoded, TimeSpan? ttl = null, CancellationToken ct = default)
+    {
+        var (manifestKey, latestKey) = (CacheKeys.Manifest(version), CacheKeys.Latest(name));
+        async ValueTask<bool> Manifest(RespConnection c, CancellationToken token)
+        {
+            if (Check(c, await c.FlushAndReadCommandAsync("EXISTS"u8, manifestKey, token)).Integer != 0) return false;
+            c.BeginCommand(ttl is null ? 4 : 6);
+            c.Argument("SET"u8);
+            c.Argument(manifestKey);
+            c.Argument(encoded.Span);
+            c.Argument("NX"u8);
+            if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
+            Check(c, await c.FlushAndReadAsync(token));
+            return true;
+        }
+        async ValueTask<bool> Pointer(RespConnection c, CancellationToken token)
+        {
+            var pointer = await GetAsync(c, latestKey, token);
+            if (pointer.Kind == RespKind.Bulk && Encoding.UTF8.GetString(pointer.Bulk!) == version) return false;
+            Check(c, await c.FlushAndReadCommandAsync("SET"u8, [latestKey, version], token));
+            return true;
+        }
+        async ValueTask<bool> RepairOn(RespConnection c, CancellationToken token) => await Manifest(c, token) | await Pointer(c, token);
+        if (_hosts.Cluster is not null)
+        {
+            // A cluster's masters replicate each key themselves: the same writes, each at its key's master.
+            await _hosts.RunOnKeyAsync(manifestKey, Manifest, ct, bulk: true);
+            await _hosts.RunOnKeyAsync(latestKey, Pointer, ct);
+            return [];
+        }
+        var answers = await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Select(h => _hosts.RunAsync(h, RepairOn, ct, bulk: true)));
+        return Enumerable.Range(0, Hosts.Count).Where(h => answers[h]).Select(h => Hosts[h]).ToList();
+    }
+
     /// <summary>Moves the "latest" pointer of a dataset, on every host. Call only after every segment and the manifest are stored.</summary>
     public Task SetLatestAsync(string name, string version, CancellationToken ct = default) =>
         _hosts.WriteEverywhereAsync(CacheKeys.Latest(name), async (c, token) =>
@@ -58,13 +97,40 @@ public sealed class CacheCatalog
             return 0;
         }, ct);
 
-    /// <summary>The version "latest" points to, or null when no host knows the dataset.</summary>
+    /// <summary>
+    /// The version "latest" points to, or null when no host knows the dataset. Hosts can disagree — one restarted
+    /// empty, or missed a stage while it was down — and the answer is then never simply the first host's: of the
+    /// versions the hosts name, the newest whose verified manifest is of this dataset.
+    /// </summary>
     public async Task<string?> GetLatestAsync(string name, CancellationToken ct = default)
     {
+        var answers = await LatestByHostAsync(name, ct);
+        var versions = answers.Select(a => a.Version).OfType<string>().Distinct(StringComparer.Ordinal).ToList();
+        if (versions.Count <= 1) return versions.FirstOrDefault();
+        (string Version, DateTimeOffset Created)? newest = null;
+        foreach (var version in versions)
+        {
+            if (!SegmentId.TryParse(version, out var id)) continue;
+            var (manifest, _, _) = await GetManifestAsync(version, id, ct);
+            if (manifest is null || manifest.Name != name) continue;
+            if (newest is null || manifest.Created > newest.Value.Created
+                || (manifest.Created == newest.Value.Created && string.CompareOrdinal(version, newest.Value.Version) > 0))
+                newest = (version, manifest.Created);
+        }
+        return newest?.Version ?? versions[0];
+    }
+
+    /// <summary>What each answering host's "latest" pointer of <paramref name="name"/> says (null: it has none).</summary>
+    public async Task<IReadOnlyList<(CacheEndpoint Host, string? Version)>> LatestByHostAsync(string name, CancellationToken ct = default)
+    {
         var key = CacheKeys.Latest(name);
-        foreach (var value in await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
-            if (value.Kind == RespKind.Bulk) return Encoding.UTF8.GetString(value.Bulk!);
-        return null;
+        if (_hosts.Cluster is not null)
+        {
+            var value = (await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))[0];
+            return [(Hosts[0], value.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(value.Bulk!) : null)];
+        }
+        var answers = await _hosts.AskAnswerableAsync(async (c, token) => (c.Endpoint, await GetAsync(c, key, token)), ct);
+        return answers.Select(a => (a.Endpoint, a.Item2.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(a.Item2.Bulk!) : (string?)null)).ToList();
     }
 
     /// <summary>Resolves a dataset name and optional version ("latest" or null for the current one) to a verified manifest.</summary>
@@ -145,7 +211,7 @@ public sealed class CacheCatalog
         try
         {
             withJobs = (await _hosts.AskEveryShardAsync((c, token) => KeysAsync(c, CacheKeys.JobsPrefix, token), ct, bulk: true))
-                .SelectMany(k => k.Answer).Select(k => k[CacheKeys.JobsPrefix.Length..]).ToList();
+                .SelectMany(k => k.Answer).Select(k => CacheKeys.TryParseJobReference(k, out var v, out _, out _) ? v : "").ToList();
         }
         catch (CacheHostUnavailableException) { /* the job lists' host is down: versions are listed without them */ }
 
@@ -175,29 +241,46 @@ public sealed class CacheCatalog
     }
 
     // ---------------- versions kept for jobs ----------------
-    // Each version's job list lives on one designated host (the first in sorted order, so every client picks the same
-    // one) and changes under a short SET NX lock. When the last job lets go, the manifest goes everywhere, "latest"
-    // too when it still points at it, and a segment collection frees what no remaining manifest references (it defers
-    // to running stagers; a skipped pass leaves the segments for the next one).
+    // Each job's reference is a key of its own, named with the account that made it, so the hosts let nobody else
+    // change it, and it expires (RecordLifetime) so a job that never ran its end step cannot keep a version forever.
+    // A version's references live on one designated host (the first in sorted order, so every client picks the same
+    // one; on a Redis Cluster one slot) and change under a short SET NX lock. When the last job lets go, the version is
+    // removed: a removal record first, then the manifest everywhere, "latest" too when it still points at it, and —
+    // for an administrator — a segment collection frees what no remaining manifest references.
 
-    /// <summary>Adds a job to the version's reference list.</summary>
-    public Task AddJobAsync(string version, string job, CancellationToken ct = default) => UpdateJobsAsync(version, job, jobs => jobs.Add(job), ct);
+    /// <summary>Adds this account's reference of <paramref name="job"/> to the version.</summary>
+    public Task AddJobAsync(string version, string job, CancellationToken ct = default) => UpdateJobsAsync(version, job, add: true, ct);
 
-    /// <summary>Removes a job; returns the jobs still using the version.</summary>
+    /// <summary>Removes this account's reference of <paramref name="job"/>; returns the jobs (<c>account:job</c>) still using the version.</summary>
     public Task<IReadOnlyList<string>> RemoveJobAsync(string version, string job, CancellationToken ct = default) =>
-        UpdateJobsAsync(version, job, jobs => jobs.Remove(job), ct);
+        UpdateJobsAsync(version, job, add: false, ct);
 
-    public async Task<IReadOnlyList<string>> JobsAsync(string version, CancellationToken ct = default) =>
-        ParseJobs(await _hosts.RunDesignatedAsync(CacheKeys.Jobs(version), (c, token) => c.FlushAndReadCommandAsync("GET"u8, CacheKeys.Jobs(version), token), ct));
+    /// <summary>The jobs (<c>account:job</c>) the version is kept for.</summary>
+    public Task<IReadOnlyList<string>> JobsAsync(string version, CancellationToken ct = default) =>
+        _hosts.RunDesignatedAsync(CacheKeys.JobReferences(version), (c, token) => JobsOnAsync(c, version, token), ct);
+
+    private static async ValueTask<IReadOnlyList<string>> JobsOnAsync(RespConnection c, string version, CancellationToken ct)
+    {
+        var prefix = CacheKeys.JobReferences(version);
+        return (await KeysAsync(c, prefix, ct)).Select(k => k[prefix.Length..]).Order(StringComparer.Ordinal).ToList();
+    }
 
     /// <summary>
-    /// Deletes the manifest (and "latest" when it points here) on every host, then collects unreferenced segments.
-    /// Returns whether "latest" was removed and what the collection did.
+    /// Removes a version: records the removal (nodes holding a copy then stop serving it), deletes the manifest (and
+    /// "latest" when it points here) on every host, then — with an administrator's account — collects unreferenced
+    /// segments. A writer may remove versions of the datasets it owns; their segments stay for the next collection.
+    /// Returns whether "latest" was removed and what the collection did (null when this account may not collect).
     /// </summary>
-    public async Task<(bool LatestRemoved, SegmentCollector.Collection Collection)> RemoveVersionAsync(string name, string version, CancellationToken ct = default)
+    public async Task<(bool LatestRemoved, SegmentCollector.Collection? Collection)> RemoveVersionAsync(string name, string version, CancellationToken ct = default)
     {
         DatasetName.Validate(name);
         if (!SegmentId.TryParse(version, out _)) throw new ArgumentException($"'{version}' is not a version id");
+        var removed = CacheKeys.Removed(version);
+        await _hosts.WriteEverywhereAsync(removed, async (c, token) =>
+        {
+            Check(c, await c.FlushAndReadCommandAsync("SET"u8, [removed, name, "PX", ((long)CacheKeys.RecordLifetime.TotalMilliseconds).ToString()], token));
+            return 0;
+        }, ct);
         var latestRemoved = false;
         if (await GetLatestAsync(name, ct) == version)
         {
@@ -206,29 +289,39 @@ public sealed class CacheCatalog
         }
         // One key per command: a Redis Cluster keeps them in different slots.
         await DeleteEverywhereAsync(CacheKeys.Manifest(version), ct);
-        await DeleteEverywhereAsync(CacheKeys.Jobs(version), ct);
-        return (latestRemoved, await new SegmentCollector(_tier).CollectAsync(ct));
+        var collector = new SegmentCollector(_tier);
+        if (await collector.MayCollectAsync(ct) is not null) return (latestRemoved, null);
+        return (latestRemoved, await collector.CollectAsync(ct));
+    }
+
+    /// <summary>Whether some host holds a removal record of <paramref name="version"/> of dataset <paramref name="name"/>.</summary>
+    public async Task<bool> WasRemovedAsync(string name, string version, CancellationToken ct = default)
+    {
+        var key = CacheKeys.Removed(version);
+        foreach (var reply in await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
+            if (reply.Kind == RespKind.Bulk && Encoding.UTF8.GetString(reply.Bulk!) == name) return true;
+        return false;
     }
 
     private Task DeleteEverywhereAsync(string key, CancellationToken ct) =>
         _hosts.WriteEverywhereAsync(key, async (c, token) => { Check(c, await c.FlushAndReadCommandAsync("DEL"u8, key, token)); return 0; }, ct);
 
-    // The lock and the list are separate keys, each on its coordinating host (the same host on independent hosts; on
-    // a Redis Cluster each key's master), so each step is its own exchange.
-    private async Task<IReadOnlyList<string>> UpdateJobsAsync(string version, string job, Action<HashSet<string>> change, CancellationToken ct)
+    // The lock and the references are separate keys, each on its coordinating host (the same host on independent
+    // hosts; on a Redis Cluster each key's master), so each step is its own exchange.
+    private async Task<IReadOnlyList<string>> UpdateJobsAsync(string version, string job, bool add, CancellationToken ct)
     {
-        var (lockKey, jobsKey) = (CacheKeys.Lock(version), CacheKeys.Jobs(version));
-        await LockAsync(lockKey, version, job, ct);
+        var lockKey = CacheKeys.Lock(version);
+        var reference = CacheKeys.JobReference(version, _hosts.Account, job);
+        var holder = _hosts.Account + ":" + job;
+        await LockAsync(lockKey, version, holder, ct);
         try
         {
-            return await _hosts.RunDesignatedAsync(jobsKey, async (c, token) =>
+            return await _hosts.RunDesignatedAsync(reference, async (c, token) =>
             {
-                var jobs = ParseJobs(await c.FlushAndReadCommandAsync("GET"u8, jobsKey, token)).ToHashSet();
-                change(jobs);
-                Check(c, jobs.Count == 0
-                    ? await c.FlushAndReadCommandAsync("DEL"u8, jobsKey, token)
-                    : await c.FlushAndReadCommandAsync("SET"u8, [jobsKey, string.Join("\n", jobs.Order())], token));
-                return (IReadOnlyList<string>)jobs.Order().ToList();
+                Check(c, add
+                    ? await c.FlushAndReadCommandAsync("SET"u8, [reference, job, "PX", ((long)CacheKeys.RecordLifetime.TotalMilliseconds).ToString()], token)
+                    : await c.FlushAndReadCommandAsync("DEL"u8, reference, token));
+                return await JobsOnAsync(c, version, token);
             }, ct);
         }
         finally
@@ -238,20 +331,17 @@ public sealed class CacheCatalog
     }
 
     /// <summary>A lock that expires on its own (10 s), so a crashed holder cannot wedge the version.</summary>
-    private async Task LockAsync(string lockKey, string version, string job, CancellationToken ct)
+    private async Task LockAsync(string lockKey, string version, string holder, CancellationToken ct)
     {
         for (var attempt = 0; attempt < 200; attempt++)
         {
             var taken = await _hosts.RunDesignatedAsync(lockKey, async (c, token) =>
-                Check(c, await c.FlushAndReadCommandAsync("SET"u8, [lockKey, job, "NX", "PX", "10000"], token)).Kind == RespKind.SimpleString, ct);
+                Check(c, await c.FlushAndReadCommandAsync("SET"u8, [lockKey, holder, "NX", "PX", "10000"], token)).Kind == RespKind.SimpleString, ct);
             if (taken) return;
             await Task.Delay(TimeSpan.FromMilliseconds(10 + Random.Shared.Next(0, 40)), ct);
         }
-        throw new CommonDataException(ErrorCode.Timeout, $"the job reference list of version {version} stayed locked on the cache tier");
+        throw new CommonDataException(ErrorCode.Timeout, $"the job references of version {version} stayed locked on the cache tier");
     }
-
-    private static IReadOnlyList<string> ParseJobs(RespReply reply) =>
-        reply.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(reply.Bulk!).Split('\n', StringSplitOptions.RemoveEmptyEntries) : [];
 
     private static RespReply Check(RespConnection c, RespReply reply)
     {

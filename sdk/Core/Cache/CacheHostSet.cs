@@ -62,6 +62,9 @@ internal sealed class CacheHostSet : IAsyncDisposable
     /// The host that every client picks for the tier's coordination keys on a plain tier (job lists, the collection
     /// flag, stagers' leases): the first in sorted order, whatever order each was configured in.
     /// </summary>
+    /// <summary>The account this client logs in as (<c>default</c> without one), which its bookkeeping keys name.</summary>
+    public string Account => string.IsNullOrEmpty(_options.User) ? "default" : _options.User;
+
     public int Designated => _hosts.Select((h, i) => (h, i)).OrderBy(x => x.h.ToString(), StringComparer.Ordinal).First().i;
 
     /// <summary>

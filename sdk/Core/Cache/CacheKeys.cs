@@ -14,14 +14,21 @@ public static class CacheKeys
     public const string ManifestPrefix = "hcd:m:";
     /// <summary><c>hcd:latest:&lt;owner/name&gt;</c> — the version readers get when they ask for none.</summary>
     public const string LatestPrefix = "hcd:latest:";
-    /// <summary><c>hcd:jobs:&lt;version&gt;</c> — the jobs a version with lifetime "job" is kept for.</summary>
+    /// <summary>
+    /// <c>hcd:jobs:{&lt;version&gt;}:&lt;account&gt;:&lt;job&gt;</c> — one job a version with lifetime "job" is kept for,
+    /// one key per job and account so that no account can drop another's reference (the braces keep a version's
+    /// references in one Redis Cluster slot).
+    /// </summary>
     public const string JobsPrefix = "hcd:jobs:";
-    /// <summary><c>hcd:lock:&lt;version&gt;</c> — short lock around a change of that job list.</summary>
+    /// <summary><c>hcd:lock:&lt;version&gt;</c> — short lock around a change of that version's job references; its value is <c>account:job</c>.</summary>
     public const string LockPrefix = "hcd:lock:";
-    /// <summary><c>hcd:staging:&lt;id&gt;</c> — a running stager's lease: segment collection waits for it.</summary>
+    /// <summary><c>hcd:staging:&lt;account&gt;:&lt;id&gt;</c> — a running stager's lease: segment collection waits for it.</summary>
     public const string StagingPrefix = "hcd:staging:";
-    /// <summary><c>hcd:owner:&lt;owner/name&gt;</c> — the cache account a dataset name belongs to (claimed by its first stage).</summary>
-    public const string OwnerPrefix = "hcd:owner:";
+    /// <summary><c>hcd:removed:&lt;version&gt;</c> — a removed version's dataset name: nodes holding a copy stop serving it.</summary>
+    public const string RemovedPrefix = "hcd:removed:";
+
+    /// <summary>How long a job reference and a removal record live at most (a host refuses longer from a writer).</summary>
+    public static readonly TimeSpan RecordLifetime = TimeSpan.FromDays(31);
     /// <summary><c>hcd:gc</c> — set while a segment collection runs; stagers wait for it.</summary>
     public const string Collection = "hcd:gc";
 
@@ -38,8 +45,37 @@ public static class CacheKeys
     public static string Segment(SegmentId id) => SegmentPrefix + id;
     public static string Manifest(string version) => ManifestPrefix + version;
     public static string Latest(string name) => LatestPrefix + DatasetName.Validate(name);
-    public static string Jobs(string version) => JobsPrefix + version;
     public static string Lock(string version) => LockPrefix + version;
-    public static string Staging(string lease) => StagingPrefix + lease;
-    public static string Owner(string name) => OwnerPrefix + DatasetName.Validate(name);
+    public static string Removed(string version) => RemovedPrefix + version;
+
+    /// <summary>Every job reference of <paramref name="version"/> starts with this (a <c>KEYS prefix*</c> lists them).</summary>
+    public static string JobReferences(string version) => JobsPrefix + "{" + version + "}:";
+
+    public static string JobReference(string version, string account, string job) => JobReferences(version) + account + ":" + job;
+
+    public static bool TryParseJobReference(string key, out string version, out string account, out string job)
+    {
+        version = account = job = "";
+        if (!key.StartsWith(JobsPrefix + "{", StringComparison.Ordinal)) return false;
+        var close = key.IndexOf("}:", JobsPrefix.Length, StringComparison.Ordinal);
+        if (close < 0) return false;
+        version = key[(JobsPrefix.Length + 1)..close];
+        var rest = key[(close + 2)..];
+        var colon = rest.IndexOf(':');
+        if (colon <= 0 || colon == rest.Length - 1) return false;
+        (account, job) = (rest[..colon], rest[(colon + 1)..]);
+        return true;
+    }
+
+    public static string Staging(string account, string lease) => StagingPrefix + account + ":" + lease;
+
+    public static bool TryParseStagingLease(string key, out string account)
+    {
+        account = "";
+        if (!key.StartsWith(StagingPrefix, StringComparison.Ordinal)) return false;
+        var colon = key.IndexOf(':', StagingPrefix.Length);
+        if (colon <= StagingPrefix.Length || colon == key.Length - 1) return false;
+        account = key[StagingPrefix.Length..colon];
+        return true;
+    }
 }

@@ -38,6 +38,9 @@ public sealed class CacheTierClient : IAsyncDisposable
     public int Replicas => _hosts.Cluster is null ? _placement.Replicas : 1;
     /// <summary>The tier is a Redis Cluster (<see cref="CacheTierOptions.Cluster"/>).</summary>
     public bool IsCluster => _hosts.Cluster is not null;
+
+    /// <summary>The account this client logs in as (<c>default</c> without one).</summary>
+    public string Account => _hosts.Account;
     public CacheCatalog Catalog { get; }
 
     /// <summary>Where segment traffic is counted (the owning component's meter), or null.</summary>

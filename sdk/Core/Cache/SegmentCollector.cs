@@ -97,9 +97,12 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     /// </summary>
     private async Task RequireAdminAsync(CancellationToken ct)
     {
-        if (await tier.DryRunAsync(0, ["DEL", CacheKeys.Segment(default)], ct) is { } denial)
+        if (await MayCollectAsync(ct) is { } denial)
             throw Refused(tier.Hosts[0], denial);
     }
+
+    /// <summary>Why this account may not collect segments (the designated host's refusal of a segment DEL), or null when it may.</summary>
+    public Task<string?> MayCollectAsync(CancellationToken ct = default) => tier.DryRunAsync(0, ["DEL", CacheKeys.Segment(default)], ct);
 
     private static CommonDataException Refused(CacheEndpoint host, string why) =>
         new(ErrorCode.AccessDenied, $"segment collection needs an account with the admin role on the cache tier; {host} refused it: {why}");
@@ -109,7 +112,7 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     /// </summary>
     public async Task<IAsyncDisposable> BeginStagingAsync(TimeSpan? wait = null, CancellationToken ct = default)
     {
-        var key = CacheKeys.Staging(Guid.NewGuid().ToString("n"));
+        var key = CacheKeys.Staging(tier.Account, Guid.NewGuid().ToString("n"));
         await SetLeaseAsync(key, ct);
         var lease = new Renewal(() => SetLeaseAsync(key, CancellationToken.None), () => tier.ExecuteForKeyAsync(key, "DEL"u8.ToArray(), [key], CancellationToken.None), key, _log);
         var deadline = DateTime.UtcNow + (wait ?? TimeSpan.FromMinutes(2));
