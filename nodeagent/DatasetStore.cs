@@ -195,14 +195,20 @@ public sealed class DatasetStore
 
     /// <summary>
     /// "latest" is the source's answer. When no cache host answers, the newest complete local copy of the dataset is
-    /// served instead (with a warning): a node that has the data keeps working through a cache-tier outage.
+    /// served instead (with a warning): a node that has the data keeps working through a cache-tier outage. So it is
+    /// when the hosts answer but none knows the dataset — they restarted empty, or lost it — unless the tier keeps a
+    /// record that the copy's version was removed: only a removal takes a dataset away from a node that holds it.
     /// </summary>
     private async Task<string> ResolveLatestAsync(string name, CancellationToken ct)
     {
         try
         {
-            return await _source.GetLatestAsync(name, ct)
-                   ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' not found on cache hosts {string.Join(", ", _source.Hosts)}");
+            if (await _source.GetLatestAsync(name, ct) is { } latest) return latest;
+            var held = _index.NewestComplete(name);
+            if (held is null || await _source.WasRemovedAsync(name, held.Version, ct))
+                throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' not found on cache hosts {string.Join(", ", _source.Hosts)}");
+            _log.ServingLocalCopyTheTierLost(name, held.Version);
+            return held.Version;
         }
         catch (CommonDataException e) when (e.Code == ErrorCode.Unavailable)
         {

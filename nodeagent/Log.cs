@@ -69,6 +69,9 @@ internal static partial class AgentLog
     [LoggerMessage(EventId = 104, Level = LogLevel.Warning, Message = "Cache tier unreachable ({Error}); serving the newest local copy of {Dataset}, {Version}")]
     public static partial void ServingNewestLocalCopy(this ILogger logger, string error, string dataset, string version);
 
+    [LoggerMessage(EventId = 145, Level = LogLevel.Warning, Message = "The cache tier answers but knows no latest version of {Dataset} and keeps no record of its removal; serving the local copy {Version}")]
+    public static partial void ServingLocalCopyTheTierLost(this ILogger logger, string dataset, string version);
+
     [LoggerMessage(EventId = 105, Level = LogLevel.Error, Message = "Local copy of {Dataset} {Version} cannot be read ({Reason})")]
     public static partial void LocalCopyUnreadable(this ILogger logger, string dataset, string version, string reason);
 

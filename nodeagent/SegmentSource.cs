@@ -32,6 +32,9 @@ public interface ISegmentSource
     /// </summary>
     Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct);
 
+    /// <summary>Whether the source keeps a record that <paramref name="version"/> of <paramref name="name"/> was removed.</summary>
+    Task<bool> WasRemovedAsync(string name, string version, CancellationToken ct);
+
     /// <summary>
     /// Fetches the <paramref name="wanted"/> segments (indexes into the manifest), verifies each against its id, writes
     /// its raw bytes at its offset in <paramref name="files"/>, then calls <paramref name="onSegment"/> (possibly from
@@ -54,6 +57,8 @@ public sealed class CacheTierSource(CacheTierClient tier) : ISegmentSource
 
     public async Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct) =>
         (await tier.Catalog.ResolveWithBytesAsync(name, version, ct)).Bytes;
+
+    public Task<bool> WasRemovedAsync(string name, string version, CancellationToken ct) => tier.Catalog.WasRemovedAsync(name, version, ct);
 
     public Task FetchAsync(Manifest manifest, string version, DatasetFiles files, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct) =>
         SegmentFetcher.FetchToFileAsync(tier, manifest, version, files, wanted, onSegment, ct);

@@ -221,6 +221,24 @@ public class Fetching
     }
 
     [Fact]
+    public async Task A_node_keeps_serving_its_copy_when_the_cache_tier_forgets_the_dataset_and_stops_once_the_tier_records_its_removal()
+    {
+        using var node = new Node();
+        var version = node.Source.Stage("risk/a", FakeSegmentSource.Bytes(4096));
+        await node.Prefetch("risk/a");
+
+        node.Source.Forget("risk/a"); // every host restarted empty: no pointer, no manifest, no record of a removal
+        var served = await node.Open("risk/a");
+        Assert.Equal((version, "local"), (served.Version, served.Dataset.Source));
+
+        node.Source.Remove("risk/a", version);
+        var gone = await Assert.ThrowsAsync<CommonDataException>(() => node.Open("risk/a"));
+        Assert.Equal(ErrorCode.NotFound, gone.Code);
+        var never = await Assert.ThrowsAsync<CommonDataException>(() => node.Open("risk/never-fetched"));
+        Assert.Equal(ErrorCode.NotFound, never.Code);
+    }
+
+    [Fact]
     public async Task A_version_of_another_dataset_is_not_found()
     {
         using var node = new Node();

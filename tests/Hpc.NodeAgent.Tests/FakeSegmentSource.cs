@@ -100,6 +100,30 @@ public sealed class FakeSegmentSource : ISegmentSource
         return Task.FromResult(v.Manifest);
     }
 
+    private readonly ConcurrentDictionary<string, string> _removed = new();
+
+    /// <summary>The tier forgets everything of the dataset, as hosts restarted empty do; it keeps no record of a removal.</summary>
+    public void Forget(string name)
+    {
+        _latest.TryRemove(name, out _);
+        foreach (var (version, held) in _versions)
+            if (held.Manifest.Name == name) _versions.TryRemove(version, out _);
+    }
+
+    /// <summary>Removes a version as hpcdata remove does: gone, with a record of its removal.</summary>
+    public void Remove(string name, string version)
+    {
+        _removed[version] = name;
+        if (_latest.TryGetValue(name, out var latest) && latest == version) _latest.TryRemove(name, out _);
+        _versions.TryRemove(version, out _);
+    }
+
+    public Task<bool> WasRemovedAsync(string name, string version, CancellationToken ct)
+    {
+        ThrowIfDown();
+        return Task.FromResult(_removed.TryGetValue(version, out var removed) && removed == name);
+    }
+
     public Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct)
     {
         ThrowIfDown();
