@@ -15,7 +15,7 @@ public sealed class CollectionTests
     public async Task Gc_with_a_writer_account_is_refused_up_front_naming_the_admin_role_and_leaves_no_flag_for_stagers_to_wait_on()
     {
         await using var c = new Cluster();
-        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("stager writer w-pass\nops admin a-pass\n"));
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("stager writer w-pass\nops admin a-pass\nnames stager *\n"));
         await c.StartCacheHostAsync(o => o.UsersFile = users);
         var path = Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(200_000, seed: 41));
         var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [path, "--name", "gc/owned", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));

@@ -306,10 +306,10 @@ public class CacheTierFailoverTests
     }
 
     [Fact]
-    public async Task With_accounts_the_stager_writes_as_writer_nodes_read_as_reader_and_only_an_admin_removes()
+    public async Task With_accounts_the_stager_writes_as_writer_nodes_read_as_reader_the_owner_removes_and_only_an_admin_collects()
     {
         await using var c = new Cluster();
-        var users = Cluster.WriteFile(c.Root, "users", System.Text.Encoding.UTF8.GetBytes("node reader r-pass\nstager writer w-pass\nops admin a-pass\n"));
+        var users = Cluster.WriteFile(c.Root, "users", System.Text.Encoding.UTF8.GetBytes("node reader r-pass\nstager writer w-pass\nother writer o-pass\nops admin a-pass\nnames stager acl/*\n"));
         await c.StartCacheHostAsync(o => o.UsersFile = users);
         var bytes = Cluster.RandomBytes(300_000);
         var path = Cluster.WriteFile(c.Root, "d.bin", bytes);
@@ -332,11 +332,18 @@ public class CacheTierFailoverTests
         await using (var data = await Dataset.OpenAsync("acl/data", Cluster.Via(pipe)))
             Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
 
-        var (writerRemove, _, writerWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
-        Assert.NotEqual(0, writerRemove);
-        Assert.Contains("NOPERM", writerWhy);
-        var (adminRemove, _, adminWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
-        Assert.True(adminRemove == 0, adminWhy);
+        var (otherRemove, _, otherWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], Cluster.As("other", "o-pass"));
+        Assert.NotEqual(0, otherRemove);
+        Assert.Contains("NOPERM dataset acl/data is not among the names of account other", otherWhy);
+
+        // The owner removes its version; the node that holds a copy stops serving it, as the tier records the removal.
+        var (ownerRemove, ownerSaid, ownerWhy) = await c.RunAsync("hpcdata", ["remove", "acl/data", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
+        Assert.True(ownerRemove == 0, ownerWhy);
+        Assert.Contains(ownerSaid, l => l.Contains("its segments stay until an administrator's hpcdata gc"));
+        var gone = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("acl/data", Cluster.Via(pipe)));
+        Assert.Equal(ErrorCode.NotFound, gone.Code);
+        var (collected, _, collectWhy) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
+        Assert.True(collected == 0, collectWhy);
     }
 
     [Fact]

@@ -1,12 +1,14 @@
 using System.Text;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.Integration.Tests;
 
 /// <summary>
-/// A dataset name on a cache tier with accounts belongs to the writer account that staged it first: a second writer
-/// staging under that name is refused before it sends anything, and readers keep getting the owner's bytes.
+/// A dataset name on a cache tier with accounts belongs to the writers its users file names: a second writer staging
+/// under that name is refused before it sends anything, on every host, before and after a restart, and readers keep
+/// getting the owner's bytes. A re-stage repairs what a restarted host lost.
 /// </summary>
 public sealed class OwnershipTests
 {
@@ -26,7 +28,7 @@ public sealed class OwnershipTests
         var planted = Cluster.WriteFile(c.Root, "planted.bin", Cluster.RandomBytes(300_000, seed: 52));
         var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [planted, "--name", "alice/market", "--cache-hosts", c.HostList], Cluster.As("mallory", "m-pass"));
         Assert.NotEqual(0, code);
-        Assert.Contains("dataset alice/market belongs to account alice: User mallory may read it but not change it", stderr);
+        Assert.Contains("dataset alice/market is not among the names of account mallory (users file: names mallory ...): User mallory may read it but not change it", stderr);
         Assert.Equal(keysBefore, (await reader.ExecuteOnAsync(0, "DBSIZE"u8.ToArray(), [])).Integer); // nothing was sent
 
         // Under a name of its own the same writer stages as usual.
@@ -36,5 +38,44 @@ public sealed class OwnershipTests
         var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "node", Password = "n-pass" } };
         await using var data = await Dataset.OpenAsync("alice/market", direct);
         Assert.Equal(real, data.GetSpan(0, real.Length).ToArray());
+    }
+
+    [Fact]
+    public async Task A_cache_host_restarted_empty_refuses_a_second_writer_the_owners_name_and_the_owners_re_stage_repairs_it()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnode reader n-pass\nnames alice risk/*\n"));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var second = await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var real = Cluster.WriteFile(c.Root, "real.bin", Cluster.RandomBytes(400_000, seed: 61));
+        string[] stage(string file) => [file, "--name", "risk/ha", "--cache-hosts", c.HostList, "--replicas", "2"];
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", stage(real), Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        await using (var tier = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "node", Password = "n-pass" }))
+            Assert.NotNull(await tier.Catalog.GetLatestAsync("risk/ha"));
+
+        // The second host is killed and comes back empty on its port, as after a crash or a routine restart.
+        var port = int.Parse(second[(second.LastIndexOf(':') + 1)..]);
+        await c.Processes[1].KillAsync();
+        var restarted = new CacheHostOptions { Port = port, UsersFile = users };
+        await c.Track(ComponentProcess.Start("Hpc.CacheHost", ProgramContract<CacheHostOptions>.ToArguments(restarted), name: "cachehost2b")).WaitReadyAsync(Cluster.Ready);
+
+        // Another writer cannot take the name on the empty host: ownership is the users file's, not the first stage's.
+        var planted = Cluster.WriteFile(c.Root, "planted.bin", Cluster.RandomBytes(400_000, seed: 62));
+        var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [planted, "--name", "risk/ha", "--cache-hosts", second], Cluster.As("mallory", "m-pass"));
+        Assert.NotEqual(0, code);
+        Assert.Contains("dataset risk/ha is not among the names of account mallory", stderr);
+
+        // The owner's unchanged re-stage puts back what the restarted host lost: pointer, manifest and segments.
+        var (again, output, againErr) = await c.RunAsync("Hpc.Stager", stage(real), Cluster.As("alice", "a-pass"));
+        Assert.True(again == 0, againErr);
+        Assert.Contains(output, l => l.Contains("unchanged: nothing new published"));
+        Assert.Contains(output, l => l.Contains($"repaired {second}: given this version's manifest and latest pointer"));
+
+        // With the first host gone, readers get the owner's bytes from the repaired one.
+        await c.Processes[0].KillAsync();
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "node", Password = "n-pass", Replicas = 2, MaxAttempts = 1 } };
+        await using var data = await Dataset.OpenAsync("risk/ha", direct);
+        Assert.Equal(File.ReadAllBytes(real), data.GetSpan(0, 400_000).ToArray());
     }
 }

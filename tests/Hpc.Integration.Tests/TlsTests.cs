@@ -66,7 +66,7 @@ public sealed class TlsTests : IDisposable
     public async Task A_stage_without_TLS_against_a_TLS_only_host_fails_at_once_in_one_line_that_says_to_use_TLS()
     {
         await using var c = new Cluster();
-        var users = Cluster.WriteFile(c.Root, "users", "stager writer w-pass\n"u8.ToArray());
+        var users = Cluster.WriteFile(c.Root, "users", "stager writer w-pass\nnames stager *\n"u8.ToArray());
         await c.StartCacheHostAsync(o => { o.TlsCertificateFile = _certificates.CertificateFile; o.TlsKeyFile = _certificates.KeyFile; o.UsersFile = users; });
         var path = Cluster.WriteFile(c.Root, "d.csv", Cluster.Csvish(10_000));
 

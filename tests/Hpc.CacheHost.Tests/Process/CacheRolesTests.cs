@@ -48,13 +48,13 @@ public sealed class CacheRolesTests : IDisposable
     {
         using var stager = Login("stager", "w-pass");
         Assert.Equal("OK", stager.Call("SET", Stored.Key, Stored.Bytes));
-        Assert.Equal("OK", stager.Call("SET", "hcd:staging:lease1", "me", "PX", "60000"));
-        Assert.Equal(1L, stager.Call("PEXPIRE", "hcd:staging:lease1", "120000"));
-        Assert.Equal(1L, stager.Call("DEL", "hcd:staging:lease1"));
+        Assert.Equal("OK", stager.Call("SET", "hcd:staging:stager:lease1", "me", "PX", "60000"));
+        Assert.Equal(1L, stager.Call("PEXPIRE", "hcd:staging:stager:lease1", "120000"));
+        Assert.Equal(1L, stager.Call("DEL", "hcd:staging:stager:lease1"));
 
         var refused = Assert.IsType<RespError>(stager.Call("DEL", Stored.Key));
         Assert.StartsWith("NOPERM User stager has no permissions to delete shared keys", refused.Message);
-        Assert.StartsWith("NOPERM", Assert.IsType<RespError>(stager.Call("DEL", "hcd:staging:x", "hcd:m:v1")).Message);
+        Assert.StartsWith("NOPERM", Assert.IsType<RespError>(stager.Call("DEL", "hcd:staging:stager:x", "hcd:m:v1")).Message);
         Assert.StartsWith("NOPERM", Assert.IsType<RespError>(stager.Call("FLUSHDB")).Message);
 
         using var ops = Login("ops", "a-pass");
@@ -94,6 +94,21 @@ public sealed class CacheRolesTests : IDisposable
             var (exit, _, log) = CacheHostProcess.RunToExit("--port", "0", "--users-file", bad);
             Assert.Equal(2, exit);
             Assert.Contains("line 2: role 'superuser' is not one of reader, writer, admin", log);
+
+            foreach (var (line, says) in new[]
+            {
+                ("names nobody risk/*", "line 3: names for account 'nobody', which no line of this file defines"),
+                ("names node risk/*", "line 3: names for account 'node', a reader: only writers are given dataset names"),
+                ("names stager ri*sk/x", "line 3: pattern 'ri*sk/x' may hold '*' only at its end"),
+                ("names stager Risk/*", "line 3: pattern 'Risk/*': dataset name 'Risk/x' contains 'R'"),
+                ("names stager", "line 3: expected names ACCOUNT PATTERN..."),
+            })
+            {
+                File.WriteAllText(bad, $"node reader r-pass\nstager writer w-pass\n{line}\n");
+                (exit, _, log) = CacheHostProcess.RunToExit("--port", "0", "--users-file", bad);
+                Assert.Equal(2, exit);
+                Assert.Contains(says, log);
+            }
         }
         finally
         {

@@ -4,9 +4,11 @@ using Hpc.CommonData.Format;
 namespace Hpc.CacheHost.Tests.Process;
 
 /// <summary>
-/// On a host with accounts, a dataset name belongs to the writer that staged it first: other writers read it but
-/// cannot move, expire or replace anything of it. Segments and manifests are content-addressed: stored only with the
-/// bytes their id names, never replaced, and a writer only lengthens their life. Administrators are not limited.
+/// On a host with accounts, a dataset name belongs to the writers the users file names for it (its <c>names</c> lines,
+/// and each writer's own owner prefix): other writers read it but cannot move, expire or replace anything of it.
+/// Segments and manifests are content-addressed: stored only with the bytes their id names, never replaced, and a
+/// writer only lengthens their life. Bookkeeping keys belong to the account they name and always expire.
+/// Administrators are not limited.
 /// </summary>
 [Collection(ProcessTests.Collection)]
 public sealed class DatasetOwnershipTests : IDisposable
@@ -25,6 +27,7 @@ public sealed class DatasetOwnershipTests : IDisposable
             mallory writer  mallory-pass
             node    reader  node-pass
             ops     admin   ops-pass
+            names   alice   risk/* market/ticks
             """);
         _host = CacheHostProcess.Start(o => o.UsersFile = _usersFile);
     }
@@ -50,15 +53,16 @@ public sealed class DatasetOwnershipTests : IDisposable
         var planted = Segment("planted prices");
         Assert.Equal("OK", mallory.Call("SET", planted.Key, planted.Stored));
         var forged = Version("alice/market", planted.Entry);
-        Assert.Equal("NOPERM dataset alice/market belongs to account alice: User mallory may read it but not change it",
+        Assert.Equal("NOPERM dataset alice/market is not among the names of account mallory (users file: names mallory ...): User mallory may read it but not change it",
             Refusal(mallory.Call("SET", forged.Key, forged.Stored)));
-        Assert.StartsWith("NOPERM dataset alice/market belongs to account alice", Refusal(mallory.Call("SET", "hcd:latest:alice/market", staged.Version)));
-        Assert.StartsWith("NOPERM dataset alice/market belongs to account alice", Refusal(mallory.Call("PEXPIRE", "hcd:latest:alice/market", "1")));
+        Assert.StartsWith("NOPERM dataset alice/market is not among the names of account mallory", Refusal(mallory.Call("SET", "hcd:latest:alice/market", staged.Version)));
+        Assert.StartsWith("NOPERM dataset alice/market is not among the names of account mallory", Refusal(mallory.Call("PEXPIRE", "hcd:latest:alice/market", "1")));
         Assert.StartsWith("NOPERM User mallory may only lengthen the life of", Refusal(mallory.Call("PEXPIRE", staged.Manifest, "1")));
         Assert.StartsWith("NOPERM User mallory may only lengthen the life of", Refusal(mallory.Call("EXPIRE", staged.Segment, "1")));
         Assert.StartsWith("NOPERM", Refusal(mallory.Call("DEL", staged.Manifest, staged.Segment, "hcd:latest:alice/market")));
         Assert.StartsWith("NOPERM", Refusal(mallory.Call("SET", staged.Segment, planted.Stored)));
         Assert.StartsWith("NOPERM", Refusal(mallory.Call("SET", "hcd:owner:alice/market", "mallory")));
+        Assert.StartsWith("NOPERM", Refusal(mallory.Call("SET", "hcd:removed:" + staged.Version, "alice/market", "PX", "60000")));
 
         // Everything of alice's is as she left it, and mallory may still read it.
         Assert.Equal(staged.Version, mallory.ReadStringOf("GET", "hcd:latest:alice/market"));
@@ -67,13 +71,105 @@ public sealed class DatasetOwnershipTests : IDisposable
         Assert.Equal(-1L, mallory.Call("PTTL", "hcd:latest:alice/market"));
         Assert.IsType<byte[]>(mallory.Call("GET", staged.Manifest));
 
-        // The owner moves her own pointer; an administrator may do anything, including hand the name over.
+        // The owner moves her own pointer, and removes her own version (its segments are shared: they stay).
         using var alice = Login("alice", "alice-pass");
         Assert.Equal(1L, alice.Call("PEXPIRE", "hcd:latest:alice/market", "600000"));
+        Assert.Equal("OK", alice.Call("SET", "hcd:removed:" + staged.Version, "alice/market", "PX", "60000"));
+        Assert.Equal(2L, alice.Call("DEL", "hcd:latest:alice/market", staged.Manifest));
+        Assert.StartsWith("NOPERM User alice has no permissions to delete shared keys", Refusal(alice.Call("DEL", staged.Segment)));
+    }
+
+    [Fact]
+    public void The_users_file_names_who_owns_a_dataset_and_a_refused_write_leaves_no_claim_behind()
+    {
+        using var mallory = Login("mallory", "mallory-pass");
+        using var alice = Login("alice", "alice-pass");
+        var segment = Segment("tomorrow's prices");
+        Assert.Equal("OK", mallory.Call("SET", segment.Key, segment.Stored));
+
+        // Refused writes to a name the file gives alice: nothing is recorded, so her first stage goes through.
+        Assert.StartsWith("NOPERM", Refusal(mallory.Call("SET", "hcd:latest:risk/future", "nonsense")));
+        var squat = Version("risk/future", segment.Entry);
+        Assert.StartsWith("NOPERM dataset risk/future is not among the names of account mallory", Refusal(mallory.Call("SET", squat.Key, squat.Stored)));
+        Assert.Equal("OK", alice.Call("SET", squat.Key, squat.Stored));
+        Assert.Equal("OK", alice.Call("SET", "hcd:latest:risk/future", squat.Version));
+
+        // An exact name, an owner prefix, the writer's own prefix; nothing else.
+        var ticks = Version("market/ticks", segment.Entry);
+        Assert.Equal("OK", alice.Call("SET", ticks.Key, ticks.Stored));
+        var quotes = Version("market/quotes", segment.Entry);
+        Assert.StartsWith("NOPERM dataset market/quotes is not among the names of account alice", Refusal(alice.Call("SET", quotes.Key, quotes.Stored)));
+        var own = Version("mallory/mine", segment.Entry);
+        Assert.Equal("OK", mallory.Call("SET", own.Key, own.Stored));
+        Assert.Equal("OK", mallory.Call("SET", "hcd:latest:mallory/mine", own.Version));
+    }
+
+    [Fact]
+    public void Hosts_started_from_the_same_users_file_agree_on_every_owner_before_and_after_a_restart()
+    {
+        using var other = CacheHostProcess.Start(o => o.UsersFile = _usersFile);
+        var segment = Segment("the real bytes");
+        var staged = Version("risk/ha", segment.Entry);
+        using (var alice = Login("alice", "alice-pass"))
+        {
+            Assert.Equal("OK", alice.Call("SET", segment.Key, segment.Stored));
+            Assert.Equal("OK", alice.Call("SET", staged.Key, staged.Stored));
+            Assert.Equal("OK", alice.Call("SET", "hcd:latest:risk/ha", staged.Version));
+        }
+        // The second host never saw alice's stage (it restarted empty, or was added): mallory is refused there too.
+        var planted = Segment("someone else's bytes");
+        var forged = Version("risk/ha", planted.Entry);
+        using (var mallory = new RespTestClient(other))
+        {
+            Assert.Equal("OK", mallory.Call("AUTH", "mallory", "mallory-pass"));
+            Assert.Equal("OK", mallory.Call("SET", planted.Key, planted.Stored));
+            Assert.StartsWith("NOPERM dataset risk/ha is not among the names of account mallory", Refusal(mallory.Call("SET", forged.Key, forged.Stored)));
+            Assert.Equal(0L, mallory.Call("EXISTS", forged.Key, "hcd:latest:risk/ha"));
+        }
+        using var repair = new RespTestClient(other);
+        Assert.Equal("OK", repair.Call("AUTH", "alice", "alice-pass"));
+        Assert.Equal("OK", repair.Call("SET", segment.Key, segment.Stored));
+        Assert.Equal("OK", repair.Call("SET", staged.Key, staged.Stored));
+        Assert.Equal("OK", repair.Call("SET", "hcd:latest:risk/ha", staged.Version));
+    }
+
+    [Fact]
+    public void Job_references_locks_and_staging_leases_belong_to_their_account_and_always_expire()
+    {
+        var staged = StageAsAlice("alice/jobbed", "kept for jobs");
+        using var alice = Login("alice", "alice-pass");
+        using var mallory = Login("mallory", "mallory-pass");
+        var mine = $"hcd:jobs:{{{staged.Version}}}:alice:4711";
+        var theirs = $"hcd:jobs:{{{staged.Version}}}:mallory:4711";
+
+        // Each account writes references under its own name only, and only with an expiry the host bounds.
+        Assert.Equal("OK", alice.Call("SET", mine, "4711", "PX", "600000"));
+        Assert.StartsWith($"NOPERM {mine} belongs to account alice", Refusal(mallory.Call("SET", mine, "other", "PX", "600000")));
+        Assert.StartsWith($"NOPERM {mine} belongs to account alice", Refusal(mallory.Call("DEL", mine)));
+        Assert.StartsWith($"NOPERM {mine} belongs to account alice", Refusal(mallory.Call("PEXPIRE", mine, "1")));
+        Assert.StartsWith($"NOPERM {theirs} must expire within", Refusal(mallory.Call("SET", theirs, "4711")));
+        Assert.StartsWith($"NOPERM {theirs} must expire within", Refusal(mallory.Call("SET", theirs, "4711", "EX", "99999999")));
+        Assert.Equal("OK", mallory.Call("SET", theirs, "4711", "EX", "3600"));
+        Assert.StartsWith("NOPERM", Refusal(mallory.Call("PERSIST", theirs)));
+        Assert.StartsWith("NOPERM hcd:jobs:" + staged.Version + " is not a key this system writes", Refusal(mallory.Call("SET", "hcd:jobs:" + staged.Version, "job-A", "EX", "60")));
+
+        // A lock is taken with NX only, names its holder, lives at most a minute, and only its holder releases it.
+        var lockKey = "hcd:lock:" + staged.Version;
+        Assert.StartsWith("NOPERM", Refusal(mallory.Call("SET", lockKey, "mallory:x")));
+        Assert.StartsWith("NOPERM a lock's value starts with its holder's account", Refusal(mallory.Call("SET", lockKey, "alice:x", "NX", "PX", "10000")));
+        Assert.StartsWith($"NOPERM {lockKey} must expire within 60 s", Refusal(mallory.Call("SET", lockKey, "mallory:x", "NX")));
+        Assert.Equal("OK", alice.Call("SET", lockKey, "alice:4711", "NX", "PX", "10000"));
+        Assert.StartsWith($"NOPERM {lockKey} is held by account alice", Refusal(mallory.Call("DEL", lockKey)));
+        Assert.StartsWith($"NOPERM {lockKey} is held by account alice", Refusal(mallory.Call("PEXPIRE", lockKey, "50000")));
+        Assert.Equal(1L, alice.Call("DEL", lockKey));
+
+        // Staging leases: the account's own, for at most ten minutes.
+        Assert.Equal("OK", alice.Call("SET", "hcd:staging:alice:1", "n1", "PX", "15000"));
+        Assert.StartsWith("NOPERM hcd:staging:alice:1 belongs to account alice", Refusal(mallory.Call("PEXPIRE", "hcd:staging:alice:1", "999999999")));
+        Assert.StartsWith("NOPERM hcd:staging:mallory:1 must expire within 600 s", Refusal(mallory.Call("SET", "hcd:staging:mallory:1", "n1")));
+
         using var ops = Login("ops", "ops-pass");
-        Assert.Equal(1L, ops.Call("DEL", "hcd:owner:alice/market"));
-        Assert.Equal("OK", mallory.Call("SET", forged.Key, forged.Stored));
-        Assert.Equal("OK", mallory.Call("SET", "hcd:latest:alice/market", forged.Version));
+        Assert.Equal(2L, ops.Call("DEL", mine, theirs));
     }
 
     [Fact]
@@ -127,7 +223,7 @@ public sealed class DatasetOwnershipTests : IDisposable
     }
 
     [Fact]
-    public void The_collection_flag_and_ownership_records_are_for_administrators_only()
+    public void The_collection_flag_and_keys_this_system_does_not_define_are_for_administrators_only()
     {
         using var alice = Login("alice", "alice-pass");
         Assert.Equal("NOPERM User alice has no permissions to write hcd:gc: that takes the admin role",
@@ -144,21 +240,20 @@ public sealed class DatasetOwnershipTests : IDisposable
         var staged = StageAsAlice("alice/asked", "asked about");
         using var mallory = Login("mallory", "mallory-pass");
         Assert.Equal("OK", mallory.Call("ACL", "DRYRUN", "mallory", "GET", staged.Manifest));
-        Assert.Equal("NOPERM User mallory has no permissions to delete shared keys (segments, manifests, latest pointers): that takes the admin role",
+        Assert.Equal("NOPERM User mallory has no permissions to delete shared keys (segments, and what this system keeps for itself): that takes the admin role",
             mallory.ReadStringOf("ACL", "DRYRUN", "mallory", "DEL", staged.Segment));
-        Assert.StartsWith("NOPERM dataset alice/asked belongs to account alice",
+        Assert.StartsWith("NOPERM dataset alice/asked is not among the names of account mallory",
             mallory.ReadStringOf("ACL", "DRYRUN", "mallory", "SET", "hcd:latest:alice/asked", staged.Version));
         Assert.StartsWith("NOPERM User mallory may ask only about itself", Refusal(mallory.Call("ACL", "DRYRUN", "alice", "GET", "x")));
 
-        // A dry run claims nothing: the name mallory asked about is still free.
         var mine = Version("mallory/new", Segment("asked about").Entry);
         Assert.Equal("OK", mallory.Call("ACL", "DRYRUN", "mallory", "SET", mine.Key, mine.Stored));
+        Assert.Equal(0L, mallory.Call("EXISTS", mine.Key));
         using var ops = Login("ops", "ops-pass");
-        Assert.Equal(0L, ops.Call("EXISTS", "hcd:owner:mallory/new"));
         Assert.Equal("OK", ops.Call("ACL", "DRYRUN", "mallory", "GET", "x"));
         var alice = (object?[])ops.Call("ACL", "GETUSER", "alice")!;
         Assert.Equal("writer", Encoding.UTF8.GetString((byte[])alice[1]!));
-        Assert.Equal(["alice/asked"], ((object?[])alice[3]!).Select(n => Encoding.UTF8.GetString((byte[])n!)));
+        Assert.Equal(["alice/*", "risk/*", "market/ticks"], ((object?[])alice[3]!).Select(n => Encoding.UTF8.GetString((byte[])n!)));
         var node = (object?[])ops.Call("ACL", "GETUSER", "node")!;
         Assert.Equal("reader", Encoding.UTF8.GetString((byte[])node[1]!));
     }
