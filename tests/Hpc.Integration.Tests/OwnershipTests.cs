@@ -78,4 +78,39 @@ public sealed class OwnershipTests
         await using var data = await Dataset.OpenAsync("risk/ha", direct);
         Assert.Equal(File.ReadAllBytes(real), data.GetSpan(0, 400_000).ToArray());
     }
+
+    [Fact]
+    public async Task A_jobs_reference_is_its_accounts_alone_and_the_writer_that_registered_it_ends_it()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnames alice risk/*\n"));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var file = Cluster.WriteFile(c.Root, "short.bin", Cluster.RandomBytes(200_000, seed: 71));
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [file, "--name", "risk/short", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        CacheTierOptions As(string user, string password) => new() { Hosts = c.Hosts.ToList(), User = user, Password = password };
+        await using var alice = new CacheTierClient(As("alice", "a-pass"));
+        var version = (await alice.GetLatestAsync("risk/short"))!;
+        await alice.Catalog.AddJobAsync(version, "job-a");
+        await alice.Catalog.AddJobAsync(version, "job-b");
+
+        // Another writer's attempts to drop or overwrite alice's references change nothing.
+        await using var mallory = new CacheTierClient(As("mallory", "m-pass"));
+        Assert.Equal(["alice:job-a", "alice:job-b"], await mallory.Catalog.RemoveJobAsync(version, "job-b"));
+        var overwrite = await mallory.ExecuteOnAsync(0, "SET"u8.ToArray(), [CacheKeys.JobReference(version, "alice", "job-b"), "x", "PX", "1000"]);
+        Assert.StartsWith("NOPERM", overwrite.Text);
+        var (removed, _, removeErr) = await c.RunAsync("hpcdata", ["remove", "risk/short", "--job", "job-a", "--cache-hosts", c.HostList], Cluster.As("mallory", "m-pass"));
+        Assert.True(removed == 0, removeErr);
+        Assert.Equal(["job-a", "job-b"], await alice.Catalog.JobsAsync(version));
+
+        // Alice's end steps, as the writer that registered the jobs: the first keeps the version, the last removes it.
+        var (first, firstOut, firstErr) = await c.RunAsync("hpcdata", ["remove", "risk/short", "--job", "job-a", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(first == 0, firstErr);
+        Assert.Contains("still used by job(s) job-b", firstErr);
+        var (last, lastOut, lastErr) = await c.RunAsync("hpcdata", ["remove", "risk/short", "--job", "job-b", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(last == 0, lastErr);
+        Assert.Contains(lastOut, l => l.StartsWith($"removed risk/short version {version}", StringComparison.Ordinal));
+        Assert.Null(await alice.GetLatestAsync("risk/short"));
+        Assert.True(await alice.Catalog.WasRemovedAsync("risk/short", version));
+    }
 }

@@ -251,18 +251,20 @@ public sealed class CacheCatalog
     /// <summary>Adds this account's reference of <paramref name="job"/> to the version.</summary>
     public Task AddJobAsync(string version, string job, CancellationToken ct = default) => UpdateJobsAsync(version, job, add: true, ct);
 
-    /// <summary>Removes this account's reference of <paramref name="job"/>; returns the jobs (<c>account:job</c>) still using the version.</summary>
+    /// <summary>Removes this account's reference of <paramref name="job"/>; returns the jobs still using the version (see <see cref="JobsAsync"/>).</summary>
     public Task<IReadOnlyList<string>> RemoveJobAsync(string version, string job, CancellationToken ct = default) =>
         UpdateJobsAsync(version, job, add: false, ct);
 
-    /// <summary>The jobs (<c>account:job</c>) the version is kept for.</summary>
+    /// <summary>The jobs the version is kept for: this account's by their ids, other accounts' as <c>account:job</c>.</summary>
     public Task<IReadOnlyList<string>> JobsAsync(string version, CancellationToken ct = default) =>
         _hosts.RunDesignatedAsync(CacheKeys.JobReferences(version), (c, token) => JobsOnAsync(c, version, token), ct);
 
-    private static async ValueTask<IReadOnlyList<string>> JobsOnAsync(RespConnection c, string version, CancellationToken ct)
+    private async ValueTask<IReadOnlyList<string>> JobsOnAsync(RespConnection c, string version, CancellationToken ct)
     {
+        var mine = _hosts.Account + ":";
         var prefix = CacheKeys.JobReferences(version);
-        return (await KeysAsync(c, prefix, ct)).Select(k => k[prefix.Length..]).Order(StringComparer.Ordinal).ToList();
+        return (await KeysAsync(c, prefix, ct)).Select(k => k[prefix.Length..]).Select(j => j.StartsWith(mine, StringComparison.Ordinal) ? j[mine.Length..] : j)
+            .Order(StringComparer.Ordinal).ToList();
     }
 
     /// <summary>
