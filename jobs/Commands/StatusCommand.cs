@@ -68,6 +68,7 @@ public static class StatusCommand
     {
         var options = o.CacheTier();
         CacheHostStatus[] hosts;
+        IReadOnlyList<(string Name, IReadOnlyList<(CacheEndpoint Host, string? Version)> Hosts)> disagree = [];
         try
         {
             // A status must answer quickly: one attempt per host, a host that does not answer is a row, not a wait.
@@ -76,6 +77,7 @@ public static class StatusCommand
             options.OperationTimeout = TimeSpan.FromSeconds(5);
             await using var tier = new CacheTierClient(options);
             hosts = await tier.GetHostStatusAsync(ct);
+            if (!o.Json && hosts.All(h => h.Error is null)) disagree = await tier.Catalog.DisagreementsAsync(ct);
         }
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
         {
@@ -95,6 +97,10 @@ public static class StatusCommand
             }
             table.WriteTo(Console.Out);
             foreach (var h in hosts.Where(h => h.Error is not null)) Console.Error.WriteLine($"{h.Host}: {h.Error}");
+            // Hosts that restarted empty, were added, or missed a stage: readers still get the newest verified version,
+            // but one host fewer holds it. The owner's re-stage of the same data repairs it.
+            foreach (var (name, answers) in disagree)
+                Console.WriteLine($"hosts disagree on {name}: {string.Join(", ", answers.Select(a => $"{a.Host} {(a.Version is { } v ? Short(v) : "(none)")}"))}; the owner's re-stage repairs it");
         }
         return hosts.All(h => h.Error is not null) ? 1 : 0;
     }

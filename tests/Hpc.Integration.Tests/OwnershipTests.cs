@@ -66,11 +66,17 @@ public sealed class OwnershipTests
         Assert.NotEqual(0, code);
         Assert.Contains("dataset risk/ha is not among the names of account mallory", stderr);
 
-        // The owner's unchanged re-stage puts back what the restarted host lost: pointer, manifest and segments.
+        // An operator sees the hosts disagree; the owner's unchanged re-stage puts back what the restarted host lost:
+        // pointer, manifest and segments.
+        var (status, before, statusErr) = await c.RunAsync("hpcdata", ["status", "--cache-tier", "--cache-hosts", c.HostList], Cluster.As("node", "n-pass"));
+        Assert.True(status == 0, statusErr);
+        Assert.Contains(before, l => l.StartsWith("hosts disagree on risk/ha: ", StringComparison.Ordinal) && l.Contains($"{second} (none)"));
         var (again, output, againErr) = await c.RunAsync("Hpc.Stager", stage(real), Cluster.As("alice", "a-pass"));
         Assert.True(again == 0, againErr);
         Assert.Contains(output, l => l.Contains("unchanged: nothing new published"));
         Assert.Contains(output, l => l.Contains($"repaired {second}: given this version's manifest and latest pointer"));
+        var (_, after, _) = await c.RunAsync("hpcdata", ["status", "--cache-tier", "--cache-hosts", c.HostList], Cluster.As("node", "n-pass"));
+        Assert.DoesNotContain(after, l => l.StartsWith("hosts disagree", StringComparison.Ordinal));
 
         // With the first host gone, readers get the owner's bytes from the repaired one.
         await c.Processes[0].KillAsync();

@@ -120,6 +120,27 @@ public sealed class CacheCatalog
         return newest?.Version ?? versions[0];
     }
 
+    /// <summary>
+    /// The datasets whose "latest" pointer the answering hosts of a plain tier do not agree on (one lacks it, or names
+    /// another version), with what each host says; empty on a Redis Cluster, whose replicas are the cluster's to keep.
+    /// A re-stage by the owner, or <c>hpcdata stage</c> of the same data, repairs each.
+    /// </summary>
+    public async Task<IReadOnlyList<(string Name, IReadOnlyList<(CacheEndpoint Host, string? Version)> Hosts)>> DisagreementsAsync(CancellationToken ct = default)
+    {
+        if (_hosts.Cluster is not null) return [];
+        var names = (await _hosts.AskEveryShardAsync((c, token) => KeysAsync(c, CacheKeys.LatestPrefix, token), ct, bulk: true))
+            .SelectMany(k => k.Answer).Select(k => k[CacheKeys.LatestPrefix.Length..]).Where(n => DatasetName.TryValidate(n, out _))
+            .Distinct(StringComparer.Ordinal).Order(StringComparer.Ordinal).ToList();
+        var disagreements = new List<(string, IReadOnlyList<(CacheEndpoint, string?)>)>();
+        foreach (var name in names)
+        {
+            var answers = await LatestByHostAsync(name, ct);
+            if (answers.Count < Hosts.Count || answers.Select(a => a.Version).Distinct().Count() > 1)
+                disagreements.Add((name, Hosts.Select(h => (h, answers.FirstOrDefault(a => a.Host.Equals(h)).Version)).ToList()));
+        }
+        return disagreements;
+    }
+
     /// <summary>What each answering host's "latest" pointer of <paramref name="name"/> says (null: it has none).</summary>
     public async Task<IReadOnlyList<(CacheEndpoint Host, string? Version)>> LatestByHostAsync(string name, CancellationToken ct = default)
     {
