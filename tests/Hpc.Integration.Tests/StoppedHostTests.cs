@@ -61,7 +61,9 @@ public sealed class StoppedHostTests(Xunit.Abstractions.ITestOutputHelper output
         await c.StartCacheHostAsync();
         var bytes = Cluster.RandomBytes(size, seed: 32);
         var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", bytes), "fault/stopped-mid", "--replicas", "2");
-        void TwoReplicas(Hpc.CommonData.Hosting.NodeAgentOptions o) => o.CacheTier.Replicas = 2;
+        // Both agents read at most 40 MB/s (--max-rate), so the fetch lasts seconds and the stop lands inside it however
+        // fast this machine is.
+        void TwoReplicas(Hpc.CommonData.Hosting.NodeAgentOptions o) => (o.CacheTier.Replicas, o.CacheTier.MaxRate) = (2, new(40L << 20));
 
         // The same fetch with both hosts answering, by an agent of its own, is what the stopped fetch is measured against.
         var (_, healthyPipe, _) = await c.StartAgentAsync(configure: TwoReplicas);
