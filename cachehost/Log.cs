@@ -24,17 +24,23 @@ internal static partial class Log
     [LoggerMessage(12, LogLevel.Debug, "Client {ClientId} connection closed by peer: {Reason}")]
     public static partial void ClientConnectionLost(ILogger logger, long clientId, string reason);
 
-    [LoggerMessage(13, LogLevel.Warning, "Client {ClientId} from {Remote} sent a malformed request and was disconnected: {Error}")]
-    public static partial void ProtocolError(ILogger logger, long clientId, EndPoint? remote, string error);
+    [LoggerMessage(13, LogLevel.Warning, "Client {ClientId} from {Remote} sent a malformed request and was disconnected: {Error} ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void ProtocolError(ILogger logger, long clientId, EndPoint? remote, string error, long heldBack);
 
-    [LoggerMessage(21, LogLevel.Warning, "Client {ClientId} from {Remote} has given a wrong password {Failures} times; its replies are slowed")]
-    public static partial void RepeatedAuthFailures(ILogger logger, long clientId, EndPoint? remote, int failures);
+    [LoggerMessage(21, LogLevel.Warning, "Client {ClientId} from {Remote} has given a wrong password {Failures} times; its replies are slowed ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void RepeatedAuthFailures(ILogger logger, long clientId, EndPoint? remote, int failures, long heldBack);
 
-    [LoggerMessage(24, LogLevel.Warning, "Failed-AUTH budget spent (client {ClientId} from {Remote}, user '{User}'): further AUTH from that address, or to that account from addresses that failed lately, is refused unchecked for a while")]
-    public static partial void AuthBudgetSpent(ILogger logger, long clientId, EndPoint? remote, string user);
+    [LoggerMessage(24, LogLevel.Warning, "Failed-AUTH budget spent for {Budget} (client {ClientId} from {Remote}, user '{User}'): AUTH is refused unchecked for a while from that address, or to that account from addresses it has not logged in from ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void AuthBudgetSpent(ILogger logger, string budget, long clientId, EndPoint? remote, string user, long heldBack);
 
-    [LoggerMessage(25, LogLevel.Warning, "Client {ClientId} from {Remote} spoke plain TCP to this TLS-only host; told so and disconnected")]
-    public static partial void PlainClientOnTlsHost(ILogger logger, long clientId, EndPoint? remote);
+    [LoggerMessage(25, LogLevel.Warning, "Client {ClientId} from {Remote} spoke plain TCP to this TLS-only host; told so and disconnected ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void PlainClientOnTlsHost(ILogger logger, long clientId, EndPoint? remote, long heldBack);
+
+    [LoggerMessage(26, LogLevel.Warning, "Refused connection from {Remote}: {MaxClients} clients already connected from that address ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void MaxClientsPerAddressReached(ILogger logger, EndPoint? remote, int maxClients, long heldBack);
+
+    [LoggerMessage(27, LogLevel.Information, "Client {ClientId} from {Remote} did not authenticate within {Timeout} and was disconnected ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void AuthTimedOut(ILogger logger, long clientId, EndPoint? remote, TimeSpan timeout, long heldBack);
 
     [LoggerMessage(14, LogLevel.Debug, "Client {ClientId} closed with {Bytes} bytes of an unfinished request")]
     public static partial void TruncatedRequest(ILogger logger, long clientId, long bytes);
@@ -42,8 +48,8 @@ internal static partial class Log
     [LoggerMessage(15, LogLevel.Error, "Client {ClientId} failed unexpectedly")]
     public static partial void ClientFault(ILogger logger, Exception exception, long clientId);
 
-    [LoggerMessage(16, LogLevel.Warning, "Refused connection from {Remote}: {MaxClients} clients already connected")]
-    public static partial void MaxClientsReached(ILogger logger, EndPoint? remote, int maxClients);
+    [LoggerMessage(16, LogLevel.Warning, "Refused connection from {Remote}: {MaxClients} clients already connected ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void MaxClientsReached(ILogger logger, EndPoint? remote, int maxClients, long heldBack);
 
     [LoggerMessage(17, LogLevel.Error, "Accepting a connection failed")]
     public static partial void AcceptFailed(ILogger logger, Exception exception);
@@ -54,6 +60,6 @@ internal static partial class Log
     [LoggerMessage(22, LogLevel.Warning, "Client {ClientId} from {Remote} refused: a request frame of {FrameBytes} bytes does not fit the memory budget ({UsedBytes} of {MaxBytes} bytes in use)")]
     public static partial void FrameOverBudget(ILogger logger, long clientId, EndPoint? remote, long frameBytes, long usedBytes, long maxBytes);
 
-    [LoggerMessage(23, LogLevel.Information, "Client {ClientId} from {Remote} failed the TLS handshake: {Reason}")]
-    public static partial void TlsHandshakeFailed(ILogger logger, long clientId, EndPoint? remote, string reason);
+    [LoggerMessage(23, LogLevel.Information, "Client {ClientId} from {Remote} failed the TLS handshake: {Reason} ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void TlsHandshakeFailed(ILogger logger, long clientId, EndPoint? remote, string reason, long heldBack);
 }

@@ -1,6 +1,7 @@
 using System.Collections.Concurrent;
 using System.Net;
 using System.Net.Sockets;
+using System.Text;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 
@@ -19,6 +20,7 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
     private const int UnsentLowWatermarkBytes = 32 * 1024;
 
     private readonly ConcurrentDictionary<long, (ClientSession Session, Task Run)> _sessions = new();
+    private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
     private Socket? _listener;
 
     public override async Task StartAsync(CancellationToken cancellationToken)
@@ -89,11 +91,22 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
 
     private void Admit(Socket client, CancellationToken stoppingToken)
     {
+        var address = (client.RemoteEndPoint as IPEndPoint)?.Address;
+        if (address is not null && !TryAdmitFrom(address))
+        {
+            int cap = server.Options.MaxClientsPerAddress;
+            if (server.LogGates.MaxClientsPerAddress.TryPass(out long heldBack))
+                Log.MaxClientsPerAddressReached(logger, client.RemoteEndPoint, cap, heldBack);
+            _ = RefuseAsync(client, Encoding.ASCII.GetBytes($"-ERR max number of clients per address reached ({cap} from {address}; --max-clients-per-address)\r\n"));
+            return;
+        }
         long id = server.Stats.TryAdmit(server.Options.MaxClients);
         if (id == 0)
         {
-            Log.MaxClientsReached(logger, client.RemoteEndPoint, server.Options.MaxClients);
-            _ = RefuseAsync(client);
+            if (address is not null) LeftFrom(address);
+            if (server.LogGates.MaxClients.TryPass(out long heldBack))
+                Log.MaxClientsReached(logger, client.RemoteEndPoint, server.Options.MaxClients, heldBack);
+            _ = RefuseAsync(client, MaxClientsReply);
             return;
         }
 
@@ -108,12 +121,41 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
         var session = new ClientSession(id, client, server, logger);
         // Registered before it starts, so the session's own cleanup always finds its entry to remove.
         var started = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        var run = RunSessionAsync(session, started.Task, stoppingToken);
+        var run = RunSessionAsync(session, address, started.Task, stoppingToken);
         _sessions[id] = (session, run);
         started.SetResult();
     }
 
-    private async Task RunSessionAsync(ClientSession session, Task registered, CancellationToken stoppingToken)
+    /// <summary>Counts a connection from <paramref name="address"/> unless the address has its share already.</summary>
+    private bool TryAdmitFrom(IPAddress address)
+    {
+        int cap = server.Options.MaxClientsPerAddress;
+        while (true)
+        {
+            if (_perAddress.TryGetValue(address, out int count))
+            {
+                if (count >= cap) return false;
+                if (_perAddress.TryUpdate(address, count + 1, count)) return true;
+            }
+            else if (_perAddress.TryAdd(address, 1))
+            {
+                return true;
+            }
+        }
+    }
+
+    private void LeftFrom(IPAddress address)
+    {
+        while (true)
+        {
+            int count = _perAddress[address];
+            // The last one out removes the entry, so the table holds only addresses with connections.
+            if (count == 1 ? _perAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 1)) : _perAddress.TryUpdate(address, count - 1, count))
+                return;
+        }
+    }
+
+    private async Task RunSessionAsync(ClientSession session, IPAddress? address, Task registered, CancellationToken stoppingToken)
     {
         await registered;
         try
@@ -124,14 +166,17 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
         {
             _sessions.TryRemove(session.Id, out _);
             server.Stats.ClientLeft();
+            if (address is not null) LeftFrom(address);
         }
     }
 
-    private static async Task RefuseAsync(Socket client)
+    private static readonly byte[] MaxClientsReply = "-ERR max number of clients reached\r\n"u8.ToArray();
+
+    private static async Task RefuseAsync(Socket client, byte[] reply)
     {
         try
         {
-            await client.SendAsync("-ERR max number of clients reached\r\n"u8.ToArray(), SocketFlags.None);
+            await client.SendAsync(reply, SocketFlags.None);
         }
         catch (Exception ex) when (ex is SocketException or ObjectDisposedException)
         {

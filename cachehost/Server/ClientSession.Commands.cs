@@ -44,12 +44,24 @@ internal sealed partial class ClientSession
     {
         _failedAuths++;
         _authPenalty = TimeSpan.FromMilliseconds(Math.Min(2000, 20 << Math.Min(_failedAuths - 1, 10)));
-        if (_failedAuths == 3 || _failedAuths % 100 == 0) Log.RepeatedAuthFailures(_logger, Id, Remote, _failedAuths);
+        if ((_failedAuths == 3 || _failedAuths % 100 == 0) && _server.LogGates.RepeatedAuthFailures.TryPass(out long heldBack))
+            Log.RepeatedAuthFailures(_logger, Id, Remote, _failedAuths, heldBack);
     }
 
-    internal void AuthenticationSucceeded() => _failedAuths = 0;
+    internal void AuthenticationSucceeded()
+    {
+        _failedAuths = 0;
+        _authDeadline?.Dispose();
+        _authDeadline = null;
+    }
 
-    internal void BudgetSpent(string user) => Log.AuthBudgetSpent(_logger, Id, Remote, user);
+    /// <param name="budget">"account NAME" or "address A", as <see cref="AuthBudget.Failed"/> says.</param>
+    internal void BudgetSpent(string budget, string user)
+    {
+        var gate = budget.StartsWith("account ", StringComparison.Ordinal) ? _server.LogGates.AccountBudget(budget) : _server.LogGates.AddressBudgets;
+        if (gate.TryPass(out long heldBack))
+            Log.AuthBudgetSpent(_logger, budget, Id, Remote, user, heldBack);
+    }
 
     /// <summary>Set by QUIT: the connection closes once the replies so far are sent.</summary>
     internal void RequestQuit() => _quitRequested = true;

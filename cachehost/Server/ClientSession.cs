@@ -33,6 +33,7 @@ internal sealed partial class ClientSession : IDisposable
     private int _failedAuths;
     private TimeSpan _authPenalty;
     private CacheUser? _user;
+    private ITimer? _authDeadline;
     private bool _quitRequested;
     private byte[]? _clientName;
     private int _closed;
@@ -64,7 +65,8 @@ internal sealed partial class ClientSession : IDisposable
                 {
                     // A client speaking RESP in plain text reads this as an error reply, and says what is wrong instead
                     // of retrying a host it takes to be down.
-                    Log.PlainClientOnTlsHost(_logger, Id, Remote);
+                    if (_server.LogGates.PlainClients.TryPass(out long heldBack))
+                        Log.PlainClientOnTlsHost(_logger, Id, Remote, heldBack);
                     await _socket.SendAsync(TlsOnlyReply, SocketFlags.None, timeout.Token);
                     return false;
                 }
@@ -72,7 +74,8 @@ internal sealed partial class ClientSession : IDisposable
             }
             catch (Exception ex) when (ex is AuthenticationException or IOException or SocketException || (ex is OperationCanceledException && !cancellationToken.IsCancellationRequested))
             {
-                Log.TlsHandshakeFailed(_logger, Id, Remote, ex.GetBaseException().Message);
+                if (_server.LogGates.TlsHandshakes.TryPass(out long heldBack))
+                    Log.TlsHandshakeFailed(_logger, Id, Remote, ex.GetBaseException().Message, heldBack);
                 return false;
             }
             stream = _tls;
@@ -103,6 +106,9 @@ internal sealed partial class ClientSession : IDisposable
     public async Task RunAsync(CancellationToken cancellationToken)
     {
         Log.ClientConnected(_logger, Id, Remote);
+        if (_user is null)
+            _authDeadline = _server.Time.CreateTimer(static s => ((ClientSession)s!).CloseIfNotAuthenticated(), this,
+                TimeSpan.FromSeconds(_server.Options.AuthTimeoutSeconds), Timeout.InfiniteTimeSpan);
         try
         {
             if (await OpenAsync(cancellationToken))
@@ -215,7 +221,8 @@ internal sealed partial class ClientSession : IDisposable
                 {
                     // Replies already owed to earlier requests go first; the error explains why the connection ends.
                     _reply.WriteError("ERR Protocol error: "u8, Encoding.UTF8.GetBytes(protocolError));
-                    Log.ProtocolError(_logger, Id, Remote, protocolError);
+                    if (_server.LogGates.ProtocolErrors.TryPass(out long heldBack))
+                        Log.ProtocolError(_logger, Id, Remote, protocolError, heldBack);
                 }
                 // A client in the middle of sending a value sends the rest whatever we answer, so while that rest is
                 // at most one read away, the replies so far wait for it and go out together with the next ones: a
@@ -358,6 +365,19 @@ internal sealed partial class ClientSession : IDisposable
     private static bool IsPeerGone(SocketError error) => error is SocketError.ConnectionReset or SocketError.ConnectionAborted
         or SocketError.Shutdown or SocketError.OperationAborted or SocketError.Interrupted or SocketError.TimedOut;
 
+    /// <summary>
+    /// A connection that has not logged in when its time is up is closed: otherwise connections that never log in would
+    /// hold places of --max-clients for as long as their peer keeps them open, and keep the accounts' clients out.
+    /// </summary>
+    private void CloseIfNotAuthenticated()
+    {
+        if (Volatile.Read(ref _user) is not null || Volatile.Read(ref _closed) != 0)
+            return;
+        if (_server.LogGates.AuthTimeouts.TryPass(out long heldBack))
+            Log.AuthTimedOut(_logger, Id, Remote, TimeSpan.FromSeconds(_server.Options.AuthTimeoutSeconds), heldBack);
+        Abort();
+    }
+
     /// <summary>Closes the connection; safe to call from the server's shutdown while the session is running.</summary>
     public void Abort()
     {
@@ -379,6 +399,7 @@ internal sealed partial class ClientSession : IDisposable
     {
         if (Interlocked.Exchange(ref _closed, 1) != 0)
             return;
+        _authDeadline?.Dispose();
         Abort();
         _tls?.Dispose();
         ReleaseFrameCharge();

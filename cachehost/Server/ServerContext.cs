@@ -21,6 +21,7 @@ internal sealed class ServerContext
         Limits = RespLimits.ForFrameSize((int)Options.MaxFrameBytes.Bytes);
         Users = users;
         AuthBudget = new AuthBudget(time);
+        LogGates = new LogGates(time);
         StartTimestamp = time.GetTimestamp();
         Version = typeof(ServerContext).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion
             ?? typeof(ServerContext).Assembly.GetName().Version?.ToString() ?? "0.0.0";
@@ -34,6 +35,9 @@ internal sealed class ServerContext
 
     /// <summary>Wrong passwords across connections, per address and per account.</summary>
     public AuthBudget AuthBudget { get; }
+
+    /// <summary>One line per minute for each event a client can repeat at will.</summary>
+    public LogGates LogGates { get; }
 
     /// <summary>Set when the host serves TLS only (--tls-cert and --tls-key).</summary>
     public SslServerAuthenticationOptions? Tls { get; }
@@ -109,6 +113,24 @@ internal sealed class ServerStats
     public void AddCommands(long count) => Interlocked.Add(ref _commandsProcessed, count);
     public void AddInput(long bytes) => Interlocked.Add(ref _netInputBytes, bytes);
     public void AddOutput(long bytes) => Interlocked.Add(ref _netOutputBytes, bytes);
+}
+
+/// <summary>The gates of the log lines a client can cause as often as it likes: one for each kind, one per account.</summary>
+internal sealed class LogGates(TimeProvider time)
+{
+    private readonly System.Collections.Concurrent.ConcurrentDictionary<string, LogGate> _accountBudgets = new(StringComparer.Ordinal);
+
+    public LogGate AddressBudgets { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate RepeatedAuthFailures { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate MaxClients { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate MaxClientsPerAddress { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate AuthTimeouts { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate ProtocolErrors { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate PlainClients { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate TlsHandshakes { get; } = new(time, LogGate.DefaultInterval);
+
+    /// <summary>Only accounts of the users file are asked for, so this table is as small as that file.</summary>
+    public LogGate AccountBudget(string account) => _accountBudgets.GetOrAdd(account, _ => new LogGate(time, LogGate.DefaultInterval));
 }
 
 /// <summary>The host's certificate, loaded and checked at start.</summary>

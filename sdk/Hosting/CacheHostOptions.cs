@@ -33,6 +33,20 @@ public sealed class CacheHostOptions : IProgramOptions
     [Switch("--max-clients", "connections served at once; more are turned away")]
     public int MaxClients { get; set; } = 10_000;
 
+    /// <summary>
+    /// Connections served at once from one client address, so that one address cannot take every connection the host
+    /// has; a whole node (every job's workers and its agent) may be one address, hence the margin.
+    /// </summary>
+    [Switch("--max-clients-per-address", "connections served at once from one client address (a whole node may be one); more are turned away")]
+    public int MaxClientsPerAddress { get; set; } = 256;
+
+    /// <summary>
+    /// On a host that requires authentication, how long a connection may stay without logging in before it is closed,
+    /// so idle unauthenticated connections cannot keep the accounts' own clients out. Our clients log in at once.
+    /// </summary>
+    [Switch("--auth-timeout", "with --password or --users-file, seconds a connection may stay without logging in before it is closed", Meta = "SECONDS")]
+    public double AuthTimeoutSeconds { get; set; } = 5;
+
     /// <summary>When set, every connection must AUTH before any data command. Launchers pass it in the environment.</summary>
     [Switch("--password", "clients must AUTH with it; on the command line it is visible to every user in ps, so prefer --password-file or the environment",
         Environment = CacheTierOptions.PasswordVariable, Secret = true)]
@@ -67,6 +81,10 @@ public sealed class CacheHostOptions : IProgramOptions
             yield return $"--max-frame must be between 1KB and 2GB, not {MaxFrameBytes.ToExactString()}.";
         if (MaxClients <= 0)
             yield return $"--max-clients must be positive, not {MaxClients}.";
+        if (MaxClientsPerAddress <= 0)
+            yield return $"--max-clients-per-address must be positive, not {MaxClientsPerAddress}.";
+        if (!(AuthTimeoutSeconds > 0 && AuthTimeoutSeconds <= 3600))
+            yield return $"--auth-timeout must be more than 0 and at most 3600 seconds, not {AuthTimeoutSeconds}.";
         if (string.IsNullOrWhiteSpace(Address))
             yield return "--address must not be empty.";
         if (!string.IsNullOrEmpty(Password) && !string.IsNullOrEmpty(PasswordFile))

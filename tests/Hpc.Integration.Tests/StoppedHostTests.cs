@@ -5,7 +5,8 @@ namespace Hpc.Integration.Tests;
 
 /// <summary>
 /// A cache host frozen with SIGSTOP: its kernel still completes TCP handshakes and takes requests into its buffers, but
-/// nothing answers. Unlike a dead host (refused at once), this used to cost a node 5 × 30 s before it served its own copy.
+/// nothing answers. Unlike a dead host (refused at once), this used to cost a node 5 × 30 s before it served its own copy,
+/// and 30 s in the middle of a fetch that another replica could have answered.
 /// </summary>
 public sealed class StoppedHostTests(Xunit.Abstractions.ITestOutputHelper output)
 {
@@ -48,6 +49,66 @@ public sealed class StoppedHostTests(Xunit.Abstractions.ITestOutputHelper output
         {
             Signal(host.Id, "CONT");
         }
+    }
+
+    [Fact]
+    public async Task A_cache_host_stopped_in_the_middle_of_a_fetch_with_two_replicas_is_left_within_seconds_and_the_copy_completes_from_the_other()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        const int size = 128 << 20;
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        await c.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(size, seed: 32);
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", bytes), "fault/stopped-mid", "--replicas", "2");
+        // Both agents read at most 40 MB/s (--max-rate), so the fetch lasts seconds and the stop lands inside it however
+        // fast this machine is.
+        void TwoReplicas(Hpc.CommonData.Hosting.NodeAgentOptions o) => (o.CacheTier.Replicas, o.CacheTier.MaxRate) = (2, new(40L << 20));
+
+        // The same fetch with both hosts answering, by an agent of its own, is what the stopped fetch is measured against.
+        var (_, healthyPipe, _) = await c.StartAgentAsync(configure: TwoReplicas);
+        var clock = Stopwatch.StartNew();
+        await using (var healthy = await Hpc.CommonData.Agent.AgentClient.ConnectAsync(healthyPipe))
+            Assert.Equal("fetched", (await healthy.PrefetchAsync("fault/stopped-mid")).Source);
+        var healthyTime = clock.Elapsed;
+
+        var (_, pipe, _) = await c.StartAgentAsync(configure: TwoReplicas);
+        var host = c.Processes.First(p => p.ReadyText == c.Hosts[0]);
+        await using var status = await Hpc.CommonData.Agent.AgentClient.ConnectAsync(pipe);
+        clock.Restart();
+        var fetch = PrefetchAsync(pipe, "fault/stopped-mid");
+        long doneAtStop = -1;
+        try
+        {
+            // Stopped once the fetch has moved 8 MB; polled every 10 ms for at most 60 s.
+            for (var wait = Stopwatch.StartNew(); doneAtStop < 0 && wait.Elapsed < TimeSpan.FromSeconds(60) && !fetch.IsCompleted; await Task.Delay(10))
+                if ((await status.StatusAsync()).Copies.FirstOrDefault(x => x.Version == staged.Version) is { BytesDone: >= 8 << 20 } copy)
+                    doneAtStop = copy.BytesDone;
+            Signal(host.Id, "STOP");
+            var copyDone = await fetch.WaitAsync(TimeSpan.FromSeconds(120));
+            var stoppedTime = clock.Elapsed;
+            output.WriteLine($"healthy fetch of {size >> 20} MB: {healthyTime.TotalSeconds:0.0} s; with a host stopped after {doneAtStop >> 20} MB: {stoppedTime.TotalSeconds:0.0} s");
+
+            Assert.InRange(doneAtStop, 1, size - 1);
+            Assert.Equal("fetched", copyDone.Source);
+            await using var data = await Dataset.OpenAsync("fault/stopped-mid", Cluster.Via(pipe));
+            Assert.True(data.VerifyHash());
+            Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+            // The earlier client waited out a 30 s timeout on the stopped host's batches.
+            Assert.True(stoppedTime < healthyTime + TimeSpan.FromSeconds(10),
+                $"the fetch took {stoppedTime.TotalSeconds:0.0} s with a host stopped, {healthyTime.TotalSeconds:0.0} s with both answering");
+        }
+        finally
+        {
+            Signal(host.Id, "CONT");
+        }
+    }
+
+    /// <summary>A prefetch on its own connection, so the test's connection stays free for status.</summary>
+    private static async Task<Hpc.CommonData.Agent.LocalDataset> PrefetchAsync(string pipe, string name)
+    {
+        await using var client = await Hpc.CommonData.Agent.AgentClient.ConnectAsync(pipe);
+        return await client.PrefetchAsync(name);
     }
 
     private static void Signal(int pid, string signal)

@@ -53,8 +53,9 @@ internal static class ConnectionCommands
         if (!users.Required)
             return null;
         var name = user.Length <= 256 ? Encoding.UTF8.GetString(user) : null;
+        var existing = name is not null && users.Find(name) is not null ? name : null;
         var address = (s.Remote as IPEndPoint)?.Address;
-        if (s.Server.AuthBudget.Admit(address, name) is { } spent)
+        if (s.Server.AuthBudget.Admit(address, existing, out var ticket) is { } spent)
         {
             s.AuthenticationFailed();
             return Encoding.UTF8.GetBytes($"WRONGPASS too many failed AUTH attempts ({spent.Spent}): try again in {Math.Ceiling(spent.RetryAfter.TotalSeconds)} s; the password was not checked");
@@ -62,11 +63,11 @@ internal static class ConnectionCommands
         if (users.Authenticate(user, password) is not { } account)
         {
             s.AuthenticationFailed();
-            if (s.Server.AuthBudget.Failed(address, name is not null && users.Find(name) is not null ? name : null))
-                s.BudgetSpent(name ?? "");
+            if (s.Server.AuthBudget.Failed(address, ticket) is { } nowSpent)
+                s.BudgetSpent(nowSpent, name ?? "");
             return WrongPass;
         }
-        s.Server.AuthBudget.Succeeded(address);
+        s.Server.AuthBudget.Succeeded(address, account.Name, ticket);
         s.User = account;
         s.AuthenticationSucceeded();
         return null;

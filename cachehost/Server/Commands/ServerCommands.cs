@@ -55,7 +55,11 @@ internal static class ServerCommands
         }
         else if (Ascii.EqualsIgnoreCase(sub, "RESETSTAT"u8) && args.Count == 2)
         {
-            s.Reply.WriteRaw(Replies.Ok);
+            // The counters are what operators watch the host by; only they may start them over.
+            if (s.User is { Role: < Hpc.CommonData.Cache.CacheRole.Admin } user)
+                s.Reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {user.Name} has no permissions to run the 'config|resetstat' command"));
+            else
+                s.Reply.WriteRaw(Replies.Ok);
         }
         else if (Ascii.EqualsIgnoreCase(sub, "SET"u8) || Ascii.EqualsIgnoreCase(sub, "REWRITE"u8))
         {

@@ -79,7 +79,11 @@ internal sealed class CacheHostSet : IAsyncDisposable
     /// </summary>
     /// <para>With <paramref name="once"/> a refused connection is not retried either: the caller (a Redis Cluster's
     /// routing) has a better next step than the same node again.</para>
-    public async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false, bool once = false)
+    /// <para>With <paramref name="stall"/> (a batch another replica can answer too), that is how long the exchange may
+    /// go without a byte, before its answer or in the middle of it; then the host counts as hung, as a silent one does:
+    /// it is not retried and is failed at once for a few seconds, so the caller goes to the replica.</para>
+    public async Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false, bool once = false,
+        TimeSpan? stall = null)
     {
         var pool = _pools[h];
         var attempts = once ? 1 : _options.MaxAttempts;
@@ -91,7 +95,8 @@ internal sealed class CacheHostSet : IAsyncDisposable
             // Waiting for one of our own busy connections is not the host's silence: the short deadline starts once rented.
             timeout.CancelAfter(_options.OperationTimeout);
             RespConnection? c = null;
-            var firstByte = bulk ? _options.OperationTimeout : Min(_options.ResponseTimeout, _options.OperationTimeout);
+            var firstByte = stall ?? (bulk ? _options.OperationTimeout : Min(_options.ResponseTimeout, _options.OperationTimeout));
+            var between = stall ?? _options.OperationTimeout;
             try
             {
                 c = await pool.RentAsync(timeout.Token);
@@ -99,12 +104,12 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 c.Heard = false;
                 // Sending restarts the wait for the first byte; once the answer has begun, each byte restarts the long one.
                 var rented = c;
-                c.Progress = () => timeout.CancelAfter(rented.Heard ? _options.OperationTimeout : firstByte);
+                c.Progress = () => timeout.CancelAfter(rented.Heard ? between : firstByte);
                 var result = await op(c, timeout.Token);
                 Volatile.Write(ref pool.SilentSince, 0);
                 return result;
             }
-            catch (Exception e) when (IsTransient(e, ct) && !IsSilence(e, ct, c) && attempt < attempts)
+            catch (Exception e) when (IsTransient(e, ct) && !IsSilence(e, ct, c, stall is not null) && attempt < attempts)
             {
                 c?.MarkBroken();
                 var delay = Backoff(attempt);
@@ -114,12 +119,13 @@ internal sealed class CacheHostSet : IAsyncDisposable
             catch (Exception e) when (IsTransient(e, ct))
             {
                 c?.MarkBroken();
-                if (IsSilence(e, ct, c))
+                if (IsSilence(e, ct, c, stall is not null))
                 {
                     Volatile.Write(ref pool.SilentSince, Environment.TickCount64);
                     var waited = c is null ? _options.ConnectTimeout : firstByte;
-                    throw new CacheHostUnavailableException(Hosts[h],
-                        $"timed out: accepted the connection but sent no answer in {waited.TotalSeconds:0.#} s (stopped or hung); not retried", e);
+                    throw new CacheHostUnavailableException(Hosts[h], c is { Heard: true }
+                        ? $"timed out: stopped sending in the middle of an answer for {waited.TotalSeconds:0.#} s (stopped or hung); left for another replica"
+                        : $"timed out: accepted the connection but sent no answer in {waited.TotalSeconds:0.#} s (stopped or hung); not retried", e);
                 }
                 throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts)", e);
             }
@@ -145,11 +151,12 @@ internal sealed class CacheHostSet : IAsyncDisposable
     private static TimeSpan Min(TimeSpan a, TimeSpan b) => a < b ? a : b;
 
     /// <summary>
-    /// A timeout with nothing heard: the caller did not cancel, no reply byte arrived, and the connect either completed
-    /// (so the host is up but not answering) or timed out itself. A refused or reset connection is not silence.
+    /// A timeout with nothing heard: the caller did not cancel, no reply byte arrived (or, with <paramref name="stalled"/>,
+    /// none for the stall timeout, even after some had), and the connect either completed (so the host is up but not
+    /// answering) or timed out itself. A refused or reset connection is not silence.
     /// </summary>
-    private static bool IsSilence(Exception e, CancellationToken ct, RespConnection? c) =>
-        c is not { Heard: true } && !ct.IsCancellationRequested &&
+    private static bool IsSilence(Exception e, CancellationToken ct, RespConnection? c, bool stalled) =>
+        (stalled || c is not { Heard: true }) && !ct.IsCancellationRequested &&
         (e is OperationCanceledException || e is CacheHostUnavailableException { TimedOut: true });
 
     // ---------------- a Redis Cluster: each key where its slot lives ----------------

@@ -283,6 +283,9 @@ public sealed class CacheTierClient : IAsyncDisposable
     {
         var keys = new byte[_options.BatchSize * CacheKeys.SegmentKeyLength];
         var cluster = _hosts.Cluster is not null;
+        // A host stopped or hung in the middle of a fetch would hold every batch it has for the long exchange timeout;
+        // while another replica can answer them, it is left for that replica after a short stall.
+        TimeSpan? stall = canRetry && !cluster ? BatchStall() : null;
         while (queue.TryDequeue(out var batch))
         {
             var outcome = new string?[batch.Length];
@@ -313,7 +316,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                     if (outcome[k] is null) _metrics.Segments.Add(1);
                     else _metrics.VerificationFailures.Add(1);
                 }
-            }, ct, bulk: true, once: cluster);
+            }, ct, bulk: true, once: cluster, stall: stall);
             }
             catch (Exception e) when (canRetry && (e is CacheHostUnavailableException || cluster && IsRouting(e)))
             {
@@ -337,6 +340,17 @@ public sealed class CacheTierClient : IAsyncDisposable
             if (failed > 0 && shared is not null)
                 _logger.LogWarning("{Count} segment(s) from #{First} rejected from {Host}: {Reason}", failed, batch[0], Hosts[host], shared);
         }
+    }
+
+    /// <summary>
+    /// The stall timeout, lengthened under a rate limit to four times what every connection's next read (64 KB) takes
+    /// at the rate, since the limit itself holds reads back.
+    /// </summary>
+    private TimeSpan BatchStall()
+    {
+        if (_hosts.RateLimit is not { } limit) return _options.StallTimeout;
+        var reads = TimeSpan.FromSeconds(4.0 * _options.ConnectionsPerHost * Hosts.Count * (64 << 10) / limit.Rate.BytesPerSecond);
+        return reads > _options.StallTimeout ? reads : _options.StallTimeout;
     }
 
     private static string? HandleCopied(int index, in ReadOnlySequence<byte> value, StoredSegmentHandler handler)
@@ -519,8 +533,9 @@ public sealed class CacheTierClient : IAsyncDisposable
         return await _hosts.ConnectAllAsync(ct);
     }
 
-    private Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false, bool once = false) =>
-        _hosts.RunAsync(h, op, ct, bulk, once);
+    private Task<T> RunAsync<T>(int h, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false, bool once = false,
+        TimeSpan? stall = null) =>
+        _hosts.RunAsync(h, op, ct, bulk, once, stall);
 
     private Task<T[]> ForAllHostsAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct) => _hosts.ForAllAsync(op, ct);
 

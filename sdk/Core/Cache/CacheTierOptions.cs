@@ -58,6 +58,14 @@ public sealed class CacheTierOptions
     /// must not hold a node's local copy back for the long <see cref="OperationTimeout"/> meant for data moving on a slow link.
     /// </summary>
     public TimeSpan ResponseTimeout { get; set; } = TimeSpan.FromSeconds(3);
+    /// <summary>
+    /// How long a batch of segments may go without a byte, before its answer or in the middle of it, while another
+    /// replica holds the same segments: then the host counts as hung, the batch and the rest of that host's share go to
+    /// the next replica, and the host is failed at once for a few seconds. A live host on any link sends something within
+    /// it; without another replica, <see cref="OperationTimeout"/> applies. Under <see cref="MaxRate"/> it is lengthened
+    /// to what the rate needs.
+    /// </summary>
+    public TimeSpan StallTimeout { get; set; } = TimeSpan.FromSeconds(2.5);
     public int MaxAttempts { get; set; } = 5;
     public TimeSpan RetryBaseDelay { get; set; } = TimeSpan.FromMilliseconds(50);
     public TimeSpan RetryMaxDelay { get; set; } = TimeSpan.FromSeconds(2);
@@ -110,6 +118,7 @@ public sealed class CacheTierOptions
         if (BatchSize < 1) yield return $"BatchSize must be at least 1 (got {BatchSize})";
         if (MaxAttempts < 1) yield return $"MaxAttempts must be at least 1 (got {MaxAttempts})";
         if (ResponseTimeout <= TimeSpan.Zero) yield return $"ResponseTimeout must be positive (got {ResponseTimeout})";
+        if (StallTimeout <= TimeSpan.Zero) yield return $"StallTimeout must be positive (got {StallTimeout})";
     }
 
     /// <summary>

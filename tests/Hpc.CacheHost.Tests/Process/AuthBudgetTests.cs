@@ -5,10 +5,11 @@ using Xunit.Abstractions;
 namespace Hpc.CacheHost.Tests.Process;
 
 /// <summary>
-/// Wrong passwords are budgeted across connections: per client address, and per account for addresses that have been
-/// failing. A guesser that opens a new connection per guess gets a handful of checked guesses, then refusals that do
-/// not look at the password; a node that has not been guessing still logs in. Clients come from distinct loopback
-/// addresses (127.0.0.x), which Linux routes to the host like separate machines.
+/// Passwords checked are budgeted across connections: per client address, and per account across all addresses except
+/// those the account has logged in from before. A guesser that opens a new connection per guess, from one address or a
+/// thousand, gets a handful of checked guesses, then refusals that do not look at the password; the account's nodes
+/// still log in. Clients come from distinct loopback addresses (127.0.x.y), which Linux routes to the host like
+/// separate machines.
 /// </summary>
 [Collection(ProcessTests.Collection)]
 public sealed class AuthBudgetTests : IDisposable
@@ -68,20 +69,74 @@ public sealed class AuthBudgetTests : IDisposable
     }
 
     [Fact]
-    public void Guessing_one_account_from_many_addresses_is_bounded_by_the_accounts_budget_but_its_nodes_still_log_in()
+    public void Guessing_one_account_from_a_thousand_addresses_gets_no_more_checked_guesses_than_the_accounts_budget_and_its_nodes_still_log_in()
     {
-        // Nine wrong passwords from each of four addresses: under each address's budget, over the account's.
-        for (int a = 10; a < 14; a++)
-            for (int i = 0; i < 9; i++)
-                Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(AuthFrom(IPAddress.Parse($"127.0.0.{a}"), "node", $"guess-{a}-{i}")).Message);
+        var node = IPAddress.Parse("127.0.0.21");
+        Assert.Equal("OK", AuthFrom(node, "node", "node-pass"));
+        // 1,000 guessers, 127.0.1.1 to 127.0.4.250, each well under its own address's budget.
+        var guessers = Enumerable.Range(0, 1000).Select(i => new IPAddress([127, 0, (byte)(1 + i / 250), (byte)(1 + i % 250)])).ToArray();
+        var replies = new List<string>();
+        var nodeLogins = new List<object?>();
+        var clock = Stopwatch.StartNew();
+        // 16 threads, a new connection per guess, at most 4 guesses per address and 15 s. Every 250th attempt is the
+        // account's own node logging in while the guessing goes on.
+        Parallel.For(0, 4000, new ParallelOptions { MaxDegreeOfParallelism = 16 }, (i, loop) =>
+        {
+            if (clock.Elapsed > TimeSpan.FromSeconds(15)) { loop.Stop(); return; }
+            if (i % 250 == 249)
+            {
+                var login = AuthFrom(node, "node", "node-pass");
+                lock (nodeLogins) nodeLogins.Add(login);
+                return;
+            }
+            var reply = AuthFrom(guessers[i % guessers.Length], "node", $"guess-{i}");
+            lock (replies) replies.Add(Assert.IsType<RespError>(reply).Message);
+        });
+        var elapsed = clock.Elapsed;
+        int @checked = replies.Count(r => r.StartsWith("WRONGPASS invalid username-password pair", StringComparison.Ordinal));
+        int refused = replies.Count(r => r.StartsWith(TooMany, StringComparison.Ordinal));
+        int budgetLines = Host.Log.Split('\n').Count(l => l.Contains("Failed-AUTH budget spent", StringComparison.Ordinal));
+        _output?.WriteLine($"{replies.Count} attempts from {guessers.Length} addresses in {elapsed.TotalSeconds:F1} s: {@checked} passwords checked ({@checked / elapsed.TotalSeconds:F1}/s), {refused} refused unchecked; {budgetLines} budget lines logged");
 
-        // An address that has been failing gets no more checked guesses at that account...
-        Assert.StartsWith("WRONGPASS", Assert.IsType<RespError>(AuthFrom(IPAddress.Parse("127.0.0.20"), "node", "one-guess")).Message);
-        var refusal = Assert.IsType<RespError>(AuthFrom(IPAddress.Parse("127.0.0.20"), "node", "node-pass")).Message;
-        Assert.StartsWith(TooMany + " (account node)", refusal);
-        // ...but may still log in to another account, and a node that never failed logs in to this one.
-        Assert.Equal("OK", AuthFrom(IPAddress.Parse("127.0.0.20"), "ops", "ops-pass"));
-        Assert.Equal("OK", AuthFrom(IPAddress.Parse("127.0.0.21"), "node", "node-pass"));
+        Assert.Equal(replies.Count, @checked + refused);
+        Assert.True(replies.Count > 1000, $"only {replies.Count} attempts were made");
+        // The account's burst of 30, plus one per 10 s of refill while the guessing went on.
+        Assert.InRange(@checked, 30, 30 + (int)(elapsed.TotalSeconds / 10) + 1);
+        Assert.Contains(replies, r => r.StartsWith(TooMany + " (account node)", StringComparison.Ordinal));
+        Assert.NotEmpty(nodeLogins);
+        Assert.All(nodeLogins, login => Assert.Equal("OK", login));
+        // An address the account has never been used from waits like the guessers; another account is not affected.
+        Assert.StartsWith(TooMany + " (account node)", Assert.IsType<RespError>(AuthFrom(IPAddress.Parse("127.0.0.22"), "node", "node-pass")).Message);
+        Assert.Equal("OK", AuthFrom(IPAddress.Parse("127.0.0.22"), "ops", "ops-pass"));
+    }
+
+    [Fact]
+    public void Spent_budgets_and_repeated_failures_are_logged_once_a_minute_however_many_addresses_cause_them()
+    {
+        // 40 addresses each spend their own budget (12 guesses, a connection each, at a name with no account, so no
+        // account's budget runs out first), and 20 connections each fail three times.
+        var addresses = Enumerable.Range(0, 40).Select(i => new IPAddress([127, 0, 5, (byte)(1 + i)])).ToArray();
+        var clock = Stopwatch.StartNew();
+        Parallel.For(0, addresses.Length * 12, new ParallelOptions { MaxDegreeOfParallelism = 16 }, (i, loop) =>
+        {
+            if (clock.Elapsed > TimeSpan.FromSeconds(30)) { loop.Stop(); return; }
+            Assert.IsType<RespError>(AuthFrom(addresses[i % addresses.Length], "nobody", $"guess-{i}"));
+        });
+        Parallel.For(0, 20, new ParallelOptions { MaxDegreeOfParallelism = 16 }, i =>
+        {
+            using var client = new RespTestClient(Host, new IPAddress([127, 0, 6, (byte)(1 + i)]));
+            for (int attempt = 0; attempt < 3; attempt++)
+                Assert.IsType<RespError>(client.Call("AUTH", "nobody", $"guess-{i}-{attempt}"));
+        });
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(55), "the attack took longer than the minute the assertions below rely on");
+
+        var log = Host.Log.Split('\n');
+        int spentLines = log.Count(l => l.Contains("Failed-AUTH budget spent", StringComparison.Ordinal));
+        int repeatedLines = log.Count(l => l.Contains("has given a wrong password", StringComparison.Ordinal));
+        _output?.WriteLine($"in {clock.Elapsed.TotalSeconds:F1} s: {spentLines} budget-spent lines, {repeatedLines} repeated-failure lines");
+        Assert.Equal(1, spentLines);
+        Assert.Equal(1, repeatedLines);
+        Assert.Contains(log, l => l.Contains("Failed-AUTH budget spent for address 127.0.5.", StringComparison.Ordinal));
     }
 
     public void Dispose()

@@ -63,6 +63,20 @@ public sealed class CacheRolesTests : IDisposable
     }
 
     [Fact]
+    public void Only_an_administrator_may_reset_the_statistics()
+    {
+        using var node = Login("node", "r-pass");
+        using var stager = Login("stager", "w-pass");
+        using var ops = Login("ops", "a-pass");
+
+        Assert.Equal("NOPERM User node has no permissions to run the 'config|resetstat' command", Assert.IsType<RespError>(node.Call("CONFIG", "RESETSTAT")).Message);
+        Assert.Equal("NOPERM User stager has no permissions to run the 'config|resetstat' command", Assert.IsType<RespError>(stager.Call("CONFIG", "RESETSTAT")).Message);
+        Assert.Equal("OK", ops.Call("CONFIG", "RESETSTAT"));
+        // The refusal leaves the connection usable, and reading the configuration stays open to every role.
+        Assert.IsType<object?[]>(node.Call("CONFIG", "GET", "maxclients"));
+    }
+
+    [Fact]
     public void Wrong_names_and_passwords_are_refused_alike_and_the_default_user_does_not_exist_without_a_password()
     {
         using var client = new RespTestClient(_host);
