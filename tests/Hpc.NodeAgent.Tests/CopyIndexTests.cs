@@ -173,25 +173,6 @@ public class CopyIndexTests
         index.Remove(A.Item1);
         Assert.Throws<IOException>(() => index.Acquire(A.Item1, lease: true, pin: null));
     }
-}
-
-public class DataDirectoryTests
-{
-    [Fact]
-    public void Paths_are_built_only_from_version_ids()
-    {
-        var root = Path.Combine(Path.GetTempPath(), $"hcd-dd-{Guid.NewGuid():N}");
-        try
-        {
-            var dir = new DataDirectory(root);
-            var version = new string('a', 32);
-            Assert.Equal(Path.Combine(root, "complete", version + ".data"), dir.CompletePath(version));
-            Assert.Equal(Path.Combine(root, "partial", version + ".done"), dir.JournalPath(version));
-            Assert.Throws<ArgumentException>(() => dir.PartialPath("../../etc/passwd"));
-            Assert.Throws<ArgumentException>(() => dir.ManifestPath("risk/a"));
-        }
-        finally { Directory.Delete(root, recursive: true); }
-    }
 
     [Fact]
     public void A_pin_past_its_owners_quota_is_refused_naming_the_quota_and_changes_nothing()
@@ -231,5 +212,24 @@ public class DataDirectoryTests
 
         Assert.Equal((0, 1), (none, one));
         Assert.Equal(["job-7"], index.Snapshot().Single().Pins);
+    }
+}
+
+public class DataDirectoryTests
+{
+    [Fact]
+    public void Paths_are_built_only_from_version_ids()
+    {
+        var root = Path.Combine(Path.GetTempPath(), $"hcd-dd-{Guid.NewGuid():N}");
+        try
+        {
+            var dir = new DataDirectory(root);
+            var version = new string('a', 32);
+            Assert.Equal(Path.Combine(root, "complete", version + ".data"), dir.CompletePath(version));
+            Assert.Equal(Path.Combine(root, "partial", version + ".done"), dir.JournalPath(version));
+            Assert.Throws<ArgumentException>(() => dir.PartialPath("../../etc/passwd"));
+            Assert.Throws<ArgumentException>(() => dir.ManifestPath("risk/a"));
+        }
+        finally { Directory.Delete(root, recursive: true); }
     }
 }
