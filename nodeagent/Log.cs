@@ -23,7 +23,7 @@ internal static partial class AgentLog
     [LoggerMessage(11, LogLevel.Warning, "Refused a connection of uid {Uid}: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
     public static partial void ConnectionRefused(this ILogger logger, uint? uid, string error, int suppressed, double seconds);
 
-    [LoggerMessage(14, LogLevel.Warning, "Closed a connection of uid {Uid} that sent no request within {IdleSeconds} s (--idle-timeout) ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    [LoggerMessage(14, LogLevel.Warning, "Closed a connection of uid {Uid} that sent no request within {IdleSeconds} s of connecting (--idle-timeout) ({Suppressed} more like it not logged in the last {Seconds} s)")]
     public static partial void IdleClosed(this ILogger logger, uint? uid, double idleSeconds, int suppressed, double seconds);
 
     [LoggerMessage(12, LogLevel.Warning, "Closing pipe connection after a bad frame: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]

@@ -10,8 +10,9 @@ namespace Hpc.NodeAgent.Pipe;
 /// <summary>
 /// One worker's connection: a sequence of framed requests, each answered by the operation it names. Datasets opened on
 /// it stay leased until it closes. A malformed or oversized frame is answered with one error and closes this connection
-/// only. A connection holding no dataset open must send each request within the idle timeout, or it is closed: otherwise
-/// sockets that send nothing would hold the places of the connections that do.
+/// only. A connection must send its first request within the idle timeout, or it is closed: otherwise sockets that send
+/// nothing would hold the places of the connections that do. Later silences are a client's own (a worker reading a
+/// leased copy, node preparation holding its connection through a fan-out) and are not cut short.
 /// </summary>
 internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore store, AccessPolicy access, ILogger log, NodeAgentOptions options,
     UserLimits limits, LogThrottle throttle, uint? uid)
@@ -37,14 +38,13 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
     {
         var idleTimeout = TimeSpan.FromSeconds(Options.IdleTimeout);
         var idle = CancellationTokenSource.CreateLinkedTokenSource(stoppingToken);
+        var spoken = false;
         try
         {
             while (true)
             {
                 AgentRequest? request;
-                // A worker using a dataset keeps its connection, silent, for as long as it reads: only connections that
-                // hold nothing open have to keep talking.
-                var bounded = Leases.Count == 0;
+                var bounded = !spoken;
                 if (bounded) idle.CancelAfter(idleTimeout);
                 try
                 {
@@ -60,7 +60,7 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
                 {
                     if (Throttle.Allow(LogThrottle.Kind.IdleClosed, out var suppressed)) Log.IdleClosed(Uid, Options.IdleTimeout, suppressed, Throttle.Interval.TotalSeconds);
                     await ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.Timeout,
-                        $"the node agent closed this connection: no request within {Options.IdleTimeout:0.###} s while it held no dataset open (--idle-timeout)")), stoppingToken);
+                        $"the node agent closed this connection: no request within {Options.IdleTimeout:0.###} s of connecting (--idle-timeout)")), stoppingToken);
                     return;
                 }
                 if (bounded && !idle.TryReset())
@@ -70,6 +70,7 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
                     idle = CancellationTokenSource.CreateLinkedTokenSource(stoppingToken);
                 }
                 if (request is null) return;
+                spoken = true;
                 if (!await AgentOperations.RunAsync(this, request, stoppingToken)) return;
             }
         }

@@ -83,10 +83,10 @@ public sealed class NodeAgentOptions : IProgramOptions
     public int MaxIngestsPerUser { get; set; } = 4;
 
     /// <summary>
-    /// Seconds a connection may take to send a whole request: its first one after connecting, and each one once its first
-    /// byte arrived. A connection that sends nothing is closed after this, so idle sockets cannot hold the agent's places.
+    /// Seconds a new connection may take to send its first whole request. A connection that sends nothing is closed
+    /// after this, so idle sockets cannot hold the places of the connections that are used.
     /// </summary>
-    [Switch("--idle-timeout", "seconds a connection may take to send a request (its first, and each once begun) before it is closed", Meta = "SECONDS")]
+    [Switch("--idle-timeout", "seconds a new connection may take to send its first request before it is closed", Meta = "SECONDS")]
     public double IdleTimeout { get; set; } = 10;
 
     /// <summary>
