@@ -32,7 +32,16 @@ internal static class IngestOperation
     /// <summary>A refusal before the ingest begins: its manifest frame is read first, so the connection stays usable.</summary>
     private static async Task<bool> RefuseAsync(PipeConnection connection, AgentRequest request, CommonDataException refusal, CancellationToken ct)
     {
-        if (await AgentFrames.ReadFrameAsync(connection.Reader, AgentFrames.MaxManifestFrame, ct) is null) return false;
+        try
+        {
+            if (await AgentFrames.ReadFrameAsync(connection.Reader, AgentFrames.MaxManifestFrame, ct) is null) return false;
+        }
+        catch (InvalidDataException e)
+        {
+            LogBrokenOff(connection, (suppressed, seconds) => connection.Log.BadIngestManifest(e.Message, suppressed, seconds));
+            await connection.ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, e.Message)), ct);
+            return false;
+        }
         AgentMetrics.Instance.Refused(refusal.Code);
         LogRefused(connection, request, refusal.Message);
         await connection.ReplyAsync(AgentResponse.Failure(refusal), ct);
