@@ -27,8 +27,8 @@ public sealed class AccessPolicy(uint agentUid, uint? adminGroup = null)
     /// <summary>Root or the agent's own user: may read every version and drop every pin.</summary>
     private bool IsAdministrator(PeerCredentials? peer) => peer is not null && (peer.Uid == 0 || peer.Uid == AgentUid);
 
-    /// <summary>An administrator, or a process acting with the agent's admin group.</summary>
-    private bool IsAgentAdmin(PeerCredentials? peer) =>
+    /// <summary>An administrator, or a process acting with the agent's admin group (also: exempt from the pin quota).</summary>
+    public bool IsAgentAdmin(PeerCredentials? peer) =>
         IsAdministrator(peer) || peer is not null && adminGroup is { } group && peer.AllGroups.Contains(group);
 
     /// <summary>Whether status shows <paramref name="peer"/> the copy: one it may read, or any to the agent's admins.</summary>

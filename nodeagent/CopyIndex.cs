@@ -177,15 +177,31 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     /// Under the lock eviction holds, so a copy handed out is never evicted before its lease. Throws when the copy was
     /// evicted in the meantime.
     /// </summary>
-    public void Acquire(string version, bool lease, string? pin, uint pinOwner = AccessPolicy.NoOwner)
+    /// <param name="pinQuota">Bytes of copies <paramref name="pinOwner"/> may hold pinned (each copy it pins counted once);
+    /// a pin past it is refused with <see cref="ErrorCode.Limit"/> and nothing changes. Null: no quota (administrators).</param>
+    public void Acquire(string version, bool lease, string? pin, uint pinOwner = AccessPolicy.NoOwner, long? pinQuota = null)
     {
         lock (_lock)
         {
             if (!_copies.TryGetValue(version, out var copy)) throw new IOException($"local copy of {version} was evicted while being opened; ask again");
+            if (pin is not null && pinQuota is { } quota && !copy.Pins.Any(p => p.Owner == pinOwner))
+            {
+                var pinned = _copies.Values.Where(c => c.Pins.Any(p => p.Owner == pinOwner)).Sum(c => c.Manifest.RawLength);
+                if (pinned + copy.Manifest.RawLength > quota) throw PinQuotaReached(copy, pinOwner, pinned, quota);
+            }
             Touch(copy);
             if (lease) copy.Leases++;
             if (pin is not null && copy.Pins.Add(new Pin(pin, pinOwner))) PinsChanged();
         }
+    }
+
+    private static CommonDataException PinQuotaReached(LocalCopy copy, uint owner, long pinned, long quota)
+    {
+        var user = $"user '{(OperatingSystem.IsLinux() ? Hpc.CommonData.Access.UnixAccounts.UserName(owner) : null) ?? owner.ToString()}' (uid {owner})";
+        return new CommonDataException(ErrorCode.Limit,
+            $"pin quota reached: {user} has {pinned} bytes pinned on this node; pinning '{copy.Manifest.Name}' version {copy.Version} " +
+            $"({copy.Manifest.RawLength} bytes) would pass its pin quota of {new ByteSize(quota)} (--pin-quota {new ByteSize(quota).ToExactString()}); " +
+            "release pins with `hpcdata noderelease`, or have the node's administrator raise the agent's --pin-quota");
     }
 
     /// <summary>Adds <paramref name="delta"/> leases (a worker's connection closing gives its leases back with -1).</summary>
@@ -204,8 +220,14 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     /// and is refused (<see cref="ErrorCode.AccessDenied"/>) when the pin is held only by others; an eviction is refused
     /// when <paramref name="caller"/> may not read a copy it would remove. Without, it is the agent's own and unchecked.</para>
     /// </summary>
-    public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access = null, PeerCredentials? caller = null)
+    public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access = null, PeerCredentials? caller = null) =>
+        Release(name, version, pin, evict, access, caller, out _);
+
+    /// <inheritdoc cref="Release(string, string?, string, bool, AccessPolicy?, PeerCredentials?)"/>
+    /// <param name="released">How many pins were dropped: 0 when <paramref name="caller"/> held none of that name there.</param>
+    public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access, PeerCredentials? caller, out int released)
     {
+        released = 0;
         lock (_lock)
         {
             var matches = _copies.Values.Where(c => c.Manifest.Name == name && (string.IsNullOrEmpty(version) || version == "latest" || c.Version == version)).ToList();
@@ -221,7 +243,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
             var evicted = false;
             foreach (var c in matches)
             {
-                c.Pins.RemoveWhere(MayDrop);
+                released += c.Pins.RemoveWhere(MayDrop);
                 if (evict && c.Complete && c.Leases == 0 && c.Pins.Count == 0) { RemoveLocked(c); evicted = true; }
             }
             PinsChanged();
@@ -241,8 +263,11 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
         lock (_lock) return _copies.Values.Where(c => c.Complete && c.Manifest.Name == name).MaxBy(c => c.Manifest.Created);
     }
 
-    /// <summary>The copies as the agent's status reports them, by dataset name; only those whose manifest <paramref name="visible"/> admits.</summary>
-    public List<CopyStatus> Snapshot(Func<Manifest, bool>? visible = null)
+    /// <summary>
+    /// The copies as the agent's status reports them, by dataset name; only those whose manifest <paramref name="visible"/>
+    /// admits. With <paramref name="mayRelease"/> (given a pin's owner), each copy also lists the pin names the caller may release.
+    /// </summary>
+    public List<CopyStatus> Snapshot(Func<Manifest, bool>? visible = null, Func<uint, bool>? mayRelease = null)
     {
         lock (_lock)
             return _copies.Values.Where(c => visible is null || visible(c.Manifest)).OrderBy(c => c.Manifest.Name, StringComparer.Ordinal).ThenBy(c => c.Version, StringComparer.Ordinal).Select(c => new CopyStatus
@@ -251,6 +276,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
                 State = c.Complete ? "complete" : c.Fetching ? "fetching" : c.Ingesting ? "ingesting" : "partial",
                 Segments = c.Manifest.Segments.Count, SegmentsDone = c.SegmentsDone, BytesDone = c.BytesDone,
                 Leases = c.Leases, Pins = c.Pins.Select(p => p.Name).Distinct().Order(StringComparer.Ordinal).ToList(), LastAccess = c.LastAccess,
+                Releasable = mayRelease is null ? null : c.Pins.Where(p => mayRelease(p.Owner)).Select(p => p.Name).Distinct().Order(StringComparer.Ordinal).ToList(),
             }).ToList();
     }
 

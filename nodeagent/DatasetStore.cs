@@ -35,11 +35,13 @@ public sealed class DatasetStore
         _directory = new DataDirectory(options.DataDirectory, _log, files);
         _index = new CopyIndex(options.Budget, Removed, _directory.SavePins, () => FreeBytes(_directory.Root), _directory.Root);
         var telemetry = new FetchTelemetry(FetchTelemetry.Resolve(options.TelemetryFile, _directory.Root), options.NodeName, source.Hosts.Count, _log, files);
-        _fetches = new FetchCoordinator(_directory, _index, source, telemetry, loggers.CreateLogger<FetchCoordinator>(), _writers);
+        _fetches = new FetchCoordinator(_directory, _index, source, telemetry, loggers.CreateLogger<FetchCoordinator>(), _writers, IngestStall);
         Recover();
     }
 
     public string DataDirectory => _directory.Root;
+
+    private TimeSpan IngestStall => TimeSpan.FromSeconds(_options.IngestStallTimeout);
 
     /// <summary>Result of making a dataset local.</summary>
     public sealed record Ensured(LocalDataset Dataset, string Version);
@@ -116,8 +118,9 @@ public sealed class DatasetStore
     /// the manifest the fetch brings), so a refused caller may have warmed the node but never receives the data.
     /// </summary>
     /// <param name="pinOwner">The uid of the caller pinning it: only that user (or root, or the agent's) may drop the pin.</param>
+    /// <param name="pinQuota">Bytes <paramref name="pinOwner"/> may hold pinned (<see cref="CopyIndex.Acquire"/>); null: none.</param>
     public async Task<Ensured> EnsureAsync(string name, string? version, bool lease, string? pin, CancellationToken ct, Action<Manifest>? authorize = null,
-        uint pinOwner = AccessPolicy.NoOwner)
+        uint pinOwner = AccessPolicy.NoOwner, long? pinQuota = null)
     {
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
@@ -142,7 +145,7 @@ public sealed class DatasetStore
             CheckBelongs(copy, name);
             authorize?.Invoke(copy.Manifest);
         }
-        _index.Acquire(version, lease, pin, pinOwner);
+        _index.Acquire(version, lease, pin, pinOwner, pinQuota);
         var described = Describe(copy, source, clock.Elapsed.TotalSeconds);
         (described.ReusedBytes, described.ResumedBytes) = (reusedBytes, resumedBytes);
         return new Ensured(described, version);
@@ -153,11 +156,13 @@ public sealed class DatasetStore
     /// (see <see cref="SegmentIngest"/>). <paramref name="serializedManifest"/> is the manifest as stored: it must hash
     /// to the version and name the dataset, and the agent's own cache tier must hold exactly that manifest
     /// (<see cref="VouchAsync"/>) unless the node already has the version. Waits while a fetch or another ingest of the
-    /// version writes it. Dispose the result to end the ingest.
+    /// version writes it (abandoning one that has stalled). <paramref name="authorize"/> sees the manifest first and
+    /// throws to refuse the ingest. Dispose the result to end the ingest.
     /// </summary>
-    public Task<SegmentIngest> BeginIngestAsync(string name, string version, ReadOnlyMemory<byte> serializedManifest, CancellationToken ct) =>
+    public Task<SegmentIngest> BeginIngestAsync(string name, string version, ReadOnlyMemory<byte> serializedManifest, CancellationToken ct,
+        Action<Manifest>? authorize = null) =>
         SegmentIngest.BeginAsync(_directory, _index, _writers, name, version, serializedManifest, _log, ct,
-            token => VouchAsync(name, version, serializedManifest, token));
+            token => VouchAsync(name, version, serializedManifest, token), authorize, IngestStall);
 
     /// <summary>
     /// Checks an offered manifest against the agent's own cache tier: anyone on the node can run a fan-out against a
@@ -251,11 +256,16 @@ public sealed class DatasetStore
     public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access = null, PeerCredentials? caller = null) =>
         _index.Release(name, version, pin, evict, access, caller);
 
+    /// <inheritdoc cref="CopyIndex.Release(string, string?, string, bool, AccessPolicy?, PeerCredentials?, out int)"/>
+    public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access, PeerCredentials? caller, out int released) =>
+        _index.Release(name, version, pin, evict, access, caller, out released);
+
     /// <summary>The node's state; its copies only those whose manifest <paramref name="visible"/> admits (all when null).</summary>
-    public AgentStatus Status(Func<Manifest, bool>? visible = null) => new()
+    /// <param name="mayRelease">Given a pin's owner, whether the caller may release it (each copy then lists those pins).</param>
+    public AgentStatus Status(Func<Manifest, bool>? visible = null, Func<uint, bool>? mayRelease = null) => new()
     {
         Node = _options.NodeName, DataDirectory = DataDirectory, BudgetBytes = _options.Budget.Bytes,
-        UsedBytes = _index.UsedBytes, Copies = _index.Snapshot(visible), CpuSeconds = Environment.CpuUsage.TotalTime.TotalSeconds,
+        UsedBytes = _index.UsedBytes, Copies = _index.Snapshot(visible, mayRelease), CpuSeconds = Environment.CpuUsage.TotalTime.TotalSeconds,
     };
 
     /// <summary>

@@ -16,10 +16,12 @@ namespace Hpc.NodeAgent;
 /// A fetch writes only in its version's turn (<see cref="VersionWriters"/>), so it never writes beside an ingest of
 /// the same version: it waits for the ingest to end and then fetches only what the journal does not hold. A partial
 /// copy already on the node carries its verified manifest, so completing one whose segments are all here (ingested)
-/// needs nothing from the cache tier.
+/// needs nothing from the cache tier. An ingest that delivers nothing for <paramref name="ingestStall"/> while a fetch
+/// waits is abandoned (<see cref="VersionWriters"/>): the process feeding it may belong to anyone, and readers must not
+/// wait on it.
 /// </summary>
 public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, ISegmentSource source, FetchTelemetry telemetry, ILogger? log = null,
-    VersionWriters? writers = null)
+    VersionWriters? writers = null, TimeSpan? ingestStall = null)
 {
     private readonly VersionWriters _writers = writers ?? new VersionWriters();
 
@@ -57,7 +59,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     private async Task<Fetched> FetchAndPublishAsync(string name, string version)
     {
         var clock = Stopwatch.StartNew();
-        using var turn = await _writers.AcquireAsync(version, CancellationToken.None);
+        using var turn = await _writers.AcquireAsync(version, CancellationToken.None, ingestStall ?? TimeSpan.FromSeconds(5));
         var existing = index.Find(version);
         if (existing is { Complete: true }) return new Fetched(existing, false); // published by a fetch that ended while this one waited
         var manifest = existing?.Manifest ?? await source.GetManifestAsync(name, version, CancellationToken.None);

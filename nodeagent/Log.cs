@@ -20,11 +20,14 @@ internal static partial class AgentLog
     [LoggerMessage(10, LogLevel.Warning, "Accept failed: {Error}")]
     public static partial void AcceptFailed(this ILogger logger, string error);
 
-    [LoggerMessage(11, LogLevel.Warning, "Refusing connection: {Max} already open")]
-    public static partial void TooManyConnections(this ILogger logger, int max);
+    [LoggerMessage(11, LogLevel.Warning, "Refused a connection of uid {Uid}: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void ConnectionRefused(this ILogger logger, uint? uid, string error, int suppressed, double seconds);
 
-    [LoggerMessage(12, LogLevel.Warning, "Closing pipe connection after a bad frame: {Error}")]
-    public static partial void BadFrame(this ILogger logger, string error);
+    [LoggerMessage(14, LogLevel.Warning, "Closed a connection of uid {Uid} that sent no request within {IdleSeconds} s of connecting (--idle-timeout) ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void IdleClosed(this ILogger logger, uint? uid, double idleSeconds, int suppressed, double seconds);
+
+    [LoggerMessage(12, LogLevel.Warning, "Closing pipe connection after a bad frame: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void BadFrame(this ILogger logger, string error, int suppressed, double seconds);
 
     [LoggerMessage(13, LogLevel.Error, "Pipe connection failed")]
     public static partial void ConnectionFailed(this ILogger logger, Exception error);
@@ -32,26 +35,29 @@ internal static partial class AgentLog
     [LoggerMessage(20, LogLevel.Error, "Request {Op} {Dataset} failed")]
     public static partial void RequestFailed(this ILogger logger, Exception error, string op, string? dataset);
 
-    [LoggerMessage(21, LogLevel.Warning, "Refused {Op} of {Dataset} to pid {Pid} (uid {Uid}): {Error}")]
-    public static partial void Refused(this ILogger logger, string op, string? dataset, int? pid, uint? uid, string error);
+    [LoggerMessage(21, LogLevel.Warning, "Refused {Op} of {Dataset} to pid {Pid} (uid {Uid}): {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void Refused(this ILogger logger, string op, string? dataset, int? pid, uint? uid, string error, int suppressed, double seconds);
 
     [LoggerMessage(22, LogLevel.Information, "Released pin {Pin} and evicted {Dataset} for uid {Uid}")]
     public static partial void ReleasedAndEvicted(this ILogger logger, string? pin, string dataset, uint? uid);
 
-    [LoggerMessage(30, LogLevel.Warning, "Closing pipe connection after a bad ingest manifest frame: {Error}")]
-    public static partial void BadIngestManifest(this ILogger logger, string error);
+    [LoggerMessage(30, LogLevel.Warning, "Closing pipe connection after a bad ingest manifest frame: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void BadIngestManifest(this ILogger logger, string error, int suppressed, double seconds);
 
     [LoggerMessage(31, LogLevel.Error, "Ingest of {Dataset} {Version} refused")]
     public static partial void IngestFailed(this ILogger logger, Exception error, string? dataset, string? version);
 
-    [LoggerMessage(32, LogLevel.Warning, "Ingest of {Dataset} {Version} from pid {Pid} (uid {Uid}) refused: {Error}")]
-    public static partial void IngestRefused(this ILogger logger, string? dataset, string? version, int? pid, uint? uid, string error);
+    [LoggerMessage(32, LogLevel.Warning, "Ingest of {Dataset} {Version} from pid {Pid} (uid {Uid}) refused: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void IngestRefused(this ILogger logger, string? dataset, string? version, int? pid, uint? uid, string error, int suppressed, double seconds);
 
-    [LoggerMessage(33, LogLevel.Warning, "Ingest of {Version} broken off: the connection ended before its last frame")]
-    public static partial void IngestBrokenOff(this ILogger logger, string version);
+    [LoggerMessage(33, LogLevel.Warning, "Ingest of {Version} broken off: the connection ended before its last frame ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void IngestBrokenOff(this ILogger logger, string version, int suppressed, double seconds);
 
-    [LoggerMessage(34, LogLevel.Warning, "Closing pipe connection after a failed ingest: {Error}")]
-    public static partial void IngestAborted(this ILogger logger, string error);
+    [LoggerMessage(34, LogLevel.Warning, "Closing pipe connection after a failed ingest: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void IngestAborted(this ILogger logger, string error, int suppressed, double seconds);
+
+    [LoggerMessage(35, LogLevel.Warning, "Abandoning the ingest of {Version}: no segment for {StallSeconds} s while a fetch of it waits (--ingest-stall-timeout)")]
+    public static partial void IngestAbandoned(this ILogger logger, string version, double stallSeconds);
 
 
     [LoggerMessage(EventId = 100, Level = LogLevel.Warning, Message = "Cache host {Host} not reachable at start-up: {Error}")]
@@ -127,8 +133,8 @@ internal static partial class AgentLog
     [LoggerMessage(EventId = 141, Level = LogLevel.Information, Message = "Ingest of {Dataset} {Version} ended: {Accepted} accepted, {Had} already on the node, {Rejected} rejected, {Missing} still missing")]
     public static partial void IngestEnded(this ILogger logger, string dataset, string version, int accepted, int had, int rejected, int missing);
 
-    [LoggerMessage(EventId = 142, Level = LogLevel.Warning, Message = "Ingest of {Dataset} {Version} rejected {Rejected} segments, first: {Reason}")]
-    public static partial void SegmentsRejected(this ILogger logger, string dataset, string version, int rejected, string reason);
+    [LoggerMessage(EventId = 142, Level = LogLevel.Warning, Message = "Ingest of {Dataset} {Version} rejected {Rejected} segments, first: {Reason} ({Suppressed} more like it not logged in the last {Seconds} s)")]
+    public static partial void SegmentsRejected(this ILogger logger, string dataset, string version, int rejected, string reason, int suppressed, double seconds);
 
     [LoggerMessage(EventId = 143, Level = LogLevel.Error, Message = "Ingest of {Dataset} {Version} failed: {Error}")]
     public static partial void IngestWriteFailed(this ILogger logger, string dataset, string version, string error);

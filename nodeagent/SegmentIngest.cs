@@ -15,15 +15,21 @@ namespace Hpc.NodeAgent;
 /// meanwhile, and its copy is marked as ingesting, so it is not evicted. It never publishes: the next fetch of the
 /// version (prefetch or open) resumes from the journal, asks the cache tier only for what is still missing — nothing
 /// when every segment arrived — verifies the whole copy and publishes it.
+/// <para>A fetch of the version waiting for the turn abandons an ingest that delivered no segment for the stall timeout
+/// (<see cref="VersionWriters.IStallable"/>): <see cref="Abandoned"/> is then cancelled, and whoever feeds the ingest
+/// ends it, passing the turn to the fetch.</para>
 /// </summary>
-public sealed class SegmentIngest : IDisposable
+public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
 {
     /// <summary>How many rejection reasons the final report carries.</summary>
     public const int MaxReasons = 5;
 
     private readonly CopyIndex? _index;
     private readonly ILogger _log;
-    private readonly IDisposable? _turn;
+    private readonly VersionWriters.Held? _turn;
+    private readonly CancellationTokenSource _abandoned = new();
+    /// <summary>When the last segment arrived (or the ingest began), in <see cref="Environment.TickCount64"/> milliseconds.</summary>
+    private long _lastProgress = Environment.TickCount64;
     private readonly DatasetFiles? _file;
     private readonly FileStream? _journal;
     private readonly bool[] _have;
@@ -32,7 +38,7 @@ public sealed class SegmentIngest : IDisposable
     private CommonDataException? _failure;
     private bool _disposed;
 
-    private SegmentIngest(string version, Manifest manifest, bool complete, ILogger log, CopyIndex? index = null, IDisposable? turn = null,
+    private SegmentIngest(string version, Manifest manifest, bool complete, ILogger log, CopyIndex? index = null, VersionWriters.Held? turn = null,
         DatasetFiles? file = null, FileStream? journal = null, bool[]? have = null)
     {
         (Version, Manifest, Complete, _log, _index, _turn, _file, _journal) = (version, manifest, complete, log, index, turn, file, journal);
@@ -46,6 +52,17 @@ public sealed class SegmentIngest : IDisposable
     /// <summary>The version was already published on the node when the ingest began: nothing is written.</summary>
     public bool Complete { get; }
 
+    /// <summary>Cancelled when a waiting fetch abandoned this ingest for making no progress.</summary>
+    public CancellationToken Abandoned => _abandoned.Token;
+
+    public bool AbandonIfStalled(TimeSpan stall)
+    {
+        if (Environment.TickCount64 - Volatile.Read(ref _lastProgress) < (long)stall.TotalMilliseconds) return false;
+        try { _abandoned.Cancel(); }
+        catch (ObjectDisposedException) { return false; }
+        return true;
+    }
+
     /// <summary>
     /// Checks the manifest (it must hash to <paramref name="version"/> and name <paramref name="name"/>), waits for the
     /// version's writer turn (a running fetch or ingest of it finishes first), and opens the version's partial copy:
@@ -56,7 +73,8 @@ public sealed class SegmentIngest : IDisposable
     /// <param name="vouch">Throws unless the agent's cache tier vouches for the manifest (see <see cref="DatasetStore.BeginIngestAsync"/>);
     /// not asked when the node already holds the version, whose manifest came from that tier or was checked against it.</param>
     public static async Task<SegmentIngest> BeginAsync(DataDirectory directory, CopyIndex index, VersionWriters writers,
-        string name, string version, ReadOnlyMemory<byte> serializedManifest, ILogger log, CancellationToken ct, Func<CancellationToken, Task>? vouch = null)
+        string name, string version, ReadOnlyMemory<byte> serializedManifest, ILogger log, CancellationToken ct, Func<CancellationToken, Task>? vouch = null,
+        Action<Manifest>? authorize = null, TimeSpan? stall = null)
     {
         DatasetName.Validate(name);
         if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.BadRequest, $"ingest: '{version}' is not a version id");
@@ -67,6 +85,9 @@ public sealed class SegmentIngest : IDisposable
         catch (InvalidDataException e) { throw new CommonDataException(ErrorCode.BadRequest, $"ingest of '{name}' version {version}: {e.Message}", e); }
         if (manifest.Name != name)
             throw new CommonDataException(ErrorCode.NotFound, $"version '{version}' belongs to dataset '{manifest.Name}', not '{name}'");
+        // Only a reader of the version may hand the agent its bytes: the agent would serve them, and waiting readers
+        // would wait on whoever holds the ingest.
+        authorize?.Invoke(manifest);
 
         // Asked before the version's turn is taken: a round trip to the tier must not hold up a fetch of the version.
         var asked = false;
@@ -75,7 +96,7 @@ public sealed class SegmentIngest : IDisposable
             await vouch(ct);
             asked = true;
         }
-        var turn = await writers.AcquireAsync(version, ct);
+        var turn = await writers.AcquireAsync(version, ct, stall);
         try
         {
             var existing = index.Find(version);
@@ -103,6 +124,7 @@ public sealed class SegmentIngest : IDisposable
                 try { reused = FetchCoordinator.CopyFromLocalCopies(directory, index, version, manifest, file, have, sources, journal); }
                 finally { FetchCoordinator.ReleaseLeases(index, sources); }
                 var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have);
+                turn.Occupy(ingest);
                 log.IngestStarted(name, version, ingest._missing, have.Length, reused.Segments);
                 return ingest;
             }
@@ -161,6 +183,7 @@ public sealed class SegmentIngest : IDisposable
         _have[index] = true;
         _missing--;
         _accepted++;
+        Volatile.Write(ref _lastProgress, Environment.TickCount64);
         _index!.SegmentDone(Version, Manifest.Segments[index].RawLength);
     }
 
@@ -173,7 +196,6 @@ public sealed class SegmentIngest : IDisposable
             catch (Exception e) { throw Fail(e); }
         }
         _log.IngestEnded(Manifest.Name, Version, _accepted, _alreadyHad, _rejected, _missing);
-        if (_rejected > 0) _log.SegmentsRejected(Manifest.Name, Version, _rejected, _reasons[0]);
         return new IngestReport
         {
             Complete = Complete, Segments = Manifest.Segments.Count, Missing = _missing, Accepted = _accepted, AlreadyHad = _alreadyHad,
@@ -210,5 +232,6 @@ public sealed class SegmentIngest : IDisposable
             if (_failure?.Code == ErrorCode.NoSpace) _index.Remove(Version);
         }
         _turn?.Dispose();
+        _abandoned.Dispose();
     }
 }

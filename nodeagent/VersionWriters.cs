@@ -5,19 +5,34 @@ namespace Hpc.NodeAgent;
 /// write its partial file and journal; whoever comes second waits, then starts from what the first one journaled (a
 /// fetch resumes from the ingested segments; an ingest after a fetch finds the copy complete, or partial with the
 /// fetch's segments). Different versions never wait for each other. Turns are granted first come, first served.
+/// <para>An ingest is driven by a process on the node, which may stop sending while it holds the turn. A waiter that
+/// gives a stall timeout asks, each time that long passes without the turn, whether the holder has stalled; a stalled
+/// holder (<see cref="IStallable"/>) is abandoned and the turn passes on, so nobody waits on a silent process for
+/// longer than about that timeout.</para>
 /// </summary>
 public sealed class VersionWriters
 {
     private readonly Dictionary<string, Turn> _turns = new();
 
-    private sealed class Turn
+    /// <summary>A holder of a turn that can be abandoned when it stops making progress.</summary>
+    public interface IStallable
+    {
+        /// <summary>Abandons the holder if it made no progress for <paramref name="stall"/>; true when it did so.</summary>
+        bool AbandonIfStalled(TimeSpan stall);
+    }
+
+    internal sealed class Turn
     {
         public readonly SemaphoreSlim Gate = new(1, 1);
         public int Users;
+        public volatile IStallable? Holder;
     }
 
-    /// <summary>Waits for the version's turn; dispose the result to pass it on.</summary>
-    public async Task<IDisposable> AcquireAsync(string version, CancellationToken ct)
+    /// <summary>
+    /// Waits for the version's turn; dispose the result to pass it on. With <paramref name="stall"/>, a holder that made
+    /// no progress for that long is abandoned (<see cref="IStallable"/>) rather than waited for.
+    /// </summary>
+    public async Task<Held> AcquireAsync(string version, CancellationToken ct, TimeSpan? stall = null)
     {
         Turn turn;
         lock (_turns)
@@ -27,30 +42,45 @@ public sealed class VersionWriters
         }
         try
         {
-            await turn.Gate.WaitAsync(ct);
+            if (stall is not { } limit) await turn.Gate.WaitAsync(ct);
+            else
+                while (!await turn.Gate.WaitAsync(limit, ct))
+                    turn.Holder?.AbandonIfStalled(limit);
         }
         catch
         {
             Leave(version, turn, holding: false);
             throw;
         }
-        return new Holder(this, version, turn);
+        return new Held(this, version, turn);
     }
 
     private void Leave(string version, Turn turn, bool holding)
     {
-        if (holding) turn.Gate.Release();
+        if (holding)
+        {
+            turn.Holder = null;
+            turn.Gate.Release();
+        }
         lock (_turns)
             if (--turn.Users == 0) _turns.Remove(version);
     }
 
-    private sealed class Holder(VersionWriters owner, string version, Turn turn) : IDisposable
+    /// <summary>A turn held; <see cref="Occupy"/> names who holds it, so waiters can abandon a stalled holder.</summary>
+    public sealed class Held : IDisposable
     {
+        private readonly VersionWriters _owner;
+        private readonly string _version;
+        private readonly Turn _turn;
         private int _released;
+
+        internal Held(VersionWriters owner, string version, Turn turn) => (_owner, _version, _turn) = (owner, version, turn);
+
+        public void Occupy(IStallable holder) => _turn.Holder = holder;
 
         public void Dispose()
         {
-            if (Interlocked.Exchange(ref _released, 1) == 0) owner.Leave(version, turn, holding: true);
+            if (Interlocked.Exchange(ref _released, 1) == 0) _owner.Leave(_version, _turn, holding: true);
         }
     }
 }

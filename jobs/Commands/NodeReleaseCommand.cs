@@ -29,7 +29,12 @@ public sealed class NodeReleaseOptions : AgentClientOptions, IVerbOptions
     public string StopAgent { get; set; } = "auto";
 }
 
-/// <summary>Exit codes: 0 released (or nothing to release), 2 bad usage. Problems reaching the agent are reported, not failed on.</summary>
+/// <summary>
+/// Exit codes: 0 released (or nothing to release), 2 bad usage. Problems reaching the agent are reported, not failed on,
+/// and so is a job for which this user holds no pin on the node (a node release runs in epilogs, where a failure would
+/// take the node out of service): one line says so. Only the calling user's pins of that name are released (two users
+/// pinning under one job id hold two pins); root, the agent's user and its admin group release every pin of that name.
+/// </summary>
 public static class NodeReleaseCommand
 {
     public static async Task<int> RunAsync(NodeReleaseOptions o, CancellationToken ct)
@@ -41,14 +46,16 @@ public static class NodeReleaseCommand
         if (o.StopAgent is not ("auto" or "never" or "always")) throw CommandException.Usage($"--stop-agent '{o.StopAgent}' is not one of auto, never, always");
 
         AgentStatus status;
+        int? released = 0;
         try
         {
             await using var agent = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2));
-            if (name is not null) await agent.ReleaseAsync(name, version, job, o.Evict);
+            if (name is not null) released = await agent.ReleasePinAsync(name, version, job, o.Evict);
             else
-                // No dataset named (e.g. a Slurm Epilog): every copy this job pinned.
-                foreach (var copy in (await agent.StatusAsync()).Copies.Where(c => c.Pins.Contains(job)))
-                    await agent.ReleaseAsync(copy.Name, copy.Version, job, o.Evict);
+                // No dataset named (e.g. a Slurm Epilog): every copy this job pinned that this user may release; another
+                // user's pin under the same job id is not this job's.
+                foreach (var copy in (await agent.StatusAsync()).Copies.Where(c => (c.Releasable ?? c.Pins).Contains(job)))
+                    released += await agent.ReleasePinAsync(copy.Name, copy.Version, job, o.Evict);
             status = await agent.StatusAsync();
         }
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
@@ -63,7 +70,9 @@ public static class NodeReleaseCommand
 
         var left = status.Copies.Where(c => (name is null || c.Name == name) && (version is null || c.Version == version)).ToList();
         var state = left.Count == 0 ? (o.Evict ? "evicted" : "not-on-node") : left.Any(c => c.Pins.Count > 0 || c.Leases > 0) ? "in-use" : "cached";
-        Console.WriteLine($"node={status.Node} dataset={name ?? "*"} job={job} released state={state}");
+        if (released == 0)
+            Console.Error.WriteLine($"hpcdata noderelease: {CurrentUser()} holds no pin '{job}' on {(name is null ? "any copy" : $"dataset '{name}'")} on node {status.Node}; nothing released");
+        Console.WriteLine($"node={status.Node} dataset={name ?? "*"} job={job} released{(released is { } n ? $" pins={n}" : "")} state={state}");
         await MaybeStopAgentAsync(o.StopAgent, pipe, status);
         return 0;
     }
@@ -89,6 +98,13 @@ public static class NodeReleaseCommand
     {
         if (NodeAgentLauncher.Find(pipe) is { } started && !NodeAgentLauncher.IsAlive(started.Pid))
             _ = NodeAgentLauncher.StopAsync(started, TimeSpan.Zero);
+    }
+
+    private static string CurrentUser()
+    {
+        if (!OperatingSystem.IsLinux()) return $"user '{Environment.UserName}'";
+        var uid = Hpc.CommonData.Access.UnixAccounts.EffectiveUserId;
+        return $"user '{Hpc.CommonData.Access.UnixAccounts.UserName(uid) ?? uid.ToString()}' (uid {uid})";
     }
 
     /// <summary>A line on stderr about what was not done, where that is no failure (exit 0).</summary>

@@ -21,7 +21,8 @@ internal static class OpenOperation
             var pin = request.Op == AgentOps.Prefetch ? request.Pin : null;
             var ensured = await connection.Store.EnsureAsync(name, request.Version, lease, pin, ct,
                 manifest => { if (manifest.Readers is not null) connection.Access.Check(manifest, connection.Peer.Value); },
-                pin is null ? AccessPolicy.NoOwner : AccessPolicy.OwnerOf(connection.Peer.Value));
+                pin is null ? AccessPolicy.NoOwner : AccessPolicy.OwnerOf(connection.Peer.Value),
+                pin is null || connection.Access.IsAgentAdmin(connection.Peer.Value) ? null : connection.Options.EffectivePinQuota.Bytes);
             if (lease) connection.Leases.Add(ensured.Version);
             if (request.Op == AgentOps.Stream) streamed = ensured.Dataset;
             return new AgentResponse { Ok = true, Dataset = ensured.Dataset };

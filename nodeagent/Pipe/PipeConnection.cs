@@ -2,6 +2,7 @@ using System.IO.Pipelines;
 using System.IO.Pipes;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
+using Hpc.CommonData.Hosting;
 using Microsoft.Extensions.Logging;
 
 namespace Hpc.NodeAgent.Pipe;
@@ -9,9 +10,12 @@ namespace Hpc.NodeAgent.Pipe;
 /// <summary>
 /// One worker's connection: a sequence of framed requests, each answered by the operation it names. Datasets opened on
 /// it stay leased until it closes. A malformed or oversized frame is answered with one error and closes this connection
-/// only.
+/// only. A connection must send its first request within the idle timeout, or it is closed: otherwise sockets that send
+/// nothing would hold the places of the connections that do. Later silences are a client's own (a worker reading a
+/// leased copy, node preparation holding its connection through a fan-out) and are not cut short.
 /// </summary>
-internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore store, AccessPolicy access, ILogger log)
+internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore store, AccessPolicy access, ILogger log, NodeAgentOptions options,
+    UserLimits limits, LogThrottle throttle, uint? uid)
 {
     // Buffers of 128 KB: an ingest's 64 KB segments then mostly arrive in one piece and in few reads.
     public PipeReader Reader { get; } = PipeReader.Create(pipe, new StreamPipeReaderOptions(bufferSize: 1 << 17, leaveOpen: true));
@@ -19,6 +23,12 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
     public DatasetStore Store { get; } = store;
     public AccessPolicy Access { get; } = access;
     public ILogger Log { get; } = log;
+    public NodeAgentOptions Options { get; } = options;
+    /// <summary>Each user's share of connections, requests and ingests.</summary>
+    public UserLimits Limits { get; } = limits;
+    public LogThrottle Throttle { get; } = throttle;
+    /// <summary>The connected user as the kernel recorded it when the connection was accepted (null where it cannot be read).</summary>
+    public uint? Uid { get; } = uid;
     /// <summary>Versions this connection holds open; their leases end with it.</summary>
     public List<string> Leases { get; } = [];
     /// <summary>Read when a restricted version is asked for: most connections (status, ingest, open datasets) never need it.</summary>
@@ -26,22 +36,41 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
 
     public async Task RunAsync(CancellationToken stoppingToken)
     {
+        var idleTimeout = TimeSpan.FromSeconds(Options.IdleTimeout);
+        var idle = CancellationTokenSource.CreateLinkedTokenSource(stoppingToken);
+        var spoken = false;
         try
         {
             while (true)
             {
                 AgentRequest? request;
+                var bounded = !spoken;
+                if (bounded) idle.CancelAfter(idleTimeout);
                 try
                 {
-                    request = await AgentFrames.ReadMessageAsync(Reader, () => AgentJson.Default.AgentRequest, stoppingToken);
+                    request = await AgentFrames.ReadMessageAsync(Reader, () => AgentJson.Default.AgentRequest, idle.Token);
                 }
                 catch (InvalidDataException e)
                 {
-                    Log.BadFrame(e.Message);
+                    if (Throttle.Allow(LogThrottle.Kind.BadFrame, out var suppressed)) Log.BadFrame(e.Message, suppressed, Throttle.Interval.TotalSeconds);
                     await ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.BadRequest, e.Message)), stoppingToken);
                     return;
                 }
+                catch (OperationCanceledException) when (!stoppingToken.IsCancellationRequested)
+                {
+                    if (Throttle.Allow(LogThrottle.Kind.IdleClosed, out var suppressed)) Log.IdleClosed(Uid, Options.IdleTimeout, suppressed, Throttle.Interval.TotalSeconds);
+                    await ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.Timeout,
+                        $"the node agent closed this connection: no request within {Options.IdleTimeout:0.###} s of connecting (--idle-timeout)")), stoppingToken);
+                    return;
+                }
+                if (bounded && !idle.TryReset())
+                {
+                    // The timer fired just as the request arrived: the request counts, the spent source does not.
+                    idle.Dispose();
+                    idle = CancellationTokenSource.CreateLinkedTokenSource(stoppingToken);
+                }
                 if (request is null) return;
+                spoken = true;
                 if (!await AgentOperations.RunAsync(this, request, stoppingToken)) return;
             }
         }
@@ -55,6 +84,7 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
         }
         finally
         {
+            idle.Dispose();
             foreach (var v in Leases) Store.Lease(v, -1);
             await Reader.CompleteAsync();
             await Writer.CompleteAsync();
@@ -91,9 +121,16 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
     private AgentResponse Failed(AgentRequest request, Exception e)
     {
         var error = CommonDataException.From(e);
-        if (error.Code is ErrorCode.NoSpace or ErrorCode.AccessDenied) AgentMetrics.Instance.Refused(error.Code);
+        if (error.Code is ErrorCode.NoSpace or ErrorCode.AccessDenied or ErrorCode.Limit) AgentMetrics.Instance.Refused(error.Code);
         if (error.Code == ErrorCode.Internal) Log.RequestFailed(e, request.Op, request.Dataset);
-        else if (error.Code == ErrorCode.AccessDenied) Log.Refused(request.Op, request.Dataset, Peer.Value?.Pid, Peer.Value?.Uid, error.Message);
+        else if (error.Code is ErrorCode.AccessDenied or ErrorCode.Limit) LogRefused(request, error);
         return AgentResponse.Failure(error);
+    }
+
+    /// <summary>A refusal in the log, at most one line per interval whoever provokes them.</summary>
+    public void LogRefused(AgentRequest request, CommonDataException error)
+    {
+        if (Throttle.Allow(LogThrottle.Kind.RequestRefused, out var suppressed))
+            Log.Refused(request.Op, request.Dataset, Peer.Value?.Pid, Peer.Value?.Uid ?? Uid, error.Message, suppressed, Throttle.Interval.TotalSeconds);
     }
 }

@@ -1,4 +1,5 @@
 using System.IO.Pipes;
+using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Fetch;
 using Hpc.CommonData.Hosting;
@@ -20,6 +21,9 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
 {
     private readonly NodeAgentOptions _options = options;
     private readonly AccessPolicy _access = AccessPolicy.ForThisProcess(options.AdminGroupId());
+    private readonly UserLimits _limits = new(options, AccessPolicy.ForThisProcess().AgentUid);
+    /// <summary>One line per kind every 10 s for warnings any local user can provoke.</summary>
+    private readonly LogThrottle _throttle = new(TimeSpan.FromSeconds(10));
     private int _connections;
     private readonly TaskCompletionSource _serving = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
@@ -115,14 +119,13 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
             var accepted = server;
             server = CreateInstance(first: false);
             handlers.RemoveAll(t => t.IsCompleted);
-            if (Interlocked.Increment(ref _connections) > _options.MaxConnections)
+            var uid = PeerCredentials.UidOf(accepted);
+            if (Admit(uid) is { } refusal)
             {
-                log.TooManyConnections(_options.MaxConnections);
-                Interlocked.Decrement(ref _connections);
-                await accepted.DisposeAsync();
+                Refuse(accepted, refusal, uid);
                 continue;
             }
-            handlers.Add(Task.Run(() => ServeAsync(accepted, stoppingToken), CancellationToken.None));
+            handlers.Add(Task.Run(() => ServeAsync(accepted, uid, stoppingToken), CancellationToken.None));
         }
         await server.DisposeAsync();
         await Task.WhenAll(handlers);
@@ -162,9 +165,48 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         }
     }
 
-    private async Task ServeAsync(NamedPipeServerStream pipe, CancellationToken stoppingToken)
+    /// <summary>
+    /// Counts a new connection of <paramref name="uid"/> against its user's share and the node's total; null when it is
+    /// served, else why not. The per-user share is below the total, so one user alone never fills it.
+    /// </summary>
+    private CommonDataException? Admit(uint? uid)
     {
-        try { await new PipeConnection(pipe, store, _access, log).RunAsync(stoppingToken); }
-        finally { Interlocked.Decrement(ref _connections); }
+        if (_limits.TryEnter(uid, UserLimits.Kind.Connection) is { } refusal) return refusal;
+        if (Interlocked.Increment(ref _connections) <= _options.MaxConnections) return null;
+        Interlocked.Decrement(ref _connections);
+        _limits.Leave(uid, UserLimits.Kind.Connection);
+        return new CommonDataException(ErrorCode.Limit,
+            $"limit reached: this node's agent already serves {_options.MaxConnections} connections, its limit for all users together " +
+            $"(--max-connections {_options.MaxConnections}); try again shortly, or have the node's administrator raise it");
+    }
+
+    /// <summary>
+    /// Answers a connection that is not served with its refusal, unasked, and closes it: the client reads that line
+    /// where it expected its reply (or, if its request then finds the socket closed, just after) instead of a bare broken
+    /// pipe. A fresh socket's buffer takes the line without waiting, so the accept loop is not held up.
+    /// </summary>
+    private void Refuse(NamedPipeServerStream pipe, CommonDataException refusal, uint? uid)
+    {
+        AgentMetrics.Instance.Refused(refusal.Code);
+        if (_throttle.Allow(LogThrottle.Kind.ConnectionRefused, out var suppressed))
+            log.ConnectionRefused(uid, refusal.Message, suppressed, _throttle.Interval.TotalSeconds);
+        try
+        {
+            var reply = new System.Buffers.ArrayBufferWriter<byte>(512);
+            AgentFrames.Write(reply, System.Text.Json.JsonSerializer.SerializeToUtf8Bytes(AgentResponse.Failure(refusal), AgentJson.Default.AgentResponse));
+            pipe.Write(reply.WrittenSpan);
+        }
+        catch (Exception e) when (e is IOException or ObjectDisposedException or InvalidOperationException) { }
+        finally { pipe.Dispose(); }
+    }
+
+    private async Task ServeAsync(NamedPipeServerStream pipe, uint? uid, CancellationToken stoppingToken)
+    {
+        try { await new PipeConnection(pipe, store, _access, log, _options, _limits, _throttle, uid).RunAsync(stoppingToken); }
+        finally
+        {
+            Interlocked.Decrement(ref _connections);
+            _limits.Leave(uid, UserLimits.Kind.Connection);
+        }
     }
 }

@@ -9,6 +9,7 @@ internal static class StatusOperation
     public static Task<bool> RunAsync(PipeConnection connection, AgentRequest request, CancellationToken ct) =>
         connection.AnswerAsync(request, () => Task.FromResult(new AgentResponse
         {
-            Ok = true, Status = connection.Store.Status(manifest => connection.Access.MaySee(manifest, connection.Peer.Value)),
+            Ok = true, Status = connection.Store.Status(manifest => connection.Access.MaySee(manifest, connection.Peer.Value),
+                owner => connection.Access.MayRelease(owner, connection.Peer.Value)),
         }), ct);
 }

@@ -25,6 +25,11 @@ public enum ErrorCode
     [JsonStringEnumMemberName("timeout")] Timeout,
     /// <summary>A peer broke its protocol (a malformed reply); the connection was dropped.</summary>
     [JsonStringEnumMemberName("protocol")] Protocol,
+    /// <summary>
+    /// A limit one user of a shared service may use was reached (connections, requests, ingests or pinned bytes on a
+    /// node); the message names the limit and the option that sets it. Other users are unaffected.
+    /// </summary>
+    [JsonStringEnumMemberName("limit")] Limit,
 }
 
 /// <summary>

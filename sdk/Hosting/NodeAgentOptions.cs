@@ -55,9 +55,57 @@ public sealed class NodeAgentOptions : IProgramOptions
         : uint.TryParse(AdminGroup, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var gid) ? gid
         : OperatingSystem.IsLinux() ? Access.UnixAccounts.GroupId(AdminGroup) : null;
 
-    /// <summary>Concurrent pipe connections served; more wait in the accept queue.</summary>
-    [Switch("--max-connections", "pipe connections served at once")]
-    public int MaxConnections { get; set; } = 256;
+    /// <summary>
+    /// Pipe connections served at once, every user together. A worker holds its connection while it uses a dataset, so
+    /// this is about the node's ranks times the datasets each keeps open; beyond it a connection is answered with one
+    /// error line and closed.
+    /// </summary>
+    [Switch("--max-connections", "pipe connections served at once, all users together")]
+    public int MaxConnections { get; set; } = 4096;
+
+    /// <summary>
+    /// Pipe connections one user (by the uid the kernel records for the socket) may hold at once; root and the agent's
+    /// user are not counted. Below <see cref="MaxConnections"/>, so no single user can take every connection; by default
+    /// a quarter of it.
+    /// </summary>
+    [Switch("--max-connections-per-user", "pipe connections one user may hold at once (root and the agent's user: no limit); below --max-connections, default a quarter of it")]
+    public int? MaxConnectionsPerUser { get; set; }
+
+    /// <summary>The per-user connection limit in force: <see cref="MaxConnectionsPerUser"/>, or a quarter of <see cref="MaxConnections"/>.</summary>
+    public int EffectiveMaxConnectionsPerUser => MaxConnectionsPerUser ?? Math.Max(1, MaxConnections / 4);
+
+    /// <summary>Requests of one user the agent works on at once (opens waiting for a fetch, ingests); root and the agent's user are not counted.</summary>
+    [Switch("--max-requests-per-user", "requests of one user worked on at once (root and the agent's user: no limit)")]
+    public int MaxRequestsPerUser { get; set; } = 256;
+
+    /// <summary>Ingests one user may run at once (a fan-out runs one per node).</summary>
+    [Switch("--max-ingests-per-user", "ingests one user may run at once (root and the agent's user: no limit)")]
+    public int MaxIngestsPerUser { get; set; } = 4;
+
+    /// <summary>
+    /// Seconds a new connection may take to send its first whole request. A connection that sends nothing is closed
+    /// after this, so idle sockets cannot hold the places of the connections that are used.
+    /// </summary>
+    [Switch("--idle-timeout", "seconds a new connection may take to send its first request before it is closed", Meta = "SECONDS")]
+    public double IdleTimeout { get; set; } = 10;
+
+    /// <summary>
+    /// Seconds an ingest may go without delivering a segment while a fetch of the same version waits for it: it is then
+    /// abandoned, and the waiting readers' fetch takes over from what it had written.
+    /// </summary>
+    [Switch("--ingest-stall-timeout", "seconds an ingest may go without delivering a segment while a reader waits for that version, before it is abandoned", Meta = "SECONDS")]
+    public double IngestStallTimeout { get; set; } = 5;
+
+    /// <summary>
+    /// Bytes of copies one user may hold pinned on the node (a copy counts whole for each user pinning it); root, the
+    /// agent's user and the admin group are not limited. Default: a quarter of <see cref="Budget"/>.
+    /// </summary>
+    [Switch("--pin-quota", "bytes of copies one user may keep pinned (root, the agent's user and --admin-group: no limit); default a quarter of --budget",
+        Environment = "HPCDATA_AGENT_PIN_QUOTA")]
+    public ByteSize? PinQuota { get; set; }
+
+    /// <summary>The pin quota in force: <see cref="PinQuota"/>, or a quarter of the budget.</summary>
+    public ByteSize EffectivePinQuota => PinQuota ?? new ByteSize(Budget.Bytes / 4);
 
     /// <summary>Where the meter is exported (--prometheus, --otlp); off by default.</summary>
     public MetricsOptions Metrics { get; set; } = new();
@@ -75,7 +123,14 @@ public sealed class NodeAgentOptions : IProgramOptions
         if (string.IsNullOrWhiteSpace(DataDirectory)) yield return "--data-dir must not be empty";
         if (Budget.Bytes <= 0) yield return $"--budget must be more than 0 (got {Budget.ToExactString()})";
         if (string.IsNullOrWhiteSpace(NodeName)) yield return "--node must not be empty";
-        if (MaxConnections < 1) yield return $"--max-connections must be at least 1 (got {MaxConnections})";
+        if (MaxConnections < 2) yield return $"--max-connections must be at least 2 (got {MaxConnections})";
+        if (MaxConnectionsPerUser is { } perUser && (perUser < 1 || perUser >= MaxConnections))
+            yield return $"--max-connections-per-user must be at least 1 and below --max-connections ({MaxConnections}), so one user cannot take every connection (got {perUser})";
+        if (MaxRequestsPerUser < 1) yield return $"--max-requests-per-user must be at least 1 (got {MaxRequestsPerUser})";
+        if (MaxIngestsPerUser < 1) yield return $"--max-ingests-per-user must be at least 1 (got {MaxIngestsPerUser})";
+        if (!(IdleTimeout > 0)) yield return $"--idle-timeout must be more than 0 seconds (got {IdleTimeout})";
+        if (!(IngestStallTimeout > 0)) yield return $"--ingest-stall-timeout must be more than 0 seconds (got {IngestStallTimeout})";
+        if (PinQuota is { Bytes: <= 0 } quota) yield return $"--pin-quota must be more than 0 (got {quota.ToExactString()})";
         if (!string.IsNullOrEmpty(AdminGroup))
         {
             if (!OperatingSystem.IsLinux()) yield return "--admin-group is for Linux nodes (file groups and socket credentials)";

@@ -173,6 +173,46 @@ public class CopyIndexTests
         index.Remove(A.Item1);
         Assert.Throws<IOException>(() => index.Acquire(A.Item1, lease: true, pin: null));
     }
+
+    [Fact]
+    public void A_pin_past_its_owners_quota_is_refused_naming_the_quota_and_changes_nothing()
+    {
+        var pins = new List<IReadOnlyDictionary<string, Pin[]>>();
+        var index = Index(1000, [], pins);
+        Complete(index, A); Complete(index, B);
+        index.Acquire(A.Item1, lease: false, pin: "job-1", pinOwner: Alice, pinQuota: 150);
+
+        var e = Assert.Throws<CommonDataException>(() => index.Acquire(B.Item1, lease: true, pin: "job-1", pinOwner: Alice, pinQuota: 150));
+
+        Assert.Equal(ErrorCode.Limit, e.Code);
+        Assert.Contains("pin quota", e.Message);
+        Assert.Contains("--pin-quota 150", e.Message);
+        Assert.Contains($"uid {Alice}", e.Message);
+        Assert.Single(pins);
+        var b = index.Snapshot().Single(c => c.Name == "i/b");
+        Assert.Equal((0, 0), (b.Pins.Count, b.Leases));
+        index.Acquire(A.Item1, lease: false, pin: "job-2", pinOwner: Alice, pinQuota: 150); // a copy already pinned counts once
+        index.Acquire(B.Item1, lease: false, pin: "job-1", pinOwner: Bob, pinQuota: 150); // each user has a quota of its own
+        index.Acquire(B.Item1, lease: false, pin: "job-1", pinOwner: Alice); // no quota: an administrator's pin
+        Assert.Equal(["job-1"], index.Snapshot().Single(c => c.Name == "i/b").Pins);
+    }
+
+    [LinuxFact]
+    public void A_release_counts_the_callers_pins_it_dropped_and_status_lists_only_the_pins_the_caller_may_release()
+    {
+        var index = Index(1000, []);
+        var access = new AccessPolicy(AgentUid);
+        Complete(index, A);
+        index.Acquire(A.Item1, lease: false, pin: "job-7", pinOwner: Alice);
+        index.Acquire(A.Item1, lease: false, pin: "job-8", pinOwner: Bob);
+
+        Assert.Equal(["job-8"], index.Snapshot(mayRelease: owner => access.MayRelease(owner, As(Bob))).Single().Releasable);
+        index.Release("i/a", null, "job-9", evict: false, access, As(Bob), out var none);
+        index.Release("i/a", null, "job-8", evict: false, access, As(Bob), out var one);
+
+        Assert.Equal((0, 1), (none, one));
+        Assert.Equal(["job-7"], index.Snapshot().Single().Pins);
+    }
 }
 
 public class DataDirectoryTests

@@ -108,11 +108,35 @@ public sealed class AgentClient : IAsyncDisposable
         try
         {
             ThrowIfBroken();
-            await AgentFrames.WriteMessageAsync(_writer, request, () => AgentJson.Default.AgentRequest, ct);
+            try
+            {
+                await AgentFrames.WriteMessageAsync(_writer, request, () => AgentJson.Default.AgentRequest, ct);
+            }
+            catch (IOException e)
+            {
+                // An agent that does not serve this connection (a limit reached, an idle one closed) says why and closes;
+                // the request then finds the socket shut, and the reason is what is still to be read.
+                if (await RefusalWaitingAsync() is { } refusal) throw refusal.ToException(e.Message);
+                throw;
+            }
             return await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, ct, AgentFrames.MaxReplyFrame)
                    ?? throw new IOException($"node agent on pipe '{PipeName}' closed the connection");
         }
         finally { _gate.Release(); }
+    }
+
+    /// <summary>An error reply the agent sent before it closed this connection, or null.</summary>
+    private async Task<AgentResponse?> RefusalWaitingAsync()
+    {
+        using var wait = new CancellationTokenSource(TimeSpan.FromSeconds(1));
+        try
+        {
+            return await AgentFrames.ReadMessageAsync(_reader, () => AgentJson.Default.AgentResponse, wait.Token) is { Ok: false } refusal ? refusal : null;
+        }
+        catch (Exception e) when (e is IOException or InvalidDataException or OperationCanceledException or ObjectDisposedException)
+        {
+            return null;
+        }
     }
 
     private async Task<LocalDataset> DatasetCallAsync(AgentRequest request, CancellationToken ct)
@@ -130,10 +154,18 @@ public sealed class AgentClient : IAsyncDisposable
     public Task<LocalDataset> PrefetchAsync(string name, string? version = null, string? pin = null, CancellationToken ct = default) =>
         DatasetCallAsync(new AgentRequest { Op = AgentOps.Prefetch, Dataset = DatasetName.Validate(name), Version = version, Pin = pin }, ct);
 
-    public async Task ReleaseAsync(string name, string? version, string pin, bool evict = false, CancellationToken ct = default)
+    public Task ReleaseAsync(string name, string? version, string pin, bool evict = false, CancellationToken ct = default) =>
+        ReleasePinAsync(name, version, pin, evict, ct);
+
+    /// <summary>
+    /// Drops this user's pin <paramref name="pin"/> (every one of that name for the agent's administrators) and returns
+    /// how many pins were dropped: 0 when this user holds no such pin there. Null from an agent that does not say.
+    /// </summary>
+    public async Task<int?> ReleasePinAsync(string name, string? version, string pin, bool evict = false, CancellationToken ct = default)
     {
         var response = await SendAsync(new AgentRequest { Op = AgentOps.Release, Dataset = DatasetName.Validate(name), Version = version, Pin = pin, Evict = evict }, ct);
         if (!response.Ok) throw response.ToException("release failed");
+        return response.Released;
     }
 
     public async Task<AgentStatus> StatusAsync(CancellationToken ct = default)

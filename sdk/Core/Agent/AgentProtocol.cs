@@ -148,6 +148,8 @@ public sealed class AgentResponse
     [JsonPropertyName("dataset")] public LocalDataset? Dataset { get; set; }
     [JsonPropertyName("status")] public AgentStatus? Status { get; set; }
     [JsonPropertyName("ingest")] public IngestReport? Ingest { get; set; }
+    /// <summary>A release's answer: how many pins of that name it dropped (0: the caller held none there). Null from older agents.</summary>
+    [JsonPropertyName("released")] public int? Released { get; set; }
 
     public static AgentResponse Failure(CommonDataException e) => new() { Ok = false, Code = e.Code, Error = e.Message };
 
@@ -213,6 +215,11 @@ public sealed class CopyStatus
     [JsonPropertyName("bytesDone")] public long BytesDone { get; set; }
     [JsonPropertyName("leases")] public int Leases { get; set; }
     [JsonPropertyName("pins")] public List<string> Pins { get; set; } = [];
+    /// <summary>
+    /// Of <see cref="Pins"/>, the names of those the asking user may release: its own (two users pinning under one name
+    /// hold two pins), or all of them for the agent's administrators. Null from agents older than this field.
+    /// </summary>
+    [JsonPropertyName("releasable")] public List<string>? Releasable { get; set; }
     [JsonPropertyName("lastAccess")] public DateTimeOffset LastAccess { get; set; }
 }
 

@@ -84,6 +84,7 @@ public sealed class ComponentMetrics : IDisposable
         ErrorCode.Integrity => "integrity",
         ErrorCode.Unavailable => "unavailable",
         ErrorCode.Timeout => "timeout",
+        ErrorCode.Limit => "limit",
         _ => "other",
     };
 
