@@ -264,7 +264,7 @@ public sealed class DatasetStore
         var response = JsonSerializer.SerializeToUtf8Bytes(new AgentResponse { Ok = true, Dataset = new LocalDataset { Name = "warm/up", Version = "0", Path = "/" } },
             AgentJson.Default.AgentResponse);
         JsonSerializer.Deserialize(response, AgentJson.Default.AgentResponse);
-        var manifest = new Manifest { Name = "warm/up", RawLength = 1, StoredLength = 1, Hash = new string('0', 32), Segments = [new ManifestSegment(new string('0', 32), 1, 1)] };
+        var manifest = new Manifest { Name = "warm/up", RawLength = 1, StoredLength = 1, Hash = new string('0', 32), Segments = [new ManifestSegment(new string('0', SegmentId.HexLength), 1, 1)] };
         _ = Manifest.Parse(manifest.Serialize()).SegmentIds;
     }
 }
