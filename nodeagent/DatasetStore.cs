@@ -71,7 +71,7 @@ public sealed class DatasetStore
         {
             try
             {
-                if (!SegmentId.TryParse(file.Name, out _)) throw new InvalidDataException("not named by a version id");
+                if (!SegmentId.TryParse(file.Name, out _)) throw new InvalidDataException(SegmentId.IsLegacy(file.Name) ? Manifest.LegacyIds : "not named by a version id");
                 var manifest = _directory.ReadManifest(file.Name);
                 var expected = file.Complete ? _directory.CompletePath(file.Name, manifest) : _directory.PartialPath(file.Name, manifest);
                 if (file.Path != expected) throw new InvalidDataException($"its manifest lays the copy out as {expected}");
@@ -122,6 +122,7 @@ public sealed class DatasetStore
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
             version = await ResolveLatestAsync(name, ct);
+        if (SegmentId.IsLegacy(version)) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {Manifest.LegacyIds} ('hpcdata stage' it again)");
         if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
 
         var clock = Stopwatch.StartNew();

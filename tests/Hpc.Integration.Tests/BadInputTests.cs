@@ -23,7 +23,7 @@ public class BadInputTests
         Assert.Equal(ErrorCode.NotFound, e.Code);
         Assert.Contains("nobody/staged-this", e.Message);
 
-        var wrongVersion = new string('0', 32);
+        var wrongVersion = new string('0', SegmentId.HexLength);
         var v = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("known/data", new DatasetOptions { AgentPipe = pipe, Version = wrongVersion }));
         Assert.Equal(ErrorCode.NotFound, v.Code);
         Assert.Contains(wrongVersion, v.Message);
