@@ -229,11 +229,11 @@ public static class UpdateBench
         var count = (int)(size / ContentChunker.AverageSize);
         var rng = new Random(5);
         var segments = new ManifestSegment[count];
-        var id = new byte[16];
+        var id = new byte[SegmentId.ByteLength];
         for (var i = 0; i < count; i++)
         {
             rng.NextBytes(id);
-            segments[i] = new ManifestSegment(new SegmentId(System.Buffers.Binary.BinaryPrimitives.ReadUInt128BigEndian(id)).ToString(), ContentChunker.AverageSize, 30_000 + i % 9000);
+            segments[i] = new ManifestSegment(SegmentId.FromBytes(id).ToString(), ContentChunker.AverageSize, 30_000 + i % 9000);
         }
         var m = new Manifest
         {

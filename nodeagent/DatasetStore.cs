@@ -73,7 +73,7 @@ public sealed class DatasetStore
         {
             try
             {
-                if (!SegmentId.TryParse(file.Name, out _)) throw new InvalidDataException("not named by a version id");
+                if (!SegmentId.TryParse(file.Name, out _)) throw new InvalidDataException(SegmentId.IsLegacy(file.Name) ? Manifest.LegacyIds : "not named by a version id");
                 var manifest = _directory.ReadManifest(file.Name);
                 var expected = file.Complete ? _directory.CompletePath(file.Name, manifest) : _directory.PartialPath(file.Name, manifest);
                 if (file.Path != expected) throw new InvalidDataException($"its manifest lays the copy out as {expected}");
@@ -125,6 +125,7 @@ public sealed class DatasetStore
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
             version = await ResolveLatestAsync(name, ct);
+        if (SegmentId.IsLegacy(version)) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {Manifest.LegacyIds} ('hpcdata stage' it again)");
         if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
 
         var clock = Stopwatch.StartNew();
@@ -280,7 +281,7 @@ public sealed class DatasetStore
         var response = JsonSerializer.SerializeToUtf8Bytes(new AgentResponse { Ok = true, Dataset = new LocalDataset { Name = "warm/up", Version = "0", Path = "/" } },
             AgentJson.Default.AgentResponse);
         JsonSerializer.Deserialize(response, AgentJson.Default.AgentResponse);
-        var manifest = new Manifest { Name = "warm/up", RawLength = 1, StoredLength = 1, Hash = new string('0', 32), Segments = [new ManifestSegment(new string('0', 32), 1, 1)] };
+        var manifest = new Manifest { Name = "warm/up", RawLength = 1, StoredLength = 1, Hash = new string('0', 32), Segments = [new ManifestSegment(new string('0', SegmentId.HexLength), 1, 1)] };
         _ = Manifest.Parse(manifest.Serialize()).SegmentIds;
     }
 }

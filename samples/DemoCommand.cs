@@ -103,7 +103,7 @@ public sealed class DemoCommand(DemoOptions o)
             Console.WriteLine($"  generated  {instruments} instruments × {days} days of closing prices in {clock.Elapsed.TotalSeconds:0.0} s");
         }
         var codec = CodecBaseline.Measure(csv);
-        Console.WriteLine($"  baseline   raw LZ4 codec + XXH3 on the same 64 KB segments, {Environment.ProcessorCount} cores, in memory: " +
+        Console.WriteLine($"  baseline   raw LZ4 codec + BLAKE3 ids on the same 64 KB segments, {Environment.ProcessorCount} cores, in memory: " +
                           $"{codec.MegabytesPerSecond:0} MB/s (ratio {codec.Ratio:P1})");
 
         var budget = (long)(size * 1.5) + (64L << 20);

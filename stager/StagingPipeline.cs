@@ -234,7 +234,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                 {
                     var raw = batch.Slab.AsSpan(batch.Offset[i], batch.Length[i]);
                     batch.Ids[i] = SegmentId.Of(raw);
-                    var n = SegmentCodec.EncodeHead(raw, batch.Heads.AsSpan(at), options.Compression, out batch.StoredRaw[i], batch.Ids[i]);
+                    var n = SegmentCodec.EncodeHead(raw, batch.Heads.AsSpan(at), options.Compression, out batch.StoredRaw[i]);
                     batch.HeadOffset[i] = at;
                     batch.HeadLength[i] = n;
                     at += n;

@@ -5,7 +5,7 @@ using Hpc.CommonData.Format;
 namespace Hpc.CommonData.Local;
 
 /// <summary>
-/// The ceiling for staging on this machine: the raw codec (LZ4 or the codec asked for + XXH3 content id + segment checksum) over the same
+/// The ceiling for staging on this machine: the raw codec (LZ4 or the codec asked for + BLAKE3 content id + segment checksum) over the same
 /// 64 KB segments on every core, from memory, with no I/O or network.
 /// </summary>
 public static class CodecBaseline

@@ -7,7 +7,7 @@ public class ManifestTests
     private static Manifest Make(int segments, int size = 65536, IReadOnlyList<DatasetFile>? files = null, string name = "risk/market-history") => new()
     {
         Name = name, Created = new DateTimeOffset(2026, 1, 1, 0, 0, 0, TimeSpan.Zero), RawLength = (long)segments * size, StoredLength = segments * 100L,
-        Hash = SegmentId.Of("x"u8).ToString(), Segments = Enumerable.Range(0, segments).Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), size, 100)).ToList(),
+        Hash = XxHash.Hash128Of("x"u8).ToString("x32"), Segments = Enumerable.Range(0, segments).Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), size, 100)).ToList(),
         Files = files,
     };
 

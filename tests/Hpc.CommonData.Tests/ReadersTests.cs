@@ -20,7 +20,7 @@ public class ManifestReadersTests
     private static Manifest Make(DatasetReaders? readers) => new()
     {
         Name = "risk/secret", Created = new DateTimeOffset(2026, 1, 1, 0, 0, 0, TimeSpan.Zero), RawLength = 10, StoredLength = 10,
-        Hash = SegmentId.Of("x"u8).ToString(), Segments = [new ManifestSegment(SegmentId.Of("y"u8).ToString(), 10, 10)], Readers = readers,
+        Hash = XxHash.Hash128Of("x"u8).ToString("x32"), Segments = [new ManifestSegment(SegmentId.Of("y"u8).ToString(), 10, 10)], Readers = readers,
     };
 
     [Fact]
@@ -50,7 +50,7 @@ public class ManifestReadersTests
     [Fact]
     public void An_old_manifest_without_readers_still_reads_and_means_everyone()
     {
-        var old = """{"format":1,"name":"risk/old","created":"2025-06-01T00:00:00+00:00","rawLength":10,"storedLength":10,"hash":"0123456789abcdef0123456789abcdef","segmentSize":65536,"segments":[{"id":"00112233445566778899aabbccddeeff","raw":10,"stored":10}]}""";
+        var old = """{"format":1,"name":"risk/old","created":"2025-06-01T00:00:00+00:00","rawLength":10,"storedLength":10,"hash":"0123456789abcdef0123456789abcdef","segmentSize":65536,"segments":[{"id":"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff","raw":10,"stored":10}]}""";
         var m = Manifest.Parse(Encoding.UTF8.GetBytes(old));
         Assert.Null(m.Readers);
         Assert.Equal(Manifest.OpenFormat, m.Format);

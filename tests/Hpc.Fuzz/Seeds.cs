@@ -28,7 +28,7 @@ public static class Seeds
         "agent-frames" => new Dictionary<string, byte[]>
         {
             ["open"] = Frames("""{"op":"open","dataset":"risk/fuzz"}"""),
-            ["prefetch-pin"] = Frames("""{"op":"prefetch","dataset":"risk/fuzz","version":"0123456789abcdef0123456789abcdef","pin":"job-7"}"""),
+            ["prefetch-pin"] = Frames("""{"op":"prefetch","dataset":"risk/fuzz","version":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","pin":"job-7"}"""),
             ["release-status"] = Frames("""{"op":"release","dataset":"risk/fuzz","pin":"job-7","evict":true}""", """{"op":"status"}"""),
         },
         _ => throw new ArgumentException($"no target '{target}'"),

@@ -12,6 +12,30 @@ namespace Hpc.Integration.Tests;
 public class BadInputTests
 {
     [Fact]
+    public async Task A_version_staged_with_XXH3_content_ids_is_refused_naming_it_and_asking_for_a_re_stage()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        const string old = "4c8b85794da2e16cfa8aa7ab96778792";
+        await using (var raw = await RespConnection.ConnectAsync(CacheEndpoint.Parse(c.Hosts[0]), null, TimeSpan.FromSeconds(5), default))
+        {
+            raw.BeginCommand(3); raw.Argument("SET"u8); raw.Argument(CacheKeys.Latest("risk/old")); raw.Argument(old);
+            Assert.Equal("OK", (await raw.FlushAndReadAsync(default)).Text);
+        }
+        var (_, pipe, dataDir) = await c.StartAgentAsync();
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList() } };
+        foreach (var options in new[] { Cluster.Via(pipe), new DatasetOptions { AgentPipe = pipe, Version = old }, direct })
+        {
+            var e = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("risk/old", options));
+            Assert.Equal(ErrorCode.Integrity, e.Code);
+            Assert.Contains($"dataset 'risk/old' version '{old}'", e.Message);
+            Assert.Contains("XXH3-128", e.Message);
+            Assert.Contains("re-stage", e.Message);
+        }
+        Assert.Empty(Directory.GetFiles(Path.Combine(dataDir, "complete")));
+    }
+
+    [Fact]
     public async Task Unknown_dataset_or_version_is_an_error_naming_it()
     {
         await using var c = new Cluster();
@@ -23,7 +47,7 @@ public class BadInputTests
         Assert.Equal(ErrorCode.NotFound, e.Code);
         Assert.Contains("nobody/staged-this", e.Message);
 
-        var wrongVersion = new string('0', 32);
+        var wrongVersion = new string('0', SegmentId.HexLength);
         var v = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("known/data", new DatasetOptions { AgentPipe = pipe, Version = wrongVersion }));
         Assert.Equal(ErrorCode.NotFound, v.Code);
         Assert.Contains(wrongVersion, v.Message);

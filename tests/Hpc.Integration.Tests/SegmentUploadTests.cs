@@ -15,7 +15,7 @@ public sealed class SegmentUploadTests
         if (compressible) Array.Fill(raw, (byte)'a', 0, raw.Length / 2);
         var id = SegmentId.Of(raw);
         var head = new byte[SegmentCodec.MaxHeadLength(raw.Length)];
-        var n = SegmentCodec.EncodeHead(raw, head, compress: true, out var storedRaw, id);
+        var n = SegmentCodec.EncodeHead(raw, head, compress: true, out var storedRaw);
         Assert.Equal(!compressible, storedRaw);
         return (id, raw, new StoredSegmentParts(id, head.AsMemory(0, n), storedRaw ? raw : ReadOnlyMemory<byte>.Empty));
     }

@@ -20,7 +20,7 @@ public class AccessPolicyTests
     private static Manifest WithReaders(DatasetReaders? readers) => new()
     {
         Name = "risk/secret", RawLength = 1, StoredLength = 1, Hash = new string('0', 32),
-        Segments = [new ManifestSegment(new string('0', 32), 1, 1)], Readers = readers,
+        Segments = [new ManifestSegment(new string('0', SegmentId.HexLength), 1, 1)], Readers = readers,
     };
 
     private static PeerCredentials Peer(uint uid, uint gid, params uint[] groups) => new(4242, uid, gid, groups);

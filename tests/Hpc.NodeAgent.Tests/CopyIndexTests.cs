@@ -224,7 +224,7 @@ public class DataDirectoryTests
         try
         {
             var dir = new DataDirectory(root);
-            var version = new string('a', 32);
+            var version = new string('a', Hpc.CommonData.Format.SegmentId.HexLength);
             Assert.Equal(Path.Combine(root, "complete", version + ".data"), dir.CompletePath(version));
             Assert.Equal(Path.Combine(root, "partial", version + ".done"), dir.JournalPath(version));
             Assert.Throws<ArgumentException>(() => dir.PartialPath("../../etc/passwd"));

@@ -160,7 +160,7 @@ public class AdminGroupTests
         var secret = new Hpc.CommonData.Format.Manifest
         {
             Name = "t/secret", RawLength = 1, StoredLength = 1, Hash = new string('0', 32),
-            Segments = [new Hpc.CommonData.Format.ManifestSegment(new string('0', 32), 1, 1)], Readers = Hpc.CommonData.Access.DatasetReaders.Of([Alice], []),
+            Segments = [new Hpc.CommonData.Format.ManifestSegment(new string('0', Hpc.CommonData.Format.SegmentId.HexLength), 1, 1)], Readers = Hpc.CommonData.Access.DatasetReaders.Of([Alice], []),
         };
         var admin = new PeerCredentials(1, Bob, Bob, [Admins]);
         var stranger = new PeerCredentials(1, Bob, Bob, []);

@@ -173,6 +173,8 @@ public sealed class CacheCatalog
             version = await GetLatestAsync(name, ct)
                 ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' not found on cache hosts {string.Join(", ", Hosts)}");
         }
+        if (SegmentId.IsLegacy(version))
+            throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {Manifest.LegacyIds} ('hpcdata stage' it again)");
         if (!SegmentId.TryParse(version, out var versionId))
             throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
         var (manifest, raw, problem) = await GetManifestAsync(version, versionId, ct);
@@ -239,6 +241,11 @@ public sealed class CacheCatalog
         var entries = new List<CatalogEntry>();
         foreach (var (version, hosts) in holders)
         {
+            if (SegmentId.IsLegacy(version))
+            {
+                entries.Add(new CatalogEntry { Name = "?", Version = version, Hosts = hosts, Problem = Manifest.LegacyIds });
+                continue;
+            }
             if (!SegmentId.TryParse(version, out var id)) continue;
             var (manifest, _, problem) = await GetManifestAsync(version, id, ct);
             var jobs = withJobs.Contains(version) ? await JobsAsync(version, ct) : [];
@@ -297,7 +304,8 @@ public sealed class CacheCatalog
     public async Task<(bool LatestRemoved, SegmentCollector.Collection? Collection)> RemoveVersionAsync(string name, string version, CancellationToken ct = default)
     {
         DatasetName.Validate(name);
-        if (!SegmentId.TryParse(version, out _)) throw new ArgumentException($"'{version}' is not a version id");
+        // A version staged with XXH3-128 ids cannot be read any more but can still be removed.
+        if (!SegmentId.TryParse(version, out _) && !SegmentId.IsLegacy(version)) throw new ArgumentException($"'{version}' is not a version id");
         var removed = CacheKeys.Removed(version);
         await _hosts.WriteEverywhereAsync(removed, async (c, token) =>
         {

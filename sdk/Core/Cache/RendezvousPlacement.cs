@@ -24,7 +24,7 @@ public sealed class RendezvousPlacement
     /// <summary>Fills <paramref name="hosts"/> with the R host indexes for a segment, best first.</summary>
     public void Place(in SegmentId id, Span<int> hosts)
     {
-        Span<byte> key = stackalloc byte[16];
+        Span<byte> key = stackalloc byte[SegmentId.ByteLength];
         id.WriteBytes(key);
         Span<ulong> best = stackalloc ulong[hosts.Length];
         var n = 0;

@@ -54,7 +54,7 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
         {
             var (manifest, problem) = SegmentId.TryParse(version, out var id)
                 ? await ReadManifestAsync(version, id, ct)
-                : (null, "its key is not a version id");
+                : (null, SegmentId.IsLegacy(version) ? Manifest.LegacyIds : "its key is not a version id");
             if (manifest is not null) { referenced.UnionWith(manifest.SegmentIds); continue; }
             if (problem is null) continue; // removed while we looked
             var key = CacheKeys.Manifest(version);

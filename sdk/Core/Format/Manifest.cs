@@ -40,8 +40,10 @@ public sealed record DatasetFile(
 }
 
 /// <summary>
-/// An immutable dataset version. Its version id is the XXH3-128 of its serialized bytes, so the id names exactly
+/// An immutable dataset version. Its version id is the BLAKE3-256 of its serialized bytes, so the id names exactly
 /// this content and this segment list; nothing about it can change without the id changing — its readers included.
+/// Its <see cref="Hash"/> (XXH3-128 of the whole dataset) is a check against damage in assembling a copy, not what
+/// vouches for the content: the segment ids and the version id do that.
 /// <para>Format 1 has no readers: everyone on a node may read it. Format 2 carries <see cref="Readers"/>. A manifest is
 /// written as format 2 exactly when it restricts its readers, so an agent built before readers existed refuses such a
 /// version (unknown format) instead of ignoring the field and serving it to everyone; unrestricted versions stay
@@ -55,6 +57,9 @@ public sealed class Manifest
     public const int CurrentFormat = 2;
 
     private readonly int? _format;
+
+    /// <summary>Why a version staged before content ids became BLAKE3-256 is refused, and what to do about it.</summary>
+    public const string LegacyIds = "the version was staged with XXH3-128 content ids, which a writer can forge, and this build reads only BLAKE3-256 ones: re-stage the dataset";
 
     /// <summary>As parsed; for a manifest being built, the format its readers need.</summary>
     [JsonPropertyName("format")] public int Format { get => _format ?? (Readers is null ? OpenFormat : CurrentFormat); init => _format = value; }
@@ -101,8 +106,20 @@ public sealed class Manifest
 
     internal void UseParsedIds(SegmentId[] ids) => _ids = ids;
 
-    /// <summary>The version id of these exact bytes.</summary>
+    /// <summary>The version id of these exact bytes (BLAKE3-256, like a segment's: a manifest is stored under it the same way).</summary>
     public static string VersionOf(ReadOnlySpan<byte> serialized) => SegmentId.Of(serialized).ToString();
+
+    /// <summary>The 32 hex digits of a whole-dataset hash (<see cref="Hash"/>).</summary>
+    public static string FormatDatasetHash(UInt128 hash) => hash.ToString("x32", System.Globalization.CultureInfo.InvariantCulture);
+
+    internal static UInt128 ParseDatasetHash(string hex) =>
+        TryParseDatasetHash(hex, out var hash) ? hash : throw new FormatException($"'{hex}' is not a 32-digit hex dataset hash");
+
+    private static bool TryParseDatasetHash(string? hex, out UInt128 hash)
+    {
+        hash = default;
+        return hex is { Length: 32 } && UInt128.TryParse(hex, System.Globalization.NumberStyles.AllowHexSpecifier, System.Globalization.CultureInfo.InvariantCulture, out hash);
+    }
 
     /// <summary>Parses and checks internal consistency; throws <see cref="InvalidDataException"/> on any mismatch.</summary>
     public static Manifest Parse(ReadOnlySpan<byte> serialized)
@@ -140,13 +157,14 @@ public sealed class Manifest
         foreach (var s in Segments)
         {
             if (s?.Id is null) throw new InvalidDataException($"manifest of {Name}: a segment entry without an id");
+            if (SegmentId.IsLegacy(s.Id)) throw new InvalidDataException($"manifest of {Name}: {LegacyIds}");
             if (!SegmentId.TryParse(s.Id, out _)) throw new InvalidDataException($"manifest of {Name}: bad segment id '{s.Id}'");
             if (s.RawLength <= 0 || s.RawLength > SegmentCodec.MaxRawLength || s.StoredLength <= 0)
                 throw new InvalidDataException($"manifest of {Name}: bad segment lengths {s.RawLength}/{s.StoredLength}");
             raw += s.RawLength;
         }
         if (raw != RawLength) throw new InvalidDataException($"manifest of {Name}: segments add up to {raw} bytes, header says {RawLength}");
-        if (!SegmentId.TryParse(Hash, out _)) throw new InvalidDataException($"manifest of {Name}: bad dataset hash '{Hash}'");
+        if (!TryParseDatasetHash(Hash, out _)) throw new InvalidDataException($"manifest of {Name}: bad dataset hash '{Hash}'");
         var seen = new HashSet<string>(StringComparer.Ordinal);
         var files = new HashSet<string>(StringComparer.Ordinal);
         foreach (var f in Files ?? [])

@@ -7,16 +7,20 @@ namespace Hpc.CommonData.Format;
 
 /// <summary>
 /// The compact manifest encoding: "HCDM", an encoding version, then the fields in a fixed order — lengths as LEB128
-/// varints, ids and hashes as 16 raw bytes. A segment costs about 22 bytes instead of JSON's ~70, so a manifest is
-/// ~0.35 MB per GB of 64 KB segments and the 48 MB a stored segment may hold reaches ~130 GB of data. JSON manifests
-/// (every version staged before this encoding) still read: <see cref="Manifest.Parse"/> tells them apart by the magic.
+/// varints, segment ids as 32 raw bytes (BLAKE3-256), the whole-dataset hash as 16 (XXH3-128). A segment costs about
+/// 38 bytes instead of JSON's ~100, so a manifest is ~0.6 MB per GB of 64 KB segments and the 48 MB a stored segment may
+/// hold reaches ~80 GB of data. The encoding version says which hash names the segments: encoding 1 (XXH3-128 ids) is
+/// refused with a request to re-stage, as are JSON manifests, which all carry XXH3-128 ids.
 /// </summary>
 internal static class ManifestBinary
 {
     private static ReadOnlySpan<byte> Magic => "HCDM"u8;
 
-    /// <summary>Encoding 1: everything a format 1 or 2 manifest holds.</summary>
+    /// <summary>Encoding 1: everything a format 1 or 2 manifest holds, segments named by XXH3-128 (16 bytes each).</summary>
     private const byte Encoding1 = 1;
+
+    /// <summary>Encoding 2: as encoding 1, segments named by BLAKE3-256 (32 bytes each).</summary>
+    private const byte Encoding2 = 2;
 
     public static bool IsBinary(ReadOnlySpan<byte> data) => data.StartsWith(Magic);
 
@@ -24,14 +28,14 @@ internal static class ManifestBinary
     {
         var w = new ArrayBufferWriter<byte>(64 + m.Segments.Count * 24 + (m.Files?.Count ?? 0) * 48);
         w.Write(Magic);
-        Byte(w, Encoding1);
+        Byte(w, Encoding2);
         Varint(w, (ulong)m.Format);
         Text(w, m.Name);
         Fixed64(w, m.Created.ToUnixTimeMilliseconds());
         Varint(w, m.LifetimeSeconds is { } life ? (ulong)life + 1 : 0);
         Varint(w, (ulong)m.RawLength);
         Varint(w, (ulong)m.StoredLength);
-        Id(w, SegmentId.Parse(m.Hash));
+        Hash(w, Manifest.ParseDatasetHash(m.Hash));
         Varint(w, (ulong)m.SegmentSize);
         Text(w, m.Chunking ?? "");
         Varint(w, (ulong)m.Segments.Count);
@@ -71,17 +75,18 @@ internal static class ManifestBinary
     {
         var r = new Reader(data[Magic.Length..]);
         var encoding = r.Byte();
-        if (encoding != Encoding1) throw new InvalidDataException($"manifest encoding {encoding} is not supported (this build reads encoding {Encoding1})");
+        if (encoding == Encoding1) throw new InvalidDataException(Manifest.LegacyIds);
+        if (encoding != Encoding2) throw new InvalidDataException($"manifest encoding {encoding} is not supported (this build reads encoding {Encoding2})");
         var format = checked((int)r.Varint());
         var name = r.Text();
         var created = DateTimeOffset.FromUnixTimeMilliseconds(r.Fixed64());
         var life = r.Varint();
         var rawLength = checked((long)r.Varint());
         var storedLength = checked((long)r.Varint());
-        var hash = r.Id();
+        var hash = r.Hash();
         var segmentSize = checked((int)r.Varint());
         var chunking = r.Text();
-        var count = r.Count(minimumBytesEach: 18);
+        var count = r.Count(minimumBytesEach: SegmentId.ByteLength + 2);
         var segments = new ManifestSegment[count];
         var ids = new SegmentId[count];
         for (var i = 0; i < count; i++)
@@ -118,7 +123,7 @@ internal static class ManifestBinary
         var manifest = new Manifest
         {
             Format = format, Name = name, Created = created, LifetimeSeconds = life == 0 ? null : checked((long)(life - 1)),
-            RawLength = rawLength, StoredLength = storedLength, Hash = hash.ToString(), SegmentSize = segmentSize,
+            RawLength = rawLength, StoredLength = storedLength, Hash = Manifest.FormatDatasetHash(hash), SegmentSize = segmentSize,
             Chunking = chunking.Length == 0 ? null : chunking, Segments = segments, Files = files, Readers = readers,
         };
         manifest.UseParsedIds(ids);
@@ -142,7 +147,9 @@ internal static class ManifestBinary
 
     private static void Fixed64(IBufferWriter<byte> w, long v) { BinaryPrimitives.WriteInt64LittleEndian(w.GetSpan(8), v); w.Advance(8); }
 
-    private static void Id(IBufferWriter<byte> w, SegmentId id) { id.WriteBytes(w.GetSpan(16)); w.Advance(16); }
+    private static void Id(IBufferWriter<byte> w, SegmentId id) { id.WriteBytes(w.GetSpan(SegmentId.ByteLength)); w.Advance(SegmentId.ByteLength); }
+
+    private static void Hash(IBufferWriter<byte> w, UInt128 hash) { BinaryPrimitives.WriteUInt128BigEndian(w.GetSpan(16), hash); w.Advance(16); }
 
     private static void Text(IBufferWriter<byte> w, string s)
     {
@@ -200,10 +207,18 @@ internal static class ManifestBinary
 
         public SegmentId Id()
         {
-            if (_rest.Length < 16) throw Truncated();
-            var id = new SegmentId(BinaryPrimitives.ReadUInt128BigEndian(_rest));
-            _rest = _rest[16..];
+            if (_rest.Length < SegmentId.ByteLength) throw Truncated();
+            var id = SegmentId.FromBytes(_rest);
+            _rest = _rest[SegmentId.ByteLength..];
             return id;
+        }
+
+        public UInt128 Hash()
+        {
+            if (_rest.Length < 16) throw Truncated();
+            var hash = BinaryPrimitives.ReadUInt128BigEndian(_rest);
+            _rest = _rest[16..];
+            return hash;
         }
 
         public string Text()

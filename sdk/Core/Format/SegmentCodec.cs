@@ -7,20 +7,24 @@ public enum SegmentCodecKind : byte { Raw = 0, Lz4 = 1, Zstd = 2 }
 /// <summary>
 /// The stored form of a segment: a 24-byte header then the payload.
 /// <code>
-///  0  'H' 'C' 'S'  format version (1)
+///  0  'H' 'C' 'S'  format version (2: the segment is named by the BLAKE3-256 of its raw bytes)
 ///  4  codec (0 raw, 1 lz4, 2 zstd: one Zstandard frame), 3 reserved bytes (zero)
 ///  8  raw length   (int32 LE)
 /// 12  payload length (int32 LE)
 /// 16  XXH3-64 of the payload (uint64 LE)
 /// </code>
-/// The payload checksum catches damage before decompression; the content id (XXH3-128 of the raw bytes)
-/// is checked after it, so a segment is only accepted when it is exactly the bytes that were staged. Readers skip the
-/// checksum of a raw payload (the content id covers the same bytes); cache hosts and forwarding nodes check it always.
+/// The payload checksum is a cheap check against damage, made before decompression and by nodes that only forward a
+/// segment; it proves nothing against a writer, who can make any XXH3 value. The content id (BLAKE3-256 of the raw
+/// bytes) is checked after it, so a segment is only accepted when it is exactly the bytes that were staged. Readers skip
+/// the checksum of a raw payload (the content id covers the same bytes); cache hosts and forwarding nodes check it always.
+/// Format 1 segments were named by XXH3-128 and are refused: a forged one could satisfy its id.
 /// </summary>
 public static class SegmentCodec
 {
     public const int HeaderLength = 24;
-    public const byte FormatVersion = 1;
+    public const byte FormatVersion = 2;
+    /// <summary>The format of segments named by XXH3-128, written before content ids became BLAKE3-256.</summary>
+    public const byte LegacyFormatVersion = 1;
     public const int DefaultSegmentSize = 64 * 1024;
     /// <summary>Upper bound for one stored object (a segment or a manifest): every frame on the wire stays bounded.</summary>
     public const int MaxRawLength = 48 * 1024 * 1024;
@@ -29,7 +33,7 @@ public static class SegmentCodec
 
     private const int HeadSlack = 64;
 
-    /// <summary>Room <see cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, SegmentCompression, out bool, SegmentId?)"/> needs for a segment of <paramref name="rawLength"/> bytes.</summary>
+    /// <summary>Room <see cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, SegmentCompression, out bool)"/> needs for a segment of <paramref name="rawLength"/> bytes.</summary>
     public static int MaxHeadLength(int rawLength) => HeaderLength + rawLength + HeadSlack;
 
     /// <summary>Encodes <paramref name="raw"/> into <paramref name="destination"/>; stored raw when LZ4 does not make it smaller.</summary>
@@ -53,13 +57,11 @@ public static class SegmentCodec
     /// <see cref="MaxHeadLength"/> bytes: a compressed payload that would not be smaller than the raw bytes is not kept
     /// anyway, so LZ4 gets only a little more room than that and gives up once it would clearly exceed it.
     /// </summary>
-    /// <param name="id">The segment's content id when the caller has it already: a raw-stored segment's checksum is
-    /// then taken from it instead of hashing the bytes a second time (see <see cref="ChecksumFromId"/>).</param>
-    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw, SegmentId? id = null) =>
-        EncodeHead(raw, destination, compress ? SegmentCompression.Lz4 : SegmentCompression.None, out storedRaw, id);
+    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, bool compress, out bool storedRaw) =>
+        EncodeHead(raw, destination, compress ? SegmentCompression.Lz4 : SegmentCompression.None, out storedRaw);
 
-    /// <inheritdoc cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, bool, out bool, SegmentId?)"/>
-    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression, out bool storedRaw, SegmentId? id = null)
+    /// <inheritdoc cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, bool, out bool)"/>
+    public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression, out bool storedRaw)
     {
         if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
         if (compression.Codec != SegmentCodecKind.Raw && raw.Length > 1)
@@ -76,20 +78,9 @@ public static class SegmentCodec
             }
         }
         storedRaw = true;
-        var checksum = id is { } known && raw.Length > ChecksumFromIdAbove ? ChecksumFromId(known) : XxHash.Hash64Of(raw);
-        WriteHeader(destination, SegmentCodecKind.Raw, raw.Length, raw.Length, checksum);
+        WriteHeader(destination, SegmentCodecKind.Raw, raw.Length, raw.Length, XxHash.Hash64Of(raw));
         return HeaderLength;
     }
-
-    /// <summary>Longest input XXH3 hashes with its short-input routines, which differ between the 64- and 128-bit forms.</summary>
-    private const int ChecksumFromIdAbove = 240;
-
-    /// <summary>
-    /// XXH3-64 of a segment's raw bytes, from its content id: above 240 bytes XXH3-128 runs the same accumulation as
-    /// XXH3-64 and its low half is the 64-bit hash (seed 0), so the payload of a raw-stored segment (its raw bytes)
-    /// need not be hashed twice. <c>SegmentCodecTests</c> checks the identity.
-    /// </summary>
-    private static ulong ChecksumFromId(SegmentId id) => (ulong)id.Value;
 
     private static void WriteHeader(Span<byte> d, SegmentCodecKind codec, int rawLength, int payloadLength, ulong checksum)
     {
@@ -130,10 +121,10 @@ public static class SegmentCodec
         }
     }
 
-    /// <summary>The digits segment of <see cref="SelfCheck"/> as the reference liblz4 and libxxhash wrote it.</summary>
+    /// <summary>The digits segment of <see cref="SelfCheck"/>: its BLAKE3-256 as the reference b3sum computes it, its payload as liblz4 and libxxhash wrote it.</summary>
     private static string? KnownVector(ReadOnlySpan<byte> stored)
     {
-        const string id = "df6cf367d0e5a812d4c175976ac55b42";
+        const string id = "1d8774f3a635b1f1501ceee4ec67367a3b99d3dfba524ae3803019e5107100d1";
         const int storedLength = 300;
         const ulong checksum = 0x3EA54B0D421C26B6;
         var raw = new byte[DefaultSegmentSize];
@@ -196,6 +187,7 @@ public static class SegmentCodec
         content = default;
         if (stored.Length < HeaderLength) return $"segment {expected}: {stored.Length} bytes is shorter than a header";
         if (stored[0] != 'H' || stored[1] != 'C' || stored[2] != 'S') return $"segment {expected}: bad magic";
+        if (stored[3] == LegacyFormatVersion) return $"segment {expected}: format {LegacyFormatVersion}, named by XXH3-128 (staged before content ids became BLAKE3-256); re-stage its dataset";
         if (stored[3] != FormatVersion) return $"segment {expected}: unsupported format version {stored[3]}";
         var codec = (SegmentCodecKind)stored[4];
         var rawLength = BinaryPrimitives.ReadInt32LittleEndian(stored[8..]);

@@ -4,11 +4,13 @@ namespace Hpc.CommonData.Format;
 
 /// <summary>
 /// xxHash3, 64- and 128-bit (managed: System.IO.Hashing), bit-identical to the reference XXH3_64bits_withSeed and
-/// XXH3_128bits (seed 0): content ids, checksums, placement and dataset hashes are the values earlier builds wrote.
+/// XXH3_128bits (seed 0): segment checksums, placement and dataset hashes are the values earlier builds wrote. Fast, and
+/// only a check against damage: anyone can make bytes with a chosen XXH3 value, so nothing is named by it (content ids
+/// are BLAKE3-256, <see cref="SegmentId"/>).
 /// </summary>
 public static class XxHash
 {
-    /// <summary>XXH3-128, seed 0 (content ids, manifest version ids).</summary>
+    /// <summary>XXH3-128, seed 0 (whole-dataset hashes).</summary>
     public static UInt128 Hash128Of(ReadOnlySpan<byte> data) => XxHash128.HashToUInt128(data);
 
     /// <summary>XXH3-64 with <paramref name="seed"/> (segment checksums with seed 0, placement with per-host seeds).</summary>
