@@ -21,7 +21,7 @@ public class PrestageLocalTests
         Assert.Equal(2, r.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("dataset=risk/local") && l.Contains("bytes=1000000")));
         var hostLines = r.Stdout.Where(l => l.StartsWith("[node")).ToList();
         Assert.Equal(6, hostLines.Count);
-        Assert.All(hostLines, l => Assert.Matches(@"risk/local [0-9a-f]{32} job-42 \S+ 127\.0\.0\.1:\d+ /\S+/complete/[0-9a-f]{32}\.data$", l));
+        Assert.All(hostLines, l => Assert.Matches(@"risk/local [0-9a-f]{64} job-42 \S+ 127\.0\.0\.1:\d+ /\S+/complete/[0-9a-f]{64}\.data$", l));
         Assert.Equal(2, hostLines.Select(l => l.Split(' ')[4]).Distinct().Count()); // one agent pipe per node
         Assert.Equal(2, hostLines.Select(l => l.Split(' ')[6]).Distinct().Count()); // each node's own copy
         Assert.Equal(2, r.Stdout.Count(l => l.Contains("release") && l.Contains("job=job-42")));
