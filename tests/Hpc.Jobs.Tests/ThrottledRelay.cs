@@ -63,17 +63,20 @@ internal sealed class ThrottledRelay : IAsyncDisposable
         long sent = 0;
         try
         {
+            // The other direction's pump closes both clients when its side ends, at any moment: a closed client is
+            // this pump's end too, whether it is noticed by a read, a write or getting the stream.
+            var (input, output) = (from.GetStream(), to.GetStream());
             while (true)
             {
-                var n = await from.GetStream().ReadAsync(buffer, _stop.Token);
+                var n = await input.ReadAsync(buffer, _stop.Token);
                 if (n == 0) break;
-                await to.GetStream().WriteAsync(buffer.AsMemory(0, n), _stop.Token);
+                await output.WriteAsync(buffer.AsMemory(0, n), _stop.Token);
                 sent += n;
                 var due = TimeSpan.FromSeconds((double)sent / bytesPerSecond) - clock.Elapsed;
                 if (due > TimeSpan.Zero) await Task.Delay(due, _stop.Token);
             }
         }
-        catch (Exception e) when (e is OperationCanceledException or IOException or SocketException or ObjectDisposedException) { }
+        catch (Exception e) when (e is OperationCanceledException or IOException or SocketException or ObjectDisposedException or InvalidOperationException) { }
         finally
         {
             from.Close();
