@@ -42,18 +42,31 @@ public abstract class CacheClientOptions : ISwitchGroups
     public string? CacheHosts => CacheTierSwitches.Hosts.Count == 0 ? null : string.Join(",", CacheTierSwitches.Hosts);
 
     /// <summary>
-    /// Gives a program this command starts (an agent, a stager) the cache tier as this command was given it: hosts,
-    /// account, TLS, files by their full paths. A password given itself is left out: it stays in the environment the
-    /// program inherits, never on its command line.
+    /// Gives a program this command starts (an agent, a stager) the cache tier as this command was given it: every
+    /// switch of the group (<see cref="SwitchGroup.CopyTo"/>), files by their full paths. The launcher puts the password
+    /// in the program's environment, never on its command line. Hosts this command only defaulted are not passed: the
+    /// program keeps its own default (or its settings file's).
     /// </summary>
     public void PassCacheTierTo(CacheTierOptions target)
     {
-        var given = CacheTierSwitches;
-        if (given.Hosts.Count > 0 && !_hostsDefaulted) target.Hosts = [.. given.Hosts];
-        (target.User, target.Tls, target.Cluster) = (given.User, given.Tls, given.Cluster);
-        if (given.PasswordFile is { Length: > 0 } file) target.PasswordFile = Path.GetFullPath(file);
-        if (given.TlsCaFile is { Length: > 0 } ca) target.TlsCaFile = Path.GetFullPath(ca);
+        var hosts = target.Hosts;
+        Group.CopyTo(CacheTierSwitches, target);
+        if (_hostsDefaulted || CacheTierSwitches.Hosts.Count == 0) target.Hosts = hosts;
+        if (target.PasswordFile is { Length: > 0 } file) target.PasswordFile = Path.GetFullPath(file);
+        if (target.TlsCaFile is { Length: > 0 } ca) target.TlsCaFile = Path.GetFullPath(ca);
     }
+
+    /// <summary>The cache tier as this command hands it on (<see cref="PassCacheTierTo"/>), on <paramref name="hosts"/>.</summary>
+    public CacheTierOptions CacheTierFor(IReadOnlyList<string> hosts)
+    {
+        var tier = new CacheTierOptions();
+        PassCacheTierTo(tier);
+        tier.Hosts = [.. hosts];
+        return tier;
+    }
+
+    /// <summary>The cache tier's switches, the group every hop hands on whole.</summary>
+    public static SwitchGroup Group { get; } = SwitchGroup.Of(typeof(CacheTierOptions));
 
     /// <summary>
     /// The cache tier to use: what was given, 127.0.0.1:6380 when no host was, the password file read. An

@@ -276,10 +276,17 @@ public static class NodePrepCommand
         var given = o.Agent.Options;
         var dataDir = o.Agent.IsSet("--data-dir") ? given.DataDirectory : DefaultDataDirectory(pipe);
         Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
-        var agent = new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDir, Budget = given.Budget, NodeName = given.NodeName };
-        o.PassCacheTierTo(agent.CacheTier);
-        await NodeAgentLauncher.StartAsync(agent, startTimeout, ct);
+        await NodeAgentLauncher.StartAsync(AgentFor(o, pipe, dataDir), startTimeout, ct);
         return (await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct), true);
+    }
+
+    /// <summary>The agent node prep starts when none answers: the agent switches it took and the whole cache tier.</summary>
+    public static NodeAgentOptions AgentFor(NodePrepOptions o, string pipe, string dataDirectory)
+    {
+        var given = o.Agent.Options;
+        var agent = new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDirectory, Budget = given.Budget, NodeName = given.NodeName };
+        o.PassCacheTierTo(agent.CacheTier);
+        return agent;
     }
 
     public static string DefaultDataDirectory(string pipe)

@@ -74,6 +74,12 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     [Switch("--hpcdata", "slurm, hpcpack: how nodes run hpcdata (default: the installed tool: this launcher by absolute path, else hpcdata on PATH; from a build without one, this build).", Meta = "COMMAND")]
     public string? Hpcdata { get; set; }
 
+    /// <summary>The stager this prestage runs for <paramref name="path"/>: its own switches and the whole cache tier, on <paramref name="hosts"/>.</summary>
+    public StagerOptions Stager(string path, string name, IReadOnlyList<string> hosts) => new()
+    {
+        Path = path, Name = name, CacheTier = CacheTierFor(hosts), Json = true, Lifetime = Lifetime is { } l && l != "job" ? l : null, Readers = Readers,
+    };
+
     [Switch("--work-dir", "local: scratch directory for the nodes' data (default under /dev/shm; removed afterwards unless given). slurm, hpcpack: where the job script is written (default: here).", Meta = "DIR")]
     public string? WorkDir { get; set; }
 }
@@ -122,7 +128,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
                 Console.WriteLine($"prestage: fan-out auto → {choice.Reason}");
                 fanoutMpi = choice.Mpi;
             }
-            var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, hosts, o.Nodes, o.HostsPerNode, command,
+            // The nodes get the cache tier whole, as this command was given it (files by full path), on the hosts used here.
+            var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, o.CacheTierFor(hosts), o.Nodes, o.HostsPerNode, command,
                 o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
@@ -197,14 +204,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
 
     private async Task<(string Version, string How)> StageAsync(string path, string name, IReadOnlyList<string> hosts, CancellationToken ct)
     {
-        var stager = new StagerOptions
-        {
-            Path = path, Name = name, CacheTier = { Hosts = [.. hosts] }, Json = true, Lifetime = o.Lifetime is { } l && l != "job" ? l : null,
-            Readers = o.Readers,
-        };
-        o.PassCacheTierTo(stager.CacheTier);
-        stager.CacheTier.Hosts = [.. hosts];
-        var r = await ComponentProcess.StageAsync(stager, TimeSpan.FromHours(2), ct);
+        var r = await ComponentProcess.StageAsync(o.Stager(path, name, hosts), TimeSpan.FromHours(2), ct);
         var how = r.Unchanged ? "unchanged: nothing moved" : $"staged {ByteSize.Format(r.RawBytes)} in {r.Seconds:0.00} s";
         return (r.Version, how);
     }
@@ -252,6 +252,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var info = o.Scheduler == "slurm" ? new ProcessStartInfo("sbatch") { ArgumentList = { "--parsable", file } } : new ProcessStartInfo("cmd") { ArgumentList = { "/c", file } };
         info.RedirectStandardOutput = info.RedirectStandardError = true;
         info.WorkingDirectory = directory; // where Slurm writes slurm-<id>.out
+        // sbatch hands its environment to the job (--export=ALL): the password reaches the nodes without being written down.
+        foreach (var (name, value) in job.CacheTierSecrets) info.Environment[name] = value;
         using var p = Process.Start(info)!;
         var stdout = await p.StandardOutput.ReadToEndAsync(ct);
         var stderr = await p.StandardError.ReadToEndAsync(ct);

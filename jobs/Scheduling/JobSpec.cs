@@ -1,3 +1,5 @@
+using Hpc.CommonData.Cache;
+
 namespace Hpc.Jobs.Scheduling;
 
 /// <summary>
@@ -12,7 +14,7 @@ public sealed record JobSpec(
     string JobName,
     string Dataset,
     string Version,
-    IReadOnlyList<string> CacheHosts,
+    CacheTierOptions CacheTier,
     int Nodes,
     int HostsPerNode,
     IReadOnlyList<string> Command,
@@ -33,7 +35,17 @@ public sealed record JobSpec(
     /// <summary>Node prep fetching directly: the job's choice, or the completion after a fan-out that failed.</summary>
     public static IReadOnlyList<string> DirectNodePrepArguments => ["nodeprep", "--fanout", "none"];
 
-    public string CacheHostList => string.Join(",", CacheHosts);
+    public string CacheHostList => string.Join(",", CacheTier.Hosts);
+
+    /// <summary>
+    /// The cache tier as the job's variables, every switch that was given (hosts, account, password file, TLS, CA,
+    /// cluster, replicas, rate): what node prep on every node, and the agent it starts, read. Never the password itself:
+    /// <see cref="CacheTierSecrets"/> travel in the submitting environment, not in a script.
+    /// </summary>
+    public IReadOnlyList<KeyValuePair<string, string>> CacheTierVariables => Hpc.Jobs.Cli.CacheClientOptions.Group.ToVariables(CacheTier);
+
+    /// <summary>The cache tier's secrets that were given (the password), as the variables that carry them.</summary>
+    public IReadOnlyList<KeyValuePair<string, string>> CacheTierSecrets => Hpc.Jobs.Cli.CacheClientOptions.Group.SecretVariables(CacheTier);
 
     /// <summary>A command as a node's shell runs it: a first word of "hpcdata" becomes <see cref="Hpcdata"/>.</summary>
     public string ShellCommand(IReadOnlyList<string> command) =>

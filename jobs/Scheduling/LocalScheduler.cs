@@ -1,3 +1,4 @@
+using Hpc.Jobs.Cli;
 using Hpc.CommonData.Cli;
 using Hpc.CommonData.Agent;
 using System.Diagnostics;
@@ -31,11 +32,9 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         {
             for (var n = 0; n < job.Nodes; n++)
             {
-                var agent = ComponentProcess.Start(new NodeAgentOptions
-                {
-                    Pipe = pipes[n], DataDirectory = Path.Combine(root, $"node{n + 1}"), CacheTier = { Hosts = [.. job.CacheHosts] },
-                    NodeName = $"node{n + 1}", Budget = agentBudget,
-                }, name: $"agent{n + 1}");
+                var options = new NodeAgentOptions { Pipe = pipes[n], DataDirectory = Path.Combine(root, $"node{n + 1}"), NodeName = $"node{n + 1}", Budget = agentBudget };
+                CacheClientOptions.Group.CopyTo(job.CacheTier, options.CacheTier);
+                var agent = ComponentProcess.Start(options, name: $"agent{n + 1}");
                 agents.Add(agent);
                 await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
             }
@@ -111,15 +110,20 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
         return (await agent.PrefetchAsync(job.Dataset, job.Version, pin: null, ct)).Path;
     }
 
-    public static Dictionary<string, string?> JobEnvironment(JobSpec job, string jobId, string pipe, string? datasetPath = null) => new()
+    /// <summary>What every process of a local job sees: the job's variables and the whole cache tier, its secrets too (an environment, never written down).</summary>
+    public static Dictionary<string, string?> JobEnvironment(JobSpec job, string jobId, string pipe, string? datasetPath = null)
     {
-        [JobVariables.DatasetPath] = datasetPath,
-        [JobVariables.Dataset] = job.Dataset,
-        [JobVariables.Version] = job.Version,
-        [JobVariables.CacheHosts] = job.CacheHostList,
-        [JobVariables.AgentPipe] = pipe,
-        [JobVariables.JobId] = jobId,
-    };
+        var env = new Dictionary<string, string?>
+        {
+            [JobVariables.DatasetPath] = datasetPath,
+            [JobVariables.Dataset] = job.Dataset,
+            [JobVariables.Version] = job.Version,
+            [JobVariables.AgentPipe] = pipe,
+            [JobVariables.JobId] = jobId,
+        };
+        foreach (var (name, value) in job.CacheTierVariables.Concat(job.CacheTierSecrets)) env[name] = value;
+        return env;
+    }
 
     /// <summary>
     /// Node prep as one MPI job on this machine, a rank per "node" (<c>mpiexec.hydra -n N</c>), each rank finding its

@@ -29,10 +29,12 @@ public static class SlurmScript
             set -u
             export HPCDATA_DATASET={Quote.Sh(job.Dataset)}
             export HPCDATA_VERSION={Quote.Sh(job.Version)}
-            export HPCDATA_CACHE_HOSTS={Quote.Sh(job.CacheHostList)}
             export HPCDATA_JOB_ID="$SLURM_JOB_ID"
 
             """);
+        foreach (var (name, value) in job.CacheTierVariables) s.Append($"export {name}={Quote.Sh(value)}\n");
+        foreach (var (name, _) in job.CacheTierSecrets)
+            s.Append($"# {name} is not written here: sbatch passes it from the submitting environment (--export=ALL).\n");
         if (job.AgentPipe is not null) s.Append($"export HPCDATA_AGENT_PIPE={Quote.Sh(job.AgentPipe)}\n");
         s.Append($"""
 

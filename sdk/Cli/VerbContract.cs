@@ -41,17 +41,20 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
         return CommandTree.RunCancellableAsync(usage, ct => run(options, ct));
     }
 
-    /// <summary>The options the environment and <paramref name="args"/> give, or the first problem with them.</summary>
-    public static (T Options, string? Problem) Parse(IReadOnlyList<string> args)
+    /// <summary>
+    /// The options the environment (the process's, or <paramref name="environment"/>) and <paramref name="args"/> give,
+    /// or the first problem with them.
+    /// </summary>
+    public static (T Options, string? Problem) Parse(IReadOnlyList<string> args, Func<string, string?>? environment = null)
     {
         var options = new T();
         var groups = options as ISwitchGroups;
         var given = groups?.GivenSwitches ?? new HashSet<string>(StringComparer.OrdinalIgnoreCase);
         var rest = args.ToList();
         var own = SwitchGroup.Of(typeof(T));
-        var problem = own.ApplyEnvironment(options);
+        var problem = own.ApplyEnvironment(options, environment);
         foreach (var group in groups?.Groups ?? [])
-            problem ??= group.Switches.ApplyEnvironment(group.Target) ?? group.Switches.Take(rest, group.Target, given);
+            problem ??= group.Switches.ApplyEnvironment(group.Target, environment) ?? group.Switches.Take(rest, group.Target, given);
         return (options, problem ?? own.Bind(rest, options, given));
     }
 

@@ -82,7 +82,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             var isFlag = entry.Property.PropertyType == typeof(bool);
             if (value is null)
             {
-                if (isFlag && (i + 1 >= args.Count || !bool.TryParse(args[i + 1], out _))) value = "true";
+                if (isFlag && (i + 1 >= args.Count || !SettingValues.TryParseBool(args[i + 1], out _))) value = "true";
                 else if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) value = args[++i];
                 else return new(settings, false, $"option '{name}' needs a value");
             }
@@ -94,16 +94,17 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         return new(settings, false, null);
     }
 
-    /// <summary>The documented environment variables that are set, as configuration keys.</summary>
-    public static IReadOnlyDictionary<string, string?> FromEnvironment() => ReadEnvironment(out _);
+    /// <summary>The documented environment variables that are set (in <paramref name="environment"/>, the process's by default), as configuration keys.</summary>
+    public static IReadOnlyDictionary<string, string?> FromEnvironment(Func<string, string?>? environment = null) => ReadEnvironment(out _, environment);
 
-    private static Dictionary<string, string?> ReadEnvironment(out string? error)
+    private static Dictionary<string, string?> ReadEnvironment(out string? error, Func<string, string?>? environment = null)
     {
         error = null;
+        environment ??= Environment.GetEnvironmentVariable;
         var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
         foreach (var e in Entries)
         {
-            if (e.Switch.Environment is not { } v || Environment.GetEnvironmentVariable(v) is not { Length: > 0 } value) continue;
+            if (e.Switch.Environment is not { } v || environment(v) is not { Length: > 0 } value) continue;
             if (Check(e, value) is { } problem) { error ??= $"environment variable {v}: {problem}"; continue; }
             Put(settings, e, value);
         }
@@ -131,7 +132,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         {
             if (e.Switch.Secret) continue;
             var value = Read(e, options);
-            if (SwitchValues.Format(value) is not { Length: > 0 } text || (text == SwitchValues.Format(Read(e, defaults)) && e.Switch.Environment is null)) continue;
+            if (SettingValues.Format(value) is not { Length: > 0 } text || (text == SettingValues.Format(Read(e, defaults)) && e.Switch.Environment is null)) continue;
             if (e.Switch.Name == "") args.Insert(0, text);
             else if (e.Property.PropertyType == typeof(bool)) { if ((bool)value!) args.Add(e.Switch.Name); else args.AddRange([e.Switch.Name, "false"]); }
             // A value that looks like a switch would be refused as a missing value; the name=value form carries it.
@@ -146,7 +147,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     {
         var env = new Dictionary<string, string?>();
         foreach (var e in Entries)
-            if (e.Switch is { Secret: true, Environment: { } name } && SwitchValues.Format(Read(e, options)) is { } text) env[name] = text;
+            if (e.Switch is { Secret: true, Environment: { } name } && SettingValues.Format(Read(e, options)) is { } text) env[name] = text;
         return env;
     }
 
@@ -163,7 +164,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             var left = e.Switch.Name == "" ? e.Switch.Meta ?? "ARG"
                 : e.Property.PropertyType == typeof(bool) ? e.Switch.Name : $"{e.Switch.Name} {e.Switch.Meta ?? MetaOf(e.Property.PropertyType)}";
             var help = e.Switch.Help;
-            if (!e.Switch.Secret && SwitchValues.Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
+            if (!e.Switch.Secret && SettingValues.Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
             if (e.Switch.Environment is { } env) help += $" [{env}]";
             sb.AppendLine($"  {left,-28} {help}");
         }
@@ -203,6 +204,10 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     public static int? Bind(Microsoft.Extensions.Configuration.IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options)
     {
         options = new T();
+        // A settings file's "Tls": "yes" reads as the switch and the variable would (the binder knows only true/false).
+        foreach (var e in Entries.Where(e => e.Property.PropertyType == typeof(bool)))
+            if (configuration[e.Key] is { } text && !bool.TryParse(text, out _) && SettingValues.TryParseBool(text, out var on))
+                configuration[e.Key] = on ? "true" : "false";
         try
         {
             Microsoft.Extensions.Configuration.ConfigurationBinder.Bind(configuration.GetSection(T.SectionName), options);
@@ -260,12 +265,14 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             var items = value.Split([',', ' ', ';'], StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
             for (var i = 0; i < items.Length; i++) yield return new($"{e.Key}:{i}", items[i]);
         }
+        // The configuration binder reads only true/false: every other spelling of on and off is given to it as those.
+        else if (e.Property.PropertyType == typeof(bool) && SettingValues.TryParseBool(value, out var on)) yield return new(e.Key, on ? "true" : "false");
         else yield return new(e.Key, value);
     }
 
-    private static string? Check(Entry e, string value) => SwitchValues.Check(e.Property.PropertyType, value);
+    private static string? Check(Entry e, string value) => SettingValues.Check(e.Property.PropertyType, value);
 
-    private static bool IsList(Type t) => SwitchValues.IsList(t);
+    private static bool IsList(Type t) => SettingValues.IsList(t);
 
-    private static string MetaOf(Type t) => SwitchValues.MetaOf(t);
+    private static string MetaOf(Type t) => SettingValues.MetaOf(t);
 }

@@ -52,12 +52,16 @@ public sealed class SwitchGroup
     public static bool IsGroup(Type type) =>
         type.IsClass && type != typeof(string) && type.GetProperties().Any(p => p.GetCustomAttribute<SwitchAttribute>() is { Name.Length: > 0 });
 
-    /// <summary>Sets every switch whose variable is set; the first bad value is returned as the problem.</summary>
-    public string? ApplyEnvironment(object target)
+    /// <summary>
+    /// Sets every switch whose variable is set (in <paramref name="environment"/>, the process's by default); the first
+    /// bad value is returned as the problem, read as every program reads it (<see cref="SettingValues"/>).
+    /// </summary>
+    public string? ApplyEnvironment(object target, Func<string, string?>? environment = null)
     {
+        environment ??= Environment.GetEnvironmentVariable;
         foreach (var (s, p) in _switches)
         {
-            if (s.Environment is not { } name || Environment.GetEnvironmentVariable(name) is not { Length: > 0 } value) continue;
+            if (s.Environment is not { } name || environment(name) is not { Length: > 0 } value) continue;
             if (Set(target, p, value) is { } problem) return $"environment variable {name}: {problem}";
         }
         return null;
@@ -81,7 +85,7 @@ public sealed class SwitchGroup
             var taken = 1;
             if (value is null)
             {
-                if (found.Property.PropertyType == typeof(bool) && (i + 1 >= args.Count || !bool.TryParse(args[i + 1], out _))) value = "true";
+                if (found.Property.PropertyType == typeof(bool) && (i + 1 >= args.Count || !SettingValues.TryParseBool(args[i + 1], out _))) value = "true";
                 else if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) (value, taken) = (args[i + 1], 2);
                 else return $"{found.Switch.Name} needs a value";
             }
@@ -129,9 +133,9 @@ public sealed class SwitchGroup
         {
             var name = x.Switch.Alias is { } alias ? $"{alias}, {x.Switch.Name}" : x.Switch.Name;
             var left = x.Switch.Name.Length == 0 ? x.Switch.Meta ?? "ARGUMENT"
-                : x.Property.PropertyType == typeof(bool) ? name : $"{name} {x.Switch.Meta ?? SwitchValues.MetaOf(x.Property.PropertyType)}";
+                : x.Property.PropertyType == typeof(bool) ? name : $"{name} {x.Switch.Meta ?? SettingValues.MetaOf(x.Property.PropertyType)}";
             var shown = defaults is null || x.Switch.Secret || x.Switch.Name.Length == 0 || x.Property.PropertyType == typeof(bool) ? null
-                : SwitchValues.Format(x.Property.GetValue(defaults));
+                : SettingValues.Format(x.Property.GetValue(defaults));
             var text = $"{x.Switch.Help}{(shown is { Length: > 0 } ? $" (default: {shown})" : "")}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
             return $"  {left.PadRight(width)} " + string.Join("\n" + new string(' ', width + 3), Wrap(text, Math.Max(20, columns - width - 3)));
         });
@@ -149,80 +153,45 @@ public sealed class SwitchGroup
         if (line.Length > 0) yield return line.ToString();
     }
 
-    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
-    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
     private static string? Set(object target, PropertyInfo property, string value)
     {
-        if (SwitchValues.Check(property.PropertyType, value) is { } problem) return problem;
-        var type = Nullable.GetUnderlyingType(property.PropertyType) ?? property.PropertyType;
-        object? converted = type == typeof(string) ? value
-            : SwitchValues.IsList(type) ? value.Split([',', ' ', ';'], StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList()
-            : type == typeof(TimeSpan) ? TimeSpan.Parse(value, CultureInfo.InvariantCulture)
-            : type.IsEnum ? Enum.Parse(type, value, ignoreCase: true)
-            : TypeDescriptor.GetConverter(type).ConvertFromInvariantString(value);
-        property.SetValue(target, converted);
+        try { property.SetValue(target, SettingValues.Parse(property.PropertyType, value)); }
+        catch (FormatException e) { return e.Message; }
         return null;
     }
-}
 
-/// <summary>How switch values are checked and shown, alike for programs' contracts and switch groups.</summary>
-internal static class SwitchValues
-{
-    /// <summary>Converts the text as binding will, so a bad value is a usage error naming it, not a crash later; null when it converts.</summary>
-    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
-    [UnconditionalSuppressMessage("Trimming", "IL2067", Justification = "options types are kept whole in native builds")]
-    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
-    public static string? Check(Type propertyType, string value)
+    /// <summary>
+    /// Every switch of the group copied from <paramref name="from"/> to <paramref name="to"/> (lists as new lists): a
+    /// group handed on whole to the next process, so no member is forgotten at a hop.
+    /// </summary>
+    public void CopyTo(object from, object to)
     {
-        var type = Nullable.GetUnderlyingType(propertyType) ?? propertyType;
-        if (IsList(type) || type == typeof(string)) return null;
-        try
-        {
-            if (type == typeof(TimeSpan)) { _ = TimeSpan.Parse(value, CultureInfo.InvariantCulture); return null; }
-            if (type.IsEnum) return Enum.TryParse(type, value, ignoreCase: true, out _) ? null : $"'{value}' is not one of {string.Join(", ", Enum.GetNames(type)).ToLowerInvariant()}";
-            TypeDescriptor.GetConverter(type).ConvertFromInvariantString(value);
-            return null;
-        }
-        catch (Exception ex) when (ex is FormatException or ArgumentException or NotSupportedException or OverflowException)
-        {
-            return ex is FormatException && ex.Message.StartsWith('\'') ? ex.Message : $"'{value}' is not {Describe(type)}";
-        }
+        foreach (var (_, p) in _switches)
+            p.SetValue(to, p.GetValue(from) is IEnumerable<string> list && p.PropertyType != typeof(string) ? list.ToList() : p.GetValue(from));
     }
 
-    private static string Describe(Type t) => t switch
-    {
-        _ when t == typeof(int) || t == typeof(long) || t == typeof(short) => "a whole number",
-        _ when t == typeof(double) || t == typeof(float) || t == typeof(decimal) => "a number",
-        _ when t == typeof(bool) => "true or false",
-        _ when t == typeof(TimeSpan) => "a duration (HH:MM:SS)",
-        _ when t == typeof(ByteSize) => "a size (examples: 65536, 64KB, 256MB, 1GB)",
-        _ when t == typeof(ByteRate) => "a rate (examples: 100MB, 100MB/s, 800mbit; 0: unlimited)",
-        _ => $"a valid {t.Name}",
-    };
+    /// <summary>
+    /// The group's settings as the variables its switches are read from, for a job's environment: every switch with a
+    /// variable whose value differs from the type's default, in declaration order. Secrets are left out (a job script
+    /// must never carry one): <see cref="SecretVariables"/> has them, for an environment that is not written down.
+    /// </summary>
+    public IReadOnlyList<KeyValuePair<string, string>> ToVariables(object value) => Variables(value, secret: false);
 
-    /// <summary>A value as a command line and help spell it (sizes and rates exactly, lists comma-separated).</summary>
-    public static string? Format(object? value) => value switch
-    {
-        null => null,
-        string s => s,
-        bool b => b ? "true" : "false",
-        ByteSize b => b.ToExactString(),
-        ByteRate r => r.ToExactString(),
-        TimeSpan t => t.ToString("c", CultureInfo.InvariantCulture),
-        IFormattable f => f.ToString(null, CultureInfo.InvariantCulture),
-        IEnumerable list => string.Join(",", list.Cast<object?>().Select(Format)),
-        _ => value.ToString(),
-    };
+    /// <summary>The group's secrets that are set, as the variables they are read from.</summary>
+    public IReadOnlyList<KeyValuePair<string, string>> SecretVariables(object value) => Variables(value, secret: true);
 
-    public static bool IsList(Type t) => t != typeof(string) && typeof(IEnumerable).IsAssignableFrom(t);
-
-    public static string MetaOf(Type t) => (Nullable.GetUnderlyingType(t) ?? t) switch
+    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
+    private List<KeyValuePair<string, string>> Variables(object value, bool secret)
     {
-        var x when x == typeof(ByteSize) => "SIZE",
-        var x when x == typeof(ByteRate) => "RATE",
-        var x when x == typeof(TimeSpan) => "HH:MM:SS",
-        var x when x == typeof(int) || x == typeof(long) => "N",
-        var x when IsList(x) => "A,B,…",
-        _ => "VALUE",
-    };
+        var defaults = Activator.CreateInstance(value.GetType());
+        var variables = new List<KeyValuePair<string, string>>();
+        foreach (var (s, p) in _switches)
+        {
+            if (s.Environment is not { } name || s.Secret != secret) continue;
+            var text = SettingValues.Format(p.GetValue(value));
+            if (text is not { Length: > 0 } || text == SettingValues.Format(p.GetValue(defaults))) continue;
+            variables.Add(new(name, text));
+        }
+        return variables;
+    }
 }

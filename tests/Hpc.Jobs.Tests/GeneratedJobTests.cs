@@ -1,3 +1,4 @@
+using Hpc.CommonData.Cache;
 using Hpc.CommonData.Cli;
 using Hpc.Jobs.Scheduling;
 
@@ -10,7 +11,7 @@ namespace Hpc.Jobs.Tests;
 public class GeneratedJobTests
 {
     private static readonly JobSpec Batch = new("hpcdata-risk-market-history", "risk/market-history", "0123456789abcdef0123456789abcdef",
-        ["cache1:6380", "cache2:6380"], Nodes: 2, HostsPerNode: 4, Command: ["hpcdata", "worker", "--mode", "map"]);
+        new CacheTierOptions { Hosts = ["cache1:6380", "cache2:6380"] }, Nodes: 2, HostsPerNode: 4, Command: ["hpcdata", "worker", "--mode", "map"]);
 
     private static readonly JobSpec Soa = Batch with
     {

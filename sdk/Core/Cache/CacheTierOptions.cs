@@ -132,23 +132,22 @@ public sealed class CacheTierOptions
         Password = reader.ReadLine() ?? "";
     }
 
-    /// <summary>Options from the documented environment variables (hosts default to 127.0.0.1:6380).</summary>
-    public static CacheTierOptions FromEnvironment()
+    /// <summary>
+    /// Options from the documented environment variables (hosts default to 127.0.0.1:6380), read as the verbs and the
+    /// daemons read them (<see cref="SettingValues"/>). A value that does not read is an <see cref="ArgumentException"/>
+    /// naming the variable, not a setting silently left off.
+    /// </summary>
+    [System.Diagnostics.CodeAnalysis.DynamicDependency(System.Diagnostics.CodeAnalysis.DynamicallyAccessedMemberTypes.PublicProperties, typeof(CacheTierOptions))]
+    public static CacheTierOptions FromEnvironment() => FromEnvironment(Environment.GetEnvironmentVariable);
+
+    /// <summary>The options <paramref name="environment"/>'s variables give, read as <see cref="FromEnvironment()"/> reads the process's.</summary>
+    [System.Diagnostics.CodeAnalysis.DynamicDependency(System.Diagnostics.CodeAnalysis.DynamicallyAccessedMemberTypes.PublicProperties, typeof(CacheTierOptions))]
+    public static CacheTierOptions FromEnvironment(Func<string, string?> environment)
     {
-        var hosts = Environment.GetEnvironmentVariable(HostsVariable);
-        var o = new CacheTierOptions
-        {
-            Hosts = string.IsNullOrWhiteSpace(hosts) ? [$"127.0.0.1:{CacheEndpoint.DefaultPort}"] : CacheEndpoint.ParseList(hosts).Select(e => e.ToString()).ToList(),
-            Password = Environment.GetEnvironmentVariable(PasswordVariable),
-            User = Environment.GetEnvironmentVariable(UserVariable) is { Length: > 0 } user ? user : null,
-            PasswordFile = Environment.GetEnvironmentVariable(PasswordFileVariable) is { Length: > 0 } file ? file : null,
-            Tls = Environment.GetEnvironmentVariable(TlsVariable) is "1" or "true",
-            Cluster = Environment.GetEnvironmentVariable(ClusterVariable) is "1" or "true",
-            TlsCaFile = Environment.GetEnvironmentVariable(TlsCaVariable) is { Length: > 0 } ca ? ca : null,
-        };
+        var o = new CacheTierOptions();
+        if (SettingValues.ApplyEnvironment(typeof(CacheTierOptions), o, environment) is { } problem) throw new ArgumentException(problem);
+        o.Hosts = o.Hosts.Count == 0 ? [$"127.0.0.1:{CacheEndpoint.DefaultPort}"] : CacheEndpoint.ParseList(string.Join(",", o.Hosts)).Select(e => e.ToString()).ToList();
         o.LoadPasswordFile();
-        if (ByteRate.TryParse(Environment.GetEnvironmentVariable(MaxRateVariable), out var rate)) o.MaxRate = rate;
-        if (int.TryParse(Environment.GetEnvironmentVariable(ReplicasVariable), out var r) && r > 0) o.Replicas = r;
         return o;
     }
 }
