@@ -1,24 +1,28 @@
 using System.Diagnostics;
 using System.Net.Sockets;
 using System.Text.Json;
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData.Cli;
 
 namespace Hpc.Samples;
 
-[Verb("soa-client", HelpText = "Sample SOA client: sends M portfolio VaR requests to the job's service hosts and measures end-to-end time.")]
-public sealed class SoaClientOptions
+public sealed class SoaClientOptions : IVerbOptions
 {
-    [Option('m', "requests", Default = 1000, HelpText = "Requests to send.")]
+    public static string Verb => "soa-client";
+
+    public static string Summary => "Sample SOA client: sends M portfolio VaR requests to the job's service hosts and measures end-to-end time.";
+
+    [Switch("--requests", "Requests to send.", Alias = "-m")]
     public int Requests { get; set; } = 1000;
 
-    [Option("positions", Default = SoaProtocol.DefaultPositions, HelpText = "Positions per portfolio (80 ≈ 1 KB per request).")]
+    [Switch("--positions", "Positions per portfolio (80 ≈ 1 KB per request).")]
     public int Positions { get; set; } = SoaProtocol.DefaultPositions;
 
-    [Option("endpoints", HelpText = "Service hosts host:port,… (default: $HPCDATA_SERVICE_ENDPOINTS, set by prestage --client).")]
+    [Switch("--endpoints", "Service hosts host:port,… (default: $HPCDATA_SERVICE_ENDPOINTS, set by prestage --client).")]
     public string? Endpoints { get; set; }
 
-    [Option("json", HelpText = "Also write the measurement to this file.")]
+    [Switch("--json", "Also write the measurement to this file.")]
     public string? Json { get; set; }
 }
 

@@ -3,7 +3,8 @@ using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.CommonData.Local;
 using Hpc.CommonData.Cli;
@@ -11,16 +12,19 @@ using Microsoft.Extensions.Logging;
 
 namespace Hpc.Samples;
 
-[Verb("soa-host", HelpText = "Sample SOA service host: opens the job's common data once, then answers portfolio VaR requests over loopback TCP.")]
-public sealed class SoaHostOptions
+public sealed class SoaHostOptions : IVerbOptions
 {
-    [Option("no-data", HelpText = "Answer from a small synthetic history instead of the common data (the baseline 'without common data').")]
+    public static string Verb => "soa-host";
+
+    public static string Summary => "Sample SOA service host: opens the job's common data once, then answers portfolio VaR requests over loopback TCP.";
+
+    [Switch("--no-data", "Answer from a small synthetic history instead of the common data (the baseline 'without common data').")]
     public bool NoData { get; set; }
 
-    [Option("days", Default = 250, HelpText = "--no-data: days of synthetic history (use the real history's length for a like-for-like baseline).")]
+    [Switch("--days", "--no-data: days of synthetic history (use the real history's length for a like-for-like baseline).")]
     public int Days { get; set; } = 250;
 
-    [Option("port", Default = 0, HelpText = "TCP port (0: any free one, announced as READY host:port).")]
+    [Switch("--port", "TCP port (0: any free one, announced as READY host:port).")]
     public int Port { get; set; }
 }
 

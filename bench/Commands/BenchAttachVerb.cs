@@ -1,46 +1,50 @@
 using System.Globalization;
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.Bench;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("attach", HelpText = "One node on this machine (cache host and node agent on loopback): K workers started together get the node's copy, mapped or streamed; the reference's core-allocation table.")]
-public sealed class BenchAttachOptions
+public sealed class BenchAttachOptions : IVerbOptions
 {
-    [Option("sizes", Default = "16MB,64MB,256MB,1GB", HelpText = "Dataset sizes (market-history CSV).")]
+    public static string Verb => "attach";
+
+    public static string Summary => "One node on this machine (cache host and node agent on loopback): K workers started together get the node's copy, mapped or streamed; the reference's core-allocation table.";
+
+    [Switch("--sizes", "Dataset sizes (market-history CSV).")]
     public string Sizes { get; set; } = "16MB,64MB,256MB,1GB";
 
-    [Option("workers", Default = "1,2,4,8", HelpText = "Worker processes started together (K), one cell each.")]
+    [Switch("--workers", "Worker processes started together (K), one cell each.")]
     public string Workers { get; set; } = "1,2,4,8";
 
-    [Option("modes", Default = "map,stream", HelpText = "map (the agent's shared copy, memory-mapped), stream (a private copy over the pipe), or both.")]
+    [Switch("--modes", "map (the agent's shared copy, memory-mapped), stream (a private copy over the pipe), or both.")]
     public string Modes { get; set; } = "map,stream";
 
-    [Option("repeat", Default = 3, HelpText = "Runs of every cell; the table shows the median of each run's slowest worker.")]
+    [Switch("--repeat", "Runs of every cell; the table shows the median of each run's slowest worker.")]
     public int Repeat { get; set; } = 3;
 
-    [Option("out", Required = true, HelpText = "Directory to append results.jsonl to (one line per size, K, mode and run).")]
+    [Switch("--out", "Directory to append results.jsonl to (one line per size, K, mode and run).", Required = true)]
     public string Out { get; set; } = "";
 
-    [Option("work-dir", HelpText = "Scratch directory for the data and the agent's copies (default: under /dev/shm); must not exist yet, removed afterwards.")]
+    [Switch("--work-dir", "Scratch directory for the data and the agent's copies (default: under /dev/shm); must not exist yet, removed afterwards.")]
     public string? WorkDir { get; set; }
 
-    [Option("fresh", HelpText = "Time from launching the K worker processes, their start-up included (split into start-up, open and first touch), " +
+    [Switch("--fresh", "Time from launching the K worker processes, their start-up included (split into start-up, open and first touch), " +
                                 "instead of from a common go once they have started.")]
     public bool Fresh { get; set; }
 
-    [Option("touch", Default = "first", HelpText = "Map workers' first touch: first (the first byte) or all (a byte of every page of the mapping).")]
+    [Switch("--touch", "Map workers' first touch: first (the first byte) or all (a byte of every page of the mapping).")]
     public string Touch { get; set; } = "first";
 
-    [Option("verify", HelpText = "Map workers also re-hash the whole mapping (hpcdata worker --verify), as every worker did before the agent's verification was trusted.")]
+    [Switch("--verify", "Map workers also re-hash the whole mapping (hpcdata worker --verify), as every worker did before the agent's verification was trusted.")]
     public bool Verify { get; set; }
 
-    [Option("worker", Default = "hpcdata", HelpText = "The worker program, started as PROGRAM worker …: hpcdata, or a service with the same worker " +
+    [Switch("--worker", "The worker program, started as PROGRAM worker …: hpcdata, or a service with the same worker " +
                                                     "command line, e.g. Hpc.Samples.Native (the sample worker compiled to native code; found through HPCDATA_BIN).")]
     public string Worker { get; set; } = "hpcdata";
 
-    [Option("time-limit", Default = "90m", HelpText = "Cells that would start after this are not run and are written as skipped lines.")]
+    [Switch("--time-limit", "Cells that would start after this are not run and are written as skipped lines.")]
     public string TimeLimit { get; set; } = "90m";
 }
 

@@ -1,38 +1,42 @@
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.Bench;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("cache", HelpText = "Our cache host against redis-server and garnet-server on loopback: 64 KB GET and 16-key MGET, measured by redis-benchmark and by the SDK's RESP client.")]
-public sealed class BenchCacheOptions
+public sealed class BenchCacheOptions : IVerbOptions
 {
-    [Option("servers", Default = "cachehost,redis,garnet", HelpText = "Stores to start and measure: cachehost, redis, garnet (garnet-server from $HPCDATA_GARNET, PATH, ~/.dotnet/tools or /opt/hpcdata-tools; skipped with a note when absent).")]
+    public static string Verb => "cache";
+
+    public static string Summary => "Our cache host against redis-server and garnet-server on loopback: 64 KB GET and 16-key MGET, measured by redis-benchmark and by the SDK's RESP client.";
+
+    [Switch("--servers", "Stores to start and measure: cachehost, redis, garnet (garnet-server from $HPCDATA_GARNET, PATH, ~/.dotnet/tools or /opt/hpcdata-tools; skipped with a note when absent).")]
     public string Servers { get; set; } = "cachehost,redis,garnet";
 
-    [Option("requests", Default = 50000, HelpText = "GET commands per measurement; MGET measurements send a sixteenth as many, moving the same bytes.")]
+    [Switch("--requests", "GET commands per measurement; MGET measurements send a sixteenth as many, moving the same bytes.")]
     public int Requests { get; set; } = 50000;
 
-    [Option("clients", Default = 16, HelpText = "Connections, for both clients.")]
+    [Switch("--clients", "Connections, for both clients.")]
     public int Clients { get; set; } = 16;
 
-    [Option("pipeline", Default = 1, HelpText = "Commands sent per write on each connection before reading their replies.")]
+    [Switch("--pipeline", "Commands sent per write on each connection before reading their replies.")]
     public int Pipeline { get; set; } = 1;
 
-    [Option("keys", Default = 1000, HelpText = "Distinct 64 KB values stored before measuring and drawn uniformly by every command.")]
+    [Switch("--keys", "Distinct 64 KB values stored before measuring and drawn uniformly by every command.")]
     public int Keys { get; set; } = 1000;
 
-    [Option("rounds", Default = 3, HelpText = "Rounds of every store × client × command, store order alternating; the table shows medians and ranges.")]
+    [Switch("--rounds", "Rounds of every store × client × command, store order alternating; the table shows medians and ranges.")]
     public int Rounds { get; set; } = 3;
 
-    [Option("timeout", Default = "2m", HelpText = "Bound on each preload and each measurement; one that passes it fails the run.")]
+    [Switch("--timeout", "Bound on each preload and each measurement; one that passes it fails the run.")]
     public string Timeout { get; set; } = "2m";
 
-    [Option("transport", Default = "plain", HelpText = "plain (TCP), tls (every store serves TLS with a throw-away site CA; clients verify it), or both (each store twice, for the TLS/plain ratio).")]
+    [Switch("--transport", "plain (TCP), tls (every store serves TLS with a throw-away site CA; clients verify it), or both (each store twice, for the TLS/plain ratio).")]
     public string Transport { get; set; } = "plain";
 
-    [Option("out", HelpText = "Directory to append results.jsonl to (kind \"cache\", one line per measurement).")]
+    [Switch("--out", "Directory to append results.jsonl to (kind \"cache\", one line per measurement).")]
     public string? Out { get; set; }
 }
 

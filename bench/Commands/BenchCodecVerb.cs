@@ -1,40 +1,44 @@
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.Bench;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("codec", HelpText = "The stager (its own process, real cache hosts on loopback) against the raw LZ4 + XXH3 codec on the same data, cores and run.")]
-public sealed class BenchCodecOptions
+public sealed class BenchCodecOptions : IVerbOptions
 {
-    [Option("size", Default = "256MB", HelpText = "Bytes of each kind of data.")]
+    public static string Verb => "codec";
+
+    public static string Summary => "The stager (its own process, real cache hosts on loopback) against the raw LZ4 + XXH3 codec on the same data, cores and run.";
+
+    [Switch("--size", "Bytes of each kind of data.")]
     public string Size { get; set; } = "256MB";
 
-    [Option("data", Default = "csv,random", HelpText = "csv (market history, compressible), random (incompressible), or both.")]
+    [Switch("--data", "csv (market history, compressible), random (incompressible), or both.")]
     public string Data { get; set; } = "csv,random";
 
-    [Option("repeat", Default = 3, HelpText = "Measured runs of each (after one codec warm-up); the table shows medians.")]
+    [Switch("--repeat", "Measured runs of each (after one codec warm-up); the table shows medians.")]
     public int Repeat { get; set; } = 3;
 
-    [Option("cache-host-count", Default = 1, HelpText = "Cache hosts the stager sends to (fresh ones every run).")]
+    [Switch("--cache-host-count", "Cache hosts the stager sends to (fresh ones every run).")]
     public int Hosts { get; set; } = 1;
 
-    [Option("stager-cores", Default = 0, HelpText = "Give the stager and the codec the same N cores (taskset) and the cache hosts the others; 0 = all share all.")]
+    [Switch("--stager-cores", "Give the stager and the codec the same N cores (taskset) and the cache hosts the others; 0 = all share all.")]
     public int StagerCores { get; set; }
 
-    [Option("codec", Default = "lz4", HelpText = "The stager's codecs, comma-separated (lz4, zstd, zstd:LEVEL, none), each against its own raw codec pass.")]
+    [Switch("--codec", "The stager's codecs, comma-separated (lz4, zstd, zstd:LEVEL, none), each against its own raw codec pass.")]
     public string Codec { get; set; } = "lz4";
 
-    [Option("chunking", Default = "content", HelpText = "The stager's segment boundaries: content, fixed, or content,fixed (both in the same run, alternating).")]
+    [Switch("--chunking", "The stager's segment boundaries: content, fixed, or content,fixed (both in the same run, alternating).")]
     public string Chunking { get; set; } = "content";
 
-    [Option("baseline-stager", HelpText = "Folder of another stager build (Hpc.Stager.dll) to run as well in every run, alternating with this one, recorded as the baseline.")]
+    [Switch("--baseline-stager", "Folder of another stager build (Hpc.Stager.dll) to run as well in every run, alternating with this one, recorded as the baseline.")]
     public string? BaselineStager { get; set; }
 
-    [Option("as-writer", HelpText = "Also stage, in every run, to cache hosts with accounts as a writer account (the hosts then verify every segment a writer sends); recorded as stager \"as writer\".")]
+    [Switch("--as-writer", "Also stage, in every run, to cache hosts with accounts as a writer account (the hosts then verify every segment a writer sends); recorded as stager \"as writer\".")]
     public bool AsWriter { get; set; }
 
-    [Option("out", HelpText = "Directory to append results.jsonl to (kind \"codec\").")]
+    [Switch("--out", "Directory to append results.jsonl to (kind \"codec\").")]
     public string? Out { get; set; }
 }
 

@@ -1,30 +1,34 @@
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("fetch", HelpText = "The node agent (its own process, warm, a real cache host on loopback) fetching a version, against the raw decode path (verify, decode, write) on the same data, cores and run.")]
-public sealed class BenchFetchOptions
+public sealed class BenchFetchOptions : IVerbOptions
 {
-    [Option("size", Default = "256MB", HelpText = "Bytes of each kind of data.")]
+    public static string Verb => "fetch";
+
+    public static string Summary => "The node agent (its own process, warm, a real cache host on loopback) fetching a version, against the raw decode path (verify, decode, write) on the same data, cores and run.";
+
+    [Switch("--size", "Bytes of each kind of data.")]
     public string Size { get; set; } = "256MB";
 
-    [Option("data", Default = "csv,random", HelpText = "csv (market history, compressible), random (incompressible), or both.")]
+    [Switch("--data", "csv (market history, compressible), random (incompressible), or both.")]
     public string Data { get; set; } = "csv,random";
 
-    [Option("repeat", Default = 3, HelpText = "Measured runs of each (after one warm-up of each side); the table shows medians.")]
+    [Switch("--repeat", "Measured runs of each (after one warm-up of each side); the table shows medians.")]
     public int Repeat { get; set; } = 3;
 
-    [Option("agent-cores", Default = 0, HelpText = "Give the agent and the decode baseline the same N cores (taskset) and the cache host the others; 0 = all share all.")]
+    [Switch("--agent-cores", "Give the agent and the decode baseline the same N cores (taskset) and the cache host the others; 0 = all share all.")]
     public int AgentCores { get; set; }
 
-    [Option("codec", Default = "lz4", HelpText = "The codec the data is staged with (lz4, zstd, zstd:LEVEL, none), for the agent and the baseline alike.")]
+    [Switch("--codec", "The codec the data is staged with (lz4, zstd, zstd:LEVEL, none), for the agent and the baseline alike.")]
     public string Codec { get; set; } = "lz4";
 
-    [Option("tier", Default = "cachehost", HelpText = "What the agent fetches from: cachehost (ours, one process) or redis-cluster (Debian's redis-server, 3 masters, slots learned by the client).")]
+    [Switch("--tier", "What the agent fetches from: cachehost (ours, one process) or redis-cluster (Debian's redis-server, 3 masters, slots learned by the client).")]
     public string Tier { get; set; } = "cachehost";
 
-    [Option("out", HelpText = "Directory to append results.jsonl to (kind \"fetch\").")]
+    [Switch("--out", "Directory to append results.jsonl to (kind \"fetch\").")]
     public string? Out { get; set; }
 }
 

@@ -1,26 +1,30 @@
 using System.Globalization;
 using System.Net.Sockets;
 using System.Text;
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("frames", HelpText = "Unfinished-frame attack on a cache host: C connections each send most of one large SET and stop; the host's RSS before, at the peak and after they close, against its budget.")]
-public sealed class BenchFramesOptions
+public sealed class BenchFramesOptions : IVerbOptions
 {
-    [Option("connections", Default = 60, HelpText = "Connections, each holding one unfinished frame.")]
+    public static string Verb => "frames";
+
+    public static string Summary => "Unfinished-frame attack on a cache host: C connections each send most of one large SET and stop; the host's RSS before, at the peak and after they close, against its budget.";
+
+    [Switch("--connections", "Connections, each holding one unfinished frame.")]
     public int Connections { get; set; } = 60;
 
-    [Option("frame", Default = "60MB", HelpText = "Declared size of each SET value.")]
+    [Switch("--frame", "Declared size of each SET value.")]
     public string Frame { get; set; } = "60MB";
 
-    [Option("max-memory", Default = "2GB", HelpText = "The cache host's --max-memory.")]
+    [Switch("--max-memory", "The cache host's --max-memory.")]
     public string MaxMemory { get; set; } = "2GB";
 
-    [Option("settle", Default = 10, HelpText = "Seconds to watch RSS after the connections close.")]
+    [Switch("--settle", "Seconds to watch RSS after the connections close.")]
     public int SettleSeconds { get; set; } = 10;
 }
 

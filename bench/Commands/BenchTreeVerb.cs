@@ -1,20 +1,24 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Text.Json;
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Hosting;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("tree", HelpText = "A real directory tree staged, written back out with hpcdata get and published on a node by its agent, beside tar | lz4 -1 and cp -a of the same tree, in one run.")]
-public sealed class BenchTreeOptions
+public sealed class BenchTreeOptions : IVerbOptions
 {
-    [Option("path", Required = true, HelpText = "The tree (e.g. /usr/share/dotnet).")]
+    public static string Verb => "tree";
+
+    public static string Summary => "A real directory tree staged, written back out with hpcdata get and published on a node by its agent, beside tar | lz4 -1 and cp -a of the same tree, in one run.";
+
+    [Switch("--path", "The tree (e.g. /usr/share/dotnet).", Required = true)]
     public string Path { get; set; } = "";
 
-    [Option("work-dir", HelpText = "Scratch directory for the copies (default: under /dev/shm or the temp directory); removed afterwards.")]
+    [Switch("--work-dir", "Scratch directory for the copies (default: under /dev/shm or the temp directory); removed afterwards.")]
     public string? WorkDir { get; set; }
 }
 

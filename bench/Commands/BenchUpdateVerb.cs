@@ -1,21 +1,25 @@
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("update", HelpText = "A dataset and its next version (hpcdata generate --data history|history-files), staged and fetched by one node on loopback with content-defined and fixed-size segments: what the update moves, against the least possible and the whole version.")]
-public sealed class BenchUpdateOptions
+public sealed class BenchUpdateOptions : IVerbOptions
 {
-    [Option("size", Default = "1GB", HelpText = "Size of the first version.")]
+    public static string Verb => "update";
+
+    public static string Summary => "A dataset and its next version (hpcdata generate --data history|history-files), staged and fetched by one node on loopback with content-defined and fixed-size segments: what the update moves, against the least possible and the whole version.";
+
+    [Switch("--size", "Size of the first version.")]
     public string Size { get; set; } = "1GB";
 
-    [Option("kinds", Default = "history,history-files", HelpText = "history (one CSV ordered by instrument then date), history-files (a directory of per-instrument CSVs), or both.")]
+    [Switch("--kinds", "history (one CSV ordered by instrument then date), history-files (a directory of per-instrument CSVs), or both.")]
     public string Kinds { get; set; } = "history,history-files";
 
-    [Option("instruments", Default = 5000, HelpText = "Instruments (edit places per version).")]
+    [Switch("--instruments", "Instruments (edit places per version).")]
     public int Instruments { get; set; } = 5000;
 
-    [Option("work-dir", HelpText = "Scratch directory (default: under /dev/shm or the temp directory); removed afterwards.")]
+    [Switch("--work-dir", "Scratch directory (default: under /dev/shm or the temp directory); removed afterwards.")]
     public string? WorkDir { get; set; }
 }
 

@@ -1,128 +1,145 @@
 using System.Globalization;
 using System.Runtime.InteropServices;
-using CommandLine;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.Bench;
 
 namespace Hpc.Bench.Commands;
 
-[Verb("cluster", HelpText = "Scale-model cluster in network namespaces: H cache hosts, N nodes, tc-shaped links; stage, prefetch everywhere at once, time it.")]
-public sealed class BenchClusterOptions
+public sealed class BenchClusterOptions : IVerbOptions
 {
-    [Option("nodes", Default = 4, HelpText = "Compute-node namespaces, each with a node agent.")]
+    public static string Verb => "cluster";
+
+    public static string Summary => "Scale-model cluster in network namespaces: H cache hosts, N nodes, tc-shaped links; stage, prefetch everywhere at once, time it.";
+
+    [Switch("--nodes", "Compute-node namespaces, each with a node agent.")]
     public int Nodes { get; set; } = 4;
 
-    [Option("cache-host-count", Default = 1, HelpText = "Cache-host namespaces, each with a cache host.")]
+    [Switch("--cache-host-count", "Cache-host namespaces, each with a cache host.")]
     public int Hosts { get; set; } = 1;
 
-    [Option("size", Default = "64MB", HelpText = "Dataset size.")]
+    [Switch("--size", "Dataset size.")]
     public string Size { get; set; } = "64MB";
 
-    [Option("out", Required = true, HelpText = "Directory for results.jsonl.")]
+    [Switch("--out", "Directory for results.jsonl.", Required = true)]
     public string Out { get; set; } = "";
 
-    [Option("rate", Default = "100mbit", HelpText = "Link rate, both directions of every link (e.g. 100mbit, 1gbit).")]
+    [Switch("--rate", "Link rate, both directions of every link (e.g. 100mbit, 1gbit).")]
     public string Rate { get; set; } = "100mbit";
 
-    [Option("delay", Default = "0ms", HelpText = "One-way delay added on every link egress (netem).")]
+    [Switch("--delay", "One-way delay added on every link egress (netem).")]
     public string Delay { get; set; } = "0ms";
 
-    [Option("no-compress", HelpText = "Stage the data uncompressed.")]
+    [Switch("--no-compress", "Stage the data uncompressed.")]
     public bool NoCompress { get; set; }
 
-    [Option("codec", Default = "lz4", HelpText = "The stager's codec: lz4, zstd or zstd:LEVEL (the report's tables take LZ4 cells; others are in the results).")]
+    [Switch("--codec", "The stager's codec: lz4, zstd or zstd:LEVEL (the report's tables take LZ4 cells; others are in the results).")]
     public string Codec { get; set; } = "lz4";
 
-    [Option("workers", Default = 0, HelpText = "Workers per node that attach the copy (map mode) after the fetch.")]
+    [Switch("--workers", "Workers per node that attach the copy (map mode) after the fetch.")]
     public int Workers { get; set; }
 
-    [Option("worker-mode", Default = "map", HelpText = "How the workers attach: map (the shared copy) or stream (a private copy over the pipe).")]
+    [Switch("--worker-mode", "How the workers attach: map (the shared copy) or stream (a private copy over the pipe).")]
     public string WorkerMode { get; set; } = "map";
 
-    [Option("host-queue", Default = "fifo", HelpText = "Queue at every member's own link egress: fifo; fq_codel (flow-fair, what a Linux host's NIC uses by default); " +
+    [Switch("--host-queue", "Queue at every member's own link egress: fifo; fq_codel (flow-fair, what a Linux host's NIC uses by default); " +
         "or ack-first (small packets before bulk: what fq_codel gives a node's ACKs, on kernels without it).")]
     public string HostQueue { get; set; } = "fifo";
 
-    [Option("data", Default = "csv", HelpText = "csv (market history, compressible) or random.")]
+    [Switch("--data", "csv (market history, compressible) or random.")]
     public string Data { get; set; } = "csv";
 
-    [Option("warm-agents", HelpText = "Let every agent fetch a tiny dataset before the clock starts (a long-running daemon rather than a fresh process).")]
+    [Switch("--warm-agents", "Let every agent fetch a tiny dataset before the clock starts (a long-running daemon rather than a fresh process).")]
     public bool WarmAgents { get; set; }
 
-    [Option("fanout", Default = "none", HelpText = "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
+    [Switch("--fanout", "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
         "per node namespace (mpiexec.openmpi), the nodes sharing the fetching and passing the data on to each other. " +
         "mpich: the same under MPICH (mpiexec.hydra). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
     public string Fanout { get; set; } = "none";
 
-    [Option("scheduler", Default = "none", HelpText = "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
+    [Switch("--scheduler", "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
         "(slurmctld, one slurmd per node), and --fanout's modes run as steps of one allocation: none, mpi (srun hpcdata nodeprep), sbcast, sbcast-tree2 " +
         "(sbcast --compress=lz4, default tree width or 2), srun-bcast (srun --bcast --compress=lz4).")]
     public string Scheduler { get; set; } = "none";
 
-    [Option("transport", Default = "plain", HelpText = "plain (TCP) or tls (the cache hosts serve TLS, the stager and agents verify it); a list (plain,tls) runs each in turn in the same cluster. Direct fetch only.")]
+    [Switch("--transport", "plain (TCP) or tls (the cache hosts serve TLS, the stager and agents verify it); a list (plain,tls) runs each in turn in the same cluster. Direct fetch only.")]
     public string Transport { get; set; } = "plain";
 
-    [Option("calibrate", HelpText = "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
+    [Switch("--calibrate", "Also run the plain-TCP calibrations (pull from hosts; send to neighbour) in the same namespaces.")]
     public bool Calibrate { get; set; }
 
-    [Option("calibrate-tool", Default = "hpcdata", HelpText = "--calibrate with hpcdata's own TCP sender and receiver, or iperf3 (zero-copy, needs iperf3 installed).")]
+    [Switch("--calibrate-tool", "--calibrate with hpcdata's own TCP sender and receiver, or iperf3 (zero-copy, needs iperf3 installed).")]
     public string CalibrateTool { get; set; } = "hpcdata";
 
-    [Option("matrix", HelpText = "Run the reference axes (--sizes × --node-counts × --host-counts × compression on/off) instead of one run.")]
+    [Switch("--matrix", "Run the reference axes (--sizes × --node-counts × --host-counts × compression on/off) instead of one run.")]
     public bool Matrix { get; set; }
 
-    [Option("sizes", Default = "16MB,64MB,256MB", HelpText = "Matrix: data sizes.")]
+    [Switch("--sizes", "Matrix: data sizes.")]
     public string Sizes { get; set; } = "16MB,64MB,256MB";
 
-    [Option("node-counts", Default = "1,2,4,8,16,32", HelpText = "Matrix: node counts.")]
+    [Switch("--node-counts", "Matrix: node counts.")]
     public string NodeCounts { get; set; } = "1,2,4,8,16,32";
 
-    [Option("host-counts", Default = "1,2", HelpText = "Matrix: cache-host counts.")]
+    [Switch("--host-counts", "Matrix: cache-host counts.")]
     public string HostCounts { get; set; } = "1,2";
 
-    [Option("compression", Default = "on,off", HelpText = "Matrix: compression settings to run (on, off or both).")]
+    [Switch("--compression", "Matrix: compression settings to run (on, off or both).")]
     public string Compression { get; set; } = "on,off";
 
-    [Option("time-limit", Default = "20m", HelpText = "Matrix: total time bound; runs predicted to pass it are skipped and noted.")]
+    [Switch("--time-limit", "Matrix: total time bound; runs predicted to pass it are skipped and noted.")]
     public string TimeLimit { get; set; } = "20m";
 
-    [Option("calibrate-size", Default = "16MB", HelpText = "Matrix: bytes per node moved by each calibration (once per node/host count).")]
+    [Switch("--calibrate-size", "Matrix: bytes per node moved by each calibration (once per node/host count).")]
     public string CalibrateSize { get; set; } = "16MB";
 
-    [Option("repeat", Default = 1, HelpText = "Runs per configuration; the report shows their median and range.")]
+    [Switch("--repeat", "Runs per configuration; the report shows their median and range.")]
     public int Repeat { get; set; } = 1;
 
-    [Option("agent-max-rate", Default = "0", HelpText = "The agents' --max-rate (e.g. 100mbit, 12MB); 0: unlimited. The run records each node's achieved fetch rate against it.")]
+    [Switch("--agent-max-rate", "The agents' --max-rate (e.g. 100mbit, 12MB); 0: unlimited. The run records each node's achieved fetch rate against it.")]
     public string AgentMaxRate { get; set; } = "0";
 
-    [Option("stager-max-rate", Default = "0", HelpText = "The stager's --max-rate; 0: unlimited. The run records its achieved upload rate against it.")]
+    [Switch("--stager-max-rate", "The stager's --max-rate; 0: unlimited. The run records its achieved upload rate against it.")]
     public string StagerMaxRate { get; set; } = "0";
 
-    [Option("instance", Default = 0, HelpText = "0-63: names and addresses of this cluster (namespaces hcdK-*, bridge hcdbrK, 198.18.4K.0/22), so clusters can run side by side.")]
+    [Switch("--instance", "0-63: names and addresses of this cluster (namespaces hcdK-*, bridge hcdbrK, 198.18.4K.0/22), so clusters can run side by side.")]
     public int Instance { get; set; }
 }
 
-[Verb("clean", HelpText = "Remove the hcd* namespaces and links of interrupted bench runs (one --instance, or all), and their dead scratch directories and agent sockets.")]
-public sealed class BenchCleanOptions
+public sealed class BenchCleanOptions : IVerbOptions
 {
-    [Option("instance", HelpText = "Only this instance's namespaces and links (default: every instance).")]
+    public static string Verb => "clean";
+
+    public static string Summary => "Remove the hcd* namespaces and links of interrupted bench runs (one --instance, or all), and their dead scratch directories and agent sockets.";
+
+    [Switch("--instance", "Only this instance's namespaces and links (default: every instance).")]
     public int? Instance { get; set; }
 }
 
-[Verb("tcp-serve", Hidden = true)]
-public sealed class TcpServeOptions
+public sealed class TcpServeOptions : IVerbOptions
 {
-    [Option("address", Required = true)] public string Address { get; set; } = "";
-    [Option("port", Default = 0)] public int Port { get; set; }
+    public static string Verb => "tcp-serve";
+
+    public static string Summary => "";
+
+    public static bool Hidden => true;
+
+    [Switch("--address", "", Required = true)] public string Address { get; set; } = "";
+    [Switch("--port", "")] public int Port { get; set; }
 }
 
-[Verb("tcp-pull", Hidden = true)]
-public sealed class TcpPullOptions
+public sealed class TcpPullOptions : IVerbOptions
 {
-    [Option("from", Required = true)] public string From { get; set; } = "";
-    [Option("bytes", Required = true)] public long Bytes { get; set; }
-    [Option("wait-go")] public bool WaitGo { get; set; }
+    public static string Verb => "tcp-pull";
+
+    public static string Summary => "";
+
+    public static bool Hidden => true;
+
+    [Switch("--from", "", Required = true)] public string From { get; set; } = "";
+    [Switch("--bytes", "", Required = true)] public long Bytes { get; set; }
+    [Switch("--wait-go", "")] public bool WaitGo { get; set; }
 }
 
 /// <summary><c>hpcdata bench cluster|clean</c>: the scale-model cluster, its calibration and cleanup.</summary>

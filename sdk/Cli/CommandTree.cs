@@ -1,25 +1,18 @@
 using System.Diagnostics.CodeAnalysis;
 using System.Runtime.InteropServices;
-using CommandLine;
-using CommandLine.Text;
 using Hpc.CommonData.Hosting;
 
 namespace Hpc.CommonData.Cli;
 
 /// <summary>One verb of a program: its name, one line for the verb list, and what runs it with the remaining arguments.</summary>
-public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<int>> Run, bool Hidden = false)
+/// <param name="Switches">What completion offers after the verb (null: files only).</param>
+public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<int>> Run, bool Hidden = false, IReadOnlyList<string>? Switches = null)
 {
     /// <summary>A verb whose options type declares its switches (<see cref="IVerbOptions"/>, <see cref="VerbContract{T}"/>).</summary>
     public static VerbEntry For<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
         where TOptions : class, IVerbOptions, new() =>
-        new(TOptions.Verb, TOptions.Summary, args => VerbContract<TOptions>.RunAsync($"{program} {TOptions.Verb}", args, run));
-
-    /// <summary>A verb whose options type carries CommandLineParser's <see cref="VerbAttribute"/> (the lab's and the samples' verbs).</summary>
-    public static VerbEntry Of<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
-    {
-        var verb = typeof(TOptions).GetCustomAttributes(typeof(VerbAttribute), false).Cast<VerbAttribute>().Single();
-        return new VerbEntry(verb.Name, verb.HelpText, args => CommandTree.ParseAndRunAsync($"{program} {verb.Name}", args, run, verb.HelpText), verb.Hidden);
-    }
+        new(TOptions.Verb, TOptions.Summary, args => VerbContract<TOptions>.RunAsync($"{program} {TOptions.Verb}", args, run), TOptions.Hidden,
+            VerbContract<TOptions>.SwitchNames());
 }
 
 /// <summary>
@@ -36,10 +29,19 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
         if (args is [] or ["--help"] or ["-h"] or ["help"]) { Console.Out.Write(Help()); return 0; }
         if (args is ["--version"]) { Console.Out.WriteLine($"{Program} {typeof(CommandTree).Assembly.GetName().Version}"); return 0; }
         if (args is ["help", var topic, ..]) args = [topic, "--help"];
+        if (args is ["completion", ..])
+        {
+            var usage = $"usage: {Program} completion bash\n\nPrints a bash completion script for {Program}'s commands and switches; load it with\n  source <({Program} completion bash)\n";
+            if (args is [_, "--help" or "-h"]) { Console.Out.Write(usage); return ExitCodes.Ok; }
+            if (args is not [_, "bash"]) { Console.Error.WriteLine($"{Program} completion: give the shell: {Program} completion bash"); return ExitCodes.Usage; }
+            Console.Out.Write(BashCompletion());
+            return ExitCodes.Ok;
+        }
         var verb = verbs.FirstOrDefault(v => v.Name == args[0]);
         if (verb is null)
         {
-            Console.Error.WriteLine($"{Program}: unknown command '{args[0]}' (see {Program} --help)");
+            var hint = Suggestions.DidYouMean(args[0], verbs.Where(v => !v.Hidden).Select(v => v.Name));
+            Console.Error.WriteLine($"{Program}: unknown command '{args[0]}'{hint} (see {Program} --help)");
             return ExitCodes.Usage;
         }
         try
@@ -57,35 +59,28 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
         var width = verbs.Where(v => !v.Hidden).Max(v => v.Name.Length) + 2;
         var lines = verbs.Where(v => !v.Hidden).Select(v => $"  {v.Name.PadRight(width)}{v.Summary}");
         return $"{Program} — {summary}\n\nusage: {Program} COMMAND [options]   ({Program} help COMMAND for its options)\n\ncommands:\n" +
-               string.Join('\n', lines) + "\n";
+               string.Join('\n', lines) + $"\n\n  {"completion bash".PadRight(width)}print a bash completion script (source <({Program} completion bash))\n";
     }
 
     /// <summary>
-    /// Parses one verb's options with CommandLineParser and runs it: <c>--help</c> prints the options on stdout (exit 0);
-    /// a bad or unknown option is one line on stderr (exit 2). The token is cancelled by SIGINT or SIGTERM
-    /// (<see cref="Signals"/>), so a cancelled verb cleans up in its finally blocks and exits 130.
+    /// A bash completion function for the program: the verbs, then each verb's switches (its own and its groups'), and
+    /// file names for everything else. Sourced from a profile (<c>source &lt;(hpcdata completion bash)</c>).
     /// </summary>
-    public static async Task<int> ParseAndRunAsync<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string usage, string[] args, Func<TOptions, CancellationToken, Task<int>> run, string? summary = null)
+    public string BashCompletion()
     {
-        using var parser = new Parser(s => { s.HelpWriter = null; s.AutoVersion = false; s.CaseInsensitiveEnumValues = true; s.AutoHelp = true; });
-        var parsed = parser.ParseArguments<TOptions>(WithLongHelp<TOptions>(args));
-        if (parsed is Parsed<TOptions> ok) return await RunCancellableAsync(usage, ct => run(ok.Value, ct));
-        var errors = ((NotParsed<TOptions>)parsed).Errors.ToList();
-        if (errors.Any(e => e.Tag is ErrorType.HelpRequestedError or ErrorType.HelpVerbRequestedError))
-        {
-            var help = HelpText.AutoBuild(parsed, h =>
-            {
-                h.Heading = summary is null ? usage : $"{usage} — {summary}"; h.Copyright = ""; h.AdditionalNewLineAfterOption = false; h.AddDashesToOption = true; h.AutoVersion = false;
-                h.MaximumDisplayWidth = 100;
-                return h;
-            }, e => e);
-            Console.Out.WriteLine(help);
-            return 0;
-        }
-        var missing = errors.OfType<MissingRequiredOptionError>().ToList();
-        var problem = missing.Count == errors.Count ? $"missing required {string.Join(", ", MissingNames<TOptions>(missing, args))}" : Describe(errors[0], args);
-        Console.Error.WriteLine($"{usage}: {problem} (see {usage} --help)");
-        return ExitCodes.Usage;
+        var command = Program.Split(' ')[0];
+        var function = "_" + new string(command.Select(c => char.IsAsciiLetterOrDigit(c) ? c : '_').ToArray());
+        var sb = new System.Text.StringBuilder();
+        sb.Append($"# bash completion for {command}: source <({command} completion bash)\n");
+        sb.Append($"{function}() {{\n  local cur=${{COMP_WORDS[COMP_CWORD]}}\n");
+        sb.Append($"  if [ \"$COMP_CWORD\" -eq 1 ]; then COMPREPLY=($(compgen -W \"{string.Join(' ', verbs.Where(v => !v.Hidden).Select(v => v.Name).Append("help").Append("completion"))}\" -- \"$cur\")); return; fi\n");
+        sb.Append("  case \"$cur\" in -*) ;; *) COMPREPLY=($(compgen -f -- \"$cur\")); return;; esac\n");
+        sb.Append("  case \"${COMP_WORDS[1]}\" in\n");
+        foreach (var v in verbs.Where(v => v.Switches is { Count: > 0 }))
+            sb.Append($"    {v.Name}) COMPREPLY=($(compgen -W \"{string.Join(' ', v.Switches!)}\" -- \"$cur\"));;\n");
+        sb.Append("  esac\n}\n");
+        sb.Append($"complete -o default -F {function} {command}\n");
+        return sb.ToString();
     }
 
     /// <summary>
@@ -111,64 +106,6 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
             return e.ExitCode;
         }
     }
-
-    /// <summary>
-    /// <c>-h</c> is <c>--help</c>, as on the programs' own command lines (<c>hpcdata stage -h</c>), unless the verb gives
-    /// -h a meaning of its own; CommandLineParser knows only <c>--help</c>. Nothing after <c>--</c> is touched: that is
-    /// the command a verb runs.
-    /// </summary>
-    private static string[] WithLongHelp<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string[] args)
-    {
-        var own = typeof(TOptions).GetProperties().Any(p => p.GetCustomAttributes(typeof(OptionAttribute), true).Cast<OptionAttribute>().Any(o => o.ShortName == "h"));
-        if (own) return args;
-        var end = Array.IndexOf(args, "--") is var i and >= 0 ? i : args.Length;
-        return [.. args[..end].Select(a => a == "-h" ? "--help" : a), .. args[end..]];
-    }
-
-    /// <summary>
-    /// The switches and arguments missing. CommandLineParser names a missing option but not a missing positional
-    /// argument (and reports several as one): positional arguments fill in order, so the missing ones are the required
-    /// ones past those given.
-    /// </summary>
-    private static IEnumerable<string> MissingNames<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(List<MissingRequiredOptionError> missing, string[] args)
-    {
-        var options = typeof(TOptions).GetProperties()
-            .SelectMany(p => p.GetCustomAttributes(typeof(OptionAttribute), true).Cast<OptionAttribute>().Select(o => (o, p.PropertyType))).ToList();
-        bool TakesValue(string token) => !token.Contains('=') && options.Any(x => x.PropertyType != typeof(bool)
-            && (token == "--" + x.o.LongName || x.o.ShortName.Length > 0 && token == "-" + x.o.ShortName));
-        var given = 0;
-        for (var i = 0; i < args.Length; i++)
-        {
-            if (args[i] == "--") { given += args.Length - i - 1; break; }
-            if (!args[i].StartsWith('-')) given++;
-            else if (TakesValue(args[i])) i++;
-        }
-        var values = typeof(TOptions).GetProperties()
-            .SelectMany(p => p.GetCustomAttributes(typeof(ValueAttribute), true).Cast<ValueAttribute>()
-                .Select(v => (v.Index, v.Required, Name: (v.MetaName is { Length: > 0 } m ? m : p.Name).ToUpperInvariant())))
-            .Where(v => v.Required && v.Index >= given).OrderBy(v => v.Index).Select(v => v.Name).ToList();
-        var named = missing.Where(m => m.NameInfo.LongName.Length > 0).Select(m => "--" + m.NameInfo.LongName).ToList();
-        if (missing.Any(m => m.NameInfo.LongName.Length == 0)) named.AddRange(values.Count > 0 ? values : ["argument"]);
-        return named;
-    }
-
-    private static string Describe(Error e, string[] args) => e switch
-    {
-        // The parser drops the dashes: say the option as it was typed (-x or --x).
-        UnknownOptionError u => $"unknown option '{(args.Any(a => a == "--" + u.Token || a.StartsWith("--" + u.Token + "=", StringComparison.Ordinal)) ? "--" : "-")}{u.Token}'",
-        MissingRequiredOptionError m => $"missing required {(m.NameInfo.LongName.Length > 0 ? "--" + m.NameInfo.LongName : "argument")}",
-        BadFormatConversionError b => $"bad value for --{b.NameInfo.LongName}",
-        MissingValueOptionError m => $"--{m.NameInfo.LongName} needs a value",
-        SequenceOutOfRangeError s => $"wrong number of values for --{s.NameInfo.LongName}",
-        RepeatedOptionError r => $"--{r.NameInfo.LongName} given twice",
-        UnknownOptionError or BadVerbSelectedError => "unknown command",
-        _ when e.Tag == ErrorType.MissingValueOptionError => "an option needs a value",
-        _ => e.Tag switch
-        {
-            ErrorType.BadFormatTokenError => $"cannot read '{((BadFormatTokenError)e).Token}'",
-            _ => e.Tag.ToString(),
-        },
-    };
 }
 
 /// <summary>The one way a verb learns of SIGINT (Ctrl-C) and SIGTERM (scancel, job-manager stop): its token is cancelled.</summary>

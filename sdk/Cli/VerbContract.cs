@@ -15,6 +15,8 @@ public interface IVerbOptions
     static abstract string Summary { get; }
     /// <summary>What the usage line shows after the options, e.g. the command a verb runs (<c>-- COMMAND [ARGS…]</c>).</summary>
     static virtual string Trailing => "";
+    /// <summary>Left out of the program's verb list (verbs other programs run, not people).</summary>
+    static virtual bool Hidden => false;
 }
 
 /// <summary>
@@ -55,8 +57,14 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
         var problem = own.ApplyEnvironment(options, environment);
         foreach (var group in groups?.Groups ?? [])
             problem ??= group.Switches.ApplyEnvironment(group.Target, environment) ?? group.Switches.Take(rest, group.Target, given);
-        return (options, problem ?? own.Bind(rest, options, given));
+        return (options, problem ?? own.Bind(rest, options, given, GroupNames(groups)));
     }
+
+    private static IEnumerable<string> GroupNames(ISwitchGroups? groups) => (groups?.Groups ?? []).SelectMany(g => g.Switches.Names);
+
+    /// <summary>Every switch the verb takes, its own and its groups', for completion.</summary>
+    public static IReadOnlyList<string> SwitchNames() =>
+        [.. SwitchGroup.Of(typeof(T)).Names.Concat(GroupNames(new T() as ISwitchGroups)).Append("--help").Distinct()];
 
     public static string Help(string usage)
     {

@@ -60,7 +60,7 @@ public readonly record struct ByteSize(long Bytes) : IComparable<ByteSize>
         _ => $"{bytes} B",
     };
 
-    /// <summary>Lets configuration binding and CommandLineParser read sizes from text.</summary>
+    /// <summary>Lets configuration binding read sizes from text.</summary>
     private sealed class ByteSizeConverter : TypeConverter
     {
         public override bool CanConvertFrom(ITypeDescriptorContext? context, Type sourceType) =>

@@ -78,7 +78,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             string? value = null;
             if (arg.IndexOf('=') is var eq and > 0) { name = arg[..eq]; value = arg[(eq + 1)..]; }
             var entry = Entries.FirstOrDefault(e => e.Switch.Name.Length > 0 && string.Equals(e.Switch.Name, name, StringComparison.OrdinalIgnoreCase));
-            if (entry is null) return new(settings, false, $"unknown option '{name}' (see {T.ProgramName} --help)");
+            if (entry is null) return new(settings, false, $"unknown option '{name}'{Suggestions.DidYouMean(name, Entries.Select(e => e.Switch.Name))} (see {T.ProgramName} --help)");
             var isFlag = entry.Property.PropertyType == typeof(bool);
             if (value is null)
             {

@@ -44,6 +44,9 @@ public sealed class SwitchGroup
     public bool IsSet(string name, ISet<string> given) => given.Contains(name)
         || _switches.FirstOrDefault(s => s.Switch.Name == name).Switch?.Environment is { } variable && Environment.GetEnvironmentVariable(variable) is { Length: > 0 };
 
+    /// <summary>The names and aliases of the group's switches (for suggestions and completion).</summary>
+    public IEnumerable<string> Names => _switches.SelectMany(s => s.Switch.Alias is { } alias ? new[] { s.Switch.Name, alias } : [s.Switch.Name]);
+
     /// <summary>The group's switches, in declaration order.</summary>
     public IEnumerable<SwitchAttribute> Switches => _switches.Select(s => s.Switch);
 
@@ -101,7 +104,7 @@ public sealed class SwitchGroup
     /// positional arguments in order (everything after <c>--</c> is positional). Returns the first problem — an unknown
     /// option, an argument too many, a bad or missing value, a required switch or argument missing — or null.
     /// </summary>
-    public string? Bind(List<string> args, object target, ISet<string> given)
+    public string? Bind(List<string> args, object target, ISet<string> given, IEnumerable<string>? alsoKnown = null)
     {
         if (Take(args, target, given) is { } problem) return problem;
         var values = new List<string>();
@@ -109,7 +112,7 @@ public sealed class SwitchGroup
         for (var i = 0; i < args.Count; i++)
         {
             if (i == end) continue;
-            if ((end < 0 || i < end) && args[i].Length > 1 && args[i][0] == '-') return $"unknown option '{args[i].Split('=')[0]}'";
+            if ((end < 0 || i < end) && args[i].Length > 1 && args[i][0] == '-') return $"unknown option '{args[i].Split('=')[0]}'{Suggestions.DidYouMean(args[i].Split('=')[0], Names.Concat(alsoKnown ?? []))}";
             values.Add(args[i]);
         }
         if (values.Count > _positionals.Length) return $"unexpected argument '{values[_positionals.Length]}'";
