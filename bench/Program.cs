@@ -13,6 +13,7 @@ return await new CommandTree(Me, "the lab: scale-model cluster, codec, cache and
     VerbEntry.Of<BenchFramesOptions>(Me, BenchFramesVerb.RunAsync),
     VerbEntry.Of<BenchUpdateOptions>(Me, BenchUpdateVerb.RunAsync),
     VerbEntry.Of<BenchTreeOptions>(Me, BenchTreeVerb.RunAsync),
+    VerbEntry.Of<BenchSimulateOptions>(Me, BenchSimulateVerb.RunAsync),
     VerbEntry.Of<BenchCleanOptions>(Me, (o, _) => Task.FromResult(BenchVerb.Clean(o.Instance))),
     VerbEntry.Of<TcpServeOptions>(Me, (o, ct) => TcpTools.ServeAsync(o.Address, o.Port, ct)),
     VerbEntry.Of<TcpPullOptions>(Me, (o, ct) => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),
