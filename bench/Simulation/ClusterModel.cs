@@ -33,8 +33,12 @@ public sealed record ClusterSpec
     /// <summary>One-way latency of a hop between two nodes (wire, switches, the receiving software), seconds.</summary>
     public double HopLatency { get; init; }
     public CpuModel Cpu { get; init; } = CpuModel.None;
-    /// <summary>Shared: the pool's cores. PerNode: the cores one node's ingest can use.</summary>
+    /// <summary>Shared: the pool's cores. PerNode: the cores a node's direct fetch can use (its agent verifies and
+    /// decodes on every connection's task: 4 per cache host), and its start-up.</summary>
     public double Cores { get; init; } = 1;
+    /// <summary>PerNode: the cores a fan-out's ingest can use. The ring hands every block to the agent over one ingest
+    /// session, which verifies, decodes and writes on one thread.</summary>
+    public double FanoutIngestCores { get; init; } = 1;
     /// <summary>Extra start-up per doubling of the rank count beyond 4 (the launcher's tree, MPI's start); 0 in the lab,
     /// whose start-up growth is its shared cores, which <see cref="CpuModel.Shared"/> models.</summary>
     public double LaunchPerDoubling { get; init; }

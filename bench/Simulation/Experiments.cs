@@ -53,8 +53,8 @@ public static class Experiments
         public double Oversubscription { get; init; } = 3;
         public double HopLatency { get; init; } = 25e-6;
         public double LaunchPerDoubling { get; init; } = 0.1;
-        /// <summary>The agent ingests on one thread (jobs/Fanout/AgentIngest, the agent's fetch handler).</summary>
-        public double IngestCores { get; init; } = 1;
+        /// <summary>Cores a node's direct fetch can keep busy (not measured: the lab has 2 for all its nodes).</summary>
+        public double DirectCores { get; init; } = 8;
         public int CacheHosts { get; init; } = 8;
         public double SlowFraction { get; init; } = 0.01;
         public double SlowFactor { get; init; } = 0.1;
@@ -65,7 +65,7 @@ public static class Experiments
     public static ClusterSpec Cluster(int nodes, int hosts, double rateGbit, Assumptions a, bool network = false, IReadOnlySet<int>? slow = null) => new()
     {
         Nodes = nodes, CacheHosts = hosts, LinkBitsPerSecond = rateGbit * 1e9, RackSize = a.RackSize, Oversubscription = a.Oversubscription,
-        HopLatency = a.HopLatency, LaunchPerDoubling = a.LaunchPerDoubling, Cpu = network ? CpuModel.None : CpuModel.PerNode, Cores = a.IngestCores,
+        HopLatency = a.HopLatency, LaunchPerDoubling = a.LaunchPerDoubling, Cpu = network ? CpuModel.None : CpuModel.PerNode, Cores = a.DirectCores,
         SlowNodes = slow ?? new HashSet<int>(), SlowFactor = a.SlowFactor,
     };
 
@@ -87,7 +87,7 @@ public static class Experiments
         foreach (var (label, stored) in new[] { ("seed 1 GB raw", 1L << 30), ("seed 1 GB lz4", (long)((1L << 30) * storedRatio)) })
             foreach (var d in new[] { Delivery.Direct, Delivery.Fanout })
             {
-                ClusterSpec Spec(int h) => new() { Nodes = 190, CacheHosts = h, LinkBitsPerSecond = 1e9, HopLatency = 25e-6, LaunchPerDoubling = 0.1, Cpu = CpuModel.PerNode, Cores = 1 };
+                ClusterSpec Spec(int h) => new() { Nodes = 190, CacheHosts = h, LinkBitsPerSecond = 1e9, HopLatency = 25e-6, LaunchPerDoubling = 0.1, Cpu = CpuModel.PerNode, Cores = 8 };
                 var r = Simulator.Run(Spec(10), cal, d, stored);
                 var needed = HostsNeeded(h => Simulator.Run(Spec(h), cal, d, stored).Seconds, 190);
                 yield return new(label, 190, 10, 1, d, stored, r.Seconds, r.Jobs[0].TierBytes, needed, null, r.Events, r.WallMilliseconds);

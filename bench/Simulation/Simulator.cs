@@ -45,7 +45,7 @@ public sealed class Simulator
     private readonly ClusterSpec _spec;
     private readonly Calibration _cal;
     private readonly FlowNetwork _net = new();
-    private readonly int[] _up, _down, _cpu, _rack;
+    private readonly int[] _up, _down, _cpu, _ingest, _rack;
     private readonly int[] _rackUp = [], _rackDown = [];
     private readonly int _tierOut, _tierRacks = -1, _sharedCpu = -1;
     private readonly double _nodeRate, _slowRate;
@@ -63,6 +63,7 @@ public sealed class Simulator
         _up = new int[n];
         _down = new int[n];
         _cpu = new int[n];
+        _ingest = new int[n];
         _rack = new int[n];
         // Hosts are identical and placement spreads every node's segments evenly over them, so with every host up each
         // carries 1/H of every node's fetch: one link of H hosts' capacity gives the same max-min rates as H links,
@@ -89,6 +90,7 @@ public sealed class Simulator
             _up[i] = _net.AddLink(rate);
             _down[i] = _net.AddLink(rate);
             _cpu[i] = spec.Cpu switch { CpuModel.Shared => _sharedCpu, CpuModel.PerNode => _net.AddLink(spec.Cores), _ => -1 };
+            _ingest[i] = spec.Cpu == CpuModel.PerNode ? _net.AddLink(Math.Min(spec.FanoutIngestCores, spec.Cores)) : _cpu[i];
             _rack[i] = spec.RackSize > 0 ? i / spec.RackSize : 0;
         }
     }
@@ -123,7 +125,7 @@ public sealed class Simulator
     private (int Link, double Weight) Ingest(int node, Delivery d) => _spec.Cpu switch
     {
         CpuModel.Shared => (_cpu[node], d == Delivery.Fanout ? _cal.FanoutCpuPerByte : _cal.DirectCpuPerByte),
-        CpuModel.PerNode => (_cpu[node], d == Delivery.Fanout ? _cal.FanoutIngestCpuPerByte : _cal.DirectIngestCpuPerByte),
+        CpuModel.PerNode => d == Delivery.Fanout ? (_ingest[node], _cal.FanoutIngestCpuPerByte) : (_cpu[node], _cal.DirectIngestCpuPerByte),
         _ => (-1, 0),
     };
 
@@ -258,38 +260,41 @@ public sealed class Simulator
             if (--_pending > 0 || _stopped) return;
             _exchangeEnd = sim._net.Now;
             if (_n == 1) { _done[0] = _fetchEnd[0]; return; }
-            var finish = RingFinish(_edgeEnd, _fetchEnd, r => Block / sim.LinkRate(Node(r)) + sim._spec.HopLatency);
+            var finish = RingFinish(_edgeEnd, _fetchEnd, r => Block / Math.Min(sim.LinkRate(Node(r)), sim.LinkRate(Node((r + 1) % _n))) + sim._spec.HopLatency);
             for (var r = 0; r < _n; r++) _done[r] = finish[r];
         }
 
         /// <summary>
-        /// When each rank holds every block. Edge r (rank r to r+1) ended at <paramref name="edgeEnd"/>[r] and cannot
-        /// end before rank r's own share is in and sent; what rank r+1 holds last left the edge upstream that ended
-        /// last, then crossed one link per hop (a block's time on that link) to reach it — at most N−1 hops from its
-        /// origin. Starting from the edge that ended last, one pass around the ring gives every rank's finish.
+        /// When each rank holds every block. Edge j (rank j to j+1) ended at <paramref name="edgeEnd"/>[j], and not before
+        /// rank j's own share was in and sent. The last block over edge j goes on one link per hop (a block's time on
+        /// that link), so it reaches rank i at end[j] plus the hops of edges j+1 … i−1 — for every j but i itself, since a
+        /// block stops one rank short of its origin and crosses at most N−1 links. Rank i finishes at the latest of
+        /// those: a sliding maximum over N−1 edges of the ring laid out twice, O(N).
         /// </summary>
         internal static double[] RingFinish(double[] edgeEnd, double[] fetchEnd, Func<int, double> hop)
         {
             var n = edgeEnd.Length;
             var end = new double[n];
-            var last = 0;
-            for (var r = 0; r < n; r++)
+            for (var r = 0; r < n; r++) end[r] = Math.Max(edgeEnd[r], fetchEnd[r] + hop(r));
+            // prefix[t]: hops of edges 0 … t around the doubled ring; value[t]: edge t's end less the hops up to it.
+            var prefix = new double[2 * n];
+            var value = new double[2 * n];
+            for (var t = 0; t < 2 * n; t++)
             {
-                end[r] = Math.Max(edgeEnd[r], fetchEnd[r] + hop(r));
-                if (end[r] > end[last]) last = r;
+                prefix[t] = (t > 0 ? prefix[t - 1] : 0) + hop(t % n);
+                value[t] = end[t % n] - prefix[t];
             }
             var finish = new double[n];
-            // Rank last+1 receives the last edge's final block; each rank after it gets the chain one hop later
-            // unless its own in-edge ended later still.
-            var chain = end[last];
-            for (var k = 1; k <= n; k++)
+            var window = new int[2 * n];
+            int head = 0, tail = 0;
+            for (var i = 1; i < 2 * n; i++)
             {
-                var rank = (last + k) % n;
-                var inEdge = (rank - 1 + n) % n;
-                // No block that crossed edge `last` comes back round to rank `last` (a block stops one rank short of
-                // its origin), so that rank waits only for its own in-edge and its share.
-                chain = k == 1 || k == n ? end[inEdge] : Math.Max(end[inEdge], chain + hop(inEdge));
-                finish[rank] = Math.Max(chain, fetchEnd[rank]);
+                // Edges i−N+1 … i−1 may bring rank i its last block.
+                var t = i - 1;
+                while (tail > head && value[window[tail - 1]] <= value[t]) tail--;
+                window[tail++] = t;
+                while (window[head] < i - n + 1) head++;
+                if (i >= n) finish[i - n] = Math.Max(value[window[head]] + prefix[i - 1], fetchEnd[i - n]);
             }
             return finish;
         }
