@@ -142,10 +142,11 @@ public static class Experiments
         }
     }
 
-    /// <summary>Time against node count for a chart: direct and fan-out at each rate, the cluster assumptions above.</summary>
-    public static List<LineChart.Series> Sweep(Calibration cal, long stored, IReadOnlyList<int> nodeCounts, IReadOnlyList<double> ratesGbit, Assumptions a) =>
-        ratesGbit.SelectMany(rate => new[] { Delivery.Direct, Delivery.Fanout }.Select(d => new LineChart.Series(
-            string.Create(CultureInfo.InvariantCulture, $"{(d == Delivery.Direct ? "direct" : "fan-out")}, {rate:0} Gbit/s"),
-            nodeCounts.Select(n => ((double)n, Simulator.Run(Cluster(n, a.CacheHosts, rate, a), cal, d, stored).Seconds)).ToList(),
-            Dashed: d == Delivery.Direct))).ToList();
+    /// <summary>Time against node count for a chart: each delivery at each rate, the cluster assumptions above.</summary>
+    public static List<LineChart.Series> Sweep(Calibration cal, long stored, IReadOnlyList<int> nodeCounts, IReadOnlyList<double> ratesGbit, Assumptions a,
+        IReadOnlyList<Delivery> deliveries, bool network = false) =>
+        ratesGbit.SelectMany(rate => deliveries.Select(d => new LineChart.Series(
+            string.Create(CultureInfo.InvariantCulture, $"{(d == Delivery.Direct ? "direct" : "fan-out")}, {rate:0} Gbit/s{(network ? ", network only" : "")}"),
+            nodeCounts.Select(n => ((double)n, Simulator.Run(Cluster(n, a.CacheHosts, rate, a, network), cal, d, stored).Seconds)).ToList(),
+            Dashed: d == Delivery.Direct || network))).ToList();
 }
