@@ -20,6 +20,7 @@ public sealed class FlowNetwork
     private readonly PriorityQueue<Action, (double Time, long Order)> _timers = new();
     private long _timerOrder;
     private bool _dirty;
+    private readonly List<Flow> _ended = [];
 
     // Scratch for the solver, kept between solves so the event loop does not allocate.
     private double[] _remaining = [];
@@ -96,18 +97,21 @@ public sealed class FlowNetwork
             Advance(next);
             Events++;
             // Flows that end within a nanosecond of each other end together: a symmetric ring is one event, not N.
+            _ended.Clear();
             for (var i = _active.Count - 1; i >= 0; i--)
             {
                 var f = _active[i];
-                if (f.Remaining <= 1e-9 * f.Size || (f.Rate > 0 && f.Remaining / f.Rate <= 1e-9))
-                {
-                    Remove(f);
-                    f.Remaining = 0;
-                    f.Finished = Now;
-                    _dirty = true;
-                    f.Done?.Invoke(f);
-                }
+                if (f.Remaining <= 1e-9 * f.Size || (f.Rate > 0 && f.Remaining / f.Rate <= 1e-9)) _ended.Add(f);
             }
+            foreach (var f in _ended)
+            {
+                Remove(f);
+                f.Remaining = 0;
+                f.Finished = Now;
+                _dirty = true;
+            }
+            // Only now the callbacks, which may start or cancel flows.
+            foreach (var f in _ended) f.Done?.Invoke(f);
             while (_timers.TryPeek(out var action, out var t) && t.Time <= Now + 1e-12)
             {
                 _timers.Dequeue();

@@ -45,7 +45,7 @@ public sealed class Simulator
     private readonly ClusterSpec _spec;
     private readonly Calibration _cal;
     private readonly FlowNetwork _net = new();
-    private readonly int[] _up, _down, _cpu, _ingest, _rack;
+    private readonly int[] _up, _down, _cpu, _rack;
     private readonly int[] _rackUp = [], _rackDown = [];
     private readonly int _tierOut, _tierRacks = -1, _sharedCpu = -1;
     private readonly double _nodeRate, _slowRate;
@@ -63,7 +63,6 @@ public sealed class Simulator
         _up = new int[n];
         _down = new int[n];
         _cpu = new int[n];
-        _ingest = new int[n];
         _rack = new int[n];
         // Hosts are identical and placement spreads every node's segments evenly over them, so with every host up each
         // carries 1/H of every node's fetch: one link of H hosts' capacity gives the same max-min rates as H links,
@@ -90,7 +89,6 @@ public sealed class Simulator
             _up[i] = _net.AddLink(rate);
             _down[i] = _net.AddLink(rate);
             _cpu[i] = spec.Cpu switch { CpuModel.Shared => _sharedCpu, CpuModel.PerNode => _net.AddLink(spec.Cores), _ => -1 };
-            _ingest[i] = spec.Cpu == CpuModel.PerNode ? _net.AddLink(Math.Min(spec.FanoutIngestCores, spec.Cores)) : _cpu[i];
             _rack[i] = spec.RackSize > 0 ? i / spec.RackSize : 0;
         }
     }
@@ -125,7 +123,10 @@ public sealed class Simulator
     private (int Link, double Weight) Ingest(int node, Delivery d) => _spec.Cpu switch
     {
         CpuModel.Shared => (_cpu[node], d == Delivery.Fanout ? _cal.FanoutCpuPerByte : _cal.DirectCpuPerByte),
-        CpuModel.PerNode => d == Delivery.Fanout ? (_ingest[node], _cal.FanoutIngestCpuPerByte) : (_cpu[node], _cal.DirectIngestCpuPerByte),
+        // A fan-out's ring does not wait for the agent: blocks queue for it (RingAllGather never holds a forwarded block
+        // back), so on a node of its own the ingest runs beside the transfer (FanoutRun.Ingested), not in its way. A
+        // direct fetch decodes each batch on the connection's task before asking for the next: the CPU is in its path.
+        CpuModel.PerNode => d == Delivery.Fanout ? (-1, 0) : (_cpu[node], _cal.DirectIngestCpuPerByte),
         _ => (-1, 0),
     };
 
@@ -259,9 +260,22 @@ public sealed class Simulator
         {
             if (--_pending > 0 || _stopped) return;
             _exchangeEnd = sim._net.Now;
-            if (_n == 1) { _done[0] = _fetchEnd[0]; return; }
+            if (_n == 1) { _done[0] = Ingested(_fetchEnd[0]); return; }
             var finish = RingFinish(_edgeEnd, _fetchEnd, r => Block / Math.Min(sim.LinkRate(Node(r)), sim.LinkRate(Node((r + 1) % _n))) + sim._spec.HopLatency);
-            for (var r = 0; r < _n; r++) _done[r] = finish[r];
+            for (var r = 0; r < _n; r++) _done[r] = Ingested(finish[r]);
+        }
+
+        /// <summary>
+        /// On a node of its own, the agent has the data when its one ingest thread has taken every byte: it starts with
+        /// the first block and keeps up with the ring or falls behind it, so the later of the last block's arrival (plus
+        /// that block's ingest) and S at the thread's rate. In the lab the ingest's CPU is on the flows themselves, since
+        /// every process there shares the same cores.
+        /// </summary>
+        private double Ingested(double lastArrival)
+        {
+            if (sim._spec.Cpu != CpuModel.PerNode) return lastArrival;
+            var perByte = sim._cal.FanoutIngestCpuPerByte / Math.Min(sim._spec.FanoutIngestCores, sim._spec.Cores);
+            return Math.Max(lastArrival + Block * perByte, _exchangeStart + Block / sim._nodeRate + _s * perByte);
         }
 
         /// <summary>
