@@ -12,8 +12,8 @@ namespace Hpc.Jobs.Fanout;
 /// <remarks>
 /// Direct fetch moves S stored bytes over every node's link and N·S/H over each cache host's, so it takes
 /// S/B·max(1, N/H). The fan-out's cache tier sends each byte once and the ring passes it on: a fixed start-up T0 (ranks
-/// launched, MPI_Init, manifest broadcast, ingest set-up), then S/(η·B) for the ring at efficiency η, plus the last
-/// block crossing N−1 links. T0 and η are this project's measured figures; a site whose launcher is faster can say so.
+/// launched, MPI_Init, manifest broadcast, ingest set-up), then S/(η·B) for the ring at efficiency η, or S over the
+/// agent's ingest rate where that is lower, plus the last block crossing N−1 links. T0 and η are this project's measured figures; a site whose launcher is faster can say so.
 /// </remarks>
 public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutSeconds, string Reason)
 {
@@ -31,6 +31,14 @@ public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutS
     /// </summary>
     public const double RingEfficiency = 0.94;
 
+    /// <summary>
+    /// Stored bytes per second one node's agent ingests from the ring (verify, decode, write: one ingest session, one
+    /// thread): 4.65 CPU-s per GB stored in the lab's records (docs/results/slurm-native.jsonl, native agents). Above about
+    /// 2 Gbit/s the ring outruns it, and the fan-out takes S over this rate however fast the links are
+    /// (docs/benchmarks.md, "Simulation").
+    /// </summary>
+    public const double IngestBytesPerSecond = 215e6;
+
     /// <summary>Below this many nodes there is no ring worth its start-up: two nodes fetch half each from the tier anyway.</summary>
     public const int MinimumNodes = 3;
 
@@ -44,7 +52,7 @@ public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutS
         var s = (double)storedBytes;
         var direct = s / linkBytesPerSecond * Math.Max(1.0, (double)nodes / cacheHosts);
         var block = Math.Clamp(storedBytes / nodes / FanoutPlan.BlocksPerShare, FanoutPlan.SmallestBlockBytes, FanoutPlan.LargestBlockBytes);
-        var fanout = (startUp ?? StartUp).TotalSeconds + s / (RingEfficiency * linkBytesPerSecond) + (nodes - 1) * (double)block / linkBytesPerSecond;
+        var fanout = (startUp ?? StartUp).TotalSeconds + s / Math.Min(RingEfficiency * linkBytesPerSecond, IngestBytesPerSecond) + (nodes - 1) * (double)block / linkBytesPerSecond;
         var facts = string.Create(CultureInfo.InvariantCulture,
             $"{nodes} node(s), {cacheHosts} cache host(s), {ByteSize.Format(storedBytes)} stored, links {new ByteRate((long)linkBytesPerSecond)} ({linkSource}): " +
             $"direct ≈ {direct:0.0} s, fan-out ≈ {fanout:0.0} s");

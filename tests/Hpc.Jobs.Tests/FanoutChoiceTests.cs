@@ -28,6 +28,19 @@ public sealed class FanoutChoiceTests
     }
 
     [Fact]
+    public void On_fast_links_the_fan_out_is_held_to_the_agents_ingest_rate_and_few_nodes_per_host_fetch_directly()
+    {
+        // 32 nodes, 8 hosts, 10 Gbit/s, 448 MB stored: the ring could carry it in 0.38 s, one ingest thread takes 2.1 s;
+        // direct fetch moves 4 copies over each host link in 1.4 s.
+        var choice = FanoutChoice.Decide(nodes: 32, cacheHosts: 8, storedBytes: 448L << 20, 1.25e9, "--link-rate", mpiUnavailable: null);
+        Assert.False(choice.Mpi);
+        Assert.InRange(choice.FanoutSeconds, 2.5, 2.8);
+        Assert.InRange(choice.DirectSeconds, 1.4, 1.6);
+        // Many nodes per host still fan out.
+        Assert.True(FanoutChoice.Decide(nodes: 1000, cacheHosts: 8, storedBytes: 448L << 20, 1.25e9, "--link-rate", mpiUnavailable: null).Mpi);
+    }
+
+    [Fact]
     public void Where_no_mpi_launch_is_possible_the_choice_is_direct_fetch_with_that_reason()
     {
         var choice = FanoutChoice.Decide(nodes: 190, cacheHosts: 10, storedBytes: 410L << 20, GigE, "--link-rate", "hpcpack's node-preparation task runs on each node alone");

@@ -1,0 +1,180 @@
+using System.Globalization;
+using System.Text;
+using System.Text.Json;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
+using Hpc.CommonData;
+using Hpc.Bench.Simulation;
+
+namespace Hpc.Bench.Commands;
+
+public sealed class BenchSimulateOptions : IVerbOptions
+{
+    public static string Verb => "simulate";
+
+    public static string Summary => "Flow-level simulation of direct fetch and the MPI fan-out: replays the lab cells recorded in --records (simulated beside measured), " +
+    "then predicts the reference's 190 nodes on GigE and 1,000 / 10,000 nodes at 10 and 100 Gbit/s (slow nodes, a failure, concurrent jobs, cache hosts needed).";
+
+    [Switch("--records", "Recorded lab runs (bench cluster --scheduler slurm): the cells replayed and the calibration's source.")]
+    public string Records { get; set; } = "docs/results/slurm-native.jsonl";
+
+    [Switch("--out", "Directory to write simulate.jsonl, simulate.md and simulate-time-vs-nodes.png to (replaced: the simulation is deterministic).")]
+    public string? Out { get; set; }
+
+    [Switch("--validate-only", "Replay the recorded cells only.")]
+    public bool ValidateOnly { get; set; }
+
+    [Switch("--size", "Predictions: raw dataset size (stored at the recorded runs' LZ4 ratio).")]
+    public string Size { get; set; } = "1GB";
+
+    [Switch("--nodes", "Predictions: node counts.")]
+    public string Nodes { get; set; } = "1000,10000";
+
+    [Switch("--rates", "Predictions: link rates in Gbit/s.")]
+    public string Rates { get; set; } = "10,100";
+
+    [Switch("--cache-host-count", "Predictions: cache hosts (the 'hosts needed' column searches its own).")]
+    public int CacheHosts { get; set; } = 8;
+
+    [Switch("--rack-size", "Predictions: nodes per top-of-rack switch.")]
+    public int RackSize { get; set; } = 32;
+
+    [Switch("--oversubscription", "Predictions: a rack's downlink over uplink capacity.")]
+    public double Oversubscription { get; set; } = 3;
+
+    [Switch("--jobs", "Predictions: concurrent jobs in the 'jobs at once' scenario.")]
+    public int Jobs { get; set; } = 10;
+}
+
+public static class BenchSimulateVerb
+{
+    private static readonly CultureInfo Inv = CultureInfo.InvariantCulture;
+
+    public static Task<int> RunAsync(BenchSimulateOptions o, CancellationToken ct)
+    {
+        ResultReader.Data data;
+        try { data = ResultReader.Read(o.Records); }
+        catch (FileNotFoundException e) { Console.Error.WriteLine($"hpcdata bench simulate: {e.Message}"); return Task.FromResult(2); }
+        if (!ByteSize.TryParse(o.Size, out var size)) { Console.Error.WriteLine($"hpcdata bench simulate: --size '{o.Size}' is not a size"); return Task.FromResult(2); }
+        int[] nodeCounts;
+        double[] rates;
+        try
+        {
+            nodeCounts = o.Nodes.Split(',').Select(s => int.Parse(s, Inv)).ToArray();
+            rates = o.Rates.Split(',').Select(s => double.Parse(s, Inv)).ToArray();
+        }
+        catch (FormatException) { Console.Error.WriteLine("hpcdata bench simulate: --nodes and --rates are comma-separated numbers"); return Task.FromResult(2); }
+
+        Calibration cal;
+        try { cal = Calibration.FromRecords(data.Records, o.Records); }
+        catch (InvalidOperationException e) { Console.Error.WriteLine($"hpcdata bench simulate: {e.Message}"); return Task.FromResult(2); }
+        var cells = Experiments.Cells(data.Records);
+        var md = new StringBuilder();
+        var lines = new List<string>();
+        md.AppendLine("# Simulation: the lab's cells replayed, and predictions").AppendLine();
+        md.AppendLine(CalibrationText(cal)).AppendLine();
+
+        var validation = cells.Select(c => Experiments.Replay(c, cal)).ToList();
+        md.AppendLine(ValidationTable(validation));
+        foreach (var v in validation)
+            lines.Add(Json(new
+            {
+                kind = "simulation", scenario = "lab", nodes = v.Cell.Nodes, hosts = v.Cell.Hosts, rateMbit = v.Cell.RateMbit, sizeBytes = v.Cell.SizeBytes,
+                storedBytes = v.Cell.StoredBytes, delivery = Name(v.Cell.Delivery), simulatedSeconds = v.Simulated, measuredSeconds = v.Cell.Runs, measuredMedian = v.Cell.Median, error = v.Error,
+            }));
+
+        if (!o.ValidateOnly)
+        {
+            ct.ThrowIfCancellationRequested();
+            var ratio = cells.Count > 0 ? cells.Average(c => (double)c.StoredBytes / c.SizeBytes) : 0.4;
+            var stored = (long)(size.Bytes * ratio);
+            var a = new Experiments.Assumptions { CacheHosts = o.CacheHosts, RackSize = o.RackSize, Oversubscription = o.Oversubscription, Jobs = o.Jobs };
+            var rows = Experiments.Seed(cal, ratio).ToList();
+            foreach (var n in nodeCounts)
+                foreach (var rate in rates)
+                {
+                    ct.ThrowIfCancellationRequested();
+                    rows.AddRange(Experiments.Scale(cal, stored, n, rate, a));
+                }
+            md.AppendLine(PredictionTable(rows, a, size.Bytes, ratio));
+            foreach (var r in rows)
+                lines.Add(Json(new
+                {
+                    kind = "simulation", scenario = r.Scenario, nodes = r.Nodes, hosts = r.Hosts, rateGbit = r.RateGbit, storedBytes = r.StoredBytes, delivery = Name(r.Delivery),
+                    simulatedSeconds = r.Seconds, networkOnlySeconds = r.NetworkOnlySeconds, tierCopies = r.TierCopies, hostsNeeded = r.HostsNeeded, events = r.Events, wallMs = r.WallMilliseconds,
+                }));
+            if (o.Out is not null)
+            {
+                int[] counts = [128, 256, 512, 1000, 2000, 4000, 10000];
+                var title = string.Create(Inv, $"{ByteSize.Format(size.Bytes)} (lz4) to every node, {o.CacheHosts} cache hosts, racks of {o.RackSize} at {o.Oversubscription:0}:1");
+                Directory.CreateDirectory(o.Out);
+                var both = new LineChart { Title = $"Simulated: {title}", XLabel = "nodes", YLabel = "seconds until every node holds the data" };
+                both.Lines.AddRange(Experiments.Sweep(cal, stored, counts, rates, a, [Delivery.Direct, Delivery.Fanout]));
+                both.Save(Path.Combine(o.Out, "simulate-time-vs-nodes.png"));
+                // The fan-out's seconds vanish beside direct fetch's minutes: its own chart, with what the links alone would allow.
+                var fan = new LineChart { Title = $"Simulated fan-out: {title}", XLabel = "nodes", YLabel = "seconds until every node holds the data" };
+                fan.Lines.AddRange(Experiments.Sweep(cal, stored, counts, rates, a, [Delivery.Fanout]));
+                fan.Lines.AddRange(Experiments.Sweep(cal, stored, counts, rates, a, [Delivery.Fanout], network: true));
+                fan.Save(Path.Combine(o.Out, "simulate-fanout-time-vs-nodes.png"));
+                md.AppendLine("![simulated fan-out time vs nodes](simulate-fanout-time-vs-nodes.png)").AppendLine();
+                md.AppendLine("![simulated time vs nodes](simulate-time-vs-nodes.png)").AppendLine();
+            }
+        }
+
+        Console.WriteLine(md.ToString());
+        if (o.Out is not null)
+        {
+            Directory.CreateDirectory(o.Out);
+            File.WriteAllText(Path.Combine(o.Out, "simulate.md"), md.ToString());
+            File.WriteAllLines(Path.Combine(o.Out, "simulate.jsonl"), lines);
+        }
+        var outside = validation.Count(v => Math.Abs(v.Error) > 0.10);
+        Console.Error.WriteLine($"{validation.Count} lab cells replayed, {outside} outside ±10%");
+        return Task.FromResult(0);
+    }
+
+    private static string Name(Delivery d) => d == Delivery.Direct ? "direct" : "fanout";
+
+    [System.Diagnostics.CodeAnalysis.UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "The lab runs JIT-compiled.")]
+    [System.Diagnostics.CodeAnalysis.UnconditionalSuppressMessage("AOT", "IL3050", Justification = "The lab runs JIT-compiled.")]
+    private static string Json(object o) => JsonSerializer.Serialize(o, BenchJson.Options);
+
+    public static string CalibrationText(Calibration c) => string.Create(Inv,
+        $"Calibration from {c.Source}: link efficiency {c.Efficiency:0.000} (TCP payload of a 1500-byte-MTU frame); per node, fan-out start-up {c.FanoutStartSeconds:0.00} s " +
+        $"+ {c.FanoutStartCpu:0.000} CPU-s, rank + agent {c.FanoutCpuPerByte * 1e9:0.00} CPU-s per GB stored (agent alone {c.FanoutIngestCpuPerByte * 1e9:0.00}); " +
+        $"direct start-up {c.DirectStartSeconds:0.00} s + {c.DirectStartCpu:0.000} CPU-s, {c.DirectCpuPerByte * 1e9:0.00} CPU-s per GB stored (agent alone {c.DirectIngestCpuPerByte * 1e9:0.00}); " +
+        $"the lab's {c.LabCores:0} cores shared by every emulated node.");
+
+    public static string ValidationTable(IReadOnlyList<ValidationRow> rows)
+    {
+        var sb = new StringBuilder();
+        sb.AppendLine("| rate | size | mode | N | H | measured s (runs) | median | simulated s | error |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|");
+        foreach (var v in rows)
+        {
+            var c = v.Cell;
+            var flag = Math.Abs(v.Error) > 0.10 ? " **outside ±10%**" : "";
+            sb.AppendLine(string.Create(Inv,
+                $"| {c.RateMbit} Mbit/s | {c.SizeBytes / (1 << 20)} MB | {(c.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {c.Nodes} | {c.Hosts} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {v.Error:+0.0%;-0.0%}{flag} |"));
+        }
+        var abs = rows.Select(r => Math.Abs(r.Error)).ToList();
+        if (abs.Count > 0)
+            sb.AppendLine().AppendLine(string.Create(Inv, $"{rows.Count} cells; mean |error| {abs.Average():0.0%}, largest {abs.Max():0.0%}; {abs.Count(e => e > 0.10)} outside ±10%."));
+        return sb.ToString();
+    }
+
+    public static string PredictionTable(IReadOnlyList<PredictionRow> rows, Experiments.Assumptions a, long rawBytes, double ratio)
+    {
+        var sb = new StringBuilder();
+        sb.AppendLine(string.Create(Inv, $"Predictions: {ByteSize.Format(rawBytes)} raw, {ratio:P1} stored (lz4, the lab's data) unless marked raw; racks of {a.RackSize} nodes at " +
+            $"{a.Oversubscription:0}:1, cache hosts non-blocking, {a.HopLatency * 1e6:0} µs per hop, launch +{a.LaunchPerDoubling:0.00} s per doubling of ranks beyond 4, " +
+            $"a fan-out's ingest on the agent's one ingest thread, a direct fetch's on {a.DirectCores:0} cores per node. 'network only': the same without the ingest's CPU. 'hosts needed': fewest hosts (powers of two) within 10% of the time with N hosts."));
+        sb.AppendLine();
+        sb.AppendLine("| scenario | N | rate | H | mode | seconds | network only | tier sent (× S) | hosts needed | sim events / ms |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var r in rows)
+            sb.AppendLine(string.Create(Inv,
+                $"| {r.Scenario} | {r.Nodes} | {(r.RateGbit >= 1 ? $"{r.RateGbit:0} Gbit/s" : $"{r.RateGbit * 1000:0} Mbit/s")} | {r.Hosts} | {(r.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {r.Seconds:0.00} | {(r.NetworkOnlySeconds is { } n ? n.ToString("0.00", Inv) : "")} | {r.TierCopies:0.0} | {r.HostsNeeded} | {r.Events} / {r.WallMilliseconds:0} |"));
+        return sb.ToString();
+    }
+}

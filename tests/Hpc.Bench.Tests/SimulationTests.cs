@@ -1,0 +1,157 @@
+using Hpc.Bench.Simulation;
+
+namespace Hpc.Bench.Tests;
+
+/// <summary>bench simulate: the flow network's sharing, the protocols' behaviour, and a recorded lab cell reproduced.</summary>
+public class SimulationTests
+{
+    private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
+
+    /// <summary>Costs beyond the wire set to nothing, so a test sees the links alone.</summary>
+    private static readonly Calibration Wire = new();
+
+    private static string RepoRoot()
+    {
+        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
+            if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
+        throw new DirectoryNotFoundException("Hpc.sln not found above the test's directory");
+    }
+
+    [Theory]
+    [InlineData(25, 8, Delivery.Fanout)]
+    [InlineData(100, 16, Delivery.Fanout)]
+    [InlineData(25, 16, Delivery.Direct)]
+    public void Reproduces_a_recorded_lab_cell_within_ten_percent(int rateMbit, int nodes, Delivery delivery)
+    {
+        var records = ResultReader.Read(Records).Records;
+        // Calibrated from the whole file (start-up from its N = 4 runs), then replayed at an N it did not read the start-up from.
+        var cal = Calibration.FromRecords(records, Records);
+        var cell = Experiments.Cells(records).Single(c => c.RateMbit == rateMbit && c.Nodes == nodes && c.Delivery == delivery && c.SizeBytes < 100 << 20);
+        var row = Experiments.Replay(cell, cal);
+        Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
+    }
+
+    [Fact]
+    public void Calibration_reads_the_costs_from_the_records_not_from_the_cells_times()
+    {
+        var records = ResultReader.Read(Records).Records;
+        var cal = Calibration.FromRecords(records, Records);
+        // The ring's node spends rank and agent CPU on every stored byte; the agent alone less.
+        Assert.InRange(cal.FanoutCpuPerByte * 1e9, 2, 30);
+        Assert.InRange(cal.FanoutIngestCpuPerByte, 0, cal.FanoutCpuPerByte);
+        Assert.InRange(cal.FanoutStartSeconds, 0, 2);
+        Assert.Equal(2, cal.LabCores);
+        Assert.Throws<InvalidOperationException>(() => Calibration.FromRecords([], "nothing"));
+    }
+
+    [Fact]
+    public void Flows_sharing_a_link_get_equal_shares_and_a_narrower_path_gives_its_spare_to_the_other()
+    {
+        var net = new FlowNetwork();
+        var shared = net.AddLink(100);
+        var narrow = net.AddLink(20);
+        var a = net.Start(1000, [shared], null, null);
+        var b = net.Start(1000, [shared, narrow], null, null);
+        net.Run(until: 1);
+        Assert.Equal(20, b.Rate, 6);
+        Assert.Equal(80, a.Rate, 6);
+        net.Run();
+        // a: 1000 at 80 until 12.5 s; b: 250 by then, the rest at 20 → 50 s.
+        Assert.Equal(12.5, a.Finished, 6);
+        Assert.Equal(50, b.Finished, 6);
+    }
+
+    [Fact]
+    public void A_weighted_flow_uses_a_CPU_link_by_its_cost_per_byte()
+    {
+        var net = new FlowNetwork();
+        var wire = net.AddLink(1000);
+        var cpu = net.AddLink(1); // one core
+        // 0.002 CPU-s per byte: one core ingests 500 bytes/s, half the wire.
+        var f = net.Start(1000, [wire, cpu], [1, 0.002], null);
+        net.Run();
+        Assert.Equal(2, f.Finished, 6);
+    }
+
+    [Theory]
+    [InlineData(Delivery.Direct)]
+    [InlineData(Delivery.Fanout)]
+    public void Doubling_the_link_rate_halves_a_link_bound_transfer(Delivery delivery)
+    {
+        const long stored = 512L << 20;
+        ClusterSpec Spec(double bits) => new() { Nodes = 8, CacheHosts = 2, LinkBitsPerSecond = bits };
+        var slow = Simulator.Run(Spec(1e9), Wire, delivery, stored).Seconds;
+        var fast = Simulator.Run(Spec(2e9), Wire, delivery, stored).Seconds;
+        Assert.Equal(0.5, fast / slow, 3);
+        // Direct: the 2 host links carry 8 copies; every byte at 0.94 of the rate.
+        if (delivery == Delivery.Direct) Assert.Equal(4 * stored / (1e9 / 8 * Wire.Efficiency), slow, 3);
+    }
+
+    [Fact]
+    public void A_slow_node_in_the_ring_slows_every_node_to_its_link()
+    {
+        const long stored = 256L << 20;
+        ClusterSpec Spec(params int[] slow) => new() { Nodes = 16, CacheHosts = 2, LinkBitsPerSecond = 1e9, SlowNodes = slow.ToHashSet(), SlowFactor = 0.25 };
+        var even = Simulator.Run(Spec(), Wire, Delivery.Fanout, stored).Jobs[0];
+        var one = Simulator.Run(Spec(5), Wire, Delivery.Fanout, stored).Jobs[0];
+        var sb = stored / (1e9 / 8 * Wire.Efficiency);
+        // Uniform: S/(ηB) plus the pipeline's fill and drain, well under 1.2 × S/(ηB).
+        Assert.InRange(even.Seconds, sb, 1.2 * sb);
+        // The slow node's links carry (N−1)/N·S and S at a quarter of the rate, and every block crosses them.
+        Assert.InRange(one.Seconds, 3.6 * sb, 4.4 * sb);
+        Assert.All(one.NodeSeconds, t => Assert.True(t > 3.5 * sb));
+        // Direct fetch: only that node is late; the others keep their time.
+        var direct = Simulator.Run(Spec(5), Wire, Delivery.Direct, stored).Jobs[0];
+        var evenDirect = Simulator.Run(Spec(), Wire, Delivery.Direct, stored).Jobs[0];
+        Assert.Equal(evenDirect.NodeSeconds[0], direct.NodeSeconds[0], 6);
+    }
+
+    [Fact]
+    public void Each_byte_leaves_the_tier_once_with_the_fan_out_and_once_per_node_with_direct_fetch()
+    {
+        const long stored = 64L << 20;
+        var spec = new ClusterSpec { Nodes = 12, CacheHosts = 3, LinkBitsPerSecond = 1e9 };
+        Assert.Equal(stored, Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0].TierBytes, 0);
+        Assert.Equal(12.0 * stored, Simulator.Run(spec, Wire, Delivery.Direct, stored).Jobs[0].TierBytes, 0);
+    }
+
+    [Fact]
+    public void A_node_that_dies_mid_ring_costs_the_stall_timeout_and_a_direct_fetch_of_what_is_missing()
+    {
+        const long stored = 256L << 20;
+        var spec = new ClusterSpec { Nodes = 8, CacheHosts = 2, LinkBitsPerSecond = 1e9 };
+        var clean = Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0];
+        var failed = Simulator.Run(spec, Wire, Delivery.Fanout, stored, failAfter: clean.ExchangeSeconds!.Value / 2, stallTimeout: 30).Jobs[0];
+        Assert.Equal(7, failed.FellBack);
+        Assert.True(failed.Seconds > 30 + clean.Seconds / 2, $"{failed.Seconds:0.00} s");
+        // About half of the data was in every survivor when the ring stopped: the tier sends the other half to each.
+        Assert.InRange(failed.TierBytes / stored, 1 + 7 * 0.35, 1 + 7 * 0.65);
+    }
+
+    [Fact]
+    public void On_a_uniform_ring_the_last_block_arrives_N_minus_2_hops_after_the_edges_end()
+    {
+        var finish = Simulator.RingFinish(Enumerable.Repeat(10.0, 6).ToArray(), new double[6], 0.5);
+        Assert.Equal(10 + 4 * 0.5, finish.Max(), 9);
+        // Behind one edge that ended late, the ranks after it finish one hop apart.
+        var ends = Enumerable.Repeat(10.0, 6).ToArray();
+        ends[2] = 20;
+        var late = Simulator.RingFinish(ends, new double[6], 0.5);
+        Assert.Equal(20, late[3], 9);
+        Assert.Equal(20.5, late[4], 9);
+        Assert.Equal(20 + 4 * 0.5, late[1], 9);
+    }
+
+    [Fact]
+    public void Ten_thousand_nodes_simulate_in_seconds()
+    {
+        var records = ResultReader.Read(Records).Records;
+        var cal = Calibration.FromRecords(records, Records);
+        var a = new Experiments.Assumptions();
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var fan = Simulator.Run(Experiments.Cluster(10_000, 8, 10, a), cal, Delivery.Fanout, 448L << 20);
+        var direct = Simulator.Run(Experiments.Cluster(10_000, 8, 10, a), cal, Delivery.Direct, 448L << 20);
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(10), $"{clock.Elapsed.TotalSeconds:0.0} s");
+        Assert.True(fan.Seconds < direct.Seconds / 10, $"fan-out {fan.Seconds:0.0} s, direct {direct.Seconds:0.0} s");
+    }
+}
