@@ -66,12 +66,12 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
     public static IReadOnlyList<string> SwitchNames() =>
         [.. SwitchGroup.Of(typeof(T)).Names.Concat(GroupNames(new T() as ISwitchGroups)).Append("--help").Distinct()];
 
-    public static string Help(string usage)
+    public static string Help(string usage, string? summary = null)
     {
         var defaults = new T();
         var own = SwitchGroup.Of(typeof(T));
         var sb = new StringBuilder();
-        foreach (var line in SwitchGroup.Wrap($"{usage} — {T.Summary}", 100)) sb.AppendLine(line);
+        foreach (var line in SwitchGroup.Wrap($"{usage} — {summary ?? T.Summary}", 100)) sb.AppendLine(line);
         sb.AppendLine();
         sb.Append("usage: ").Append(usage).Append(own.Arguments is { Length: > 0 } a ? " " + a : "").Append(" [options]").AppendLine(T.Trailing is { Length: > 0 } t ? " " + t : "").AppendLine();
         foreach (var line in own.HelpLines(defaults)) sb.AppendLine(line);
