@@ -50,13 +50,23 @@ public sealed class DatasetStore
     /// Before the agent says it is ready: the segment codec must work (a missing native library stops the agent here,
     /// with the reason), and the source's connections are opened, so the first fetch on a freshly started node
     /// neither pays for connection set-up nor learns only then that a host is misconfigured. Unreachable hosts are
-    /// logged, not fatal.
+    /// logged, not fatal (the tier may come up later, and local copies are served meanwhile); refused credentials stop
+    /// the agent here, since every fetch would be refused until they are corrected, and the first to hear of it would be
+    /// a job's node prep, with the right password, told of this agent's wrong one.
     /// </summary>
     public async Task PrepareAsync(CancellationToken ct)
     {
         if (SegmentCodec.SelfCheck() is { } problem) throw new InvalidOperationException($"segment codec self-check failed: {problem}");
         WarmUpMessages();
-        var unreachable = await _source.ConnectAsync(ct);
+        string?[] unreachable;
+        try
+        {
+            unreachable = await _source.ConnectAsync(ct);
+        }
+        catch (CommonDataException e) when (e.Code == ErrorCode.AccessDenied)
+        {
+            throw new CommonDataException(ErrorCode.AccessDenied, $"the cache tier refused this agent's credentials: {e.Message}", e);
+        }
         for (var h = 0; h < unreachable.Length; h++)
             if (unreachable[h] is { } why) _log.CacheHostUnreachable(_source.Hosts[h], why);
     }

@@ -13,7 +13,8 @@ public interface ISegmentSource
     /// <summary>The source's hosts, for messages and telemetry.</summary>
     IReadOnlyList<string> Hosts { get; }
 
-    /// <summary>Opens connections ahead of the first request; per host, why it cannot be reached, or null.</summary>
+    /// <summary>Opens connections ahead of the first request; per host, why it cannot be reached, or null. Throws
+    /// <see cref="CommonDataException"/> with <see cref="ErrorCode.AccessDenied"/> when a host refuses the credentials.</summary>
     Task<string?[]> ConnectAsync(CancellationToken ct);
 
     /// <summary>

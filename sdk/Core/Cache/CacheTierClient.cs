@@ -524,7 +524,9 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// Opens every host's pooled connections and PINGs each once, so a daemon learns of an unreachable or misconfigured
     /// host when it starts rather than at its first fetch, and that fetch finds its connections open. Returns, per host
     /// (same order as <see cref="Hosts"/>), why it could not be reached, or null. An unreachable host is an answer, not
-    /// an exception: a node keeps serving its local copies through a cache-tier outage.
+    /// an exception: a node keeps serving its local copies through a cache-tier outage. Credentials a host refuses
+    /// (NOAUTH, WRONGPASS) are thrown as <see cref="CommonDataException"/> with <see cref="ErrorCode.AccessDenied"/>:
+    /// no outage ends that, only a corrected setting.
     /// </summary>
     public async Task<string?[]> ConnectAllAsync(CancellationToken ct = default)
     {
