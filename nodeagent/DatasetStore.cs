@@ -65,7 +65,7 @@ public sealed class DatasetStore
         }
         catch (CommonDataException e) when (e.Code == ErrorCode.AccessDenied)
         {
-            throw new CommonDataException(ErrorCode.AccessDenied, $"the cache tier refused this agent's credentials: {e.Message}", e);
+            throw new CommonDataException(ErrorCode.AccessDenied, $"the cache tier refuses this agent, so it would refuse every fetch: {e.Message}", e);
         }
         for (var h = 0; h < unreachable.Length; h++)
             if (unreachable[h] is { } why) _log.CacheHostUnreachable(_source.Hosts[h], why);

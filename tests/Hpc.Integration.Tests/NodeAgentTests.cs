@@ -354,15 +354,17 @@ public class CacheTierFailoverTests
         foreach (var (password, refusal) in new[] { ((string?)null, "NOAUTH"), ("guess", "WRONGPASS") })
         {
             var pipe = $"hcdcred{Environment.ProcessId}{refusal}";
+            // The whole log, not the tail of stderr: the host's own report of the failed start follows, with a stack trace.
+            var log = Path.Combine(c.Root, pipe + ".log");
             var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent", c.AgentArguments(pipe, Path.Combine(c.Root, pipe)),
-                new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = password }, name: "agent"));
+                new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = password, [NodeAgentOptions.LogVariable] = log }, name: "agent"));
 
             var code = await agent.WaitForExitAsync(Cluster.Ready);
 
             Assert.NotEqual(0, code);
-            Assert.Null(agent.ReadyText);
-            var said = agent.StandardErrorTail;
-            Assert.Contains("the cache tier refused this agent's credentials", said);
+            var said = File.ReadAllText(log);
+            Assert.DoesNotContain("READY", said);
+            Assert.Contains("the cache tier refuses this agent, so it would refuse every fetch", said);
             Assert.Contains(refusal, said);
             Assert.Contains(CacheTierOptions.PasswordVariable, said);
             Assert.Contains("--cache-password-file", said);
