@@ -193,7 +193,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         long rawTotal = 0, storedTotal = 0, sentTotal = 0, newRawTotal = 0;
         int skipped = 0, done = 0, keptOtherEncoding = 0;
         // Look segments up before sending them only while the tier has been seen to hold some: on a fresh dataset the
-        // EXISTS round trip finds nothing, and SET NX tells afterwards what was already there. One batch that turns out
+        // STRLEN round trip finds nothing, and SET NX tells afterwards what was already there. One batch that turns out
         // to be held costs its bytes once; from then on batches are looked up again.
         var lookUpFirst = tierMayHold;
 
