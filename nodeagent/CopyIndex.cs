@@ -62,6 +62,9 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
 
     public LocalCopy? Find(string version) { lock (_lock) return _copies.GetValueOrDefault(version); }
 
+    /// <summary>The versions of <paramref name="name"/> the node has, complete or partial.</summary>
+    public List<string> VersionsOf(string name) { lock (_lock) return _copies.Values.Where(c => c.Manifest.Name == name).Select(c => c.Version).ToList(); }
+
     /// <summary>
     /// Leases every complete copy for which <paramref name="useful"/> holds (a delta fetch reads segments from them), so
     /// none is evicted while it is read; give each back with <see cref="Lease"/>(version, -1).

@@ -50,13 +50,23 @@ public sealed class DatasetStore
     /// Before the agent says it is ready: the segment codec must work (a missing native library stops the agent here,
     /// with the reason), and the source's connections are opened, so the first fetch on a freshly started node
     /// neither pays for connection set-up nor learns only then that a host is misconfigured. Unreachable hosts are
-    /// logged, not fatal.
+    /// logged, not fatal (the tier may come up later, and local copies are served meanwhile); refused credentials stop
+    /// the agent here, since every fetch would be refused until they are corrected, and the first to hear of it would be
+    /// a job's node prep, with the right password, told of this agent's wrong one.
     /// </summary>
     public async Task PrepareAsync(CancellationToken ct)
     {
         if (SegmentCodec.SelfCheck() is { } problem) throw new InvalidOperationException($"segment codec self-check failed: {problem}");
         WarmUpMessages();
-        var unreachable = await _source.ConnectAsync(ct);
+        string?[] unreachable;
+        try
+        {
+            unreachable = await _source.ConnectAsync(ct);
+        }
+        catch (CommonDataException e) when (e.Code == ErrorCode.AccessDenied)
+        {
+            throw new CommonDataException(ErrorCode.AccessDenied, $"the cache tier refuses this agent, so it would refuse every fetch: {e.Message}", e);
+        }
         for (var h = 0; h < unreachable.Length; h++)
             if (unreachable[h] is { } why) _log.CacheHostUnreachable(_source.Hosts[h], why);
     }
@@ -125,8 +135,10 @@ public sealed class DatasetStore
         DatasetName.Validate(name);
         if (string.IsNullOrEmpty(version) || version == "latest")
             version = await ResolveLatestAsync(name, ct);
+        else if (VersionPrefix.IsPrefix(version))
+            version = await ResolvePrefixAsync(name, version, ct);
         if (SegmentId.IsLegacy(version)) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {Manifest.LegacyIds} ('hpcdata stage' it again)");
-        if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
+        if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.NotFound, VersionPrefix.NotAVersion(name, version));
 
         var clock = Stopwatch.StartNew();
         var source = "local";
@@ -251,15 +263,32 @@ public sealed class DatasetStore
     public void Lease(string version, int delta) => _index.Lease(version, delta);
 
     /// <summary>
+    /// A version given by the start of its id: a copy of it on this node answers without asking the tier (so a node
+    /// serves it through a tier outage, as it does a whole id); otherwise the tier resolves it.
+    /// </summary>
+    private async Task<string> ResolvePrefixAsync(string name, string prefix, CancellationToken ct)
+    {
+        var local = _index.VersionsOf(name).Where(v => v.StartsWith(prefix, StringComparison.OrdinalIgnoreCase)).ToList();
+        if (local.Count > 0) return VersionPrefix.Choose(name, prefix, local, "on this node");
+        return await _source.ResolveVersionPrefixAsync(name, prefix, ct);
+    }
+
+    /// <summary>For a release: only the node's copies can be released, so a prefix is resolved among them; none is no error.</summary>
+    private string? LocalVersion(string name, string? version) =>
+        VersionPrefix.IsPrefix(version) && _index.VersionsOf(name).Where(v => v.StartsWith(version!, StringComparison.OrdinalIgnoreCase)).ToList() is { Count: > 0 } local
+            ? VersionPrefix.Choose(name, version!, local, "on this node")
+            : version;
+
+    /// <summary>
     /// Drops a pin; never fails because the data is already gone. Returns whether a copy was evicted. With
     /// <paramref name="access"/>, it is <paramref name="caller"/>'s release and checked (<see cref="CopyIndex.Release"/>).
     /// </summary>
     public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access = null, PeerCredentials? caller = null) =>
-        _index.Release(name, version, pin, evict, access, caller);
+        _index.Release(name, LocalVersion(name, version), pin, evict, access, caller);
 
     /// <inheritdoc cref="CopyIndex.Release(string, string?, string, bool, AccessPolicy?, PeerCredentials?, out int)"/>
     public bool Release(string name, string? version, string pin, bool evict, AccessPolicy? access, PeerCredentials? caller, out int released) =>
-        _index.Release(name, version, pin, evict, access, caller, out released);
+        _index.Release(name, LocalVersion(name, version), pin, evict, access, caller, out released);
 
     /// <summary>The node's state; its copies only those whose manifest <paramref name="visible"/> admits (all when null).</summary>
     /// <param name="mayRelease">Given a pin's owner, whether the caller may release it (each copy then lists those pins).</param>

@@ -13,7 +13,8 @@ public interface ISegmentSource
     /// <summary>The source's hosts, for messages and telemetry.</summary>
     IReadOnlyList<string> Hosts { get; }
 
-    /// <summary>Opens connections ahead of the first request; per host, why it cannot be reached, or null.</summary>
+    /// <summary>Opens connections ahead of the first request; per host, why it cannot be reached, or null. Throws
+    /// <see cref="CommonDataException"/> with <see cref="ErrorCode.AccessDenied"/> when a host refuses the credentials.</summary>
     Task<string?[]> ConnectAsync(CancellationToken ct);
 
     /// <summary>
@@ -21,6 +22,13 @@ public interface ISegmentSource
     /// <see cref="ErrorCode.Unavailable"/> when no host can answer.
     /// </summary>
     Task<string?> GetLatestAsync(string name, CancellationToken ct);
+
+    /// <summary>
+    /// The whole id of the version of <paramref name="name"/> that starts with <paramref name="prefix"/>
+    /// (<see cref="VersionPrefix"/>): <see cref="ErrorCode.NotFound"/> when none does, <see cref="ErrorCode.BadRequest"/>
+    /// naming them when several do.
+    /// </summary>
+    Task<string> ResolveVersionPrefixAsync(string name, string prefix, CancellationToken ct);
 
     /// <summary>The verified manifest of <paramref name="version"/>, which must belong to <paramref name="name"/>.</summary>
     Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct);
@@ -52,6 +60,8 @@ public sealed class CacheTierSource(CacheTierClient tier) : ISegmentSource
     public Task<string?[]> ConnectAsync(CancellationToken ct) => tier.ConnectAllAsync(ct);
 
     public Task<string?> GetLatestAsync(string name, CancellationToken ct) => tier.GetLatestAsync(name, ct);
+
+    public Task<string> ResolveVersionPrefixAsync(string name, string prefix, CancellationToken ct) => tier.Catalog.ResolveVersionPrefixAsync(name, prefix, ct);
 
     public async Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct) => (await tier.ResolveAsync(name, version, ct)).Manifest;
 

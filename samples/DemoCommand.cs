@@ -65,13 +65,17 @@ public sealed class DemoCommand(DemoOptions o)
         var size = ByteSize.Parse(o.Size);
         var root = o.WorkDir ?? Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-demo-{Environment.ProcessId}");
         Directory.CreateDirectory(root);
+        using var stop = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        var orphaned = false;
+        using var watch = ParentWatch.Start(() => { orphaned = true; stop.Cancel(); });
         try
         {
-            return await RunCoreAsync(size, root, ct);
+            return await RunCoreAsync(size, root, stop.Token);
         }
         catch (OperationCanceledException)
         {
-            throw CommandException.Cancelled("interrupted; everything it started was stopped");
+            throw CommandException.Cancelled(orphaned ? "the program that started the demo is gone; everything the demo started was stopped"
+                : "interrupted; everything it started was stopped");
         }
         catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException)
         {
@@ -166,4 +170,34 @@ public sealed class DemoCommand(DemoOptions o)
         var path = ComponentLocator.Find(a);
         return $"{a} {(ComponentLocator.IsNative(path) ? "native" : "JIT")}";
     })) + $" (from {Path.GetDirectoryName(ComponentLocator.Find(NodeAgentOptions.Assembly))})";
+}
+
+/// <summary>
+/// Notices that the process which started this one has gone (killed, crashed: nothing passed a signal on), as a changed
+/// parent pid: the demo then stops the cache hosts, agents and workers it started instead of leaving them running.
+/// A parent-death signal (prctl PR_SET_PDEATHSIG) would not do: it fires when the parent's forking thread ends, and
+/// .NET starts processes from pool threads that end while the parent lives on.
+/// </summary>
+internal sealed class ParentWatch : IDisposable
+{
+    private readonly Timer? _timer;
+
+    private ParentWatch(Action gone)
+    {
+        if (OperatingSystem.IsWindows()) return;
+        var parent = getppid();
+        _timer = new Timer(_ =>
+        {
+            if (getppid() == parent) return;
+            _timer!.Change(Timeout.Infinite, Timeout.Infinite);
+            gone();
+        }, null, TimeSpan.FromMilliseconds(250), TimeSpan.FromMilliseconds(250));
+    }
+
+    public static ParentWatch Start(Action gone) => new(gone);
+
+    public void Dispose() => _timer?.Dispose();
+
+    [System.Runtime.InteropServices.DllImport("libc")]
+    private static extern int getppid();
 }

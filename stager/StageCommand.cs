@@ -51,6 +51,10 @@ public static class StageCommand
                                   $"{result.SkippedSegments} already on the cache tier; sent {ByteSize.Format(result.SentBytes)}");
                 Console.WriteLine($"  {result.Seconds:0.00} s, {result.MegabytesPerSecond:0} MB/s, hash {result.Hash}");
                 Console.WriteLine($"  codec {(result.CodecReason is { } why ? $"auto → {why}" : result.Codec)}");
+                if (result.KeptInOtherEncoding > 0)
+                    Console.WriteLine($"  {result.KeptInOtherEncoding} of the segments already on the cache tier are stored in another encoding than " +
+                                      $"{result.Codec.ToLowerInvariant()} and were kept so, not re-encoded (the stored size above counts them as they are " +
+                                      "stored; versions staged before read them as they are)");
             }
             return 0;
         }

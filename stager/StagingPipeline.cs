@@ -60,6 +60,8 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         public readonly SegmentId[] Ids = new SegmentId[maxSegments];
         public readonly bool[] Present = new bool[maxSegments];
         public readonly bool[] Held = new bool[maxSegments];
+        /// <summary>Bytes the tier holds for a segment it already had: its stored form, in whichever codec stored it.</summary>
+        public readonly long[] TierLength = new long[maxSegments];
         public readonly List<StoredSegmentParts> Send = new(maxSegments);
         public readonly List<int> SendIndex = new(maxSegments);
         /// <summary>Index in the dataset of the first segment.</summary>
@@ -189,9 +191,9 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var segments = new List<ManifestSegment?>();
         var hash = new XxHash.Streaming128();
         long rawTotal = 0, storedTotal = 0, sentTotal = 0, newRawTotal = 0;
-        int skipped = 0, done = 0;
+        int skipped = 0, done = 0, keptOtherEncoding = 0;
         // Look segments up before sending them only while the tier has been seen to hold some: on a fresh dataset the
-        // EXISTS round trip finds nothing, and SET NX tells afterwards what was already there. One batch that turns out
+        // STRLEN round trip finds nothing, and SET NX tells afterwards what was already there. One batch that turns out
         // to be held costs its bytes once; from then on batches are looked up again.
         var lookUpFirst = tierMayHold;
 
@@ -251,8 +253,12 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                 try
                 {
                     var ids = new ArraySegment<SegmentId>(batch.Ids, 0, batch.Count);
-                    if (Volatile.Read(ref lookUpFirst)) await tier.ContainsSegmentsAsync(ids, batch.Present, cts.Token);
+                    Array.Clear(batch.TierLength);
+                    if (Volatile.Read(ref lookUpFirst)) await tier.StoredSegmentLengthsAsync(ids, batch.Present, batch.TierLength, cts.Token);
                     else Array.Clear(batch.Present);
+                    // One replica holding it is not the tier holding it: that segment is sent, in this stage's codec.
+                    for (var i = 0; i < batch.Count; i++)
+                        if (!batch.Present[i]) batch.TierLength[i] = 0;
                     batch.Send.Clear();
                     batch.SendIndex.Clear();
                     for (var i = 0; i < batch.Count; i++)
@@ -265,24 +271,35 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                         var sent = await tier.PutSegmentsAsync(batch.Send, options.Lifetime, batch.Held, cts.Token);
                         Interlocked.Add(ref sentTotal, sent);
                     }
-                    int held = 0;
+                    int held = 0, otherEncoding = 0;
                     long newRaw = 0, stored = 0;
-                    for (var i = 0; i < batch.Count; i++)
-                    {
-                        stored += batch.StoredLength(i);
-                        if (batch.Present[i]) held++;
-                    }
+                    var heldBySet = new List<int>();
                     for (var k = 0; k < batch.SendIndex.Count; k++)
                     {
-                        if (batch.Held[k]) held++;
+                        if (batch.Held[k]) heldBySet.Add(batch.SendIndex[k]);
                         else newRaw += batch.Length[batch.SendIndex[k]];
+                    }
+                    if (heldBySet.Count > 0) await LearnTierLengthsAsync(batch, heldBySet, cts.Token);
+                    // A segment the tier already had stays as it is stored there (segments are immutable, and versions
+                    // staged before read it as stored): the manifest and the summary give its length there, not the
+                    // length this stage's codec would have made.
+                    for (var i = 0; i < batch.Count; i++)
+                    {
+                        if (batch.TierLength[i] > 0)
+                        {
+                            held++;
+                            if (batch.TierLength[i] != batch.StoredLength(i)) otherEncoding++;
+                        }
+                        stored += batch.TierLength[i] > 0 ? batch.TierLength[i] : batch.StoredLength(i);
                     }
                     Volatile.Write(ref lookUpFirst, held > 0);
                     Interlocked.Add(ref newRawTotal, newRaw);
                     Interlocked.Add(ref skipped, held);
+                    Interlocked.Add(ref keptOtherEncoding, otherEncoding);
                     lock (segments)
                         for (var i = 0; i < batch.Count; i++)
-                            segments[batch.First + i] = new ManifestSegment(batch.Ids[i].ToString(), batch.Length[i], batch.StoredLength(i));
+                            segments[batch.First + i] = new ManifestSegment(batch.Ids[i].ToString(), batch.Length[i],
+                                batch.TierLength[i] > 0 ? (int)batch.TierLength[i] : batch.StoredLength(i));
                     var storedSoFar = Interlocked.Add(ref storedTotal, stored);
                     var count = Interlocked.Add(ref done, batch.Count);
                     progress?.Report(new StageProgress(Volatile.Read(ref rawTotal), storedSoFar, count, source.KnownLength, clock.Elapsed));
@@ -312,7 +329,21 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             Segments = segments.Select(x => x!).ToList(), Files = source.Files, Readers = options.Readers,
         };
         var result = await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, cts.Token);
-        return result with { Codec = options.Compression.ToString(), CodecReason = codecReason };
+        return result with { Codec = options.Compression.ToString(), CodecReason = codecReason, KeptInOtherEncoding = keptOtherEncoding };
+    }
+
+    /// <summary>
+    /// How the tier stores segments that SET NX found it held already (sent without a look-up first): one STRLEN batch,
+    /// only for a batch where that happened.
+    /// </summary>
+    private async Task LearnTierLengthsAsync(Batch batch, List<int> held, CancellationToken ct)
+    {
+        var ids = held.Select(i => batch.Ids[i]).ToArray();
+        var present = new bool[ids.Length];
+        var lengths = new long[ids.Length];
+        await tier.StoredSegmentLengthsAsync(ids, present, lengths, ct);
+        for (var k = 0; k < held.Count; k++)
+            batch.TierLength[held[k]] = lengths[k] > 0 ? lengths[k] : batch.StoredLength(held[k]);
     }
 
     private const int SpaceSamples = 32;

@@ -113,11 +113,14 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
 
     /// <summary>
     /// A link's target as a relative path that stays inside the tree, or null when it leads out. Absolute targets inside
-    /// the tree are made relative, so the tree can be published anywhere.
+    /// the tree are made relative, so the tree can be published anywhere. A relative target that stays inside as written
+    /// is kept byte for byte ("./", "..//" and a trailing "/" included): its text is data that programs read with
+    /// readlink, and tidying it changed what they see.
     /// </summary>
     private static string? ToRelative(string root, string linkPath, string target)
     {
         if (target.Length == 0) return null;
+        if (!Path.IsPathRooted(target) && Manifest.LinkStaysInside(linkPath, target)) return target;
         var linkDirectory = Path.GetDirectoryName(Path.Combine(root, linkPath))!;
         var resolved = Path.GetFullPath(Path.IsPathRooted(target) ? target : Path.Combine(linkDirectory, target));
         var rootFull = Path.GetFullPath(root).TrimEnd('/');

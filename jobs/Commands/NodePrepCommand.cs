@@ -136,6 +136,8 @@ public static class NodePrepCommand
             var fetchStart = clock.Elapsed;
             using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name))
                 fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
+            // The start of an id was resolved by the agent: from here on the version is the one it fetched.
+            if (VersionPrefix.IsPrefix(version) && fetched.Version.StartsWith(version!, StringComparison.OrdinalIgnoreCase)) version = fetched.Version;
             if (ranks is not null)
                 fanout += $" publish-seconds={(clock.Elapsed - fetchStart).TotalSeconds:0.000} startup-seconds={StartupSeconds(clock):0.000} " +
                           $"join-seconds={joined.TotalSeconds:0.000} agent-seconds={agentSeconds:0.000}";

@@ -32,7 +32,9 @@ public static class RemoveCommand
         try
         {
             await using var tier = new CacheTierClient(options);
-            var version = given ?? await tier.GetLatestAsync(name, ct);
+            // A prefix as status and list print ids is resolved first, so the job reference and the output name the whole id.
+            var version = given is null ? await tier.GetLatestAsync(name, ct)
+                : VersionPrefix.IsPrefix(given) ? await tier.Catalog.ResolveVersionPrefixAsync(name, given, ct) : given;
             if (version is null) return Notice($"dataset '{name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
             if (o.Job is not null)
             {

@@ -15,9 +15,15 @@ public static class ProgramVerb
         foreach (var c in command.Skip(1)) info.ArgumentList.Add(c);
         foreach (var a in args) info.ArgumentList.Add(a);
         using var p = System.Diagnostics.Process.Start(info)!;
-        // A terminal's Ctrl-C reaches the whole process group; a scheduler's SIGTERM reaches only us: pass it on.
+        // A terminal's Ctrl-C reaches the whole process group; a scheduler's SIGTERM, or a SIGINT sent to this process
+        // alone (kill -INT), reaches only us: pass it on, and stay to return the program's exit code once it has cleaned
+        // up, rather than die and leave it running (with the processes it started) under no parent. The programs take
+        // SIGTERM as they take SIGINT, so a Ctrl-C that reached both just cancels them once more.
+        void PassOn(System.Runtime.InteropServices.PosixSignalContext c) { c.Cancel = true; ComponentProcess.Terminate(p.Id); }
         using var sigterm = OperatingSystem.IsWindows() ? null : System.Runtime.InteropServices.PosixSignalRegistration.Create(
-            System.Runtime.InteropServices.PosixSignal.SIGTERM, c => { c.Cancel = true; ComponentProcess.Terminate(p.Id); });
+            System.Runtime.InteropServices.PosixSignal.SIGTERM, PassOn);
+        using var sigint = OperatingSystem.IsWindows() ? null : System.Runtime.InteropServices.PosixSignalRegistration.Create(
+            System.Runtime.InteropServices.PosixSignal.SIGINT, PassOn);
         await p.WaitForExitAsync();
         return p.ExitCode;
     }

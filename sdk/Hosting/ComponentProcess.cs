@@ -219,14 +219,33 @@ public static class ComponentLocator
             if (FindIn(dir, assembly) is { } path) return path;
         // A build tree (artifacts/bin/<project>/<configuration>/): a program may also sit, copied, in the output of
         // projects that reference it; the newest build of it is the one meant.
-        // A copy whose runtime configuration is not there (yet) is one a build is still writing: not a program to start.
-        var built = BuildTree().Select(d => Path.Combine(d, file))
-            .Where(p => File.Exists(p) && File.Exists(Path.ChangeExtension(p, ".runtimeconfig.json")))
-            .MaxBy(File.GetLastWriteTimeUtc);
+        var built = NewestBuilt(BuildTree().Select(d => Path.Combine(d, file)), assembly);
         if (built is not null && NativeBuildOf(built, assembly) is { } native) return native;
         return built ?? throw new FileNotFoundException(
             $"cannot find {file}; build the solution first (dotnet build Hpc.sln) or set {BinVariable} to the folder of the installed programs. " +
             $"Looked in: {string.Join(", ", installed)} and the build's artifacts/bin");
+    }
+
+    /// <summary>
+    /// Of a program's assembly in the build outputs (<paramref name="candidates"/>, artifacts/bin/&lt;project&gt;/&lt;config&gt;/),
+    /// the newest build; but when its own project's output holds the same bytes, that one: it is the same program, and
+    /// the folder named to a person (the demo's "programs … from") is then the product's own, not a test project's copy.
+    /// </summary>
+    internal static string? NewestBuilt(IEnumerable<string> candidates, string assembly)
+    {
+        // A copy whose runtime configuration is not there (yet) is one a build is still writing: not a program to start.
+        var built = candidates.Where(p => File.Exists(p) && File.Exists(Path.ChangeExtension(p, ".runtimeconfig.json"))).ToList();
+        var newest = built.MaxBy(File.GetLastWriteTimeUtc);
+        if (newest is null) return null;
+        var project = assembly == "hpcdata" ? "Hpc.Jobs" : assembly;
+        var own = built.FirstOrDefault(p => new DirectoryInfo(Path.GetDirectoryName(p)!).Parent?.Name == project);
+        return own is not null && own != newest && SameBytes(own, newest) ? own : newest;
+    }
+
+    private static bool SameBytes(string a, string b)
+    {
+        try { return new FileInfo(a).Length == new FileInfo(b).Length && File.ReadAllBytes(a).AsSpan().SequenceEqual(File.ReadAllBytes(b)); }
+        catch (IOException) { return false; }
     }
 
     /// <summary>Where an installed folder keeps programs compiled to native code for one platform: <c>native/&lt;rid&gt;/</c>.</summary>

@@ -87,6 +87,12 @@ public sealed record StageResult(
     /// <summary>The cache hosts that lacked this version's manifest or "latest" pointer and were given them by this stage.</summary>
     public IReadOnlyList<string> RepairedHosts { get; init; } = [];
 
+    /// <summary>
+    /// Segments the tier already held stored otherwise than <see cref="Codec"/> would store them (staged before with
+    /// another codec): kept as they are, and counted in <see cref="StoredBytes"/> as stored there.
+    /// </summary>
+    public int KeptInOtherEncoding { get; init; }
+
     [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
     [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
 }

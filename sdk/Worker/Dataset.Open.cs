@@ -34,19 +34,20 @@ public sealed partial class Dataset
         AgentClient agent;
         try
         {
-            agent = await AgentClient.ConnectAsync(options.AgentPipe, options.AgentConnectTimeout, ct);
+            // A worker does not start the agent, so an absent socket will not appear while it waits: it is said at once,
+            // rather than after the connect timeout as the runtime's bare "The operation has timed out.".
+            agent = await AgentClient.ConnectIfListeningAsync(options.AgentPipe, options.AgentConnectTimeout, ct);
         }
         // A socket that refuses this user is an agent that is there: not a reason to go around it to the cache tier.
         catch (Exception e) when (options.Mode == DataAccessMode.Auto && e is TimeoutException or IOException)
         {
-            log.LogWarning("No node agent on pipe '{Pipe}' ({Reason}); fetching {Dataset} straight from the cache tier into private memory",
-                options.AgentPipe, e.Message, name);
+            log.LogWarning("{NoAgent}; fetching {Dataset} straight from the cache tier into private memory",
+                NoAgent(options.AgentPipe, e), name);
             return await OpenDirectAsync(name, version, options, clock, ct);
         }
         catch (Exception e) when (e is TimeoutException or IOException)
         {
-            throw new CommonDataException(ErrorCode.Unavailable,
-                $"{AgentClient.NotAnswering(options.AgentPipe, e)}; is it running? ({AgentClient.PipeVariable})", e);
+            throw new CommonDataException(ErrorCode.Unavailable, NoAgent(options.AgentPipe, e), e);
         }
 
         try
@@ -74,6 +75,11 @@ public sealed partial class Dataset
             throw;
         }
     }
+
+    /// <summary>Where the agent was looked for and what sets that: the words a worker's user acts on.</summary>
+    private static string NoAgent(string pipe, Exception cause) =>
+        $"{AgentClient.NotAnswering(pipe, cause)}; start one with `hpcdata agent`, or set {AgentClient.PipeVariable} " +
+        $"(DatasetOptions.AgentPipe) to the pipe this node's agent serves (`hpcdata agent --pipe`)";
 
     private static async Task<Dataset> OpenStreamAsync(string name, string? version, AgentClient agent, Stopwatch clock, CancellationToken ct)
     {

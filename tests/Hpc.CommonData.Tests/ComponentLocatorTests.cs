@@ -109,4 +109,38 @@ public sealed class ComponentLocatorTests : IDisposable
         File.SetUnixFileMode(native, UnixFileMode.UserRead | UnixFileMode.UserWrite);
         Assert.Equal(dll, ComponentLocator.FindIn(_dir, "Hpc.Stager"));
     }
+
+    /// <summary>A program's assembly with <paramref name="bytes"/> in a project's output of the build tree, written at <paramref name="when"/>.</summary>
+    private string Built(string project, string assembly, string bytes, DateTime when)
+    {
+        var bin = Directory.CreateDirectory(Path.Combine(_dir, "artifacts", "bin", project, "release")).FullName;
+        var dll = Path.Combine(bin, assembly + ".dll");
+        File.WriteAllText(dll, bytes);
+        File.WriteAllText(Path.Combine(bin, assembly + ".runtimeconfig.json"), "{}");
+        File.SetLastWriteTimeUtc(dll, when);
+        return dll;
+    }
+
+    [Fact]
+    public void In_a_build_tree_the_programs_own_output_is_named_when_a_newer_copy_elsewhere_is_the_same_build()
+    {
+        var at = new DateTime(2026, 11, 26, 12, 0, 0, DateTimeKind.Utc);
+        var own = Built("Hpc.NodeAgent", "Hpc.NodeAgent", "build 2", at);
+        var copy = Built("Hpc.NodeAgent.Tests", "Hpc.NodeAgent", "build 2", at.AddSeconds(3));   // copied later by the test project's build
+        Assert.Equal(own, ComponentLocator.NewestBuilt([copy, own], "Hpc.NodeAgent"));
+
+        var jobs = Built("Hpc.Jobs", "hpcdata", "tool", at);
+        var jobsCopy = Built("Hpc.Jobs.Tests", "hpcdata", "tool", at.AddSeconds(1));
+        Assert.Equal(jobs, ComponentLocator.NewestBuilt([jobsCopy, jobs], "hpcdata"));
+    }
+
+    [Fact]
+    public void In_a_build_tree_a_newer_different_build_in_another_output_is_still_the_one_run()
+    {
+        var at = new DateTime(2026, 11, 26, 12, 0, 0, DateTimeKind.Utc);
+        var own = Built("Hpc.NodeAgent", "Hpc.NodeAgent", "build 1", at);
+        var newer = Built("Hpc.NodeAgent.Tests", "Hpc.NodeAgent", "build 2, rebuilt", at.AddMinutes(5));
+        Assert.Equal(newer, ComponentLocator.NewestBuilt([own, newer], "Hpc.NodeAgent"));
+        Assert.Null(ComponentLocator.NewestBuilt([Path.Combine(_dir, "nowhere", "Hpc.NodeAgent.dll")], "Hpc.NodeAgent"));
+    }
 }

@@ -39,4 +39,37 @@ public sealed class CodecChoiceTests
         Assert.Equal("zstd:5", staged.Codec);
         Assert.Null(staged.CodecReason);
     }
+
+    [Fact]
+    public async Task Restaged_with_another_codec_the_segments_on_the_tier_are_kept_as_stored_and_the_summary_says_so_and_counts_them_so()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var path = Cluster.WriteFile(c.Root, "prices.csv", Cluster.Csvish(3 << 20));
+        var lz4 = await c.StageAsync(path, "risk/recoded", "--codec", "lz4");
+
+        var again = await c.RunStagerAsync([path, "--name", "risk/recoded", "--cache-hosts", c.HostList, "--codec", "zstd"]);
+
+        Assert.True(again.Code == 0, again.Stderr);
+        var said = string.Join("\n", again.Stdout);
+        // What is stored is the LZ4 form, so that is what the summary counts, and the manifest is the LZ4 stage's own.
+        Assert.Contains($"stored {Hpc.CommonData.ByteSize.Format(lz4.StoredBytes)} ", said);
+        Assert.Contains($"{lz4.Segments} of the segments already on the cache tier are stored in another encoding than zstd and were kept so, not re-encoded", said);
+        Assert.Contains($"version {lz4.Version} (unchanged", said);
+
+        // Half of the file changed: the new half goes as zstd, the kept half is counted as stored, in LZ4.
+        var changed = Cluster.Csvish(3 << 20);
+        Cluster.Csvish(3 << 20, seed: 11).AsSpan(0, 3 << 19).CopyTo(changed);
+        var mixed = await c.StageAsync(Cluster.WriteFile(c.Root, "prices2.csv", changed), "risk/recoded", "--codec", "zstd");
+        Assert.True(mixed.SkippedSegments > 0 && mixed.SkippedSegments < mixed.Segments, $"{mixed.SkippedSegments} of {mixed.Segments} kept");
+        await using var tier = c.Tier();
+        var manifest = (await tier.ResolveAsync("risk/recoded", mixed.Version)).Manifest;
+        Assert.Equal(mixed.StoredBytes, manifest.Segments.Sum(s => s.StoredLength));
+        var asStoredByLz4 = (await tier.ResolveAsync("risk/recoded", lz4.Version)).Manifest.Segments.ToDictionary(s => s.Id, s => s.StoredLength);
+        var kept = manifest.Segments.Where(s => asStoredByLz4.ContainsKey(s.Id)).ToList();
+        Assert.Equal(mixed.SkippedSegments, kept.Count);
+        Assert.All(kept, s => Assert.Equal(asStoredByLz4[s.Id], s.StoredLength));
+        // The new ones went as zstd, which stores this kind of text in much less than LZ4 does.
+        Assert.True(manifest.Segments.Where(s => !asStoredByLz4.ContainsKey(s.Id)).Average(s => s.StoredLength) < 0.8 * kept.Average(s => s.StoredLength));
+    }
 }

@@ -347,19 +347,37 @@ public class CacheTierFailoverTests
     }
 
     [Fact]
-    public async Task A_worker_behind_an_agent_without_the_password_is_told_access_was_denied_not_that_the_data_is_missing()
+    public async Task An_agent_whose_credentials_the_tier_refuses_stops_at_start_naming_the_settings_while_an_unreachable_tier_does_not_stop_it()
     {
         await using var c = new Cluster();
         await c.StartCacheHostAsync(o => o.Password = "s3cret");
-        var path = Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(1000));
-        var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [path, "--name", "sec/data", "--cache-hosts", c.HostList],
-            new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "s3cret" });
-        Assert.True(code == 0, stderr);
-        var (_, pipe, _) = await c.StartAgentAsync(); // started without the password
+        foreach (var (password, refusal) in new[] { ((string?)null, "NOAUTH"), ("guess", "WRONGPASS") })
+        {
+            var pipe = $"hcdcred{Environment.ProcessId}{refusal}";
+            // The whole log, not the tail of stderr: the host's own report of the failed start follows, with a stack trace.
+            var log = Path.Combine(c.Root, pipe + ".log");
+            var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent", c.AgentArguments(pipe, Path.Combine(c.Root, pipe)),
+                new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = password, [NodeAgentOptions.LogVariable] = log }, name: "agent"));
 
-        var refused = await Assert.ThrowsAsync<CommonDataException>(async () => await Dataset.OpenAsync("sec/data", Cluster.Via(pipe)));
-        Assert.Equal(ErrorCode.AccessDenied, refused.Code);
-        Assert.Contains("NOAUTH", refused.Message);
+            var code = await agent.WaitForExitAsync(Cluster.Ready);
+
+            Assert.NotEqual(0, code);
+            var said = File.ReadAllText(log);
+            Assert.DoesNotContain("READY", said);
+            Assert.Contains("the cache tier refuses this agent, so it would refuse every fetch", said);
+            Assert.Contains(refusal, said);
+            Assert.Contains(CacheTierOptions.PasswordVariable, said);
+            Assert.Contains("--cache-password-file", said);
+            Assert.True(AgentClient.SocketMissing(pipe), "the agent that stopped left its socket behind");
+        }
+
+        // With the password it serves; with no cache host reachable it starts as well, to serve the copies it holds.
+        var right = $"hcdcred{Environment.ProcessId}right";
+        await c.Track(ComponentProcess.Start("Hpc.NodeAgent", c.AgentArguments(right, Path.Combine(c.Root, right)),
+            new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "s3cret" }, name: "agent")).WaitReadyAsync(Cluster.Ready);
+        var (_, unreachable, _) = await c.StartAgentAsync(configure: o => o.CacheTier.Hosts = ["127.0.0.1:1"]);
+        await using var client = await AgentClient.ConnectAsync(unreachable);
+        await client.StatusAsync();
     }
 }
 

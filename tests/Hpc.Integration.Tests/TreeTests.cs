@@ -37,6 +37,7 @@ public class TreeTests
             mkdir '{tree}/links'; ln -s ../a/one.csv '{tree}/links/to-one'
             ln -s '{tree}/a/b' '{tree}/absolute-to-b'
             mkdir '{tree}/sub'; ln -s .. '{tree}/sub/up'
+            mkdir '{tree}/sub/deeper'; ln -s '../.././a//./one.csv' '{tree}/sub/deeper/odd'; ln -s './..//../a/b/' '{tree}/sub/deeper/trailing'
             touch -d '2001-02-03 04:05:06.123456789' '{tree}/a/one.csv' '{tree}/empty-dir'
             """);
         Assert.True(code == 0, output);
@@ -63,6 +64,9 @@ public class TreeTests
         Assert.Equal("../a/one.csv", new FileInfo(Path.Combine(copy, "links", "to-one")).LinkTarget);
         Assert.Equal("a/b", new FileInfo(Path.Combine(copy, "absolute-to-b")).LinkTarget);   // made relative, so the tree can live anywhere
         Assert.Equal("..", new FileInfo(Path.Combine(copy, "sub", "up")).LinkTarget);
+        // A link's text is data: "./", "..//" and a trailing "/" come back as they were written, not tidied.
+        Assert.Equal("../.././a//./one.csv", new FileInfo(Path.Combine(copy, "sub", "deeper", "odd")).LinkTarget);
+        Assert.Equal("./..//../a/b/", new FileInfo(Path.Combine(copy, "sub", "deeper", "trailing")).LinkTarget);
         var (_, links) = await Shell($"stat -c '%h %a' '{copy}/a/one.csv' '{copy}/a/one-again.csv' '{copy}/a/run.sh' '{copy}/a/b' && stat -c %i '{copy}/a/one.csv' '{copy}/a/one-again.csv' | uniq | wc -l");
         Assert.Equal(["2 644", "2 644", "1 750", "2 700", "1"], links.Trim().Split('\n').Select(l => l.Trim()).ToArray());
         Assert.Equal(File.GetLastWriteTimeUtc(Path.Combine(tree, "a/one.csv")), File.GetLastWriteTimeUtc(Path.Combine(copy, "a/one.csv")));
@@ -92,6 +96,8 @@ public class TreeTests
         var (same, diff) = await Shell($"diff -r --no-dereference -x absolute-to-b '{tree}' '{nodeTree}'");
         Assert.True(same == 0, diff);
         Assert.Equal("../a/one.csv", new FileInfo(Path.Combine(nodeTree, "links", "to-one")).LinkTarget);
+        Assert.Equal("../.././a//./one.csv", new FileInfo(Path.Combine(nodeTree, "sub", "deeper", "odd")).LinkTarget);
+        Assert.Equal("./..//../a/b/", new FileInfo(Path.Combine(nodeTree, "sub", "deeper", "trailing")).LinkTarget);
         // One copy on the node: the tree is the copy (no concatenated file beside it), hard links share their inode.
         var (_, copies) = await Shell($"find '{dataDir}' -type f -size 300000c | wc -l; ls '{dataDir}/complete' '{dataDir}/partial'");
         Assert.Equal([ "1", $"{dataDir}/complete:", staged.Version, "", $"{dataDir}/partial:" ], copies.TrimEnd().Split('\n'));

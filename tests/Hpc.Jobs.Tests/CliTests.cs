@@ -160,7 +160,7 @@ public sealed class CliTests
         var get = await s.HpcdataAsync(["get", "risk/up", Path.Combine(s.Root, "out.bin"), "--cache-hosts", hosts],
             new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() });
         AssertOneLinePerProblem("hpcdata get", get.Stderr, dead);
-        Assert.Contains("hpcdata get: warning: No node agent on pipe", get.Stderr);
+        Assert.Contains("hpcdata get: warning: no node agent answers on pipe", get.Stderr);
     }
 
     private static void AssertOneLinePerProblem(string command, string stderr, string deadHost)

@@ -130,4 +130,52 @@ public sealed class StatusListTests
         Assert.Equal(1, none.Code);
         Assert.Contains("no node agent answers", none.Stderr);
     }
+
+    [Fact]
+    public async Task A_version_is_taken_by_the_twelve_digits_status_and_list_print_or_any_unique_start_of_eight_or_more()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var first = await s.StageAsync(s.WriteFile("v1.bin", Sandbox.RandomBytes(2 * 65536, seed: 1)), "risk/short");
+        var second = await s.StageAsync(s.WriteFile("v2.bin", Sandbox.RandomBytes(2 * 65536, seed: 2)), "risk/short");
+        var listed = await s.HpcdataAsync(["list", "--cache-hosts", s.HostList]);
+        Assert.Contains(listed.Stdout, l => l.Contains(first.Version[..12]));
+
+        // On the tier, with no agent: get and remove take the start of the id and name the whole one.
+        var noAgent = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() };
+        var get = await s.HpcdataAsync(["get", $"risk/short@{first.Version[..12]}", Path.Combine(s.Root, "out.bin"), "--cache-hosts", s.HostList], noAgent);
+        Assert.True(get.Code == 0, get.Stderr);
+        Assert.Contains($"version {first.Version}:", get.Out);
+        Assert.Equal(File.ReadAllBytes(Path.Combine(s.Root, "v1.bin")), File.ReadAllBytes(Path.Combine(s.Root, "out.bin")));
+
+        // On the node: node prep, path and node release take it too; path prints the copy of the version meant.
+        var pipe = s.NewPipe();
+        var agent = s.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
+        {
+            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = new CacheTierOptions { Hosts = s.Hosts.ToList() },
+        }), name: "agent"));
+        await agent.WaitReadyAsync(Sandbox.Ready);
+        var prep = await s.HpcdataAsync(["nodeprep", $"risk/short@{first.Version[..8]}", "--job", "j1", "--pipe", pipe, "--no-start"]);
+        Assert.True(prep.Code == 0, prep.Stderr);
+        var path = await s.HpcdataAsync(["path", $"risk/short@{first.Version[..12].ToUpperInvariant()}", "--pipe", pipe]);
+        Assert.True(path.Code == 0, path.Stderr);
+        Assert.Equal(first.Version, Path.GetFileNameWithoutExtension(Assert.Single(path.Stdout)));
+        var latest = await s.HpcdataAsync(["path", "risk/short", "--pipe", pipe]);
+        Assert.Contains(second.Version, Assert.Single(latest.Stdout));
+
+        var tooShort = await s.HpcdataAsync(["path", $"risk/short@{first.Version[..7]}", "--pipe", pipe]);
+        Assert.Equal(1, tooShort.Code);
+        Assert.Contains($"version '{first.Version[..7]}' is not a version id: give its 64 hex digits or at least the first 8", tooShort.Stderr);
+        var unknown = await s.HpcdataAsync(["path", "risk/short@0123456789ab", "--pipe", pipe]);
+        Assert.NotEqual(0, unknown.Code);
+        Assert.Contains("no version", unknown.Stderr);
+        Assert.Contains("starts with '0123456789ab'", unknown.Stderr);
+
+        Assert.Equal(0, (await s.HpcdataAsync(["noderelease", $"risk/short@{first.Version[..12]}", "--job", "j1", "--pipe", pipe])).Code);
+        Assert.DoesNotContain("j1", (await s.HpcdataAsync(["status", "--pipe", pipe])).Out);
+
+        var removed = await s.HpcdataAsync(["remove", $"risk/short@{first.Version[..10]}", "--cache-hosts", s.HostList]);
+        Assert.True(removed.Code == 0, removed.Stderr);
+        Assert.Contains($"removed risk/short version {first.Version}", removed.Out);
+    }
 }

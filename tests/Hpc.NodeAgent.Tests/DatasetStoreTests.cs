@@ -366,3 +366,46 @@ public class EvictionAndPins
         Assert.False(File.Exists(node.Partial(b)));
     }
 }
+
+public class VersionPrefixes
+{
+    [Fact]
+    public async Task A_version_given_by_the_start_of_its_id_is_fetched_and_answered_by_its_whole_id()
+    {
+        using var node = new Node();
+        var older = node.Source.Stage("risk/p", FakeSegmentSource.Bytes(5_000, seed: 1));
+        node.Source.Stage("risk/p", FakeSegmentSource.Bytes(5_000, seed: 2));
+
+        var fetched = await node.Store.EnsureAsync("risk/p", older[..12], lease: false, pin: "j", CancellationToken.None);
+
+        Assert.Equal((older, "fetched"), (fetched.Version, fetched.Dataset.Source));
+        Assert.Equal(older, fetched.Dataset.Version);
+    }
+
+    [Fact]
+    public async Task A_copy_on_the_node_answers_a_prefix_while_the_tier_is_down_and_its_pin_is_released_by_it()
+    {
+        using var node = new Node();
+        var version = node.Source.Stage("risk/p", FakeSegmentSource.Bytes(5_000));
+        await node.Store.EnsureAsync("risk/p", version, lease: false, pin: "j", CancellationToken.None);
+        node.Source.Down = true;
+
+        var local = await node.Store.EnsureAsync("risk/p", version[..8].ToUpperInvariant(), lease: false, pin: null, CancellationToken.None);
+        Assert.Equal((version, "local"), (local.Version, local.Dataset.Source));
+
+        node.Store.Release("risk/p", version[..10], "j", evict: true);
+        Assert.Empty(node.Names());
+    }
+
+    [Fact]
+    public async Task A_start_of_an_id_no_version_has_is_not_found_and_too_few_digits_are_refused_saying_how_many()
+    {
+        using var node = new Node();
+        node.Source.Stage("risk/p", FakeSegmentSource.Bytes(5_000));
+        var none = await Assert.ThrowsAsync<CommonDataException>(() => node.Store.EnsureAsync("risk/p", "0000000000", false, null, CancellationToken.None));
+        Assert.Equal(ErrorCode.NotFound, none.Code);
+        Assert.Contains("no version on fake:6380 starts with '0000000000'", none.Message);
+        var shortId = await Assert.ThrowsAsync<CommonDataException>(() => node.Store.EnsureAsync("risk/p", "abc", false, null, CancellationToken.None));
+        Assert.Contains("give its 64 hex digits or at least the first 8", shortId.Message);
+    }
+}

@@ -92,6 +92,12 @@ public sealed class FakeSegmentSource : ISegmentSource
         return Task.FromResult(_latest.TryGetValue(name, out var v) ? v : null);
     }
 
+    public Task<string> ResolveVersionPrefixAsync(string name, string prefix, CancellationToken ct)
+    {
+        ThrowIfDown();
+        return Task.FromResult(VersionPrefix.Choose(name, prefix, _versions.Where(v => v.Value.Manifest.Name == name).Select(v => v.Key), "on fake:6380"));
+    }
+
     public Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct)
     {
         ThrowIfDown();

@@ -48,6 +48,8 @@ internal static class CommandTable
         new("get", 2, CommandFlags.None, StringCommands.Get),
         new("set", -3, CommandFlags.Write, StringCommands.Set),
         new("mget", -2, CommandFlags.None, StringCommands.MGet),
+        // A stager learns how segments already on the tier are stored (their codec may not be the one it uses now).
+        new("strlen", 2, CommandFlags.None, StringCommands.StrLen),
 
         new("del", -2, CommandFlags.Delete, KeyCommands.Del),
         new("exists", -2, CommandFlags.None, KeyCommands.Exists),

@@ -15,6 +15,10 @@ internal static class StringCommands
             s.Reply.WriteNullBulk();
     }
 
+    /// <summary>STRLEN key: the length of the value, 0 when the key does not exist.</summary>
+    public static void StrLen(ClientSession s) =>
+        s.Reply.WriteInteger(s.Store.TryPeek(s.Args.Span(1), out var value) ? value.Length : 0);
+
     public static void MGet(ClientSession s)
     {
         var args = s.Args;

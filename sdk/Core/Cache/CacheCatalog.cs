@@ -173,10 +173,11 @@ public sealed class CacheCatalog
             version = await GetLatestAsync(name, ct)
                 ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' not found on cache hosts {string.Join(", ", Hosts)}");
         }
+        if (VersionPrefix.IsPrefix(version)) version = await ResolveVersionPrefixAsync(name, version, ct);
         if (SegmentId.IsLegacy(version))
             throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {Manifest.LegacyIds} ('hpcdata stage' it again)");
         if (!SegmentId.TryParse(version, out var versionId))
-            throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' is not a valid version id");
+            throw new CommonDataException(ErrorCode.NotFound, VersionPrefix.NotAVersion(name, version));
         var (manifest, raw, problem) = await GetManifestAsync(version, versionId, ct);
         if (manifest is not null)
         {
@@ -185,6 +186,22 @@ public sealed class CacheCatalog
         }
         if (problem is not null) throw new CommonDataException(ErrorCode.Integrity, $"dataset '{name}' version '{version}': {problem}");
         throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' not found on cache hosts {string.Join(", ", Hosts)}");
+    }
+
+    /// <summary>
+    /// The whole id of the version of <paramref name="name"/> whose id starts with <paramref name="prefix"/> (see
+    /// <see cref="VersionPrefix"/>), among the manifests the answering hosts hold. Versions of other datasets that start
+    /// the same do not count: a prefix is only ever resolved within its dataset.
+    /// </summary>
+    public async Task<string> ResolveVersionPrefixAsync(string name, string prefix, CancellationToken ct = default)
+    {
+        prefix = prefix.ToLowerInvariant();
+        var keys = await _hosts.AskEveryShardAsync((c, token) => KeysAsync(c, CacheKeys.Manifest(prefix), token), ct, bulk: true);
+        var ofName = new List<string>();
+        foreach (var version in keys.SelectMany(k => k.Answer).Select(k => k[CacheKeys.ManifestPrefix.Length..]).Distinct(StringComparer.Ordinal))
+            if (SegmentId.TryParse(version, out var id) && (await GetManifestAsync(version, id, ct)).Manifest?.Name == name)
+                ofName.Add(version);
+        return VersionPrefix.Choose(name, prefix, ofName, $"on cache hosts {string.Join(", ", Hosts)}");
     }
 
     /// <summary>The verified manifest of a version from the first host with a good copy; else null and what was wrong.</summary>
@@ -304,6 +321,7 @@ public sealed class CacheCatalog
     public async Task<(bool LatestRemoved, SegmentCollector.Collection? Collection)> RemoveVersionAsync(string name, string version, CancellationToken ct = default)
     {
         DatasetName.Validate(name);
+        if (VersionPrefix.IsPrefix(version)) version = await ResolveVersionPrefixAsync(name, version, ct);
         // A version staged with XXH3-128 ids cannot be read any more but can still be removed.
         if (!SegmentId.TryParse(version, out _) && !SegmentId.IsLegacy(version)) throw new ArgumentException($"'{version}' is not a version id");
         var removed = CacheKeys.Removed(version);

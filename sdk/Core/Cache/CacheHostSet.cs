@@ -326,9 +326,11 @@ internal sealed class CacheHostSet : IAsyncDisposable
         return tasks.Where(t => t.IsCompletedSuccessfully).Select(t => t.Result).ToArray();
     }
 
-    /// <summary>Opens every host's pooled connections and PINGs each once; per host, why it could not be reached, or null.</summary>
-    public async Task<string?[]> ConnectAllAsync(CancellationToken ct) =>
-        await Task.WhenAll(_pools.Select(async pool =>
+    /// <summary>Opens every host's pooled connections and PINGs each once; per host, why it could not be reached, or null.
+    /// Refused credentials are thrown instead.</summary>
+    public async Task<string?[]> ConnectAllAsync(CancellationToken ct)
+    {
+        var results = await Task.WhenAll(_pools.Select(async Task<(string? Why, RespErrorException? Refused)> (pool) =>
         {
             var open = new List<RespConnection>();
             using var timeout = CancellationTokenSource.CreateLinkedTokenSource(ct);
@@ -339,18 +341,31 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 foreach (var c in open) c.Command("PING"u8);
                 foreach (var reply in await Task.WhenAll(open.Select(c => c.FlushAndReadAsync(timeout.Token).AsTask())))
                     if (reply.Kind == RespKind.Error) throw new RespErrorException(pool.Endpoint.ToString(), reply.Text!);
-                return (string?)null;
+                return (null, null);
             }
-            catch (Exception e) when (IsTransient(e, ct) || e is RespErrorException)
+            catch (RespErrorException e) when (e.Code == ErrorCode.AccessDenied)
             {
                 foreach (var c in open) c.MarkBroken();
-                return Describe(e);
+                return (Describe(e), e);
+            }
+            catch (Exception e) when (IsTransient(e, ct) || e is RespErrorException || e is CommonDataException { Code: ErrorCode.Protocol })
+            {
+                foreach (var c in open) c.MarkBroken();
+                return (Describe(e), null);
             }
             finally
             {
                 foreach (var c in open) await pool.ReturnAsync(c);
             }
         }));
+        // A host that is down may come back; one that refuses the credentials will refuse them on every request until
+        // someone changes a setting, so that is thrown, for the caller to stop on rather than serve refusals.
+        var refused = results.Select(r => r.Refused).OfType<RespErrorException>().ToList();
+        if (refused.Count == 1) throw refused[0];
+        if (refused.Count > 1)
+            throw new CommonDataException(ErrorCode.AccessDenied, $"{refused[0].Message}; {string.Join(", ", refused.Skip(1).Select(r => r.Host))} refused it too", refused[0]);
+        return results.Select(r => r.Why).ToArray();
+    }
 
     private static bool IsTransient(Exception e, CancellationToken ct) =>
         e is CacheHostUnavailableException or RespProtocolException or IOException ||

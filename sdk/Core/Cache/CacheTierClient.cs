@@ -121,9 +121,18 @@ public sealed class CacheTierClient : IAsyncDisposable
 
     /// <summary>Sets <paramref name="present"/>[i] when segment i is already stored on all of its replica hosts (one pipelined EXISTS batch per host).</summary>
     public Task ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, bool[] present, CancellationToken ct = default) =>
-        RoutedAsync(() => ContainsOnceAsync(ids, present, ct), "looking up segments", ct);
+        RoutedAsync(() => ContainsOnceAsync(ids, present, null, ct), "looking up segments", ct);
 
-    private async Task ContainsOnceAsync(IReadOnlyList<SegmentId> ids, bool[] present, CancellationToken ct)
+    /// <summary>
+    /// As <see cref="ContainsSegmentsAsync(IReadOnlyList{SegmentId}, bool[], CancellationToken)"/>, and sets
+    /// <paramref name="storedLengths"/>[i] to the bytes a host holds for segment i (0 when none does): a segment is named
+    /// by its raw bytes, so the one on the tier may be stored in another codec than the caller would use. Same cost: one
+    /// STRLEN instead of each EXISTS.
+    /// </summary>
+    public Task StoredSegmentLengthsAsync(IReadOnlyList<SegmentId> ids, bool[] present, long[] storedLengths, CancellationToken ct = default) =>
+        RoutedAsync(() => ContainsOnceAsync(ids, present, storedLengths, ct), "looking up segments", ct);
+
+    private async Task ContainsOnceAsync(IReadOnlyList<SegmentId> ids, bool[] present, long[]? storedLengths, CancellationToken ct)
     {
         var held = new int[ids.Count];
         var byHost = GroupByHost(ids.Count, i => ids[i]);
@@ -139,13 +148,17 @@ public sealed class CacheTierClient : IAsyncDisposable
                 {
                     foreach (var i in mine)
                     {
-                        c.BeginCommand(2); c.Argument("EXISTS"u8);
+                        c.BeginCommand(2); c.Argument(storedLengths is null ? "EXISTS"u8 : "STRLEN"u8);
                         CacheKeys.WriteSegmentKey(ids[i], key); c.Argument(key.AsSpan(0, CacheKeys.SegmentKeyLength));
                     }
                     await c.FlushAsync(token);
                     await c.ReadStatusRepliesAsync(replies.AsMemory(0, mine.Count), token);
                     for (var k = 0; k < mine.Count; k++)
-                        if (replies[k] > 0) Interlocked.Increment(ref held[mine[k]]);
+                        if (replies[k] > 0)
+                        {
+                            Interlocked.Increment(ref held[mine[k]]);
+                            if (storedLengths is not null) Interlocked.Exchange(ref storedLengths[mine[k]], replies[k]);
+                        }
                 }
                 finally
                 {
@@ -524,7 +537,9 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// Opens every host's pooled connections and PINGs each once, so a daemon learns of an unreachable or misconfigured
     /// host when it starts rather than at its first fetch, and that fetch finds its connections open. Returns, per host
     /// (same order as <see cref="Hosts"/>), why it could not be reached, or null. An unreachable host is an answer, not
-    /// an exception: a node keeps serving its local copies through a cache-tier outage.
+    /// an exception: a node keeps serving its local copies through a cache-tier outage. Credentials a host refuses
+    /// (NOAUTH, WRONGPASS) are thrown as <see cref="CommonDataException"/> with <see cref="ErrorCode.AccessDenied"/>:
+    /// no outage ends that, only a corrected setting.
     /// </summary>
     public async Task<string?[]> ConnectAllAsync(CancellationToken ct = default)
     {

@@ -30,6 +30,8 @@ public sealed class RespConnection : IAsyncDisposable
     private readonly long _maxBulk;
     private bool _broken;
     private bool _sawEof;
+    /// <summary>The start of a reply that was not RESP, as text, once one was read.</summary>
+    private string? _notResp;
 
     public CacheEndpoint Endpoint { get; }
     public bool IsBroken => _broken;
@@ -122,7 +124,21 @@ public sealed class RespConnection : IAsyncDisposable
             if (string.IsNullOrEmpty(password)) connection.Command("PING"u8);
             else if (string.IsNullOrEmpty(user)) connection.Command("AUTH"u8, password);
             else connection.Command("AUTH"u8, user, password);
-            var reply = await connection.FlushAndReadAsync(cts.Token);
+            RespReply reply;
+            try
+            {
+                reply = await connection.FlushAndReadAsync(cts.Token);
+            }
+            catch (RespProtocolException e)
+            {
+                // The first answer of a connection is not RESP: another service has this port (a web server, ssh). That
+                // is a wrong address, not a host having a bad moment, so it is not a RespProtocolException, which is
+                // retried: every attempt would hear the same.
+                await connection.DisposeAsync();
+                throw new CommonDataException(ErrorCode.Protocol,
+                    $"{endpoint} is not a cache host: it answered \"{connection._notResp}\" to {(string.IsNullOrEmpty(password) ? "PING" : "AUTH")}, " +
+                    $"which is not RESP (another service on this port?); check --cache-hosts or {CacheTierOptions.HostsVariable}", e);
+            }
             if (reply.Kind == RespKind.Error)
             {
                 await connection.DisposeAsync();
@@ -298,7 +314,12 @@ public sealed class RespConnection : IAsyncDisposable
             bool done;
             RespReply reply;
             try { done = RespReplyParser.TryRead(ref reader, _maxBulk, out reply); }
-            catch (RespProtocolException) { _broken = true; throw; }
+            catch (RespProtocolException)
+            {
+                _broken = true;
+                _notResp = RespReplyParser.Preview(buffer);
+                throw;
+            }
             if (done)
             {
                 _reader.AdvanceTo(reader.Position);

@@ -23,10 +23,19 @@ public sealed record RespReply(RespKind Kind, string? Text = null, long Integer 
 /// <summary>The server answered with a RESP error (the connection is still usable).</summary>
 public sealed class RespErrorException(string host, string message) : CommonDataException(CodeOf(message), $"{host}: {message}{HintFor(message)}")
 {
-    /// <summary>A client that takes a Redis Cluster for independent hosts hears MOVED: say what setting that means.</summary>
-    private static string HintFor(string message) =>
-        message.StartsWith("MOVED ", StringComparison.Ordinal) || message.StartsWith("ASK ", StringComparison.Ordinal)
-            ? " (the cache hosts are a Redis Cluster: give --cache-cluster or set HPCDATA_CACHE_CLUSTER=1)" : "";
+    /// <summary>
+    /// What setting a refusal points at, since the person reading it sets switches and variables, not RESP commands:
+    /// MOVED/ASK to a client that takes a Redis Cluster for independent hosts, and refused credentials.
+    /// </summary>
+    private static string HintFor(string message) => message.Split(' ', 2)[0] switch
+    {
+        "MOVED" or "ASK" => $" (the cache hosts are a Redis Cluster: give --cache-cluster or set {CacheTierOptions.ClusterVariable}=1)",
+        "NOAUTH" => $" (the cache hosts want a password: give --cache-password-file PATH or set {CacheTierOptions.PasswordVariable} " +
+                    $"or {CacheTierOptions.PasswordFileVariable}, with --cache-user NAME or {CacheTierOptions.UserVariable} for a named account)",
+        "WRONGPASS" => $" (check the password from --cache-password-file, --cache-password, {CacheTierOptions.PasswordFileVariable} or " +
+                       $"{CacheTierOptions.PasswordVariable}, and the account from --cache-user or {CacheTierOptions.UserVariable}, the default user without it)",
+        _ => "",
+    };
 
     /// <summary>OOM is a full budget; NOAUTH / WRONGPASS / NOPERM are refused credentials; the rest are refused requests.</summary>
     private static ErrorCode CodeOf(string message) => message.Split(' ', 2)[0] switch
@@ -172,7 +181,24 @@ public static class RespReplyParser
                 return true;
             }
             default:
-                throw new RespProtocolException($"unexpected reply type byte 0x{type:x2}");
+                throw new RespProtocolException($"unexpected reply type byte 0x{type:x2}; the reply begins \"{Preview(reader.UnreadSequence)}\", which is not RESP");
         }
+    }
+
+    /// <summary>
+    /// The first line of bytes that are not RESP, as text a person recognises ("HTTP/1.1 400 Bad Request", "SSH-2.0-…"):
+    /// what tells someone which other service answers on that port. Control bytes show as '.', and it is cut short.
+    /// </summary>
+    internal static string Preview(ReadOnlySequence<byte> bytes, int max = 60)
+    {
+        var text = new StringBuilder(max + 1);
+        foreach (var memory in bytes)
+            foreach (var b in memory.Span)
+            {
+                if (b is (byte)'\r' or (byte)'\n') return text.ToString();
+                if (text.Length == max) return text.Append('…').ToString();
+                text.Append(b is >= 0x20 and < 0x7f ? (char)b : '.');
+            }
+        return text.ToString();
     }
 }

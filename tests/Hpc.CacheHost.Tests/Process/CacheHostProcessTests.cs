@@ -301,6 +301,17 @@ public sealed class CacheHostProcessTests : IDisposable
     }
 
     [Fact]
+    public void Strlen_gives_a_values_stored_length_and_0_for_a_missing_key()
+    {
+        // How a stager learns the stored size of a segment another stage left, in whatever codec that one used.
+        var host = Start();
+        using var client = new RespTestClient(host);
+        Assert.Equal("OK", client.Call("SET", "k", "twelve bytes"));
+        Assert.Equal(12L, client.Call("STRLEN", "k"));
+        Assert.Equal(0L, client.Call("STRLEN", "missing"));
+    }
+
+    [Fact]
     public void Expiring_keys_disappear_and_report_their_ttl()
     {
         var host = Start();
