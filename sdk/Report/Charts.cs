@@ -1,4 +1,6 @@
 using System.Globalization;
+using System.Text;
+using System.Xml;
 using System.Xml.Linq;
 
 namespace Hpc.CommonData.Report;
@@ -155,7 +157,12 @@ public sealed class LineChart
         return new XDocument(svg);
     }
 
-    public void Save(string path, int width = 1100, int height = 620) => Build(width, height).Save(path);
+    public void Save(string path, int width = 1100, int height = 620)
+    {
+        // No byte-order mark: some SVG viewers and Markdown renderers refuse a file that starts with one.
+        using var writer = XmlWriter.Create(path, new XmlWriterSettings { Encoding = new UTF8Encoding(false), Indent = true });
+        Build(width, height).Save(writer);
+    }
 
     /// <summary>About six ticks at 1, 2, 2.5 or 5 times a power of ten, within [min, max].</summary>
     private static double[] NiceTicks(double min, double max)

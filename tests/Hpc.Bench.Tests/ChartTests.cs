@@ -43,6 +43,7 @@ public class ChartTests
             Assert.Contains(chart.LimitsLabel, texts);
             Assert.Contains("target", texts);
             Assert.DoesNotContain("NaN", File.ReadAllText(path));
+            Assert.Equal((byte)'<', File.ReadAllBytes(path)[0]); // no byte-order mark before the XML declaration
         }
         finally { if (Environment.GetEnvironmentVariable("HPCDATA_KEEP_CHART") is { } keep) File.Copy(path, keep, true); File.Delete(path); }
     }
