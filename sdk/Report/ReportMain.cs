@@ -11,21 +11,40 @@ public static class ReportMain
 {
     public static int Run(string[] args)
     {
-        const string usage = "usage: hpcdata report DIR|FILE.jsonl [--json] — tables, charts (PNG) and report.md from bench results or agents' telemetry";
+        const string usage = "usage: hpcdata report DIR|FILE.jsonl [--out DIR] [--json] — tables, charts (SVG) and report.md from bench results or agents' telemetry, " +
+                             "written to --out (created if missing) or else beside the results";
         if (args is ["--help"] or ["-h"]) { Console.Out.WriteLine(usage); return 0; }
-        var json = args.Contains("--json");
-        var paths = args.Where(a => !a.StartsWith("--", StringComparison.Ordinal)).ToList();
-        if (paths.Count != 1 || args.Any(a => a.StartsWith("--", StringComparison.Ordinal) && a != "--json"))
+        var json = false;
+        string? outOption = null;
+        var paths = new List<string>();
+        for (var i = 0; i < args.Length; i++)
         {
-            Console.Error.WriteLine($"hpcdata report: {(paths.Count == 0 ? "no results given" : "one DIR or FILE.jsonl and optionally --json")} ({usage})");
+            switch (args[i])
+            {
+                case "--json": json = true; break;
+                case "--out" when i + 1 < args.Length && !args[i + 1].StartsWith("--", StringComparison.Ordinal): outOption = args[++i]; break;
+                case "--out":
+                    Console.Error.WriteLine($"hpcdata report: --out needs a directory ({usage})");
+                    return 2;
+                case var a when a.StartsWith("--out=", StringComparison.Ordinal) && a.Length > "--out=".Length: outOption = a["--out=".Length..]; break;
+                case var a when a.StartsWith("--", StringComparison.Ordinal):
+                    Console.Error.WriteLine($"hpcdata report: unknown option '{a}' ({usage})");
+                    return 2;
+                default: paths.Add(args[i]); break;
+            }
+        }
+        if (paths.Count != 1)
+        {
+            Console.Error.WriteLine($"hpcdata report: {(paths.Count == 0 ? "no results given" : "one DIR or FILE.jsonl")} ({usage})");
             return 2;
         }
         try
         {
             var data = ResultReader.Read(paths[0]);
-            var outDir = Directory.Exists(paths[0]) ? paths[0] : Path.GetDirectoryName(Path.GetFullPath(paths[0]))!;
+            var outDir = outOption ?? (Directory.Exists(paths[0]) ? paths[0] : Path.GetDirectoryName(Path.GetFullPath(paths[0]))!);
+            Directory.CreateDirectory(outDir);
             var report = Build(data);
-            var charts = WriteChartsIfRendererLoads(report, outDir);
+            var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
             Console.WriteLine(json ? JsonSerializer.Serialize(new ReportDocument(report.Cells, report.Fanouts, report.Slurm, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts), ReportJson.Default.ReportDocument) : markdown);
@@ -45,7 +64,11 @@ public static class ReportMain
     public sealed record Cell(int Nodes, int Hosts, long SizeBytes, bool Compress, int RateMbit, int Runs, double MeasuredSeconds, double LimitSeconds,
         double Efficiency, double NodeMin, double NodeMedian, double NodeMax, long RawBytes, long StoredBytes, List<HostBytes> CacheHosts,
         double CpuSecondsHosts, double CpuSecondsAgents, long PeakRssAgentBytes, double? AttachMsMedian, string? Note, bool WarmAgents = false,
-        double MeasuredMin = double.NaN, double MeasuredMax = double.NaN, string? HostQueue = null);
+        double MeasuredMin = double.NaN, double MeasuredMax = double.NaN, string? HostQueue = null, string? Codec = null)
+    {
+        /// <summary>The codec the stager stored with: <see cref="Codec"/> when the run named one, else lz4 or raw.</summary>
+        public string CodecName => Codec ?? ReportMain.Codec(Compress);
+    }
 
     public sealed record Calibration(string Pattern, int Nodes, int Hosts, long Bytes, int RateMbit, double MeasuredSeconds, double LimitSeconds, double Efficiency,
         double NodeMin, double NodeMax);
@@ -90,8 +113,10 @@ public static class ReportMain
 
     public static Report Build(ResultReader.Data data)
     {
-        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Config.Tls != true && r.Config.Codec is null && r.RateLimit is null && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
-            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode, r.Config.HostQueue))
+        var cells = data.Records.Where(r => r.Kind == "cluster" && r.Config.Fanout is null && r.Config.Tls != true && r.RateLimit is null && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
+            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.Compress, r.Config.RateMbit, r.Config.WarmAgents, r.Config.Workers, r.Config.WorkerMode, r.Config.HostQueue,
+                // lz4 is what runs without a codec of their own were stored with; naming it too must not split them.
+                Codec: r.Config.Codec is null || r.Config.Codec.Equals("lz4", StringComparison.OrdinalIgnoreCase) ? null : r.Config.Codec))
             .Select(g =>
             {
                 var runs = g.ToList();
@@ -106,9 +131,9 @@ public static class ReportMain
                     processes.Where(p => p.Name.StartsWith("agent", StringComparison.Ordinal)).Sum(p => p.CpuSeconds),
                     processes.Where(p => p.Name.StartsWith("agent", StringComparison.Ordinal)).Select(p => p.PeakRssBytes).DefaultIfEmpty(0).Max(),
                     attach.Count == 0 ? null : Median(attach), last.Note, g.Key.WarmAgents,
-                    runs.Min(r => r.MeasuredSeconds), runs.Max(r => r.MeasuredSeconds), g.Key.HostQueue);
+                    runs.Min(r => r.MeasuredSeconds), runs.Max(r => r.MeasuredSeconds), g.Key.HostQueue, g.Key.Codec);
             })
-            .OrderBy(c => c.Hosts).ThenBy(c => !c.Compress).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ToList();
+            .OrderBy(c => c.Hosts).ThenBy(c => !c.Compress).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => c.Codec, StringComparer.Ordinal).ToList();
         var calibrations = data.Records.Where(r => r.Kind == "calibration" && r.Nodes.Count > 0 && r.MeasuredSeconds > 0)
             .Select(r => new Calibration(r.Pattern ?? "?", r.Config.Nodes, r.Config.Hosts, r.Config.SizeBytes, r.Config.RateMbit, r.MeasuredSeconds, r.LimitSeconds,
                 r.Efficiency, r.Nodes.Min(n => n.FetchSeconds), r.Nodes.Max(n => n.FetchSeconds)))
@@ -192,7 +217,7 @@ public static class ReportMain
                 var stored = runs[^1].Dataset?.StoredBytes ?? g.Key.SizeBytes;
                 var perHost = (double)stored / g.Key.Hosts;
                 var d = direct.FirstOrDefault(c => (c.Nodes, c.Hosts, c.SizeBytes, c.Compress, c.RateMbit) == (g.Key.Nodes, g.Key.Hosts, g.Key.SizeBytes, g.Key.Compress, g.Key.RateMbit)
-                    && !c.WarmAgents && c.HostQueue is null);
+                    && !c.WarmAgents && c.HostQueue is null && c.Codec is null);
                 var neighbour = calibrations.Where(c => c.Pattern == "neighbour" && c.Nodes == g.Key.Nodes && c.RateMbit == g.Key.RateMbit).Select(c => c.Efficiency).ToList();
                 double Share(IEnumerable<HostBytes> hosts) => Median(hosts.Select(h => h.NetOutputBytes / perHost));
                 return new FanoutCell(g.Key.Fanout == "mpich" ? "MPICH" : "Open MPI", g.Key.Nodes, g.Key.Hosts, g.Key.SizeBytes, stored, g.Key.Compress, g.Key.RateMbit, runs.Count,
@@ -209,7 +234,7 @@ public static class ReportMain
 
     private static string F(double v, string format = "0.00") => double.IsFinite(v) ? v.ToString(format, CultureInfo.InvariantCulture) : "–";
     private static string P(double v) => double.IsFinite(v) ? (v * 100).ToString("0", CultureInfo.InvariantCulture) + "%" : "–";
-    private static string Codec(bool compress) => compress ? "lz4" : "raw";
+    internal static string Codec(bool compress) => compress ? "lz4" : "raw";
 
     public static string Markdown(ResultReader.Data data, Report r, List<string> charts)
     {
@@ -222,10 +247,10 @@ public static class ReportMain
                            (data.Unreadable > 0 ? $", {data.Unreadable} unreadable (truncated or malformed) lines ignored" : "") +
                            (data.UnknownKinds > 0 ? $", {data.UnknownKinds} lines of other kinds ignored" : "") + ".").AppendLine();
 
-        foreach (var g in r.Cells.GroupBy(c => (c.Hosts, c.Compress, c.RateMbit, c.WarmAgents, c.HostQueue)))
+        foreach (var g in r.Cells.GroupBy(c => (c.Hosts, c.CodecName, c.RateMbit, c.WarmAgents, c.HostQueue)))
         {
             var nodeCounts = g.Select(c => c.Nodes).Distinct().Order().ToList();
-            sb.AppendLine(inv, $"## Data access time (s): {g.Key.Hosts} cache host{(g.Key.Hosts == 1 ? "" : "s")}, {Codec(g.Key.Compress)}, {g.Key.RateMbit} Mbit/s links{(g.Key.WarmAgents ? ", warm agents" : "")}{(g.Key.HostQueue is { } q ? $", {q} host queues" : "")}").AppendLine();
+            sb.AppendLine(inv, $"## Data access time (s): {g.Key.Hosts} cache host{(g.Key.Hosts == 1 ? "" : "s")}, {g.Key.CodecName}, {g.Key.RateMbit} Mbit/s links{(g.Key.WarmAgents ? ", warm agents" : "")}{(g.Key.HostQueue is { } q ? $", {q} host queues" : "")}").AppendLine();
             sb.AppendLine("Time from the common start until the last node's copy was complete and verified; in brackets the efficiency = physical limit / measured.").AppendLine();
             sb.AppendLine("| data size | " + string.Join(" | ", nodeCounts.Select(n => $"N={n}")) + " |");
             sb.AppendLine("|---|" + string.Concat(nodeCounts.Select(_ => "---|")));
@@ -241,24 +266,24 @@ public static class ReportMain
             sb.AppendLine("Measured: the median over the configuration's runs, with their range when there was more than one.").AppendLine();
             sb.AppendLine("| N | H | size | codec | stored | runs | measured s | limit s | efficiency | node min / median / max s | bytes sent per cache host (MB) | host CPU s | agents CPU s | agent peak RSS | attach ms |");
             sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-            foreach (var c in r.Cells.OrderBy(c => c.SizeBytes).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ThenBy(c => !c.Compress))
-                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {Codec(c.Compress)}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | {P(c.RawBytes == 0 ? double.NaN : (double)c.StoredBytes / c.RawBytes)} | {c.Runs} | " +
+            foreach (var c in r.Cells.OrderBy(c => c.SizeBytes).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ThenBy(c => !c.Compress).ThenBy(c => c.Codec, StringComparer.Ordinal))
+                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {c.CodecName}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | {P(c.RawBytes == 0 ? double.NaN : (double)c.StoredBytes / c.RawBytes)} | {c.Runs} | " +
                               $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.LimitSeconds)} | {P(c.Efficiency)} | {F(c.NodeMin)} / {F(c.NodeMedian)} / {F(c.NodeMax)} | " +
                               $"{string.Join(", ", c.CacheHosts.Select(h => F(h.NetOutputBytes / 1e6, "0.0")))} | {F(c.CpuSecondsHosts, "0.0")} | {F(c.CpuSecondsAgents, "0.0")} | " +
                               $"{(c.PeakRssAgentBytes > 0 ? ByteSize.Format(c.PeakRssAgentBytes) : "–")} | {(c.AttachMsMedian is { } a ? F(a, "0") : "–")} |");
             sb.AppendLine();
         }
 
-        var pairs = r.Cells.Where(c => c.Compress).Select(c => (lz4: c, raw: r.Cells.FirstOrDefault(x => !x.Compress && x.Nodes == c.Nodes && x.Hosts == c.Hosts && x.SizeBytes == c.SizeBytes && x.RateMbit == c.RateMbit && x.WarmAgents == c.WarmAgents && x.HostQueue == c.HostQueue)))
+        var pairs = r.Cells.Where(c => c.Compress).Select(c => (packed: c, raw: r.Cells.FirstOrDefault(x => !x.Compress && x.Nodes == c.Nodes && x.Hosts == c.Hosts && x.SizeBytes == c.SizeBytes && x.RateMbit == c.RateMbit && x.WarmAgents == c.WarmAgents && x.HostQueue == c.HostQueue)))
             .Where(p => p.raw is not null).ToList();
         if (pairs.Count > 0)
         {
             sb.AppendLine("## Compression savings").AppendLine();
-            sb.AppendLine("| N | H | size | stored (lz4) | raw s | lz4 s | time saved |");
-            sb.AppendLine("|---|---|---|---|---|---|---|");
-            foreach (var (lz4, raw) in pairs.OrderBy(p => p.lz4.SizeBytes).ThenBy(p => p.lz4.Hosts).ThenBy(p => p.lz4.Nodes))
-                sb.AppendLine($"| {lz4.Nodes} | {lz4.Hosts} | {ByteSize.Format(lz4.SizeBytes)} | {P((double)lz4.StoredBytes / Math.Max(1, lz4.RawBytes))} | " +
-                              $"{F(raw!.MeasuredSeconds)} | {F(lz4.MeasuredSeconds)} | {P(1 - lz4.MeasuredSeconds / raw.MeasuredSeconds)} |");
+            sb.AppendLine("| N | H | size | codec | stored | raw s | compressed s | time saved |");
+            sb.AppendLine("|---|---|---|---|---|---|---|---|");
+            foreach (var (packed, raw) in pairs.OrderBy(p => p.packed.SizeBytes).ThenBy(p => p.packed.Hosts).ThenBy(p => p.packed.Nodes).ThenBy(p => p.packed.Codec, StringComparer.Ordinal))
+                sb.AppendLine($"| {packed.Nodes} | {packed.Hosts} | {ByteSize.Format(packed.SizeBytes)} | {packed.CodecName} | {P((double)packed.StoredBytes / Math.Max(1, packed.RawBytes))} | " +
+                              $"{F(raw!.MeasuredSeconds)} | {F(packed.MeasuredSeconds)} | {P(1 - packed.MeasuredSeconds / raw.MeasuredSeconds)} |");
             sb.AppendLine();
         }
 
@@ -336,7 +361,7 @@ public static class ReportMain
             sb.AppendLine("| N | H | size | codec | product efficiency | plain TCP efficiency | product / TCP |");
             sb.AppendLine("|---|---|---|---|---|---|---|");
             foreach (var (c, tcp) in againstTcp.OrderBy(p => p.Cell.SizeBytes).ThenBy(p => p.Cell.Hosts).ThenBy(p => p.Cell.Nodes).ThenBy(p => !p.Cell.Compress))
-                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {Codec(c.Compress)}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | " +
+                sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {c.CodecName}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | " +
                               $"{P(c.Efficiency)} | {P(tcp!.Efficiency)} | {P(c.Efficiency / tcp.Efficiency)} |");
             sb.AppendLine();
         }
@@ -396,32 +421,12 @@ public static class ReportMain
         return sb.ToString();
     }
 
-    /// <summary>
-    /// The charts, or none and one warning when the renderer's native library (SkiaSharp, beside the program) cannot
-    /// load: the tables and the Markdown summary do not need it.
-    /// </summary>
-    private static List<string> WriteChartsIfRendererLoads(Report r, string dir)
-    {
-        try
-        {
-            return WriteCharts(r, dir);
-        }
-        catch (Exception e) when (e is TypeInitializationException or DllNotFoundException)
-        {
-            var cause = e;
-            while (cause.InnerException is { } inner) cause = inner;
-            var reason = cause.Message.Split('\n')[0];
-            Console.Error.WriteLine($"hpcdata report: warning: no charts, the chart renderer did not load: {(reason.IndexOf(". ", StringComparison.Ordinal) is var end and > 0 ? reason[..end] : reason)}");
-            return [];
-        }
-    }
-
     public static List<string> WriteCharts(Report r, string dir)
     {
         // Runs at another link rate than most are named with it; at the common rate the name stays short.
         var commonRate = r.Cells.Count == 0 ? 0 : r.Cells.GroupBy(c => c.RateMbit).MaxBy(g => g.Count())!.Key;
-        string Label(long size, int hosts, bool compress, bool warm, string? queue, int rate) =>
-            $"{ByteSize.Format(size)} H={hosts} {Codec(compress)}{(warm ? " warm" : "")}{(queue is { } q ? " " + q : "")}{(rate != commonRate ? $" {rate} Mbit/s" : "")}";
+        string Label(long size, int hosts, string codec, bool warm, string? queue, int rate) =>
+            $"{ByteSize.Format(size)} H={hosts} {codec}{(warm ? " warm" : "")}{(queue is { } q ? " " + q : "")}{(rate != commonRate ? $" {rate} Mbit/s" : "")}";
         var written = new List<string>();
         if (r.Rates is { Count: > 0 } rates)
         {
@@ -438,8 +443,8 @@ public static class ReportMain
                 chart.Lines.Add(new LineChart.Series($"{g.Key}, end to end", g.GroupBy(c => c.ConfiguredBytes).Select(c => (M(c.Key), Median(c.Select(x => x.EndToEnd / x.ConfiguredBytes)))).ToList(), Dashed: true));
             }
             chart.ReferenceLines.AddRange([("limit: the configured rate", 1.0), ("±5%", 1.05), ("", 0.95)]);
-            chart.Save(Path.Combine(dir, "rate-limit.png"));
-            written.Add("rate-limit.png");
+            chart.Save(Path.Combine(dir, "rate-limit.svg"));
+            written.Add("rate-limit.svg");
         }
         if (r.Slurm is { Count: > 0 } slurm)
         {
@@ -466,16 +471,17 @@ public static class ReportMain
         string Suffix(int rate, long size) => cellPanels.Count == 1 ? "" : $"-{rate}mbit{(cellSizes > 1 ? "-" + FileSize(size) : "")}";
         foreach (var panel in cellPanels)
         {
-            var series = panel.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.WarmAgents, c.HostQueue, c.RateMbit)).OrderBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress).ToList();
+            var series = panel.GroupBy(c => (c.SizeBytes, c.Hosts, c.Compress, c.CodecName, c.WarmAgents, c.HostQueue, c.RateMbit)).OrderBy(g => g.Key.Hosts).ThenBy(g => !g.Key.Compress)
+                .ThenBy(g => g.Key.CodecName, StringComparer.Ordinal).ToList();
             var about = $"{panel.Key.RateMbit} Mbit/s links, {ByteSize.Format(panel.Key.SizeBytes)}";
             Save(written, dir, "time-vs-nodes" + Suffix(panel.Key.RateMbit, panel.Key.SizeBytes), () => new LineChart
             {
                 Title = $"Data access time vs node count ({about})", XLabel = "nodes", YLabel = "seconds", LimitsLabel = "limit (dotted): max(N/H, 1)·S/B",
-            }, series.Select(g => (new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
+            }, series.Select(g => (new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.CodecName, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
                     g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList(), Dashed: !g.Key.Compress),
                 (LineChart.Series?)new LineChart.Series("limit", g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()))).ToList());
 
-            var efficiency = series.Select(g => (new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.Compress, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
+            var efficiency = series.Select(g => (new LineChart.Series(Label(g.Key.SizeBytes, g.Key.Hosts, g.Key.CodecName, g.Key.WarmAgents, g.Key.HostQueue, g.Key.RateMbit),
                 g.Select(c => ((double)c.Nodes, c.Efficiency)).ToList(), Dashed: !g.Key.Compress), (LineChart.Series?)null)).ToList();
             foreach (var g in r.Calibrations.Where(c => c.RateMbit == panel.Key.RateMbit).GroupBy(c => (c.Pattern, Hosts: c.Pattern == "neighbour" ? 0 : c.Hosts)))
                 efficiency.Add((new LineChart.Series(g.Key.Pattern == "neighbour" ? "tcp neighbour" : $"tcp pull H={g.Key.Hosts}",
@@ -492,7 +498,7 @@ public static class ReportMain
 
     /// <summary>
     /// Saves <paramref name="series"/> (each with its limit, or none) as charts of at most <see cref="LineChart.MaxSeries"/>
-    /// series: <c>NAME.png</c>, and <c>NAME-2.png</c>… when they do not fit one.
+    /// series: <c>NAME.svg</c>, and <c>NAME-2.svg</c>… when they do not fit one.
     /// </summary>
     private static void Save(List<string> written, string dir, string name, Func<LineChart> create, List<(LineChart.Series Line, LineChart.Series? Limit)> series)
     {
@@ -505,7 +511,7 @@ public static class ReportMain
                 chart.Lines.Add(line);
                 if (limit is not null) chart.Limits.Add(limit);
             }
-            var file = $"{name}{(i == 0 ? "" : $"-{i + 1}")}.png";
+            var file = $"{name}{(i == 0 ? "" : $"-{i + 1}")}.svg";
             chart.Save(Path.Combine(dir, file));
             written.Add(file);
         }

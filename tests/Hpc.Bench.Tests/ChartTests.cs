@@ -1,43 +1,49 @@
-using System.Buffers.Binary;
-using System.IO.Hashing;
-using System.Text;
+using System.Globalization;
+using System.Xml.Linq;
 using Hpc.CommonData.Report;
-using SkiaSharp;
 
 namespace Hpc.Bench.Tests;
 
-/// <summary>The report's charts: real PNGs with the series, the limits and text, on a log2 node axis.</summary>
+/// <summary>The report's charts: SVG documents with the series, the limits and text, on a log2 node axis.</summary>
 public class ChartTests
 {
+    private static readonly XNamespace Svg = "http://www.w3.org/2000/svg";
+
     [Fact]
-    public void A_chart_is_a_valid_png_with_every_series_its_limit_and_text()
+    public void A_chart_is_an_svg_file_with_every_series_its_limit_and_text()
     {
         var chart = new LineChart { Title = "Data access time vs node count", XLabel = "nodes", YLabel = "seconds" };
         chart.Lines.Add(new LineChart.Series("256 MB H=4 lz4", [(1, 2.0), (2, 2.1), (4, 2.3), (64, 9.5)]));
         chart.Lines.Add(new LineChart.Series("256 MB H=4 raw", [(1, 3.0), (64, double.NaN)], Dashed: true));
         chart.Limits.Add(new LineChart.Series("limit", [(1, 1.5), (64, 8.0)]));
         chart.ReferenceLines.Add(("target", 5));
-        var path = Path.Combine(Path.GetTempPath(), $"hcd-chart-{Guid.NewGuid():N}.png");
+        var path = Path.Combine(Path.GetTempPath(), $"hcd-chart-{Guid.NewGuid():N}.svg");
         try
         {
             chart.Save(path, 800, 450);
-            var png = File.ReadAllBytes(path);
-            var chunks = PngFile.Chunks(png);
-            Assert.Equal((800, 450), (BinaryPrimitives.ReadInt32BigEndian(chunks[0].Data), BinaryPrimitives.ReadInt32BigEndian(chunks[0].Data.AsSpan(4))));
+            var svg = XDocument.Load(path).Root!;
+            Assert.Equal(Svg + "svg", svg.Name);
+            Assert.Equal(("800", "450"), ((string)svg.Attribute("width")!, (string)svg.Attribute("height")!));
 
-            using var bitmap = SKBitmap.Decode(png);
-            int Count(string hex)
-            {
-                var want = SKColor.Parse(hex);
-                var n = 0;
-                for (var y = 0; y < bitmap.Height; y++)
-                    for (var x = 0; x < bitmap.Width; x++)
-                        if (Near(bitmap.GetPixel(x, y), want)) n++;
-                return n;
-            }
-            Assert.True(Count("#1F77B4") > 400, "the first series and its limit");
-            Assert.True(Count("#D62728") > 20, "the second series' one finite point and its legend entry");
-            Assert.True(Count("#000000") > 300, "text, axes and the reference line");
+            var series = svg.Descendants(Svg + "g").Where(g => (string?)g.Attribute("class") == "series").ToList();
+            Assert.Equal(["256 MB H=4 lz4", "256 MB H=4 raw"], series.Select(g => (string)g.Attribute("data-name")!));
+            Assert.Equal(4, series[0].Elements().Count(e => (string?)e.Attribute("class") == "marker"));
+            Assert.Equal(1, series[1].Elements().Count(e => (string?)e.Attribute("class") == "marker")); // NaN is no point
+            Assert.Equal("#1F77B4", (string)series[0].Element(Svg + "polyline")!.Attribute("stroke")!);
+            Assert.NotNull(series[1].Element(Svg + "polyline")!.Attribute("stroke-dasharray"));
+            var limit = Assert.Single(svg.Descendants(Svg + "g"), g => (string?)g.Attribute("class") == "limit");
+            Assert.Equal("#1F77B4", (string)limit.Element(Svg + "polyline")!.Attribute("stroke")!); // its series' colour
+            Assert.Single(svg.Descendants(Svg + "line"), l => (string?)l.Attribute("class") == "reference");
+
+            var texts = svg.Descendants(Svg + "text").Select(t => t.Value).ToList();
+            Assert.Contains("Data access time vs node count", texts);
+            Assert.Contains("nodes", texts);
+            Assert.Contains("seconds", texts);
+            Assert.Contains("256 MB H=4 raw", texts);
+            Assert.Contains(chart.LimitsLabel, texts);
+            Assert.Contains("target", texts);
+            Assert.DoesNotContain("NaN", File.ReadAllText(path));
+            Assert.Equal((byte)'<', File.ReadAllBytes(path)[0]); // no byte-order mark before the XML declaration
         }
         finally { if (Environment.GetEnvironmentVariable("HPCDATA_KEEP_CHART") is { } keep) File.Copy(path, keep, true); File.Delete(path); }
     }
@@ -47,11 +53,24 @@ public class ChartTests
     {
         var chart = new LineChart { XLabel = "nodes", YLabel = "s" };
         chart.Lines.Add(new LineChart.Series("a", [(1, 1), (2, 1), (4, 1), (8, 1), (64, 1)]));
-        var plot = chart.Build();
-        plot.GetImage(600, 400).Dispose(); // ticks are laid out when drawn
-        var ticks = plot.Axes.Bottom.TickGenerator.Ticks.Where(t => t.IsMajor).ToArray();
+        var ticks = chart.Build(600, 400).Descendants(Svg + "text").Where(t => (string?)t.Attribute("class") == "x-tick")
+            .Select(t => (Label: t.Value, X: double.Parse((string)t.Attribute("x")!, CultureInfo.InvariantCulture))).ToList();
         Assert.Equal(["1", "2", "4", "8", "64"], ticks.Select(t => t.Label));
-        Assert.Equal([0.0, 1, 2, 3, 6], ticks.Select(t => t.Position));
+        // Each doubling is the same width: 1→2 is one step, 8→64 three.
+        var step = ticks[1].X - ticks[0].X;
+        Assert.True(step > 10);
+        Assert.Equal([0.0, 1, 2, 3, 6], ticks.Select(t => Math.Round((t.X - ticks[0].X) / step, 1)));
+    }
+
+    [Fact]
+    public void A_value_above_the_axis_is_clipped_to_the_plot_area()
+    {
+        var chart = new LineChart { YMax = 1.2, YPercent = true };
+        chart.Lines.Add(new LineChart.Series("a", [(1, 0.5), (2, 3.0)]));
+        var svg = chart.Build(600, 400).Root!;
+        var series = Assert.Single(svg.Descendants(Svg + "g"), g => (string?)g.Attribute("class") == "series");
+        Assert.Equal("url(#plot-area)", (string)series.Parent!.Attribute("clip-path")!);
+        Assert.Contains("120%", svg.Descendants(Svg + "text").Where(t => (string?)t.Attribute("class") == "y-tick").Select(t => t.Value));
     }
 
     [Fact]
@@ -78,58 +97,30 @@ public class ChartTests
             .Concat([Cell(2, 1, 100), Cell(4, 1, 100)]).ToList();
         var report = new ReportMain.Report(cells, [], [], [], []);
 
-        var charts = PngFile.WriteCharts(report);
+        var charts = ChartFiles.Write(report);
 
-        Assert.Equal(["time-vs-nodes-25mbit.png", "time-vs-nodes-25mbit-2.png", "efficiency-vs-nodes-25mbit.png", "efficiency-vs-nodes-25mbit-2.png",
-                      "time-vs-nodes-100mbit.png", "efficiency-vs-nodes-100mbit.png"], charts);
+        Assert.Equal(["time-vs-nodes-25mbit.svg", "time-vs-nodes-25mbit-2.svg", "efficiency-vs-nodes-25mbit.svg", "efficiency-vs-nodes-25mbit-2.svg",
+                      "time-vs-nodes-100mbit.svg", "efficiency-vs-nodes-100mbit.svg"], charts);
     }
 
     private static ReportMain.Cell Cell(int nodes, int hosts, int rate) =>
         new(nodes, hosts, 64 << 20, true, rate, 1, 2.0 * nodes / hosts, 1.0 * nodes / hosts, 0.5, 1, 1, 1, 64 << 20, 30 << 20, [], 0, 0, 0, null, null);
-
-    private static bool Near(SKColor a, SKColor b) =>
-        Math.Abs(a.Red - b.Red) < 12 && Math.Abs(a.Green - b.Green) < 12 && Math.Abs(a.Blue - b.Blue) < 12;
 }
 
-/// <summary>A strict PNG chunk reader for the tests: checks the signature, every length and every CRC.</summary>
-public static class PngFile
+/// <summary>The report's charts written into a directory of their own for a test.</summary>
+public static class ChartFiles
 {
-    private static readonly byte[] Signature = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A];
-
-    public sealed record Chunk(string Type, byte[] Data);
-
-    /// <summary>Writes a report's charts into a directory of their own, checks each is a whole PNG, and returns their names.</summary>
-    public static List<string> WriteCharts(Hpc.CommonData.Report.ReportMain.Report report)
+    /// <summary>Writes a report's charts, checks each is a whole SVG document, and returns their names.</summary>
+    public static List<string> Write(ReportMain.Report report)
     {
-        var dir = Path.Combine(Path.GetTempPath(), $"hcd-charts-{Guid.NewGuid():N}");
-        Directory.CreateDirectory(dir);
+        var dir = Directory.CreateTempSubdirectory("hcd-charts-").FullName;
         try
         {
-            var written = Hpc.CommonData.Report.ReportMain.WriteCharts(report, dir);
-            foreach (var name in written) Chunks(File.ReadAllBytes(Path.Combine(dir, name)));
+            var written = ReportMain.WriteCharts(report, dir);
+            foreach (var name in written)
+                Assert.Equal(XName.Get("svg", "http://www.w3.org/2000/svg"), XDocument.Load(Path.Combine(dir, name)).Root!.Name);
             return written;
         }
         finally { Directory.Delete(dir, recursive: true); }
-    }
-
-    public static List<Chunk> Chunks(byte[] png)
-    {
-        Assert.True(png.AsSpan(0, 8).SequenceEqual(Signature), "PNG signature");
-        var list = new List<Chunk>();
-        var pos = 8;
-        while (pos < png.Length)
-        {
-            var length = BinaryPrimitives.ReadInt32BigEndian(png.AsSpan(pos));
-            var type = Encoding.ASCII.GetString(png, pos + 4, 4);
-            var data = png[(pos + 8)..(pos + 8 + length)];
-            var crc = BinaryPrimitives.ReadUInt32BigEndian(png.AsSpan(pos + 8 + length));
-            Assert.Equal(Crc32.HashToUInt32(png.AsSpan(pos + 4, 4 + length)), crc);
-            list.Add(new Chunk(type, data));
-            pos += 12 + length;
-        }
-        Assert.Equal(png.Length, pos);
-        Assert.Equal("IHDR", list[0].Type);
-        Assert.Equal("IEND", list[^1].Type);
-        return list;
     }
 }

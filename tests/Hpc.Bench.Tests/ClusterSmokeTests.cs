@@ -45,11 +45,8 @@ public class ClusterSmokeTests
             Assert.Contains("| data size | N=4 |", md);
             Assert.Matches(@"\| 8 MB \| [0-9.]+ \([0-9]+%\) \|", md);
             Assert.Contains("| pull | 4 | 1 |", md);
-            foreach (var png in new[] { "time-vs-nodes.png", "efficiency-vs-nodes.png" })
-            {
-                var chunks = PngFile.Chunks(File.ReadAllBytes(Path.Combine(dir, png)));
-                Assert.Equal(1100, System.Buffers.Binary.BinaryPrimitives.ReadInt32BigEndian(chunks[0].Data));
-            }
+            foreach (var chart in new[] { "time-vs-nodes.svg", "efficiency-vs-nodes.svg" })
+                Assert.Equal("1100", (string?)System.Xml.Linq.XDocument.Load(Path.Combine(dir, chart)).Root!.Attribute("width"));
         }
         finally
         {

@@ -31,6 +31,6 @@ public class RateLimitReportTests
         Assert.Contains("## Rate limits (--max-rate)", md);
         Assert.Contains("| agents | 2 | 1000 Mbit/s | 64 MB | 100.0 Mbit/s | 97.6 Mbit/s | 99.9 Mbit/s | 97.6% | 99.9% |", md);
         Assert.Contains("| stager | 2 | 1000 Mbit/s | 64 MB | 80.0 Mbit/s | 77.6 Mbit/s | 80.1 Mbit/s | 97.0% | 100.1% |", md);
-        Assert.Equal(["rate-limit.png"], PngFile.WriteCharts(report));
+        Assert.Equal(["rate-limit.svg"], ChartFiles.Write(report));
     }
 }

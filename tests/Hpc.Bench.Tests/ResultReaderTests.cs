@@ -42,8 +42,67 @@ public class ResultReaderTests
         var md = ReportMain.Markdown(data, report, []);
         Assert.Contains("| 16 MB | 1.20 (80%) |", md);
         Assert.Contains("## Compression savings", md);
-        Assert.Contains("| 2 | 1 | 16 MB | 36% | 2.40 | 1.20 | 50% |", md);
+        Assert.Contains("| 2 | 1 | 16 MB | lz4 | 36% | 2.40 | 1.20 | 50% |", md);
         Assert.Contains("time bound reached", md);
+    }
+
+    [Fact]
+    public void Runs_stored_with_another_codec_are_cells_of_their_own_with_the_codec_named()
+    {
+        var zstd = Cluster.Replace("\"compress\":true", "\"compress\":true,\"codec\":\"zstd\"").Replace("\"storedBytes\":6000000", "\"storedBytes\":4000000")
+            .Replace("\"measuredSeconds\":1.2", "\"measuredSeconds\":0.8");
+        var raw = Cluster.Replace("\"compress\":true", "\"compress\":false").Replace("\"measuredSeconds\":1.2", "\"measuredSeconds\":2.4");
+        var namedLz4 = Cluster.Replace("\"compress\":true", "\"compress\":true,\"codec\":\"lz4\"").Replace("\"measuredSeconds\":1.2", "\"measuredSeconds\":1.4");
+        var data = ResultReader.ReadLines([Cluster, zstd, raw, namedLz4]);
+        var report = ReportMain.Build(data);
+
+        Assert.Equal(["lz4", "zstd", "raw"], report.Cells.Select(c => c.CodecName));
+        Assert.Equal(2, report.Cells.Single(c => c.CodecName == "lz4").Runs); // naming lz4 does not split its runs
+        Assert.Equal(0.8, report.Cells.Single(c => c.CodecName == "zstd").MeasuredSeconds);
+        var md = ReportMain.Markdown(data, report, []);
+        Assert.Contains("## Data access time (s): 1 cache host, zstd, 100 Mbit/s links", md);
+        Assert.Contains("| 2 | 1 | 16 MB | zstd | 24% | 1 | 0.80 |", md);
+        Assert.Contains("| 2 | 1 | 16 MB | zstd | 24% | 2.40 | 0.80 | 67% |", md);
+        Assert.Contains("16 MB H=1 zstd", ChartLegends(report));
+    }
+
+    /// <summary>Every legend entry of every chart the report draws.</summary>
+    private static IEnumerable<string> ChartLegends(ReportMain.Report report)
+    {
+        var dir = Directory.CreateTempSubdirectory("hcd-legends-").FullName;
+        try
+        {
+            return ReportMain.WriteCharts(report, dir).SelectMany(f => System.Xml.Linq.XDocument.Load(Path.Combine(dir, f)).Descendants()
+                .Where(e => (string?)e.Attribute("class") == "legend-entry").Select(e => e.Value)).ToList();
+        }
+        finally { Directory.Delete(dir, recursive: true); }
+    }
+
+    [Fact]
+    public void Out_puts_the_summary_and_charts_in_the_directory_it_names_and_nothing_beside_the_results()
+    {
+        var results = Directory.CreateTempSubdirectory("hcd-report-in-").FullName;
+        var parent = Directory.CreateTempSubdirectory("hcd-report-out-").FullName;
+        var output = Path.Combine(parent, "new", "report");
+        try
+        {
+            File.WriteAllText(Path.Combine(results, "results.jsonl"), Cluster + "\n");
+
+            Assert.Equal(0, ReportMain.Run([results, "--out", output]));
+
+            Assert.True(File.Exists(Path.Combine(output, "report.md")));
+            Assert.Contains("time-vs-nodes.svg", Directory.GetFiles(output).Select(Path.GetFileName));
+            Assert.Equal(["results.jsonl"], Directory.GetFiles(results).Select(Path.GetFileName));
+
+            Assert.Equal(0, ReportMain.Run([Path.Combine(results, "results.jsonl")]));
+            Assert.True(File.Exists(Path.Combine(results, "report.md")), "without --out the report is written beside its results");
+            Assert.Equal(2, ReportMain.Run([results, "--out"]));
+        }
+        finally
+        {
+            Directory.Delete(results, recursive: true);
+            Directory.Delete(parent, recursive: true);
+        }
     }
 
     [Fact]

@@ -30,6 +30,6 @@ public class SlurmReportTests
         Assert.Contains("| 4 | mpi | 1 | 4.91 | 4.10 | 2.19 | 2.19 | 1.97 | 1.00 | 0.75 | 1.20 |", md);
         Assert.Contains("| 4 | sbcast | 1 | 7.28 | – | 3.25 | 3.25 | 2.93 | 0.00 | 3.00 | – |", md);
         Assert.Contains("slurm:sbcast failed: exit 233", md);
-        Assert.Contains("slurm-time-vs-nodes.png", PngFile.WriteCharts(report));
+        Assert.Contains("slurm-time-vs-nodes.svg", ChartFiles.Write(report));
     }
 }
