@@ -57,9 +57,11 @@ public static class CodecBench
                 if (compression == (o.Codecs ?? [SegmentCompression.Lz4])[0])
                 {
                     var (chunkSeconds, chunkCpu) = ChunkerPass(data);
+                    // A few MB take less than the process clock's tick: no per-CPU-second figure rather than an infinite one.
+                    string PerCpu(double seconds) => seconds > 0 ? (data.Length / 1e6 / seconds).ToString("0", CultureInfo.InvariantCulture) : "n/a";
                     Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                        $"  {kind,-6} run {run}: content-defined chunker alone, one thread {Mbps(data.Length, chunkSeconds),6:0} MB/s, {data.Length / 1e6 / chunkCpu:0} MB per CPU-s " +
-                        $"(raw codec on {(o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount)} thread(s): {Mbps(data.Length, codec.Seconds):0} MB/s, {data.Length / 1e6 / codecCpu:0} MB per CPU-s)"));
+                        $"  {kind,-6} run {run}: content-defined chunker alone, one thread {Mbps(data.Length, chunkSeconds),6:0} MB/s, {PerCpu(chunkCpu)} MB per CPU-s " +
+                        $"(raw codec on {(o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount)} thread(s): {Mbps(data.Length, codec.Seconds):0} MB/s, {PerCpu(codecCpu)} MB per CPU-s)"));
                 }
                 // Chunkings alternate their order run by run, so a slow spell of the machine does not land on one of them every time.
                 var chunkings = o.Chunkings ?? ["content"];
