@@ -54,6 +54,15 @@ public static class CodecBench
                 var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
                 var codec = CodecBaseline.Run(data, threads: o.StagerCores, compression: compression);
                 var codecCpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
+                if (compression == (o.Codecs ?? [SegmentCompression.Lz4])[0])
+                {
+                    var (chunkSeconds, chunkCpu) = ChunkerPass(data);
+                    // A few MB take less than the process clock's tick: no per-CPU-second figure rather than an infinite one.
+                    string PerCpu(double seconds) => seconds > 0 ? (data.Length / 1e6 / seconds).ToString("0", CultureInfo.InvariantCulture) : "n/a";
+                    Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                        $"  {kind,-6} run {run}: content-defined chunker alone, one thread {Mbps(data.Length, chunkSeconds),6:0} MB/s, {PerCpu(chunkCpu)} MB per CPU-s " +
+                        $"(raw codec on {(o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount)} thread(s): {Mbps(data.Length, codec.Seconds):0} MB/s, {PerCpu(codecCpu)} MB per CPU-s)"));
+                }
                 // Chunkings alternate their order run by run, so a slow spell of the machine does not land on one of them every time.
                 var chunkings = o.Chunkings ?? ["content"];
                 var stagers = new List<Variant> { new(null, null, false) };
@@ -77,6 +86,16 @@ public static class CodecBench
             File.Delete(path);
         }
         return records;
+    }
+
+    /// <summary>The chunker alone over the data in memory, on this thread: wall and CPU seconds (the bench process is otherwise idle).</summary>
+    private static (double Seconds, double CpuSeconds) ChunkerPass(byte[] data)
+    {
+        var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
+        var clock = Stopwatch.StartNew();
+        ReadOnlySpan<byte> rest = data;
+        while (!rest.IsEmpty) rest = rest[ContentChunker.Default.NextCut(rest, final: true)..];
+        return (clock.Elapsed.TotalSeconds, (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds);
     }
 
     private sealed record StageRun(long StoredBytes, double Seconds, double ProcessSeconds, double CpuSeconds, double HostCpuSeconds);

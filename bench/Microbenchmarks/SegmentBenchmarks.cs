@@ -63,7 +63,7 @@ public class SegmentBenchmarks
     }
 
     /// <summary>Rows like the sample market history (date, instrument, close): text that compresses to about 40%.</summary>
-    private static byte[] PriceRows(int n)
+    internal static byte[] PriceRows(int n)
     {
         var rng = new Random(42);
         var sb = new StringBuilder(n + 64);

@@ -65,6 +65,112 @@ public class ContentChunkerTests
         Assert.Equal(ContentChunker.MaxSize, ContentChunker.Default.NextCut(zeros, final: false));
     }
 
+    [Theory]
+    [InlineData(ContentChunker.MinSize - 1)]
+    [InlineData(ContentChunker.MinSize)]
+    [InlineData(ContentChunker.MinSize + 1)]
+    [InlineData(ContentChunker.MinSize + 2)]
+    [InlineData(ContentChunker.AverageSize - 1)]
+    [InlineData(ContentChunker.AverageSize)]
+    [InlineData(ContentChunker.AverageSize + 1)]
+    [InlineData(ContentChunker.MaxSize - 1)]
+    [InlineData(ContentChunker.MaxSize)]
+    [InlineData(ContentChunker.MaxSize + 1)]
+    public void A_cut_found_in_a_prefix_is_the_cut_of_the_whole(int length)
+    {
+        // The stager cuts a slab at a time and carries the rest over: a cut it accepts before the end of the data must
+        // be the one a scan of all the data finds, or boundaries would depend on where the slabs happened to end.
+        foreach (var seed in new[] { 11, 12, 13, 14 })
+        {
+            var data = Random(ContentChunker.MaxSize + 4096, seed);
+            var whole = ContentChunker.Default.NextCut(data, final: true);
+            var prefix = data.AsSpan(0, length);
+            var partial = ContentChunker.Default.NextCut(prefix, final: false);
+            if (partial != 0) Assert.Equal(whole, partial);
+            else Assert.True(whole > length || length <= ContentChunker.MinSize, $"length {length}: a cut at {whole} was not found in the prefix");
+            var last = ContentChunker.Default.NextCut(prefix, final: true);
+            Assert.Equal(whole <= length ? whole : length, last);
+        }
+    }
+
+    [Fact]
+    public void Cuts_land_on_the_first_position_that_meets_the_condition_and_never_inside_the_minimum()
+    {
+        var data = Random(16 << 20, 21);
+        var cuts = Chunk(data);
+        Assert.All(cuts[..^1], c => Assert.InRange(c, ContentChunker.MinSize + 1, ContentChunker.MaxSize));
+        // Where a segment ended before the maximum, none of the shorter lengths past the minimum would have been a cut:
+        // the same scan, stopped one byte earlier, finds nothing.
+        var offset = 0;
+        foreach (var cut in cuts[..^1])
+        {
+            if (cut < ContentChunker.MaxSize)
+                Assert.Equal(0, ContentChunker.Default.NextCut(data.AsSpan(offset, cut - 1), final: false));
+            offset += cut;
+        }
+    }
+
+    [Fact]
+    public void All_zero_and_constant_data_is_cut_at_the_maximum()
+    {
+        foreach (var value in new byte[] { 0, 0xFF, (byte)'a' })
+        {
+            var data = new byte[3 * ContentChunker.MaxSize + 5000];
+            Array.Fill(data, value);
+            Assert.Equal([ContentChunker.MaxSize, ContentChunker.MaxSize, ContentChunker.MaxSize, 5000], Chunk(data));
+        }
+    }
+
+    [Fact]
+    public void Cutting_slab_by_slab_gives_the_boundaries_of_one_pass()
+    {
+        // As the stager does it: cut what a slab holds, carry the bytes after the last cut into the next slab.
+        var data = Random(12 << 20, 31);
+        var expected = Chunk(data);
+        foreach (var slab in new[] { ContentChunker.MaxSize, ContentChunker.MaxSize + 1, 1 << 20, (4 << 20) - 7 })
+        {
+            var cuts = new List<int>();
+            var start = 0;
+            while (start < data.Length)
+            {
+                var end = Math.Min(data.Length, start + slab);
+                var eof = end == data.Length;
+                var at = start;
+                while (at < end)
+                {
+                    var cut = ContentChunker.Default.NextCut(data.AsSpan(at, end - at), final: eof);
+                    if (cut == 0) break;
+                    cuts.Add(cut);
+                    at += cut;
+                }
+                start = at;
+            }
+            Assert.Equal(expected, cuts);
+        }
+    }
+
+    [Theory]
+    [InlineData(1)]
+    [InlineData(7)]
+    [InlineData(4096)]
+    [InlineData(-1)]
+    [InlineData(-5000)]
+    public void Edits_anywhere_change_only_the_segments_around_them(int edit)
+    {
+        var before = Random(6 << 20, 41);
+        var segmentsBefore = Segments(before);
+        var rng = new Random(edit + 1000);
+        for (var trial = 0; trial < 6; trial++)
+        {
+            var at = rng.Next(1, before.Length - 10_000);
+            var after = edit > 0 ? [.. before[..at], .. Random(edit, trial), .. before[at..]] : before[..at].Concat(before[(at - edit)..]).ToArray();
+            var segmentsAfter = Segments(after);
+            // One edit touches the segment it falls in and, through the minimum size, at most a couple after it.
+            Assert.InRange(segmentsAfter.Except(segmentsBefore).Count(), 1, 3);
+            Assert.InRange(segmentsBefore.Except(segmentsAfter).Count(), 1, 3);
+        }
+    }
+
     private static HashSet<SegmentId> Segments(byte[] data)
     {
         var ids = new HashSet<SegmentId>();
