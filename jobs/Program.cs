@@ -29,7 +29,7 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     new("demo", "Run the whole system on this machine: cache hosts, node agents, staging and sample workers (runs Hpc.Samples).",
         args => ProgramVerb.RunAsync("Hpc.Samples", ["demo", .. args])),
     new("bench", "The lab: scale-model cluster, codec, cache and attach benchmarks (runs Hpc.Bench).",
-        args => ProgramVerb.RunAsync("Hpc.Bench", args)),
+        args => ProgramVerb.RunAsync("Hpc.Bench", args), Hidden: !ComponentLocator.IsAvailable("Hpc.Bench")),
     new("report", "Tables, charts and a Markdown summary of bench results or agents' fetch telemetry.",
         args => Task.FromResult(Hpc.CommonData.Report.ReportMain.Run(args))),
 ]).RunAsync(args);

@@ -27,7 +27,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     public async Task<int> RunAsync(string[] args)
     {
         if (args is [] or ["--help"] or ["-h"] or ["help"]) { Console.Out.Write(Help()); return 0; }
-        if (args is ["--version"]) { Console.Out.WriteLine($"{Program} {typeof(CommandTree).Assembly.GetName().Version}"); return 0; }
+        if (args is ["--version"]) { Console.Out.WriteLine($"{Program} {Version}"); return 0; }
         if (args is ["help", var topic, ..]) args = [topic, "--help"];
         if (args is ["completion", ..])
         {
@@ -53,6 +53,12 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
             return ExitCodes.Report($"{Program} {verb.Name}", e);
         }
     }
+
+    /// <summary>The release and the commit it was built from (<c>1.0.0+3f2a…</c>), as the package's metadata records them.</summary>
+    public static string Version =>
+        typeof(CommandTree).Assembly.GetCustomAttributes(typeof(System.Reflection.AssemblyInformationalVersionAttribute), false)
+            .OfType<System.Reflection.AssemblyInformationalVersionAttribute>().FirstOrDefault()?.InformationalVersion
+        ?? typeof(CommandTree).Assembly.GetName().Version?.ToString(3) ?? "unknown";
 
     public string Help()
     {

@@ -205,6 +205,13 @@ public static class ComponentLocator
     /// <summary>True for a program compiled to native code rather than an assembly run by <c>dotnet</c>.</summary>
     public static bool IsNative(string path) => !path.EndsWith(".dll", StringComparison.OrdinalIgnoreCase);
 
+    /// <summary>Whether <see cref="Find"/> finds the program: an installed tool carries the lab only when packed with it.</summary>
+    public static bool IsAvailable(string assembly)
+    {
+        try { Find(assembly); return true; }
+        catch (FileNotFoundException) { return false; }
+    }
+
     public static string Find(string assembly)
     {
         var file = assembly + ".dll";

@@ -69,7 +69,7 @@ public sealed class StagerOptions : IProgramOptions
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";
         if (Chunking is not ("content" or "fixed")) yield return $"--chunking must be content or fixed, not '{Chunking}'";
-        if (!AutoCodec && !NoCompress && !Format.SegmentCompression.TryParse(Codec, out _, out var codecError)) yield return $"--codec: {codecError}";
+        if (!AutoCodec && !NoCompress && !Format.SegmentCompression.TryParse(Codec, out _, out var codecError)) yield return $"--codec: {codecError}, or auto";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
         string? readers = null;
         try { Access.ReaderSpec.Resolve(Readers); }

@@ -183,6 +183,10 @@ public sealed class ToolInstallTests
             var help = await RunAsync(hpcdata, ["--help"], elsewhere, env, TimeSpan.FromMinutes(1));
             Assert.Contains("agent", help.Output);
             Assert.Contains("cache-host", help.Output);
+            // The lab is not in the package: the installed tool does not offer a command it cannot run.
+            Assert.DoesNotContain("\n  bench ", help.Output);
+            var versionLine = await RunAsync(hpcdata, ["--version"], elsewhere, env, TimeSpan.FromMinutes(1));
+            Assert.Matches(@"^hpcdata \d+\.\d+\.\d+\+[0-9a-f]{7,40}\s*$", versionLine.Output);
             var agentHelp = await RunAsync(hpcdata, ["agent", "--help"], elsewhere, env, TimeSpan.FromMinutes(1));
             Assert.True(agentHelp.Code == 0 && agentHelp.Output.Contains("--data-dir"), agentHelp.Output);
 
