@@ -31,7 +31,7 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
         if (args is ["help", var topic, ..]) args = [topic, "--help"];
         if (args is ["completion", ..])
         {
-            var usage = $"usage: {Program} completion bash\n\nPrints a bash completion script for {Program}'s commands and switches; load it with\n  source <({Program} completion bash)\n";
+            var usage = $"usage: {Program} completion bash\n\nPrints a bash completion script for {Program}'s commands and switches; load it with\n  source <({Program} completion bash)\n\n  {"-h, --help",-28} this text\n";
             if (args is [_, "--help" or "-h"]) { Console.Out.Write(usage); return ExitCodes.Ok; }
             if (args is not [_, "bash"]) { Console.Error.WriteLine($"{Program} completion: give the shell: {Program} completion bash"); return ExitCodes.Usage; }
             Console.Out.Write(BashCompletion());

@@ -19,6 +19,7 @@ public sealed partial class DocsSwitchTests
         "--now", "--signal",                                                      // systemctl enable --now, kill
         "--ntasks", "--map-by",                                                   // srun, mpirun
         "--no-dereference", "--uts",                                              // cp, unshare
+        "--job", "--in",                                                          // BenchmarkDotNet: --job short, --inProcess
     ];
 
     [GeneratedRegex(@"(?<![\w-])--[a-z][a-z0-9-]*")]
