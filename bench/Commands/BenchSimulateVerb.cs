@@ -18,7 +18,7 @@ public sealed class BenchSimulateOptions : IVerbOptions
     [Switch("--records", "Recorded lab runs (bench cluster --scheduler slurm): the cells replayed and the calibration's source.")]
     public string Records { get; set; } = "docs/results/slurm-native.jsonl";
 
-    [Switch("--out", "Directory to write simulate.jsonl, simulate.md and simulate-time-vs-nodes.png to (replaced: the simulation is deterministic).")]
+    [Switch("--out", "Directory to write simulate.jsonl, simulate.md and simulate-time-vs-nodes.svg to (replaced: the simulation is deterministic).")]
     public string? Out { get; set; }
 
     [Switch("--validate-only", "Replay the recorded cells only.")]
@@ -110,14 +110,14 @@ public static class BenchSimulateVerb
                 Directory.CreateDirectory(o.Out);
                 var both = new LineChart { Title = $"Simulated: {title}", XLabel = "nodes", YLabel = "seconds until every node holds the data" };
                 both.Lines.AddRange(Experiments.Sweep(cal, stored, counts, rates, a, [Delivery.Direct, Delivery.Fanout]));
-                both.Save(Path.Combine(o.Out, "simulate-time-vs-nodes.png"));
+                both.Save(Path.Combine(o.Out, "simulate-time-vs-nodes.svg"));
                 // The fan-out's seconds vanish beside direct fetch's minutes: its own chart, with what the links alone would allow.
                 var fan = new LineChart { Title = $"Simulated fan-out: {title}", XLabel = "nodes", YLabel = "seconds until every node holds the data" };
                 fan.Lines.AddRange(Experiments.Sweep(cal, stored, counts, rates, a, [Delivery.Fanout]));
                 fan.Lines.AddRange(Experiments.Sweep(cal, stored, counts, rates, a, [Delivery.Fanout], network: true));
-                fan.Save(Path.Combine(o.Out, "simulate-fanout-time-vs-nodes.png"));
-                md.AppendLine("![simulated fan-out time vs nodes](simulate-fanout-time-vs-nodes.png)").AppendLine();
-                md.AppendLine("![simulated time vs nodes](simulate-time-vs-nodes.png)").AppendLine();
+                fan.Save(Path.Combine(o.Out, "simulate-fanout-time-vs-nodes.svg"));
+                md.AppendLine("![simulated fan-out time vs nodes](simulate-fanout-time-vs-nodes.svg)").AppendLine();
+                md.AppendLine("![simulated time vs nodes](simulate-time-vs-nodes.svg)").AppendLine();
             }
         }
 
