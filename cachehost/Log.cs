@@ -62,4 +62,13 @@ internal static partial class Log
 
     [LoggerMessage(23, LogLevel.Information, "Client {ClientId} from {Remote} failed the TLS handshake: {Reason} ({HeldBack} more such lines not written in the minute before)")]
     public static partial void TlsHandshakeFailed(ILogger logger, long clientId, EndPoint? remote, string reason, long heldBack);
+
+    [LoggerMessage(28, LogLevel.Information, "Client {ClientId} closed: account {Account} is no longer in the users file")]
+    public static partial void AccountRemoved(ILogger logger, long clientId, string account);
+
+    [LoggerMessage(29, LogLevel.Information, "{Trigger}: {Outcome}")]
+    public static partial void UsersReloaded(ILogger logger, string trigger, string outcome);
+
+    [LoggerMessage(30, LogLevel.Error, "{Trigger}: {Outcome}")]
+    public static partial void UsersNotReloaded(ILogger logger, string trigger, string outcome);
 }

@@ -39,16 +39,14 @@ builder.Configuration.AddInMemoryCollection(commandLine);
 
 if (Contract.Bind(builder.Configuration, commandLine, out var options) is { } invalid)
     return invalid;
-if (options.LoadPasswordFile() is { } unreadable)
-    return Contract.Refuse(unreadable);
 CacheUsers users;
 try
 {
-    users = CacheUsers.Create(options.Password, options.UsersFile is { Length: > 0 } file ? File.ReadAllLines(file) : null, options.UsersFile);
+    users = CacheUsers.Load(options);
 }
-catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
+catch (FormatException e)
 {
-    return Contract.Refuse($"--users-file: {e.Message}");
+    return Contract.Refuse(e.Message);
 }
 
 // stdout carries only the READY line that launchers parse; every log line goes to stderr.
@@ -72,6 +70,7 @@ builder.Services.AddSingleton<ServerContext>();
 builder.Services.AddSingleton<HostMetrics>();
 builder.Services.AddHostedService<CacheServer>();
 builder.Services.AddHostedService<ExpirySweeper>();
+builder.Services.AddHostedService<UsersReload>();
 // After the server, so READY=1 to a service manager follows the bound port.
 builder.AddServiceManagers("hpcdata-cache");
 

@@ -130,6 +130,35 @@ internal sealed class CacheUsers
         return new CacheUsers(users);
     }
 
+    /// <summary>
+    /// The accounts <paramref name="options"/> name: the default user's password (<c>--password</c> or the first line of
+    /// <c>--password-file</c>, read again each time) and the users file. Throws <see cref="FormatException"/> whose message
+    /// names the switch and the line at fault.
+    /// </summary>
+    public static CacheUsers Load(Hpc.CommonData.Hosting.CacheHostOptions options)
+    {
+        if (options.LoadPasswordFile() is { } unreadable)
+            throw new FormatException(unreadable);
+        try
+        {
+            return Create(options.Password, options.UsersFile is { Length: > 0 } file ? File.ReadAllLines(file) : null, options.UsersFile);
+        }
+        catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
+        {
+            throw new FormatException($"--users-file: {e.Message}", e);
+        }
+    }
+
+    /// <summary>What a new load changes against this one: accounts added, removed, and changed (role, secret or names).</summary>
+    public (int Added, int Removed, int Changed) Compare(CacheUsers next)
+    {
+        int added = next._byName.Keys.Count(n => !_byName.ContainsKey(n));
+        int removed = _byName.Keys.Count(n => !next._byName.ContainsKey(n));
+        int changed = next._byName.Values.Count(u => _byName.TryGetValue(u.Name, out var was) && (was.Role != u.Role
+            || !was.PasswordHash.AsSpan().SequenceEqual(u.PasswordHash) || !was.NamePatterns.SequenceEqual(u.NamePatterns)));
+        return (added, removed, changed);
+    }
+
     /// <summary>The directive that gives a writer dataset names.</summary>
     public const string NamesDirective = "names";
 

@@ -29,6 +29,33 @@ internal sealed partial class ClientSession
 
     internal bool Authenticated => _user is not null;
 
+    /// <summary>ACL LOAD from this connection, logged as the client that asked.</summary>
+    internal (bool Loaded, string Message) LoadUsersAgain() => UsersReload.Reload(_server, _logger, $"ACL LOAD from client {Id} ({_user?.Name})");
+
+    /// <summary>
+    /// After the users file was loaded again, this connection's account as the file now defines it (its role and names
+    /// may have changed). An account the file no longer defines loses its connection: the reply says why and the
+    /// connection closes, as Redis does for the clients of a deleted user. False when the command must not run.
+    /// </summary>
+    private bool RefreshAccount()
+    {
+        if (_usersGeneration == _server.UsersGeneration)
+            return true;
+        _usersGeneration = _server.UsersGeneration;
+        if (_user is null || ReferenceEquals(_user, ServerContext.OpenAccess))
+            return true;
+        if (_server.Users.Find(_user.Name) is { } now)
+        {
+            _user = now;
+            return true;
+        }
+        Log.AccountRemoved(_logger, Id, _user.Name);
+        _reply.WriteError(Encoding.UTF8.GetBytes($"NOAUTH account {_user.Name} is no longer in the users file; the connection closes"));
+        _user = null;
+        _quitRequested = true;
+        return false;
+    }
+
     internal byte[]? ClientName
     {
         get => _clientName;
@@ -113,6 +140,11 @@ internal sealed partial class ClientSession
     private void ExecuteStreamedSet(byte[] key, byte[] value)
     {
         var set = CommandTable.Lookup("set"u8)!;
+        if (!RefreshAccount())
+        {
+            ReleaseFrameCharge();
+            return;
+        }
         if (_user is null || _user.Role < set.Role)
         {
             ReleaseFrameCharge();
@@ -178,6 +210,8 @@ internal sealed partial class ClientSession
             _reply.WriteError("ERR wrong number of arguments for '"u8, command.LowerName, "' command"u8);
             return;
         }
+        if (!RefreshAccount())
+            return;
         if (_user is null)
         {
             if (!command.AllowedBeforeAuth)

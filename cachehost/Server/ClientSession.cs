@@ -33,6 +33,7 @@ internal sealed partial class ClientSession : IDisposable
     private int _failedAuths;
     private TimeSpan _authPenalty;
     private CacheUser? _user;
+    private int _usersGeneration;
     private ITimer? _authDeadline;
     private bool _quitRequested;
     private byte[]? _clientName;
@@ -45,6 +46,7 @@ internal sealed partial class ClientSession : IDisposable
         _server = server;
         _logger = logger;
         Remote = socket.RemoteEndPoint;
+        _usersGeneration = server.UsersGeneration;
         _user = server.Users.Required ? null : ServerContext.OpenAccess;
     }
 

@@ -19,7 +19,7 @@ internal sealed class ServerContext
         Store = store;
         Time = time;
         Limits = RespLimits.ForFrameSize((int)Options.MaxFrameBytes.Bytes);
-        Users = users;
+        _users = users;
         AuthBudget = new AuthBudget(time);
         LogGates = new LogGates(time);
         StartTimestamp = time.GetTimestamp();
@@ -31,7 +31,51 @@ internal sealed class ServerContext
     public CacheStore Store { get; }
     public TimeProvider Time { get; }
     public RespLimits Limits { get; }
-    public CacheUsers Users { get; }
+    private CacheUsers _users;
+    private int _usersGeneration;
+
+    /// <summary>The accounts as the users file last loaded them (<see cref="ReloadUsers"/>).</summary>
+    public CacheUsers Users => Volatile.Read(ref _users);
+
+    /// <summary>Counts loads of the users file, so a connection sees a change at its next command without a lock.</summary>
+    public int UsersGeneration => Volatile.Read(ref _usersGeneration);
+
+    private readonly Lock _reloading = new();
+
+    /// <summary>
+    /// Reads the users file (and password file) again and puts it in force, all or nothing: a file that does not load
+    /// leaves the accounts as they were. Returns a line for the log and the client that asked.
+    /// </summary>
+    public (bool Loaded, string Message) ReloadUsers()
+    {
+        lock (_reloading)
+        {
+            if (string.IsNullOrEmpty(Options.UsersFile) && string.IsNullOrEmpty(Options.PasswordFile))
+                return (false, "no --users-file or --password-file to load again; the accounts are unchanged");
+            CacheUsers next;
+            try
+            {
+                next = CacheUsers.Load(Options);
+            }
+            catch (FormatException e)
+            {
+                return (false, $"{e.Message}; the accounts in force are unchanged");
+            }
+            if (Users.Required && !next.Required)
+                return (false, "the new files define no account, which would open the host to everyone; the accounts in force are unchanged");
+            var (added, removed, changed) = Users.Compare(next);
+            Replace(next);
+            return (true, $"accounts loaded again: {next.Count} in force ({added} added, {removed} removed, {changed} changed)");
+        }
+    }
+
+    // Connections act under the new roles and names from their next command; those of accounts the files no longer
+    // define are closed (ClientSession.RefreshAccount).
+    private void Replace(CacheUsers users)
+    {
+        Volatile.Write(ref _users, users);
+        Interlocked.Increment(ref _usersGeneration);
+    }
 
     /// <summary>Wrong passwords across connections, per address and per account.</summary>
     public AuthBudget AuthBudget { get; }

@@ -24,6 +24,9 @@ public static class ProgramVerb
             System.Runtime.InteropServices.PosixSignal.SIGTERM, PassOn);
         using var sigint = OperatingSystem.IsWindows() ? null : System.Runtime.InteropServices.PosixSignalRegistration.Create(
             System.Runtime.InteropServices.PosixSignal.SIGINT, PassOn);
+        // A service manager's reload (ExecReload=kill -HUP $MAINPID) names this process; the program is the one to reload.
+        using var sighup = OperatingSystem.IsWindows() ? null : System.Runtime.InteropServices.PosixSignalRegistration.Create(
+            System.Runtime.InteropServices.PosixSignal.SIGHUP, c => { c.Cancel = true; ComponentProcess.HangUp(p.Id); });
         await p.WaitForExitAsync();
         return p.ExitCode;
     }

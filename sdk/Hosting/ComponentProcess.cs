@@ -182,8 +182,18 @@ public sealed class ComponentProcess : IAsyncDisposable
         if (!OperatingSystem.IsWindows()) Posix.Kill(pid, Posix.SIGTERM);
     }
 
+    /// <summary>
+    /// Passes on a hang-up (systemctl reload, kill -HUP): a program that reloads its configuration on it (the cache host's
+    /// users file) does so, any other ends as it would have.
+    /// </summary>
+    public static void HangUp(int pid)
+    {
+        if (!OperatingSystem.IsWindows()) Posix.Kill(pid, Posix.SIGHUP);
+    }
+
     private static class Posix
     {
+        public const int SIGHUP = 1;
         public const int SIGTERM = 15;
         [System.Runtime.InteropServices.DllImport("libc", EntryPoint = "kill", SetLastError = true)]
         public static extern int Kill(int pid, int signal);

@@ -114,7 +114,7 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
     }
 
     [Fact]
-    public async Task The_cache_host_unit_is_ready_once_listening_serves_TLS_with_its_key_and_users_from_credentials_and_stops_cleanly()
+    public async Task The_cache_host_unit_is_ready_once_listening_serves_TLS_with_its_key_from_credentials_reloads_its_users_file_and_stops_cleanly()
     {
         if (await SystemdMachine.UnavailableAsync() is { } why) { Console.Error.WriteLine($"systemd unit test not run: {why}"); return; }
         await using var c = new Cluster();
@@ -123,7 +123,8 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         var init = await c.RunAsync("hpcdata", ["tls-init", "--out", tls, "--hosts", "127.0.0.1,localhost"]);
         Assert.True(init.Code == 0, init.Stderr);
         File.SetUnixFileMode(Path.Combine(tls, "host.key"), UnixFileMode.UserRead | UnixFileMode.UserWrite);
-        site.Secret("secrets/cache-users", "ops admin ops-pass\nnode reader node-pass\n");
+        var usersFile = Path.Combine(site.Etc, "cache-users");
+        File.WriteAllText(usersFile, "ops admin ops-pass\nnode reader node-pass\n");
         File.Copy(Path.Combine(Cluster.RepositoryRoot, "deploy", "config", "cache.env"), Path.Combine(site.Etc, "cache.env"));
         var port = BadInputTests.FreePort();
         File.WriteAllText(Path.Combine(site.Etc, "cache.json"), JsonSerializer.Serialize(new
@@ -132,6 +133,9 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         }));
 
         await using var machine = await site.BootAsync();
+        // As docs/deploy.md installs it: root:hpcdata 0640 (the group exists once the container has booted).
+        var owned = await machine.RunAsync(["sh", "-c", "chown root:hpcdata /etc/hpcdata/cache-users && chmod 0640 /etc/hpcdata/cache-users"], Command);
+        Assert.True(owned.Code == 0, owned.ToString());
         var start = await machine.RunAsync(["systemctl", "start", "hpcdata-cache"], Command);
         Assert.True(start.Code == 0, $"{start}\n{await JournalAsync(machine, "hpcdata-cache")}");
         // Right after start returns: TLS with the site CA, and the accounts of the users file systemd handed over.
@@ -147,9 +151,22 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         Assert.NotEqual(0, wrong.Code);
         Assert.Contains("WRONGPASS", wrong.Stderr);
         Assert.Contains("StatusText=serving", (await machine.RunAsync(["systemctl", "show", "hpcdata-cache", "-p", "StatusText"], Command)).Output);
-        // The private key and the users file are readable by this service alone, in its credentials directory.
+        // The private key is readable by this service alone, in its credentials directory.
         Assert.True(File.Exists(machine.HostPath("/run/credentials/hpcdata-cache.service/tls-key")));
-        Assert.Contains("ops admin", File.ReadAllText(machine.HostPath("/run/credentials/hpcdata-cache.service/users")));
+
+        // An account added to the users file logs in after `systemctl reload`, with the data still there (no restart);
+        // the account removed from it no longer does.
+        var late = await c.RunAsync("hpcdata", ["list", .. Tier("late", "late-pass")]);
+        Assert.Contains("WRONGPASS", late.Stderr);
+        File.WriteAllText(usersFile, "ops admin ops-pass\nlate reader late-pass\n");
+        var reload = await machine.RunAsync(["systemctl", "reload", "hpcdata-cache"], Command);
+        Assert.True(reload.Code == 0, $"{reload}\n{await JournalAsync(machine, "hpcdata-cache")}");
+        for (var tries = 0; tries < 50 && (late = await c.RunAsync("hpcdata", ["list", .. Tier("late", "late-pass")])).Code != 0; tries++)
+            await Task.Delay(200);
+        Assert.True(late.Code == 0, $"{late.Stderr}\n{await JournalAsync(machine, "hpcdata-cache")}");
+        Assert.Contains(late.Stdout, l => l.Contains("site/tls"));
+        Assert.Contains("WRONGPASS", (await c.RunAsync("hpcdata", ["list", .. Tier("node", "node-pass")])).Stderr);
+        Assert.Contains("accounts loaded again: 2 in force (1 added, 1 removed, 0 changed)", await JournalAsync(machine, "hpcdata-cache"));
 
         var stop = await machine.RunAsync(["systemctl", "stop", "hpcdata-cache"], Command);
         Assert.True(stop.Code == 0, stop.ToString());

@@ -85,6 +85,8 @@ internal static class ConnectionCommands
             DryRun(s);
         else if (Ascii.EqualsIgnoreCase(sub, "GETUSER"u8) && s.Args.Count == 3)
             GetUser(s);
+        else if (Ascii.EqualsIgnoreCase(sub, "LOAD"u8) && s.Args.Count == 2)
+            Load(s);
         else
             Replies.UnknownSubcommand(s, sub, "ACL"u8);
     }
@@ -139,6 +141,19 @@ internal static class ConnectionCommands
         s.Reply.WriteBulk("datasets"u8);
         s.Reply.WriteArrayHeader(owned.Count);
         foreach (var dataset in owned) s.Reply.WriteBulk(Encoding.UTF8.GetBytes(dataset));
+    }
+
+    /// <summary>ACL LOAD: the users file (and password file) read again and put in force on this host, all or nothing.</summary>
+    private static void Load(ClientSession s)
+    {
+        if (s.User!.Role < CacheRole.Admin)
+        {
+            s.Reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {s.User.Name} has no permissions to run the 'acl|load' command: that takes the admin role"));
+            return;
+        }
+        var (loaded, message) = s.LoadUsersAgain();
+        if (loaded) s.Reply.WriteRaw(Replies.Ok);
+        else s.Reply.WriteError(Encoding.UTF8.GetBytes("ERR " + message));
     }
 
     /// <summary>HELLO negotiates RESP3 in newer clients; this server speaks RESP2 only and says so.</summary>

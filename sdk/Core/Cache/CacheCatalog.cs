@@ -22,7 +22,7 @@ public sealed class CacheCatalog
 
     /// <summary>Stores a manifest on every host (it is small and every reader needs it first).</summary>
     public Task PutManifestAsync(string version, ReadOnlyMemory<byte> encoded, TimeSpan? ttl = null, CancellationToken ct = default) =>
-        _hosts.WriteEverywhereAsync(CacheKeys.Manifest(version), async (c, token) =>
+        _hosts.Topology.WriteEverywhereAsync(CacheKeys.Manifest(version), async (c, token) =>
         {
             c.BeginCommand(ttl is null ? 3 : 5);
             c.Argument("SET"u8);
@@ -77,11 +77,11 @@ public sealed class CacheCatalog
             return true;
         }
         async ValueTask<bool> RepairOn(RespConnection c, CancellationToken token) => await Manifest(c, token) | await Pointer(c, token);
-        if (_hosts.Cluster is not null)
+        if (_hosts.Topology.KeepsItsOwnCopies)
         {
             // A cluster's masters replicate each key themselves: the same writes, each at its key's master.
-            await _hosts.RunOnKeyAsync(manifestKey, Manifest, ct, bulk: true);
-            await _hosts.RunOnKeyAsync(latestKey, Pointer, ct);
+            await _hosts.Topology.RunOnOwnerAsync(manifestKey, Manifest, ct, bulk: true);
+            await _hosts.Topology.RunOnOwnerAsync(latestKey, Pointer, ct);
             return [];
         }
         var answers = await Task.WhenAll(Enumerable.Range(0, Hosts.Count).Select(h => _hosts.RunAsync(h, RepairOn, ct, bulk: true)));
@@ -90,7 +90,7 @@ public sealed class CacheCatalog
 
     /// <summary>Moves the "latest" pointer of a dataset, on every host. Call only after every segment and the manifest are stored.</summary>
     public Task SetLatestAsync(string name, string version, CancellationToken ct = default) =>
-        _hosts.WriteEverywhereAsync(CacheKeys.Latest(name), async (c, token) =>
+        _hosts.Topology.WriteEverywhereAsync(CacheKeys.Latest(name), async (c, token) =>
         {
             c.Command("SET"u8, CacheKeys.Latest(name), version);
             Check(c, await c.FlushAndReadAsync(token));
@@ -127,7 +127,7 @@ public sealed class CacheCatalog
     /// </summary>
     public async Task<IReadOnlyList<(string Name, IReadOnlyList<(CacheEndpoint Host, string? Version)> Hosts)>> DisagreementsAsync(CancellationToken ct = default)
     {
-        if (_hosts.Cluster is not null) return [];
+        if (_hosts.Topology.KeepsItsOwnCopies) return [];
         var names = (await _hosts.AskEveryShardAsync((c, token) => KeysAsync(c, CacheKeys.LatestPrefix, token), ct, bulk: true))
             .SelectMany(k => k.Answer).Select(k => k[CacheKeys.LatestPrefix.Length..]).Where(n => DatasetName.TryValidate(n, out _))
             .Distinct(StringComparer.Ordinal).Order(StringComparer.Ordinal).ToList();
@@ -145,12 +145,7 @@ public sealed class CacheCatalog
     public async Task<IReadOnlyList<(CacheEndpoint Host, string? Version)>> LatestByHostAsync(string name, CancellationToken ct = default)
     {
         var key = CacheKeys.Latest(name);
-        if (_hosts.Cluster is not null)
-        {
-            var value = (await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))[0];
-            return [(Hosts[0], value.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(value.Bulk!) : null)];
-        }
-        var answers = await _hosts.AskAnswerableAsync(async (c, token) => (c.Endpoint, await GetAsync(c, key, token)), ct);
+        var answers = await _hosts.Topology.ReadAnywhereAsync(key, async (c, token) => (c.Endpoint, await GetAsync(c, key, token)), ct);
         return answers.Select(a => (a.Endpoint, a.Item2.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(a.Item2.Bulk!) : (string?)null)).ToList();
     }
 
@@ -221,7 +216,7 @@ public sealed class CacheCatalog
     {
         var key = CacheKeys.Manifest(version);
         string? problem = null;
-        foreach (var reply in await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
+        foreach (var reply in await _hosts.Topology.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
         {
             if (reply.Kind != RespKind.Bulk) continue;
             var stored = reply.Bulk!;
@@ -302,7 +297,7 @@ public sealed class CacheCatalog
 
     /// <summary>The jobs the version is kept for: this account's by their ids, other accounts' as <c>account:job</c>.</summary>
     public Task<IReadOnlyList<string>> JobsAsync(string version, CancellationToken ct = default) =>
-        _hosts.RunDesignatedAsync(CacheKeys.JobReferences(version), (c, token) => JobsOnAsync(c, version, token), ct);
+        _hosts.Topology.RunOnOwnerAsync(CacheKeys.JobReferences(version), (c, token) => JobsOnAsync(c, version, token), ct);
 
     private async ValueTask<IReadOnlyList<string>> JobsOnAsync(RespConnection c, string version, CancellationToken ct)
     {
@@ -325,7 +320,7 @@ public sealed class CacheCatalog
         // A version staged with XXH3-128 ids cannot be read any more but can still be removed.
         if (!SegmentId.TryParse(version, out _) && !SegmentId.IsLegacy(version)) throw new ArgumentException($"'{version}' is not a version id");
         var removed = CacheKeys.Removed(version);
-        await _hosts.WriteEverywhereAsync(removed, async (c, token) =>
+        await _hosts.Topology.WriteEverywhereAsync(removed, async (c, token) =>
         {
             Check(c, await c.FlushAndReadCommandAsync("SET"u8, [removed, name, "PX", ((long)CacheKeys.RecordLifetime.TotalMilliseconds).ToString()], token));
             return 0;
@@ -347,13 +342,13 @@ public sealed class CacheCatalog
     public async Task<bool> WasRemovedAsync(string name, string version, CancellationToken ct = default)
     {
         var key = CacheKeys.Removed(version);
-        foreach (var reply in await _hosts.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
+        foreach (var reply in await _hosts.Topology.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
             if (reply.Kind == RespKind.Bulk && Encoding.UTF8.GetString(reply.Bulk!) == name) return true;
         return false;
     }
 
     private Task DeleteEverywhereAsync(string key, CancellationToken ct) =>
-        _hosts.WriteEverywhereAsync(key, async (c, token) => { Check(c, await c.FlushAndReadCommandAsync("DEL"u8, key, token)); return 0; }, ct);
+        _hosts.Topology.WriteEverywhereAsync(key, async (c, token) => { Check(c, await c.FlushAndReadCommandAsync("DEL"u8, key, token)); return 0; }, ct);
 
     // The lock and the references are separate keys, each on its coordinating host (the same host on independent
     // hosts; on a Redis Cluster each key's master), so each step is its own exchange.
@@ -365,7 +360,7 @@ public sealed class CacheCatalog
         await LockAsync(lockKey, version, holder, ct);
         try
         {
-            return await _hosts.RunDesignatedAsync(reference, async (c, token) =>
+            return await _hosts.Topology.RunOnOwnerAsync(reference, async (c, token) =>
             {
                 Check(c, add
                     ? await c.FlushAndReadCommandAsync("SET"u8, [reference, job, "PX", ((long)CacheKeys.RecordLifetime.TotalMilliseconds).ToString()], token)
@@ -375,7 +370,7 @@ public sealed class CacheCatalog
         }
         finally
         {
-            await _hosts.RunDesignatedAsync(lockKey, (c, token) => c.FlushAndReadCommandAsync("DEL"u8, lockKey, token), CancellationToken.None);
+            await _hosts.Topology.RunOnOwnerAsync(lockKey, (c, token) => c.FlushAndReadCommandAsync("DEL"u8, lockKey, token), CancellationToken.None);
         }
     }
 
@@ -384,7 +379,7 @@ public sealed class CacheCatalog
     {
         for (var attempt = 0; attempt < 200; attempt++)
         {
-            var taken = await _hosts.RunDesignatedAsync(lockKey, async (c, token) =>
+            var taken = await _hosts.Topology.RunOnOwnerAsync(lockKey, async (c, token) =>
                 Check(c, await c.FlushAndReadCommandAsync("SET"u8, [lockKey, holder, "NX", "PX", "10000"], token)).Kind == RespKind.SimpleString, ct);
             if (taken) return;
             await Task.Delay(TimeSpan.FromMilliseconds(10 + Random.Shared.Next(0, 40)), ct);

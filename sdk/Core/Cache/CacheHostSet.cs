@@ -27,7 +27,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
         // One bucket for the whole host set: every connection of the process to every host draws on the same budget.
         RateLimit = options.MaxRate.IsUnlimited ? null : new TokenBucket(options.MaxRate);
         _pools = _hosts.Select(NewPool).ToArray();
-        if (options.Cluster) Cluster = new ClusterTopology();
+        Topology = options.Cluster ? new RedisClusterSlots(this, options, logger) : new IndependentHosts(this, new RendezvousPlacement(_hosts, options.Replicas));
     }
 
     private HostPool NewPool(CacheEndpoint h) => new(h, _options, _tls, RateLimit, readOnlyReplicas: _options.Cluster);
@@ -37,8 +37,8 @@ internal sealed class CacheHostSet : IAsyncDisposable
     /// </summary>
     public IReadOnlyList<CacheEndpoint> Hosts => _hosts;
 
-    /// <summary>The slot map when the tier is a Redis Cluster (<see cref="CacheTierOptions.Cluster"/>), else null.</summary>
-    public ClusterTopology? Cluster { get; }
+    /// <summary>Where the tier keeps each key: independent hosts, or a Redis Cluster (<see cref="CacheTierOptions.Cluster"/>).</summary>
+    public ITierTopology Topology { get; }
 
     /// <summary>The process's byte budget on the cache tier (<see cref="CacheTierOptions.MaxRate"/>), or null when unlimited.</summary>
     public TokenBucket? RateLimit { get; }
@@ -159,153 +159,19 @@ internal sealed class CacheHostSet : IAsyncDisposable
         (stalled || c is not { Heard: true }) && !ct.IsCancellationRequested &&
         (e is OperationCanceledException || e is CacheHostUnavailableException { TimedOut: true });
 
-    // ---------------- a Redis Cluster: each key where its slot lives ----------------
-
-    private Task? _refresh;
-
-    /// <summary>Learns a Redis Cluster's slot map before the first exchange; a plain tier has nothing to learn.</summary>
-    public Task ReadyAsync(CancellationToken ct) => Cluster is null || Cluster.Known ? Task.CompletedTask : RefreshAsync().WaitAsync(ct);
-
-    /// <summary>
-    /// Learns the slot map again from whichever known node answers <c>CLUSTER SLOTS</c> first (all are asked at once:
-    /// after a failover some are gone). Callers at the same moment share one refresh.
-    /// </summary>
-    public Task RefreshAsync()
-    {
-        lock (_grow)
-        {
-            if (_refresh is { IsCompleted: false } running) return running;
-            return _refresh = RefreshCoreAsync();
-        }
-    }
-
-    private async Task RefreshCoreAsync()
-    {
-        var asks = _hosts.Select((_, h) => RunAsync(h, (c, token) => c.FlushAndReadCommandAsync("CLUSTER"u8, "SLOTS", token), CancellationToken.None, once: true)).ToList();
-        var problems = new List<string>();
-        while (asks.Count > 0)
-        {
-            var done = await Task.WhenAny(asks);
-            asks.Remove(done);
-            if (done.IsCompletedSuccessfully)
-            {
-                var problem = Cluster!.Load(done.Result, IndexOf);
-                if (problem is null)
-                {
-                    foreach (var rest in asks) _ = rest.ContinueWith(static t => t.Exception, TaskScheduler.Default);
-                    return;
-                }
-                problems.Add(problem);
-            }
-            else problems.Add(done.Exception!.GetBaseException().Message);
-        }
-        if (problems.Any(p => p.Contains("cluster support disabled", StringComparison.OrdinalIgnoreCase)))
-            throw new CommonDataException(ErrorCode.BadRequest,
-                $"--cache-cluster: the cache hosts {string.Join(", ", _hosts.AsEnumerable())} are not Redis Cluster nodes ({problems[0]}); leave out --cache-cluster for independent hosts");
-        throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster ({string.Join(", ", _hosts.AsEnumerable())}) told its slot map: {string.Join("; ", problems.Distinct())}");
-    }
-
-    /// <summary>
-    /// Runs an exchange about one key on the node serving its slot: follows MOVED (and learns the map again) and ASK
-    /// (once, after ASKING), and waits out a failover (CLUSTERDOWN, TRYAGAIN, an owner that stopped answering) for up
-    /// to <see cref="CacheTierOptions.OperationTimeout"/>. With <paramref name="replicaOk"/> a read turns to the slot's
-    /// replicas when its master does not answer (connections to a cluster are READONLY).
-    /// </summary>
-    public async Task<T> RunOnKeyAsync<T>(string key, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct,
-        bool bulk = false, bool replicaOk = false)
-    {
-        var cluster = Cluster ?? throw new InvalidOperationException("not a Redis Cluster");
-        await ReadyAsync(ct);
-        var slot = ClusterTopology.SlotOf(key);
-        var deadline = Environment.TickCount64 + (long)_options.OperationTimeout.TotalMilliseconds;
-        CacheEndpoint? asked = null;
-        var turn = 0;
-        for (var attempt = 1; ; attempt++)
-        {
-            int host;
-            if (asked is not null) host = IndexOf(asked);
-            else if (cluster.NodesOf(slot) is { Length: > 0 } nodes) host = nodes[replicaOk ? turn % nodes.Length : 0];
-            else throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster serves slot {slot} (key {key})");
-            var asking = asked is not null;
-            asked = null;
-            try
-            {
-                return await RunAsync(host, asking ? Asking(op) : op, ct, bulk, once: true);
-            }
-            catch (RespErrorException e) when (ClusterRedirect.TryParse(e.ServerMessage, out var redirect) && attempt < MaxRedirects)
-            {
-                if (redirect.Ask) asked = redirect.Target;
-                else
-                {
-                    cluster.Move(redirect.Slot, IndexOf(redirect.Target));
-                    ObserveRefresh();
-                }
-            }
-            catch (Exception e) when (Environment.TickCount64 < deadline &&
-                                      (e is CacheHostUnavailableException || e is RespErrorException r && ClusterRedirect.IsTransient(r.ServerMessage)))
-            {
-                turn++;
-                if (!replicaOk || turn % Math.Max(1, cluster.NodesOf(slot).Length) == 0)
-                {
-                    _logger.LogWarning("Redis Cluster slot {Slot} on {Host}: {Error}; waiting for the cluster", slot, Hosts[host], e.Message);
-                    await Task.Delay(Backoff(Math.Min(attempt, 5)), ct);
-                    await RefreshQuietlyAsync();
-                }
-            }
-        }
-    }
-
-    /// <summary>More redirects than a migration and a failover together cause means nodes disagree about the map.</summary>
-    private const int MaxRedirects = 16;
-
-    private static Func<RespConnection, CancellationToken, ValueTask<T>> Asking<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op) =>
-        async (c, token) =>
-        {
-            var ok = await c.FlushAndReadCommandAsync("ASKING"u8, [], token);
-            if (ok.Kind == RespKind.Error) throw new RespErrorException(c.Endpoint.ToString(), ok.Text!);
-            return await op(c, token);
-        };
-
-    /// <summary>Learns the map again; a cluster that cannot tell it now leaves the old one in use.</summary>
-    public async Task RefreshQuietlyAsync()
-    {
-        try { await RefreshAsync(); }
-        catch (CommonDataException e) { _logger.LogWarning("Redis Cluster map not refreshed: {Error}", e.Message); }
-    }
-
-    private void ObserveRefresh() => _ = RefreshQuietlyAsync();
-
-    /// <summary>
-    /// Writes what every reader needs first (manifests, "latest"): on every host of a plain tier; on a Redis Cluster on
-    /// the key's master, which replicates it itself.
-    /// </summary>
-    public async Task WriteEverywhereAsync(string key, Func<RespConnection, CancellationToken, ValueTask<int>> op, CancellationToken ct, bool bulk = false)
-    {
-        if (Cluster is null) await ForAllAsync(op, ct, bulk);
-        else await RunOnKeyAsync(key, op, ct, bulk);
-    }
-
-    /// <summary>Reads such a key: every answering host of a plain tier; on a Redis Cluster the key's node (a replica when its master is down).</summary>
-    public async Task<T[]> ReadAnywhereAsync<T>(string key, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
-        Cluster is null ? await AskAnswerableAsync(op, ct, bulk) : [await RunOnKeyAsync(key, op, ct, bulk, replicaOk: true)];
-
-    /// <summary>Runs an exchange on the one host that coordinates a key (job lists, flags, leases): the designated host, or the key's master.</summary>
-    public Task<T> RunDesignatedAsync<T>(string key, Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false) =>
-        Cluster is null ? RunAsync(Designated, op, ct, bulk) : RunOnKeyAsync(key, op, ct, bulk);
-
     /// <summary>
     /// Asks every part of the tier that holds distinct keys (a plain tier's hosts; a cluster's shards, each at its master
     /// or, when that is down, a replica); fails only when none answers. Returns the answers and the hosts that gave them.
     /// </summary>
     public async Task<(int Host, T Answer)[]> AskEveryShardAsync<T>(Func<RespConnection, CancellationToken, ValueTask<T>> op, CancellationToken ct, bool bulk = false)
     {
-        await ReadyAsync(ct);
-        var parts = Cluster is null ? Enumerable.Range(0, Hosts.Count).Select(h => new[] { h }).ToList() : Cluster.Shards;
+        await Topology.ReadyAsync(ct);
+        var parts = Topology.Shards;
         var tasks = parts.Select(async nodes =>
         {
             for (var i = 0; ; i++)
             {
-                try { return (nodes[i], await RunAsync(nodes[i], op, ct, bulk, once: Cluster is not null && i < nodes.Length - 1)); }
+                try { return (nodes[i], await RunAsync(nodes[i], op, ct, bulk, once: i < nodes.Length - 1)); }
                 catch (CacheHostUnavailableException) when (i < nodes.Length - 1) { }
             }
         }).ToArray();
@@ -378,10 +244,13 @@ internal sealed class CacheHostSet : IAsyncDisposable
         _ => e.Message,
     };
 
-    /// <summary>Full-jitter exponential backoff: uniformly random in [0, min(max, base·2^attempt)].</summary>
-    private TimeSpan Backoff(int attempt)
+    /// <summary>
+    /// The one backoff between attempts, whatever is retried (a host's exchange, a cluster's routing, a fetch round):
+    /// full jitter, uniformly random in [0, min(max, base·2^attempt)].
+    /// </summary>
+    public TimeSpan Backoff(int attempt)
     {
-        var cap = Math.Min(_options.RetryMaxDelay.TotalMilliseconds, _options.RetryBaseDelay.TotalMilliseconds * Math.Pow(2, attempt));
+        var cap = Math.Min(_options.RetryMaxDelay.TotalMilliseconds, _options.RetryBaseDelay.TotalMilliseconds * Math.Pow(2, Math.Min(attempt, 30)));
         return TimeSpan.FromMilliseconds(Random.Shared.NextDouble() * cap);
     }
 

@@ -30,14 +30,14 @@ public sealed class CacheTierClient : IAsyncDisposable
     private readonly CacheTierOptions _options;
     private readonly ILogger _logger;
     private readonly CacheHostSet _hosts;
-    private readonly RendezvousPlacement _placement;
+    private ITierTopology Topology => _hosts.Topology;
 
     /// <summary>The hosts: as configured, and on a Redis Cluster every node learned from it since.</summary>
     public IReadOnlyList<CacheEndpoint> Hosts => _hosts.Hosts;
     /// <summary>Copies of each segment this client writes: R on independent hosts; 1 on a Redis Cluster, which keeps its own replicas.</summary>
-    public int Replicas => _hosts.Cluster is null ? _placement.Replicas : 1;
+    public int Replicas => Topology.Replicas;
     /// <summary>The tier is a Redis Cluster (<see cref="CacheTierOptions.Cluster"/>).</summary>
-    public bool IsCluster => _hosts.Cluster is not null;
+    public bool IsCluster => Topology.KeepsItsOwnCopies;
 
     /// <summary>The account this client logs in as (<c>default</c> without one).</summary>
     public string Account => _hosts.Account;
@@ -54,60 +54,11 @@ public sealed class CacheTierClient : IAsyncDisposable
         var hosts = options.Hosts.Select(CacheEndpoint.Parse).Distinct().ToArray();
         if (hosts.Length == 0) throw new ArgumentException("no cache hosts configured (set HPCDATA_CACHE_HOSTS or CacheTier:Hosts)");
         _hosts = new CacheHostSet(hosts, options, _logger);
-        _placement = new RendezvousPlacement(hosts, options.Replicas);
         Catalog = new CacheCatalog(_hosts, this);
     }
 
     /// <summary>Fills <paramref name="hosts"/> with the R host indexes for a segment, best first (rendezvous hashing; on a Redis Cluster, its slot's master).</summary>
-    public void Place(in SegmentId id, Span<int> hosts)
-    {
-        if (_hosts.Cluster is { } cluster) hosts[0] = cluster.NodesOf(ClusterTopology.SlotOf(id)) is { Length: > 0 } nodes ? nodes[0] : -1;
-        else _placement.Place(id, hosts);
-    }
-
-    /// <summary>
-    /// For each host, the items it holds (the writes' copies, or with <paramref name="replica"/> only that copy). On a
-    /// Redis Cluster: the slot's master, or its nodes in turn for reads (a replica answers reads while its master fails over).
-    /// </summary>
-    private List<int>?[] GroupByHost(int count, Func<int, SegmentId> idOf, int? replica = null)
-    {
-        if (_hosts.Cluster is not { } cluster) return _placement.GroupByHost(count, idOf, replica);
-        var host = new int[count];
-        for (var i = 0; i < count; i++)
-        {
-            var nodes = cluster.NodesOf(ClusterTopology.SlotOf(idOf(i)));
-            if (nodes.Length == 0) throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster ({string.Join(", ", Hosts)}) serves segment {idOf(i)}'s slot");
-            host[i] = nodes[(replica ?? 0) % nodes.Length];
-        }
-        var byHost = new List<int>?[count == 0 ? 0 : host.Max() + 1];
-        for (var i = 0; i < count; i++) (byHost[host[i]] ??= []).Add(i);
-        return byHost;
-    }
-
-    /// <summary>
-    /// Runs a batch exchange (EXISTS, SET NX, DEL: each safe to repeat) and, on a Redis Cluster, runs it again on a new
-    /// slot map when a node moved a slot or stopped answering, until <see cref="CacheTierOptions.OperationTimeout"/>.
-    /// </summary>
-    private async Task RoutedAsync(Func<Task> exchange, string what, CancellationToken ct)
-    {
-        if (_hosts.Cluster is null) { await exchange(); return; }
-        await _hosts.ReadyAsync(ct);
-        var deadline = Environment.TickCount64 + (long)_options.OperationTimeout.TotalMilliseconds;
-        for (var attempt = 1; ; attempt++)
-        {
-            try { await exchange(); return; }
-            catch (Exception e) when (IsRouting(e) && Environment.TickCount64 < deadline)
-            {
-                _logger.LogWarning("Redis Cluster: {What}: {Error}; again on a fresh slot map", what, e.Message);
-                await Task.Delay(TimeSpan.FromMilliseconds(Math.Min(2000, 100 << Math.Min(attempt, 5)) * Random.Shared.NextDouble()), ct);
-                await _hosts.RefreshQuietlyAsync();
-            }
-        }
-    }
-
-    /// <summary>A failure that another node, or the same slot a moment later, may not have.</summary>
-    private static bool IsRouting(Exception e) =>
-        e is CacheHostUnavailableException || e is RespErrorException r && ClusterRedirect.IsRouting(r.ServerMessage);
+    public void Place(in SegmentId id, Span<int> hosts) => Topology.Place(id, hosts);
 
     // ---------------- segments ----------------
 
@@ -121,7 +72,7 @@ public sealed class CacheTierClient : IAsyncDisposable
 
     /// <summary>Sets <paramref name="present"/>[i] when segment i is already stored on all of its replica hosts (one pipelined EXISTS batch per host).</summary>
     public Task ContainsSegmentsAsync(IReadOnlyList<SegmentId> ids, bool[] present, CancellationToken ct = default) =>
-        RoutedAsync(() => ContainsOnceAsync(ids, present, null, ct), "looking up segments", ct);
+        Topology.RoutedAsync(() => ContainsOnceAsync(ids, present, null, ct), "looking up segments", ct);
 
     /// <summary>
     /// As <see cref="ContainsSegmentsAsync(IReadOnlyList{SegmentId}, bool[], CancellationToken)"/>, and sets
@@ -130,12 +81,12 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// STRLEN instead of each EXISTS.
     /// </summary>
     public Task StoredSegmentLengthsAsync(IReadOnlyList<SegmentId> ids, bool[] present, long[] storedLengths, CancellationToken ct = default) =>
-        RoutedAsync(() => ContainsOnceAsync(ids, present, storedLengths, ct), "looking up segments", ct);
+        Topology.RoutedAsync(() => ContainsOnceAsync(ids, present, storedLengths, ct), "looking up segments", ct);
 
     private async Task ContainsOnceAsync(IReadOnlyList<SegmentId> ids, bool[] present, long[]? storedLengths, CancellationToken ct)
     {
         var held = new int[ids.Count];
-        var byHost = GroupByHost(ids.Count, i => ids[i]);
+        var byHost = Topology.GroupByHost(ids.Count, i => ids[i]);
         var tasks = new List<Task>(byHost.Length);
         for (var h = 0; h < byHost.Length; h++)
         {
@@ -187,13 +138,13 @@ public sealed class CacheTierClient : IAsyncDisposable
     {
         long sent = 0;
         // Sent again on a Redis Cluster's new map, a segment the first try stored reads as held: counted once, as held.
-        await RoutedAsync(async () => sent = await PutOnceAsync(segments, ttl, alreadyHeld, ct), "storing segments", ct);
+        await Topology.RoutedAsync(async () => sent = await PutOnceAsync(segments, ttl, alreadyHeld, ct), "storing segments", ct);
         return sent;
     }
 
     private async Task<long> PutOnceAsync(IReadOnlyList<StoredSegmentParts> segments, TimeSpan? ttl, bool[]? alreadyHeld, CancellationToken ct)
     {
-        var byHost = GroupByHost(segments.Count, i => segments[i].Id);
+        var byHost = Topology.GroupByHost(segments.Count, i => segments[i].Id);
         var held = new int[segments.Count];
         long sent = 0;
         var tasks = new List<Task>(byHost.Length);
@@ -253,20 +204,13 @@ public sealed class CacheTierClient : IAsyncDisposable
     {
         var pending = wanted.ToArray();
         var failures = new ConcurrentDictionary<int, string>();
-        var cluster = _hosts.Cluster is not null;
-        if (cluster) await _hosts.ReadyAsync(ct);
-        // Independent hosts: each replica once. A Redis Cluster: the slot's nodes in turn (a replica reads while its
-        // master fails over), on a fresh map after each failed round, until the exchange timeout.
+        // Rounds as the topology says: independent hosts each replica once; a cluster its slot's nodes in turn.
         var deadline = Environment.TickCount64 + (long)_options.OperationTimeout.TotalMilliseconds;
-        for (var round = 0; cluster ? pending.Length > 0 : round < Replicas && pending.Length > 0; round++)
+        for (var round = 0; pending.Length > 0; round++)
         {
-            if (cluster && round > 0)
-            {
-                await Task.Delay(TimeSpan.FromMilliseconds(Math.Min(1000, 50 << Math.Min(round, 5))), ct);
-                await _hosts.RefreshQuietlyAsync();
-            }
-            var canRetry = cluster ? Environment.TickCount64 < deadline : round < Replicas - 1;
-            var grouped = GroupByHost(pending.Length, k => ids[pending[k]], round);
+            var (run, canRetry) = await Topology.FetchRoundAsync(round, deadline, ct);
+            if (!run) break;
+            var grouped = Topology.GroupByHost(pending.Length, k => ids[pending[k]], round);
             var byHost = grouped.Select(g => g?.Select(k => pending[k]).ToList()).ToArray();
             var queues = new ConcurrentQueue<int[]>[byHost.Length];
             var tasks = new List<Task>();
@@ -295,10 +239,11 @@ public sealed class CacheTierClient : IAsyncDisposable
         ConcurrentDictionary<int, string> failures, ConcurrentBag<int> retry, bool canRetry, CancellationToken ct)
     {
         var keys = new byte[_options.BatchSize * CacheKeys.SegmentKeyLength];
-        var cluster = _hosts.Cluster is not null;
+        var multiKey = Topology.MultiKeyCommands;
         // A host stopped or hung in the middle of a fetch would hold every batch it has for the long exchange timeout;
-        // while another replica can answer them, it is left for that replica after a short stall.
-        TimeSpan? stall = canRetry && !cluster ? BatchStall() : null;
+        // while another replica can answer them, it is left for that replica after a short stall. (A cluster node's
+        // copies are the cluster's to fail over: its routing waits for that instead.)
+        TimeSpan? stall = canRetry && !Topology.KeepsItsOwnCopies ? BatchStall() : null;
         while (queue.TryDequeue(out var batch))
         {
             var outcome = new string?[batch.Length];
@@ -308,16 +253,16 @@ public sealed class CacheTierClient : IAsyncDisposable
             {
                 Array.Clear(outcome);
                 // A Redis Cluster refuses MGET across hash slots: one pipelined GET per key instead.
-                if (!cluster) { c.BeginCommand(1 + batch.Length); c.Argument("MGET"u8); }
+                if (multiKey) { c.BeginCommand(1 + batch.Length); c.Argument("MGET"u8); }
                 for (var k = 0; k < batch.Length; k++)
                 {
                     var key = keys.AsSpan(k * CacheKeys.SegmentKeyLength, CacheKeys.SegmentKeyLength);
                     CacheKeys.WriteSegmentKey(ids[batch[k]], key);
-                    if (cluster) { c.BeginCommand(2); c.Argument("GET"u8); }
+                    if (!multiKey) { c.BeginCommand(2); c.Argument("GET"u8); }
                     c.Argument(key);
                 }
                 await c.FlushAsync(token);
-                await (cluster ? c.ReadBulkRepliesAsync(batch.Length, Handle, token) : c.ReadBulkArrayAsync(batch.Length, Handle, token));
+                await (multiKey ? c.ReadBulkArrayAsync(batch.Length, Handle, token) : c.ReadBulkRepliesAsync(batch.Length, Handle, token));
                 return 0;
 
                 void Handle(int k, in ReadOnlySequence<byte> value, bool isNull)
@@ -329,9 +274,9 @@ public sealed class CacheTierClient : IAsyncDisposable
                     if (outcome[k] is null) _metrics.Segments.Add(1);
                     else _metrics.VerificationFailures.Add(1);
                 }
-            }, ct, bulk: true, once: cluster, stall: stall);
+            }, ct, bulk: true, once: Topology.KeepsItsOwnCopies, stall: stall);
             }
-            catch (Exception e) when (canRetry && (e is CacheHostUnavailableException || cluster && IsRouting(e)))
+            catch (Exception e) when (canRetry && Topology.IsRouting(e))
             {
                 // The host is down (its retries are spent): send this batch and everything still queued for it to the
                 // next replica at once instead of retrying each batch. The last replica's failure propagates as it is.
@@ -396,9 +341,9 @@ public sealed class CacheTierClient : IAsyncDisposable
     public async Task<IReadOnlyList<string>[]> KeysAsync(string prefix, CancellationToken ct = default)
     {
         // A scan of every key may take the host a while before its first byte.
-        var replies = _hosts.Cluster is null
-            ? (await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true)).Select((r, h) => (h, r)).ToArray()
-            : await _hosts.AskEveryShardAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true);
+        var replies = Topology.KeepsItsOwnCopies
+            ? await _hosts.AskEveryShardAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true)
+            : (await _hosts.ForAllAsync((c, token) => c.FlushAndReadCommandAsync("KEYS"u8, prefix + "*", token), ct, bulk: true)).Select((r, h) => (h, r)).ToArray();
         var keys = new IReadOnlyList<string>[Hosts.Count];
         Array.Fill(keys, []);
         foreach (var (h, r) in replies)
@@ -414,13 +359,12 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// </summary>
     public async Task<long> DeleteAsync(int host, IReadOnlyList<string> keys, CancellationToken ct = default)
     {
-        if (_hosts.Cluster is null) return await DeleteOnAsync(host, keys, perKey: false, ct);
+        if (Topology.MultiKeyCommands) return await DeleteOnAsync(host, keys, perKey: false, ct);
         long deleted = 0;
-        await RoutedAsync(async () =>
+        await Topology.RoutedAsync(async () =>
         {
-            var bySlotOwner = keys.GroupBy(k => _hosts.Cluster.NodesOf(ClusterTopology.SlotOf(k)) is { Length: > 0 } n ? n[0]
-                : throw new CommonDataException(ErrorCode.Unavailable, $"no node of the Redis Cluster serves key {k}"));
-            deleted = (await Task.WhenAll(bySlotOwner.Select(g => DeleteOnAsync(g.Key, g.ToList(), perKey: true, ct)))).Sum();
+            var byOwner = keys.GroupBy(Topology.OwnerOf);
+            deleted = (await Task.WhenAll(byOwner.Select(g => DeleteOnAsync(g.Key, g.ToList(), perKey: true, ct)))).Sum();
         }, "deleting keys", ct);
         return deleted;
     }
@@ -455,23 +399,22 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// first in sorted order), on a Redis Cluster the key's master.
     /// </summary>
     public Task<RespReply> ExecuteForKeyAsync(string key, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
-        _hosts.RunDesignatedAsync(key, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
+        Topology.RunOnOwnerAsync(key, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);
 
     /// <summary>The host that coordinates <paramref name="key"/> (see <see cref="ExecuteForKeyAsync"/>), for messages.</summary>
     public async Task<CacheEndpoint> CoordinatorOfAsync(string key, CancellationToken ct = default)
     {
-        if (_hosts.Cluster is not { } cluster) return Hosts[_hosts.Designated];
-        await _hosts.ReadyAsync(ct);
-        return cluster.NodesOf(ClusterTopology.SlotOf(key)) is { Length: > 0 } nodes ? Hosts[nodes[0]] : Hosts[0];
+        await Topology.ReadyAsync(ct);
+        return Hosts[Topology.OwnerOf(key)];
     }
 
     /// <summary>Runs a raw command on one host (by index into <see cref="Hosts"/>).</summary>
     /// <summary>Each host's budget as its INFO reports it: bytes in use and the limit (0 when the host has none, as a Redis may).</summary>
     public async Task<(CacheEndpoint Host, long Used, long Max)[]> GetMemoryAsync(CancellationToken ct = default)
     {
-        await _hosts.ReadyAsync(ct);
+        await Topology.ReadyAsync(ct);
         // A Redis Cluster's replicas hold copies of their masters' keys: the budget is the masters'.
-        var holders = _hosts.Cluster is { } cluster ? cluster.Shards.Select(n => n[0]).ToArray() : Enumerable.Range(0, Hosts.Count).ToArray();
+        var holders = Topology.Shards.Select(n => n[0]).ToArray();
         return await Task.WhenAll(holders.Select(async i =>
         {
             var h = Hosts[i];
@@ -488,7 +431,7 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// <summary>Every host's INFO, read into a <see cref="CacheHostStatus"/>; a host that cannot be read is reported with its error, not thrown.</summary>
     public async Task<CacheHostStatus[]> GetHostStatusAsync(CancellationToken ct = default)
     {
-        await _hosts.ReadyAsync(ct);
+        await Topology.ReadyAsync(ct);
         return await Task.WhenAll(Hosts.Select(async (h, i) =>
         {
             try
@@ -543,7 +486,7 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// </summary>
     public async Task<string?[]> ConnectAllAsync(CancellationToken ct = default)
     {
-        try { await _hosts.ReadyAsync(ct); }
+        try { await Topology.ReadyAsync(ct); }
         catch (CommonDataException e) when (e.Code == ErrorCode.Unavailable) { return Hosts.Select(_ => (string?)e.Message).ToArray(); }
         return await _hosts.ConnectAllAsync(ct);
     }

@@ -129,6 +129,13 @@ internal sealed partial class CacheHostProcess : IDisposable
         return _process.ExitCode;
     }
 
+    /// <summary>Sends SIGHUP, as <c>systemctl reload</c> does.</summary>
+    public void HangUp()
+    {
+        if (SysKill(_process.Id, SigHup) != 0)
+            throw new InvalidOperationException($"kill({_process.Id}, SIGHUP) failed: errno {Marshal.GetLastPInvokeError()}");
+    }
+
     public void Dispose()
     {
         Kill(_process);
@@ -174,6 +181,7 @@ internal sealed partial class CacheHostProcess : IDisposable
         throw new DirectoryNotFoundException($"No Hpc.sln above {AppContext.BaseDirectory}.");
     }
 
+    private const int SigHup = 1;
     private const int SigTerm = 15;
 
     [LibraryImport("libc", EntryPoint = "kill", SetLastError = true)]

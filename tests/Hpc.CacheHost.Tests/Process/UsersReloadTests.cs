@@ -1,0 +1,125 @@
+namespace Hpc.CacheHost.Tests.Process;
+
+/// <summary>
+/// An operator changes accounts on a running host — SIGHUP (<c>systemctl reload</c>) or <c>ACL LOAD</c> from an admin
+/// connection — without a restart, which would empty it. The load is all or nothing; connections act under the new
+/// roles and names from their next command, and those of an account the file no longer defines are closed.
+/// </summary>
+[Collection(ProcessTests.Collection)]
+public sealed class UsersReloadTests : IDisposable
+{
+    private const string Before = """
+        alice   writer  alice-pass
+        mallory writer  mallory-pass
+        node    reader  node-pass
+        ops     admin   ops-pass
+        names   alice   risk/*
+        """;
+
+    private readonly string _usersFile = Path.GetTempFileName();
+    private readonly CacheHostProcess _host;
+
+    public UsersReloadTests()
+    {
+        File.WriteAllText(_usersFile, Before);
+        _host = CacheHostProcess.Start(o => o.UsersFile = _usersFile);
+    }
+
+    [Fact]
+    public void ACL_LOAD_puts_an_edited_users_file_in_force_for_new_and_open_connections_and_keeps_the_data()
+    {
+        var segment = StoredObjects.Segment("prices of the day");
+        using var alice = Login("alice", "alice-pass");
+        Assert.Equal("OK", alice.Call("SET", segment.Key, segment.Stored));
+        using var mallory = Login("mallory", "mallory-pass");
+        using var node = Login("node", "node-pass");
+        var version = StoredObjects.Version("risk/ha", segment.Entry);
+        Assert.StartsWith("NOPERM dataset risk/ha is not among the names of account mallory", Refusal(mallory.Call("SET", version.Key, version.Stored)));
+
+        // risk/* handed to mallory too, node removed, alice's password changed.
+        File.WriteAllText(_usersFile, """
+            alice   writer  alice-new
+            mallory writer  mallory-pass
+            ops     admin   ops-pass
+            names   alice   risk/*
+            names   mallory risk/*
+            """);
+        using var ops = Login("ops", "ops-pass");
+        Assert.Equal("OK", ops.Call("ACL", "LOAD"));
+
+        // Open connections: mallory's now may, node's is told why and closed, alice's stays logged in.
+        Assert.Equal("OK", mallory.Call("SET", version.Key, version.Stored));
+        Assert.Equal("NOAUTH account node is no longer in the users file; the connection closes", Refusal(node.Call("GET", segment.Key)));
+        Assert.Throws<EndOfStreamException>(() => node.Call("PING"));
+        Assert.Equal(segment.Stored, alice.Call("GET", segment.Key));
+        // New connections: the new password only.
+        using var late = new RespTestClient(_host);
+        Assert.StartsWith("WRONGPASS", Refusal(late.Call("AUTH", "alice", "alice-pass")));
+        Assert.Equal("OK", late.Call("AUTH", "alice", "alice-new"));
+        Assert.Equal(segment.Stored, late.Call("GET", segment.Key));
+    }
+
+    [Fact]
+    public void A_users_file_with_a_fault_is_refused_whole_naming_the_line_and_the_accounts_in_force_stay()
+    {
+        File.WriteAllText(_usersFile, "ops admin ops-pass\nalice writer\n");
+        using var ops = Login("ops", "ops-pass");
+        var refusal = Refusal(ops.Call("ACL", "LOAD"));
+        Assert.Contains("line 2: expected NAME ROLE SECRET", refusal);
+        Assert.EndsWith("the accounts in force are unchanged", refusal);
+        using var node = Login("node", "node-pass");
+        Assert.Equal("PONG", node.Call("PING"));
+    }
+
+    [Fact]
+    public void Only_an_administrator_may_load_the_users_file_again()
+    {
+        using var alice = Login("alice", "alice-pass");
+        Assert.StartsWith("NOPERM User alice has no permissions to run the 'acl|load' command", Refusal(alice.Call("ACL", "LOAD")));
+    }
+
+    [Fact]
+    public void SIGHUP_loads_the_users_file_again_and_the_host_keeps_serving()
+    {
+        var segment = StoredObjects.Segment("kept across the reload");
+        using (var alice = Login("alice", "alice-pass"))
+            Assert.Equal("OK", alice.Call("SET", segment.Key, segment.Stored));
+        File.WriteAllText(_usersFile, Before + "\nlate reader late-pass\n");
+
+        _host.HangUp();
+
+        object? reply = null;
+        for (var tries = 0; tries < 50; tries++)
+        {
+            using var late = new RespTestClient(_host);
+            if ((reply = late.Call("AUTH", "late", "late-pass")) is "OK")
+            {
+                Assert.Equal(segment.Stored, late.Call("GET", segment.Key));
+                break;
+            }
+            Thread.Sleep(100);
+        }
+        Assert.Equal("OK", reply);
+        Assert.False(_host.HasExited);
+        // The log line follows the load (the console logger writes on its own thread).
+        const string Logged = "SIGHUP: accounts loaded again: 5 in force (1 added, 0 removed, 0 changed)";
+        for (var tries = 0; tries < 50 && !_host.Log.Contains(Logged); tries++)
+            Thread.Sleep(100);
+        Assert.Contains(Logged, _host.Log);
+    }
+
+    private static string Refusal(object? reply) => Assert.IsType<RespError>(reply).Message;
+
+    private RespTestClient Login(string user, string password)
+    {
+        var client = new RespTestClient(_host);
+        Assert.Equal("OK", client.Call("AUTH", user, password));
+        return client;
+    }
+
+    public void Dispose()
+    {
+        _host.Dispose();
+        File.Delete(_usersFile);
+    }
+}
