@@ -3,7 +3,6 @@ using System.Net.Sockets;
 using System.Text.Json;
 using Hpc.CommonData.Cli;
 using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
-using Hpc.CommonData.Cli;
 
 namespace Hpc.Samples;
 

@@ -7,7 +7,6 @@ using Hpc.CommonData.Cli;
 using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.CommonData.Local;
-using Hpc.CommonData.Cli;
 using Microsoft.Extensions.Logging;
 
 namespace Hpc.Samples;

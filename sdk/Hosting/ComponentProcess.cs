@@ -265,6 +265,39 @@ public static class ComponentLocator
         catch (IOException) { return false; }
     }
 
+    /// <summary>
+    /// The instruction set of the daemons' second native build. Native code is fixed to one level at build time; the
+    /// default build's x86-64-v3 (AVX2) hashes content ids at 2.0 GB/s, this level's AVX-512 at 6.4 GB/s, and the node
+    /// agent, stager and cache host hash every byte they move. A CPU that has it runs that build (the build tree's
+    /// <c>&lt;config&gt;_&lt;rid&gt;_x86-64-v4</c> publish, an installed folder's <c>native/&lt;rid&gt;/x86-64-v4/</c>); others the default one.
+    /// </summary>
+    public const string WideVectorLevel = "x86-64-v4";
+
+    /// <summary>
+    /// Whether this CPU has every extension of <see cref="WideVectorLevel"/> (AVX-512 F, BW, CD, DQ and VL), unless
+    /// <see cref="WideVectorsVariable"/> is off (to run the default build, or compare the two).
+    /// </summary>
+    public static bool CpuRunsWideVectorBuilds => WideVectors.Value;
+
+    /// <summary><c>HPCDATA_WIDE_VECTORS=0</c> runs the default native build on a CPU with AVX-512 as well.</summary>
+    public const string WideVectorsVariable = "HPCDATA_WIDE_VECTORS";
+
+    private static readonly Lazy<bool> WideVectors = new(() =>
+    {
+        if (Environment.GetEnvironmentVariable(WideVectorsVariable) is { Length: > 0 } setting
+            && SettingValues.TryParseBool(setting, out var allowed) && !allowed) return false;
+        if (!OperatingSystem.IsLinux() || RuntimeInformation.ProcessArchitecture != Architecture.X64) return false;
+        try
+        {
+            var flags = File.ReadLines("/proc/cpuinfo").FirstOrDefault(l => l.StartsWith("flags", StringComparison.Ordinal));
+            if (flags is null) return false;
+            var have = flags[(flags.IndexOf(':') + 1)..].Split(' ', StringSplitOptions.RemoveEmptyEntries).ToHashSet(StringComparer.Ordinal);
+            return new[] { "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl" }.All(have.Contains);
+        }
+        catch (IOException) { return false; }
+        catch (UnauthorizedAccessException) { return false; }
+    });
+
     /// <summary>Where an installed folder keeps programs compiled to native code for one platform: <c>native/&lt;rid&gt;/</c>.</summary>
     public static string NativeFolder(string dir) => Path.Combine(dir, "native", RuntimeInformation.RuntimeIdentifier);
 
@@ -273,9 +306,13 @@ public static class ComponentLocator
     /// platform it was packed on, beside the portable assemblies), else its assembly, else a native executable in the
     /// folder itself; null when none is there.
     /// </summary>
-    internal static string? FindIn(string dir, string assembly)
+    internal static string? FindIn(string dir, string assembly) => FindIn(dir, assembly, CpuRunsWideVectorBuilds);
+
+    internal static string? FindIn(string dir, string assembly, bool wideVectors)
     {
-        if (Path.Combine(NativeFolder(dir), OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var forPlatform && File.Exists(forPlatform)
+        var executable = OperatingSystem.IsWindows() ? assembly + ".exe" : assembly;
+        if (wideVectors && Path.Combine(NativeFolder(dir), WideVectorLevel, executable) is var wide && File.Exists(wide) && IsExecutable(wide)) return wide;
+        if (Path.Combine(NativeFolder(dir), executable) is var forPlatform && File.Exists(forPlatform)
             && IsExecutable(forPlatform)) return forPlatform;
         if (Path.Combine(dir, assembly + ".dll") is var path && File.Exists(path)) return path;
         // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
@@ -309,7 +346,9 @@ public static class ComponentLocator
     /// The same program compiled to native code by the Release build (artifacts/publish/&lt;project&gt;/&lt;config&gt;_&lt;rid&gt;/),
     /// when it is at least as new as the assembly: a native program older than the assembly was built from older code.
     /// </summary>
-    internal static string? NativeBuildOf(string builtAssembly, string assembly)
+    internal static string? NativeBuildOf(string builtAssembly, string assembly) => NativeBuildOf(builtAssembly, assembly, CpuRunsWideVectorBuilds);
+
+    internal static string? NativeBuildOf(string builtAssembly, string assembly, bool wideVectors)
     {
         // The newest copy may sit in a referencing project's output; the native build is under the program's own project.
         var configDir = new DirectoryInfo(Path.GetDirectoryName(builtAssembly)!);
@@ -318,8 +357,10 @@ public static class ComponentLocator
         var publish = new DirectoryInfo(Path.Combine(artifacts.FullName, "publish"));
         if (!publish.Exists) return null;
         var executable = OperatingSystem.IsWindows() ? assembly + ".exe" : assembly;
+        var pivot = $"{configDir.Name}_{RuntimeInformation.RuntimeIdentifier}";
+        string[] pivots = wideVectors ? [$"{pivot}_{WideVectorLevel}", pivot] : [pivot];
         return publish.EnumerateDirectories()
-            .Select(project => Path.Combine(project.FullName, $"{configDir.Name}_{RuntimeInformation.RuntimeIdentifier}", executable))
+            .SelectMany(project => pivots.Select(p => Path.Combine(project.FullName, p, executable)))
             .FirstOrDefault(native => File.Exists(native) && !File.Exists(Path.Combine(Path.GetDirectoryName(native)!, assembly + ".runtimeconfig.json"))
                                       && File.GetLastWriteTimeUtc(native) >= File.GetLastWriteTimeUtc(builtAssembly));
     }

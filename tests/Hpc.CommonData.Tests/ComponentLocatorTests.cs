@@ -69,6 +69,37 @@ public sealed class ComponentLocatorTests : IDisposable
     }
 
     [Fact]
+    public void On_a_CPU_with_AVX_512_the_wide_vector_build_is_started_and_elsewhere_the_default_one()
+    {
+        var (dll, native) = BuildTree();
+        File.WriteAllText(native, "");
+        var wide = Path.Combine(Directory.CreateDirectory(Path.GetDirectoryName(native) + "_" + ComponentLocator.WideVectorLevel).FullName, Native);
+        File.WriteAllText(wide, "");
+        File.SetLastWriteTimeUtc(dll, DateTime.UtcNow.AddMinutes(-1));
+        Assert.Equal(wide, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager", wideVectors: true));
+        Assert.Equal(native, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager", wideVectors: false));
+        // A stale wide build (older than the assembly) is passed over for the default one.
+        File.SetLastWriteTimeUtc(wide, DateTime.UtcNow.AddMinutes(-2));
+        Assert.Equal(native, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager", wideVectors: true));
+    }
+
+    [Fact]
+    public void An_installed_folder_runs_its_wide_vector_build_only_on_a_CPU_that_has_AVX_512()
+    {
+        Touch("Hpc.Stager.dll");
+        Touch("Hpc.Stager.runtimeconfig.json");
+        var native = Path.Combine(Directory.CreateDirectory(ComponentLocator.NativeFolder(_dir)).FullName, Native);
+        var wide = Path.Combine(Directory.CreateDirectory(Path.Combine(ComponentLocator.NativeFolder(_dir), ComponentLocator.WideVectorLevel)).FullName, Native);
+        foreach (var file in new[] { native, wide })
+        {
+            File.WriteAllText(file, "");
+            if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(file, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        }
+        Assert.Equal(wide, ComponentLocator.FindIn(_dir, "Hpc.Stager", wideVectors: true));
+        Assert.Equal(native, ComponentLocator.FindIn(_dir, "Hpc.Stager", wideVectors: false));
+    }
+
+    [Fact]
     public void A_native_build_older_than_the_assembly_is_stale_and_not_started()
     {
         var (dll, native) = BuildTree();
