@@ -141,17 +141,17 @@ public sealed class DemoCommand(DemoOptions o)
         if (!random) Console.WriteLine($"  result     {mapped[0].Computed}" +
                           (vars.Count == 1 ? $" (all {mapped.Count} computing workers agree)" : " (WORKERS DISAGREE)"));
         if (o.Json is not null)
-            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.Seconds), mapped, streamed }), ct);
+            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.Seconds), mapped, streamed }, JsonSerializerOptions.Web), ct);
         Console.WriteLine($"  done in {clock.Elapsed.TotalSeconds:0.0} s; shutting down");
         return vars.Count == 1 ? 0 : 1;
     }
 
     /// <summary>Every worker of every node released together, so their opens overlap.</summary>
-    private async Task<List<WorkerProbe.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
+    private async Task<List<WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
         (await _cluster.RunWorkersAsync(pipes, o.Workers, DatasetName, mode, compute ? [] : ["--no-compute"], TimeSpan.FromMinutes(10), ct,
             program: "Hpc.Samples")).Results;
 
-    private static void Report(string label, string what, List<WorkerProbe.WorkerResult> r)
+    private static void Report(string label, string what, List<WorkerResult> r)
     {
         var attach = r.Select(x => x.AttachMs).Order().ToList();
         var compute = r.Select(x => x.ComputeMs).Order().ElementAt(r.Count / 2);
