@@ -95,7 +95,6 @@ public sealed record StageResult(
     public int KeptInOtherEncoding { get; init; }
 
     [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
-    [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
 }
 
 /// <summary>

@@ -512,5 +512,6 @@ public static class ReportMain
         }
     }
 
-    private static string FileSize(long bytes) => ByteSize.Format(bytes).Replace(" ", "", StringComparison.Ordinal).ToLowerInvariant();
+    /// <summary>A size in a chart's file name, as a command line writes it (256mb), so names stay put as labels change.</summary>
+    private static string FileSize(long bytes) => new ByteSize(bytes).ToExactString().ToLowerInvariant();
 }

@@ -116,7 +116,7 @@ public sealed class StatusListTests
 
         var text = await s.HpcdataAsync(["status", "--cache-hosts", $"{s.HostList},127.0.0.1:1"]);
         Assert.Equal(0, text.Code);
-        Assert.Contains(text.Stdout, l => l.StartsWith(s.Hosts[0], StringComparison.Ordinal) && l.Contains("cachehost 1.") && l.Contains("512M"));
+        Assert.Contains(text.Stdout, l => l.StartsWith(s.Hosts[0], StringComparison.Ordinal) && l.Contains("cachehost 1.") && l.Contains("512 MiB"));
         Assert.Contains(text.Stdout, l => l.StartsWith("127.0.0.1:1", StringComparison.Ordinal) && l.Contains("unreachable"));
         Assert.Contains("127.0.0.1:1: ", text.Stderr);   // why, below the table rather than in a column as wide as the reason
         AssertFits(text.Stdout);
