@@ -178,6 +178,7 @@ public sealed class CliTests
             new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() });
         AssertOneLinePerProblem("hpcdata get", get.Stderr, dead);
         Assert.Contains("hpcdata get: warning: no node agent answers on pipe", get.Stderr);
+        Assert.DoesNotContain('\r', get.Stderr);   // stderr is not a terminal: no progress line
     }
 
     private static void AssertOneLinePerProblem(string command, string stderr, string deadHost)
