@@ -30,6 +30,5 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
         args => ProgramVerb.RunAsync("Hpc.Samples", ["demo", .. args])),
     new("bench", "The lab: scale-model cluster, codec, cache and attach benchmarks (runs Hpc.Bench).",
         args => ProgramVerb.RunAsync("Hpc.Bench", args), Hidden: !ComponentLocator.IsAvailable("Hpc.Bench")),
-    new("report", "Tables, charts and a Markdown summary of bench results or agents' fetch telemetry.",
-        args => Task.FromResult(Hpc.CommonData.Report.ReportMain.Run(args))),
+    VerbEntry.For<Hpc.CommonData.Report.ReportOptions>(Me, (o, _) => Task.FromResult(Hpc.CommonData.Report.ReportMain.Run(o))),
 ]).RunAsync(args);

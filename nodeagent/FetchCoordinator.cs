@@ -115,7 +115,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
             sources = [];
             directory.Publish(version, manifest);
             index.Completed(version);
-            _log.FetchPublished(name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, manifest.RawLength / 1e6 / Math.Max(1e-9, clock.Elapsed.TotalSeconds));
+            _log.FetchPublished(name, version, manifest.RawLength, clock.Elapsed.TotalSeconds, ByteRate.Format(manifest.RawLength / Math.Max(1e-9, clock.Elapsed.TotalSeconds)));
             telemetry.Fetched(manifest, version, clock.Elapsed.TotalSeconds, resumed > 0 ? "resumed" : "fetched", reused, reusedBytes);
             AgentMetrics.Instance.FetchDuration.Record(clock.Elapsed.TotalSeconds);
             return new Fetched(copy, resumed > 0, reusedBytes, resumedBytes);

@@ -106,8 +106,8 @@ internal static partial class AgentLog
         Message = "Fetching {Dataset} {Version}: {Wanted} of {Total} segments ({Resumed} already in its partial copy, {Reused} taken from other local versions in {LocalSeconds:0.00} s)")]
     public static partial void FetchStarted(this ILogger logger, string dataset, string version, int wanted, int total, int resumed, int reused, double localSeconds);
 
-    [LoggerMessage(EventId = 121, Level = LogLevel.Information, Message = "Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate:0} MB/s)")]
-    public static partial void FetchPublished(this ILogger logger, string dataset, string version, long bytes, double seconds, double rate);
+    [LoggerMessage(EventId = 121, Level = LogLevel.Information, Message = "Published {Dataset} {Version}: {Bytes} bytes in {Seconds:0.00} s ({Rate})")]
+    public static partial void FetchPublished(this ILogger logger, string dataset, string version, long bytes, double seconds, string rate);
 
     [LoggerMessage(EventId = 122, Level = LogLevel.Error, Message = "Fetch of {Dataset} {Version} failed: {Error}")]
     public static partial void FetchFailed(this ILogger logger, string dataset, string version, string error);

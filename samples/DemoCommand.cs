@@ -108,7 +108,7 @@ public sealed class DemoCommand(DemoOptions o)
         }
         var codec = CodecBaseline.Measure(csv);
         Console.WriteLine($"  baseline   raw LZ4 codec + BLAKE3 ids on the same 64 KB segments, {Environment.ProcessorCount} cores, in memory: " +
-                          $"{codec.MegabytesPerSecond:0} MB/s (ratio {codec.Ratio:P1})");
+                          $"{ByteRate.Format(codec.MegabytesPerSecond * 1e6)} (ratio {codec.Ratio:P1})");
 
         var budget = (long)(size * 1.5) + (64L << 20);
         var hosts = new List<string>();
@@ -117,7 +117,7 @@ public sealed class DemoCommand(DemoOptions o)
 
         var stage = await _cluster.StageAsync(csv, DatasetName, hostList, ct);
         Console.WriteLine($"  staged     {ByteSize.Format(stage.RawBytes)} → {ByteSize.Format(stage.StoredBytes)} stored ({100.0 * stage.StoredBytes / Math.Max(1, stage.RawBytes):0.0}%), " +
-                          $"{stage.Segments} segments in {stage.Seconds:0.00} s = {stage.RawBytes / 1e6 / stage.Seconds:0} MB/s " +
+                          $"{stage.Segments} segments in {stage.Seconds:0.00} s = {ByteRate.Format(stage.RawBytes / stage.Seconds)} " +
                           $"({stage.RawBytes / 1e6 / stage.Seconds / codec.MegabytesPerSecond:P0} of the raw codec), version {stage.Version[..12]}…");
 
         var pipes = new List<string>();
@@ -131,7 +131,7 @@ public sealed class DemoCommand(DemoOptions o)
         // Node preparation on every node at once, as a scheduler would start it.
         var fetches = await Task.WhenAll(pipes.Select(pipe => LocalCluster.PrefetchAsync(pipe, DatasetName, stage.Version, pin: "demo", ct)));
         for (var n = 0; n < fetches.Length; n++)
-            Console.WriteLine($"  node{n + 1}      fetched and verified in {fetches[n].Seconds:0.00} s ({fetches[n].Copy.Length / 1e6 / fetches[n].Seconds:0} MB/s)");
+            Console.WriteLine($"  node{n + 1}      fetched and verified in {fetches[n].Seconds:0.00} s ({ByteRate.Format(fetches[n].Copy.Length / fetches[n].Seconds)})");
 
         var mapped = await RunWorkersAsync(pipes, "map", compute: !random, ct);
         var streamed = await RunWorkersAsync(pipes, "stream", compute: false, ct);
@@ -141,17 +141,17 @@ public sealed class DemoCommand(DemoOptions o)
         if (!random) Console.WriteLine($"  result     {mapped[0].Computed}" +
                           (vars.Count == 1 ? $" (all {mapped.Count} computing workers agree)" : " (WORKERS DISAGREE)"));
         if (o.Json is not null)
-            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.Seconds), mapped, streamed }), ct);
+            await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(new { codec, stage, fetchSeconds = fetches.Select(f => f.Seconds), mapped, streamed }, JsonSerializerOptions.Web), ct);
         Console.WriteLine($"  done in {clock.Elapsed.TotalSeconds:0.0} s; shutting down");
         return vars.Count == 1 ? 0 : 1;
     }
 
     /// <summary>Every worker of every node released together, so their opens overlap.</summary>
-    private async Task<List<WorkerProbe.WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
+    private async Task<List<WorkerResult>> RunWorkersAsync(List<string> pipes, string mode, bool compute, CancellationToken ct) =>
         (await _cluster.RunWorkersAsync(pipes, o.Workers, DatasetName, mode, compute ? [] : ["--no-compute"], TimeSpan.FromMinutes(10), ct,
             program: "Hpc.Samples")).Results;
 
-    private static void Report(string label, string what, List<WorkerProbe.WorkerResult> r)
+    private static void Report(string label, string what, List<WorkerResult> r)
     {
         var attach = r.Select(x => x.AttachMs).Order().ToList();
         var compute = r.Select(x => x.ComputeMs).Order().ElementAt(r.Count / 2);

@@ -50,7 +50,7 @@ public static class SoaClient
                 first.Count > 0 ? first[first.Count / 2] : 0, first.Count > 0 ? first[^1] : 0, later.Count > 0 ? later[later.Count / 2] : 0, perHost.Max(p => p.Days));
             Console.WriteLine($"soa-client: {m.Requests} requests to {m.Hosts} service hosts in {m.Seconds:0.000} s end to end; first reply per host median " +
                               $"{m.FirstReplyMsMedian:0.0} ms (max {m.FirstReplyMsMax:0.0} ms), later replies median {m.LaterReplyMsMedian:0.000} ms; history of {m.Days} days");
-            if (o.Json is not null) await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(m));
+            if (o.Json is not null) await File.WriteAllTextAsync(o.Json, JsonSerializer.Serialize(m, JsonSerializerOptions.Web));
             return 0;
         }
         catch (Exception e) when (e is IOException or SocketException or FormatException)

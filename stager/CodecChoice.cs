@@ -32,7 +32,7 @@ public sealed record CodecChoice(SegmentCompression Compression, string Reason)
         // Seconds per raw byte of each stage; the slowest sets the pace of a staging followed by the fetch.
         double Pace(Codec c) => Math.Max(Math.Max(1 / (c.EncodePerCore * stagerCores), c.Ratio / rate.BytesPerSecond), 1 / c.DecodePerCore);
         var (pl, pz) = (Pace(lz4), Pace(zstd));
-        var detail = string.Create(inv, $"{facts}; at {rate} zstd moves raw data at {1 / pz / 1e6:0} MB/s against lz4's {1 / pl / 1e6:0}");
+        var detail = string.Create(inv, $"{facts}; at {rate} zstd moves raw data at {ByteRate.Format(1 / pz)} against lz4's {ByteRate.Format(1 / pl)}");
         return pz < pl ? new(SegmentCompression.Zstd, $"zstd: {detail}") : new(SegmentCompression.Lz4, $"lz4: {detail}");
     }
 

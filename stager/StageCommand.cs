@@ -49,7 +49,7 @@ public static class StageCommand
                 Console.WriteLine($"  raw {ByteSize.Format(result.RawBytes)}, stored {ByteSize.Format(result.StoredBytes)} (ratio {result.Ratio:P1}), " +
                                   $"{result.Segments} segments: {result.Segments - result.SkippedSegments} new ({ByteSize.Format(result.NewRawBytes)} raw), " +
                                   $"{result.SkippedSegments} already on the cache tier; sent {ByteSize.Format(result.SentBytes)}");
-                Console.WriteLine($"  {result.Seconds:0.00} s, {result.MegabytesPerSecond:0} MB/s, hash {result.Hash}");
+                Console.WriteLine($"  {result.Seconds:0.00} s, {ByteRate.Format(result.RawBytes / Math.Max(result.Seconds, 1e-9))}, hash {result.Hash}");
                 Console.WriteLine($"  codec {(result.CodecReason is { } why ? $"auto → {why}" : result.Codec)}");
                 if (result.KeptInOtherEncoding > 0)
                     Console.WriteLine($"  {result.KeptInOtherEncoding} of the segments already on the cache tier are stored in another encoding than " +
@@ -82,7 +82,7 @@ internal sealed class TerminalProgress : IProgress<StageProgress>
         if (now - Interlocked.Read(ref _lastTicks) < 250) return;
         Interlocked.Exchange(ref _lastTicks, now);
         var pct = p.TotalBytes is > 0 ? $"{100.0 * p.RawBytes / p.TotalBytes.Value,5:0.0}% " : "";
-        Console.Error.Write($"\r  {pct}{ByteSize.Format(p.RawBytes)} read, {p.Segments} segments stored, {p.RawBytes / 1e6 / Math.Max(p.Elapsed.TotalSeconds, 1e-9):0} MB/s   ");
+        Console.Error.Write($"\r  {pct}{ByteSize.Format(p.RawBytes)} read, {p.Segments} segments stored, {ByteRate.Format(p.RawBytes / Math.Max(p.Elapsed.TotalSeconds, 1e-9))}   ");
     }
     public void Finish() => Console.Error.Write("\r" + new string(' ', 79) + "\r");
 }

@@ -36,10 +36,11 @@ public static class GetCommand
         if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
             throw CommandException.Usage($"{destination} exists; give --force to replace it");
         var tier = o.CacheTier();
+        var progress = ProgressLine.ForTerminal();
         try
         {
             var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get"), CacheTier = tier };
-            await using var data = await Dataset.OpenAsync(name, options, ct);
+            await using var data = await OpenAsync(name, options, progress, ct);
             // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,
             // so what lands at DEST is exactly the staged content whatever happened to the node's copy since.
             if (data.Mode == DataAccessMode.Map && !data.VerifyHash())
@@ -47,13 +48,20 @@ public static class GetCommand
 
             // Written beside DEST and renamed into place, so DEST is never half-written and an old one survives a failure.
             var staging = Path.Combine(Path.GetDirectoryName(destination)!, $".{Path.GetFileName(destination)}.hpcdata-get-{Environment.ProcessId}");
+            progress?.Restart();
+            long written = 0;
+            void Written(long n)
+            {
+                written += n;
+                progress?.Show($"writing {Path.GetFileName(destination)}", written, data.Length);
+            }
             try
             {
                 if (data.Files.Count > 0)
-                    TreeWriter.Write(staging, data.Files, (file, stream) => Copy(data, file.Offset, file.Length, stream));
+                    TreeWriter.Write(staging, data.Files, (file, stream) => Copy(data, file.Offset, file.Length, stream, Written));
                 else
                     await using (var file = new FileStream(staging, FileMode.CreateNew, FileAccess.Write, FileShare.None, 1 << 20))
-                        Copy(data, 0, data.Length, file);
+                        Copy(data, 0, data.Length, file, Written);
                 Replace(staging, destination);
             }
             catch
@@ -61,6 +69,7 @@ public static class GetCommand
                 Remove(staging);
                 throw;
             }
+            progress?.Clear();
             var what = data.Files.Count > 0 ? $"a tree of {data.Files.Count(f => f.IsFile)} files" : "a file";
             Console.WriteLine($"{name} version {data.Version}: {ByteSize.Format(data.Length)} as {what} at {destination} (verified, via {data.Mode.ToString().ToLowerInvariant()})");
             return 0;
@@ -69,15 +78,28 @@ public static class GetCommand
         {
             throw CommandException.Failed(e.Message);
         }
+        finally
+        {
+            // Whatever ends the command, its last words start at the margin.
+            progress?.Clear();
+        }
     }
 
-    private static void Copy(Dataset data, long offset, long length, Stream to)
+    private static async Task<Dataset> OpenAsync(string name, DatasetOptions options, ProgressLine? progress, CancellationToken ct)
+    {
+        // The agent fetches before it answers the open; its status says how far it is.
+        await using var watch = progress is null ? null : new AgentFetchProgress(progress, options.AgentPipe, name);
+        return await Dataset.OpenAsync(name, options, ct);
+    }
+
+    private static void Copy(Dataset data, long offset, long length, Stream to, Action<long> written)
     {
         for (long done = 0; done < length;)
         {
             var n = (int)Math.Min(1 << 24, length - done);
             to.Write(data.GetSpan(offset + done, n));
             done += n;
+            written(n);
         }
     }
 

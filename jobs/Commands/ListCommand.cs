@@ -58,11 +58,11 @@ public static class ListCommand
             return 0;
         }
         var now = DateTimeOffset.UtcNow;
-        // Sizes as ls -h writes them and times as ls -l does keep a row within TextTable.Width for ordinary names.
+        // Sizes in at most eight characters and times as ls -l writes them keep a row within TextTable.Width for ordinary names.
         var table = new TextTable("DATASET", "VERSION", "LATEST", "SIZE", "STORED", "SEGS", "CREATED", "LIFETIME", "JOBS");
         foreach (var e in entries)
-            table.Add(e.Name, StatusCommand.Short(e.Version), e.Latest ? "latest" : "", e.Problem is null ? TextTable.Size(e.RawBytes) : "?",
-                e.Problem is null ? TextTable.Size(e.StoredBytes) : "?", e.Segments.ToString(CultureInfo.InvariantCulture),
+            table.Add(e.Name, StatusCommand.Short(e.Version), e.Latest ? "latest" : "", e.Problem is null ? ByteSize.Format(e.RawBytes) : "?",
+                e.Problem is null ? ByteSize.Format(e.StoredBytes) : "?", e.Segments.ToString(CultureInfo.InvariantCulture),
                 e.Problem is null ? TextTable.When(e.Created, now) : "",
                 Lifetime(e, now), e.Jobs.Count == 0 ? "" : string.Join(",", e.Jobs));
         table.WriteTo(Console.Out);

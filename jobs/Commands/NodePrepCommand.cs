@@ -134,8 +134,16 @@ public static class NodePrepCommand
             // and no pin is left behind. Pinning an already-local copy takes milliseconds.
             LocalDataset fetched;
             var fetchStart = clock.Elapsed;
-            using (var progress = Console.IsErrorRedirected ? null : new FetchProgress(pipe, name))
-                fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
+            var progress = ProgressLine.ForTerminal();
+            try
+            {
+                await using (progress is null ? null : new AgentFetchProgress(progress, pipe, name))
+                    fetched = await agent.PrefetchAsync(name, version, pin: null, fetchTimer.Token);
+            }
+            finally
+            {
+                progress?.Clear();
+            }
             // The start of an id was resolved by the agent: from here on the version is the one it fetched.
             if (VersionPrefix.IsPrefix(version) && fetched.Version.StartsWith(version!, StringComparison.OrdinalIgnoreCase)) version = fetched.Version;
             if (ranks is not null)
@@ -323,41 +331,5 @@ public static class NodePrepCommand
             await agent.ReleaseAsync(name, version, job, evict);
         }
         catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
-    }
-
-
-    /// <summary>One self-overwriting line on the terminal from the agent's status (segments done of all).</summary>
-    private sealed class FetchProgress : IDisposable
-    {
-        private readonly CancellationTokenSource _stop = new();
-        private readonly Task _loop;
-
-        public FetchProgress(string pipe, string name) => _loop = Task.Run(() => LoopAsync(pipe, name));
-
-        private async Task LoopAsync(string pipe, string name)
-        {
-            var shown = false;
-            try
-            {
-                await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(2), _stop.Token);
-                while (!_stop.IsCancellationRequested)
-                {
-                    await Task.Delay(500, _stop.Token);
-                    var copy = (await agent.StatusAsync(_stop.Token)).Copies.FirstOrDefault(c => c.Name == name && c.State != "complete");
-                    if (copy is null) continue;
-                    var pct = copy.Segments > 0 ? $"{100.0 * copy.SegmentsDone / copy.Segments,5:0.0}% of " : "";
-                    Console.Error.Write($"\r  fetching {name}: {pct}{ByteSize.Format(copy.Length)}   ");
-                    shown = true;
-                }
-            }
-            catch (Exception e) when (e is OperationCanceledException or IOException or TimeoutException or CommonDataException) { }
-            finally { if (shown) Console.Error.Write("\r" + new string(' ', 79) + "\r"); }
-        }
-
-        public void Dispose()
-        {
-            _stop.Cancel();
-            try { _loop.Wait(TimeSpan.FromSeconds(2)); } catch (AggregateException) { }
-        }
     }
 }

@@ -56,7 +56,7 @@ public static class StatusCommand
         var now = DateTimeOffset.UtcNow;
         var table = new TextTable("DATASET", "VERSION", "SIZE", "STATE", "DONE", "LEASES", "PINNED BY", "LAST USED");
         foreach (var c in status.Copies.OrderBy(c => c.Name, StringComparer.Ordinal).ThenByDescending(c => c.LastAccess))
-            table.Add(c.Name, Short(c.Version), TextTable.Size(c.Length), c.State,
+            table.Add(c.Name, Short(c.Version), ByteSize.Format(c.Length), c.State,
                 c.State == "complete" ? "100%" : $"{(c.Length == 0 ? 100 : 100.0 * c.BytesDone / c.Length):0.0}% ({c.SegmentsDone}/{c.Segments})",
                 c.Leases.ToString(System.Globalization.CultureInfo.InvariantCulture), c.Pins.Count == 0 ? "-" : string.Join(",", c.Pins),
                 TextTable.When(c.LastAccess, now));
@@ -86,14 +86,15 @@ public static class StatusCommand
         if (o.Json) Console.WriteLine(JsonSerializer.Serialize(hosts, CacheStatusJson.Default.CacheHostStatusArray));
         else
         {
-            // Sizes as ls -h writes them and an unreachable host's reason below the table keep a row within TextTable.Width.
-            var table = new TextTable("HOST", "SERVER", "MEMORY", "MAX", "USE", "KEYS", "HITS", "SENT", "RECV", "CLIENTS", "REFUSED");
+            // Sizes in at most eight characters, memory against MAX without a percentage of its own (its two sizes say it) and an
+            // unreachable host's reason below the table keep a row within TextTable.Width.
+            var table = new TextTable("HOST", "SERVER", "MEMORY", "MAX", "KEYS", "HITS", "SENT", "RECV", "CLIENTS", "REFUSED");
             foreach (var h in hosts)
             {
-                if (h.Error is not null) { table.Add(h.Host, "unreachable", "-", "-", "-", "-", "-", "-", "-", "-", "-"); continue; }
-                table.Add(h.Host, Server(h.Server), TextTable.Size(h.UsedMemory), h.MaxMemory == 0 ? "-" : TextTable.Size(h.MaxMemory),
-                    h.MaxMemory == 0 ? "-" : $"{100.0 * h.UsedMemory / h.MaxMemory:0}%", Num(h.Keys),
-                    h.HitRate is { } r ? $"{100 * r:0}%" : "-", TextTable.Size(h.BytesSent), TextTable.Size(h.BytesReceived), Num(h.Clients), Num(h.RefusedWrites));
+                if (h.Error is not null) { table.Add(h.Host, "unreachable", "-", "-", "-", "-", "-", "-", "-", "-"); continue; }
+                table.Add(h.Host, Server(h.Server), ByteSize.Format(h.UsedMemory), h.MaxMemory == 0 ? "-" : ByteSize.Format(h.MaxMemory),
+                    Num(h.Keys),
+                    h.HitRate is { } r ? $"{100 * r:0}%" : "-", ByteSize.Format(h.BytesSent), ByteSize.Format(h.BytesReceived), Num(h.Clients), Num(h.RefusedWrites));
             }
             table.WriteTo(Console.Out);
             foreach (var h in hosts.Where(h => h.Error is not null)) Console.Error.WriteLine($"{h.Host}: {h.Error}");

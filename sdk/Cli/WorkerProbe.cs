@@ -1,8 +1,8 @@
 using System.Diagnostics;
 using System.Text.Json;
-using System.Text.Json.Serialization;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
+using Hpc.CommonData.Hosting;
 using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 
 namespace Hpc.CommonData.Cli;
@@ -14,19 +14,6 @@ namespace Hpc.CommonData.Cli;
 /// </summary>
 public static class WorkerProbe
 {
-    /// <summary>
-    /// What a worker prints (one JSON line). AttachMs is the first open in a fresh process (includes JIT); WarmAttachMs the median of the re-opens in the same
-    /// process (0 with --reopens 0). VerifyMs is the worker's own hash of a mapped copy; 0 in stream and direct mode, whose
-    /// open already hashed the private copy before returning it. VerifiedUnixMs is the wall-clock moment the whole dataset
-    /// was open, touched and (with --verify) re-hashed, so a launcher on the same machine can time workers from a common
-    /// start. Computed is what a service's own pass over the data produced (the samples' value-at-risk), absent for a plain
-    /// check. MainUnixMs is when the worker's own code began (the runtime and the command line are up: a launcher
-    /// subtracts its launch moment for the process start-up); TouchMs the first touch of the mapping (--touch first: its
-    /// first byte; all: a byte per page, as a first full pass over the data pays it), 0 outside map mode.
-    /// </summary>
-    public sealed record WorkerResult(int Pid, string Mode, string Version, long Bytes, double AttachMs, double WarmAttachMs, double VerifyMs, double ComputeMs,
-        bool Verified, double VerifiedUnixMs = 0, string? Computed = null, double MainUnixMs = 0, double TouchMs = 0);
-
     public static double UnixMs() => (DateTime.UtcNow - DateTime.UnixEpoch).TotalMilliseconds;
 
     /// <summary>One line for a program's list of commands.</summary>
@@ -112,7 +99,7 @@ public static class WorkerProbe
             var computed = compute?.Invoke(data);
             var result = new WorkerResult(Environment.ProcessId, data.Mode.ToString().ToLowerInvariant(), data.Version, data.Length,
                 attach, warmAttach, verify, clock.Elapsed.TotalMilliseconds, Verified: true, verifiedAt, computed, mainUnixMs, touch);
-            Console.WriteLine(JsonSerializer.Serialize(result, WorkerJson.Default.WorkerResult));
+            Console.WriteLine(JsonSerializer.Serialize(result, ContractJson.Default.WorkerResult));
             return ExitCodes.Ok;
         }
         catch (Exception e) when (ExitCodes.IsExpected(e))
@@ -123,7 +110,7 @@ public static class WorkerProbe
     }
 
     /// <summary>Reads a worker's result line, as a launcher does.</summary>
-    public static WorkerResult? ReadResult(string? line) => line is null ? null : JsonSerializer.Deserialize(line, WorkerJson.Default.WorkerResult);
+    public static WorkerResult? ReadResult(string? line) => line is null ? null : JsonSerializer.Deserialize(line, ContractJson.Default.WorkerResult);
 
     /// <summary>Reads the first byte, or one byte of every 4 KB page so the whole mapping is in this process's page tables.</summary>
     private static void Touch(Dataset data, bool all)
@@ -142,9 +129,6 @@ public static class WorkerProbe
         GC.KeepAlive(sum);
     }
 }
-
-[JsonSerializable(typeof(WorkerProbe.WorkerResult))]
-internal sealed partial class WorkerJson : JsonSerializerContext;
 
 /// <summary><c>hpcdata worker</c>'s command line (also the sample workers'): the dataset and how to open and check it.</summary>
 public sealed class WorkerOptions : IVerbOptions

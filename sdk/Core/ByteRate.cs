@@ -46,7 +46,11 @@ public readonly record struct ByteRate(long BytesPerSecond)
     /// <summary>The form <see cref="Parse"/> reads back to the same rate (for command lines); "0" when unlimited.</summary>
     public string ToExactString() => IsUnlimited ? "0" : new ByteSize(BytesPerSecond).ToExactString() + "/s";
 
-    public override string ToString() => IsUnlimited ? "unlimited" : $"{ByteSize.Format(BytesPerSecond)}/s ({BytesPerSecond * 8 / 1e6:0.#} Mbit/s)";
+    public override string ToString() => IsUnlimited ? "unlimited" : $"{Format(BytesPerSecond)} ({BytesPerSecond * 8 / 1e6:0.#} Mbit/s)";
+
+    /// <summary>A rate as every program prints it for people: a size per second in <see cref="ByteSize.Format"/>'s units, e.g. 120 MiB/s.</summary>
+    public static string Format(double bytesPerSecond) =>
+        ByteSize.Format(double.IsFinite(bytesPerSecond) && bytesPerSecond > 0 ? (long)Math.Min(bytesPerSecond, long.MaxValue) : 0) + "/s";
 
     private sealed class ByteRateConverter : TypeConverter
     {

@@ -39,7 +39,7 @@ public readonly record struct ByteSize(long Bytes) : IComparable<ByteSize>
 
     public int CompareTo(ByteSize other) => Bytes.CompareTo(other.Bytes);
 
-    /// <summary>Short and exact enough to read back: whole units where they are exact, otherwise two decimals.</summary>
+    /// <summary>As people read it (<see cref="Format(long)"/>).</summary>
     public override string ToString() => Format(Bytes);
 
     /// <summary>The form <see cref="Parse"/> reads back to the same number of bytes (for command lines).</summary>
@@ -52,13 +52,24 @@ public readonly record struct ByteSize(long Bytes) : IComparable<ByteSize>
         _ => Bytes.ToString(CultureInfo.InvariantCulture),
     };
 
-    public static string Format(long bytes) => bytes switch
+    private static readonly string[] Labels = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+    /// <summary>
+    /// A size as every program prints it for people: powers of 1024, as sizes are parsed, labelled so (KiB, MiB, GiB),
+    /// at most three significant digits so a table column stays narrow: 681 B, 13.3 MiB, 244 MiB, 1.21 GiB.
+    /// <see cref="Parse"/> reads it back to within its rounding.
+    /// </summary>
+    public static string Format(long bytes)
     {
-        >= 1L << 30 => $"{bytes / (double)(1L << 30):0.##} GB",
-        >= 1L << 20 => $"{bytes / (double)(1L << 20):0.##} MB",
-        >= 1L << 10 => $"{bytes / 1024.0:0.##} KB",
-        _ => $"{bytes} B",
-    };
+        if (bytes < 1024) return bytes.ToString(CultureInfo.InvariantCulture) + " B";
+        double v = bytes;
+        var unit = 0;
+        while (v >= 1024 && unit < Labels.Length - 1) { v /= 1024; unit++; }
+        // 1023.7 KiB would print as 1024 KiB: say 1 MiB.
+        if (Math.Round(v) >= 1024 && unit < Labels.Length - 1) { v /= 1024; unit++; }
+        var digits = v.ToString(v < 10 ? "0.##" : v < 100 ? "0.#" : "0", CultureInfo.InvariantCulture);
+        return $"{digits} {Labels[unit]}";
+    }
 
     /// <summary>Lets configuration binding read sizes from text.</summary>
     private sealed class ByteSizeConverter : TypeConverter

@@ -1,3 +1,4 @@
+using System.Text.Json;
 using System.Text.Json.Serialization;
 
 namespace Hpc.CommonData.Hosting;
@@ -94,8 +95,14 @@ public sealed record StageResult(
     public int KeptInOtherEncoding { get; init; }
 
     [JsonIgnore] public double Ratio => RawBytes == 0 ? 1 : (double)StoredBytes / RawBytes;
-    [JsonIgnore] public double MegabytesPerSecond => RawBytes / 1e6 / Math.Max(Seconds, 1e-9);
 }
 
+/// <summary>
+/// The JSON the programs print for scripts and read from each other (a stager's <see cref="StageResult"/>, a worker's
+/// <see cref="WorkerResult"/>): camelCase as <c>status --json</c> and <c>list --json</c> print, read back in any case, so
+/// a launcher still reads a line an older program printed. Generated at compile time: native programs print it too.
+/// </summary>
+[JsonSourceGenerationOptions(JsonSerializerDefaults.Web)]
 [JsonSerializable(typeof(StageResult))]
+[JsonSerializable(typeof(WorkerResult))]
 public sealed partial class ContractJson : JsonSerializerContext;

@@ -21,7 +21,7 @@ public sealed class LocalCluster : IAsyncDisposable
     private readonly List<ComponentProcess> _processes = [];
 
     /// <summary>One batch of workers released together: the common start (wall clock, Unix ms) and what each printed.</summary>
-    public sealed record WorkerBatch(double StartUnixMs, List<WorkerProbe.WorkerResult> Results);
+    public sealed record WorkerBatch(double StartUnixMs, List<WorkerResult> Results);
 
     /// <summary>Starts a cache host on a free loopback port and returns its <c>host:port</c>.</summary>
     public async Task<string> StartCacheHostAsync(string name, long maxMemoryBytes, CancellationToken ct)
@@ -78,7 +78,7 @@ public sealed class LocalCluster : IAsyncDisposable
                 await Task.WhenAll(workers.Select(w => w.SendLineAsync("go")));
             }
             var codes = await Task.WhenAll(workers.Select(w => w.WaitForExitAsync(timeout, ct)));
-            var results = new List<WorkerProbe.WorkerResult>();
+            var results = new List<WorkerResult>();
             for (var i = 0; i < workers.Count; i++)
             {
                 var w = workers[i];

@@ -2,58 +2,53 @@ using System.Globalization;
 using System.Text;
 using System.Text.Json;
 using Hpc.CommonData;
+using Hpc.CommonData.Cli;
+using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using static Hpc.CommonData.Report.Stats;
 
 namespace Hpc.CommonData.Report;
 
-/// <summary><c>hpcdata report DIR [--json]</c>: tables, charts and a Markdown summary of bench results or cluster telemetry.</summary>
+/// <summary><c>hpcdata report</c>'s command line, read by the engine every verb uses (<see cref="VerbContract{T}"/>).</summary>
+public sealed class ReportOptions : IVerbOptions
+{
+    public static string Verb => "report";
+
+    public static string Summary => "Tables, charts and a Markdown summary of bench results or agents' fetch telemetry.";
+
+    [Switch("", "The results: a directory holding results.jsonl (bench) or *.jsonl (agents' telemetry), or one .jsonl file.", Meta = "DIR|FILE.jsonl", Required = true)]
+    public string Results { get; set; } = "";
+
+    [Switch("--out", "Where report.md and the SVG charts are written (created if missing); default: beside the results.", Meta = "DIR")]
+    public string? Out { get; set; }
+
+    [Switch("--json", "Print the report's tables as one JSON document on stdout instead of the Markdown.")]
+    public bool Json { get; set; }
+}
+
+/// <summary><c>hpcdata report DIR|FILE.jsonl [--out DIR] [--json]</c>: tables, charts and a Markdown summary of bench results or cluster telemetry.</summary>
 public static class ReportMain
 {
-    public static int Run(string[] args)
+    /// <summary>The verb as a command line runs it: <c>--help</c>, usage errors (exit 2) and the report (0; 1 when nothing in it could be reported).</summary>
+    public static int Run(string[] args) => VerbContract<ReportOptions>.RunAsync("hpcdata report", args, (o, _) => Task.FromResult(Run(o))).GetAwaiter().GetResult();
+
+    public static int Run(ReportOptions o)
     {
-        const string usage = "usage: hpcdata report DIR|FILE.jsonl [--out DIR] [--json] — tables, charts (SVG) and report.md from bench results or agents' telemetry, " +
-                             "written to --out (created if missing) or else beside the results";
-        if (args is ["--help"] or ["-h"]) { Console.Out.WriteLine(usage); return 0; }
-        var json = false;
-        string? outOption = null;
-        var paths = new List<string>();
-        for (var i = 0; i < args.Length; i++)
-        {
-            switch (args[i])
-            {
-                case "--json": json = true; break;
-                case "--out" when i + 1 < args.Length && !args[i + 1].StartsWith("--", StringComparison.Ordinal): outOption = args[++i]; break;
-                case "--out":
-                    Console.Error.WriteLine($"hpcdata report: --out needs a directory ({usage})");
-                    return 2;
-                case var a when a.StartsWith("--out=", StringComparison.Ordinal) && a.Length > "--out=".Length: outOption = a["--out=".Length..]; break;
-                case var a when a.StartsWith("--", StringComparison.Ordinal):
-                    Console.Error.WriteLine($"hpcdata report: unknown option '{a}' ({usage})");
-                    return 2;
-                default: paths.Add(args[i]); break;
-            }
-        }
-        if (paths.Count != 1)
-        {
-            Console.Error.WriteLine($"hpcdata report: {(paths.Count == 0 ? "no results given" : "one DIR or FILE.jsonl")} ({usage})");
-            return 2;
-        }
+        if (o.Out is { Length: 0 }) throw CommandException.Usage("--out needs a directory");
         try
         {
-            var data = ResultReader.Read(paths[0]);
-            var outDir = outOption ?? (Directory.Exists(paths[0]) ? paths[0] : Path.GetDirectoryName(Path.GetFullPath(paths[0]))!);
+            var data = ResultReader.Read(o.Results);
+            var outDir = o.Out ?? (Directory.Exists(o.Results) ? o.Results : Path.GetDirectoryName(Path.GetFullPath(o.Results))!);
             Directory.CreateDirectory(outDir);
             var report = Build(data);
             var charts = WriteCharts(report, outDir);
             var markdown = Markdown(data, report, charts);
             File.WriteAllText(Path.Combine(outDir, "report.md"), markdown);
-            Console.WriteLine(json ? JsonSerializer.Serialize(new ReportDocument(report.Cells, report.Fanouts, report.Slurm, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts), ReportJson.Default.ReportDocument) : markdown);
+            Console.WriteLine(o.Json ? JsonSerializer.Serialize(new ReportDocument(report.Cells, report.Fanouts, report.Slurm, report.Calibrations, report.Attaches, report.Rates, report.Skipped, data.Codecs, data.Caches, data.Lines, data.Unreadable, data.UnknownKinds, charts), ReportJson.Default.ReportDocument) : markdown);
             return report.Cells.Count + (report.Rates?.Count ?? 0) + (report.Slurm?.Count ?? 0) + report.Fanouts.Count + report.Calibrations.Count + report.Attaches.Count + data.Codecs.Count + data.Caches.Count == 0 ? 1 : 0;
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
-            Console.Error.WriteLine($"hpcdata report: {e.Message}");
-            return 1;
+            throw CommandException.Failed(e.Message);
         }
     }
 
@@ -517,5 +512,6 @@ public static class ReportMain
         }
     }
 
-    private static string FileSize(long bytes) => ByteSize.Format(bytes).Replace(" ", "", StringComparison.Ordinal).ToLowerInvariant();
+    /// <summary>A size in a chart's file name, as a command line writes it (256mb), so names stay put as labels change.</summary>
+    private static string FileSize(long bytes) => new ByteSize(bytes).ToExactString().ToLowerInvariant();
 }

@@ -33,12 +33,12 @@ public class AttachBenchTests
                 Assert.Equal(config.GetProperty("sizeBytes").GetInt64(), x.GetProperty("dataset").GetProperty("rawBytes").GetInt64(), (double)(1 << 20));
             });
 
-            Assert.Contains("| 16 MB map | 16 MB stream | 16 MB reference |", r.Stdout);
+            Assert.Contains("| 16 MiB map | 16 MiB stream | 16 MiB reference |", r.Stdout);
             Assert.Matches(@"\| 2 \|[^\n]*\| 1\.35 \|", r.Stdout);               // the reference's 2 workers × 16 MB
 
             var report = await HpcdataProcess.RunAsync(TimeSpan.FromSeconds(60), "report", dir);
             Assert.True(report.Code == 0, $"report exited {report.Code}: {report.Stderr}");
-            Assert.Contains("| loopback | 16 MB | stream | 2 | 1 |", File.ReadAllText(Path.Combine(dir, "report.md")));
+            Assert.Contains("| loopback | 16 MiB | stream | 2 | 1 |", File.ReadAllText(Path.Combine(dir, "report.md")));
         }
         finally { Directory.Delete(dir, recursive: true); }
     }

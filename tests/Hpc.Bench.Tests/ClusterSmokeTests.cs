@@ -43,7 +43,7 @@ public class ClusterSmokeTests
             Assert.True(code == 0, $"report exited {code}: {stderr}");
             var md = File.ReadAllText(Path.Combine(dir, "report.md"));
             Assert.Contains("| data size | N=4 |", md);
-            Assert.Matches(@"\| 8 MB \| [0-9.]+ \([0-9]+%\) \|", md);
+            Assert.Matches(@"\| 8 MiB \| [0-9.]+ \([0-9]+%\) \|", md);
             Assert.Contains("| pull | 4 | 1 |", md);
             foreach (var chart in new[] { "time-vs-nodes.svg", "efficiency-vs-nodes.svg" })
                 Assert.Equal("1100", (string?)System.Xml.Linq.XDocument.Load(Path.Combine(dir, chart)).Root!.Attribute("width"));

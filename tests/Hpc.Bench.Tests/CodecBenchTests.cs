@@ -31,8 +31,8 @@ public class CodecBenchTests
 
             // The chunker alone over the same data, once per run and kind of data: what it costs beside the codec.
             Assert.Equal(4, r.Stderr.Split('\n').Count(l => l.Contains("content-defined chunker alone") && l.Contains("MB per CPU-s")));
-            Assert.Contains("| csv | lz4 | 4 MB |", r.Stdout);
-            Assert.Contains("| random | lz4 | 4 MB |", r.Stdout);
+            Assert.Contains("| csv | lz4 | 4 MiB |", r.Stdout);
+            Assert.Contains("| random | lz4 | 4 MiB |", r.Stdout);
         }
         finally { Directory.Delete(dir, recursive: true); }
     }

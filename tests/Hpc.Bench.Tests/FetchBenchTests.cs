@@ -23,8 +23,8 @@ public class FetchBenchTests
                 Assert.True(x.GetProperty("fetchSeconds").GetDouble() > 0);
                 Assert.True(x.GetProperty("agentUserSeconds").GetDouble() + x.GetProperty("agentSystemSeconds").GetDouble() >= 0);
             });
-            Assert.Contains("| csv | lz4 | 4 MB |", r.Stdout);
-            Assert.Contains("| random | lz4 | 4 MB |", r.Stdout);
+            Assert.Contains("| csv | lz4 | 4 MiB |", r.Stdout);
+            Assert.Contains("| random | lz4 | 4 MiB |", r.Stdout);
         }
         finally { Directory.Delete(dir, recursive: true); }
     }

@@ -29,8 +29,8 @@ public class RateLimitReportTests
         Assert.Equal([("agents", 12_500_000L), ("stager", 10_000_000L)], report.Rates!.Select(r => (r.Who, r.ConfiguredBytes)));
         var md = ReportMain.Markdown(data, report, []);
         Assert.Contains("## Rate limits (--max-rate)", md);
-        Assert.Contains("| agents | 2 | 1000 Mbit/s | 64 MB | 100.0 Mbit/s | 97.6 Mbit/s | 99.9 Mbit/s | 97.6% | 99.9% |", md);
-        Assert.Contains("| stager | 2 | 1000 Mbit/s | 64 MB | 80.0 Mbit/s | 77.6 Mbit/s | 80.1 Mbit/s | 97.0% | 100.1% |", md);
+        Assert.Contains("| agents | 2 | 1000 Mbit/s | 64 MiB | 100.0 Mbit/s | 97.6 Mbit/s | 99.9 Mbit/s | 97.6% | 99.9% |", md);
+        Assert.Contains("| stager | 2 | 1000 Mbit/s | 64 MiB | 80.0 Mbit/s | 77.6 Mbit/s | 80.1 Mbit/s | 97.0% | 100.1% |", md);
         Assert.Equal(["rate-limit.svg"], ChartFiles.Write(report));
     }
 }

@@ -40,9 +40,9 @@ public class ResultReaderTests
         Assert.Equal(1.2, lz4.NodeMax);
         Assert.Single(report.Skipped);
         var md = ReportMain.Markdown(data, report, []);
-        Assert.Contains("| 16 MB | 1.20 (80%) |", md);
+        Assert.Contains("| 16 MiB | 1.20 (80%) |", md);
         Assert.Contains("## Compression savings", md);
-        Assert.Contains("| 2 | 1 | 16 MB | lz4 | 36% | 2.40 | 1.20 | 50% |", md);
+        Assert.Contains("| 2 | 1 | 16 MiB | lz4 | 36% | 2.40 | 1.20 | 50% |", md);
         Assert.Contains("time bound reached", md);
     }
 
@@ -61,9 +61,9 @@ public class ResultReaderTests
         Assert.Equal(0.8, report.Cells.Single(c => c.CodecName == "zstd").MeasuredSeconds);
         var md = ReportMain.Markdown(data, report, []);
         Assert.Contains("## Data access time (s): 1 cache host, zstd, 100 Mbit/s links", md);
-        Assert.Contains("| 2 | 1 | 16 MB | zstd | 24% | 1 | 0.80 |", md);
-        Assert.Contains("| 2 | 1 | 16 MB | zstd | 24% | 2.40 | 0.80 | 67% |", md);
-        Assert.Contains("16 MB H=1 zstd", ChartLegends(report));
+        Assert.Contains("| 2 | 1 | 16 MiB | zstd | 24% | 1 | 0.80 |", md);
+        Assert.Contains("| 2 | 1 | 16 MiB | zstd | 24% | 2.40 | 0.80 | 67% |", md);
+        Assert.Contains("16 MiB H=1 zstd", ChartLegends(report));
     }
 
     /// <summary>Every legend entry of every chart the report draws.</summary>
@@ -113,7 +113,7 @@ public class ResultReaderTests
         var data = ResultReader.ReadLines([Cluster, otherRate, pull]);
         var md = ReportMain.Markdown(data, ReportMain.Build(data), []);
         Assert.Contains("## Against plain TCP in the same namespaces", md);
-        Assert.Contains("| 2 | 1 | 16 MB | lz4 | 80% | 90% | 89% |", md);
+        Assert.Contains("| 2 | 1 | 16 MiB | lz4 | 80% | 90% | 89% |", md);
     }
 
     [Fact]
@@ -134,7 +134,7 @@ public class ResultReaderTests
         Assert.Equal((1.0, 0.5, 0.2, 0.85), (f.NodeRx, f.NodeTx, f.LaunchSeconds, f.NeighbourEfficiency));
         var md = ReportMain.Markdown(data, report, []);
         Assert.Contains("## Fan-out between nodes", md);
-        Assert.True(md.Contains("| 100 Mbit/s | 16 MB | 5.72 MB | 1 | 2 | Open MPI | 1 | 0.60 | 1.25 | 0.20 | 1.20 | 1.25 | 0.50 | 1.00 → 2.00 | 1.00 / 0.50 | 85% | – |"), md);
+        Assert.True(md.Contains("| 100 Mbit/s | 16 MiB | 5.72 MiB | 1 | 2 | Open MPI | 1 | 0.60 | 1.25 | 0.20 | 1.20 | 1.25 | 0.50 | 1.00 → 2.00 | 1.00 / 0.50 | 85% | – |"), md);
     }
 
     [Fact]
@@ -148,7 +148,7 @@ public class ResultReaderTests
         Assert.Equal(1.2, cell.MeasuredMin);
         Assert.Equal(3.0, cell.MeasuredMax);
         var md = ReportMain.Markdown(data, ReportMain.Build(data), []);
-        Assert.Contains("| 16 MB | 1.50 (80%) |", md);
+        Assert.Contains("| 16 MiB | 1.50 (80%) |", md);
         Assert.Contains("| 3 | 1.50 (1.20–3.00) |", md);
     }
 

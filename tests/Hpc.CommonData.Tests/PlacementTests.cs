@@ -60,4 +60,28 @@ public class PlacementTests
     [InlineData("1GB", 1073741824)]
     [InlineData("100", 100)]
     public void Parses_sizes(string text, long bytes) => Assert.Equal(bytes, ByteSize.Parse(text).Bytes);
+
+    /// <summary>
+    /// Sizes print one way in every program: powers of 1024, as they are parsed, labelled KiB/MiB/GiB, three
+    /// significant digits at most; what is printed parses back to within that rounding.
+    /// </summary>
+    [Theory]
+    [InlineData(0, "0 B")]
+    [InlineData(681, "681 B")]
+    [InlineData(1024, "1 KiB")]
+    [InlineData(1536, "1.5 KiB")]
+    [InlineData(13_956_000, "13.3 MiB")]
+    [InlineData(256L << 20, "256 MiB")]
+    [InlineData((1L << 20) - 1, "1 MiB")]
+    [InlineData(1_299_227_607, "1.21 GiB")]
+    [InlineData(5L << 40, "5 TiB")]
+    public void Formats_sizes_in_powers_of_1024_labelled_so(long bytes, string text)
+    {
+        Assert.Equal(text, ByteSize.Format(bytes));
+        Assert.Equal(text, new ByteSize(bytes).ToString());
+        Assert.InRange(ByteSize.Parse(text).Bytes, bytes * 0.99, bytes * 1.01 + 1);
+    }
+
+    [Fact]
+    public void Formats_rates_in_the_units_of_sizes() => Assert.Equal("120 MiB/s", ByteRate.Format(120 << 20));
 }

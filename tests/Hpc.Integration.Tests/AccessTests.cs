@@ -46,11 +46,11 @@ public sealed class AccessTests
         var alice = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "risk/secret", "--mode", "map", "--verify", "--reopens", "0"], env);
         Assert.True(alice.Code == 0, $"the reader's worker failed ({alice.Code}): {alice.Stderr}");
         var result = JsonDocument.Parse(alice.Text.Trim().Split('\n').Last()).RootElement;
-        Assert.Equal(staged.Version, result.GetProperty("Version").GetString());
-        Assert.Equal(data.Length, result.GetProperty("Bytes").GetInt64());
-        Assert.True(result.GetProperty("Verified").GetBoolean());
-        Assert.True(result.GetProperty("VerifyMs").GetDouble() > 0); // --verify: its own hash of the mapped copy matched the staged hash
-        Assert.Equal("map", result.GetProperty("Mode").GetString());
+        Assert.Equal(staged.Version, result.GetProperty("version").GetString());
+        Assert.Equal(data.Length, result.GetProperty("bytes").GetInt64());
+        Assert.True(result.GetProperty("verified").GetBoolean());
+        Assert.True(result.GetProperty("verifyMs").GetDouble() > 0); // --verify: its own hash of the mapped copy matched the staged hash
+        Assert.Equal("map", result.GetProperty("mode").GetString());
 
         var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "risk/secret", "--reopens", "0"], env);
         Assert.Equal(1, bob.Code);

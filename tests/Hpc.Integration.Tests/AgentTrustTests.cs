@@ -73,7 +73,7 @@ public sealed class AgentTrustTests
         var (code, stdout, stderr) = await cluster.RunStagerAsync(
             [Cluster.WriteFile(cluster.Root, "planted.bin", Cluster.RandomBytes(300_000, seed: 99)), "--name", "risk/prices", "--cache-hosts", own, "--readers", "all", "--json"]);
         Assert.True(code == 0, stderr);
-        var planted = JsonSerializer.Deserialize<Cluster.Staged>(stdout.Last())!.Version;
+        var planted = JsonSerializer.Deserialize<Cluster.Staged>(stdout.Last(), JsonSerializerOptions.Web)!.Version;
 
         var attack = await run.AsUserAsync(Bob, ["mpiexec.hydra", "-n", "1", .. run.Worker, "nodeprep", "--fanout", "mpi", "risk/prices",
             "--job", "job-b", "--pipe", pipe, "--no-start", "--cache-hosts", own],
@@ -87,8 +87,8 @@ public sealed class AgentTrustTests
         var reader = await run.AsUserAsync(Alice, [.. run.Worker, "worker", "risk/prices", "--verify", "--reopens", "0"], env);
         Assert.True(reader.Code == 0, reader.Stderr);
         var result = JsonDocument.Parse(reader.Text.Trim().Split('\n').Last()).RootElement;
-        Assert.Equal(staged.Version, result.GetProperty("Version").GetString());
-        Assert.True(result.GetProperty("Verified").GetBoolean());
+        Assert.Equal(staged.Version, result.GetProperty("version").GetString());
+        Assert.True(result.GetProperty("verified").GetBoolean());
     }
 
     [Fact]

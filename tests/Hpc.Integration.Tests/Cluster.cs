@@ -81,7 +81,7 @@ public sealed class Cluster : IAsyncDisposable
     {
         var (code, stdout, stderr) = await RunStagerAsync([path, "--name", name, "--cache-hosts", HostList, "--json", .. extra]);
         Assert.True(code == 0, $"stager failed ({code}): {stderr}");
-        return JsonSerializer.Deserialize<Staged>(stdout.Last())!;
+        return JsonSerializer.Deserialize<Staged>(stdout.Last(), JsonSerializerOptions.Web)!;
     }
 
     public async Task<(int Code, List<string> Stdout, string Stderr)> RunStagerAsync(string[] args, string? stdin = null) =>

@@ -87,10 +87,10 @@ public class DataPathTests
             Assert.True(r.Code == 0, r.Stderr);
             return JsonDocument.Parse(r.Stdout.Last()).RootElement;
         }).ToList();
-        Assert.All(results, r => Assert.Equal(staged.Version, r.GetProperty("Version").GetString()));
-        Assert.All(results, r => Assert.True(r.GetProperty("Verified").GetBoolean()));
-        Assert.Single(results.Select(r => r.GetProperty("Computed").GetString()).Distinct());
-        Assert.Contains("99% one-day VaR", results[0].GetProperty("Computed").GetString());
+        Assert.All(results, r => Assert.Equal(staged.Version, r.GetProperty("version").GetString()));
+        Assert.All(results, r => Assert.True(r.GetProperty("verified").GetBoolean()));
+        Assert.Single(results.Select(r => r.GetProperty("computed").GetString()).Distinct());
+        Assert.Contains("99% one-day VaR", results[0].GetProperty("computed").GetString());
     }
 
     [Fact]

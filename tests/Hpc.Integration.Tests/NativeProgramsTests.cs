@@ -32,14 +32,14 @@ public class NativeProgramsTests
         {
             Assert.True(code == 0, stderr);
             var r = JsonDocument.Parse(stdout.Last()).RootElement;
-            Assert.Equal(staged.Version, r.GetProperty("Version").GetString());
-            Assert.Equal(data.Length, r.GetProperty("Bytes").GetInt64());
-            Assert.True(r.GetProperty("Verified").GetBoolean());
-            Assert.True(r.GetProperty("MainUnixMs").GetDouble() > 0);
+            Assert.Equal(staged.Version, r.GetProperty("version").GetString());
+            Assert.Equal(data.Length, r.GetProperty("bytes").GetInt64());
+            Assert.True(r.GetProperty("verified").GetBoolean());
+            Assert.True(r.GetProperty("mainUnixMs").GetDouble() > 0);
         }
-        Assert.Equal(["map", "map", "map", "map", "stream"], runs.Select(r => JsonDocument.Parse(r.Stdout.Last()).RootElement.GetProperty("Mode").GetString()));
+        Assert.Equal(["map", "map", "map", "map", "stream"], runs.Select(r => JsonDocument.Parse(r.Stdout.Last()).RootElement.GetProperty("mode").GetString()));
         // The re-hash of a mapped copy ran (--verify) and matched.
-        Assert.All(runs.Take(4), r => Assert.True(JsonDocument.Parse(r.Stdout.Last()).RootElement.GetProperty("VerifyMs").GetDouble() > 0));
+        Assert.All(runs.Take(4), r => Assert.True(JsonDocument.Parse(r.Stdout.Last()).RootElement.GetProperty("verifyMs").GetDouble() > 0));
     }
 
     [Fact]

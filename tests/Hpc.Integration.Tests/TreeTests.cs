@@ -217,7 +217,7 @@ public class TreeTests
         Assert.Contains("skipping the link 'etc'", stderr);
         Assert.Contains("skipping the link 'peek'", stderr);
         Assert.Contains("skipping 'pipe': a fifo is not data", stderr);
-        Assert.Equal(4, JsonDocument.Parse(stdout.Last()).RootElement.GetProperty("RawBytes").GetInt64());
+        Assert.Equal(4, JsonDocument.Parse(stdout.Last()).RootElement.GetProperty("rawBytes").GetInt64());
     }
 
     [Fact]

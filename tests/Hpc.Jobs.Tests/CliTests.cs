@@ -123,12 +123,29 @@ public sealed class CliTests
     [InlineData(new[] { "get", "risk/a" }, "missing required DEST")]
     [InlineData(new[] { "tls-init" }, "missing required --out, --hosts")]
     [InlineData(new[] { "tls-init", "--out", "x" }, "missing required --hosts")]
+    [InlineData(new[] { "report" }, "missing required DIR|FILE.jsonl")]
     public async Task A_missing_required_argument_is_named(string[] args, string expected)
     {
         await using var s = new Sandbox();
         var r = await s.HpcdataAsync(args);
         Assert.Equal(2, r.Code);
         Assert.Contains($"hpcdata {args[0]}: {expected} (see hpcdata {args[0]} --help)", r.Stderr);
+    }
+
+    /// <summary>report reads its command line with the engine every verb uses: the same words, suggestions and exit code.</summary>
+    [Theory]
+    [InlineData(new[] { "report", "results", "--out" }, "--out needs a value")]
+    [InlineData(new[] { "report", "results", "--jsno" }, "unknown option '--jsno' (did you mean --json?)")]
+    [InlineData(new[] { "report", "a", "b" }, "unexpected argument 'b'")]
+    public async Task Report_refuses_a_wrong_command_line_as_every_verb_does(string[] args, string expected)
+    {
+        await using var s = new Sandbox();
+        var r = await s.HpcdataAsync(args);
+        Assert.Equal(2, r.Code);
+        Assert.Contains($"hpcdata report: {expected} (see hpcdata report --help)", r.Stderr);
+        var help = await s.HpcdataAsync(["report", "--help"]);
+        Assert.Contains("usage: hpcdata report DIR|FILE.jsonl [options]", help.Out);
+        Assert.Contains("--out DIR", help.Out);
     }
 
     [Fact]
@@ -161,6 +178,7 @@ public sealed class CliTests
             new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() });
         AssertOneLinePerProblem("hpcdata get", get.Stderr, dead);
         Assert.Contains("hpcdata get: warning: no node agent answers on pipe", get.Stderr);
+        Assert.DoesNotContain('\r', get.Stderr);   // stderr is not a terminal: no progress line
     }
 
     private static void AssertOneLinePerProblem(string command, string stderr, string deadHost)

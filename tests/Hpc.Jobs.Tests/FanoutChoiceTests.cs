@@ -14,7 +14,7 @@ public sealed class FanoutChoiceTests
         Assert.True(choice.Mpi);
         Assert.InRange(choice.DirectSeconds, 60, 70);   // 19 × 410 MB over one host link
         Assert.InRange(choice.FanoutSeconds, 4, 5);     // start-up + the ring at 94% of the link + the last block's hops
-        Assert.StartsWith("mpi: 190 node(s), 10 cache host(s), 410 MB stored", choice.Reason);
+        Assert.StartsWith("mpi: 190 node(s), 10 cache host(s), 410 MiB stored", choice.Reason);
     }
 
     [Fact]

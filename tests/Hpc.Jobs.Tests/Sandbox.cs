@@ -51,7 +51,7 @@ public sealed class Sandbox : IAsyncDisposable
     {
         var r = await RunAsync("Hpc.Stager", [path, "--name", name, "--cache-hosts", HostList, "--json"]);
         Assert.True(r.Code == 0, $"stager failed ({r.Code}): {r.Stderr}");
-        return JsonSerializer.Deserialize<Staged>(r.Stdout.Last())!;
+        return JsonSerializer.Deserialize<Staged>(r.Stdout.Last(), JsonSerializerOptions.Web)!;
     }
 
     public sealed record Result(int Code, List<string> Stdout, string Stderr)

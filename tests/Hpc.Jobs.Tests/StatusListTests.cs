@@ -8,6 +8,38 @@ namespace Hpc.Jobs.Tests;
 /// <summary><c>hpcdata status</c> (the node, the cache hosts) and <c>hpcdata list</c> (the versions on the tier), run as users run them.</summary>
 public sealed class StatusListTests
 {
+    /// <summary>Every <c>--json</c> names its fields one way, camelCase, as <c>status</c> and <c>list</c> print them.</summary>
+    [Fact]
+    public async Task Stage_json_is_camelCase_like_status_and_list_and_reads_back()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var r = await s.RunAsync("Hpc.Stager", [s.WriteFile("a.bin", Sandbox.RandomBytes(65536 + 5, seed: 4)), "--name", "risk/cased", "--cache-hosts", s.HostList, "--json"]);
+        Assert.True(r.Code == 0, r.Stderr);
+        var line = JsonDocument.Parse(r.Stdout.Last()).RootElement;
+        Assert.All(line.EnumerateObject(), p => Assert.True(char.IsLower(p.Name[0]), $"stage --json prints '{p.Name}'"));
+        Assert.Equal(65536 + 5, line.GetProperty("rawBytes").GetInt64());
+        var read = JsonSerializer.Deserialize(r.Stdout.Last(), ContractJson.Default.StageResult)!;
+        Assert.Equal((line.GetProperty("version").GetString(), 65536L + 5), (read.Version, read.RawBytes));
+
+        var list = await s.HpcdataAsync(["list", "--cache-hosts", s.HostList, "--json"]);
+        Assert.All(JsonDocument.Parse(list.Stdout.Last()).RootElement[0].EnumerateObject(), p => Assert.True(char.IsLower(p.Name[0]), $"list --json prints '{p.Name}'"));
+    }
+
+    /// <summary>A launcher reading a line a stager or worker of an earlier release printed (PascalCase) still reads it.</summary>
+    [Fact]
+    public void A_PascalCase_line_of_an_earlier_release_still_reads()
+    {
+        var stage = JsonSerializer.Deserialize("""{"Name":"risk/a","Version":"v1","RawBytes":7,"StoredBytes":3,"SentBytes":3,"Segments":1,"SkippedSegments":0,"Unchanged":false,"Seconds":0.1,"Hash":"h"}""",
+            ContractJson.Default.StageResult)!;
+        Assert.Equal(("v1", 7L, 3L), (stage.Version, stage.RawBytes, stage.StoredBytes));
+        var worker = Hpc.CommonData.Cli.WorkerProbe.ReadResult("""{"Pid":1,"Mode":"map","Version":"v1","Bytes":7,"AttachMs":1,"WarmAttachMs":0,"VerifyMs":0,"ComputeMs":0,"Verified":true}""")!;
+        Assert.Equal(("map", 7L, true), (worker.Mode, worker.Bytes, worker.Verified));
+        var printed = JsonSerializer.Serialize(worker, ContractJson.Default.WorkerResult);
+        Assert.Contains("\"attachMs\":1", printed);
+        Assert.DoesNotContain("\"Pid\"", printed);
+    }
+
     [Fact]
     public async Task List_shows_every_version_with_sizes_latest_lifetime_and_the_jobs_keeping_it()
     {
@@ -18,7 +50,7 @@ public sealed class StatusListTests
         var r = await s.RunAsync("Hpc.Stager", [s.WriteFile("a2.bin", Sandbox.RandomBytes(3 * 65536, seed: 2)), "--name", "risk/a", "--lifetime", "12h",
             "--cache-hosts", s.HostList, "--json"]);
         Assert.Equal(0, r.Code);
-        var second = JsonSerializer.Deserialize<Sandbox.Staged>(r.Stdout.Last())!;
+        var second = JsonSerializer.Deserialize<Sandbox.Staged>(r.Stdout.Last(), JsonSerializerOptions.Web)!;
         var other = await s.StageAsync(s.WriteFile("b.bin", Sandbox.RandomBytes(65536 + 7, seed: 3)), "risk/b");
         int newestSegments;
         await using (var tier = new CacheTierClient(new CacheTierOptions { Hosts = s.Hosts.ToList() }))
@@ -84,7 +116,7 @@ public sealed class StatusListTests
 
         var text = await s.HpcdataAsync(["status", "--cache-hosts", $"{s.HostList},127.0.0.1:1"]);
         Assert.Equal(0, text.Code);
-        Assert.Contains(text.Stdout, l => l.StartsWith(s.Hosts[0], StringComparison.Ordinal) && l.Contains("cachehost 1.") && l.Contains("512M"));
+        Assert.Contains(text.Stdout, l => l.StartsWith(s.Hosts[0], StringComparison.Ordinal) && l.Contains("cachehost 1.") && l.Contains("512 MiB"));
         Assert.Contains(text.Stdout, l => l.StartsWith("127.0.0.1:1", StringComparison.Ordinal) && l.Contains("unreachable"));
         Assert.Contains("127.0.0.1:1: ", text.Stderr);   // why, below the table rather than in a column as wide as the reason
         AssertFits(text.Stdout);
