@@ -177,7 +177,7 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
         }
     }
 
-    private sealed class Link(MpiRankGroup group) : IRingLink
+    private sealed class Link(MpiRankGroup group) : IPeerLinks
     {
         public int Rank => group.Rank;
         public int Size => group.Size;
@@ -188,9 +188,16 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
         public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) =>
             group.Post(() => group._world!.ISend(message, (Rank + 1) % Size, Tag), ct);
 
-        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => ReceiveFromAsync((Rank - 1 + Size) % Size, buffer, ct);
+
+        /// <summary>MPI reaches every rank already: nothing to open.</summary>
+        public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) => Task.CompletedTask;
+
+        public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct) => group.Post(() => group._world!.ISend(message, rank, Tag), ct);
+
+        public async Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct)
         {
-            await group.Post(() => group._world!.IReceive(buffer, (Rank - 1 + Size) % Size, Tag), ct);
+            await group.Post(() => group._world!.IReceive(buffer, rank, Tag), ct);
             // Messages carry their own length (the block header), so no MPI status is needed.
             return BinaryPrimitives.ReadInt32LittleEndian(buffer.Span[16..]);
         }
