@@ -119,7 +119,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
         string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4")
     {
-        if (fanout is not ("none" or "mpi" or "mpich")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi or mpich");
+        if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich or mpi-ring");
         if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
         var config = Config(size, compress, workers, data);
         if (compress && codec != "lz4") config.Codec = codec;
@@ -193,7 +193,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
             try
             {
                 if (fanout != "none")
-                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct);
+                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring");
                 else
                 {
                 // Every connection is open before the clock starts, so the start is common to all nodes.
@@ -272,7 +272,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// clock starts as mpiexec is started; a node's time is when its rank's line arrived.
     /// </summary>
     private async Task<List<NodeTime>> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
-        string pipePattern, string run, bool mpich, CancellationToken ct)
+        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true)
     {
         var agent = Path.Combine(_scratch, "netns-rsh");
         if (!File.Exists(agent) && !OperatingSystem.IsWindows())
@@ -308,7 +308,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
         var start = Stopwatch.StartNew();
         var mpi = Track(processes, ComponentProcess.Start("hpcdata",
             ["nodeprep", "--fanout", "mpi", $"{name}@{stage.Version}", "--job", run, "--pipe", pipePattern,
-             "--cache-hosts", hostList, "--no-start", "--timeout", "20m"],
+             "--cache-hosts", hostList, "--no-start", "--timeout", "20m", "--link-probe", probe ? "on" : "off"],
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
         // Lines are stamped as they arrive: the process keeps them, but not when each came.
         var arrived = new Dictionary<string, double>();

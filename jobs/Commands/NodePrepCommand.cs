@@ -125,6 +125,8 @@ public static class NodePrepCommand
                 {
                     var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
+                    // The line below is this node's time; the process still waits at the end for a leaf to finish.
+                    if (summary.Route != "ring") ranks.ClosingLimit = fetchTimeout;
                     fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }

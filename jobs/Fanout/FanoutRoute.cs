@@ -19,7 +19,7 @@ public sealed class FanoutRoute
     public const double SlowShareOfMedian = 0.5;
 
     /// <summary>
-    /// A node becomes a leaf only if its slower probe took at least this long: a probe that short on every link is
+    /// A node becomes a leaf only if the faster of its two probes took at least this long: a probe that short on every link is
     /// scheduling noise (MPI's progress thread polls each millisecond), not a measured rate.
     /// </summary>
     public static readonly TimeSpan ShortestTelling = TimeSpan.FromMilliseconds(20);
@@ -57,9 +57,11 @@ public sealed class FanoutRoute
         bool Slow(int r)
         {
             if (!(rates[r] < SlowShareOfMedian * median)) return false;
-            // The slower of r's two links must have taken long enough to tell a rate from noise.
-            var slower = incoming[r].BytesPerSecond <= incoming[(r + 1) % size].BytesPerSecond ? incoming[r] : incoming[(r + 1) % size];
-            return slower.Seconds >= ShortestTelling.TotalSeconds;
+            // The faster of r's two links sets its rate, so that one must have taken long enough to tell a rate from
+            // noise: a neighbour of a slow node has one slow link, and its other one, measured in a millisecond, may
+            // well read below half a noisy median.
+            var faster = incoming[r].BytesPerSecond >= incoming[(r + 1) % size].BytesPerSecond ? incoming[r] : incoming[(r + 1) % size];
+            return faster.Seconds >= ShortestTelling.TotalSeconds;
         }
         var leaves = Enumerable.Range(0, size).Where(Slow).ToArray();
         // Below the median by half can be at most half the nodes; two members are still kept whatever happens.

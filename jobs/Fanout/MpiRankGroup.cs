@@ -70,6 +70,13 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     public static readonly TimeSpan FinalizeLimit = TimeSpan.FromSeconds(5);
 
     /// <summary>
+    /// How long this rank's closing barrier waits: <see cref="FinalizeLimit"/>, unless the exchange left a slow node
+    /// out of the ring — that leaf finishes at its own link's pace, long after the members, and a member that left
+    /// without finalizing would make mpiexec end the leaf's process with it.
+    /// </summary>
+    public TimeSpan ClosingLimit { get; set; } = FinalizeLimit;
+
+    /// <summary>
     /// How long MPI_Finalize may take once every rank has passed the barrier. Nothing is left to move then, so a
     /// finalize that has not returned in this time is the hang below, and every second more delays the job's next step.
     /// </summary>
@@ -98,7 +105,7 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
                 // Every rank is done with the exchange by now, so nothing is lost if finalizing never returns: MPICH
                 // 4.0 over UCX's TCP transport hung in MPI_Finalize (UCX stops progressing TCP endpoints before it
                 // flushes them) with three ranks or more on separate hosts.
-                var passed = Post(() => _world!.IBarrier(), CancellationToken.None).Wait(FinalizeLimit);
+                var passed = Post(() => _world!.IBarrier(), CancellationToken.None).Wait(ClosingLimit);
                 var finished = passed && (StartedBySrun(Environment.GetEnvironmentVariable) ||
                                           RunAsync(() => { _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeAfterBarrier));
                 if (!finished)

@@ -155,6 +155,15 @@ public sealed class SlowMemberTests
     }
 
     [Fact]
+    public void A_neighbour_of_a_slow_node_whose_other_link_was_measured_too_briefly_stays_in_the_ring()
+    {
+        // Rank 2 is slow (into 2 and into 3); rank 1's other link (into 1) passed the probe in a millisecond and reads
+        // low against a noisy median: a rate measured that briefly is not evidence.
+        var probes = new[] { new ProbeResult(9e9, 0.001), new ProbeResult(0.2e9, 0.001), new ProbeResult(2e6, 0.11), new ProbeResult(2e6, 0.11), new ProbeResult(5e9, 0.001) };
+        Assert.Equal([2], FanoutRoute.FromProbes(probes).Leaves);
+    }
+
+    [Fact]
     public void Probes_too_short_to_tell_a_rate_from_noise_make_no_leaf()
     {
         // A fast fabric: the probe passes in about a millisecond everywhere, and a 4× spread is the polling, not the link.
