@@ -112,6 +112,7 @@ public static class NodePrepCommand
         using var ranks = joinedRanks;
         var joined = clock.Elapsed;
         var fanout = joinTimedOut ? " fanout=failed" : "";
+        Task? leavesServed = null;
         try
         {
             var (agent, status, agentSeconds, agentStarted) = await connecting;
@@ -126,7 +127,11 @@ public static class NodePrepCommand
                     var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
                     // The line below is this node's time; the process still waits at the end for a leaf to finish.
-                    if (summary.Route != "ring") ranks.ClosingLimit = fetchTimeout;
+                    if (summary.Route != "ring")
+                    {
+                        ranks.ClosingLimit = fetchTimeout;
+                        leavesServed = summary.Ring.LeavesServed;
+                    }
                     fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
@@ -168,6 +173,16 @@ public static class NodePrepCommand
             var source = ranks is not null && fanout.StartsWith(" fanout=mpi", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
             var kept = $"{(fetched.ResumedBytes > 0 && source == "resumed" ? $" resumed-bytes={fetched.ResumedBytes}" : "")}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}";
             LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
+            if (leavesServed is not null)
+            {
+                // This node is ready; the leaves still get this member's share before the process (and MPI) goes.
+                try { await leavesServed.WaitAsync(fetchTimeout, cancel.Token); }
+                catch (Exception e) when (e is not OperationCanceledException || !cancel.IsCancellationRequested)
+                {
+                    ranks?.Abandon();
+                    Console.Error.WriteLine($"hpcdata nodeprep: sending this node's share to the slow nodes stopped ({e.Message}); they fetch the rest directly");
+                }
+            }
             return 0;
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)

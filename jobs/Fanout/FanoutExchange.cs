@@ -31,6 +31,8 @@ public interface INodeIngest : IAsyncDisposable
 }
 
 /// <summary>What one rank's exchange did, for the node-prep line and the report.</summary>
+/// <param name="Ring">Its <see cref="RingResult.LeavesServed"/> completes once this member has sent the leaves its
+/// share: the rank's process must not leave before, though its node is ready.</param>
 /// <param name="Route">Who formed the ring and who was a leaf (<see cref="FanoutRoute.ToString"/>).</param>
 /// <param name="ProbeSeconds">What the link probe took on this rank, up to the agreed route; 0 without one.</param>
 public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt,
@@ -115,7 +117,7 @@ public static class FanoutExchange
         var fetcher = new BlockFetcher(tier, plan, resolved);
         // A node that already holds the version still fetches its share and forwards: the ring needs every link.
         var exchanged = await RingAllGather.RunAsync(plan, link, fetcher.FetchAsync,
-            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route);
+            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route, awaitLeaves: false);
         await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
         return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),

@@ -38,8 +38,10 @@ public interface IPeerLinks : IRingLink
 /// <param name="LeafBytesSent">Of <paramref name="BytesSent"/>, what went to leaves.</param>
 /// <param name="BlocksRefetched">Own blocks fetched a second time for the leaves, because more than
 /// <see cref="RingAllGather.LeafRetainBlocks"/> were already waiting for them.</param>
+/// <param name="LeavesServed">With <c>awaitLeaves: false</c>: completes when this member has sent the leaves its share
+/// (the counts above are final then); otherwise already complete.</param>
 public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
-    long LeafBytesSent = 0, int BlocksRefetched = 0);
+    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -76,8 +78,12 @@ public static class RingAllGather
     /// exchange counts as stuck — a neighbour that died leaves its peers waiting, not failing. Default two minutes.</param>
     /// <param name="route">Who is in the ring and who is a leaf (the plan has one share per member); default: every rank
     /// in the ring, over the link's own neighbour calls. A route with leaves needs an <see cref="IPeerLinks"/>.</param>
+    /// <param name="awaitLeaves">False: return once this node has everything and the ring is done, and leave the
+    /// sends to the leaves running (<see cref="RingResult.LeavesServed"/>): a leaf takes as long as its link does, and
+    /// this node need not wait for it to be ready.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
-        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null)
+        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null,
+        bool awaitLeaves = true)
     {
         var clock = System.Diagnostics.Stopwatch.StartNew();
         route ??= FanoutRoute.Ring(link.Size);
@@ -95,7 +101,7 @@ public static class RingAllGather
         Func<Memory<byte>, CancellationToken, Task<int>> receiveLeft = route.HasLeaves ? (b, t) => peers!.ReceiveFromAsync(leftRank, b, t) : link.ReceiveAsync;
         var leaves = leaf ? [] : route.Leaves;
         var size = plan.MaxMessageBytes;
-        using var failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        var failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
         var token = failed.Token;
         var outgoing = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true });
         var toNode = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = false });
@@ -261,7 +267,9 @@ public static class RingAllGather
         var sending = Guard(SendAll(producers));
         var delivering = Guard(DeliverAll(producers));
         var leafSending = Guard(Task.WhenAll(leaves.Select((l, i) => SendToLeaf(l, toLeaves[i].Reader))));
-        var all = Task.WhenAll(fetching, receiving, sending, delivering, leafSending);
+        var all = awaitLeaves ? Task.WhenAll(fetching, receiving, sending, delivering, leafSending) : Task.WhenAll(fetching, receiving, sending, delivering);
+        // The token source lives until the leaves are served, which may be after this method returns.
+        _ = leafSending.ContinueWith(_ => all.ContinueWith(_ => failed.Dispose(), TaskScheduler.Default), TaskScheduler.Default);
         var limit = stallTimeout ?? TimeSpan.FromMinutes(2);
         for (var seen = -1L; ;)
         {
@@ -278,7 +286,8 @@ public static class RingAllGather
             seen = now;
         }
         await all;
-        return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds, leafBytes, refetched);
+        return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds, leafBytes, refetched,
+            awaitLeaves ? Task.CompletedTask : leafSending);
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
         async Task Guard(Task task)

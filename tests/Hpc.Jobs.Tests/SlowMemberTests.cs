@@ -102,6 +102,35 @@ public sealed class SlowMemberTests
     }
 
     [Fact]
+    public async Task A_member_is_done_when_its_node_has_everything_and_serves_the_slow_leaf_after()
+    {
+        // Rank 2's link at 300 KB/s: the leaf needs seconds for the data, the members a fraction of one.
+        var groups = InProcessRanks.Create(4, new Dictionary<int, double> { [2] = 300e3 });
+        var route = FanoutRoute.FromProbes([new ProbeResult(3e6, 0.1), new ProbeResult(3e6, 0.1), new ProbeResult(0.3e6, 0.7), new ProbeResult(0.3e6, 0.7)]);
+        Assert.Equal([2], route.Leaves);
+        var manifest = ManifestOf(40);
+        var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 128 << 10);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        var delivered = groups.Select(_ => new ConcurrentDictionary<int, int>()).ToArray();
+        var runs = groups.Select(g => Task.Run(() => RingAllGather.RunAsync(plan, g.Ring,
+            (block, message, _) => Task.FromResult(Fetch(plan, block, message, [])),
+            (message, _) =>
+            {
+                foreach (var (index, _) in BlockMessage.Records(message, plan)) delivered[g.Rank].AddOrUpdate(index, 1, (_, n) => n + 1);
+                return ValueTask.CompletedTask;
+            }, timeout.Token, TimeSpan.FromSeconds(20), route, awaitLeaves: false))).ToArray();
+
+        var members = await Task.WhenAll(route.Members.Select(m => runs[m]));
+        Assert.False(runs[2].IsCompleted, "the leaf was done as soon as the members");
+        Assert.All(route.Members, m => Assert.Equal(Enumerable.Range(0, 40), delivered[m].Keys.Order()));
+        Assert.Contains(members, r => !r.LeavesServed!.IsCompleted);
+        await Task.WhenAll(members.Select(r => r.LeavesServed!));
+        await runs[2];
+        Assert.Equal(Enumerable.Range(0, 40), delivered[2].Keys.Order());
+        Assert.All(delivered[2].Values, n => Assert.Equal(1, n));
+    }
+
+    [Fact]
     public async Task Every_rank_computes_the_same_route()
     {
         var groups = InProcessRanks.Create(6, new Dictionary<int, double> { [4] = 1e6 });
