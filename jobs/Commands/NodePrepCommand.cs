@@ -124,14 +124,11 @@ public static class NodePrepCommand
                 // The exchange never publishes; the prefetch below verifies and publishes, fetching whatever it missed.
                 try
                 {
-                    var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
+                    var (summary, served) = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
                     // The line below is this node's time; the process still waits at the end for a leaf to finish.
-                    if (summary.Route != "ring")
-                    {
-                        ranks.ClosingLimit = fetchTimeout;
-                        leavesServed = summary.Ring.LeavesServed;
-                    }
+                    if (summary.Route != "ring") ranks.ClosingLimit = fetchTimeout;
+                    leavesServed = served;
                     fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
@@ -276,15 +273,39 @@ public static class NodePrepCommand
         }
     }
 
-    private static async Task<FanoutSummary> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version,
+    /// <returns>The summary, and a task that ends once the leaves have this member's share and the ring's links and
+    /// the cache-tier client are closed: both outlive the exchange while slow nodes are still being served.</returns>
+    private static async Task<(FanoutSummary Summary, Task Served)> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version,
         TimeSpan stallTimeout, CancellationToken ct)
     {
         var tierOptions = o.CacheTier();
-        await using var tier = new CacheTierClient(tierOptions);
-        await using var ingest = new AgentIngest(pipe);
-        var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
-        await using var ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
-        return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.LinkProbe == "on");
+        var tier = new CacheTierClient(tierOptions);
+        TcpRing? ring = null;
+        FanoutSummary summary;
+        try
+        {
+            await using var ingest = new AgentIngest(pipe);
+            var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
+            ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
+            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.LinkProbe == "on");
+        }
+        catch
+        {
+            if (ring is not null) await ring.DisposeAsync();
+            await tier.DisposeAsync();
+            throw;
+        }
+        return (summary, CloseAfter(summary.Ring.LeavesServed ?? Task.CompletedTask));
+
+        async Task CloseAfter(Task leaves)
+        {
+            try { await leaves; }
+            finally
+            {
+                if (ring is not null) await ring.DisposeAsync();
+                await tier.DisposeAsync();
+            }
+        }
     }
 
     private static async Task<(AgentClient Agent, bool Started)> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)
