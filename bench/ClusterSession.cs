@@ -39,9 +39,10 @@ public sealed partial class ClusterSession : IAsyncDisposable
     }
 
     /// <summary>Checks the preconditions, then builds the network. Throws <see cref="BenchRefusedException"/> when it must not start.</summary>
-    public static ClusterSession Create(int nodes, int hosts, int rateMbit, double delayMs, string scratchRoot, string hostQueue = "fifo", int instance = 0)
+    public static ClusterSession Create(int nodes, int hosts, int rateMbit, double delayMs, string scratchRoot, string hostQueue = "fifo", int instance = 0,
+        IReadOnlyDictionary<int, int>? slowNodesKbit = null)
     {
-        var topology = new Topology(hosts, nodes, rateMbit, delayMs, hostQueue, instance);
+        var topology = new Topology(hosts, nodes, rateMbit, delayMs, hostQueue, instance, slowNodesKbit);
         CheckCanRun(instance);
         CheckKernelQueues(topology);
         var session = new ClusterSession(topology, scratchRoot);
@@ -118,7 +119,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
         string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4")
     {
-        if (fanout is not ("none" or "mpi" or "mpich")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi or mpich");
+        if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich or mpi-ring");
         if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
         var config = Config(size, compress, workers, data);
         if (compress && codec != "lz4") config.Codec = codec;
@@ -192,7 +193,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
             try
             {
                 if (fanout != "none")
-                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct);
+                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring");
                 else
                 {
                 // Every connection is open before the clock starts, so the start is common to all nodes.
@@ -238,6 +239,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 Kind = "cluster", Run = run, Config = config,
                 Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
                 LimitSeconds = limit, MeasuredSeconds = measured, Efficiency = limit / measured,
+                SlowNodeLimitSeconds = config.SlowRateMbit is { } slow ? stage.StoredBytes / (slow * 1e6 / 8) : null,
                 Nodes = nodes, CacheHosts = cacheHosts, Processes = samples, Workers = workerTimes, Machine = BenchJson.Machine(),
                 MachineBusy = double.IsFinite(machineBusy) ? Math.Round(machineBusy, 3) : null,
                 RateLimit = RateLimitOf(agentMaxRate, stagerMaxRate, stage, nodes) is { } limits ? limits with
@@ -270,7 +272,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// clock starts as mpiexec is started; a node's time is when its rank's line arrived.
     /// </summary>
     private async Task<List<NodeTime>> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
-        string pipePattern, string run, bool mpich, CancellationToken ct)
+        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true)
     {
         var agent = Path.Combine(_scratch, "netns-rsh");
         if (!File.Exists(agent) && !OperatingSystem.IsWindows())
@@ -306,7 +308,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
         var start = Stopwatch.StartNew();
         var mpi = Track(processes, ComponentProcess.Start("hpcdata",
             ["nodeprep", "--fanout", "mpi", $"{name}@{stage.Version}", "--job", run, "--pipe", pipePattern,
-             "--cache-hosts", hostList, "--no-start", "--timeout", "20m"],
+             "--cache-hosts", hostList, "--no-start", "--timeout", "20m", "--link-probe", probe ? "on" : "off"],
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
         // Lines are stamped as they arrive: the process keeps them, but not when each came.
         var arrived = new Dictionary<string, double>();
@@ -340,7 +342,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
             double? Seconds(string key) => f.TryGetValue(key, out var v) ? double.Parse(v, System.Globalization.CultureInfo.InvariantCulture) : null;
             return new NodeTime(f["node"], a.Value, own, stage.RawBytes, f.GetValueOrDefault("source"),
                 LaunchSeconds: Math.Max(0, a.Value - own), ExchangeSeconds: Seconds("exchange-seconds"),
-                RingSeconds: Seconds("ring-seconds"), PublishSeconds: Seconds("publish-seconds"), RankCpuSeconds: Seconds("cpu-seconds"), AgentCpuSeconds: Seconds("agent-cpu-seconds"));
+                RingSeconds: Seconds("ring-seconds"), PublishSeconds: Seconds("publish-seconds"), RankCpuSeconds: Seconds("cpu-seconds"), AgentCpuSeconds: Seconds("agent-cpu-seconds"),
+                Route: f.GetValueOrDefault("route"), ProbeSeconds: Seconds("probe-seconds"));
         }).ToList();
         // In node order, so the link counters (read per namespace, in order) line up with them.
         var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
@@ -475,6 +478,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
     {
         Nodes = Nodes, Hosts = Hosts, SizeBytes = size, RateMbit = RateMbit, DelayMs = DelayMs, Compress = compress, Workers = workers, Data = data,
         HostQueue = _topology.HostQueue == "fifo" ? null : _topology.HostQueue,
+        SlowNodes = _topology.SlowNodesKbit.Count == 0 ? null : [.. _topology.SlowNodesKbit.Keys.Order().Select(n => $"node{n + 1}")],
+        SlowRateMbit = _topology.SlowNodesKbit.Count == 0 ? null : _topology.SlowNodesKbit.Values.Min() / 1000.0,
     };
 
     private ComponentProcess Start(List<ComponentProcess> list, string assembly, IEnumerable<string> args, string name, Topology.Member? inside,

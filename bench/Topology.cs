@@ -38,7 +38,10 @@ public sealed partial class Topology
     private readonly List<string> _createdNamespaces = [];
     private bool _bridgeCreated;
 
-    public Topology(int hosts, int nodes, int rateMbit, double delayMs, string hostQueue = "fifo", int instance = 0)
+    /// <summary>Nodes (0-based) whose link is shaped to a rate of their own, in kbit/s, both ends: a bad cable, a degraded NIC.</summary>
+    public IReadOnlyDictionary<int, int> SlowNodesKbit { get; }
+
+    public Topology(int hosts, int nodes, int rateMbit, double delayMs, string hostQueue = "fifo", int instance = 0, IReadOnlyDictionary<int, int>? slowNodesKbit = null)
     {
         if (hostQueue is not ("fifo" or "fq_codel" or "ack-first")) throw new ArgumentException($"queue '{hostQueue}': use fifo, fq_codel or ack-first");
         if (hostQueue != "fifo" && delayMs > 0) throw new ArgumentException($"a delay (netem) and {hostQueue} cannot both be the link's leaf queue; choose one");
@@ -55,6 +58,8 @@ public sealed partial class Topology
         RateMbit = rateMbit;
         DelayMs = delayMs;
         HostQueue = hostQueue;
+        SlowNodesKbit = slowNodesKbit ?? new Dictionary<int, int>();
+        if (SlowNodesKbit.Keys.Any(n => n < 0 || n >= nodes)) throw new ArgumentOutOfRangeException(nameof(slowNodesKbit), $"slow nodes are among the {nodes} nodes");
     }
 
     private static string InstanceTag(int instance) => instance == 0 ? "" : instance.ToString(CultureInfo.InvariantCulture);
@@ -143,29 +148,31 @@ public sealed partial class Topology
         Shell.Check("ip", "-n", m.Namespace, "addr", "add", m.Address + Mask, "dev", "eth0");
         Shell.Check("ip", "-n", m.Namespace, "link", "set", "eth0", "up");
         Shell.Check("ip", "-n", m.Namespace, "link", "set", "lo", "up");
-        Shape(null, m.Link, "fifo");            // root side: what the member receives (a switch port)
-        Shape(m.Namespace, "eth0", HostQueue);  // member side: what it sends
+        var node = Nodes.ToList().IndexOf(m);
+        var kbit = node >= 0 && SlowNodesKbit.TryGetValue(node, out var slow) ? slow : RateMbit * 1000;
+        Shape(null, m.Link, "fifo", kbit);            // root side: what the member receives (a switch port)
+        Shape(m.Namespace, "eth0", HostQueue, kbit);  // member side: what it sends
     }
 
     /// <summary>
     /// HTB (a single class holding the rate) rather than bare TBF, so an optional netem delay can hang below it
     /// without netem's own rate emulation, which is coarser. r2q is raised so the quantum stays sane at 100 Mbit/s.
     /// </summary>
-    private void Shape(string? ns, string dev, string queue)
+    private void Shape(string? ns, string dev, string queue, int kbit)
     {
         string[] Tc(params string[] a) => ns is null ? a : ["-n", ns, .. a];
-        var rate = RateMbit.ToString(CultureInfo.InvariantCulture) + "mbit";
+        var rate = kbit.ToString(CultureInfo.InvariantCulture) + "kbit";
         if (queue == "ack-first")
         {
             // One class holds the link's rate; below it small packets (IP length under 256) go first and bulk takes the
             // rest. With one FIFO a node's ACKs for what it receives wait behind up to a queue's worth of what it sends
             // (half a second at 25 Mbit/s), and both directions slow down: iperf3 between 4 namespaces in a ring,
             // 0.86–0.94 of the rate; with this, 0.94–0.95.
-            var (small, bulk) = (Math.Max(1, RateMbit / 10), RateMbit - Math.Max(1, RateMbit / 10));
+            var (small, bulk) = (Math.Max(1, kbit / 10_000) * 1000, kbit - Math.Max(1, kbit / 10_000) * 1000);
             Shell.Check("tc", Tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20", "r2q", "100"));
             Shell.Check("tc", Tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil", rate));
-            Shell.Check("tc", Tc("class", "add", "dev", dev, "parent", "1:1", "classid", "1:10", "htb", "rate", $"{small}mbit", "ceil", rate, "prio", "0"));
-            Shell.Check("tc", Tc("class", "add", "dev", dev, "parent", "1:1", "classid", "1:20", "htb", "rate", $"{bulk}mbit", "ceil", rate, "prio", "1"));
+            Shell.Check("tc", Tc("class", "add", "dev", dev, "parent", "1:1", "classid", "1:10", "htb", "rate", $"{small}kbit", "ceil", rate, "prio", "0"));
+            Shell.Check("tc", Tc("class", "add", "dev", dev, "parent", "1:1", "classid", "1:20", "htb", "rate", $"{Math.Max(1, bulk)}kbit", "ceil", rate, "prio", "1"));
             Shell.Check("tc", Tc("filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
                 "match", "u16", "0x0000", "0xff00", "at", "2", "flowid", "1:10"));
             return;

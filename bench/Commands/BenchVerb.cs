@@ -29,6 +29,13 @@ public sealed class BenchClusterOptions : IVerbOptions
     [Switch("--rate", "Link rate, both directions of every link (e.g. 100mbit, 1gbit).")]
     public string Rate { get; set; } = "100mbit";
 
+    [Switch("--slow-nodes", "Nodes (numbered from 1, as node1…nodeN; a list such as 3 or 2,5) whose link, both ends, runs at --slow-rate " +
+        "instead of --rate: a node with a bad cable or a degraded NIC. The results record them, every node's time, and S over the slow rate.")]
+    public string SlowNodes { get; set; } = "";
+
+    [Switch("--slow-rate", "The rate of the --slow-nodes' links (e.g. 6.25mbit: a quarter of 25mbit).")]
+    public string SlowRate { get; set; } = "";
+
     [Switch("--delay", "One-way delay added on every link egress (netem).")]
     public string Delay { get; set; } = "0ms";
 
@@ -56,7 +63,7 @@ public sealed class BenchClusterOptions : IVerbOptions
 
     [Switch("--fanout", "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
         "per node namespace (mpiexec.openmpi), the nodes sharing the fetching and passing the data on to each other. " +
-        "mpich: the same under MPICH (mpiexec.hydra). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
+        "mpich: the same under MPICH (mpiexec.hydra). mpi-ring: mpi with nodeprep --link-probe off (every node in the ring, however slow its link). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
     public string Fanout { get; set; } = "none";
 
     [Switch("--scheduler", "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
@@ -162,6 +169,9 @@ public static class BenchVerb
         {
             var rate = ParseRateMbit(o.Rate);
             var delay = ParseMs(o.Delay);
+            var slow = ParseSlowNodes(o.SlowNodes, o.SlowRate, o.Nodes);
+            if (slow is not null && (o.Matrix || o.Scheduler != "none"))
+                throw new FormatException("--slow-nodes runs single cells without --matrix, with --scheduler none");
             if (o.Data is not ("csv" or "random")) throw new FormatException("--data must be csv or random");
             if (o.WorkerMode is not ("map" or "stream")) throw new FormatException("--worker-mode must be map or stream");
             if (o.Repeat is < 1 or > 100) throw new FormatException("--repeat must be between 1 and 100");
@@ -171,8 +181,8 @@ public static class BenchVerb
             var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
             if (o.Scheduler is not ("none" or "slurm")) throw new FormatException("--scheduler must be none or slurm");
             if (o.Scheduler == "slurm") return await SlurmAsync(o, fanouts, rate, delay, ct);
-            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich"))) throw new FormatException("--fanout must be none, mpi, mpich or a list of them");
-            if (fanouts.Contains("mpi") && !Shell.Exists("mpiexec.openmpi"))
+            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich" or "mpi-ring"))) throw new FormatException("--fanout must be none, mpi, mpich, mpi-ring or a list of them");
+            if ((fanouts.Contains("mpi") || fanouts.Contains("mpi-ring")) && !Shell.Exists("mpiexec.openmpi"))
                 throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
             if (fanouts.Contains("mpich") && !Shell.Exists("mpiexec.hydra"))
                 throw new BenchRefusedException("--fanout mpich needs MPICH's mpiexec.hydra (apt-get install mpich)", 2);
@@ -184,7 +194,7 @@ public static class BenchVerb
             if ((!agentMaxRate.IsUnlimited || !stagerMaxRate.IsUnlimited) && (o.Matrix || fanouts.Any(f => f != "none")))
                 throw new FormatException("--agent-max-rate and --stager-max-rate run single cells with --fanout none");
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
-            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
+            await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance, slow);
             var size = ByteSize.Parse(o.Size);
             for (var run = 0; run < o.Repeat; run++)
                 foreach (var fanout in fanouts)
@@ -312,6 +322,17 @@ public static class BenchVerb
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +
             $"{r.MeasuredSeconds,7:0.00} s (nodes {nodes[0]:0.00}…{nodes[^1]:0.00}), limit {r.LimitSeconds,7:0.00} s, efficiency {r.Efficiency:P1}"));
+        if (r.Config.SlowNodes is { } slow)
+        {
+            // Each node's own time, the slow ones against their own link's limit, the others against the cell's.
+            var each = string.Join(", ", r.Nodes.Select(n => string.Create(CultureInfo.InvariantCulture,
+                $"{n.Node}{(slow.Contains(n.Node) ? "*" : "")} {n.WallSeconds:0.00} s{(n.Route is { } route && route != "ring" ? $" [{route}]" : "")}")));
+            Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"    slow {string.Join(",", slow)} at {r.Config.SlowRateMbit:0.###} Mbit/s (limit S/B_slow {r.SlowNodeLimitSeconds:0.00} s): {each}"));
+        }
+        if (r.Nodes.Any(n => n.ProbeSeconds is > 0))
+            Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"    link probe: {r.Nodes.Min(n => n.ProbeSeconds ?? 0):0.000}…{r.Nodes.Max(n => n.ProbeSeconds ?? 0):0.000} s, route {r.Nodes.Select(n => n.Route).FirstOrDefault(x => x is not null) ?? "?"}"));
         if (r.RateLimit is { } l)
             Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
                 $"    max rate: {(l.AgentMaxRateBytes is { } a ? $"agents {Mbit(a)} configured, {Mbit(l.AgentMedianBytesPerSecond!.Value)} end to end (nodes {Mbit(l.AgentMinBytesPerSecond!.Value)}…{Mbit(l.AgentMaxBytesPerSecond!.Value)}), {Mbit(l.AgentSteadyBytesPerSecond ?? double.NaN)} steady, node link peak {Mbit(l.NodeLinkPeakBytesPerSecond ?? double.NaN)} in 100 ms; " : "")}" +
@@ -327,6 +348,29 @@ public static class BenchVerb
         var v = double.Parse(t[..^4], CultureInfo.InvariantCulture) * factor;
         if (v < 1 || v > 100_000) throw new FormatException($"rate '{text}' out of range");
         return (int)v;
+    }
+
+    /// <summary>--slow-nodes and --slow-rate: node index (from 0) to kbit/s, or null when no node is slow.</summary>
+    public static Dictionary<int, int>? ParseSlowNodes(string nodes, string rate, int nodeCount)
+    {
+        if (string.IsNullOrWhiteSpace(nodes) && string.IsNullOrWhiteSpace(rate)) return null;
+        if (string.IsNullOrWhiteSpace(nodes) || string.IsNullOrWhiteSpace(rate))
+            throw new FormatException("--slow-nodes and --slow-rate go together (e.g. --slow-nodes 3 --slow-rate 6.25mbit)");
+        var t = rate.Trim().ToLowerInvariant();
+        double factor = t.EndsWith("gbit") ? 1e6 : t.EndsWith("mbit") ? 1e3 : t.EndsWith("kbit") ? 1 : throw new FormatException($"--slow-rate '{rate}': use e.g. 6.25mbit or 500kbit");
+        if (!double.TryParse(t[..^4], NumberStyles.Float, CultureInfo.InvariantCulture, out var value) || value * factor is < 100 or > 100e6)
+            throw new FormatException($"--slow-rate '{rate}' out of range (100kbit to 100gbit)");
+        var kbit = (int)Math.Round(value * factor);
+        var result = new Dictionary<int, int>();
+        foreach (var part in nodes.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries))
+        {
+            if (!int.TryParse(part, NumberStyles.None, CultureInfo.InvariantCulture, out var n) || n < 1 || n > nodeCount)
+                throw new FormatException($"--slow-nodes: '{part}' is not a node between 1 and {nodeCount} (--nodes)");
+            if (!result.TryAdd(n - 1, kbit)) throw new FormatException($"--slow-nodes: node {n} given twice");
+        }
+        if (result.Count == 0) throw new FormatException("--slow-nodes: no node given");
+        if (result.Count == nodeCount) throw new FormatException("--slow-nodes: every node is slow; lower --rate instead");
+        return result;
     }
 
     public static double ParseMs(string text)

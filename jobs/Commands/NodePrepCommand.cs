@@ -56,6 +56,11 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
         "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).", Meta = "KIND")]
     public string Ring { get; set; } = "tcp";
 
+    [Switch("--link-probe", "--fanout mpi: on or off. on: before the exchange the ranks time a short message (256 KB) on each " +
+        "neighbour's link, and a node whose link is below half the median's leaves the ring and receives every member's own share " +
+        "instead, at its own pace, so one slow node does not slow the others (tcp and mpi rings, 3 ranks or more). off: every node in the ring.", Meta = "MODE")]
+    public string LinkProbe { get; set; } = "on";
+
     [Switch("--stall-timeout", "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
 
@@ -85,6 +90,7 @@ public static class NodePrepCommand
         try { o.CacheTier(); }
         catch (ArgumentException e) { throw CommandException.Usage(e.Message); }
         if (o.Ring is not ("tcp" or "mpi")) throw CommandException.Usage($"--ring '{o.Ring}' is not one of tcp, mpi");
+        if (o.LinkProbe is not ("on" or "off")) throw CommandException.Usage($"--link-probe '{o.LinkProbe}' is not one of on, off");
         if (o.Fanout == "auto") o.Fanout = LaunchedRanks() > 1 ? "mpi" : "none";
 
         var clock = Stopwatch.StartNew();
@@ -106,6 +112,7 @@ public static class NodePrepCommand
         using var ranks = joinedRanks;
         var joined = clock.Elapsed;
         var fanout = joinTimedOut ? " fanout=failed" : "";
+        Task? leavesServed = null;
         try
         {
             var (agent, status, agentSeconds, agentStarted) = await connecting;
@@ -117,9 +124,12 @@ public static class NodePrepCommand
                 // The exchange never publishes; the prefetch below verifies and publishes, fetching whatever it missed.
                 try
                 {
-                    var summary = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
+                    var (summary, served) = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
-                    fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
+                    // The line below is this node's time; the process still waits at the end for a leaf to finish.
+                    if (summary.Route != "ring") ranks.ClosingLimit = fetchTimeout;
+                    leavesServed = served;
+                    fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
                 catch (Exception e) when (!cancel.IsCancellationRequested)
@@ -168,6 +178,16 @@ public static class NodePrepCommand
             var source = ranks is not null && fanout.StartsWith(" fanout=mpi", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
             var kept = $"{(fetched.ResumedBytes > 0 && source == "resumed" ? $" resumed-bytes={fetched.ResumedBytes}" : "")}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}";
             LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
+            if (leavesServed is not null)
+            {
+                // This node is ready; the leaves still get this member's share before the process (and MPI) goes.
+                try { await leavesServed.WaitAsync(fetchTimeout, cancel.Token); }
+                catch (Exception e) when (e is not OperationCanceledException || !cancel.IsCancellationRequested)
+                {
+                    ranks?.Abandon();
+                    Console.Error.WriteLine($"hpcdata nodeprep: sending this node's share to the slow nodes stopped ({e.Message}); they fetch the rest directly");
+                }
+            }
             return 0;
         }
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)
@@ -261,15 +281,39 @@ public static class NodePrepCommand
         }
     }
 
-    private static async Task<FanoutSummary> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version,
+    /// <returns>The summary, and a task that ends once the leaves have this member's share and the ring's links and
+    /// the cache-tier client are closed: both outlive the exchange while slow nodes are still being served.</returns>
+    private static async Task<(FanoutSummary Summary, Task Served)> ExchangeAsync(MpiRankGroup ranks, NodePrepOptions o, string pipe, string name, string? version,
         TimeSpan stallTimeout, CancellationToken ct)
     {
         var tierOptions = o.CacheTier();
-        await using var tier = new CacheTierClient(tierOptions);
-        await using var ingest = new AgentIngest(pipe);
-        var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
-        await using var ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
-        return await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring);
+        var tier = new CacheTierClient(tierOptions);
+        TcpRing? ring = null;
+        FanoutSummary summary;
+        try
+        {
+            await using var ingest = new AgentIngest(pipe);
+            var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
+            ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
+            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.LinkProbe == "on");
+        }
+        catch
+        {
+            if (ring is not null) await ring.DisposeAsync();
+            await tier.DisposeAsync();
+            throw;
+        }
+        return (summary, CloseAfter(summary.Ring.LeavesServed ?? Task.CompletedTask));
+
+        async Task CloseAfter(Task leaves)
+        {
+            try { await leaves; }
+            finally
+            {
+                if (ring is not null) await ring.DisposeAsync();
+                await tier.DisposeAsync();
+            }
+        }
     }
 
     private static async Task<(AgentClient Agent, bool Started)> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)

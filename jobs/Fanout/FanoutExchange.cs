@@ -31,8 +31,12 @@ public interface INodeIngest : IAsyncDisposable
 }
 
 /// <summary>What one rank's exchange did, for the node-prep line and the report.</summary>
+/// <param name="Ring">Its <see cref="RingResult.LeavesServed"/> completes once this member has sent the leaves its
+/// share: the rank's process must not leave before, though its node is ready.</param>
+/// <param name="Route">Who formed the ring and who was a leaf (<see cref="FanoutRoute.ToString"/>).</param>
+/// <param name="ProbeSeconds">What the link probe took on this rank, up to the agreed route; 0 without one.</param>
 public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt,
-    int SegmentsCarried = 0);
+    int SegmentsCarried = 0, string Route = "ring", double ProbeSeconds = 0);
 
 /// <summary>
 /// One rank's whole fan-out: rank 0 resolves the version and hands its manifest to all (each checks it hashes to the
@@ -43,8 +47,10 @@ public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, i
 /// </summary>
 public static class FanoutExchange
 {
+    /// <param name="probeLinks">Measure the ring's links first and leave ranks with a slow link out of the ring
+    /// (<see cref="FanoutRoute"/>); only over links that reach every rank (<see cref="IPeerLinks"/>).</param>
     public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct,
-        TimeSpan? stallTimeout = null, IRingLink? ring = null)
+        TimeSpan? stallTimeout = null, IRingLink? ring = null, bool probeLinks = true)
     {
         var clock = Stopwatch.StartNew();
         // Before the ring runs, the ranks wait for each other in collectives; one that died would keep them waiting.
@@ -88,13 +94,34 @@ public static class FanoutExchange
         foreach (var other in await Within(group.AllGatherAsync(lacking, ct), limit, "agreeing on the missing segments"))
             for (var b = 0; b < union.Length; b++) union[b] |= other[b];
         var needed = Enumerable.Range(0, manifest.Segments.Count).Select(i => (union[i >> 3] & (1 << (i & 7))) != 0).ToArray();
-        var plan = new FanoutPlan(manifest, group.Size, needed: needed);
+        var link = ring ?? group.Ring;
+        var route = FanoutRoute.Ring(group.Size);
+        var probeClock = Stopwatch.StartNew();
+        Task probeDone = Task.CompletedTask;
+        if (probeLinks && link is IPeerLinks peers && group.Size >= FanoutRoute.SmallestWithLeaves)
+        {
+            var (incoming, drained, sent) = await LinkProbe.RunAsync(link, ct);
+            var rates = await Within(group.AllGatherAsync(incoming.ToBytes(), ct), limit, "agreeing on the links' rates");
+            route = FanoutRoute.FromProbes(rates.Select(r => ProbeResult.FromBytes(r)).ToArray());
+            // The rest of the probe from the left neighbour comes before its blocks on that link; from a neighbour
+            // that is now a leaf nothing else comes, and the probe drains beside the exchange.
+            var oldLeft = (group.Rank - 1 + group.Size) % group.Size;
+            if (route.ReceivesFrom(group.Rank).Contains(oldLeft)) await drained;
+            probeDone = Task.WhenAll(drained, sent);
+            if (route.HasLeaves)
+                await peers.ConnectPeersAsync(route.SendsTo(group.Rank), route.ReceivesFrom(group.Rank), limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit, ct);
+            else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
+        }
+        var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
+        var plan = new FanoutPlan(manifest, route.Members.Count, needed: needed);
         var fetcher = new BlockFetcher(tier, plan, resolved);
         // A node that already holds the version still fetches its share and forwards: the ring needs every link.
-        var exchanged = await RingAllGather.RunAsync(plan, ring ?? group.Ring, fetcher.FetchAsync,
-            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout);
+        var exchanged = await RingAllGather.RunAsync(plan, link, fetcher.FetchAsync,
+            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route, awaitLeaves: false);
+        await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
-        return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n));
+        return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),
+            route.ToString(), probeSeconds);
     }
 
     private static async Task<T> Within<T>(Task<T> step, TimeSpan limit, string what)

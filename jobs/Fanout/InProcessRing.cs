@@ -3,30 +3,64 @@ using System.Threading.Channels;
 namespace Hpc.Jobs.Fanout;
 
 /// <summary>
-/// N ranks in one process, each link a channel that holds one message (a send completes only when the neighbour has
-/// room, as a large MPI send completes only when matched). For running the exchange without MPI, in tests and on a
-/// single node.
+/// N ranks in one process, a channel that holds one message between every two of them (a send completes only when
+/// the receiver has room, as a large MPI send completes only when matched). For running the exchange without MPI, in
+/// tests and on a single node.
 /// </summary>
 public static class InProcessRing
 {
-    public static IReadOnlyList<IRingLink> Create(int size)
+    /// <param name="bytesPerSecond">Ranks whose link is slowed, and its rate: a message to or from one takes its
+    /// length over the slower end's rate to pass (one at a time between two ranks), so the probe and the exchange see it.</param>
+    public static IReadOnlyList<IRingLink> Create(int size, IReadOnlyDictionary<int, double>? bytesPerSecond = null)
     {
-        var wires = Enumerable.Range(0, size).Select(_ => Channel.CreateBounded<byte[]>(1)).ToArray();
-        // Rank r sends on wire r (read by r+1) and receives on wire r−1.
-        return Enumerable.Range(0, size).Select(r => (IRingLink)new Link(r, size, wires[r], wires[(r - 1 + size) % size])).ToArray();
+        var wires = new Wire[size, size];
+        for (var from = 0; from < size; from++)
+            for (var to = 0; to < size; to++)
+            {
+                var rate = Math.Min(bytesPerSecond?.GetValueOrDefault(from, double.PositiveInfinity) ?? double.PositiveInfinity,
+                    bytesPerSecond?.GetValueOrDefault(to, double.PositiveInfinity) ?? double.PositiveInfinity);
+                wires[from, to] = new Wire(rate);
+            }
+        return Enumerable.Range(0, size).Select(r => (IRingLink)new Link(r, size, wires)).ToArray();
     }
 
-    private sealed class Link(int rank, int size, Channel<byte[]> output, Channel<byte[]> input) : IRingLink
+    private sealed class Wire(double bytesPerSecond)
+    {
+        public readonly Channel<byte[]> Messages = Channel.CreateBounded<byte[]>(1);
+        private readonly Lock _order = new();
+        private Task _last = Task.CompletedTask;
+
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct)
+        {
+            var copy = message.ToArray();
+            lock (_order) return _last = SendAfter(_last, copy, ct);
+        }
+
+        private async Task SendAfter(Task previous, byte[] message, CancellationToken ct)
+        {
+            try { await previous; } catch { /* that send's caller saw it */ }
+            if (double.IsFinite(bytesPerSecond)) await Task.Delay(TimeSpan.FromSeconds(message.Length / bytesPerSecond), ct);
+            await Messages.Writer.WriteAsync(message, ct);
+        }
+    }
+
+    private sealed class Link(int rank, int size, Wire[,] wires) : IPeerLinks
     {
         public int Rank => rank;
         public int Size => size;
         public int SendWindow => 4;
 
-        public async Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => await output.Writer.WriteAsync(message.ToArray(), ct);
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => SendToAsync((rank + 1) % size, message, ct);
 
-        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => ReceiveFromAsync((rank - 1 + size) % size, buffer, ct);
+
+        public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) => Task.CompletedTask;
+
+        public Task SendToAsync(int to, ReadOnlyMemory<byte> message, CancellationToken ct) => wires[rank, to].SendAsync(message, ct);
+
+        public async Task<int> ReceiveFromAsync(int from, Memory<byte> buffer, CancellationToken ct)
         {
-            var message = await input.Reader.ReadAsync(ct);
+            var message = await wires[from, rank].Messages.Reader.ReadAsync(ct);
             message.CopyTo(buffer);
             return message.Length;
         }
@@ -36,12 +70,13 @@ public static class InProcessRing
 /// <summary>N ranks in one process (tests, and a single machine standing in for a cluster).</summary>
 public static class InProcessRanks
 {
-    public static IReadOnlyList<IRankGroup> Create(int size)
+    /// <param name="bytesPerSecond">Ranks whose link is slowed (see <see cref="InProcessRing.Create"/>).</param>
+    public static IReadOnlyList<IRankGroup> Create(int size, IReadOnlyDictionary<int, double>? bytesPerSecond = null)
     {
-        var links = InProcessRing.Create(size);
+        var links = InProcessRing.Create(size, bytesPerSecond);
         var announcement = new TaskCompletionSource<byte[]>(TaskCreationOptions.RunContinuationsAsynchronously);
-        var gathered = new Gathered(size);
-        return links.Select(l => (IRankGroup)new Group(l, announcement, gathered)).ToArray();
+        var gathers = new System.Collections.Concurrent.ConcurrentDictionary<int, Gathered>();
+        return links.Select(l => (IRankGroup)new Group(l, announcement, n => gathers.GetOrAdd(n, _ => new Gathered(size)))).ToArray();
     }
 
     /// <summary>One all-gather: each rank's part, complete when every rank has given its own.</summary>
@@ -59,13 +94,16 @@ public static class InProcessRanks
         }
     }
 
-    private sealed class Group(IRingLink link, TaskCompletionSource<byte[]> announcement, Gathered gathered) : IRankGroup
+    /// <summary>The n-th all-gather of every rank meets the n-th of the others, as collectives do.</summary>
+    private sealed class Group(IRingLink link, TaskCompletionSource<byte[]> announcement, Func<int, Gathered> gather) : IRankGroup
     {
+        private int _gathers;
+
         public int Rank => link.Rank;
         public int Size => link.Size;
         public IRingLink Ring => link;
 
-        public Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct) => gathered.GiveAsync(Rank, mine, ct);
+        public Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct) => gather(_gathers++).GiveAsync(Rank, mine, ct);
 
         public Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct)
         {

@@ -70,6 +70,13 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     public static readonly TimeSpan FinalizeLimit = TimeSpan.FromSeconds(5);
 
     /// <summary>
+    /// How long this rank's closing barrier waits: <see cref="FinalizeLimit"/>, unless the exchange left a slow node
+    /// out of the ring — that leaf finishes at its own link's pace, long after the members, and a member that left
+    /// without finalizing would make mpiexec end the leaf's process with it.
+    /// </summary>
+    public TimeSpan ClosingLimit { get; set; } = FinalizeLimit;
+
+    /// <summary>
     /// How long MPI_Finalize may take once every rank has passed the barrier. Nothing is left to move then, so a
     /// finalize that has not returned in this time is the hang below, and every second more delays the job's next step.
     /// </summary>
@@ -98,7 +105,7 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
                 // Every rank is done with the exchange by now, so nothing is lost if finalizing never returns: MPICH
                 // 4.0 over UCX's TCP transport hung in MPI_Finalize (UCX stops progressing TCP endpoints before it
                 // flushes them) with three ranks or more on separate hosts.
-                var passed = Post(() => _world!.IBarrier(), CancellationToken.None).Wait(FinalizeLimit);
+                var passed = Post(() => _world!.IBarrier(), CancellationToken.None).Wait(ClosingLimit);
                 var finished = passed && (StartedBySrun(Environment.GetEnvironmentVariable) ||
                                           RunAsync(() => { _mpi!.Dispose(); return 0; }, CancellationToken.None).Wait(FinalizeAfterBarrier));
                 if (!finished)
@@ -177,7 +184,7 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
         }
     }
 
-    private sealed class Link(MpiRankGroup group) : IRingLink
+    private sealed class Link(MpiRankGroup group) : IPeerLinks
     {
         public int Rank => group.Rank;
         public int Size => group.Size;
@@ -188,9 +195,16 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
         public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) =>
             group.Post(() => group._world!.ISend(message, (Rank + 1) % Size, Tag), ct);
 
-        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => ReceiveFromAsync((Rank - 1 + Size) % Size, buffer, ct);
+
+        /// <summary>MPI reaches every rank already: nothing to open.</summary>
+        public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) => Task.CompletedTask;
+
+        public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct) => group.Post(() => group._world!.ISend(message, rank, Tag), ct);
+
+        public async Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct)
         {
-            await group.Post(() => group._world!.IReceive(buffer, (Rank - 1 + Size) % Size, Tag), ct);
+            await group.Post(() => group._world!.IReceive(buffer, rank, Tag), ct);
             // Messages carry their own length (the block header), so no MPI status is needed.
             return BinaryPrimitives.ReadInt32LittleEndian(buffer.Span[16..]);
         }

@@ -19,8 +19,29 @@ public interface IRingLink
     Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct);
 }
 
+/// <summary>
+/// Links to any rank of the group, beside the ring's own: what routing around a slow member needs (its ring
+/// neighbours change, and every member sends to the leaves). Messages to one rank keep their order, as on the ring.
+/// </summary>
+public interface IPeerLinks : IRingLink
+{
+    /// <summary>
+    /// Opens what the route needs beyond the ring's links: a collective, called by every rank with its own lists.
+    /// A link to the old right or left neighbour is the ring's link, reused.
+    /// </summary>
+    Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct);
+    Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct);
+    Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct);
+}
+
 /// <summary>What the exchange did on one rank.</summary>
-public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0);
+/// <param name="LeafBytesSent">Of <paramref name="BytesSent"/>, what went to leaves.</param>
+/// <param name="BlocksRefetched">Own blocks fetched a second time for the leaves, because more than
+/// <see cref="RingAllGather.LeafRetainBlocks"/> were already waiting for them.</param>
+/// <param name="LeavesServed">With <c>awaitLeaves: false</c>: completes when this member has sent the leaves its share
+/// (the counts above are final then); otherwise already complete.</param>
+public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
+    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -45,61 +66,99 @@ public static class RingAllGather
     public const int ReceiveWindow = 4;
 
 
+    /// <summary>
+    /// Own blocks kept in memory for the leaves at most; beyond that a block is fetched again when a leaf's turn comes,
+    /// so a slow leaf holds neither the ring nor more than this much memory.
+    /// </summary>
+    public const int LeafRetainBlocks = 16;
+
     /// <param name="fetch">Fills a message with one of this rank's own blocks (header and records) and returns its length.</param>
     /// <param name="deliver">Hands one block message to this node (the agent); called in order of arrival, one at a time.</param>
     /// <param name="stallTimeout">How long nothing may move (no block fetched, sent, received or delivered) before the
     /// exchange counts as stuck — a neighbour that died leaves its peers waiting, not failing. Default two minutes.</param>
+    /// <param name="route">Who is in the ring and who is a leaf (the plan has one share per member); default: every rank
+    /// in the ring, over the link's own neighbour calls. A route with leaves needs an <see cref="IPeerLinks"/>.</param>
+    /// <param name="awaitLeaves">False: return once this node has everything and the ring is done, and leave the
+    /// sends to the leaves running (<see cref="RingResult.LeavesServed"/>): a leaf takes as long as its link does, and
+    /// this node need not wait for it to be ready.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
-        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null)
+        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null,
+        bool awaitLeaves = true)
     {
         var clock = System.Diagnostics.Stopwatch.StartNew();
+        route ??= FanoutRoute.Ring(link.Size);
+        if (route.Members.Count != plan.Ranks) throw new ArgumentException($"the plan has {plan.Ranks} shares for {route.Members.Count} ring members", nameof(route));
+        var peers = link as IPeerLinks;
+        if (route.HasLeaves && peers is null) throw new ArgumentException("routing around slow members needs links to every rank", nameof(link));
         var rank = link.Rank;
-        var right = (rank + 1) % plan.Ranks;
+        var leaf = route.IsLeaf(rank);
+        var position = route.PositionOf(rank);
+        var right = leaf ? -1 : (position + 1) % plan.Ranks;
+        var rightRank = leaf ? -1 : route.RightOf(rank);
+        var leftRank = leaf ? -1 : route.LeftOf(rank);
+        // Without leaves the neighbours are the link's own: exactly the ring as it always ran.
+        Func<ReadOnlyMemory<byte>, CancellationToken, Task> sendRight = route.HasLeaves ? (m, t) => peers!.SendToAsync(rightRank, m, t) : link.SendAsync;
+        Func<Memory<byte>, CancellationToken, Task<int>> receiveLeft = route.HasLeaves ? (b, t) => peers!.ReceiveFromAsync(leftRank, b, t) : link.ReceiveAsync;
+        var leaves = leaf ? [] : route.Leaves;
         var size = plan.MaxMessageBytes;
-        using var failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        var failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
         var token = failed.Token;
         var outgoing = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true });
         var toNode = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = false });
+        var toLeaves = leaves.Select(_ => Channel.CreateUnbounded<LeafItem>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = true })).ToArray();
         var fetchSlots = new SemaphoreSlim(FetchAhead);
-        long fetchedBytes = 0, receivedBytes = 0, sentBytes = 0;
-        int fetched = 0, received = 0, sent = 0;
+        long fetchedBytes = 0, receivedBytes = 0, sentBytes = 0, leafBytes = 0;
+        int fetched = 0, received = 0, sent = 0, refetched = 0, retained = 0;
         long progress = 0;
+        var expected = leaf ? plan.Shares.Sum(s => s.Count) : plan.BlocksReceivedBy(position);
 
         async Task FetchOwn()
         {
-            // Two fetches at once: one block's round trips to the cache hosts overlap the other's transfer.
-            var blocks = plan.Shares[rank];
+            if (leaf) return;
+            var blocks = plan.Shares[position];
             var next = -1;
-            await Task.WhenAll(Enumerable.Range(0, FetchConcurrency).Select(_ => Task.Run(async () =>
+            try
             {
-                for (int i; (i = Interlocked.Increment(ref next)) < blocks.Count;)
+                await Task.WhenAll(Enumerable.Range(0, FetchConcurrency).Select(_ => Task.Run(async () =>
                 {
-                    await fetchSlots.WaitAsync(token);
-                    var m = Message.Rent(size, holders: plan.Ranks > 1 ? 2 : 1);
-                    m.Length = await fetch(blocks[i], m.Buffer, token);
-                    Interlocked.Increment(ref fetched);
-                    Interlocked.Increment(ref progress);
-                    Interlocked.Add(ref fetchedBytes, m.Length);
-                    m.Own = true;
-                    await toNode.Writer.WriteAsync(m, token);
-                    if (plan.Ranks > 1) await outgoing.Writer.WriteAsync(m, token);
-                    else fetchSlots.Release();
-                }
-            }, token)));
+                    for (int i; (i = Interlocked.Increment(ref next)) < blocks.Count;)
+                    {
+                        await fetchSlots.WaitAsync(token);
+                        // Kept for the leaves while few are waiting; otherwise their senders fetch it again in turn.
+                        var keep = leaves.Count > 0 && Interlocked.Increment(ref retained) <= LeafRetainBlocks;
+                        if (leaves.Count > 0 && !keep) Interlocked.Decrement(ref retained);
+                        var m = Message.Rent(size, holders: (plan.Ranks > 1 ? 2 : 1) + (keep ? leaves.Count : 0));
+                        m.LeafHolders = keep ? leaves.Count : 0;
+                        m.Length = await fetch(blocks[i], m.Buffer, token);
+                        Interlocked.Increment(ref fetched);
+                        Interlocked.Increment(ref progress);
+                        Interlocked.Add(ref fetchedBytes, m.Length);
+                        m.Own = true;
+                        await toNode.Writer.WriteAsync(m, token);
+                        foreach (var queue in toLeaves) await queue.Writer.WriteAsync(new LeafItem(keep ? m : null, blocks[i]), token);
+                        if (plan.Ranks > 1) await outgoing.Writer.WriteAsync(m, token);
+                        else fetchSlots.Release();
+                    }
+                }, token)));
+            }
+            finally
+            {
+                foreach (var queue in toLeaves) queue.Writer.TryComplete();
+            }
         }
 
-        async Task ReceiveAll()
+        // Several receives stay posted, so a neighbour's next block never waits for this rank to ask for it (with
+        // a rendezvous protocol a large send cannot start before its receive is posted). They match in the order
+        // posted, so they are taken in that order. A member forwards what it receives; a leaf receives only each
+        // member's own share.
+        async Task ReceiveFrom(Func<Memory<byte>, CancellationToken, Task<int>> receive, int total, int from, int? onlyShare)
         {
-            // Several receives stay posted, so a neighbour's next block never waits for this rank to ask for it (with
-            // a rendezvous protocol a large send cannot start before its receive is posted). They match in the order
-            // posted, so they are taken in that order.
-            var total = plan.BlocksReceivedBy(rank);
             var posted = new Queue<(Message Message, Task<int> Length)>();
             var asked = 0;
             void Post()
             {
                 var m = Message.Rent(size, holders: 2);
-                posted.Enqueue((m, link.ReceiveAsync(m.Buffer, token)));
+                posted.Enqueue((m, receive(m.Buffer, token)));
                 asked++;
             }
             while (asked < total && posted.Count < ReceiveWindow) Post();
@@ -110,14 +169,19 @@ public static class RingAllGather
                 if (asked < total) Post();
                 var (share, _, _, length) = BlockMessage.ReadHeader(m.Buffer.Span[..m.Length], plan);
                 if (length != m.Length) throw new InvalidDataException($"block message of {m.Length} bytes says {length}");
-                received++;
-                receivedBytes += m.Length;
+                if (onlyShare is { } own && share != own) throw new InvalidDataException($"rank {from} sent a block of share {share}; a leaf gets only share {own} from it");
+                Interlocked.Increment(ref received);
+                Interlocked.Add(ref receivedBytes, m.Length);
                 Interlocked.Increment(ref progress);
                 await toNode.Writer.WriteAsync(m, token);
-                if (share != right) await outgoing.Writer.WriteAsync(m, token);
+                if (onlyShare is null && share != right) await outgoing.Writer.WriteAsync(m, token);
                 else m.Release();
             }
         }
+
+        Task ReceiveAll() => leaf
+            ? Task.WhenAll(route.Members.Select((member, k) => ReceiveFrom((b, t) => peers!.ReceiveFromAsync(member, b, t), plan.Shares[k].Count, member, k)))
+            : plan.Ranks > 1 ? ReceiveFrom(receiveLeft, expected, leftRank, null) : Task.CompletedTask;
 
         async Task SendAll(Task producers)
         {
@@ -140,7 +204,7 @@ public static class RingAllGather
             {
                 try
                 {
-                    await link.SendAsync(m.Buffer[..m.Length], token);
+                    await sendRight(m.Buffer[..m.Length], token);
                     Interlocked.Increment(ref sent);
                     Interlocked.Add(ref sentBytes, m.Length);
                     Interlocked.Increment(ref progress);
@@ -148,6 +212,41 @@ public static class RingAllGather
                     m.Release();
                 }
                 finally { window.Release(); }
+            }
+        }
+
+        // One block at a time to each leaf: its own link is the limit, so more in flight would only queue there.
+        async Task SendToLeaf(int leafRank, ChannelReader<LeafItem> items)
+        {
+            byte[]? again = null;
+            try
+            {
+                await foreach (var (m, block) in items.ReadAllAsync(token))
+                {
+                    int length;
+                    if (m is not null)
+                    {
+                        length = m.Length;
+                        await peers!.SendToAsync(leafRank, m.Buffer[..length], token);
+                        if (Interlocked.Decrement(ref m.LeafHolders) == 0) Interlocked.Decrement(ref retained);
+                        m.Release();
+                    }
+                    else
+                    {
+                        again ??= ArrayPool<byte>.Shared.Rent(size);
+                        length = await fetch(block, again, token);
+                        Interlocked.Increment(ref refetched);
+                        await peers!.SendToAsync(leafRank, again.AsMemory(0, length), token);
+                    }
+                    Interlocked.Increment(ref sent);
+                    Interlocked.Add(ref sentBytes, length);
+                    Interlocked.Add(ref leafBytes, length);
+                    Interlocked.Increment(ref progress);
+                }
+            }
+            finally
+            {
+                if (again is not null) ArrayPool<byte>.Shared.Return(again);
             }
         }
 
@@ -163,11 +262,14 @@ public static class RingAllGather
         }
 
         var fetching = Guard(FetchOwn());
-        var receiving = Guard(plan.Ranks > 1 ? ReceiveAll() : Task.CompletedTask);
+        var receiving = Guard(ReceiveAll());
         var producers = Task.WhenAll(fetching, receiving);
         var sending = Guard(SendAll(producers));
         var delivering = Guard(DeliverAll(producers));
-        var all = Task.WhenAll(fetching, receiving, sending, delivering);
+        var leafSending = Guard(Task.WhenAll(leaves.Select((l, i) => SendToLeaf(l, toLeaves[i].Reader))));
+        var all = awaitLeaves ? Task.WhenAll(fetching, receiving, sending, delivering, leafSending) : Task.WhenAll(fetching, receiving, sending, delivering);
+        // The token source lives until the leaves are served, which may be after this method returns.
+        _ = leafSending.ContinueWith(_ => all.ContinueWith(_ => failed.Dispose(), TaskScheduler.Default), TaskScheduler.Default);
         var limit = stallTimeout ?? TimeSpan.FromMinutes(2);
         for (var seen = -1L; ;)
         {
@@ -177,13 +279,15 @@ public static class RingAllGather
             if (now == seen)
             {
                 failed.Cancel();
+                var from = leaf ? $"ranks {string.Join(",", route.Members)}" : $"rank {leftRank}";
                 throw new TimeoutException($"the fan-out ring stalled on rank {rank}: nothing moved for {limit.TotalSeconds:0} s " +
-                                           $"(received {received} of {plan.BlocksReceivedBy(rank)} blocks from rank {(rank - 1 + plan.Ranks) % plan.Ranks})");
+                                           $"(received {Volatile.Read(ref received)} of {expected} blocks from {from})");
             }
             seen = now;
         }
         await all;
-        return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds);
+        return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds, leafBytes, refetched,
+            awaitLeaves ? Task.CompletedTask : leafSending);
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
         async Task Guard(Task task)
@@ -197,6 +301,9 @@ public static class RingAllGather
         }
     }
 
+    /// <summary>An own block for a leaf: the message while it is kept, else null and the block is fetched again.</summary>
+    private readonly record struct LeafItem(Message? Message, Block Block);
+
     /// <summary>A pooled message buffer shared by the node writer and the sender; returned when both are done.</summary>
     private sealed class Message
     {
@@ -205,6 +312,8 @@ public static class RingAllGather
         public Memory<byte> Buffer => Array;
         public int Length;
         public bool Own;
+        /// <summary>Leaves this message still has to reach.</summary>
+        public int LeafHolders;
 
         public static Message Rent(int size, int holders) => new() { Array = ArrayPool<byte>.Shared.Rent(size), _holders = holders };
 

@@ -33,6 +33,8 @@ public sealed class BenchRecord
     public RateLimitResult? RateLimit { get; set; }
     /// <summary>Bytes the cache tier sent to the nodes in this run, where the nodes reported it (Slurm steps).</summary>
     public long? CacheTierBytes { get; set; }
+    /// <summary>Runs with slow nodes (<see cref="RunConfig.SlowNodes"/>): S over the slow link's rate, the least a slow node can take.</summary>
+    public double? SlowNodeLimitSeconds { get; set; }
 }
 
 /// <summary>
@@ -73,16 +75,21 @@ public sealed class RunConfig
     public string? Fanout { get; set; }
     /// <summary>True when the cache tier served TLS (hosts with a certificate; the stager and agents verifying it).</summary>
     public bool? Tls { get; set; }
+    /// <summary>Nodes whose link (both ends) was shaped to <see cref="SlowRateMbit"/> instead of the rate; absent when none was.</summary>
+    public List<string>? SlowNodes { get; set; }
+    public double? SlowRateMbit { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
 /// <summary>LinkRxBytes/LinkTxBytes: the node namespace's eth0 counters over the timed part (its shaped veth end).
 /// LaunchSeconds/ExchangeSeconds (fan-out runs): from the common start until the rank's process started its clock, and
 /// the rank's own exchange time as it reported it. RankCpuSeconds/AgentCpuSeconds: node prep's CPU and its agent's over
-/// the fetch (all of it for an agent node prep started).</summary>
+/// the fetch (all of it for an agent node prep started). Route/ProbeSeconds (fan-out runs): "ring", or the leaves and
+/// the ring's members the ranks agreed on after probing their links, and what the probe took on this rank.</summary>
 public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null,
     long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null,
-    double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null, double? AgentCpuSeconds = null);
+    double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null, double? AgentCpuSeconds = null,
+    string? Route = null, double? ProbeSeconds = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>

@@ -1,0 +1,114 @@
+using System.Globalization;
+
+namespace Hpc.Jobs.Fanout;
+
+/// <summary>
+/// Which ranks form the ring and which are leaves, computed alike by every rank from the same gathered link rates.
+/// Ring members are taken in rank order; the plan's share k belongs to the k-th member. A leaf forwards nothing: every
+/// member also sends it its own share, so the leaf receives the data once, spread over all members' uplinks, at the
+/// pace of its own link — and the ring runs at the pace of the healthy links.
+/// </summary>
+/// <remarks>
+/// Why leaves rather than a ring through every node: in a ring every byte crosses every link, so a node whose link is
+/// four times slower makes every node four times slower. A leaf's slowness is its own: the members send it about
+/// S/M each, which at its pace is a small share of their uplink, and no member waits for it.
+/// </remarks>
+public sealed class FanoutRoute
+{
+    /// <summary>A node counts as slow below this share of the median node's rate.</summary>
+    public const double SlowShareOfMedian = 0.5;
+
+    /// <summary>
+    /// A node becomes a leaf only if the faster of its two probes took at least this long: a probe that short on every link is
+    /// scheduling noise (MPI's progress thread polls each millisecond), not a measured rate.
+    /// </summary>
+    public static readonly TimeSpan ShortestTelling = TimeSpan.FromMilliseconds(20);
+
+    /// <summary>Fewer ranks than this form a plain ring: with two, each only receives from the other anyway.</summary>
+    public const int SmallestWithLeaves = 3;
+
+    private readonly int[] _position;
+
+    private FanoutRoute(int size, int[] members, int[] leaves, double[]? nodeRates)
+    {
+        Size = size;
+        Members = members;
+        Leaves = leaves;
+        NodeRates = nodeRates;
+        _position = Enumerable.Repeat(-1, size).ToArray();
+        for (var k = 0; k < members.Length; k++) _position[members[k]] = k;
+    }
+
+    /// <summary>Every rank in the ring, in rank order: today's plan.</summary>
+    public static FanoutRoute Ring(int size) => new(size, Enumerable.Range(0, size).ToArray(), [], null);
+
+    /// <summary>
+    /// The route from every rank's probe of the link from its left neighbour (<paramref name="incoming"/>[r]: bytes per
+    /// second from r−1 into r, with the bytes it measured over). Node r's rate is the faster of its two probed links
+    /// (into r, out of r into r+1): a slow node slows both, a healthy neighbour of it only one.
+    /// </summary>
+    public static FanoutRoute FromProbes(IReadOnlyList<ProbeResult> incoming)
+    {
+        var size = incoming.Count;
+        if (size < SmallestWithLeaves) return Ring(size);
+        var rates = Enumerable.Range(0, size).Select(r => Math.Max(incoming[r].BytesPerSecond, incoming[(r + 1) % size].BytesPerSecond)).ToArray();
+        var ordered = rates.Order().ToArray();
+        var median = size % 2 == 1 ? ordered[size / 2] : (ordered[size / 2 - 1] + ordered[size / 2]) / 2;
+        bool Slow(int r)
+        {
+            if (!(rates[r] < SlowShareOfMedian * median)) return false;
+            // The faster of r's two links sets its rate, so that one must have taken long enough to tell a rate from
+            // noise: a neighbour of a slow node has one slow link, and its other one, measured in a millisecond, may
+            // well read below half a noisy median.
+            var faster = incoming[r].BytesPerSecond >= incoming[(r + 1) % size].BytesPerSecond ? incoming[r] : incoming[(r + 1) % size];
+            return faster.Seconds >= ShortestTelling.TotalSeconds;
+        }
+        var leaves = Enumerable.Range(0, size).Where(Slow).ToArray();
+        // Below the median by half can be at most half the nodes; two members are still kept whatever happens.
+        if (size - leaves.Length < 2) leaves = [];
+        var members = Enumerable.Range(0, size).Except(leaves).ToArray();
+        return new FanoutRoute(size, members, leaves, rates);
+    }
+
+    public int Size { get; }
+    /// <summary>Ranks in the ring, in rank order; member k fetches share k.</summary>
+    public IReadOnlyList<int> Members { get; }
+    /// <summary>Ranks outside the ring: they receive every member's own share and send nothing.</summary>
+    public IReadOnlyList<int> Leaves { get; }
+    /// <summary>Each node's rate as the probe saw it (bytes per second), or null when there was no probe.</summary>
+    public IReadOnlyList<double>? NodeRates { get; }
+
+    public bool HasLeaves => Leaves.Count > 0;
+    public bool IsLeaf(int rank) => _position[rank] < 0;
+    /// <summary>The rank's place in the ring (its share), or −1 for a leaf.</summary>
+    public int PositionOf(int rank) => _position[rank];
+    public int RightOf(int rank) => Members[(_position[rank] + 1) % Members.Count];
+    public int LeftOf(int rank) => Members[(_position[rank] - 1 + Members.Count) % Members.Count];
+
+    /// <summary>Ranks <paramref name="rank"/> sends to: its right neighbour and, as a member, every leaf.</summary>
+    public IReadOnlyList<int> SendsTo(int rank) => IsLeaf(rank) ? [] : Members.Count < 2 ? [.. Leaves] : [RightOf(rank), .. Leaves];
+
+    /// <summary>Ranks <paramref name="rank"/> receives from: its left neighbour, or as a leaf every member.</summary>
+    public IReadOnlyList<int> ReceivesFrom(int rank) => IsLeaf(rank) ? Members : Members.Count < 2 ? [] : [LeftOf(rank)];
+
+    /// <summary>One word (the node-prep line's fields have no spaces): "ring", or the leaves and the members.</summary>
+    public override string ToString() =>
+        HasLeaves ? string.Create(CultureInfo.InvariantCulture, $"leaves:{string.Join(",", Leaves)}/ring:{string.Join(",", Members)}") : "ring";
+}
+
+/// <summary>One probed link: bytes per second, and over how many seconds that was measured.</summary>
+public readonly record struct ProbeResult(double BytesPerSecond, double Seconds)
+{
+    public const int Length = 16;
+
+    public byte[] ToBytes()
+    {
+        var bytes = new byte[Length];
+        BitConverter.TryWriteBytes(bytes.AsSpan(0, 8), BytesPerSecond);
+        BitConverter.TryWriteBytes(bytes.AsSpan(8, 8), Seconds);
+        return bytes;
+    }
+
+    public static ProbeResult FromBytes(ReadOnlySpan<byte> bytes) =>
+        new(BitConverter.ToDouble(bytes[..8]), BitConverter.ToDouble(bytes.Slice(8, 8)));
+}

@@ -1,0 +1,295 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Fanout;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// The fan-out with a member whose link is slow: the ranks probe their links, agree on a route, and the slow member
+/// becomes a leaf outside the ring — over in-memory links, one of them slowed.
+/// </summary>
+public sealed class SlowMemberTests
+{
+    private static Manifest ManifestOf(int segments, int seed = 1)
+    {
+        var rng = new Random(seed);
+        var list = Enumerable.Range(0, segments)
+            .Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, rng.Next(2000, 65536))).ToList();
+        return new Manifest
+        {
+            Name = "test/slow", Hash = new string('0', 32), Segments = list,
+            RawLength = list.Sum(s => (long)s.RawLength), StoredLength = list.Sum(s => (long)s.StoredLength),
+        };
+    }
+
+    private static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 7 + 3), m.Segments[index].StoredLength).ToArray();
+
+    private static int Fetch(FanoutPlan plan, Block block, Memory<byte> message, ConcurrentBag<int> fetched)
+    {
+        var at = BlockMessage.HeaderLength;
+        for (var i = block.First; i < block.First + block.Count; i++)
+        {
+            fetched.Add(i);
+            at += BlockMessage.WriteRecord(message.Span[at..], i, StoredBytes(plan.Manifest, i));
+        }
+        BlockMessage.WriteHeader(message.Span, block, at);
+        return at;
+    }
+
+    /// <summary>Every rank probes, gathers the rates and computes its route, as the exchange does.</summary>
+    private static async Task<(FanoutRoute[] Routes, Task[] Probes)> AgreeAsync(IReadOnlyList<IRankGroup> groups, CancellationToken ct)
+    {
+        var probes = new Task[groups.Count];
+        var routes = await Task.WhenAll(groups.Select(g => Task.Run(async () =>
+        {
+            var (incoming, drained, sent) = await LinkProbe.RunAsync(g.Ring, ct);
+            probes[g.Rank] = Task.WhenAll(drained, sent);
+            var all = await g.AllGatherAsync(incoming.ToBytes(), ct);
+            return FanoutRoute.FromProbes(all.Select(b => ProbeResult.FromBytes(b)).ToArray());
+        })));
+        return (routes, probes);
+    }
+
+    private static async Task<(RingResult[] Results, ConcurrentDictionary<int, int>[] Delivered, ConcurrentBag<int> Fetched)> ExchangeAsync(
+        IReadOnlyList<IRankGroup> groups, FanoutRoute route, FanoutPlan plan, CancellationToken ct)
+    {
+        var fetched = new ConcurrentBag<int>();
+        var delivered = groups.Select(_ => new ConcurrentDictionary<int, int>()).ToArray();
+        var results = await Task.WhenAll(groups.Select(g => Task.Run(() => RingAllGather.RunAsync(plan, g.Ring,
+            (block, message, _) => Task.FromResult(Fetch(plan, block, message, fetched)),
+            (message, _) =>
+            {
+                foreach (var (index, stored) in BlockMessage.Records(message, plan))
+                {
+                    Assert.Equal(StoredBytes(plan.Manifest, index), stored.ToArray());
+                    delivered[g.Rank].AddOrUpdate(index, 1, (_, n) => n + 1);
+                }
+                return ValueTask.CompletedTask;
+            }, ct, TimeSpan.FromSeconds(20), route))));
+        return (results, delivered, fetched);
+    }
+
+    [Fact]
+    public async Task A_member_with_a_slow_link_becomes_a_leaf_and_still_receives_every_segment_exactly_once()
+    {
+        // Rank 2's link at 2 MB/s, the others unbounded.
+        var groups = InProcessRanks.Create(4, new Dictionary<int, double> { [2] = 2e6 });
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        var (routes, probes) = await AgreeAsync(groups, timeout.Token);
+        await Task.WhenAll(probes);
+        var route = routes[0];
+        Assert.Equal([2], route.Leaves);
+        Assert.Equal([0, 1, 3], route.Members);
+
+        var manifest = ManifestOf(40);
+        var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 128 << 10);
+        var (results, delivered, fetched) = await ExchangeAsync(groups, route, plan, timeout.Token);
+
+        foreach (var got in delivered)
+        {
+            Assert.Equal(Enumerable.Range(0, 40), got.Keys.Order());
+            Assert.All(got.Values, n => Assert.Equal(1, n));
+        }
+        // The cache tier sends each segment once: the leaf fetches nothing, and nothing was fetched twice for it.
+        Assert.Equal(Enumerable.Range(0, 40), fetched.Order());
+        Assert.Equal(0, results[2].BlocksFetched);
+        Assert.Equal(0, results[2].BlocksSent);
+        // Each member sends the leaf its own share, and only that.
+        foreach (var member in route.Members)
+            Assert.Equal(plan.Shares[route.PositionOf(member)].Sum(b => b.StoredBytes), results[member].LeafBytesSent - plan.Shares[route.PositionOf(member)]
+                .Sum(b => BlockMessage.HeaderLength + BlockMessage.RecordHeaderLength * b.Count));
+    }
+
+    [Fact]
+    public async Task A_member_is_done_when_its_node_has_everything_and_serves_the_slow_leaf_after()
+    {
+        // Rank 2's link at 300 KB/s: the leaf needs seconds for the data, the members a fraction of one.
+        var groups = InProcessRanks.Create(4, new Dictionary<int, double> { [2] = 300e3 });
+        var route = FanoutRoute.FromProbes([new ProbeResult(3e6, 0.1), new ProbeResult(3e6, 0.1), new ProbeResult(0.3e6, 0.7), new ProbeResult(0.3e6, 0.7)]);
+        Assert.Equal([2], route.Leaves);
+        var manifest = ManifestOf(40);
+        var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 128 << 10);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        var delivered = groups.Select(_ => new ConcurrentDictionary<int, int>()).ToArray();
+        var runs = groups.Select(g => Task.Run(() => RingAllGather.RunAsync(plan, g.Ring,
+            (block, message, _) => Task.FromResult(Fetch(plan, block, message, [])),
+            (message, _) =>
+            {
+                foreach (var (index, _) in BlockMessage.Records(message, plan)) delivered[g.Rank].AddOrUpdate(index, 1, (_, n) => n + 1);
+                return ValueTask.CompletedTask;
+            }, timeout.Token, TimeSpan.FromSeconds(20), route, awaitLeaves: false))).ToArray();
+
+        var members = await Task.WhenAll(route.Members.Select(m => runs[m]));
+        Assert.False(runs[2].IsCompleted, "the leaf was done as soon as the members");
+        Assert.All(route.Members, m => Assert.Equal(Enumerable.Range(0, 40), delivered[m].Keys.Order()));
+        Assert.Contains(members, r => !r.LeavesServed!.IsCompleted);
+        await Task.WhenAll(members.Select(r => r.LeavesServed!));
+        await runs[2];
+        Assert.Equal(Enumerable.Range(0, 40), delivered[2].Keys.Order());
+        Assert.All(delivered[2].Values, n => Assert.Equal(1, n));
+    }
+
+    [Fact]
+    public async Task Every_rank_computes_the_same_route()
+    {
+        var groups = InProcessRanks.Create(6, new Dictionary<int, double> { [4] = 1e6 });
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        var (routes, probes) = await AgreeAsync(groups, timeout.Token);
+        await Task.WhenAll(probes);
+        Assert.All(routes, r => Assert.Equal("leaves:4/ring:0,1,2,3,5", r.ToString()));
+    }
+
+    [Fact]
+    public async Task Without_a_slow_link_the_route_is_the_ring_of_every_rank_and_the_plan_is_the_same_as_without_a_probe()
+    {
+        var groups = InProcessRanks.Create(4);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        var (routes, probes) = await AgreeAsync(groups, timeout.Token);
+        await Task.WhenAll(probes);
+        Assert.All(routes, r => Assert.False(r.HasLeaves));
+        Assert.All(routes, r => Assert.Equal([0, 1, 2, 3], r.Members));
+        var manifest = ManifestOf(100);
+        var probed = new FanoutPlan(manifest, routes[0].Members.Count);
+        var unprobed = new FanoutPlan(manifest, 4);
+        Assert.Equal(unprobed.Shares.Select(s => s.ToArray()), probed.Shares.Select(s => s.ToArray()));
+        for (var r = 0; r < 4; r++)
+        {
+            Assert.Equal((r + 1) % 4, routes[0].RightOf(r));
+            Assert.Equal((r + 3) % 4, routes[0].LeftOf(r));
+        }
+    }
+
+    [Theory]
+    [InlineData(new[] { 3.0e6, 3.1e6, 2.9e6, 3.0e6 })]            // equal links
+    [InlineData(new[] { 3.0e6, 1.7e6, 3.1e6, 2.0e6, 3.0e6 })]     // uneven, none below half the median
+    public void Links_within_half_the_median_keep_every_rank_in_the_ring(double[] rates)
+    {
+        var route = FanoutRoute.FromProbes(rates.Select(r => new ProbeResult(r, 0.1)).ToArray());
+        Assert.False(route.HasLeaves);
+    }
+
+    [Fact]
+    public void A_node_is_a_leaf_only_when_both_of_its_links_are_slow()
+    {
+        // Into r from r−1: rank 2's downlink (into 2) and uplink (into 3) are slow, so 2 is slow and 3 is not.
+        var probes = new[] { 3e6, 3e6, 0.7e6, 0.7e6, 3e6 }.Select(r => new ProbeResult(r, 0.3)).ToArray();
+        var route = FanoutRoute.FromProbes(probes);
+        Assert.Equal([2], route.Leaves);
+        Assert.Equal([0, 1, 3, 4], route.Members);
+        // Rank 1's right neighbour is now 3, and it sends its own share to the leaf; the leaf hears from every member.
+        Assert.Equal([3, 2], route.SendsTo(1));
+        Assert.Equal([0, 1, 3, 4], route.ReceivesFrom(2));
+        Assert.Empty(route.SendsTo(2));
+    }
+
+    [Fact]
+    public void A_neighbour_of_a_slow_node_whose_other_link_was_measured_too_briefly_stays_in_the_ring()
+    {
+        // Rank 2 is slow (into 2 and into 3); rank 1's other link (into 1) passed the probe in a millisecond and reads
+        // low against a noisy median: a rate measured that briefly is not evidence.
+        var probes = new[] { new ProbeResult(9e9, 0.001), new ProbeResult(0.2e9, 0.001), new ProbeResult(2e6, 0.11), new ProbeResult(2e6, 0.11), new ProbeResult(5e9, 0.001) };
+        Assert.Equal([2], FanoutRoute.FromProbes(probes).Leaves);
+    }
+
+    [Fact]
+    public void Probes_too_short_to_tell_a_rate_from_noise_make_no_leaf()
+    {
+        // A fast fabric: the probe passes in about a millisecond everywhere, and a 4× spread is the polling, not the link.
+        var probes = new[] { 4e9, 4e9, 1e9, 1e9 }.Select(r => new ProbeResult(r, 224e3 / r)).ToArray();
+        Assert.False(FanoutRoute.FromProbes(probes).HasLeaves);
+    }
+
+    [Fact]
+    public void Two_ranks_stay_a_ring_whatever_the_probe_says()
+    {
+        Assert.False(FanoutRoute.FromProbes([new ProbeResult(1e3, 1), new ProbeResult(1e9, 1)]).HasLeaves);
+    }
+
+    [Fact]
+    public async Task The_probe_sends_a_bounded_number_of_bytes_and_a_rank_waits_for_its_measurement_no_longer_than_the_limit()
+    {
+        // Rank 1's link at 128 KB/s: its probe (256 KB) would take two seconds; the measurement stops at 0.4 s.
+        var links = InProcessRing.Create(3, new Dictionary<int, double> { [1] = 128e3 });
+        var counted = links.Select(l => new Counting(l)).ToArray();
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        var clock = Stopwatch.StartNew();
+        var runs = await Task.WhenAll(counted.Select(l => LinkProbe.RunAsync(l, timeout.Token, TimeSpan.FromSeconds(0.4))));
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(1.5), $"{clock.Elapsed.TotalSeconds:0.00} s");
+        Assert.True(runs[1].Incoming.BytesPerSecond < 200e3, $"{runs[1].Incoming.BytesPerSecond:0} B/s into the slow rank");
+        Assert.True(runs[2].Incoming.BytesPerSecond < 200e3, $"{runs[2].Incoming.BytesPerSecond:0} B/s out of the slow rank");
+        Assert.True(runs[0].Incoming.BytesPerSecond > 1e6, $"{runs[0].Incoming.BytesPerSecond:0} B/s between fast ranks");
+        // The rest still arrives, so nothing of the probe is left on a link the exchange uses.
+        await Task.WhenAll(runs.SelectMany(r => new[] { r.Drained, r.Sent }));
+        Assert.All(counted, c => Assert.Equal(LinkProbe.Chunks * LinkProbe.ChunkBytes, c.BytesSent));
+    }
+
+    [Fact]
+    public async Task A_leaf_slower_than_the_ring_gets_blocks_fetched_again_rather_than_held_and_still_every_segment_once()
+    {
+        var groups = InProcessRanks.Create(3);
+        // A route with a leaf and many small blocks per share: more than the members keep for it at once.
+        // Into 0 (from 2) and into 2 (from 1) slow: rank 2's two links.
+        var route = FanoutRoute.FromProbes([new ProbeResult(0.2e6, 0.5), new ProbeResult(3e6, 0.2), new ProbeResult(0.2e6, 0.5)]);
+        Assert.Equal([2], route.Leaves);
+        var manifest = ManifestOf(300, seed: 5);
+        var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 64 << 10);
+        Assert.All(plan.Shares, s => Assert.True(s.Count > RingAllGather.LeafRetainBlocks * 2));
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+        var slowLeaf = groups.Select(g => g.Rank == 2 ? new SlowReceiver(g) : g).ToArray();
+        var (results, delivered, fetched) = await ExchangeAsync(slowLeaf, route, plan, timeout.Token);
+
+        Assert.All(delivered, got => Assert.Equal(Enumerable.Range(0, 300), got.Keys.Order()));
+        Assert.All(delivered, got => Assert.All(got.Values, n => Assert.Equal(1, n)));
+        var again = results.Sum(r => r.BlocksRefetched);
+        Assert.True(again > 0, "nothing was fetched again");
+        Assert.Equal(Enumerable.Range(0, 300), fetched.Distinct().Order());
+        Assert.True(fetched.Count < 300 * 2, $"{fetched.Count} segment fetches for 300 segments");
+    }
+
+    /// <summary>Counts what a link sends.</summary>
+    private sealed class Counting(IRingLink inner) : IRingLink
+    {
+        private long _sent;
+        public long BytesSent => Interlocked.Read(ref _sent);
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public int SendWindow => inner.SendWindow;
+
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct)
+        {
+            Interlocked.Add(ref _sent, message.Length);
+            return inner.SendAsync(message, ct);
+        }
+
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => inner.ReceiveAsync(buffer, ct);
+    }
+
+    /// <summary>A rank that takes its blocks slowly, as a node behind a slow link would.</summary>
+    private sealed class SlowReceiver(IRankGroup inner) : IRankGroup
+    {
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public IRingLink Ring { get; } = new Link((IPeerLinks)inner.Ring);
+        public Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct) => inner.BroadcastAsync(fromRoot, ct);
+        public Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct) => inner.AllGatherAsync(mine, ct);
+
+        private sealed class Link(IPeerLinks inner) : IPeerLinks
+        {
+            public int Rank => inner.Rank;
+            public int Size => inner.Size;
+            public int SendWindow => inner.SendWindow;
+            public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
+            public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => inner.ReceiveAsync(buffer, ct);
+            public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) =>
+                inner.ConnectPeersAsync(sendTo, receiveFrom, timeout, ct);
+            public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendToAsync(rank, message, ct);
+
+            public async Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct)
+            {
+                await Task.Delay(5, ct);
+                return await inner.ReceiveFromAsync(rank, buffer, ct);
+            }
+        }
+    }
+}
