@@ -30,6 +30,11 @@ public sealed record StageOptions
     public bool ContentDefined { get; init; } = true;
     /// <summary>Estimate the new stored bytes from a sample and refuse before sending when the tier cannot hold them.</summary>
     public bool CheckSpace { get; init; } = true;
+    /// <summary>
+    /// The life of the segments this stage sends until it publishes (renewed while it runs); publishing gives them the
+    /// version's <see cref="Lifetime"/>. A stage that fails or is killed leaves nothing on the tier for longer.
+    /// </summary>
+    public TimeSpan UnpublishedLifetime { get; init; } = CacheKeys.UnpublishedLifetime;
 }
 
 public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
@@ -132,7 +137,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             // Segments this stage sent belong to no version: left behind they would hold the cache hosts' memory (with
             // no TTL) until some removal collected them, and refuse the next stage. Our staging lease is gone by now,
             // so the collection can run; another running stager makes it wait for the next one.
-            await CollectAfterFailureAsync(sent.Count);
+            await CollectAfterFailureAsync(sent.Count, options.UnpublishedLifetime);
             throw;
         }
     }
@@ -140,18 +145,20 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
     /// <summary>How many new segments a stage has sent so far, for the clean-up when it fails.</summary>
     private sealed class SentSegments { public int Count; }
 
-    private async Task CollectAfterFailureAsync(int sent)
+    private async Task CollectAfterFailureAsync(int sent, TimeSpan unpublished)
     {
         using var limit = new CancellationTokenSource(TimeSpan.FromSeconds(60));
         try
         {
             var gc = await new SegmentCollector(tier, logger).CollectAsync(limit.Token);
             if (gc.Ran) logger.LogWarning("Staging failed after sending {Sent} new segments; freed {Deleted} segments no version references", sent, gc.SegmentsDeleted);
-            else logger.LogWarning("Staging failed after sending {Sent} new segments; they stay until the next collection ({Reason})", sent, gc.SkippedBecause);
+            else logger.LogWarning("Staging failed after sending {Sent} new segments; they expire within {Life} unless a stage publishes them ({Reason})",
+                sent, Durations.Format((long)unpublished.TotalSeconds), gc.SkippedBecause);
         }
         catch (Exception e) when (e is IOException or TimeoutException or OperationCanceledException or CommonDataException)
         {
-            logger.LogWarning("Staging failed after sending {Sent} new segments; freeing them failed too ({Error})", sent, e.Message);
+            logger.LogWarning("Staging failed after sending {Sent} new segments; they expire within {Life} unless a stage publishes them (collecting them now failed: {Error})",
+                sent, Durations.Format((long)unpublished.TotalSeconds), e.Message);
         }
     }
 
@@ -160,6 +167,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
     {
         DatasetName.Validate(options.Name);
         if (options.SegmentSize is < 4096 or > 16 << 20) throw new ArgumentOutOfRangeException(nameof(options), "segment size must be between 4 KB and 16 MB");
+        if (options.UnpublishedLifetime < TimeSpan.FromSeconds(1)) throw new ArgumentOutOfRangeException(nameof(options), "the unpublished segments' lifetime must be at least 1 s");
         var clock = Stopwatch.StartNew();
         await tier.Catalog.CheckMayPublishAsync(options.Name, ct);
         // Held until "latest" has moved: a segment collection must not free segments this staging decided to reuse.
@@ -196,6 +204,8 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         // STRLEN round trip finds nothing, and SET NX tells afterwards what was already there. One batch that turns out
         // to be held costs its bytes once; from then on batches are looked up again.
         var lookUpFirst = tierMayHold;
+        // Until "latest" moves, what this stage sends lives only UnpublishedLifetime (or the version's shorter lifetime).
+        var sendLife = options.Lifetime is { } own && own < options.UnpublishedLifetime ? own : options.UnpublishedLifetime;
 
         var reader = Task.Factory.StartNew(() =>
         {
@@ -268,7 +278,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     {
                         // Counted before the put: a put that fails half-way may have stored some of them.
                         Interlocked.Add(ref sentSegments.Count, batch.Send.Count);
-                        var sent = await tier.PutSegmentsAsync(batch.Send, options.Lifetime, batch.Held, cts.Token);
+                        var sent = await tier.PutSegmentsAsync(batch.Send, sendLife, batch.Held, cts.Token);
                         Interlocked.Add(ref sentTotal, sent);
                     }
                     int held = 0, otherEncoding = 0;
@@ -312,6 +322,8 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }, cts.Token)).ToArray();
 
         string datasetHash;
+        using var stopRenewal = CancellationTokenSource.CreateLinkedTokenSource(cts.Token);
+        var renewal = RenewWhileStagingAsync(segments, options.UnpublishedLifetime, stopRenewal.Token);
         try
         {
             await WhenAllOrFirstFailure(cts, uploaders.Append(reader).Append(encodersDone).Concat(encoders).ToArray());
@@ -320,16 +332,116 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         finally
         {
             hash.Dispose();
+            stopRenewal.Cancel();
+            await renewal;
+        }
+        var finished = segments.Select(x => x!).ToList();
+        var (resent, resentBytes) = await KeepSegmentsAsync(source, options, finished, sendLife, ct);
+        if (resent > 0)
+        {
+            sentTotal += resentBytes;
+            storedTotal = finished.Sum(x => (long)x.StoredLength);
         }
         var manifest = new Manifest
         {
             Name = options.Name, Created = DateTimeOffset.UtcNow, LifetimeSeconds = (long?)options.Lifetime?.TotalSeconds,
             RawLength = rawTotal, StoredLength = storedTotal, Hash = datasetHash,
             SegmentSize = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize, Chunking = options.ContentDefined ? ContentChunker.Name : null,
-            Segments = segments.Select(x => x!).ToList(), Files = source.Files, Readers = options.Readers,
+            Segments = finished, Files = source.Files, Readers = options.Readers,
         };
         var result = await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, cts.Token);
         return result with { Codec = options.Compression.ToString(), CodecReason = codecReason, KeptInOtherEncoding = keptOtherEncoding };
+    }
+
+    /// <summary>
+    /// Renews the life of the segments staged so far at a quarter of <paramref name="life"/>, so a stage that runs for
+    /// hours does not lose its first segments before it publishes. A failed renewal is only logged: the keeping before
+    /// publishing finds and sends again whatever expired.
+    /// </summary>
+    private async Task RenewWhileStagingAsync(List<ManifestSegment?> segments, TimeSpan life, CancellationToken ct)
+    {
+        try
+        {
+            while (true)
+            {
+                await Task.Delay(life / 4, ct);
+                SegmentId[] ids;
+                lock (segments) ids = segments.Where(x => x is not null).Select(x => SegmentId.Parse(x!.Id)).Distinct().ToArray();
+                try
+                {
+                    await tier.KeepSegmentsAsync(ids, life, new bool[ids.Length], ct);
+                }
+                catch (Exception e) when (e is IOException or TimeoutException or CommonDataException)
+                {
+                    logger.LogWarning("Could not renew the life of {Count} segments staged so far: {Error}", ids.Length, e.Message);
+                }
+            }
+        }
+        catch (OperationCanceledException) { }
+    }
+
+    /// <summary>
+    /// Gives every segment of the version its life before the version is published: the version's lifetime, or until
+    /// removed. This covers the segments found already held too, which may be another stage's unpublished ones and
+    /// expire otherwise. A segment a replica host no longer holds (expired, or lost with a restart) is read again from
+    /// the source and sent; one that cannot be (standard input) fails the stage before anything is published.
+    /// Returns the segments and bytes sent again.
+    /// </summary>
+    private async Task<(int Segments, long Bytes)> KeepSegmentsAsync(StageSource source, StageOptions options, List<ManifestSegment> segments,
+        TimeSpan sendLife, CancellationToken ct)
+    {
+        var first = new Dictionary<SegmentId, (long Offset, int Length)>();
+        long offset = 0;
+        foreach (var s in segments)
+        {
+            first.TryAdd(SegmentId.Parse(s.Id), (offset, s.RawLength));
+            offset += s.RawLength;
+        }
+        var ids = first.Keys.ToArray();
+        var missing = new bool[ids.Length];
+        await tier.KeepSegmentsAsync(ids, options.Lifetime, missing, ct);
+        var lost = Enumerable.Range(0, ids.Length).Where(i => missing[i]).ToList();
+        if (lost.Count == 0) return (0, 0);
+        logger.LogWarning("{Dataset}: {Count} segments expired or were lost from the cache tier before publishing; sending them again", options.Name, lost.Count);
+        var rawLength = segments.Max(s => s.RawLength);
+        var raw = ArrayPool<byte>.Shared.Rent(rawLength);
+        var parts = new List<StoredSegmentParts>(lost.Count);
+        var storedLength = new Dictionary<SegmentId, int>();
+        try
+        {
+            foreach (var i in lost)
+            {
+                var (at, length) = first[ids[i]];
+                var bytes = raw.AsSpan(0, length);
+                for (var done = 0; done < length;)
+                {
+                    var n = source.ReadAt(at + done, bytes[done..]);
+                    if (n <= 0)
+                        throw new CommonDataException(ErrorCode.Unavailable,
+                            $"segment {ids[i]} of '{options.Name}' is no longer on the cache tier and {source.Description} cannot be read again; nothing was published, stage again");
+                    done += n;
+                }
+                if (SegmentId.Of(bytes) != ids[i]) throw new IOException($"'{source.Description}' changed while being staged (segment {ids[i]} reads differently now)");
+                var stored = new byte[SegmentCodec.MaxEncodedLength(length)];
+                var n2 = SegmentCodec.Encode(bytes, stored, options.Compression);
+                parts.Add(new StoredSegmentParts(ids[i], stored.AsMemory(0, n2), default));
+                storedLength[ids[i]] = n2;
+            }
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(raw);
+        }
+        var sent = await tier.PutSegmentsAsync(parts, sendLife, null, ct);
+        var again = parts.Select(p => p.Id).ToArray();
+        var stillMissing = new bool[again.Length];
+        await tier.KeepSegmentsAsync(again, options.Lifetime, stillMissing, ct);
+        if (Array.IndexOf(stillMissing, true) is var k and >= 0)
+            throw new CommonDataException(ErrorCode.Unavailable, $"segment {again[k]} of '{options.Name}' could not be kept on the cache tier; nothing was published");
+        for (var i = 0; i < segments.Count; i++)
+            if (SegmentId.Parse(segments[i].Id) is var id && storedLength.TryGetValue(id, out var n))
+                segments[i] = segments[i] with { StoredLength = n };
+        return (parts.Count, sent);
     }
 
     /// <summary>

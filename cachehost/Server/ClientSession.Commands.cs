@@ -125,7 +125,8 @@ internal sealed partial class ClientSession
             case "expire":
             case "pexpire":
                 if (!RespParser.TryParseInt64(args.Span(first + 1), out long amount)) return null; // the handler says why
-                return WriteRules.Expire(Store, user, key, command.Name == "expire" ? (amount > long.MaxValue / 1000 ? long.MaxValue : amount * 1000) : amount);
+                var onlyLonger = args.Count > first + 2 && System.Text.Ascii.EqualsIgnoreCase(args.Span(first + 2), "GT"u8);
+                return WriteRules.Expire(Store, user, key, command.Name == "expire" ? (amount > long.MaxValue / 1000 ? long.MaxValue : amount * 1000) : amount, onlyLonger);
             case "persist":
                 return WriteRules.Expire(Store, user, key, null);
             default:

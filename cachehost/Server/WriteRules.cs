@@ -136,8 +136,10 @@ internal static class WriteRules
     /// <summary>
     /// EXPIRE, PEXPIRE (<paramref name="newTtlMs"/>) or PERSIST (null) by a writer: shared keys only gain life, a
     /// pointer changes only for its owner, bookkeeping only for its account and within its longest life.
+    /// <paramref name="onlyLonger"/>: the GT option, which cannot shorten a life, so a shared key may take it whatever
+    /// its life now (how a stage keeps the segments it found held, some of which another version keeps for ever).
     /// </summary>
-    public static string? Expire(CacheStore store, CacheUser user, ReadOnlySpan<byte> key, long? newTtlMs)
+    public static string? Expire(CacheStore store, CacheUser user, ReadOnlySpan<byte> key, long? newTtlMs, bool onlyLonger = false)
     {
         var kind = Classify(key, out _, out var name);
         switch (kind)
@@ -149,7 +151,7 @@ internal static class WriteRules
             case KeyKind.Segment:
             case KeyKind.Manifest:
                 long current = store.GetTimeToLiveMs(key);
-                if (current == -2 || newTtlMs is null || (current >= 0 && newTtlMs > current)) return null;
+                if (current == -2 || newTtlMs is null || onlyLonger || (current >= 0 && newTtlMs > current)) return null;
                 return $"NOPERM User {user.Name} may only lengthen the life of {KeyText(key)}: segments and manifests are shared by every dataset holding the same bytes";
             case KeyKind.JobReference:
             case KeyKind.Staging:

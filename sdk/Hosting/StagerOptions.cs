@@ -49,6 +49,10 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--lifetime", "Cache-tier lifetime of the version, e.g. 90m, 12h, 7d (default: until removed).", Meta = "DURATION")]
     public string? Lifetime { get; set; }
 
+    [Switch("--unpublished-lifetime", "How long the segments this stage sends live on the cache tier until it publishes (renewed while it runs): " +
+        "a stage that fails or is killed leaves them to expire by themselves.", Meta = "DURATION")]
+    public string UnpublishedLifetime { get; set; } = "1h";
+
     [Switch("--skip-unreadable", "Directory: leave out files that cannot be read (one warning each) instead of failing the stage before anything is sent.")]
     public bool SkipUnreadable { get; set; }
 
@@ -72,6 +76,8 @@ public sealed class StagerOptions : IProgramOptions
         if (Chunking is not ("content" or "fixed")) yield return $"--chunking must be content or fixed, not '{Chunking}'";
         if (!AutoCodec && !NoCompress && !Format.SegmentCompression.TryParse(Codec, out _, out var codecError)) yield return $"--codec: {codecError}, or auto";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
+        if (!Durations.TryParse(UnpublishedLifetime, out var unpublished) || unpublished < TimeSpan.FromSeconds(1))
+            yield return $"--unpublished-lifetime '{UnpublishedLifetime}' is not a duration of at least 1s (examples: 90s, 15m, 12h)";
         string? readers = null;
         try { Access.ReaderSpec.Resolve(Readers); }
         catch (CommonDataException e) { readers = e.Message; }

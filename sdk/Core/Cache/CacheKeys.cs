@@ -29,6 +29,11 @@ public static class CacheKeys
 
     /// <summary>How long a job reference and a removal record live at most (a host refuses longer from a writer).</summary>
     public static readonly TimeSpan RecordLifetime = TimeSpan.FromDays(31);
+    /// <summary>
+    /// How long the segments a stage sends live until it publishes (renewed while it runs): a stage that fails or is
+    /// killed leaves them to expire on their own, where only an administrator's collection could free them before.
+    /// </summary>
+    public static readonly TimeSpan UnpublishedLifetime = TimeSpan.FromHours(1);
     /// <summary><c>hcd:gc</c> — set while a segment collection runs; stagers wait for it.</summary>
     public const string Collection = "hcd:gc";
 

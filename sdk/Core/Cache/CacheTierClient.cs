@@ -195,6 +195,61 @@ public sealed class CacheTierClient : IAsyncDisposable
     }
 
     /// <summary>
+    /// Gives segments a life on every replica host, one pipelined batch per host: kept until removed
+    /// (<paramref name="lifetime"/> null, PERSIST) or at least <paramref name="lifetime"/> (PEXPIRE … GT, which never
+    /// shortens a longer or unlimited life another version gave them). Sets <paramref name="missing"/>[i] when a replica
+    /// host no longer holds segment i (an unpublished stage's segment that expired): the caller sends it again.
+    /// </summary>
+    public Task KeepSegmentsAsync(IReadOnlyList<SegmentId> ids, TimeSpan? lifetime, bool[] missing, CancellationToken ct = default) =>
+        Topology.RoutedAsync(() => KeepOnceAsync(ids, lifetime, missing, ct), "keeping segments", ct);
+
+    private async Task KeepOnceAsync(IReadOnlyList<SegmentId> ids, TimeSpan? lifetime, bool[] missing, CancellationToken ct)
+    {
+        Array.Clear(missing, 0, ids.Count);
+        var byHost = Topology.GroupByHost(ids.Count, i => ids[i]);
+        var tasks = new List<Task>(byHost.Length);
+        for (var h = 0; h < byHost.Length; h++)
+        {
+            if (byHost[h] is not { } mine) continue;
+            tasks.Add(RunAsync(h, async (c, token) =>
+            {
+                var key = ArrayPool<byte>.Shared.Rent(CacheKeys.SegmentKeyLength);
+                var replies = ArrayPool<long>.Shared.Rent(2 * mine.Count);
+                try
+                {
+                    // PERSIST and PEXPIRE answer 0 both for a key that is gone and for one they left as it was, so each
+                    // is followed by an EXISTS that tells the two apart.
+                    foreach (var i in mine)
+                    {
+                        CacheKeys.WriteSegmentKey(ids[i], key);
+                        var segmentKey = key.AsSpan(0, CacheKeys.SegmentKeyLength);
+                        if (lifetime is { } life)
+                        {
+                            c.BeginCommand(4); c.Argument("PEXPIRE"u8); c.Argument(segmentKey); c.Argument((long)life.TotalMilliseconds); c.Argument("GT"u8);
+                        }
+                        else
+                        {
+                            c.BeginCommand(2); c.Argument("PERSIST"u8); c.Argument(segmentKey);
+                        }
+                        c.BeginCommand(2); c.Argument("EXISTS"u8); c.Argument(segmentKey);
+                    }
+                    await c.FlushAsync(token);
+                    await c.ReadStatusRepliesAsync(replies.AsMemory(0, 2 * mine.Count), token);
+                    for (var k = 0; k < mine.Count; k++)
+                        if (replies[2 * k + 1] == 0) Volatile.Write(ref missing[mine[k]], true);
+                }
+                finally
+                {
+                    ArrayPool<byte>.Shared.Return(key);
+                    ArrayPool<long>.Shared.Return(replies);
+                }
+                return 0;
+            }, ct, bulk: true));
+        }
+        await Task.WhenAll(tasks);
+    }
+
+    /// <summary>
     /// Fetches the given segments (indexes into <paramref name="ids"/>) from all hosts in parallel, in MGET batches,
     /// handing each stored form to <paramref name="handler"/>. A segment missing or rejected on one replica is asked of
     /// the next; when none has a good copy the whole fetch fails naming the segment.

@@ -1,0 +1,102 @@
+using System.Diagnostics;
+using System.Text;
+using System.Text.Json;
+using Hpc.CommonData;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Integration.Tests;
+
+/// <summary>
+/// The segments a stage sends live only a bounded time until it publishes, so a stage that fails or is killed leaves
+/// nothing on the cache hosts for good (only an administrator's collection could free them before). Publishing keeps
+/// every segment of the version, including those found already held, which may be another stage's unpublished ones.
+/// </summary>
+public sealed class UnpublishedSegmentsTests(Xunit.Abstractions.ITestOutputHelper output)
+{
+    private const string Users = "alice writer a-pass\nops admin o-pass\nnode reader n-pass\nnames alice risk/*\n";
+
+    [Fact]
+    public async Task A_killed_stage_leaves_segments_that_expire_by_themselves_and_the_stage_that_publishes_them_keeps_them_for_good()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes(Users));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var file = Cluster.WriteFile(c.Root, "prices.bin", Cluster.RandomBytes(8 << 20, seed: 71));
+        await using var ops = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "ops", Password = "o-pass" });
+
+        // Sending at 2 MB/s, the stage is killed once the host holds some of its segments.
+        var killed = c.Track(ComponentProcess.Start("Hpc.Stager", [file, "--name", "risk/prices", "--cache-hosts", c.HostList, "--max-rate", "2MB"],
+            Cluster.As("alice", "a-pass"), name: "stager-killed"));
+        await WaitForSegmentsAsync(ops, 16);
+        await killed.KillAsync();
+        var left = await SegmentLivesAsync(ops);
+        output.WriteLine($"the killed stage left {left.Count} segments");
+        Assert.True(left.Count >= 16, $"{left.Count} segments left");
+        Assert.All(left.Values, ms => Assert.InRange(ms, 1, (long)CacheKeys.UnpublishedLifetime.TotalMilliseconds));
+        Assert.Null(await ops.Catalog.GetLatestAsync("risk/prices"));
+
+        // The same file staged to the end finds those segments held and does not send them again; once published,
+        // every segment of the version is kept until removed.
+        var (code, stdout, stderr) = await c.RunAsync("Hpc.Stager", [file, "--name", "risk/prices", "--cache-hosts", c.HostList, "--json"], Cluster.As("alice", "a-pass"));
+        Assert.True(code == 0, stderr);
+        var staged = JsonSerializer.Deserialize<StageResult>(stdout.Last(), JsonSerializerOptions.Web)!;
+        Assert.True(staged.SkippedSegments >= left.Count - 4, $"{staged.SkippedSegments} segments found held of the {left.Count} the killed stage left");
+        var lives = await SegmentLivesAsync(ops);
+        Assert.Equal(staged.Segments, lives.Count);
+        Assert.All(lives.Values, ms => Assert.Equal(-1, ms));
+    }
+
+    [Fact]
+    public async Task A_stage_sends_again_the_held_segments_that_expired_before_it_published_and_readers_get_the_whole_version()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes(Users));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var bytes = Cluster.RandomBytes(8 << 20, seed: 72);
+        var file = Cluster.WriteFile(c.Root, "curves.bin", bytes);
+        await using var ops = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "ops", Password = "o-pass" });
+
+        // A stage whose unsent-until-published segments live 6 s is killed a quarter of the way in.
+        var killed = c.Track(ComponentProcess.Start("Hpc.Stager",
+            [file, "--name", "risk/curves", "--cache-hosts", c.HostList, "--max-rate", "2MB", "--unpublished-lifetime", "6s"],
+            Cluster.As("alice", "a-pass"), name: "stager-killed"));
+        await WaitForSegmentsAsync(ops, 32);
+        await killed.KillAsync();
+        var left = await SegmentLivesAsync(ops);
+        Assert.All(left.Values, ms => Assert.InRange(ms, 1, 6_000));
+
+        // A second stage of the same file finds them held at once, but sends the rest slowly (the remaining ~6 MB at
+        // 0.5 MB/s): by the time it publishes they have expired, and it must send them again rather than publish a
+        // version whose segments are gone.
+        var clock = Stopwatch.StartNew();
+        var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [file, "--name", "risk/curves", "--cache-hosts", c.HostList, "--max-rate", "512KB"],
+            Cluster.As("alice", "a-pass"));
+        output.WriteLine($"second stage: {clock.Elapsed.TotalSeconds:0.0} s, exit {code}\n{stderr}");
+        Assert.True(code == 0, stderr);
+        Assert.Contains("segments expired or were lost from the cache tier before publishing; sending them again", stderr);
+        Assert.All((await SegmentLivesAsync(ops)).Values, ms => Assert.Equal(-1, ms));
+
+        var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "node", Password = "n-pass" } };
+        await using var data = await Dataset.OpenAsync("risk/curves", direct);
+        Assert.True(data.VerifyHash());
+        Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+    }
+
+    /// <summary>Polls every 20 ms, for at most 60 s, until the host holds at least <paramref name="count"/> segments.</summary>
+    private static async Task WaitForSegmentsAsync(CacheTierClient ops, int count)
+    {
+        for (var wait = Stopwatch.StartNew(); wait.Elapsed < TimeSpan.FromSeconds(60); await Task.Delay(20))
+            if ((await ops.KeysAsync(CacheKeys.SegmentPrefix))[0].Count >= count) return;
+        Assert.Fail($"the stage did not store {count} segments within 60 s");
+    }
+
+    /// <summary>Each segment key's remaining life in milliseconds (−1: kept until removed).</summary>
+    private static async Task<Dictionary<string, long>> SegmentLivesAsync(CacheTierClient ops)
+    {
+        var lives = new Dictionary<string, long>();
+        foreach (var key in (await ops.KeysAsync(CacheKeys.SegmentPrefix))[0])
+            lives[key] = (await ops.ExecuteOnAsync(0, "PTTL"u8.ToArray(), [key])).Integer;
+        return lives;
+    }
+}
