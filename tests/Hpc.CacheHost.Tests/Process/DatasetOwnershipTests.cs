@@ -59,6 +59,9 @@ public sealed class DatasetOwnershipTests : IDisposable
         Assert.StartsWith("NOPERM dataset alice/market is not among the names of account mallory", Refusal(mallory.Call("PEXPIRE", "hcd:latest:alice/market", "1")));
         Assert.StartsWith("NOPERM User mallory may only lengthen the life of", Refusal(mallory.Call("PEXPIRE", staged.Manifest, "1")));
         Assert.StartsWith("NOPERM User mallory may only lengthen the life of", Refusal(mallory.Call("EXPIRE", staged.Segment, "1")));
+        // GT cannot shorten a life, so any writer may ask it of a shared key (a stage keeping segments it found held);
+        // on a key kept until removed it changes nothing.
+        Assert.Equal(0L, mallory.Call("PEXPIRE", staged.Segment, "1", "GT"));
         Assert.StartsWith("NOPERM", Refusal(mallory.Call("DEL", staged.Manifest, staged.Segment, "hcd:latest:alice/market")));
         Assert.StartsWith("NOPERM", Refusal(mallory.Call("SET", staged.Segment, planted.Stored)));
         Assert.StartsWith("NOPERM", Refusal(mallory.Call("SET", "hcd:owner:alice/market", "mallory")));
