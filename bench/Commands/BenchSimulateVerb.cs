@@ -12,11 +12,14 @@ public sealed class BenchSimulateOptions : IVerbOptions
 {
     public static string Verb => "simulate";
 
-    public static string Summary => "Flow-level simulation of direct fetch and the MPI fan-out: replays the lab cells recorded in --records (simulated beside measured), " +
+    public static string Summary => "Flow-level simulation of direct fetch and the MPI fan-out: replays the lab cells recorded in --records and the slow-node runs in --slow-records (simulated beside measured), " +
     "then predicts the reference's 190 nodes on GigE and 1,000 / 10,000 nodes at 10 and 100 Gbit/s (slow nodes, a failure, concurrent jobs, cache hosts needed).";
 
     [Switch("--records", "Recorded lab runs (bench cluster --scheduler slurm): the cells replayed and the calibration's source.")]
     public string Records { get; set; } = "docs/results/slurm-native.jsonl";
+
+    [Switch("--slow-records", "Recorded lab runs with a slow node (bench cluster --slow-nodes), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
+    public string SlowRecords { get; set; } = "docs/results/slow-node.jsonl";
 
     [Switch("--out", "Directory to write simulate.jsonl, simulate.md and simulate-time-vs-nodes.svg to (replaced: the simulation is deterministic).")]
     public string? Out { get; set; }
@@ -83,6 +86,28 @@ public static class BenchSimulateVerb
                 storedBytes = v.Cell.StoredBytes, delivery = Name(v.Cell.Delivery), simulatedSeconds = v.Simulated, measuredSeconds = v.Cell.Runs, measuredMedian = v.Cell.Median, error = v.Error,
             }));
 
+        // The slow-node runs come from another session of the lab (bench cluster under mpiexec, one cache host), so they
+        // are calibrated from their own file's runs without a slow node, by the same rule as above.
+        if (File.Exists(o.SlowRecords))
+        {
+            var slowData = ResultReader.Read(o.SlowRecords);
+            Calibration slowCal;
+            try { slowCal = Calibration.FromRecords(slowData.Records, o.SlowRecords); }
+            catch (InvalidOperationException e) { Console.Error.WriteLine($"hpcdata bench simulate: {e.Message}"); return Task.FromResult(2); }
+            var slowRows = Experiments.Cells(slowData.Records).Select(c => Experiments.Replay(c, slowCal)).ToList();
+            md.AppendLine(CalibrationText(slowCal)).AppendLine();
+            md.AppendLine(SlowNodeTable(slowRows));
+            foreach (var v in slowRows)
+                lines.Add(Json(new
+                {
+                    kind = "simulation", scenario = "lab, slow node", nodes = v.Cell.Nodes, hosts = v.Cell.Hosts, rateMbit = v.Cell.RateMbit, sizeBytes = v.Cell.SizeBytes,
+                    storedBytes = v.Cell.StoredBytes, delivery = Name(v.Cell.Delivery), probe = v.Cell.Probe, slowNodes = v.Cell.SlowNodes.Order().ToArray(), slowRateMbit = v.Cell.SlowRateMbit,
+                    nodesTimed = v.Cell.Group.ToString().ToLowerInvariant(), simulatedLeaves = v.Leaves, simulatedProbeSeconds = v.ProbeSeconds,
+                    simulatedSeconds = v.Simulated, measuredSeconds = v.Cell.Runs, measuredMedian = v.Cell.Median, error = v.Error,
+                }));
+            validation.AddRange(slowRows);
+        }
+
         if (!o.ValidateOnly)
         {
             ct.ThrowIfCancellationRequested();
@@ -101,7 +126,7 @@ public static class BenchSimulateVerb
                 lines.Add(Json(new
                 {
                     kind = "simulation", scenario = r.Scenario, nodes = r.Nodes, hosts = r.Hosts, rateGbit = r.RateGbit, storedBytes = r.StoredBytes, delivery = Name(r.Delivery),
-                    simulatedSeconds = r.Seconds, networkOnlySeconds = r.NetworkOnlySeconds, tierCopies = r.TierCopies, hostsNeeded = r.HostsNeeded, events = r.Events, wallMs = r.WallMilliseconds,
+                    simulatedSeconds = r.Seconds, healthySeconds = r.HealthySeconds, networkOnlySeconds = r.NetworkOnlySeconds, tierCopies = r.TierCopies, hostsNeeded = r.HostsNeeded, events = r.Events, wallMs = r.WallMilliseconds,
                 }));
             if (o.Out is not null)
             {
@@ -163,6 +188,28 @@ public static class BenchSimulateVerb
         return sb.ToString();
     }
 
+    /// <summary>The slow-node runs: each run's healthy nodes and its slow node as cells of their own, beside the runs without one.</summary>
+    public static string SlowNodeTable(IReadOnlyList<ValidationRow> rows)
+    {
+        var sb = new StringBuilder();
+        sb.AppendLine("| rate | slow node | mode | N | H | nodes timed | measured s (runs) | median | simulated s | error | simulated route, probe |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var v in rows)
+        {
+            var c = v.Cell;
+            var flag = Math.Abs(v.Error) > 0.10 ? " **outside ±10%**" : "";
+            var slow = c.SlowNodes.Count == 0 ? "none" : string.Create(Inv, $"{string.Join(",", c.SlowNodes.Order().Select(n => $"node{n + 1}"))} at {c.SlowRateMbit:0.##} Mbit/s");
+            var route = !c.Probe ? "" : v.Leaves.Count == 0 ? string.Create(Inv, $"ring, probe {v.ProbeSeconds:0.00} s")
+                : string.Create(Inv, $"leaves:{string.Join(",", v.Leaves)}, probe {v.ProbeSeconds:0.00} s");
+            sb.AppendLine(string.Create(Inv,
+                $"| {c.RateMbit} Mbit/s | {slow} | {c.Mode} | {c.Nodes} | {c.Hosts} | {c.Group.ToString().ToLowerInvariant()} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {v.Error:+0.0%;-0.0%}{flag} | {route} |"));
+        }
+        var abs = rows.Select(r => Math.Abs(r.Error)).ToList();
+        if (abs.Count > 0)
+            sb.AppendLine().AppendLine(string.Create(Inv, $"{rows.Count} cells; mean |error| {abs.Average():0.0%}, largest {abs.Max():0.0%}; {abs.Count(e => e > 0.10)} outside ±10%."));
+        return sb.ToString();
+    }
+
     public static string PredictionTable(IReadOnlyList<PredictionRow> rows, Experiments.Assumptions a, long rawBytes, double ratio)
     {
         var sb = new StringBuilder();
@@ -170,11 +217,11 @@ public static class BenchSimulateVerb
             $"{a.Oversubscription:0}:1, cache hosts non-blocking, {a.HopLatency * 1e6:0} µs per hop, launch +{a.LaunchPerDoubling:0.00} s per doubling of ranks beyond 4, " +
             $"a fan-out's ingest on the agent's one ingest thread, a direct fetch's on {a.DirectCores:0} cores per node. 'network only': the same without the ingest's CPU. 'hosts needed': fewest hosts (powers of two) within 10% of the time with N hosts."));
         sb.AppendLine();
-        sb.AppendLine("| scenario | N | rate | H | mode | seconds | network only | tier sent (× S) | hosts needed | sim events / ms |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|");
+        sb.AppendLine("| scenario | N | rate | H | mode | seconds | healthy nodes s | network only | tier sent (× S) | hosts needed | sim events / ms |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
         foreach (var r in rows)
             sb.AppendLine(string.Create(Inv,
-                $"| {r.Scenario} | {r.Nodes} | {(r.RateGbit >= 1 ? $"{r.RateGbit:0} Gbit/s" : $"{r.RateGbit * 1000:0} Mbit/s")} | {r.Hosts} | {(r.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {r.Seconds:0.00} | {(r.NetworkOnlySeconds is { } n ? n.ToString("0.00", Inv) : "")} | {r.TierCopies:0.0} | {r.HostsNeeded} | {r.Events} / {r.WallMilliseconds:0} |"));
+                $"| {r.Scenario} | {r.Nodes} | {(r.RateGbit >= 1 ? $"{r.RateGbit:0} Gbit/s" : $"{r.RateGbit * 1000:0} Mbit/s")} | {r.Hosts} | {(r.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {r.Seconds:0.00} | {(r.HealthySeconds is { } healthy ? healthy.ToString("0.00", Inv) : "")} | {(r.NetworkOnlySeconds is { } n ? n.ToString("0.00", Inv) : "")} | {r.TierCopies:0.0} | {r.HostsNeeded} | {r.Events} / {r.WallMilliseconds:0} |"));
         return sb.ToString();
     }
 }

@@ -52,8 +52,8 @@ public sealed record ClusterSpec
 /// fitted to a cell's time: TCP's payload share of a link; the CPU a node spends per stored byte and at its start (a
 /// least-squares line through every node's recorded rank + agent CPU against the dataset's stored size); and the wall
 /// start-up a node spends outside the transfer, read from the N = 4 runs' own phases (the step's time less the longest
-/// ring, or the longest fetch), less what 4 nodes' start-up CPU takes on the lab's cores, which the simulation adds back
-/// at every N.
+/// ring and link probe, or the longest fetch), less what 4 nodes' start-up CPU takes on the lab's cores, which the
+/// simulation adds back at every N. Runs with slow nodes are left out.
 /// </summary>
 public sealed record Calibration
 {
@@ -75,7 +75,8 @@ public sealed record Calibration
 
     public static Calibration FromRecords(IReadOnlyCollection<BenchRecord> records, string source)
     {
-        var cells = records.Where(r => r.Kind == "cluster" && r.Dataset is not null && r.Nodes.Count > 0).ToList();
+        // Runs with slow nodes are what a calibration must predict, not what it is read from.
+        var cells = records.Where(r => r.Kind == "cluster" && r.Dataset is not null && r.Nodes.Count > 0 && r.Config.SlowNodes is not { Count: > 0 }).ToList();
         var fan = cells.Where(r => Mode(r) == "mpi").ToList();
         var direct = cells.Where(r => Mode(r) == "none").ToList();
         if (fan.Count == 0 || direct.Count == 0) throw new InvalidOperationException($"{source}: no fan-out and direct runs with per-node CPU to calibrate from");
@@ -89,7 +90,8 @@ public sealed record Calibration
         var small = fan.Where(r => r.Config.Nodes == 4).ToList();
         var smallDirect = direct.Where(r => r.Config.Nodes == 4).ToList();
         if (small.Count == 0 || smallDirect.Count == 0) throw new InvalidOperationException($"{source}: no N = 4 runs to read the start-up from");
-        var fanStart = Median(small.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => n.RingSeconds ?? n.FetchSeconds)));
+        // The link probe is simulated in its own right, so where the ranks probed, its time is not start-up.
+        var fanStart = Median(small.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => (n.RingSeconds ?? n.FetchSeconds) + (n.ProbeSeconds ?? 0))));
         var dirStart = Median(smallDirect.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => n.FetchSeconds)));
         return new Calibration
         {

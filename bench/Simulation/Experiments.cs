@@ -2,17 +2,33 @@ using System.Globalization;
 
 namespace Hpc.Bench.Simulation;
 
+/// <summary>Which of a run's nodes a cell times: all of them (the run's time), or in a run with slow nodes the healthy
+/// ones or the slow ones (the last of each).</summary>
+public enum NodeGroup { All, Healthy, Slow }
+
 /// <summary>A configuration the lab measured, with its runs' times.</summary>
 public sealed record LabCell(int Nodes, int Hosts, int RateMbit, long SizeBytes, long StoredBytes, Delivery Delivery, IReadOnlyList<double> Runs)
 {
+    /// <summary>Nodes (0-based) whose link was shaped to <see cref="SlowRateMbit"/>; empty when none was.</summary>
+    public IReadOnlySet<int> SlowNodes { get; init; } = new HashSet<int>();
+    public double SlowRateMbit { get; init; }
+    /// <summary>Fan-out: the ranks probed their links and could route slow nodes out of the ring (the records carry a probe time).</summary>
+    public bool Probe { get; init; }
+    public NodeGroup Group { get; init; } = NodeGroup.All;
+
     public double Median => Calibration.Median(Runs);
     public string Describe() => string.Create(CultureInfo.InvariantCulture,
-        $"{RateMbit} Mbit/s, {SizeBytes / (1 << 20)} MB, N = {Nodes}, {(Delivery == Delivery.Direct ? "direct" : "fan-out")}");
+        $"{RateMbit} Mbit/s, {SizeBytes / (1 << 20)} MB, N = {Nodes}, {Mode}{(SlowNodes.Count > 0 ? $", {SlowNodes.Count} node(s) at {SlowRateMbit:0.##} Mbit/s, {Group.ToString().ToLowerInvariant()} nodes" : "")}");
+
+    public string Mode => Delivery == Delivery.Direct ? "direct" : Probe ? "fan-out, probe" : SlowNodes.Count > 0 ? "fan-out, probe off" : "fan-out";
 }
 
 /// <summary>A lab cell beside what the simulation gives for it.</summary>
 public sealed record ValidationRow(LabCell Cell, double Simulated)
 {
+    /// <summary>Fan-out with the probe: the ranks the simulated probe made leaves, and what the probe took.</summary>
+    public IReadOnlyList<int> Leaves { get; init; } = [];
+    public double ProbeSeconds { get; init; }
     public double Error => Simulated / Cell.Median - 1;
 }
 
@@ -22,29 +38,73 @@ public sealed record PredictionRow(string Scenario, int Nodes, int Hosts, double
 {
     /// <summary>What the cache tier sent, in dataset copies.</summary>
     public double TierCopies => TierBytes / StoredBytes;
+    /// <summary>Rows with slow nodes: when the last healthy node held the data.</summary>
+    public double? HealthySeconds { get; init; }
 }
 
 /// <summary>The lab cells replayed, and the predictions at 190, 1,000 and 10,000 nodes.</summary>
 public static class Experiments
 {
-    /// <summary>The product's own modes from a results file: direct (<c>none</c>) and <c>mpi</c>, grouped by configuration.</summary>
+    /// <summary>
+    /// The product's own modes from a results file: direct (<c>none</c>), <c>mpi</c> and <c>mpi-ring</c> (the fan-out
+    /// with the link probe off), grouped by configuration. A run with slow nodes gives two cells, its healthy nodes and
+    /// its slow ones, each timed by its last node.
+    /// </summary>
     public static List<LabCell> Cells(IEnumerable<BenchRecord> records) =>
-        records.Where(r => r.Kind == "cluster" && r.Dataset is not null && Calibration.Mode(r) is not null && r.MeasuredSeconds > 0)
-            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.RateMbit, r.Config.SizeBytes, r.Dataset!.StoredBytes, Mode: Calibration.Mode(r)))
-            .Select(g => new LabCell(g.Key.Nodes, g.Key.Hosts, g.Key.RateMbit, g.Key.SizeBytes, g.Key.StoredBytes,
-                g.Key.Mode == "mpi" ? Delivery.Fanout : Delivery.Direct, g.Select(r => r.MeasuredSeconds).ToList()))
-            .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Nodes)
+        records.Where(r => r.Kind == "cluster" && r.Dataset is not null && CellDelivery(r) is not null && r.MeasuredSeconds > 0)
+            .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.RateMbit, r.Config.SizeBytes, r.Dataset!.StoredBytes, Delivery: CellDelivery(r)!.Value,
+                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0))
+            .SelectMany(g =>
+            {
+                var slow = SlowIndices(g.First());
+                var groups = slow.Count == 0 ? [NodeGroup.All] : new[] { NodeGroup.Healthy, NodeGroup.Slow };
+                return groups.Select(group => new LabCell(g.Key.Nodes, g.Key.Hosts, g.Key.RateMbit, g.Key.SizeBytes, g.Key.StoredBytes, g.Key.Delivery,
+                    g.Select(r => Time(r, slow, group)).ToList())
+                {
+                    SlowNodes = slow, SlowRateMbit = g.Key.SlowRate, Probe = g.Key.Probe, Group = group,
+                });
+            })
+            .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
             .ToList();
+
+    private static Delivery? CellDelivery(BenchRecord r) => r.Config.Fanout == "mpi-ring" ? Delivery.Fanout : Calibration.Mode(r) switch
+    {
+        "mpi" => Delivery.Fanout,
+        "none" => Delivery.Direct,
+        _ => null,
+    };
+
+    /// <summary>A fan-out run whose ranks probed their links: they report the probe's time (runs made before the probe, or with it off, report none).</summary>
+    private static bool Probed(BenchRecord r) => CellDelivery(r) == Delivery.Fanout && r.Nodes.Any(n => n.ProbeSeconds is > 0);
+
+    /// <summary>The bench names nodes node1 … nodeN in rank order.</summary>
+    private static HashSet<int> SlowIndices(BenchRecord r) =>
+        (r.Config.SlowNodes ?? []).Select(name => int.Parse(name.AsSpan("node".Length), CultureInfo.InvariantCulture) - 1).ToHashSet();
+
+    private static double Time(BenchRecord r, IReadOnlySet<int> slow, NodeGroup group) => group switch
+    {
+        NodeGroup.All => r.MeasuredSeconds,
+        _ => r.Nodes.Select((n, i) => (n, i)).Where(x => slow.Contains(x.i) == (group == NodeGroup.Slow)).Max(x => x.n.WallSeconds),
+    };
 
     /// <summary>The lab as the simulation sees it: one bridge, H cache hosts and N nodes at the shaped rate, every
     /// process on the lab machine's cores.</summary>
     public static ClusterSpec Lab(LabCell cell, Calibration cal) => new()
     {
         Nodes = cell.Nodes, CacheHosts = cell.Hosts, LinkBitsPerSecond = cell.RateMbit * 1e6, Cpu = CpuModel.Shared, Cores = cal.LabCores,
+        SlowNodes = cell.SlowNodes, SlowFactor = cell.SlowNodes.Count > 0 ? cell.SlowRateMbit / cell.RateMbit : 1,
     };
 
-    public static ValidationRow Replay(LabCell cell, Calibration cal) =>
-        new(cell, Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes).Seconds);
+    public static ValidationRow Replay(LabCell cell, Calibration cal)
+    {
+        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe).Jobs[0];
+        var simulated = cell.Group switch
+        {
+            NodeGroup.All => job.Seconds,
+            _ => job.NodeSeconds.Where((_, i) => cell.SlowNodes.Contains(i) == (cell.Group == NodeGroup.Slow)).Max(),
+        };
+        return new(cell, simulated) { Leaves = job.Leaves ?? [], ProbeSeconds = job.ProbeSeconds };
+    }
 
     /// <summary>What the predictions assume about a cluster beyond the lab's figures (docs/benchmarks.md says why).</summary>
     public sealed record Assumptions
@@ -108,11 +168,28 @@ public static class Experiments
         // Slow nodes spread evenly (every 100th node at 1%): a NIC that came up at a tenth of the rate.
         var every = Math.Max(1, (int)Math.Round(1 / a.SlowFraction));
         var slow = Enumerable.Range(0, nodes).Where(i => i % every == every / 2).ToHashSet();
-        foreach (var d in new[] { Delivery.Direct, Delivery.Fanout })
+        var slowLabel = $"{a.SlowFraction:P0} slow nodes (link × {a.SlowFactor})";
         {
-            var r = Simulator.Run(Cluster(nodes, h, rateGbit, a, slow: slow), cal, d, stored);
-            var needed = HostsNeeded(x => Simulator.Run(Cluster(nodes, x, rateGbit, a, slow: slow), cal, d, stored).Seconds, nodes);
-            yield return new($"{a.SlowFraction:P0} slow nodes (link × {a.SlowFactor})", nodes, h, rateGbit, d, stored, r.Seconds, r.Jobs[0].TierBytes, needed, null, r.Events, r.WallMilliseconds);
+            var r = Simulator.Run(Cluster(nodes, h, rateGbit, a, slow: slow), cal, Delivery.Direct, stored);
+            var needed = HostsNeeded(x => Simulator.Run(Cluster(nodes, x, rateGbit, a, slow: slow), cal, Delivery.Direct, stored).Seconds, nodes);
+            yield return new(slowLabel, nodes, h, rateGbit, Delivery.Direct, stored, r.Seconds, r.Jobs[0].TierBytes, needed, null, r.Events, r.WallMilliseconds)
+            {
+                HealthySeconds = r.Jobs[0].NodeSeconds.Where((_, i) => !slow.Contains(i)).Max(),
+            };
+        }
+        // The fan-out with the probe off (every node in the ring), with it on (node prep's rule decides the leaves), and
+        // with the rule's 20 ms floor taken away: what leaves would buy where the probe is too short to judge.
+        foreach (var (route, probe, floor) in new (string, bool, double?)[] { ("ring, probe off", false, null), ("probe on", true, null), ("leaves without the probe's 20 ms floor", true, 0) })
+        {
+            SimulationResult Run(int hosts) => Simulator.Run(Cluster(nodes, hosts, rateGbit, a, slow: slow), cal, Delivery.Fanout, stored, probe: probe, shortestTelling: floor);
+            var r = Run(h);
+            var needed = HostsNeeded(x => Run(x).Seconds, nodes);
+            var job = r.Jobs[0];
+            var leaves = probe ? string.Create(CultureInfo.InvariantCulture, $" → {job.Leaves!.Count} leaves, probe {job.ProbeSeconds * 1e3:0.#} ms") : "";
+            yield return new($"{slowLabel}, {route}{leaves}", nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, job.TierBytes, needed, null, r.Events, r.WallMilliseconds)
+            {
+                HealthySeconds = job.NodeSeconds.Where((_, i) => !slow.Contains(i)).Max(),
+            };
         }
 
         // One rank dies halfway through the exchange; the survivors wait the stall timeout, then fetch the rest directly.

@@ -8,11 +8,59 @@ public enum Delivery { Direct, Fanout }
 /// <param name="FailRank">Which rank of the job dies.</param>
 /// <param name="StallTimeout">How long the surviving ranks wait for a ring that stopped moving before each fetches the
 /// rest directly (nodeprep --stall-timeout, 2 minutes by default).</param>
+/// <param name="Probe">Fan-out only: the ranks probe their links before the exchange and route slow nodes out of the
+/// ring as leaves (nodeprep --link-probe on, the default); false: every rank in the ring (--link-probe off, and every
+/// run made before the probe existed).</param>
+/// <param name="ShortestTelling">The probe's shortest duration that may make a leaf; null: node prep's own
+/// (<see cref="LeafRule.ShortestTellingSeconds"/>). Only for asking what the rule would do without its floor.</param>
 public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long StoredBytes, double? FailAfter = null, int FailRank = 0,
-    double StallTimeout = 120);
+    double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null);
 
 /// <summary>What a job took. Seconds: from the common start until its last surviving node held the data.</summary>
-public sealed record JobResult(Delivery Delivery, int Nodes, double Seconds, double[] NodeSeconds, double TierBytes, double? ExchangeSeconds, int FellBack);
+/// <param name="Leaves">Ranks the probe routed out of the ring (empty without a probe or with no slow node).</param>
+/// <param name="ProbeSeconds">From the probe's start until the exchange began (the probe, the all-gather of its rates,
+/// the connections to the leaves); 0 without a probe.</param>
+public sealed record JobResult(Delivery Delivery, int Nodes, double Seconds, double[] NodeSeconds, double TierBytes, double? ExchangeSeconds, int FellBack,
+    IReadOnlyList<int>? Leaves = null, double ProbeSeconds = 0);
+
+/// <summary>One rank's probe of the link from its left neighbour, as jobs/Fanout's ProbeResult: bytes per second, and
+/// over how many seconds that was measured.</summary>
+public readonly record struct ProbeReading(double BytesPerSecond, double Seconds);
+
+/// <summary>
+/// Node prep's probe and routing rule, restated here because the bench cannot reference the jobs assembly (which hosts
+/// the bench): jobs/Fanout/LinkProbe (8 chunks of 32 KB to the right neighbour, timed from the first chunk's arrival,
+/// at most 1 s) and FanoutRoute.FromProbes. A node's rate is the faster of its two probed links; it becomes a leaf
+/// when that is below half the median node's and the faster probe took at least 20 ms; fewer than 3 ranks, or fewer
+/// than 2 members left, and there are no leaves. Keep the constants in step with those files.
+/// </summary>
+public static class LeafRule
+{
+    public const int ChunkBytes = 32 << 10;
+    public const int Chunks = 8;
+    public const double LimitSeconds = 1;
+    public const double SlowShareOfMedian = 0.5;
+    public const double ShortestTellingSeconds = 0.020;
+    public const int SmallestWithLeaves = 3;
+
+    /// <summary>The leaves, in rank order, from every rank's probe of its incoming link (<paramref name="incoming"/>[r]: from r−1 into r).</summary>
+    public static int[] Leaves(IReadOnlyList<ProbeReading> incoming, double shortestTelling = ShortestTellingSeconds)
+    {
+        var size = incoming.Count;
+        if (size < SmallestWithLeaves) return [];
+        var rates = Enumerable.Range(0, size).Select(r => Math.Max(incoming[r].BytesPerSecond, incoming[(r + 1) % size].BytesPerSecond)).ToArray();
+        var ordered = rates.Order().ToArray();
+        var median = size % 2 == 1 ? ordered[size / 2] : (ordered[size / 2 - 1] + ordered[size / 2]) / 2;
+        bool Slow(int r)
+        {
+            if (!(rates[r] < SlowShareOfMedian * median)) return false;
+            var faster = incoming[r].BytesPerSecond >= incoming[(r + 1) % size].BytesPerSecond ? incoming[r] : incoming[(r + 1) % size];
+            return faster.Seconds >= shortestTelling;
+        }
+        var leaves = Enumerable.Range(0, size).Where(Slow).ToArray();
+        return size - leaves.Length < 2 ? [] : leaves;
+    }
+}
 
 /// <summary>A run of one or more jobs on one <see cref="ClusterSpec"/>.</summary>
 public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events, double WallMilliseconds)
@@ -30,6 +78,11 @@ public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events,
 /// the ranks wait for each other (manifest broadcast, agreeing on what is missing); rank r fetches share r (S/N) from
 /// the tier and the pipelined ring all-gather sends every block on to r+1 until it has crossed N−1 links. So each
 /// node's link receives S (its share plus the ring) and sends (N−1)/N·S, and the cache tier sends S once.</item>
+/// <item>With the link probe (<see cref="JobSpec.Probe"/>), before the exchange every rank sends 256 KB to its right
+/// neighbour (all links at once) and times what arrives from its left, for at most a second; the rates are
+/// all-gathered and <see cref="LeafRule"/> decides, as node prep does, which nodes become leaves. The M others form the
+/// ring over shares of S/M, and each member also sends its own share to every leaf; a member is done when its node has
+/// the data, a leaf when every member's share has crossed its link.</item>
 /// <item>A node that dies stops the ring; the others notice when nothing has moved for the stall timeout and each
 /// fetches what it lacks directly (the agent kept every block it verified).</item>
 /// </list>
@@ -110,8 +163,9 @@ public sealed class Simulator
     }
 
     /// <summary>One job on its own cluster of its size.</summary>
-    public static SimulationResult Run(ClusterSpec spec, Calibration cal, Delivery delivery, long storedBytes, double? failAfter = null, double stallTimeout = 120) =>
-        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, spec.Nodes / 2, stallTimeout)]);
+    public static SimulationResult Run(ClusterSpec spec, Calibration cal, Delivery delivery, long storedBytes, double? failAfter = null, double stallTimeout = 120,
+        bool probe = false, double? shortestTelling = null) =>
+        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, spec.Nodes / 2, stallTimeout, probe, shortestTelling)]);
 
     private interface IJobRun
     {
@@ -152,6 +206,32 @@ public sealed class Simulator
         }
         links.Add(_down[to]);
         return Start(bytes, links, to, Delivery.Fanout, done);
+    }
+
+    /// <summary>
+    /// Every member's own share to one leaf, as one flow: each member sends S/M of the S that crosses the leaf's link,
+    /// so one byte of it uses 1/M of every member's uplink (and of each rack link on the way). The leaf's link is the
+    /// narrow one by construction, so the members' flows to it move at the same pace and end together; one flow per
+    /// leaf instead of M keeps 100 leaves among 10,000 nodes at a hundred flows.
+    /// </summary>
+    private Flow ToLeaf(IReadOnlyList<int> members, int leaf, double bytes, Action<Flow> done)
+    {
+        var weights = new Dictionary<int, double>();
+        void Add(int link, double w) => weights[link] = weights.GetValueOrDefault(link) + w;
+        var share = 1.0 / members.Count;
+        foreach (var m in members)
+        {
+            Add(_up[m], share);
+            if (_tierRacks >= 0 && _rack[m] != _rack[leaf])
+            {
+                Add(_rackUp[_rack[m]], share);
+                Add(_rackDown[_rack[leaf]], share);
+            }
+        }
+        Add(_down[leaf], 1);
+        var (cpu, weight) = Ingest(leaf, Delivery.Fanout);
+        if (cpu >= 0 && weight > 0) Add(cpu, weight);
+        return _net.Start(bytes, [.. weights.Keys], [.. weights.Values], done, leaf);
     }
 
     private Flow Start(double bytes, List<int> links, int node, Delivery d, Action<Flow> done)
@@ -204,19 +284,32 @@ public sealed class Simulator
         private readonly int _n = job.Nodes;
         private readonly double _s = job.StoredBytes;
         private readonly double[] _done = Enumerable.Repeat(double.NaN, job.Nodes).ToArray();
-        private readonly Flow?[] _fetch = new Flow?[job.Nodes];
-        private readonly Flow?[] _edge = new Flow?[job.Nodes];
-        private readonly double[] _fetchEnd = new double[job.Nodes];
-        private readonly double[] _edgeEnd = new double[job.Nodes];
-        private int _joined, _pending, _fellBack;
-        private double _exchangeStart = double.NaN, _exchangeEnd = double.NaN, _tierBytes;
+        // By ring position; position k is rank _members[k].
+        private int[] _members = Enumerable.Range(0, job.Nodes).ToArray();
+        private int[] _leaves = [];
+        private Flow?[] _fetch = [];
+        private Flow?[] _edge = [];
+        private Flow?[] _toLeaf = [];
+        private double[] _fetchEnd = [];
+        private double[] _edgeEnd = [];
+        private double[] _leafEnd = [];
+        // The probe: what is still on the link into each rank, and the ring edges waiting behind it.
+        private readonly Flow?[] _probeRest = new Flow?[job.Nodes];
+        private readonly List<Action>?[] _afterProbe = new List<Action>?[job.Nodes];
+        private readonly bool[] _probed = new bool[job.Nodes];
+        private int _joined, _pending, _fellBack, _unmeasured;
+        private double _exchangeStart = double.NaN, _exchangeEnd = double.NaN, _tierBytes, _probeStart = double.NaN;
         private bool _stopped;
         private int _dead = -1;
 
-        /// <summary>FanoutPlan's block: a share over 8, within 128 KB and 1 MB.</summary>
-        private double Block => Math.Clamp(_s / _n / 8, 128 << 10, 1 << 20);
+        private int M => _members.Length;
+
+        /// <summary>FanoutPlan's block: a share over 8, within 128 KB and 1 MB; a share is S over the ring's members.</summary>
+        private double Block => Math.Clamp(_s / M / 8, 128 << 10, 1 << 20);
 
         private int Node(int rank) => job.FirstNode + rank;
+
+        private double LatencyOfTree => 2 * Math.Ceiling(Math.Log2(Math.Max(2, _n))) * sim._spec.HopLatency;
 
         public void Start()
         {
@@ -229,28 +322,122 @@ public sealed class Simulator
         {
             if (++_joined < _n) return;
             // The collectives before the ring (manifest broadcast, all-gather of what is missing): a tree each way.
-            sim._net.After(2 * Math.Ceiling(Math.Log2(Math.Max(2, _n))) * sim._spec.HopLatency, Exchange);
+            sim._net.After(LatencyOfTree, job.Probe && _n >= LeafRule.SmallestWithLeaves ? Probe : Exchange);
+        }
+
+        /// <summary>
+        /// LinkProbe: every rank sends its chunks to the right neighbour at once, and times the link from its left from
+        /// the first chunk's arrival on (the ranks' start skew is in that first chunk), giving up at the limit with what
+        /// had arrived. The first chunk and the other seven are two flows one after the other on the same path.
+        /// </summary>
+        private void Probe()
+        {
+            _probeStart = sim._net.Now;
+            _unmeasured = _n;
+            var incoming = new ProbeReading[_n];
+            var first = new double[_n];
+            var measured = new bool[_n];
+            const double chunk = LeafRule.ChunkBytes;
+            void Measure(int r)
+            {
+                if (measured[r]) return;
+                measured[r] = true;
+                var now = sim._net.Now;
+                var rest = _probeRest[r];
+                if (rest is not null && rest.Remaining <= 0)
+                    incoming[r] = new((LeafRule.Chunks - 1) * chunk / (now - first[r]), now - first[r]);
+                else
+                {
+                    // At the limit: the chunks in so far, timed from the first to the last whole one.
+                    var got = rest is null ? 0 : 1 + (int)Math.Floor(rest.Moved / chunk);
+                    if (got >= 2)
+                    {
+                        var seconds = (got - 1) * chunk * (now - first[r]) / rest!.Moved;
+                        incoming[r] = new((got - 1) * chunk / seconds, seconds);
+                    }
+                    else incoming[r] = new(got * chunk / (now - _probeStart), now - _probeStart);
+                }
+                if (--_unmeasured == 0) Route(incoming);
+            }
+            for (var r = 0; r < _n; r++)
+            {
+                var from = r;
+                var to = (r + 1) % _n;
+                sim.Between(Node(from), Node(to), chunk, _ =>
+                {
+                    first[to] = sim._net.Now;
+                    _probeRest[to] = sim.Between(Node(from), Node(to), (LeafRule.Chunks - 1) * chunk, _ =>
+                    {
+                        _probed[to] = true;
+                        Measure(to);
+                        if (_afterProbe[to] is { } waiting) foreach (var go in waiting) go();
+                        _afterProbe[to] = null;
+                    });
+                });
+            }
+            sim._net.After(LeafRule.LimitSeconds, () => { for (var r = 0; r < _n; r++) Measure(r); });
+        }
+
+        /// <summary>The rates all-gathered (a tree each way), the route decided alike on every rank, connections to the leaves made.</summary>
+        private void Route(ProbeReading[] incoming)
+        {
+            var leaves = LeafRule.Leaves(incoming, job.ShortestTelling ?? LeafRule.ShortestTellingSeconds);
+            var connect = leaves.Length > 0 ? 2 * sim._spec.HopLatency : 0;
+            sim._net.After(LatencyOfTree + connect, () =>
+            {
+                _leaves = leaves;
+                _members = Enumerable.Range(0, _n).Except(leaves).ToArray();
+                Exchange();
+            });
         }
 
         private void Exchange()
         {
             _exchangeStart = sim._net.Now;
-            if (_n == 1)
+            var m = M;
+            _fetch = new Flow?[m];
+            _edge = new Flow?[m];
+            _fetchEnd = new double[m];
+            _edgeEnd = new double[m];
+            _toLeaf = new Flow?[_leaves.Length];
+            _leafEnd = new double[_leaves.Length];
+            if (m == 1)
             {
                 _pending = 1;
-                _fetch[0] = sim.FromTier(Node(0), _s, Delivery.Fanout, f => { _tierBytes += f.Size; _fetchEnd[0] = sim._net.Now; EdgeOrFetchDone(); });
+                _fetch[0] = sim.FromTier(Node(_members[0]), _s, Delivery.Fanout, f => { _tierBytes += f.Size; _fetchEnd[0] = sim._net.Now; EdgeOrFetchDone(); });
                 return;
             }
-            _pending = 2 * _n;
-            for (var r = 0; r < _n; r++)
+            _pending = 2 * m + _leaves.Length;
+            for (var k = 0; k < m; k++)
             {
-                var rank = r;
-                _fetch[r] = sim.FromTier(Node(r), _s / _n, Delivery.Fanout, f => { _tierBytes += f.Size; _fetchEnd[rank] = sim._net.Now; EdgeOrFetchDone(); });
-                // Rank r sends once its first own block is in: one block at its link's rate.
-                sim._net.After(Block / sim.LinkRate(Node(r)) + sim._spec.HopLatency, () =>
+                var position = k;
+                var rank = _members[k];
+                var right = _members[(k + 1) % m];
+                _fetch[k] = sim.FromTier(Node(rank), _s / m, Delivery.Fanout, f => { _tierBytes += f.Size; _fetchEnd[position] = sim._net.Now; EdgeOrFetchDone(); });
+                // A member sends once its first own block is in: one block at its link's rate.
+                sim._net.After(Block / sim.LinkRate(Node(rank)) + sim._spec.HopLatency, () =>
                 {
                     if (_stopped) return;
-                    _edge[rank] = sim.Between(Node(rank), Node((rank + 1) % _n), _s * (_n - 1) / _n, _ => { _edgeEnd[rank] = sim._net.Now; EdgeOrFetchDone(); });
+                    void Send() => _edge[position] = sim.Between(Node(rank), Node(right), _s * (m - 1) / m, _ => { _edgeEnd[position] = sim._net.Now; EdgeOrFetchDone(); });
+                    // On a link the probe used, the ring's blocks queue behind what is left of it.
+                    if (!double.IsNaN(_probeStart) && right == (rank + 1) % _n && !_probed[right])
+                        (_afterProbe[right] ??= []).Add(() => { if (!_stopped) Send(); });
+                    else Send();
+                });
+            }
+            if (_leaves.Length > 0)
+            {
+                // Each member queues its blocks for the leaves as it fetches them: the sends start with the first block.
+                var firstBlock = _members.Max(r => Block / sim.LinkRate(Node(r))) + sim._spec.HopLatency;
+                var members = _members.Select(Node).ToArray();
+                sim._net.After(firstBlock, () =>
+                {
+                    if (_stopped) return;
+                    for (var i = 0; i < _leaves.Length; i++)
+                    {
+                        var index = i;
+                        _toLeaf[i] = sim.ToLeaf(members, Node(_leaves[i]), _s, _ => { _leafEnd[index] = sim._net.Now; EdgeOrFetchDone(); });
+                    }
                 });
             }
             if (job.FailAfter is { } after) sim._net.After(after, Fail);
@@ -260,9 +447,13 @@ public sealed class Simulator
         {
             if (--_pending > 0 || _stopped) return;
             _exchangeEnd = sim._net.Now;
-            if (_n == 1) { _done[0] = Ingested(_fetchEnd[0]); return; }
-            var finish = RingFinish(_edgeEnd, _fetchEnd, r => Block / Math.Min(sim.LinkRate(Node(r)), sim.LinkRate(Node((r + 1) % _n))) + sim._spec.HopLatency);
-            for (var r = 0; r < _n; r++) _done[r] = Ingested(finish[r]);
+            if (M == 1) { _done[_members[0]] = Ingested(_fetchEnd[0]); return; }
+            var finish = RingFinish(_edgeEnd, _fetchEnd, k => Block / Math.Min(sim.LinkRate(Node(_members[k])), sim.LinkRate(Node(_members[(k + 1) % M]))) + sim._spec.HopLatency);
+            for (var k = 0; k < M; k++) _done[_members[k]] = Ingested(finish[k]);
+            // A leaf has everything when every member's share has crossed its link, and not before the last share was fetched.
+            var lastFetch = _fetchEnd.Max();
+            for (var i = 0; i < _leaves.Length; i++)
+                _done[_leaves[i]] = Ingested(Math.Max(_leafEnd[i], lastFetch + Block / sim.LinkRate(Node(_leaves[i])) + sim._spec.HopLatency));
         }
 
         /// <summary>
@@ -279,11 +470,11 @@ public sealed class Simulator
         }
 
         /// <summary>
-        /// When each rank holds every block. Edge j (rank j to j+1) ended at <paramref name="edgeEnd"/>[j], and not before
-        /// rank j's own share was in and sent. The last block over edge j goes on one link per hop (a block's time on
-        /// that link), so it reaches rank i at end[j] plus the hops of edges j+1 … i−1 — for every j but i itself, since a
-        /// block stops one rank short of its origin and crosses at most N−1 links. Rank i finishes at the latest of
-        /// those: a sliding maximum over N−1 edges of the ring laid out twice, O(N).
+        /// When each ring member holds every block. Edge j (member j to j+1) ended at <paramref name="edgeEnd"/>[j], and
+        /// not before member j's own share was in and sent. The last block over edge j goes on one link per hop (a
+        /// block's time on that link), so it reaches member i at end[j] plus the hops of edges j+1 … i−1 — for every j but
+        /// i itself, since a block stops one member short of its origin and crosses at most M−1 links. Member i finishes
+        /// at the latest of those: a sliding maximum over M−1 edges of the ring laid out twice, O(M).
         /// </summary>
         internal static double[] RingFinish(double[] edgeEnd, double[] fetchEnd, Func<int, double> hop)
         {
@@ -315,7 +506,8 @@ public sealed class Simulator
 
         /// <summary>
         /// A rank dies: the ring stops where it is. The others wait the stall timeout (nothing moves), then each
-        /// fetches directly what it did not get: its own share's fetched part and what its left neighbour sent are kept.
+        /// fetches directly what it did not get: its own share's fetched part, what its left neighbour sent, and as a
+        /// leaf what the members had sent it are kept.
         /// </summary>
         private void Fail()
         {
@@ -323,11 +515,13 @@ public sealed class Simulator
             _stopped = true;
             _dead = Math.Clamp(job.FailRank, 0, _n - 1);
             var received = new double[_n];
-            for (var r = 0; r < _n; r++)
+            for (var k = 0; k < M; k++)
             {
-                if (_fetch[r] is { } f) { sim._net.Cancel(f); received[r] += f.Moved; _tierBytes += f.Moved; }
-                if (_edge[r] is { } e) { sim._net.Cancel(e); received[(r + 1) % _n] += e.Moved; }
+                if (_fetch[k] is { } f) { sim._net.Cancel(f); received[_members[k]] += f.Moved; _tierBytes += f.Moved; }
+                if (_edge[k] is { } e) { sim._net.Cancel(e); received[_members[(k + 1) % M]] += e.Moved; }
             }
+            for (var i = 0; i < _leaves.Length; i++)
+                if (_toLeaf[i] is { } l) { sim._net.Cancel(l); received[_leaves[i]] += l.Moved; }
             sim._net.After(job.StallTimeout, () =>
             {
                 for (var r = 0; r < _n; r++)
@@ -350,7 +544,8 @@ public sealed class Simulator
         {
             var survivors = _done.Where((_, r) => r != _dead).ToArray();
             return new(Delivery.Fanout, _n, survivors.Max(), _done, _tierBytes,
-                double.IsNaN(_exchangeEnd) ? null : _exchangeEnd - _exchangeStart, _fellBack);
+                double.IsNaN(_exchangeEnd) ? null : _exchangeEnd - _exchangeStart, _fellBack, _leaves,
+                double.IsNaN(_probeStart) ? 0 : _exchangeStart - _probeStart);
         }
     }
 

@@ -6,6 +6,7 @@ namespace Hpc.Bench.Tests;
 public class SimulationTests
 {
     private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
+    private static readonly string SlowRecords = Path.Combine(RepoRoot(), "docs", "results", "slow-node.jsonl");
 
     /// <summary>Costs beyond the wire set to nothing, so a test sees the links alone.</summary>
     private static readonly Calibration Wire = new();
@@ -29,6 +30,80 @@ public class SimulationTests
         var cell = Experiments.Cells(records).Single(c => c.RateMbit == rateMbit && c.Nodes == nodes && c.Delivery == delivery && c.SizeBytes < 100 << 20);
         var row = Experiments.Replay(cell, cal);
         Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
+    }
+
+    [Fact]
+    public void Reproduces_the_slow_node_of_the_recorded_slow_node_run_within_ten_percent_and_routes_it_as_the_ranks_did()
+    {
+        var records = ResultReader.Read(SlowRecords).Records;
+        // Calibrated from the same file's runs without a slow node; the slow-node run itself is predicted.
+        var cal = Calibration.FromRecords(records, SlowRecords);
+        var run = records.Single(r => r.Config.Fanout == "mpi" && r.Config.SlowNodes is { Count: > 0 });
+        var cell = Experiments.Cells(records).Single(c => c.Probe && c.SlowNodes.Count > 0 && c.Group == NodeGroup.Slow);
+        var row = Experiments.Replay(cell, cal);
+        Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured {cell.Median:0.00} s ({row.Error:P1})");
+        // The ranks wrote down the route they agreed on ("leaves:2/ring:0,1,3"); the simulated probe must reach the same.
+        var measuredLeaves = run.Nodes[0].Route!.Split('/')[0]["leaves:".Length..].Split(',').Select(int.Parse);
+        Assert.Equal(measuredLeaves, row.Leaves);
+    }
+
+    [Fact]
+    public void With_no_slow_node_the_probe_keeps_the_ring_and_costs_only_its_own_time()
+    {
+        const long stored = 64L << 20;
+        // 25 Mbit/s: a probe takes ~80 ms, long enough to judge, so only the rates decide.
+        var spec = new ClusterSpec { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = 25e6, HopLatency = 25e-6 };
+        var off = Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0];
+        var on = Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
+        Assert.Empty(on.Leaves!);
+        // 256 KB at the link's rate, then the rates' all-gather.
+        var chunks = LeafRule.Chunks * LeafRule.ChunkBytes / (25e6 / 8 * Wire.Efficiency);
+        Assert.InRange(on.ProbeSeconds, chunks, chunks + 0.01);
+        Assert.Equal(off.ExchangeSeconds!.Value, on.ExchangeSeconds!.Value, 9);
+        Assert.Equal(off.TierBytes, on.TierBytes, 0);
+        for (var i = 0; i < spec.Nodes; i++) Assert.Equal(off.NodeSeconds[i] + on.ProbeSeconds, on.NodeSeconds[i], 9);
+    }
+
+    [Fact]
+    public void A_quarter_rate_node_becomes_a_leaf_and_the_others_keep_their_time()
+    {
+        const long stored = 64L << 20;
+        ClusterSpec Spec(params int[] slow) => new() { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = 25e6, HopLatency = 25e-6, SlowNodes = slow.ToHashSet(), SlowFactor = 0.25 };
+        var even = Simulator.Run(Spec(), Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
+        var ring = Simulator.Run(Spec(5), Wire, Delivery.Fanout, stored).Jobs[0];
+        var routed = Simulator.Run(Spec(5), Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
+        // Its neighbours have one slow link each and their other one healthy: they stay in the ring.
+        Assert.Equal([5], routed.Leaves!);
+        var healthy = routed.NodeSeconds.Where((_, i) => i != 5).Max();
+        Assert.InRange(healthy, even.Seconds, 1.1 * even.Seconds);
+        Assert.True(healthy < ring.Seconds / 3, $"healthy nodes {healthy:0.00} s with the leaf, {ring.Seconds:0.00} s in the ring");
+        // The leaf receives S over its own link, from every member at once: its link's time and little more.
+        var leafLimit = stored / (0.25 * 25e6 / 8 * Wire.Efficiency);
+        Assert.InRange(routed.NodeSeconds[5], leafLimit, 1.1 * leafLimit);
+        Assert.Equal(stored, routed.TierBytes, 0);
+    }
+
+    [Fact]
+    public void A_probe_shorter_than_twenty_milliseconds_makes_no_leaf()
+    {
+        const long stored = 64L << 20;
+        // At 10 Gbit/s even a quarter-rate link delivers 224 KB in under a millisecond: too short to judge.
+        var spec = new ClusterSpec { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = 10e9, HopLatency = 25e-6, SlowNodes = new HashSet<int> { 5 }, SlowFactor = 0.25 };
+        Assert.Empty(Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0].Leaves!);
+        Assert.Equal([5], Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true, shortestTelling: 0).Jobs[0].Leaves!);
+    }
+
+    [Fact]
+    public void The_leaf_rule_needs_both_links_below_half_the_median_and_leaves_at_least_two_members()
+    {
+        ProbeReading Link(double rate) => new(rate, 0.1);
+        // Rank 2's links (1→2 and 2→3) are slow; rank 3's incoming is slow but its outgoing is not.
+        Assert.Equal([2], LeafRule.Leaves([Link(100), Link(100), Link(20), Link(20), Link(100)]));
+        // One slow link alone (3→4) makes nobody a leaf: each node on it has its other link healthy.
+        Assert.Empty(LeafRule.Leaves([Link(100), Link(100), Link(100), Link(100), Link(20)]));
+        Assert.Empty(LeafRule.Leaves([Link(100), Link(20)]));
+        // Too short to judge: the faster of the node's two probes took under 20 ms.
+        Assert.Empty(LeafRule.Leaves([new(100, 0.1), new(100, 0.1), new(20, 0.019), new(20, 0.019), new(100, 0.1)]));
     }
 
     [Fact]
