@@ -164,12 +164,9 @@ public sealed class DemoCommand(DemoOptions o)
                           (compute > 0 ? $", VaR pass median {compute:0} ms" : ""));
     }
 
-    /// <summary>Which build of each daemon runs: native code or an assembly the JIT compiles (and where it was found).</summary>
+    /// <summary>Which build of each daemon runs: native code, ReadyToRun or an assembly the JIT compiles (and where it was found).</summary>
     private static string ProgramBuilds() => string.Join(", ", new[] { "hpcdata", CacheHostOptions.Assembly, NodeAgentOptions.Assembly, StagerOptions.Assembly }.Select(a =>
-    {
-        var path = ComponentLocator.Find(a);
-        return $"{a} {(ComponentLocator.IsNative(path) ? "native" : "JIT")}";
-    })) + $" (from {Path.GetDirectoryName(ComponentLocator.Find(NodeAgentOptions.Assembly))})";
+        $"{a} {ComponentLocator.BuildKind(ComponentLocator.Find(a))}")) + $" (from {Path.GetDirectoryName(ComponentLocator.Find(NodeAgentOptions.Assembly))})";
 }
 
 /// <summary>

@@ -215,6 +215,21 @@ public static class ComponentLocator
     /// <summary>True for a program compiled to native code rather than an assembly run by <c>dotnet</c>.</summary>
     public static bool IsNative(string path) => !path.EndsWith(".dll", StringComparison.OrdinalIgnoreCase);
 
+    /// <summary>
+    /// How the program at <paramref name="path"/> was compiled: "native", "ReadyToRun" (an assembly carrying precompiled
+    /// code beside its IL, which the runtime uses instead of compiling) or "JIT".
+    /// </summary>
+    public static string BuildKind(string path)
+    {
+        if (IsNative(path)) return "native";
+        try
+        {
+            using var pe = new System.Reflection.PortableExecutable.PEReader(File.OpenRead(path));
+            return pe.PEHeaders.CorHeader?.ManagedNativeHeaderDirectory.Size > 0 ? "ReadyToRun" : "JIT";
+        }
+        catch (Exception e) when (e is IOException or BadImageFormatException or UnauthorizedAccessException) { return "JIT"; }
+    }
+
     /// <summary>Whether <see cref="Find"/> finds the program: an installed tool carries the lab only when packed with it.</summary>
     public static bool IsAvailable(string assembly)
     {
@@ -344,7 +359,9 @@ public static class ComponentLocator
 
     /// <summary>
     /// The same program compiled to native code by the Release build (artifacts/publish/&lt;project&gt;/&lt;config&gt;_&lt;rid&gt;/),
-    /// when it is at least as new as the assembly: a native program older than the assembly was built from older code.
+    /// or, where the build could not (no clang), compiled ReadyToRun (<c>&lt;config&gt;_&lt;rid&gt;_ready-to-run/</c>, an
+    /// assembly <c>dotnet</c> runs), when it is at least as new as the assembly: one older than the assembly was built
+    /// from older code.
     /// </summary>
     internal static string? NativeBuildOf(string builtAssembly, string assembly) => NativeBuildOf(builtAssembly, assembly, CpuRunsWideVectorBuilds);
 
@@ -359,11 +376,18 @@ public static class ComponentLocator
         var executable = OperatingSystem.IsWindows() ? assembly + ".exe" : assembly;
         var pivot = $"{configDir.Name}_{RuntimeInformation.RuntimeIdentifier}";
         string[] pivots = wideVectors ? [$"{pivot}_{WideVectorLevel}", pivot] : [pivot];
-        return publish.EnumerateDirectories()
+        var projects = publish.EnumerateDirectories().ToList();
+        return projects
             .SelectMany(project => pivots.Select(p => Path.Combine(project.FullName, p, executable)))
             .FirstOrDefault(native => File.Exists(native) && !File.Exists(Path.Combine(Path.GetDirectoryName(native)!, assembly + ".runtimeconfig.json"))
-                                      && File.GetLastWriteTimeUtc(native) >= File.GetLastWriteTimeUtc(builtAssembly));
+                                      && File.GetLastWriteTimeUtc(native) >= File.GetLastWriteTimeUtc(builtAssembly))
+            ?? projects.Select(project => Path.Combine(project.FullName, $"{pivot}_{ReadyToRunPivot}", assembly + ".dll"))
+                .FirstOrDefault(precompiled => File.Exists(precompiled) && File.Exists(Path.ChangeExtension(precompiled, ".runtimeconfig.json"))
+                                               && File.GetLastWriteTimeUtc(precompiled) >= File.GetLastWriteTimeUtc(builtAssembly));
     }
+
+    /// <summary>The suffix of the build tree's ReadyToRun publishes (made by a Release build on a machine without clang).</summary>
+    public const string ReadyToRunPivot = "ready-to-run";
 
     private static IEnumerable<string> BuildTree()
     {

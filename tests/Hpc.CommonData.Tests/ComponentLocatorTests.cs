@@ -109,6 +109,35 @@ public sealed class ComponentLocatorTests : IDisposable
     }
 
     [Fact]
+    public void Where_the_build_had_no_clang_its_ReadyToRun_publish_is_started_through_dotnet_and_a_native_build_wins_when_there_is_one()
+    {
+        var (dll, native) = BuildTree();
+        var precompiledDir = Directory.CreateDirectory(Path.GetDirectoryName(native) + "_" + ComponentLocator.ReadyToRunPivot).FullName;
+        var precompiled = Path.Combine(precompiledDir, "Hpc.Stager.dll");
+        File.WriteAllText(precompiled, "");
+        File.WriteAllText(Path.Combine(precompiledDir, "Hpc.Stager.runtimeconfig.json"), "");
+        File.SetLastWriteTimeUtc(dll, DateTime.UtcNow.AddMinutes(-1));
+        Assert.Equal(precompiled, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager"));
+        Assert.False(ComponentLocator.IsNative(precompiled));
+
+        File.WriteAllText(native, "");
+        Assert.Equal(native, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager"));
+        // A stale one (older than the assembly) is never started.
+        File.Delete(native);
+        File.SetLastWriteTimeUtc(precompiled, DateTime.UtcNow.AddMinutes(-2));
+        Assert.Null(ComponentLocator.NativeBuildOf(dll, "Hpc.Stager"));
+    }
+
+    [Fact]
+    public void The_build_kind_of_a_program_is_read_from_its_file()
+    {
+        Assert.Equal("native", ComponentLocator.BuildKind(Path.Combine(_dir, Native)));
+        // This test assembly is compiled by the JIT; the runtime's own libraries ship ReadyToRun.
+        Assert.Equal("JIT", ComponentLocator.BuildKind(typeof(ComponentLocatorTests).Assembly.Location));
+        Assert.Equal("ReadyToRun", ComponentLocator.BuildKind(typeof(object).Assembly.Location));
+    }
+
+    [Fact]
     public void A_framework_dependent_publish_is_not_taken_for_a_native_build()
     {
         var (dll, native) = BuildTree();
