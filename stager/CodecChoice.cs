@@ -17,18 +17,22 @@ public sealed record CodecChoice(SegmentCompression Compression, string Reason)
     /// <summary>Zstandard must store at most this share of LZ4's bytes to be chosen at all.</summary>
     public const double MaxShareOfLz4 = 0.85;
 
-    /// <param name="linkRate">The nodes' link rate; null when not known, taken as slower than either codec decodes.</param>
+    /// <param name="linkRate">
+    /// The nodes' link rate; null when not known: then LZ4, which decodes faster than a node's link brings the bytes on
+    /// any network, so it is never the wrong choice by much, while zstd on a fast link makes each node wait on its decoder.
+    /// </param>
     public static CodecChoice Choose(IReadOnlyList<byte[]> sample, ByteRate? linkRate, int stagerCores)
     {
         if (sample.Count == 0) return new(SegmentCompression.Lz4, "lz4: no sample (length unknown)");
+        if (linkRate is not { IsUnlimited: false } rate)
+            return new(SegmentCompression.Lz4, $"lz4: the nodes' link rate is not known (--link-rate, or {Hpc.CommonData.Hosting.StagerOptions.LinkRateVariable} " +
+                                               "for the site), and lz4 is never slower than the link by much");
         var lz4 = Measure(sample, SegmentCompression.Lz4);
         var zstd = Measure(sample, SegmentCompression.Zstd);
         var inv = CultureInfo.InvariantCulture;
         var facts = string.Create(inv, $"a sample of {sample.Count} segments stores {lz4.Ratio:P1} with lz4, {zstd.Ratio:P1} with zstd");
         if (zstd.Ratio > MaxShareOfLz4 * lz4.Ratio)
             return new(SegmentCompression.Lz4, $"lz4: {facts}; zstd would save too little");
-        if (linkRate is not { IsUnlimited: false } rate)
-            return new(SegmentCompression.Zstd, $"zstd: {facts}; no --link-rate, so links are taken as slower than a node decodes");
         // Seconds per raw byte of each stage; the slowest sets the pace of a staging followed by the fetch.
         double Pace(Codec c) => Math.Max(Math.Max(1 / (c.EncodePerCore * stagerCores), c.Ratio / rate.BytesPerSecond), 1 / c.DecodePerCore);
         var (pl, pz) = (Pace(lz4), Pace(zstd));

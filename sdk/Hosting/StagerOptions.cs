@@ -32,12 +32,16 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--no-compress", "Store segments uncompressed (--codec none).")]
     public bool NoCompress { get; set; }
 
-    [Switch("--codec", Format.SegmentCompression.Help + "; or auto: lz4 or zstd from a sample of the data, the stager's cores and --link-rate, " +
-        "the choice and its reason in the summary.", Meta = "CODEC")]
-    public string Codec { get; set; } = "lz4";
+    [Switch("--codec", Format.SegmentCompression.Help + "; or auto (the default): lz4 or zstd from a sample of the data, the stager's cores and " +
+        "--link-rate, the choice and its reason in the summary.", Meta = "CODEC")]
+    public string Codec { get; set; } = "auto";
 
-    [Switch("--link-rate", "--codec auto: the nodes' link rate, e.g. 1gbit or 100MB/s (default 0: not known, taken as slower than a node decodes).", Meta = "RATE")]
+    /// <summary>A site sets it once for every stage (<c>HPCDATA_LINK_RATE</c> in the environment or settings file).</summary>
+    [Switch("--link-rate", "--codec auto: the nodes' link rate, e.g. 1gbit or 100MB/s; not known (0, the default): lz4, which no link is too fast for.",
+        Environment = LinkRateVariable, Meta = "RATE")]
     public ByteRate LinkRate { get; set; } = ByteRate.Unlimited;
+
+    public const string LinkRateVariable = "HPCDATA_LINK_RATE";
 
     /// <summary>--codec auto: the stager chooses from a sample.</summary>
     public bool AutoCodec => !NoCompress && Codec.Trim().Equals("auto", StringComparison.OrdinalIgnoreCase);

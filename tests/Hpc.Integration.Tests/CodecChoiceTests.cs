@@ -10,13 +10,35 @@ public sealed class CodecChoiceTests
     {
         await using var c = new Cluster();
         await c.StartCacheHostAsync();
-        var text = await c.StageAsync(Cluster.WriteFile(c.Root, "prices.csv", Cluster.Csvish(3 << 20)), "risk/text", "--codec", "auto");
+        var text = await c.StageAsync(Cluster.WriteFile(c.Root, "prices.csv", Cluster.Csvish(3 << 20)), "risk/text", "--codec", "auto", "--link-rate", "100mbit");
         Assert.Equal("zstd", text.Codec);
         Assert.StartsWith("zstd: a sample of", text.CodecReason);
 
-        var random = await c.StageAsync(Cluster.WriteFile(c.Root, "noise.bin", Cluster.RandomBytes(3 << 20)), "risk/noise", "--codec", "auto");
+        var random = await c.StageAsync(Cluster.WriteFile(c.Root, "noise.bin", Cluster.RandomBytes(3 << 20)), "risk/noise", "--codec", "auto", "--link-rate", "100mbit");
         Assert.Equal("lz4", random.Codec);
         Assert.EndsWith("zstd would save too little", random.CodecReason);
+    }
+
+    [Fact]
+    public async Task Auto_is_the_default_and_takes_the_link_rate_from_the_sites_setting_and_lz4_while_none_is_known()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var path = Cluster.WriteFile(c.Root, "prices.csv", Cluster.Csvish(3 << 20));
+
+        // No --codec and no link rate anywhere: lz4, and the reason says which setting would weigh zstd.
+        var unknown = await c.StageAsync(path, "risk/default");
+        Assert.Equal("lz4", unknown.Codec);
+        Assert.StartsWith($"lz4: the nodes' link rate is not known (--link-rate, or {Hpc.CommonData.Hosting.StagerOptions.LinkRateVariable} for the site)", unknown.CodecReason);
+
+        // The site's setting, given once in the environment (or settings file) every stage runs with: a 10 Mbit/s link
+        // makes the smaller zstd bytes worth their slower codec.
+        var (code, stdout, stderr) = await c.RunAsync("Hpc.Stager", [path, "--name", "risk/site", "--cache-hosts", c.HostList, "--json"],
+            new Dictionary<string, string?> { [Hpc.CommonData.Hosting.StagerOptions.LinkRateVariable] = "10mbit" });
+        Assert.True(code == 0, stderr);
+        var site = JsonSerializer.Deserialize<Cluster.Staged>(stdout.Last(), JsonSerializerOptions.Web)!;
+        Assert.Equal("zstd", site.Codec);
+        Assert.Contains("(10 Mbit/s) zstd moves raw data at", site.CodecReason);
     }
 
     [Fact]
