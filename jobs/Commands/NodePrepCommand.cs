@@ -56,10 +56,10 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
         "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).", Meta = "KIND")]
     public string Ring { get; set; } = "tcp";
 
-    [Switch("--link-probe", "--fanout mpi: on or off. on: before the exchange the ranks time a short message (256 KB) on each " +
-        "neighbour's link, and a node whose link is below half the median's leaves the ring and receives every member's own share " +
-        "instead, at its own pace, so one slow node does not slow the others (tcp and mpi rings, 3 ranks or more). off: every node in the ring.", Meta = "MODE")]
-    public string LinkProbe { get; set; } = "on";
+    /// <summary>The settings a job sets for node prep on its nodes (prestage passes them on as their variables).</summary>
+    public NodePrepSwitches NodePrep { get; } = new();
+
+    protected override IEnumerable<NestedSwitches> MoreGroups => [NodePrep.Nested(NodePrepSwitches.Title)];
 
     [Switch("--stall-timeout", "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
@@ -90,7 +90,6 @@ public static class NodePrepCommand
         try { o.CacheTier(); }
         catch (ArgumentException e) { throw CommandException.Usage(e.Message); }
         if (o.Ring is not ("tcp" or "mpi")) throw CommandException.Usage($"--ring '{o.Ring}' is not one of tcp, mpi");
-        if (o.LinkProbe is not ("on" or "off")) throw CommandException.Usage($"--link-probe '{o.LinkProbe}' is not one of on, off");
         if (o.Fanout == "auto") o.Fanout = LaunchedRanks() > 1 ? "mpi" : "none";
 
         var clock = Stopwatch.StartNew();
@@ -295,7 +294,7 @@ public static class NodePrepCommand
             await using var ingest = new AgentIngest(pipe);
             var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
             ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
-            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.LinkProbe == "on");
+            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.NodePrep.LinkProbe);
         }
         catch
         {

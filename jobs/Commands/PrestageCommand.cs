@@ -68,6 +68,11 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
         "fetching up to 16 MB of the version from the cache tier).", Meta = "RATE")]
     public string? LinkRate { get; set; }
 
+    /// <summary>Node prep's settings for the job's nodes: the job sets them as node prep's variables.</summary>
+    public NodePrepSwitches NodePrep { get; } = new();
+
+    protected override IEnumerable<NestedSwitches> MoreGroups => [NodePrep.Nested(NodePrepSwitches.Title)];
+
     [Switch("--dry-run", "slurm, hpcpack: print the job instead of submitting it.")]
     public bool DryRun { get; set; }
 
@@ -130,7 +135,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             }
             // The nodes get the cache tier whole, as this command was given it (files by full path), on the hosts used here.
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, o.CacheTierFor(hosts), o.Nodes, o.HostsPerNode, command,
-                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi,
+                NodePrep: o.NodePrep.Copy());
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 

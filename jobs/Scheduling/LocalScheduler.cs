@@ -121,7 +121,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
             [JobVariables.AgentPipe] = pipe,
             [JobVariables.JobId] = jobId,
         };
-        foreach (var (name, value) in job.CacheTierVariables.Concat(job.CacheTierSecrets)) env[name] = value;
+        foreach (var (name, value) in job.CacheTierVariables.Concat(job.CacheTierSecrets).Concat(job.NodePrepVariables)) env[name] = value;
         return env;
     }
 
