@@ -64,6 +64,9 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--stall-timeout", "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
 
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + " (without its line, the exit code alone says whether the node is ready).")]
+    public bool Quiet { get; set; }
+
 }
 
 /// <summary>
@@ -143,7 +146,7 @@ public static class NodePrepCommand
             // and no pin is left behind. Pinning an already-local copy takes milliseconds.
             LocalDataset fetched;
             var fetchStart = clock.Elapsed;
-            var progress = ProgressLine.ForTerminal();
+            var progress = ProgressLine.ForTerminal(o.Quiet);
             try
             {
                 await using (progress is null ? null : new AgentFetchProgress(progress, pipe, name))
@@ -176,7 +179,7 @@ public static class NodePrepCommand
             // After a fan-out the agent finds the ring's segments in the partial copy: the data came by the fan-out.
             var source = ranks is not null && fanout.StartsWith(" fanout=mpi", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
             var kept = $"{(fetched.ResumedBytes > 0 && source == "resumed" ? $" resumed-bytes={fetched.ResumedBytes}" : "")}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}";
-            LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
+            if (!o.Quiet) LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
             if (leavesServed is not null)
             {
                 // This node is ready; the leaves still get this member's share before the process (and MPI) goes.
@@ -328,7 +331,7 @@ public static class NodePrepCommand
         // Each node prep's agent keeps its copies apart (a directory per pipe) unless the data directory was given.
         var given = o.Agent.Options;
         var dataDir = o.Agent.IsSet("--data-dir") ? given.DataDirectory : DefaultDataDirectory(pipe);
-        Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
+        if (!o.Quiet) Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
         await NodeAgentLauncher.StartAsync(AgentFor(o, pipe, dataDir), startTimeout, ct);
         return (await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct), true);
     }

@@ -22,6 +22,9 @@ public sealed class ProgressLine
     /// <summary>A line on stderr when stderr is a terminal; null otherwise, so callers write <c>progress?.Show(…)</c>.</summary>
     public static ProgressLine? ForTerminal() => Console.IsErrorRedirected ? null : new ProgressLine(Console.Error);
 
+    /// <summary>As <see cref="ForTerminal()"/>, and null too when the verb was given <c>--quiet</c> (<see cref="Hosting.QuietSwitch"/>).</summary>
+    public static ProgressLine? ForTerminal(bool quiet) => quiet ? null : ForTerminal();
+
     /// <summary>A line on <paramref name="to"/> whatever it is (tests, or a caller that has decided itself).</summary>
     public static ProgressLine To(TextWriter to) => new(to);
 
