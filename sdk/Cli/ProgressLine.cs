@@ -55,6 +55,15 @@ public sealed class ProgressLine
         return $"{what}: {amount}{(double.IsFinite(bytesPerSecond) && bytesPerSecond >= 0 ? ", " + ByteRate.Format(bytesPerSecond) : "")}";
     }
 
+    /// <summary>A fetch's progress reports (<see cref="Fetch.FetchProgress"/>) shown on this line as <paramref name="what"/>.</summary>
+    public IProgress<Fetch.FetchProgress> Fetching(string what) => new FetchReports(this, what);
+
+    /// <summary>Shown as they come, on the fetch's threads (<see cref="Show"/> is safe there): not posted elsewhere as <see cref="Progress{T}"/> would.</summary>
+    private sealed class FetchReports(ProgressLine line, string what) : IProgress<Fetch.FetchProgress>
+    {
+        public void Report(Fetch.FetchProgress value) => line.Show(what, value.BytesDone, value.TotalBytes);
+    }
+
     /// <summary>Starts the next stage on the same line (e.g. writing after fetching): its rate is its own.</summary>
     public void Restart()
     {

@@ -34,7 +34,7 @@ public sealed class QuietTests
 
         var stage = await s.HpcdataAsync(["stage", file, "--name", "risk/quiet", "--cache-hosts", s.HostList, "--quiet"]);
         Assert.True(stage.Code == 0, stage.Stderr);
-        Assert.Empty(stage.Stdout.Where(l => l.Length > 0));
+        Assert.DoesNotContain(stage.Stdout, l => l.Length > 0);
         Assert.Equal("", stage.Stderr.Trim());
 
         // --json is what a script asked for: --quiet leaves it.
@@ -48,7 +48,7 @@ public sealed class QuietTests
         var noAgent = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() };
         var get = await s.HpcdataAsync(["get", "risk/quiet", destination, "--cache-hosts", s.HostList, "--quiet"], noAgent);
         Assert.True(get.Code == 0, get.Stderr);
-        Assert.Empty(get.Stdout.Where(l => l.Length > 0));
+        Assert.DoesNotContain(get.Stdout, l => l.Length > 0);
         Assert.Equal(bytes, File.ReadAllBytes(destination));
         // That no agent answers is a warning, which --quiet does not hide.
         Assert.Contains("hpcdata get: warning: no node agent answers on pipe", get.Stderr);
@@ -126,7 +126,7 @@ public sealed class QuietTests
 
         var prep = await s.HpcdataAsync(["nodeprep", "risk/prepq", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node"), "--quiet"], env);
         Assert.True(prep.Code == 0, prep.Stderr);
-        Assert.Empty(prep.Stdout.Where(l => l.Length > 0));
+        Assert.DoesNotContain(prep.Stdout, l => l.Length > 0);
         Assert.DoesNotContain("starting one", prep.Stderr);
         var copy = Assert.Single((await s.StatusAsync(pipe)).Copies);
         Assert.Equal("complete", copy.State);
