@@ -67,7 +67,7 @@ public static class CacheBench
                             records.Add(r);
                             if (o.Out is not null) BenchJson.Append(o.Out, r);
                             Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                                $"  round {round} {r.Server,-13} {r.Client,-15} {r.Op,-4} {r.Rps,8:0} req/s {r.MegabytesPerSecond,6:0} MB/s  " +
+                                $"  round {round} {r.Server,-13} {r.Client,-15} {r.Op,-4} {r.Rps,8:0} req/s {r.MebibytesPerSecond,6:0} MiB/s  " +
                                 $"p50 {r.P50Ms,6:0.000} ms  p99 {r.P99Ms,7:0.000} ms"));
                         }
             }

@@ -58,10 +58,10 @@ public static class CodecBench
                 {
                     var (chunkSeconds, chunkCpu) = ChunkerPass(data);
                     // A few MB take less than the process clock's tick: no per-CPU-second figure rather than an infinite one.
-                    string PerCpu(double seconds) => seconds > 0 ? (data.Length / 1e6 / seconds).ToString("0", CultureInfo.InvariantCulture) : "n/a";
+                    string PerCpu(double seconds) => seconds > 0 ? (data.Length / MiB / seconds).ToString("0", CultureInfo.InvariantCulture) : "n/a";
                     Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                        $"  {kind,-6} run {run}: content-defined chunker alone, one thread {Mbps(data.Length, chunkSeconds),6:0} MB/s, {PerCpu(chunkCpu)} MB per CPU-s " +
-                        $"(raw codec on {(o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount)} thread(s): {Mbps(data.Length, codec.Seconds):0} MB/s, {PerCpu(codecCpu)} MB per CPU-s)"));
+                        $"  {kind,-6} run {run}: content-defined chunker alone, one thread {MiBps(data.Length, chunkSeconds),6:0} MiB/s, {PerCpu(chunkCpu)} MiB per CPU-s " +
+                        $"(raw codec on {(o.StagerCores > 0 ? o.StagerCores : Environment.ProcessorCount)} thread(s): {MiBps(data.Length, codec.Seconds):0} MiB/s, {PerCpu(codecCpu)} MiB per CPU-s)"));
                 }
                 // Chunkings alternate their order run by run, so a slow spell of the machine does not land on one of them every time.
                 var chunkings = o.Chunkings ?? ["content"];
@@ -78,8 +78,8 @@ public static class CodecBench
                     records.Add(r);
                     if (o.Out is not null) BenchJson.Append(o.Out, r);
                     Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                        $"  {kind,-6} {compression,-7} run {run} {chunking,-7}{(baseline.Label is { } label ? " " + label : "")}: codec {Mbps(r.RawBytes, r.CodecSeconds),6:0} MB/s, stager {Mbps(r.RawBytes, r.StagerSeconds),6:0} MB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time), " +
-                        $"stager {r.StagerCpuSeconds / (r.RawBytes / 1e9):0.00} CPU-s per GB, stored {100.0 * r.StoredBytes / r.RawBytes:0.0}%"));
+                        $"  {kind,-6} {compression,-7} run {run} {chunking,-7}{(baseline.Label is { } label ? " " + label : "")}: codec {MiBps(r.RawBytes, r.CodecSeconds),6:0} MiB/s, stager {MiBps(r.RawBytes, r.StagerSeconds),6:0} MiB/s ({r.StagerSeconds / r.CodecSeconds:0.0}× the time), " +
+                        $"stager {r.StagerCpuSeconds / (r.RawBytes / GiB):0.00} CPU-s per GiB, stored {100.0 * r.StoredBytes / r.RawBytes:0.0}%"));
                 }
             }
             }

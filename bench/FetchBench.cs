@@ -126,10 +126,10 @@ public static class FetchBench
                     decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier);
                 records.Add(r);
                 if (o.Out is not null) BenchJson.Append(o.Out, r);
-                var gb = r.RawBytes / 1e9;
+                var gb = r.RawBytes / GiB;
                 Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"  {kind,-6} run {run}: decode {Mbps(r.RawBytes, r.DecodeSeconds),6:0} MB/s, agent {Mbps(r.RawBytes, r.FetchSeconds),6:0} MB/s, " +
-                    $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel)"));
+                    $"  {kind,-6} run {run}: decode {MiBps(r.RawBytes, r.DecodeSeconds),6:0} MiB/s, agent {MiBps(r.RawBytes, r.FetchSeconds),6:0} MiB/s, " +
+                    $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GiB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel)"));
             }
         }
         return records;
@@ -188,15 +188,15 @@ public static class FetchBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MB/s | agent fetch MB/s | fetch / decode | decode CPU-s per GB | agent CPU-s per GB (user + kernel) | cache tier CPU-s per GB |");
+        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MiB/s | agent fetch MiB/s | fetch / decode | decode CPU-s per GiB | agent CPU-s per GiB (user + kernel) | cache tier CPU-s per GiB |");
         sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         foreach (var g in records.GroupBy(r => (Tier: r.Tier ?? OurHost, r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned)))
         {
             double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
-            var gb = g.Key.RawBytes / 1e9;
+            var gb = g.Key.RawBytes / GiB;
             sb.AppendLine(inv, $"| {g.Key.Tier} | {g.Key.Data} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
-                               $"{Med(r => Mbps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => Mbps(r.RawBytes, r.FetchSeconds)):0} | " +
+                               $"{Med(r => MiBps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => MiBps(r.RawBytes, r.FetchSeconds)):0} | " +
                                $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +
                                $"{Med(r => r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} ({Med(r => r.AgentUserSeconds) / gb:0.00} + {Med(r => r.AgentSystemSeconds) / gb:0.00}) | " +
                                $"{Med(r => r.CacheHostCpuSeconds) / gb:0.00} |");

@@ -8,6 +8,7 @@ using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Local;
+using Stats = Hpc.CommonData.Report.Stats;
 
 namespace Hpc.Bench;
 
@@ -25,7 +26,7 @@ public static class UpdateBench
     /// <summary>One kind × chunking. Raw bytes unless named stored.</summary>
     public sealed record Row(string Kind, string Chunking, long RawBytes, long StoredBytes, double FirstStageSeconds, double FullFetchSeconds,
         int Segments, int NewSegments, long NewRawBytes, long SentStoredBytes, double UpdateStageSeconds, long NodeFetchedStoredBytes, long NodeReusedBytes,
-        double NodeUpdateSeconds, long ChangedBytes, int EditPlaces, double ChunkerMegabytesPerSecond);
+        double NodeUpdateSeconds, long ChangedBytes, int EditPlaces, double ChunkerMebibytesPerSecond);
 
     public static async Task<List<Row>> RunAsync(Options o, CancellationToken ct)
     {
@@ -175,7 +176,7 @@ public static class UpdateBench
         return groups.ToDictionary(kv => kv.Key, kv => kv.Value.ToArray());
     }
 
-    /// <summary>MB/s of the content-defined chunker alone over the first version, in memory (best of three passes).</summary>
+    /// <summary>MiB/s of the content-defined chunker alone over the first version, in memory (best of three passes).</summary>
     private static double ChunkerSpeed(string path)
     {
         var files = Directory.Exists(path) ? Directory.EnumerateFiles(path).Order(StringComparer.Ordinal).ToList() : [path];
@@ -188,7 +189,7 @@ public static class UpdateBench
             while (!rest.IsEmpty) rest = rest[ContentChunker.Default.NextCut(rest, final: true)..];
             best = Math.Min(best, clock.Elapsed.TotalSeconds);
         }
-        return data.Length / 1e6 / best;
+        return data.Length / Stats.MiB / best;
     }
 
     private static long Size(string path) =>
@@ -203,21 +204,21 @@ public static class UpdateBench
     public static string Table(IReadOnlyList<Row> rows)
     {
         var inv = CultureInfo.InvariantCulture;
-        string Mb(long b) => (b / 1e6).ToString("0.0", inv);
+        string Mib(long b) => (b / Stats.MiB).ToString("0.0", inv);
         string F(double v) => v.ToString("0.00", inv);
         var sb = new StringBuilder();
-        sb.AppendLine("| data | chunking | version raw MB | changed MB in places | least a content-defined scheme moves, MB | new segments, raw MB (× least, share of version) | stager sent MB stored | node fetched MB stored (reused MB) | stage update s (full s) | node update s (full fetch s) | stager first-staging MB/s |");
+        sb.AppendLine("| data | chunking | version raw MiB | changed MiB in places | least a content-defined scheme moves, MiB | new segments, raw MiB (× least, share of version) | stager sent MiB stored | node fetched MiB stored (reused MiB) | stage update s (full s) | node update s (full fetch s) | stager first-staging MiB/s |");
         sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
         foreach (var r in rows)
         {
             // Changed bytes plus about one average segment per edited place, never more than the version.
             var least = Math.Min(r.RawBytes, r.ChangedBytes + (long)r.EditPlaces * ContentChunker.AverageSize);
-            sb.AppendLine(inv, $"| {r.Kind} | {r.Chunking} | {Mb(r.RawBytes)} | {Mb(r.ChangedBytes)} in {r.EditPlaces} | {Mb(least)} | " +
-                               $"{Mb(r.NewRawBytes)} ({F((double)r.NewRawBytes / least)}×, {(double)r.NewRawBytes / r.RawBytes:P1}) | {Mb(r.SentStoredBytes)} | " +
-                               $"{Mb(r.NodeFetchedStoredBytes)} ({Mb(r.NodeReusedBytes)}) | {F(r.UpdateStageSeconds)} ({F(r.FirstStageSeconds)}) | " +
-                               $"{F(r.NodeUpdateSeconds)} ({F(r.FullFetchSeconds)}) | {(r.RawBytes / 1e6 / r.FirstStageSeconds).ToString("0", inv)} |");
+            sb.AppendLine(inv, $"| {r.Kind} | {r.Chunking} | {Mib(r.RawBytes)} | {Mib(r.ChangedBytes)} in {r.EditPlaces} | {Mib(least)} | " +
+                               $"{Mib(r.NewRawBytes)} ({F((double)r.NewRawBytes / least)}×, {(double)r.NewRawBytes / r.RawBytes:P1}) | {Mib(r.SentStoredBytes)} | " +
+                               $"{Mib(r.NodeFetchedStoredBytes)} ({Mib(r.NodeReusedBytes)}) | {F(r.UpdateStageSeconds)} ({F(r.FirstStageSeconds)}) | " +
+                               $"{F(r.NodeUpdateSeconds)} ({F(r.FullFetchSeconds)}) | {Stats.MiBps(r.RawBytes, r.FirstStageSeconds).ToString("0", inv)} |");
         }
-        var chunkers = rows.GroupBy(r => r.Kind).Select(g => $"{g.Key} {g.First().ChunkerMegabytesPerSecond.ToString("0", inv)} MB/s");
+        var chunkers = rows.GroupBy(r => r.Kind).Select(g => $"{g.Key} {g.First().ChunkerMebibytesPerSecond.ToString("0", inv)} MiB/s");
         sb.AppendLine().AppendLine($"Content-defined chunker alone (in memory, best of 3): {string.Join(", ", chunkers)}.");
         sb.AppendLine().AppendLine(ManifestCost(10L << 30));
         return sb.ToString();
@@ -254,9 +255,9 @@ public static class UpdateBench
         }
         var inv = CultureInfo.InvariantCulture;
         var gb = size / (double)(1L << 30);
-        return string.Create(inv, $"Manifest of a {ByteSize.Format(size)} dataset ({count:N0} segments): JSON {json.Length / 1e6:0.0} MB ({json.Length / 1e6 / gb:0.00} MB per GB), " +
-                                  $"parsed in {Parse(json):0} ms; binary {binary.Length / 1e6:0.0} MB ({binary.Length / 1e6 / gb:0.00} MB per GB), parsed in {Parse(binary):0} ms. " +
-                                  $"A manifest is stored as one segment (at most {SegmentCodec.MaxRawLength >> 20} MB): JSON reaches {SegmentCodec.MaxRawLength / (json.Length / gb) :0} GB, binary {SegmentCodec.MaxRawLength / (binary.Length / gb):0} GB.");
+        return string.Create(inv, $"Manifest of a {ByteSize.Format(size)} dataset ({count:N0} segments): JSON {ByteSize.Format(json.Length)} ({json.Length / Stats.MiB / gb:0.00} MiB per GiB), " +
+                                  $"parsed in {Parse(json):0} ms; binary {ByteSize.Format(binary.Length)} ({binary.Length / Stats.MiB / gb:0.00} MiB per GiB), parsed in {Parse(binary):0} ms. " +
+                                  $"A manifest is stored as one segment (at most {ByteSize.Format(SegmentCodec.MaxRawLength)}): JSON reaches {SegmentCodec.MaxRawLength / (json.Length / gb) :0} GiB, binary {SegmentCodec.MaxRawLength / (binary.Length / gb):0} GiB.");
     }
 
     private static void Log(string line) => Console.Error.WriteLine(line);

@@ -105,7 +105,7 @@ public static class BenchFramesVerb
         await sampling;
         var info = await RespInfo.ReadAsync(endpoint.Host, endpoint.Port, ct);
 
-        static string Mb(long b) => (b / 1048576.0).ToString("F0", CultureInfo.InvariantCulture) + " MB";
+        static string Mb(long b) => (b / 1048576.0).ToString("F0", CultureInfo.InvariantCulture) + " MiB";
         Console.WriteLine($"cache host --max-memory {Mb(budget)}; {o.Connections} connections × one unfinished {Mb(frame)} SET ({(closed - started).TotalSeconds:F1} s)");
         Console.WriteLine($"  frames held: {held}, refused with -OOM before buffering: {refused}");
         Console.WriteLine($"  RSS resting {Mb(resting)}, peak {Mb(peak)} (budget + {Mb(peak - budget)}), {o.SettleSeconds} s after close {Mb(after)} (resting + {Mb(after - resting)})");

@@ -166,8 +166,8 @@ public static class BenchSimulateVerb
 
     public static string CalibrationText(Calibration c) => string.Create(Inv,
         $"Calibration from {c.Source}: link efficiency {c.Efficiency:0.000} (TCP payload of a 1500-byte-MTU frame); per node, fan-out start-up {c.FanoutStartSeconds:0.00} s " +
-        $"+ {c.FanoutStartCpu:0.000} CPU-s, rank + agent {c.FanoutCpuPerByte * 1e9:0.00} CPU-s per GB stored (agent alone {c.FanoutIngestCpuPerByte * 1e9:0.00}); " +
-        $"direct start-up {c.DirectStartSeconds:0.00} s + {c.DirectStartCpu:0.000} CPU-s, {c.DirectCpuPerByte * 1e9:0.00} CPU-s per GB stored (agent alone {c.DirectIngestCpuPerByte * 1e9:0.00}); " +
+        $"+ {c.FanoutStartCpu:0.000} CPU-s, rank + agent {c.FanoutCpuPerByte * (1 << 30):0.00} CPU-s per GiB stored (agent alone {c.FanoutIngestCpuPerByte * (1 << 30):0.00}); " +
+        $"direct start-up {c.DirectStartSeconds:0.00} s + {c.DirectStartCpu:0.000} CPU-s, {c.DirectCpuPerByte * (1 << 30):0.00} CPU-s per GiB stored (agent alone {c.DirectIngestCpuPerByte * (1 << 30):0.00}); " +
         $"the lab's {c.LabCores:0} cores shared by every emulated node.");
 
     public static string ValidationTable(IReadOnlyList<ValidationRow> rows)
@@ -180,7 +180,7 @@ public static class BenchSimulateVerb
             var c = v.Cell;
             var flag = Math.Abs(v.Error) > 0.10 ? " **outside ±10%**" : "";
             sb.AppendLine(string.Create(Inv,
-                $"| {c.RateMbit} Mbit/s | {c.SizeBytes / (1 << 20)} MB | {(c.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {c.Nodes} | {c.Hosts} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {v.Error:+0.0%;-0.0%}{flag} |"));
+                $"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {(c.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {c.Nodes} | {c.Hosts} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {v.Error:+0.0%;-0.0%}{flag} |"));
         }
         var abs = rows.Select(r => Math.Abs(r.Error)).ToList();
         if (abs.Count > 0)

@@ -6,6 +6,7 @@ using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Hosting;
+using Stats = Hpc.CommonData.Report.Stats;
 
 namespace Hpc.Bench.Commands;
 
@@ -71,14 +72,14 @@ public static class BenchTreeVerb
             var nodeSame = await CompareAsync(o.Path, published.Path, ct);
 
             var inv = CultureInfo.InvariantCulture;
-            Console.WriteLine(string.Create(inv, $"tree {o.Path}: {files.Count} files, {bytes / 1e6:0.0} MB"));
-            Console.WriteLine("| what | seconds | files/s | MB/s | bytes out |");
+            Console.WriteLine(string.Create(inv, $"tree {o.Path}: {files.Count} files, {ByteSize.Format(bytes)}"));
+            Console.WriteLine("| what | seconds | files/s | MiB/s | bytes out |");
             Console.WriteLine("|---|---|---|---|---|");
-            Console.WriteLine(string.Create(inv, $"| hpcdata stage (lz4, content-defined) | {stage.Seconds:0.00} | {files.Count / stage.Seconds:0} | {bytes / 1e6 / stage.Seconds:0} | {stage.StoredBytes / 1e6:0.0} MB stored ({(double)stage.StoredBytes / bytes:P1}) |"));
-            Console.WriteLine(string.Create(inv, $"| tar \\| lz4 -1 | {tarSeconds:0.00} | {files.Count / tarSeconds:0} | {bytes / 1e6 / tarSeconds:0} | {packed / 1e6:0.0} MB ({(double)packed / bytes:P1}) |"));
-            Console.WriteLine(string.Create(inv, $"| hpcdata get (cache tier → tree, verified) | {getSeconds:0.00} | {files.Count / getSeconds:0} | {bytes / 1e6 / getSeconds:0} | tree {same.Trim()} (diff -r --no-dereference) |"));
-            Console.WriteLine(string.Create(inv, $"| node agent (cache tier → read-only tree: fetch, verify, publish) | {nodeSeconds:0.00} | {files.Count / nodeSeconds:0} | {bytes / 1e6 / nodeSeconds:0} | tree {nodeSame.Trim()} |"));
-            Console.WriteLine(string.Create(inv, $"| cp -a | {cpSeconds:0.00} | {files.Count / cpSeconds:0} | {bytes / 1e6 / cpSeconds:0} | |"));
+            Console.WriteLine(string.Create(inv, $"| hpcdata stage (lz4, content-defined) | {stage.Seconds:0.00} | {files.Count / stage.Seconds:0} | {Stats.MiBps(bytes, stage.Seconds):0} | {ByteSize.Format(stage.StoredBytes)} stored ({(double)stage.StoredBytes / bytes:P1}) |"));
+            Console.WriteLine(string.Create(inv, $"| tar \\| lz4 -1 | {tarSeconds:0.00} | {files.Count / tarSeconds:0} | {Stats.MiBps(bytes, tarSeconds):0} | {ByteSize.Format(packed)} ({(double)packed / bytes:P1}) |"));
+            Console.WriteLine(string.Create(inv, $"| hpcdata get (cache tier → tree, verified) | {getSeconds:0.00} | {files.Count / getSeconds:0} | {Stats.MiBps(bytes, getSeconds):0} | tree {same.Trim()} (diff -r --no-dereference) |"));
+            Console.WriteLine(string.Create(inv, $"| node agent (cache tier → read-only tree: fetch, verify, publish) | {nodeSeconds:0.00} | {files.Count / nodeSeconds:0} | {Stats.MiBps(bytes, nodeSeconds):0} | tree {nodeSame.Trim()} |"));
+            Console.WriteLine(string.Create(inv, $"| cp -a | {cpSeconds:0.00} | {files.Count / cpSeconds:0} | {Stats.MiBps(bytes, cpSeconds):0} | |"));
             return 0;
         }
         catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException)

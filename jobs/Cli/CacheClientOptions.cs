@@ -31,10 +31,13 @@ public abstract class CacheClientOptions : ISwitchGroups
     /// <summary>The title of the agent's section in the verb's help.</summary>
     protected virtual string? AgentTitle => null;
 
+    /// <summary>Further groups the verb nests after the cache tier's and the agent's (node prep's settings).</summary>
+    protected virtual IEnumerable<NestedSwitches> MoreGroups => [];
+
     IEnumerable<NestedSwitches> ISwitchGroups.Groups =>
-        AgentSwitchNames is { } names
+        (AgentSwitchNames is { } names
             ? [new(CacheTierTitle, CacheTierSwitches), AgentTitle is { } title ? Agent.Nested(names, title) : Agent.Nested(names)]
-            : [new(CacheTierTitle, CacheTierSwitches)];
+            : new NestedSwitches[] { new(CacheTierTitle, CacheTierSwitches) }).Concat(MoreGroups);
 
     private const string CacheTierTitle = "Cache tier (the stager's and the agent's switches; each also from its variable)";
 

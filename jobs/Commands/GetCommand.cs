@@ -24,6 +24,9 @@ public sealed class GetOptions : CacheClientOptions, IVerbOptions
     [Switch("--force", "Replace DEST if it exists.")]
     public bool Force { get; set; }
 
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + ".")]
+    public bool Quiet { get; set; }
+
 }
 
 /// <summary>Exit codes: 0 written; 1 the data could not be had or written (it says why); 2 bad usage or DEST exists.</summary>
@@ -36,10 +39,11 @@ public static class GetCommand
         if ((File.Exists(destination) || Directory.Exists(destination) || new FileInfo(destination).LinkTarget is not null) && !o.Force)
             throw CommandException.Usage($"{destination} exists; give --force to replace it");
         var tier = o.CacheTier();
-        var progress = ProgressLine.ForTerminal();
+        var progress = ProgressLine.ForTerminal(o.Quiet);
         try
         {
-            var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get"), CacheTier = tier };
+            // Without an agent the fetch is this process's own, and reports to the line itself.
+            var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get"), CacheTier = tier, Progress = progress?.Fetching($"fetching {name}") };
             await using var data = await OpenAsync(name, options, progress, ct);
             // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,
             // so what lands at DEST is exactly the staged content whatever happened to the node's copy since.
@@ -71,7 +75,8 @@ public static class GetCommand
             }
             progress?.Clear();
             var what = data.Files.Count > 0 ? $"a tree of {data.Files.Count(f => f.IsFile)} files" : "a file";
-            Console.WriteLine($"{name} version {data.Version}: {ByteSize.Format(data.Length)} as {what} at {destination} (verified, via {data.Mode.ToString().ToLowerInvariant()})");
+            if (!o.Quiet)
+                Console.WriteLine($"{name} version {data.Version}: {ByteSize.Format(data.Length)} as {what} at {destination} (verified, via {data.Mode.ToString().ToLowerInvariant()})");
             return 0;
         }
         catch (Exception e) when (e is CommonDataException or IOException or UnauthorizedAccessException or ArgumentException)

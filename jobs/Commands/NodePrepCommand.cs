@@ -56,13 +56,16 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
         "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).", Meta = "KIND")]
     public string Ring { get; set; } = "tcp";
 
-    [Switch("--link-probe", "--fanout mpi: on or off. on: before the exchange the ranks time a short message (256 KB) on each " +
-        "neighbour's link, and a node whose link is below half the median's leaves the ring and receives every member's own share " +
-        "instead, at its own pace, so one slow node does not slow the others (tcp and mpi rings, 3 ranks or more). off: every node in the ring.", Meta = "MODE")]
-    public string LinkProbe { get; set; } = "on";
+    /// <summary>The settings a job sets for node prep on its nodes (prestage passes them on as their variables).</summary>
+    public NodePrepSwitches NodePrep { get; } = new();
+
+    protected override IEnumerable<NestedSwitches> MoreGroups => [NodePrep.Nested(NodePrepSwitches.Title)];
 
     [Switch("--stall-timeout", "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
+
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + " (without its line, the exit code alone says whether the node is ready).")]
+    public bool Quiet { get; set; }
 
 }
 
@@ -90,7 +93,6 @@ public static class NodePrepCommand
         try { o.CacheTier(); }
         catch (ArgumentException e) { throw CommandException.Usage(e.Message); }
         if (o.Ring is not ("tcp" or "mpi")) throw CommandException.Usage($"--ring '{o.Ring}' is not one of tcp, mpi");
-        if (o.LinkProbe is not ("on" or "off")) throw CommandException.Usage($"--link-probe '{o.LinkProbe}' is not one of on, off");
         if (o.Fanout == "auto") o.Fanout = LaunchedRanks() > 1 ? "mpi" : "none";
 
         var clock = Stopwatch.StartNew();
@@ -144,7 +146,7 @@ public static class NodePrepCommand
             // and no pin is left behind. Pinning an already-local copy takes milliseconds.
             LocalDataset fetched;
             var fetchStart = clock.Elapsed;
-            var progress = ProgressLine.ForTerminal();
+            var progress = ProgressLine.ForTerminal(o.Quiet);
             try
             {
                 await using (progress is null ? null : new AgentFetchProgress(progress, pipe, name))
@@ -177,7 +179,7 @@ public static class NodePrepCommand
             // After a fan-out the agent finds the ring's segments in the partial copy: the data came by the fan-out.
             var source = ranks is not null && fanout.StartsWith(" fanout=mpi", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
             var kept = $"{(fetched.ResumedBytes > 0 && source == "resumed" ? $" resumed-bytes={fetched.ResumedBytes}" : "")}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}";
-            LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
+            if (!o.Quiet) LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
             if (leavesServed is not null)
             {
                 // This node is ready; the leaves still get this member's share before the process (and MPI) goes.
@@ -295,7 +297,7 @@ public static class NodePrepCommand
             await using var ingest = new AgentIngest(pipe);
             var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
             ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
-            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.LinkProbe == "on");
+            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.NodePrep.LinkProbe);
         }
         catch
         {
@@ -329,7 +331,7 @@ public static class NodePrepCommand
         // Each node prep's agent keeps its copies apart (a directory per pipe) unless the data directory was given.
         var given = o.Agent.Options;
         var dataDir = o.Agent.IsSet("--data-dir") ? given.DataDirectory : DefaultDataDirectory(pipe);
-        Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
+        if (!o.Quiet) Console.Error.WriteLine($"hpcdata nodeprep: no node agent on pipe '{pipe}'; starting one (data in {dataDir})");
         await NodeAgentLauncher.StartAsync(AgentFor(o, pipe, dataDir), startTimeout, ct);
         return (await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(5), ct), true);
     }

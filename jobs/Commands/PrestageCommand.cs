@@ -68,6 +68,15 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
         "fetching up to 16 MB of the version from the cache tier).", Meta = "RATE")]
     public string? LinkRate { get; set; }
 
+    /// <summary>Node prep's settings for the job's nodes: the job sets them as node prep's variables.</summary>
+    public NodePrepSwitches NodePrep { get; } = new();
+
+    protected override IEnumerable<NestedSwitches> MoreGroups => [NodePrep.Nested(NodePrepSwitches.Title)];
+
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + ". What the job's own commands print is still printed, --dry-run's job text too, " +
+        "and of a submitted job only its id, alone on a line.")]
+    public bool Quiet { get; set; }
+
     [Switch("--dry-run", "slurm, hpcpack: print the job instead of submitting it.")]
     public bool DryRun { get; set; }
 
@@ -118,28 +127,30 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             tierOptions = o.CacheTier();
             var (v, how) = path is not null ? await StageAsync(path, name, hosts, cancel.Token) : (await LatestAsync(name, tierOptions, cancel.Token), "already staged");
             version = v;
-            Console.WriteLine($"prestage: {name} version {version} ({how})");
+            Say($"prestage: {name} version {version} ({how})");
 
             var lifetimeJob = o.Lifetime == "job";
             var fanoutMpi = o.Fanout == "mpi";
             if (o.Fanout == "auto")
             {
                 var choice = await ChooseFanoutAsync(tierOptions, name, version, hosts.Count, cancel.Token);
-                Console.WriteLine($"prestage: fan-out auto → {choice.Reason}");
+                Say($"prestage: fan-out auto → {choice.Reason}");
                 fanoutMpi = choice.Mpi;
             }
             // The nodes get the cache tier whole, as this command was given it (files by full path), on the hosts used here.
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, o.CacheTierFor(hosts), o.Nodes, o.HostsPerNode, command,
-                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi);
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi,
+                NodePrep: o.NodePrep.Copy());
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 
             if (lifetimeJob) await WithTier(tierOptions, t => t.Catalog.AddJobAsync(version, jobId!, cancel.Token));
-            Console.WriteLine($"prestage: job {jobId}: {o.Nodes} node(s) × {o.HostsPerNode} service host(s)");
-            var scheduler = new LocalScheduler(Console.Out, Console.Error);
+            Say($"prestage: job {jobId}: {o.Nodes} node(s) × {o.HostsPerNode} service host(s)");
+            // The job's commands print to the terminal whatever --quiet says; only the scheduler's own lines are dropped.
+            var scheduler = new LocalScheduler(Console.Out, Console.Error, o.Quiet ? TextWriter.Null : Console.Out);
             var code = await scheduler.RunAsync(job, jobId!, root, Math.Max(size * 2, 256L << 20), cancel.Token);
             var t = scheduler.LastTimings;
-            Console.WriteLine($"prestage: job {jobId} {(code == 0 ? "succeeded" : $"failed (exit {code})")}: nodes prepared in {t?.PrepareSeconds:0.00} s, " +
+            Say($"prestage: job {jobId} {(code == 0 ? "succeeded" : $"failed (exit {code})")}: nodes prepared in {t?.PrepareSeconds:0.00} s, " +
                               $"job ran {t?.RunSeconds:0.00} s, released in {t?.ReleaseSeconds:0.00} s, {clock.Elapsed.TotalSeconds:0.00} s in all");
             return cancel.IsCancellationRequested ? 130 : code;
         }
@@ -260,28 +271,35 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         await p.WaitForExitAsync(ct);
         if (p.ExitCode != 0) throw CommandException.Failed($"{submitter} refused the job ({file}): {stderr.Trim()}");
         var id = stdout.Trim().Split(';')[0];
-        Console.WriteLine($"prestage: submitted job {id} ({file})");
+        // Quiet, the id alone: what a script that submits the job needs back, as sbatch --parsable gives it.
+        Console.WriteLine(o.Quiet ? id : $"prestage: submitted job {id} ({file})");
         if (job.LifetimeJob && tier is not null)
             await WithTier(tier, t => t.Catalog.AddJobAsync(job.Version, id, ct));
         return 0;
     }
 
-    private static async Task EndJobLifetimeAsync(CacheTierOptions options, string name, string version, string jobId)
+    private async Task EndJobLifetimeAsync(CacheTierOptions options, string name, string version, string jobId)
     {
         try
         {
             await WithTier(options, async t =>
             {
                 var others = await t.Catalog.RemoveJobAsync(version, jobId);
-                if (others.Count > 0) { Console.WriteLine($"prestage: version {version} kept for job(s) {string.Join(", ", others)}"); return; }
+                if (others.Count > 0) { Say($"prestage: version {version} kept for job(s) {string.Join(", ", others)}"); return; }
                 await t.Catalog.RemoveVersionAsync(name, version);
-                Console.WriteLine($"prestage: removed {name} version {version} from the cache tier (lifetime: job)");
+                Say($"prestage: removed {name} version {version} from the cache tier (lifetime: job)");
             });
         }
         catch (Exception e) when (e is IOException or TimeoutException or CommonDataException)
         {
             Console.Error.WriteLine($"hpcdata prestage: could not drop the job's version {version}: {e.Message}");
         }
+    }
+
+    /// <summary>One of prestage's own lines of what it did, which --quiet drops.</summary>
+    private void Say(string line)
+    {
+        if (!o.Quiet) Console.WriteLine(line);
     }
 
     private static async Task WithTier(CacheTierOptions options, Func<CacheTierClient, Task> action)

@@ -8,10 +8,18 @@ namespace Hpc.Jobs.Commands;
 /// </summary>
 public static class ProgramVerb
 {
-    public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args)
+    /// <param name="quiet">
+    /// The program's stderr is relayed rather than inherited, so it finds no terminal and shows no progress line, while
+    /// every line it writes there (its errors and warnings) still reaches ours; its stdout is dropped unless
+    /// <paramref name="keepOutput"/>.
+    /// </param>
+    public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args, bool quiet = false, bool keepOutput = true)
     {
         var command = ComponentLocator.Command(assembly);
-        var info = new System.Diagnostics.ProcessStartInfo(command[0]) { UseShellExecute = false };
+        var info = new System.Diagnostics.ProcessStartInfo(command[0])
+        {
+            UseShellExecute = false, RedirectStandardError = quiet, RedirectStandardOutput = quiet && !keepOutput,
+        };
         foreach (var c in command.Skip(1)) info.ArgumentList.Add(c);
         foreach (var a in args) info.ArgumentList.Add(a);
         using var p = System.Diagnostics.Process.Start(info)!;
@@ -27,13 +35,32 @@ public static class ProgramVerb
         // A service manager's reload (ExecReload=kill -HUP $MAINPID) names this process; the program is the one to reload.
         using var sighup = OperatingSystem.IsWindows() ? null : System.Runtime.InteropServices.PosixSignalRegistration.Create(
             System.Runtime.InteropServices.PosixSignal.SIGHUP, c => { c.Cancel = true; ComponentProcess.HangUp(p.Id); });
+        var relayed = quiet ? RelayAsync(p.StandardError, Console.Error) : Task.CompletedTask;
+        var dropped = info.RedirectStandardOutput ? p.StandardOutput.BaseStream.CopyToAsync(Stream.Null) : Task.CompletedTask;
         await p.WaitForExitAsync();
+        await Task.WhenAll(relayed, dropped);
         return p.ExitCode;
+    }
+
+    private static async Task RelayAsync(StreamReader from, TextWriter to)
+    {
+        while (await from.ReadLineAsync() is { } line)
+        {
+            to.WriteLine(line);
+            to.Flush();
+        }
     }
 }
 
 /// <summary><c>hpcdata stage PATH --name owner/name …</c>: the stager program with its own command line (<see cref="StagerOptions"/>).</summary>
 public static class StageVerb
 {
-    public static Task<int> RunAsync(string[] args) => ProgramVerb.RunAsync("Hpc.Stager", args);
+    public static Task<int> RunAsync(string[] args)
+    {
+        // The stager reads the switches; --quiet is carried out here, around it, by how its output is connected.
+        var parsed = ProgramContract<StagerOptions>.Parse(args);
+        bool On(string property) => parsed.Settings.TryGetValue($"{StagerOptions.SectionName}:{property}", out var text) && SettingValues.TryParseBool(text, out var on) && on;
+        var quiet = !parsed.HelpRequested && parsed.Error is null && On(nameof(StagerOptions.Quiet));
+        return ProgramVerb.RunAsync("Hpc.Stager", args, quiet, keepOutput: On(nameof(StagerOptions.Json)));
+    }
 }

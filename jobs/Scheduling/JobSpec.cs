@@ -1,4 +1,5 @@
 using Hpc.CommonData.Cache;
+using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Scheduling;
 
@@ -10,6 +11,7 @@ namespace Hpc.Jobs.Scheduling;
 /// <param name="ClientCommand">For a SOA job: run once after every service host is up; the job ends when it ends.</param>
 /// <param name="Hpcdata">How nodes invoke hpcdata (e.g. "hpcdata" on PATH, or "dotnet /opt/hpcdata/hpcdata.dll").</param>
 /// <param name="AgentPipe">The node agent's pipe on every node (null: the agent default or the node's own setting).</param>
+/// <param name="NodePrep">Node prep's settings on every node (null: node prep's defaults).</param>
 public sealed record JobSpec(
     string JobName,
     string Dataset,
@@ -24,7 +26,8 @@ public sealed record JobSpec(
     bool EvictOnRelease = false,
     bool LifetimeJob = false,
     string? WorkDirectory = null,
-    bool FanoutMpi = false)
+    bool FanoutMpi = false,
+    NodePrepSwitches? NodePrep = null)
 {
     /// <summary>
     /// Node prep's own arguments: with the fan-out, one MPI rank per node shares the fetching; without it, a direct fetch
@@ -43,6 +46,12 @@ public sealed record JobSpec(
     /// <see cref="CacheTierSecrets"/> travel in the submitting environment, not in a script.
     /// </summary>
     public IReadOnlyList<KeyValuePair<string, string>> CacheTierVariables => Hpc.Jobs.Cli.CacheClientOptions.Group.ToVariables(CacheTier);
+
+    /// <summary>
+    /// Node prep's settings as the job's variables, those that differ from node prep's defaults: node prep reads them on
+    /// every node, in the fan-out step and in the direct one alike.
+    /// </summary>
+    public IReadOnlyList<KeyValuePair<string, string>> NodePrepVariables => NodePrepSwitches.Group.ToVariables(NodePrep ?? new NodePrepSwitches());
 
     /// <summary>The cache tier's secrets that were given (the password), as the variables that carry them.</summary>
     public IReadOnlyList<KeyValuePair<string, string>> CacheTierSecrets => Hpc.Jobs.Cli.CacheClientOptions.Group.SecretVariables(CacheTier);

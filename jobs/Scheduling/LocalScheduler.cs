@@ -11,8 +11,12 @@ namespace Hpc.Jobs.Scheduling;
 /// prep and node release run as their own <c>hpcdata</c> processes as a scheduler would run them, and service hosts
 /// are local processes. Node release runs on every node however the job ends, and everything started is stopped.
 /// </summary>
-public sealed class LocalScheduler(TextWriter output, TextWriter errors)
+/// <param name="output">Where the job's own commands print.</param>
+/// <param name="summaries">Where the scheduler's lines of what it did go (each node's node prep and release; default: <paramref name="output"/>).</param>
+public sealed class LocalScheduler(TextWriter output, TextWriter errors, TextWriter? summaries = null)
 {
+    private readonly TextWriter _summaries = summaries ?? output;
+
     public static readonly TimeSpan ReadyTimeout = TimeSpan.FromSeconds(60);
 
     public sealed record Timings(double PrepareSeconds, double RunSeconds, double ReleaseSeconds);
@@ -46,7 +50,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
             var failed = false;
             for (var n = 0; n < job.Nodes; n++)
             {
-                if (preps[n].Code == 0) { output.WriteLine($"  nodeprep  {preps[n].Stdout}"); }
+                if (preps[n].Code == 0) { _summaries.WriteLine($"  nodeprep  {preps[n].Stdout}"); }
                 else { failed = true; errors.WriteLine($"hpcdata prestage: node prep failed on node{n + 1} (exit {preps[n].Code}): {preps[n].Stderr}"); }
             }
             ct.ThrowIfCancellationRequested();
@@ -85,7 +89,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
             clock.Restart();
             // Release on every node that may hold a pin, also after a failure or Ctrl-C: never with the job's token.
             var releases = await Task.WhenAll(Enumerable.Range(0, agents.Count).Select(n => ReleaseAsync(job, jobId, pipes[n])));
-            foreach (var r in releases.Where(r => r.Length > 0)) output.WriteLine($"  release   {r}");
+            foreach (var r in releases.Where(r => r.Length > 0)) _summaries.WriteLine($"  release   {r}");
             LastTimings = new Timings(prepare, run, clock.Elapsed.TotalSeconds);
             await Task.WhenAll(agents.Select(a => a.DisposeAsync().AsTask()));
         }
@@ -121,7 +125,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors)
             [JobVariables.AgentPipe] = pipe,
             [JobVariables.JobId] = jobId,
         };
-        foreach (var (name, value) in job.CacheTierVariables.Concat(job.CacheTierSecrets)) env[name] = value;
+        foreach (var (name, value) in job.CacheTierVariables.Concat(job.CacheTierSecrets).Concat(job.NodePrepVariables)) env[name] = value;
         return env;
     }
 

@@ -36,6 +36,7 @@ public static class SlurmScript
         foreach (var (name, _) in job.CacheTierSecrets)
             s.Append($"# {name} is not written here: sbatch passes it from the submitting environment (--export=ALL).\n");
         if (job.AgentPipe is not null) s.Append($"export HPCDATA_AGENT_PIPE={Quote.Sh(job.AgentPipe)}\n");
+        foreach (var (name, value) in job.NodePrepVariables) s.Append($"export {name}={Quote.Sh(value)}\n");
         s.Append($"""
 
             release() {"{"}

@@ -22,6 +22,9 @@ public sealed class ProgressLine
     /// <summary>A line on stderr when stderr is a terminal; null otherwise, so callers write <c>progress?.Show(…)</c>.</summary>
     public static ProgressLine? ForTerminal() => Console.IsErrorRedirected ? null : new ProgressLine(Console.Error);
 
+    /// <summary>As <see cref="ForTerminal()"/>, and null too when the verb was given <c>--quiet</c> (<see cref="Hosting.QuietSwitch"/>).</summary>
+    public static ProgressLine? ForTerminal(bool quiet) => quiet ? null : ForTerminal();
+
     /// <summary>A line on <paramref name="to"/> whatever it is (tests, or a caller that has decided itself).</summary>
     public static ProgressLine To(TextWriter to) => new(to);
 
@@ -50,6 +53,15 @@ public sealed class ProgressLine
             ? $"{Math.Min(100.0, 100.0 * done / total).ToString("0.0", System.Globalization.CultureInfo.InvariantCulture)}% {ByteSize.Format(done)} of {ByteSize.Format(total)}"
             : ByteSize.Format(done);
         return $"{what}: {amount}{(double.IsFinite(bytesPerSecond) && bytesPerSecond >= 0 ? ", " + ByteRate.Format(bytesPerSecond) : "")}";
+    }
+
+    /// <summary>A fetch's progress reports (<see cref="Fetch.FetchProgress"/>) shown on this line as <paramref name="what"/>.</summary>
+    public IProgress<Fetch.FetchProgress> Fetching(string what) => new FetchReports(this, what);
+
+    /// <summary>Shown as they come, on the fetch's threads (<see cref="Show"/> is safe there): not posted elsewhere as <see cref="Progress{T}"/> would.</summary>
+    private sealed class FetchReports(ProgressLine line, string what) : IProgress<Fetch.FetchProgress>
+    {
+        public void Report(Fetch.FetchProgress value) => line.Show(what, value.BytesDone, value.TotalBytes);
     }
 
     /// <summary>Starts the next stage on the same line (e.g. writing after fetching): its rate is its own.</summary>

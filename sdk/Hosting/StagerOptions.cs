@@ -70,6 +70,13 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--json", "Print the summary as one JSON object (a StageResult) on the last line, for scripts.")]
     public bool Json { get; set; }
 
+    /// <summary>
+    /// Carried out by <c>hpcdata stage</c>, which runs the stager with its stderr relayed (no terminal: no progress line)
+    /// and its stdout dropped unless <see cref="Json"/>; the stager run on its own takes the switch and prints as usual.
+    /// </summary>
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + " (--json still prints its line).")]
+    public bool Quiet { get; set; }
+
     public IEnumerable<string> Validate()
     {
         foreach (var problem in Metrics.Validate()) yield return problem;

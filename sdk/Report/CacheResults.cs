@@ -16,7 +16,14 @@ public sealed record CacheRecord(
     string Kind, int Schema, string Run, DateTimeOffset Time, string Server, string? ServerVersion, string Client, string Op, int Round,
     CacheConfig Config, double Seconds, double Rps, double MegabytesPerSecond, double AvgMs, double P50Ms, double P99Ms,
     double ServerCpuSeconds, double ClientCpuSeconds, double MachineCpuSeconds, double CpuWindowSeconds, double? ClientAllocatedBytesPerCommand,
-    MachineInfo Machine);
+    MachineInfo Machine)
+{
+    /// <summary>
+    /// <see cref="MegabytesPerSecond"/> (recorded in 10^6 bytes per second, as every recorded run has it) in mebibytes
+    /// per second, as the tables and the progress lines show rates.
+    /// </summary>
+    [System.Text.Json.Serialization.JsonIgnore] public double MebibytesPerSecond => MegabytesPerSecond * 1e6 / Stats.MiB;
+}
 
 /// <summary>The Markdown table of cache-store measurements: each store and client, medians over rounds.</summary>
 public static class CacheResults
@@ -28,7 +35,7 @@ public static class CacheResults
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new StringBuilder();
-        sb.AppendLine("| store | client | command | req/s | MB/s | p50 ms | p99 ms | × redis-server (same client, same transport) | CPU cores: store / client / rest of machine |");
+        sb.AppendLine("| store | client | command | req/s | MiB/s | p50 ms | p99 ms | × redis-server (same client, same transport) | CPU cores: store / client / rest of machine |");
         sb.AppendLine("|---|---|---|---|---|---|---|---|---|");
         var serverOrder = records.Select(r => r.Server).Distinct().ToList();
         var clientOrder = records.Select(r => r.Client).Distinct().ToList();
@@ -53,7 +60,7 @@ public static class CacheResults
             var rest = Median(g.Select(r => Math.Max(0, r.MachineCpuSeconds - r.ServerCpuSeconds - r.ClientCpuSeconds) / r.CpuWindowSeconds));
             var command = first.Op == "GET" ? "GET" : $"MGET ({first.Config.KeysPerCommand} keys)";
             sb.AppendLine(inv, $"| {first.Server}{(first.ServerVersion is null ? "" : " " + first.ServerVersion)} | {first.Client} | {command} | " +
-                               $"{Spread(r => r.Rps, "0")} | {Median(g.Select(r => r.MegabytesPerSecond)).ToString("0", inv)} | " +
+                               $"{Spread(r => r.Rps, "0")} | {Median(g.Select(r => r.MebibytesPerSecond)).ToString("0", inv)} | " +
                                $"{Spread(r => r.P50Ms, "0.000")} | {Spread(r => r.P99Ms, "0.000")} | {ratio} | " +
                                $"{store.ToString("0.00", inv)} / {client.ToString("0.00", inv)} / {rest.ToString("0.00", inv)} |");
         }

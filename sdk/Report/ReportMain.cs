@@ -259,12 +259,12 @@ public static class ReportMain
         {
             sb.AppendLine("## Every configuration").AppendLine();
             sb.AppendLine("Measured: the median over the configuration's runs, with their range when there was more than one.").AppendLine();
-            sb.AppendLine("| N | H | size | codec | stored | runs | measured s | limit s | efficiency | node min / median / max s | bytes sent per cache host (MB) | host CPU s | agents CPU s | agent peak RSS | attach ms |");
+            sb.AppendLine("| N | H | size | codec | stored | runs | measured s | limit s | efficiency | node min / median / max s | bytes sent per cache host (MiB) | host CPU s | agents CPU s | agent peak RSS | attach ms |");
             sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
             foreach (var c in r.Cells.OrderBy(c => c.SizeBytes).ThenBy(c => c.Hosts).ThenBy(c => c.Nodes).ThenBy(c => !c.Compress).ThenBy(c => c.Codec, StringComparer.Ordinal))
                 sb.AppendLine($"| {c.Nodes} | {c.Hosts} | {ByteSize.Format(c.SizeBytes)} | {c.CodecName}{(c.WarmAgents ? " warm" : "")}{(c.HostQueue is { } q ? " " + q : "")} | {P(c.RawBytes == 0 ? double.NaN : (double)c.StoredBytes / c.RawBytes)} | {c.Runs} | " +
                               $"{F(c.MeasuredSeconds)}{(c.Runs > 1 ? $" ({F(c.MeasuredMin)}–{F(c.MeasuredMax)})" : "")} | {F(c.LimitSeconds)} | {P(c.Efficiency)} | {F(c.NodeMin)} / {F(c.NodeMedian)} / {F(c.NodeMax)} | " +
-                              $"{string.Join(", ", c.CacheHosts.Select(h => F(h.NetOutputBytes / 1e6, "0.0")))} | {F(c.CpuSecondsHosts, "0.0")} | {F(c.CpuSecondsAgents, "0.0")} | " +
+                              $"{string.Join(", ", c.CacheHosts.Select(h => F(h.NetOutputBytes / Stats.MiB, "0.0")))} | {F(c.CpuSecondsHosts, "0.0")} | {F(c.CpuSecondsAgents, "0.0")} | " +
                               $"{(c.PeakRssAgentBytes > 0 ? ByteSize.Format(c.PeakRssAgentBytes) : "–")} | {(c.AttachMsMedian is { } a ? F(a, "0") : "–")} |");
             sb.AppendLine();
         }

@@ -105,7 +105,8 @@ public sealed partial class Dataset
         var memory = new NativeBacking(manifest.RawLength);
         try
         {
-            await SegmentFetcher.FetchAsync(client, manifest, v, memory.Address, Enumerable.Range(0, manifest.Segments.Count).ToArray(), null, ct);
+            await SegmentFetcher.FetchAsync(client, manifest, v, memory.Address, Enumerable.Range(0, manifest.Segments.Count).ToArray(), null,
+                options.Progress, ct);
             var local = new LocalDataset
             {
                 Name = name, Version = v, Length = manifest.RawLength, StoredLength = manifest.StoredLength, Hash = manifest.Hash,

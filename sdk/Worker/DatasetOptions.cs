@@ -37,6 +37,13 @@ public sealed class DatasetOptions
     public string? Version { get; set; }
     public ILogger? Logger { get; set; }
 
+    /// <summary>
+    /// Told how far the fetch is when the data comes straight from the cache tier (<see cref="DataAccessMode.Direct"/>,
+    /// or auto with no agent): after each batch of segments, from the fetch's threads. With an agent the agent fetches,
+    /// and its status says how far it is.
+    /// </summary>
+    public IProgress<Fetch.FetchProgress>? Progress { get; set; }
+
     public static DataAccessMode ParseMode(string? text) => text?.Trim().ToLowerInvariant() switch
     {
         null or "" or "auto" => DataAccessMode.Auto,

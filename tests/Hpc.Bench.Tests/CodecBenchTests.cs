@@ -30,7 +30,7 @@ public class CodecBenchTests
             Assert.InRange(Stored("random"), 1.0, 1.01);                     // random bytes are stored raw, plus headers
 
             // The chunker alone over the same data, once per run and kind of data: what it costs beside the codec.
-            Assert.Equal(4, r.Stderr.Split('\n').Count(l => l.Contains("content-defined chunker alone") && l.Contains("MB per CPU-s")));
+            Assert.Equal(4, r.Stderr.Split('\n').Count(l => l.Contains("content-defined chunker alone") && l.Contains("MiB per CPU-s")));
             Assert.Contains("| csv | lz4 | 4 MiB |", r.Stdout);
             Assert.Contains("| random | lz4 | 4 MiB |", r.Stdout);
         }

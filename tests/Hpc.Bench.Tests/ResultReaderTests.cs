@@ -182,7 +182,7 @@ public class ResultReaderTests
         var markdown = ReportMain.Markdown(data, ReportMain.Build(data), []);
 
         Assert.Contains("## Stager vs the raw codec", markdown);
-        Assert.Matches(@"\| csv \| lz4 \| [^|]+ \| fixed \| 40\.0% \| all 2 shared \| 1 \| 1000 \(1000–1000\) \| 500 \(500–500\) \| 50% \|", markdown);
+        Assert.Matches(@"\| csv \| lz4 \| [^|]+ \| fixed \| 40\.0% \| all 2 shared \| 1 \| 954 \(954–954\) \| 477 \(477–477\) \| 50% \|", markdown);   // 10^9 bytes in 1 s and 2 s, in MiB/s
         var pipeline1 = markdown[markdown.IndexOf("pipeline 1 (bench cache)", StringComparison.Ordinal)..markdown.IndexOf("pipeline 16 (bench cache)", StringComparison.Ordinal)];
         var pipeline16 = markdown[markdown.IndexOf("pipeline 16 (bench cache)", StringComparison.Ordinal)..];
         Assert.Matches(@"\| cachehost \| redis-benchmark \| GET \| 2000 \|[^\n]*\| 2\.00× \|", pipeline1);

@@ -72,6 +72,127 @@ public sealed class SettingsTravelTests : IDisposable
             attribute, sample, (args, env) => BindProgram<NodeAgentOptions>(args, env).CacheTier, property));
     }
 
+    public static TheoryData<string> NodePrepSwitchNames() => [.. Hpc.Jobs.Cli.NodePrepSwitches.Group.Switches.Select(s => s.Name)];
+
+    [Fact]
+    public void The_walk_covers_every_node_prep_switch_and_each_is_a_switch_of_nodeprep_and_of_prestage()
+    {
+        var declared = typeof(Hpc.Jobs.Cli.NodePrepSwitches).GetProperties().Where(p => p.GetCustomAttribute<SwitchAttribute>() is not null).ToList();
+        Assert.Contains(declared, p => p.GetCustomAttribute<SwitchAttribute>()!.Name == "--link-probe");
+        Assert.Equal(declared.Count, NodePrepSwitchNames().Count);
+        foreach (var name in NodePrepSwitchNames())
+        {
+            Assert.Contains(name, VerbContract<NodePrepOptions>.SwitchNames());
+            Assert.Contains(name, VerbContract<PrestageOptions>.SwitchNames());
+        }
+    }
+
+    /// <summary>
+    /// A node-prep switch given to prestage, unlike its default, is what node prep reads on every node: the job built as
+    /// prestage builds it, its Slurm script's exports, its HPC Pack job environment and the local scheduler's
+    /// environment, each read by node prep's own parser with the arguments the job runs it with.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(NodePrepSwitchNames))]
+    public void A_node_prep_switch_given_to_prestage_reaches_node_prep_on_the_nodes_of_every_scheduler(string name)
+    {
+        var property = typeof(Hpc.Jobs.Cli.NodePrepSwitches).GetProperties().Single(p => p.GetCustomAttribute<SwitchAttribute>()?.Name == name);
+        var attribute = property.GetCustomAttribute<SwitchAttribute>()!;
+        var unlike = property.PropertyType == typeof(bool) ? (bool)property.GetValue(new Hpc.Jobs.Cli.NodePrepSwitches())! ? "off" : "on"
+            : throw new NotSupportedException($"{name}: give the walk a sample value of {property.PropertyType.Name}");
+        var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x", name, unlike], NoVariables);
+        Assert.Null(problem);
+        var expected = SettingValues.Format(property.GetValue(prestage.NodePrep));
+        Assert.NotEqual(SettingValues.Format(property.GetValue(new Hpc.Jobs.Cli.NodePrepSwitches())), expected);
+
+        foreach (var fanout in new[] { false, true })
+        {
+            var job = new JobSpec("hpcdata-risk-x", "risk/x", new string('a', 64), prestage.CacheTierFor(["cache1:6380"]), 3, 1, ["hpcdata", "worker"],
+                FanoutMpi: fanout, NodePrep: prestage.NodePrep.Copy());
+            var variable = attribute.Environment!;
+            var slurm = SlurmScript.Generate(job);
+            Assert.Contains($"\nexport {variable}={Quote.Sh(expected!)}\n", slurm);
+            var hpcPack = HpcPackCommands.Generate(job);
+            Assert.Contains($"/jobenv:{variable}={expected}", hpcPack);
+
+            var environments = new Dictionary<string, IReadOnlyDictionary<string, string?>>
+            {
+                ["slurm"] = Exports(slurm),
+                ["hpcpack"] = JobEnv(hpcPack),
+                ["local"] = LocalScheduler.JobEnvironment(job, "job-1", "pipe-1"),
+            };
+            foreach (var (scheduler, environment) in environments)
+            foreach (var arguments in new[] { job.NodePrepArguments, JobSpec.DirectNodePrepArguments })
+            {
+                var (nodePrep, nodeProblem) = VerbContract<NodePrepOptions>.Parse([.. arguments.Skip(1)], v => environment.GetValueOrDefault(v));
+                Assert.Null(nodeProblem);
+                Assert.True(expected == SettingValues.Format(property.GetValue(nodePrep.NodePrep)),
+                    $"{scheduler} ({string.Join(' ', arguments)}): node prep read {SettingValues.Format(property.GetValue(nodePrep.NodePrep))}, prestage was given {expected}");
+            }
+        }
+    }
+
+    [Fact]
+    public void A_job_given_no_node_prep_switch_sets_none_of_their_variables()
+    {
+        var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x"], NoVariables);
+        Assert.Null(problem);
+        var job = new JobSpec("j", "risk/x", new string('a', 64), prestage.CacheTierFor(["cache1:6380"]), 3, 1, ["hpcdata", "worker"], NodePrep: prestage.NodePrep.Copy());
+        Assert.Empty(job.NodePrepVariables);
+        Assert.DoesNotContain(Hpc.Jobs.Cli.NodePrepSwitches.LinkProbeVariable, SlurmScript.Generate(job));
+        var (nodePrep, _) = VerbContract<NodePrepOptions>.Parse([], v => LocalScheduler.JobEnvironment(job, "job-1", "pipe-1").GetValueOrDefault(v));
+        Assert.True(nodePrep.NodePrep.LinkProbe);
+    }
+
+    [Theory]
+    [InlineData(new[] { "--link-probe", "off" }, false)]
+    [InlineData(new[] { "--link-probe", "on" }, true)]
+    [InlineData(new[] { "--link-probe=off" }, false)]
+    [InlineData(new[] { "--link-probe", "0" }, false)]
+    [InlineData(new[] { "--link-probe", "no" }, false)]
+    [InlineData(new[] { "--link-probe", "false" }, false)]
+    [InlineData(new[] { "--link-probe" }, true)]
+    [InlineData(new string[0], true)]
+    public void Link_probe_reads_every_spelling_of_on_and_off(string[] args, bool on)
+    {
+        var (nodePrep, problem) = VerbContract<NodePrepOptions>.Parse(args, NoVariables);
+        Assert.Null(problem);
+        Assert.Equal(on, nodePrep.NodePrep.LinkProbe);
+        var (prestage, prestageProblem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x", .. args], NoVariables);
+        Assert.Null(prestageProblem);
+        Assert.Equal(on, prestage.NodePrep.LinkProbe);
+    }
+
+    [Fact]
+    public void Link_probe_from_its_variable_gives_way_to_the_switch_and_a_value_nobody_reads_is_refused_with_the_shared_words()
+    {
+        string? Off(string v) => v == Hpc.Jobs.Cli.NodePrepSwitches.LinkProbeVariable ? "off" : null;
+        Assert.False(VerbContract<NodePrepOptions>.Parse([], Off).Options.NodePrep.LinkProbe);
+        Assert.True(VerbContract<NodePrepOptions>.Parse(["--link-probe", "on"], Off).Options.NodePrep.LinkProbe);
+
+        var (_, problem) = VerbContract<NodePrepOptions>.Parse(["--link-probe=sometimes"], NoVariables);
+        Assert.Equal("--link-probe: 'sometimes' is not on or off (1/0, true/false, yes/no, on/off)", problem);
+        var (_, variableProblem) = VerbContract<NodePrepOptions>.Parse([], v => v == Hpc.Jobs.Cli.NodePrepSwitches.LinkProbeVariable ? "sometimes" : null);
+        Assert.Equal($"environment variable {Hpc.Jobs.Cli.NodePrepSwitches.LinkProbeVariable}: 'sometimes' is not on or off (1/0, true/false, yes/no, on/off)", variableProblem);
+    }
+
+    /// <summary>The variables a Slurm script exports, as a node's shell has them (quoting undone).</summary>
+    private static Dictionary<string, string?> Exports(string script)
+    {
+        var exports = new Dictionary<string, string?>();
+        foreach (var line in script.Split('\n').Where(l => l.StartsWith("export ", StringComparison.Ordinal) && l.Contains('=')))
+        {
+            var (name, value) = (line[7..line.IndexOf('=')], line[(line.IndexOf('=') + 1)..]);
+            exports[name] = value.Length > 1 && value[0] == '\'' ? value[1..^1].Replace("'\\''", "'") : value;
+        }
+        return exports;
+    }
+
+    /// <summary>The variables an HPC Pack job's <c>/jobenv:</c> arguments set.</summary>
+    private static Dictionary<string, string?> JobEnv(string commands) =>
+        System.Text.RegularExpressions.Regex.Matches(commands, @"/jobenv:(?<name>[A-Z_]+)=(?<value>[^ '""]*)")
+            .ToDictionary(m => m.Groups["name"].Value, m => (string?)m.Groups["value"].Value);
+
     [Theory]
     [InlineData("1", true)]
     [InlineData("0", false)]

@@ -254,8 +254,16 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// handing each stored form to <paramref name="handler"/>. A segment missing or rejected on one replica is asked of
     /// the next; when none has a good copy the whole fetch fails naming the segment.
     /// </summary>
-    public async Task FetchSegmentsAsync(IReadOnlyList<SegmentId> ids, IReadOnlyList<int> wanted, StoredSegmentHandler handler,
-        string what, CancellationToken ct = default)
+    public Task FetchSegmentsAsync(IReadOnlyList<SegmentId> ids, IReadOnlyList<int> wanted, StoredSegmentHandler handler,
+        string what, CancellationToken ct = default) => FetchSegmentsAsync(ids, wanted, handler, what, onBatch: null, ct);
+
+    /// <summary>As <see cref="FetchSegmentsAsync(IReadOnlyList{SegmentId}, IReadOnlyList{int}, StoredSegmentHandler, string, CancellationToken)"/>, telling <paramref name="onBatch"/> as each batch is done.</summary>
+    /// <param name="onBatch">
+    /// Called once per batch a host answered, with how many of its segments <paramref name="handler"/> took (from
+    /// several threads): what a progress report is made from, at a batch's pace rather than a segment's.
+    /// </param>
+    internal async Task FetchSegmentsAsync(IReadOnlyList<SegmentId> ids, IReadOnlyList<int> wanted, StoredSegmentHandler handler,
+        string what, Action<int>? onBatch, CancellationToken ct)
     {
         var pending = wanted.ToArray();
         var failures = new ConcurrentDictionary<int, string>();
@@ -276,7 +284,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                 queues[h] = new ConcurrentQueue<int[]>(byHost[h]!.Chunk(_options.BatchSize));
                 var host = h;
                 for (var k = 0; k < Math.Min(_options.ConnectionsPerHost, queues[h].Count); k++)
-                    tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, retry, canRetry, ct), ct));
+                    tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, retry, canRetry, onBatch, ct), ct));
             }
             await Task.WhenAll(tasks);
             pending = retry.ToArray();
@@ -291,7 +299,7 @@ public sealed class CacheTierClient : IAsyncDisposable
     }
 
     private async Task DrainAsync(int host, ConcurrentQueue<int[]> queue, IReadOnlyList<SegmentId> ids, StoredSegmentHandler handler,
-        ConcurrentDictionary<int, string> failures, ConcurrentBag<int> retry, bool canRetry, CancellationToken ct)
+        ConcurrentDictionary<int, string> failures, ConcurrentBag<int> retry, bool canRetry, Action<int>? onBatch, CancellationToken ct)
     {
         var keys = new byte[_options.BatchSize * CacheKeys.SegmentKeyLength];
         var multiKey = Topology.MultiKeyCommands;
@@ -352,6 +360,7 @@ public sealed class CacheTierClient : IAsyncDisposable
             // A host that is down or a cluster between masters fails the whole batch for one reason: one line, not one per segment.
             if (failed > 0 && shared is not null)
                 _logger.LogWarning("{Count} segment(s) from #{First} rejected from {Host}: {Reason}", failed, batch[0], Hosts[host], shared);
+            if (failed < batch.Length) onBatch?.Invoke(batch.Length - failed);
         }
     }
 

@@ -13,22 +13,38 @@ public static class SegmentFetcher
 {
     /// <param name="destination">Base of a writable region of at least <c>manifest.RawLength</c> bytes.</param>
     /// <param name="onSegment">Called once per segment that decoded and verified (from several threads).</param>
+    public static Task FetchAsync(CacheTierClient client, Manifest manifest, string version, nint destination,
+        IReadOnlyList<int> wanted, Action<int>? onSegment, CancellationToken ct) =>
+        FetchAsync(client, manifest, version, destination, wanted, onSegment, progress: null, ct);
+
+    /// <inheritdoc cref="FetchAsync(CacheTierClient, Manifest, string, nint, IReadOnlyList{int}, Action{int}?, CancellationToken)"/>
+    /// <param name="progress">Told the raw bytes and segments done of <paramref name="wanted"/> after each batch a host answered.</param>
     public static unsafe Task FetchAsync(CacheTierClient client, Manifest manifest, string version, nint destination,
-        IReadOnlyList<int> wanted, Action<int>? onSegment, CancellationToken ct)
+        IReadOnlyList<int> wanted, Action<int>? onSegment, IProgress<FetchProgress>? progress, CancellationToken ct)
     {
         var ids = manifest.SegmentIds;
         var offsets = manifest.Offsets;
+        // Counted as segments decode (an add, nothing allocated); reported once per batch.
+        long bytesDone = 0, totalBytes = 0;
+        var segmentsDone = 0;
+        if (progress is not null) foreach (var i in wanted) totalBytes += manifest.Segments[i].RawLength;
         return client.FetchSegmentsAsync(ids, wanted, (index, stored) =>
         {
             var target = new Span<byte>((byte*)destination + offsets[index], manifest.Segments[index].RawLength);
             var problem = SegmentCodec.TryDecode(stored, ids[index], target);
-            if (problem is null) onSegment?.Invoke(index);
+            if (problem is null)
+            {
+                onSegment?.Invoke(index);
+                if (progress is not null) Interlocked.Add(ref bytesDone, target.Length);
+            }
             return problem;
-        }, $"dataset '{manifest.Name}' version {version}", ct);
+        }, $"dataset '{manifest.Name}' version {version}",
+            progress is null ? null : intact => progress.Report(new FetchProgress(Interlocked.Read(ref bytesDone), totalBytes,
+                Interlocked.Add(ref segmentsDone, intact), wanted.Count)), ct);
     }
 
     /// <summary>
-    /// As <see cref="FetchAsync"/>, but each segment is decoded into a pooled buffer and written at its offset with a
+    /// As <see cref="FetchAsync(CacheTierClient, Manifest, string, nint, IReadOnlyList{int}, Action{int}?, CancellationToken)"/>, but each segment is decoded into a pooled buffer and written at its offset with a
     /// positional write. For files on tmpfs this is cheaper than decoding into a shared mapping: a store through the
     /// mapping faults every 4 KB page in and the kernel zeroes it first, a full-page write needs neither.
     /// </summary>
