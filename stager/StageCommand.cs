@@ -37,12 +37,12 @@ public static class StageCommand
                 ContentDefined = o.Chunking == "content",
                 Readers = Hpc.CommonData.Access.ReaderSpec.Resolve(o.Readers),
             };
-            var progress = Console.IsErrorRedirected ? null : new TerminalProgress();
+            var progress = Console.IsErrorRedirected || o.Quiet ? null : new TerminalProgress();
             var result = await new StagingPipeline(tier, log).StageAsync(source, options, progress, cancel.Token);
             progress?.Finish();
             StagerMetrics.Instance.StageDuration.Record(result.Seconds);
             if (o.Json) Console.WriteLine(JsonSerializer.Serialize(result, ContractJson.Default.StageResult));
-            else
+            else if (!o.Quiet)
             {
                 Console.WriteLine($"staged {result.Name} version {result.Version}{(result.Unchanged ? " (unchanged: nothing new published)" : "")}");
                 if (result.RepairedHosts.Count > 0)
