@@ -64,8 +64,9 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
         "whichever the cost model says is faster for the nodes, cache hosts, stored size and link rate, said in one line.", Meta = "MODE")]
     public string Fanout { get; set; } = "auto";
 
-    [Switch("--link-rate", "--fanout auto: the nodes' and cache hosts' link rate, e.g. 10gbit or 1.2GB/s (default: measured from here by " +
-        "fetching up to 16 MB of the version from the cache tier).", Meta = "RATE")]
+    [Switch("--link-rate", "The nodes' and cache hosts' link rate, e.g. 10gbit or 1.2GB/s, for --fanout auto and the stager's codec choice " +
+        "(default: the site's setting; else, for --fanout auto, measured from here by fetching up to 16 MB of the version from the cache tier).",
+        Environment = StagerOptions.LinkRateVariable, Meta = "RATE")]
     public string? LinkRate { get; set; }
 
     /// <summary>Node prep's settings for the job's nodes: the job sets them as node prep's variables.</summary>
@@ -87,6 +88,7 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     public StagerOptions Stager(string path, string name, IReadOnlyList<string> hosts) => new()
     {
         Path = path, Name = name, CacheTier = CacheTierFor(hosts), Json = true, Lifetime = Lifetime is { } l && l != "job" ? l : null, Readers = Readers,
+        LinkRate = LinkRate is { } rate && ByteRate.TryParse(rate, out var link) ? link : ByteRate.Unlimited,
     };
 
     [Switch("--work-dir", "local: scratch directory for the nodes' data (default under /dev/shm; removed afterwards unless given). slurm, hpcpack: where the job script is written (default: here).", Meta = "DIR")]

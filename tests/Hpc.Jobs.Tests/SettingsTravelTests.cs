@@ -28,6 +28,20 @@ public sealed class SettingsTravelTests : IDisposable
         Assert.Equal(typeof(CacheTierOptions).GetProperties().Count(p => p.GetCustomAttribute<SwitchAttribute>() is not null), CacheTierSwitches().Count);
 
     [Theory]
+    [InlineData(new[] { "--link-rate", "10mbit" }, null)]
+    [InlineData(new string[0], "10mbit")] // the site's setting, in the environment prestage runs in
+    public void The_link_rate_given_to_prestage_reaches_the_stager_for_its_codec_choice(string[] given, string? site)
+    {
+        var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x", .. given],
+            v => v == StagerOptions.LinkRateVariable ? site : null);
+        Assert.Null(problem);
+        var stager = prestage.Stager(Path.Combine(_dir, "data.bin"), "risk/x", ["cache1:6380"]);
+        var arrived = BindProgram<StagerOptions>(ProgramContract<StagerOptions>.ToArguments(stager), new Dictionary<string, string?>());
+        Assert.Equal(ByteRate.Parse("10mbit"), arrived.LinkRate);
+        Assert.True(arrived.AutoCodec);
+    }
+
+    [Theory]
     [MemberData(nameof(CacheTierSwitches))]
     public void A_cache_tier_switch_given_to_prestage_reaches_the_stager_the_job_node_prep_and_the_agent(string name)
     {
