@@ -42,7 +42,7 @@ public sealed class BenchClusterOptions : IVerbOptions
     [Switch("--no-compress", "Stage the data uncompressed.")]
     public bool NoCompress { get; set; }
 
-    [Switch("--codec", "The stager's codec: lz4, zstd or zstd:LEVEL (the report's tables take LZ4 cells; others are in the results).")]
+    [Switch("--codec", "The stager's codec: lz4, zstd or zstd:LEVEL (the report gives each codec tables of its own).")]
     public string Codec { get; set; } = "lz4";
 
     [Switch("--workers", "Workers per node that attach the copy (map mode) after the fetch.")]
