@@ -100,9 +100,10 @@ public static class FanoutExchange
         Task probeDone = Task.CompletedTask;
         if (probeLinks && link is IPeerLinks peers && group.Size >= FanoutRoute.SmallestWithLeaves)
         {
-            var (incoming, drained, sent) = await LinkProbe.RunAsync(link, ct);
-            var rates = await Within(group.AllGatherAsync(incoming.ToBytes(), ct), limit, "agreeing on the links' rates");
-            route = FanoutRoute.FromProbes(rates.Select(r => ProbeResult.FromBytes(r)).ToArray());
+            // The probe all-gathers after each of its rounds: a rank that died or stalled shows here.
+            var probe = await Within(LinkProbe.RunAsync(link, group, ct), limit, "agreeing on the links' rates");
+            var (drained, sent) = (probe.Drained, probe.Sent);
+            route = FanoutRoute.FromProbes(probe.Links);
             // The rest of the probe from the left neighbour comes before its blocks on that link; from a neighbour
             // that is now a leaf nothing else comes, and the probe drains beside the exchange.
             var oldLeft = (group.Rank - 1 + group.Size) % group.Size;
