@@ -64,7 +64,12 @@ public static class LinkProbe
     /// link follow them, so the exchange must wait for it), and one that completes once every message was sent.
     /// </summary>
     /// <param name="link">The ring whose links are measured (may differ from the group's own, e.g. TCP beside MPI).</param>
-    public static async Task<LinkProbeRun> RunAsync(IRingLink link, IRankGroup group, CancellationToken ct, TimeSpan? limit = null)
+    /// <param name="maxBytes">
+    /// Most bytes each rank sends in all rounds together (the same on every rank): a probe is worth a small share of
+    /// what the exchange itself moves, so a small dataset is judged from the first round or two, and a long probe on
+    /// busy shared cores cannot take the scheduler's pace for a slow link when there is little data to route anyway.
+    /// </param>
+    public static async Task<LinkProbeRun> RunAsync(IRingLink link, IRankGroup group, CancellationToken ct, TimeSpan? limit = null, long maxBytes = long.MaxValue)
     {
         var bound = (limit ?? Limit).TotalSeconds;
         var clock = Stopwatch.StartNew();
@@ -82,7 +87,7 @@ public static class LinkProbe
             // Decided from gathered values only, so every rank takes the same decision and the rounds stay in step.
             var next = RoundBytes(round + 1);
             var nextSeconds = Growth * gathered.Max(g => g.RoundSeconds);
-            var stop = gathered.Any(g => !g.Complete) || LongEnoughToJudge(links) || next > LastRoundBytes
+            var stop = gathered.Any(g => !g.Complete) || LongEnoughToJudge(links) || next > LastRoundBytes || bytesSent + next > maxBytes
                 || gathered.Max(g => g.ElapsedSeconds) + nextSeconds > bound;
             if (stop) return new LinkProbeRun(links, round + 1, bytesSent, receiving, Task.WhenAll(sends));
         }
