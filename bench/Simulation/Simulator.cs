@@ -29,19 +29,35 @@ public readonly record struct ProbeReading(double BytesPerSecond, double Seconds
 
 /// <summary>
 /// Node prep's probe and routing rule, restated here because the bench cannot reference the jobs assembly (which hosts
-/// the bench): jobs/Fanout/LinkProbe (8 chunks of 32 KB to the right neighbour, timed from the first chunk's arrival,
-/// at most 1 s) and FanoutRoute.FromProbes. A node's rate is the faster of its two probed links; it becomes a leaf
-/// when that is below half the median node's and the faster probe took at least 20 ms; fewer than 3 ranks, or fewer
-/// than 2 members left, and there are no leaves. Keep the constants in step with those files.
+/// the bench): jobs/Fanout/LinkProbe (rounds in lockstep, each 8 chunks to the right neighbour timed from the first
+/// chunk's arrival, the first 256 KB, each next 4 times the last while the median link took under 10 ms — a link at
+/// half its rate would then take 20 ms — up to 64 MB, at most 1 s in all) and FanoutRoute.FromProbes. A node's rate is
+/// the faster of its two probed links; it becomes a leaf when that is below half the median node's and the faster probe
+/// took at least 20 ms; fewer than 3 ranks, or fewer than 2 members left, and there are no leaves. Keep the constants
+/// in step with those files.
 /// </summary>
 public static class LeafRule
 {
-    public const int ChunkBytes = 32 << 10;
+    public const int FirstRoundBytes = 256 << 10;
+    public const int LastRoundBytes = 64 << 20;
+    public const int Growth = 4;
     public const int Chunks = 8;
     public const double LimitSeconds = 1;
     public const double SlowShareOfMedian = 0.5;
     public const double ShortestTellingSeconds = 0.020;
     public const int SmallestWithLeaves = 3;
+
+    /// <summary>The bytes round <paramref name="round"/> (from 0) sends on each link.</summary>
+    public static long RoundBytes(int round) => (long)FirstRoundBytes << (2 * round);
+
+    /// <summary>LinkProbe.LongEnoughToJudge: the median link took at least the floor times the slow share.</summary>
+    public static bool LongEnoughToJudge(IReadOnlyList<ProbeReading> links)
+    {
+        var ordered = links.Select(l => l.Seconds).Order().ToArray();
+        var n = ordered.Length;
+        var median = n % 2 == 1 ? ordered[n / 2] : (ordered[n / 2 - 1] + ordered[n / 2]) / 2;
+        return median >= ShortestTellingSeconds * SlowShareOfMedian;
+    }
 
     /// <summary>The leaves, in rank order, from every rank's probe of its incoming link (<paramref name="incoming"/>[r]: from r−1 into r).</summary>
     public static int[] Leaves(IReadOnlyList<ProbeReading> incoming, double shortestTelling = ShortestTellingSeconds)
@@ -79,8 +95,9 @@ public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events,
 /// the tier and the pipelined ring all-gather sends every block on to r+1 until it has crossed N−1 links. So each
 /// node's link receives S (its share plus the ring) and sends (N−1)/N·S, and the cache tier sends S once.</item>
 /// <item>With the link probe (<see cref="JobSpec.Probe"/>), before the exchange every rank sends 256 KB to its right
-/// neighbour (all links at once) and times what arrives from its left, for at most a second; the rates are
-/// all-gathered and <see cref="LeafRule"/> decides, as node prep does, which nodes become leaves. The M others form the
+/// neighbour (all links at once) and times what arrives from its left, in rounds four times larger until the median
+/// link took long enough to judge (at most 64 MB, a second in all); the last round's rates are all-gathered and
+/// <see cref="LeafRule"/> decides, as node prep does, which nodes become leaves. The M others form the
 /// ring over shares of S/M, and each member also sends its own share to every leaf; a member is done when its node has
 /// the data, a leaf when every member's share has crossed its link.</item>
 /// <item>A node that dies stops the ring; the others notice when nothing has moved for the stall timeout and each
@@ -326,55 +343,96 @@ public sealed class Simulator
         }
 
         /// <summary>
-        /// LinkProbe: every rank sends its chunks to the right neighbour at once, and times the link from its left from
-        /// the first chunk's arrival on (the ranks' start skew is in that first chunk), giving up at the limit with what
-        /// had arrived. The first chunk and the other seven are two flows one after the other on the same path.
+        /// LinkProbe: in each round every rank sends its chunks to the right neighbour at once, and times the link from
+        /// its left from the first chunk's arrival on (the ranks' start skew is in that first chunk); the ranks
+        /// all-gather (a tree each way) and all decide alike whether to run a round four times larger. A round cut short
+        /// by the limit (1 s from the probe's start) is measured by what had arrived and is the last. The first chunk and
+        /// the other seven are two flows one after the other on the same path.
         /// </summary>
         private void Probe()
         {
             _probeStart = sim._net.Now;
-            _unmeasured = _n;
+            var round = 0;
+            var finished = false;
             var incoming = new ProbeReading[_n];
+            var complete = new bool[_n];
+            var roundEnd = new double[_n];
             var first = new double[_n];
             var measured = new bool[_n];
-            const double chunk = LeafRule.ChunkBytes;
+            var roundStart = 0.0;
+            var chunk = 0.0;
             void Measure(int r)
             {
-                if (measured[r]) return;
+                if (measured[r] || finished) return;
                 measured[r] = true;
                 var now = sim._net.Now;
+                roundEnd[r] = now;
                 var rest = _probeRest[r];
                 if (rest is not null && rest.Remaining <= 0)
+                {
+                    complete[r] = true;
                     incoming[r] = new((LeafRule.Chunks - 1) * chunk / (now - first[r]), now - first[r]);
+                }
                 else
                 {
                     // At the limit: the chunks in so far, timed from the first to the last whole one.
+                    complete[r] = false;
                     var got = rest is null ? 0 : 1 + (int)Math.Floor(rest.Moved / chunk);
                     if (got >= 2)
                     {
                         var seconds = (got - 1) * chunk * (now - first[r]) / rest!.Moved;
                         incoming[r] = new((got - 1) * chunk / seconds, seconds);
                     }
-                    else incoming[r] = new(got * chunk / (now - _probeStart), now - _probeStart);
+                    else incoming[r] = new(got * chunk / (now - roundStart), now - roundStart);
                 }
-                if (--_unmeasured == 0) Route(incoming);
+                if (--_unmeasured == 0) Gathered();
             }
-            for (var r = 0; r < _n; r++)
+            void Gathered()
             {
-                var from = r;
-                var to = (r + 1) % _n;
-                sim.Between(Node(from), Node(to), chunk, _ =>
+                // What every rank decides from the gathered readings (LinkProbe.RunAsync).
+                var next = LeafRule.RoundBytes(round + 1);
+                var slowest = roundEnd.Max() - roundStart;
+                var stop = complete.Any(c => !c) || LeafRule.LongEnoughToJudge(incoming) || next > LeafRule.LastRoundBytes
+                    || roundEnd.Max() - _probeStart + LeafRule.Growth * slowest > LeafRule.LimitSeconds;
+                if (stop)
                 {
-                    first[to] = sim._net.Now;
-                    _probeRest[to] = sim.Between(Node(from), Node(to), (LeafRule.Chunks - 1) * chunk, _ =>
-                    {
-                        _probed[to] = true;
-                        Measure(to);
-                        if (_afterProbe[to] is { } waiting) foreach (var go in waiting) go();
-                        _afterProbe[to] = null;
-                    });
-                });
+                    finished = true;
+                    Route(incoming.ToArray());
+                    return;
+                }
+                round++;
+                sim._net.After(LatencyOfTree, Round);
             }
+            void Round()
+            {
+                roundStart = sim._net.Now;
+                chunk = (double)LeafRule.RoundBytes(round) / LeafRule.Chunks;
+                _unmeasured = _n;
+                Array.Clear(measured);
+                Array.Clear(_probed);
+                Array.Clear(_probeRest);
+                var size = chunk;
+                for (var r = 0; r < _n; r++)
+                {
+                    var from = r;
+                    var to = (r + 1) % _n;
+                    sim.Between(Node(from), Node(to), size, _ =>
+                    {
+                        first[to] = sim._net.Now;
+                        _probeRest[to] = sim.Between(Node(from), Node(to), (LeafRule.Chunks - 1) * size, _ =>
+                        {
+                            _probed[to] = true;
+                            Measure(to);
+                            if (_afterProbe[to] is { } waiting) foreach (var go in waiting) go();
+                            _afterProbe[to] = null;
+                        });
+                    });
+                }
+                // A round begun at or past the limit has nothing to wait for: LinkProbe measures it at once.
+                if (sim._net.Now - _probeStart >= LeafRule.LimitSeconds)
+                    for (var r = 0; r < _n; r++) Measure(r);
+            }
+            Round();
             sim._net.After(LeafRule.LimitSeconds, () => { for (var r = 0; r < _n; r++) Measure(r); });
         }
 

@@ -47,6 +47,9 @@ public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, i
 /// </summary>
 public static class FanoutExchange
 {
+    /// <summary>The probe sends at most 1/ProbeShare of the stored bytes the exchange moves.</summary>
+    internal const int ProbeShare = 16;
+
     /// <param name="probeLinks">Measure the ring's links first and leave ranks with a slow link out of the ring
     /// (<see cref="FanoutRoute"/>); only over links that reach every rank (<see cref="IPeerLinks"/>).</param>
     public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct,
@@ -100,9 +103,12 @@ public static class FanoutExchange
         Task probeDone = Task.CompletedTask;
         if (probeLinks && link is IPeerLinks peers && group.Size >= FanoutRoute.SmallestWithLeaves)
         {
-            var (incoming, drained, sent) = await LinkProbe.RunAsync(link, ct);
-            var rates = await Within(group.AllGatherAsync(incoming.ToBytes(), ct), limit, "agreeing on the links' rates");
-            route = FanoutRoute.FromProbes(rates.Select(r => ProbeResult.FromBytes(r)).ToArray());
+            // The probe all-gathers after each of its rounds: a rank that died or stalled shows here.
+            // At most a sixteenth of what the exchange moves, so the probe costs the links a few percent at most.
+            var moving = Enumerable.Range(0, needed.Length).Where(i => needed[i]).Sum(i => (long)manifest.Segments[i].StoredLength);
+            var probe = await Within(LinkProbe.RunAsync(link, group, ct, maxBytes: Math.Max(LinkProbe.FirstRoundBytes, moving / ProbeShare)), limit, "agreeing on the links' rates");
+            var (drained, sent) = (probe.Drained, probe.Sent);
+            route = FanoutRoute.FromProbes(probe.Links);
             // The rest of the probe from the left neighbour comes before its blocks on that link; from a neighbour
             // that is now a leaf nothing else comes, and the probe drains beside the exchange.
             var oldLeft = (group.Rank - 1 + group.Size) % group.Size;

@@ -20,7 +20,9 @@ public sealed class FanoutRoute
 
     /// <summary>
     /// A node becomes a leaf only if the faster of its two probes took at least this long: a probe that short on every link is
-    /// scheduling noise (MPI's progress thread polls each millisecond), not a measured rate.
+    /// scheduling noise (MPI's progress thread polls each millisecond), not a measured rate. <see cref="LinkProbe"/> grows
+    /// its rounds until the median link takes half of this, so a node at half the median's rate or slower is timed for
+    /// at least this long whatever the fabric's speed (up to its largest round).
     /// </summary>
     public static readonly TimeSpan ShortestTelling = TimeSpan.FromMilliseconds(20);
 

@@ -5,70 +5,177 @@ using System.Diagnostics;
 namespace Hpc.Jobs.Fanout;
 
 /// <summary>
-/// A short measurement of the ring's links before the exchange: every rank sends <see cref="Chunks"/> messages of
-/// <see cref="ChunkBytes"/> to its right neighbour while it times what arrives from its left one, all links at once
-/// (each uplink and downlink carries one probe, so none competes with another). Bounded in bytes (the chunks) and in
-/// time (<see cref="Limit"/>: a link that has not delivered them by then is measured by what it did deliver).
+/// A short measurement of the ring's links before the exchange, in rounds that every rank runs in lockstep: in a round
+/// every rank sends <see cref="Chunks"/> messages to its right neighbour while it times what arrives from its left one,
+/// all links at once (each uplink and downlink carries one probe, so none competes with another); then the ranks
+/// all-gather what they measured. The first round sends <see cref="FirstRoundBytes"/> per link; while the median link
+/// passed its round too quickly to judge (<see cref="LongEnoughToJudge"/>), the next round sends
+/// <see cref="Growth"/> times as much, up to <see cref="LastRoundBytes"/>. Bounded in time by <see cref="Limit"/>: a
+/// round that would not fit in what is left of it is not started, and a link that has not delivered its round by then is
+/// measured by what it did deliver.
 /// </summary>
+/// <remarks>
+/// Why rounds: a fixed 256 KB passes a 10 Gbit/s link in a fifth of a millisecond, far below what a rate can be told
+/// from (MPI's progress thread polls each millisecond), so on fast fabrics no probe was long enough to make a slow node a
+/// leaf. Growing by four keeps a healthy fast ring's probe to a few rounds (1 Gbit/s: three, about 45 ms; 10 Gbit/s:
+/// four, about 20 ms; 100 Gbit/s: five, under 10 ms, stopped by the cap), and stopping on the median link rather than
+/// on the slowest keeps a slow node from stretching the probe: its links only need to be slower than the median's to
+/// be measured for longer. Lockstep, because every rank's rate must come from the same round's bytes to be compared.
+/// </remarks>
 public static class LinkProbe
 {
-    public const int ChunkBytes = 32 << 10;
+    /// <summary>The first round's bytes on each link.</summary>
+    public const int FirstRoundBytes = 256 << 10;
+
+    /// <summary>The most bytes one round sends on a link (the fifth round).</summary>
+    public const int LastRoundBytes = 64 << 20;
+
+    /// <summary>How much more each round sends than the one before.</summary>
+    public const int Growth = 4;
+
+    /// <summary>Messages per round: the rate is timed from the first one's arrival to the last's.</summary>
     public const int Chunks = 8;
 
-    /// <summary>The longest a rank waits for its measurement; the rest of the probe is still drained before the exchange.</summary>
+    /// <summary>The longest a rank spends on its measurement; the rest of the last round is still drained before the exchange.</summary>
     public static readonly TimeSpan Limit = TimeSpan.FromSeconds(1);
 
     private const uint Magic = 0x31504348; // "HCP1"
 
+    /// <summary>The bytes round <paramref name="round"/> (from 0) sends on each link.</summary>
+    public static long RoundBytes(int round) => (long)FirstRoundBytes << (2 * round);
+
     /// <summary>
-    /// Runs this rank's probe. Returns the measured rate of the link from the left neighbour, a task that completes
-    /// once every probe chunk has been received (the ring's own messages on that link follow them, so the exchange
-    /// must wait for it), and one that completes once every chunk was sent.
+    /// Whether a round measured the links for long enough that a node at <see cref="FanoutRoute.SlowShareOfMedian"/>
+    /// of the median's rate or slower has probes of at least <see cref="FanoutRoute.ShortestTelling"/>: the median link
+    /// took that long times the share. A shorter round is repeated larger.
     /// </summary>
-    public static async Task<(ProbeResult Incoming, Task Drained, Task Sent)> RunAsync(IRingLink link, CancellationToken ct, TimeSpan? limit = null)
+    public static bool LongEnoughToJudge(IReadOnlyList<ProbeResult> links)
     {
-        var chunk = new byte[ChunkBytes];
+        var ordered = links.Select(l => l.Seconds).Order().ToArray();
+        var n = ordered.Length;
+        var median = n % 2 == 1 ? ordered[n / 2] : (ordered[n / 2 - 1] + ordered[n / 2]) / 2;
+        return median >= FanoutRoute.ShortestTelling.TotalSeconds * FanoutRoute.SlowShareOfMedian;
+    }
+
+    /// <summary>
+    /// Runs this rank's probe. Every rank of <paramref name="group"/> must call it at the same point (it all-gathers after
+    /// each round). Returns every rank's measurement of the link from its left neighbour in the last round (the same on
+    /// every rank), a task that completes once every probe message has been received (the ring's own messages on that
+    /// link follow them, so the exchange must wait for it), and one that completes once every message was sent.
+    /// </summary>
+    /// <param name="link">The ring whose links are measured (may differ from the group's own, e.g. TCP beside MPI).</param>
+    /// <param name="maxBytes">
+    /// Most bytes each rank sends in all rounds together (the same on every rank): a probe is worth a small share of
+    /// what the exchange itself moves, so a small dataset is judged from the first round or two, and a long probe on
+    /// busy shared cores cannot take the scheduler's pace for a slow link when there is little data to route anyway.
+    /// </param>
+    public static async Task<LinkProbeRun> RunAsync(IRingLink link, IRankGroup group, CancellationToken ct, TimeSpan? limit = null, long maxBytes = long.MaxValue)
+    {
+        var bound = (limit ?? Limit).TotalSeconds;
+        var clock = Stopwatch.StartNew();
+        var sends = new List<Task>();
+        long bytesSent = 0;
+        for (var round = 0; ; round++)
+        {
+            var bytes = RoundBytes(round);
+            var chunkBytes = (int)(bytes / Chunks);
+            var (mine, receiving, send) = await RoundAsync(link, chunkBytes, clock, bound, ct);
+            sends.Add(send);
+            bytesSent += bytes;
+            var gathered = (await group.AllGatherAsync(mine.ToBytes(), ct)).Select(b => RoundReading.FromBytes(b)).ToArray();
+            var links = gathered.Select(g => g.Link).ToArray();
+            // Decided from gathered values only, so every rank takes the same decision and the rounds stay in step.
+            var next = RoundBytes(round + 1);
+            var nextSeconds = Growth * gathered.Max(g => g.RoundSeconds);
+            var stop = gathered.Any(g => !g.Complete) || LongEnoughToJudge(links) || next > LastRoundBytes || bytesSent + next > maxBytes
+                || gathered.Max(g => g.ElapsedSeconds) + nextSeconds > bound;
+            if (stop) return new LinkProbeRun(links, round + 1, bytesSent, receiving, Task.WhenAll(sends));
+        }
+    }
+
+    /// <summary>One round on this rank: its sends posted, its incoming link timed until all arrived or the bound.</summary>
+    private static async Task<(RoundReading Mine, Task Drained, Task Sent)> RoundAsync(IRingLink link, int chunkBytes, Stopwatch clock, double bound, CancellationToken ct)
+    {
+        var start = clock.Elapsed.TotalSeconds;
+        var chunk = ArrayPool<byte>.Shared.Rent(chunkBytes);
+        // Zeroed: a pooled array holds whatever its last user left, and this one goes to another node.
+        Array.Clear(chunk, 0, chunkBytes);
         // The length where a block message keeps it: the MPI link reads it there.
         BinaryPrimitives.WriteUInt32LittleEndian(chunk, Magic);
-        BinaryPrimitives.WriteInt32LittleEndian(chunk.AsSpan(16), ChunkBytes);
+        BinaryPrimitives.WriteInt32LittleEndian(chunk.AsSpan(16), chunkBytes);
         // Every send is posted at once: the link keeps their order, and the exchange's sends queue behind them.
-        var sent = Task.WhenAll(Enumerable.Range(0, Chunks).Select(_ => link.SendAsync(chunk, ct)));
-        var clock = Stopwatch.StartNew();
+        var message = chunk.AsMemory(0, chunkBytes);
+        var sends = new Task[Chunks];
+        for (var i = 0; i < Chunks; i++) sends[i] = link.SendAsync(message, ct);
+        var sent = Task.WhenAll(sends);
+        _ = sent.ContinueWith(_ => ArrayPool<byte>.Shared.Return(chunk), CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+
         var arrivals = new double[Chunks];
         var received = 0;
         var receiving = Task.Run(async () =>
         {
-            var buffer = ArrayPool<byte>.Shared.Rent(ChunkBytes);
+            var buffer = ArrayPool<byte>.Shared.Rent(chunkBytes);
             try
             {
                 for (var i = 0; i < Chunks; i++)
                 {
-                    var n = await link.ReceiveAsync(buffer.AsMemory(0, ChunkBytes), ct);
-                    if (n != ChunkBytes || BinaryPrimitives.ReadUInt32LittleEndian(buffer) != Magic)
-                        throw new InvalidDataException($"rank {link.Rank}: the link probe from the left neighbour is malformed ({n} bytes)");
+                    var n = await link.ReceiveAsync(buffer.AsMemory(0, chunkBytes), ct);
+                    if (n != chunkBytes || BinaryPrimitives.ReadUInt32LittleEndian(buffer) != Magic)
+                        throw new InvalidDataException($"rank {link.Rank}: the link probe from the left neighbour is malformed ({n} bytes, {chunkBytes} expected)");
                     arrivals[i] = clock.Elapsed.TotalSeconds;
                     Volatile.Write(ref received, i + 1);
                 }
             }
             finally { ArrayPool<byte>.Shared.Return(buffer); }
         }, ct);
-        var bound = limit ?? Limit;
-        try { await receiving.WaitAsync(bound, ct); }
+        var left = Math.Max(0, bound - start);
+        try { await receiving.WaitAsync(TimeSpan.FromSeconds(left), ct); }
         catch (TimeoutException) { }
         var got = Volatile.Read(ref received);
+        var now = clock.Elapsed.TotalSeconds;
         ProbeResult result;
         if (got >= 2)
         {
-            // From the first chunk's arrival on: the ranks do not start at the same instant, and the first chunk's
-            // time includes that skew, not the link.
+            // From the first chunk's arrival on: the ranks do not start a round at the same instant, and the first
+            // chunk's time includes that skew, not the link.
             var seconds = Math.Max(1e-6, arrivals[got - 1] - arrivals[0]);
-            result = new ProbeResult((got - 1) * (double)ChunkBytes / seconds, seconds);
+            result = new ProbeResult((got - 1) * (double)chunkBytes / seconds, seconds);
         }
         else
         {
-            var seconds = clock.Elapsed.TotalSeconds;
-            result = new ProbeResult(got * (double)ChunkBytes / seconds, seconds);
+            var seconds = Math.Max(1e-6, now - start);
+            result = new ProbeResult(got * (double)chunkBytes / seconds, seconds);
         }
-        return (result, receiving, sent);
+        var complete = got == Chunks;
+        var roundSeconds = (complete ? arrivals[Chunks - 1] : now) - start;
+        return (new RoundReading(result, complete, roundSeconds, now), receiving, sent);
+    }
+
+    /// <summary>What a rank tells the others after a round: its link's reading, and what the next round's decision needs.</summary>
+    private readonly record struct RoundReading(ProbeResult Link, bool Complete, double RoundSeconds, double ElapsedSeconds)
+    {
+        private const int Length = ProbeResult.Length + 1 + 16;
+
+        public byte[] ToBytes()
+        {
+            var bytes = new byte[Length];
+            Link.ToBytes().CopyTo(bytes, 0);
+            bytes[ProbeResult.Length] = Complete ? (byte)1 : (byte)0;
+            BitConverter.TryWriteBytes(bytes.AsSpan(ProbeResult.Length + 1, 8), RoundSeconds);
+            BitConverter.TryWriteBytes(bytes.AsSpan(ProbeResult.Length + 9, 8), ElapsedSeconds);
+            return bytes;
+        }
+
+        public static RoundReading FromBytes(ReadOnlySpan<byte> bytes) =>
+            new(ProbeResult.FromBytes(bytes), bytes[ProbeResult.Length] != 0, BitConverter.ToDouble(bytes.Slice(ProbeResult.Length + 1, 8)),
+                BitConverter.ToDouble(bytes.Slice(ProbeResult.Length + 9, 8)));
     }
 }
+
+/// <summary>A finished probe, as every rank holds it.</summary>
+/// <param name="Links">Each rank's reading of the link from its left neighbour in the last round: [r] is r−1 into r.</param>
+/// <param name="Rounds">How many rounds ran (the same on every rank).</param>
+/// <param name="BytesSent">What this rank sent to its right neighbour over all rounds.</param>
+/// <param name="Drained">Completes when the last round's messages from the left neighbour have all been received.</param>
+/// <param name="Sent">Completes when every message this rank sent is on its way.</param>
+public sealed record LinkProbeRun(IReadOnlyList<ProbeResult> Links, int Rounds, long BytesSent, Task Drained, Task Sent);

@@ -56,8 +56,8 @@ public class SimulationTests
         var off = Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0];
         var on = Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
         Assert.Empty(on.Leaves!);
-        // 256 KB at the link's rate, then the rates' all-gather.
-        var chunks = LeafRule.Chunks * LeafRule.ChunkBytes / (25e6 / 8 * Wire.Efficiency);
+        // One round of 256 KB at the link's rate (long enough to judge at 25 Mbit/s), then the rates' all-gather.
+        var chunks = LeafRule.FirstRoundBytes / (25e6 / 8 * Wire.Efficiency);
         Assert.InRange(on.ProbeSeconds, chunks, chunks + 0.01);
         Assert.Equal(off.ExchangeSeconds!.Value, on.ExchangeSeconds!.Value, 9);
         Assert.Equal(off.TierBytes, on.TierBytes, 0);
@@ -83,12 +83,50 @@ public class SimulationTests
         Assert.Equal(stored, routed.TierBytes, 0);
     }
 
-    [Fact]
-    public void A_probe_shorter_than_twenty_milliseconds_makes_no_leaf()
+    /// <summary>What the probe's rounds up to and including <paramref name="rounds"/> take on a link of that rate.</summary>
+    private static double RoundsSeconds(int rounds, double bytesPerSecond) => Enumerable.Range(0, rounds).Sum(k => LeafRule.RoundBytes(k) / bytesPerSecond);
+
+    [Theory]
+    [InlineData(10e9, 0.25)]
+    [InlineData(10e9, 0.1)]
+    [InlineData(100e9, 0.1)]
+    public void On_fast_links_the_probe_grows_until_it_can_judge_and_a_slow_node_becomes_a_leaf(double rate, double factor)
     {
         const long stored = 64L << 20;
-        // At 10 Gbit/s even a quarter-rate link delivers 224 KB in under a millisecond: too short to judge.
-        var spec = new ClusterSpec { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = 10e9, HopLatency = 25e-6, SlowNodes = new HashSet<int> { 5 }, SlowFactor = 0.25 };
+        // 256 KB cross even the slow link in a few milliseconds: the first round alone could not make a leaf.
+        var link = rate / 8 * Wire.Efficiency;
+        Assert.True(LeafRule.FirstRoundBytes / (factor * link) < LeafRule.ShortestTellingSeconds);
+        var spec = new ClusterSpec { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = rate, HopLatency = 25e-6, SlowNodes = new HashSet<int> { 5 }, SlowFactor = factor };
+        var job = Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
+        Assert.Equal([5], job.Leaves!);
+        // The rounds run at the slow link's pace (lockstep) until the median link's took half the floor, or the largest.
+        var rounds = Enumerable.Range(1, 5).First(k => LeafRule.RoundBytes(k - 1) * (LeafRule.Chunks - 1.0) / LeafRule.Chunks / link >= LeafRule.ShortestTellingSeconds / 2 || k == 5);
+        var expected = RoundsSeconds(rounds, factor * link);
+        Assert.InRange(job.ProbeSeconds, expected, expected + 0.01);
+        Assert.True(job.ProbeSeconds < LeafRule.LimitSeconds);
+    }
+
+    [Theory]
+    [InlineData(1e9)]
+    [InlineData(10e9)]
+    [InlineData(100e9)]
+    public void On_fast_links_with_no_slow_node_the_probe_makes_no_leaf_and_takes_tens_of_milliseconds_at_most(double rate)
+    {
+        const long stored = 64L << 20;
+        var spec = new ClusterSpec { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = rate, HopLatency = 25e-6 };
+        var job = Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
+        Assert.Empty(job.Leaves!);
+        Assert.InRange(job.ProbeSeconds, RoundsSeconds(2, rate / 8 * Wire.Efficiency), 0.05);
+    }
+
+    [Fact]
+    public void A_node_slower_than_half_the_median_but_measured_under_twenty_milliseconds_is_no_leaf()
+    {
+        const long stored = 64L << 20;
+        // At 100 Gbit/s the largest round (64 MB) crosses a half-rate link in about 11 ms: under the floor, so no leaf;
+        // without the floor it would be one.
+        var spec = new ClusterSpec { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = 100e9, HopLatency = 25e-6, SlowNodes = new HashSet<int> { 5 }, SlowFactor = 0.45 };
+        Assert.True(LeafRule.LastRoundBytes / (0.45 * 100e9 / 8 * Wire.Efficiency) < LeafRule.ShortestTellingSeconds);
         Assert.Empty(Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0].Leaves!);
         Assert.Equal([5], Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true, shortestTelling: 0).Jobs[0].Leaves!);
     }
