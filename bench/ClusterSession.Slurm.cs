@@ -4,14 +4,13 @@ using System.Text.Json;
 using Hpc.CommonData;
 using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Cli;
+using Hpc.CommonData.Report;
 
 namespace Hpc.Bench;
 
 public sealed partial class ClusterSession
 {
     /// <summary>What <c>bench cluster --scheduler slurm</c> runs as steps of one allocation, each timed by the batch shell.</summary>
-    public static IReadOnlyList<string> SlurmModes => Hpc.CommonData.Report.SlurmModes.All;
-
     private SlurmLab? _slurm;
 
     /// <summary>
@@ -19,10 +18,10 @@ public sealed partial class ClusterSession
     /// <list type="bullet">
     /// <item><c>none</c>, <c>mpi</c>: <c>srun hpcdata nodeprep --fanout none|mpi</c> (ranks through PMI-2), the data
     /// staged to the cache hosts beforehand; the agents start cold, as on nodes without an agent service.</item>
-    /// <item><c>sbcast</c>: <c>sbcast --compress=lz4</c> from the batch node (the default tree width, wider than the
-    /// cluster: the batch node sends to every node); <c>sbcast-tree2</c>: the same with <c>TreeWidth=2</c> (set in the
-    /// configuration and <c>scontrol reconfigure</c>d around the step, outside its time), so slurmds forward the data
-    /// down a binary tree.</item>
+    /// <item><c>sbcast</c>: <c>sbcast --compress=lz4</c> from the batch node at Slurm's defaults (fanout 8: up to 8 nodes
+    /// it sends to itself directly); <c>sbcast-f&lt;F&gt;</c> with <c>--fanout=F</c>: the batch node sends each block to F
+    /// nodes, each of which forwards it to its share of the rest; <c>-tree&lt;W&gt;</c> also sets <c>TreeWidth=W</c> (in the
+    /// configuration, <c>scontrol reconfigure</c>d around the step, outside its time), the width below that first level.</item>
     /// <item><c>srun-bcast</c>: <c>srun --bcast --compress=lz4</c> of the same bytes behind a two-line shell header
     /// (srun broadcasts only the program it runs).</item>
     /// </list>
@@ -31,7 +30,7 @@ public sealed partial class ClusterSession
     /// </summary>
     public async Task<List<BenchRecord>> RunSlurmAsync(long size, string data, IReadOnlyList<string> modes, int repeat, string codec, CancellationToken ct)
     {
-        if (modes.FirstOrDefault(m => !SlurmModes.Contains(m)) is { } bad) throw new ArgumentException($"Slurm mode '{bad}': use {string.Join(", ", SlurmModes)}");
+        if (modes.FirstOrDefault(m => !SlurmModes.IsKnown(m)) is { } bad) throw new ArgumentException($"Slurm mode '{bad}': use {SlurmModes.Help}");
         _slurm ??= await SlurmLab.StartAsync(_topology, ct);
         var run = $"{_runId}-s{DateTime.UtcNow:HHmmssfff}";
         const string name = "bench/slurm";
@@ -110,8 +109,10 @@ public sealed partial class ClusterSession
             {
                 "none" or "mpi" => $"run {mode} {i} srun {perNode} {hpcdata} nodeprep {name}@{version} --fanout {mode} --job {job}\n" +
                                    $"srun {perNode} {hpcdata} noderelease --job {job} --evict >/dev/null 2>&1\n",
-                "sbcast" => $"run {mode} {i} sbcast --compress=lz4 --force {source} {dest}\n",
-                "sbcast-tree2" => $"tree 2\nrun {mode} {i} sbcast --compress=lz4 --force {source} {dest}\ntree {SlurmLab.DefaultTreeWidth}\n",
+                _ when SlurmModes.TryParseSbcast(mode, out var fanout, out var width) =>
+                    (width is { } w ? $"tree {w}\n" : "") +
+                    $"run {mode} {i} sbcast --compress=lz4 --force{(fanout is { } f ? $" --fanout={f}" : "")} {source} {dest}\n" +
+                    (width is null ? "" : $"tree {SlurmLab.DefaultTreeWidth}\n"),
                 "srun-bcast" => $"run {mode} {i} srun {perNode} --bcast={dest} --compress=lz4 {program}\n",
                 _ => throw new ArgumentException(mode),
             });

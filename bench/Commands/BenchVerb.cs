@@ -67,8 +67,9 @@ public sealed class BenchClusterOptions : IVerbOptions
     public string Fanout { get; set; } = "none";
 
     [Switch("--scheduler", "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
-        "(slurmctld, one slurmd per node), and --fanout's modes run as steps of one allocation: none, mpi (srun hpcdata nodeprep), sbcast, sbcast-tree2 " +
-        "(sbcast --compress=lz4, default tree width or 2), srun-bcast (srun --bcast --compress=lz4).")]
+        "(slurmctld, one slurmd per node), and --fanout's modes run as steps of one allocation: none, mpi (srun hpcdata nodeprep), sbcast " +
+        "(sbcast --compress=lz4 at Slurm's defaults), sbcast-f<F>, sbcast-tree<W>, sbcast-f<F>-tree<W> (with --fanout=F, 1-8, and/or TreeWidth=W for " +
+        "the step), srun-bcast (srun --bcast --compress=lz4).")]
     public string Scheduler { get; set; } = "none";
 
     [Switch("--transport", "plain (TCP) or tls (the cache hosts serve TLS, the stager and agents verify it); a list (plain,tls) runs each in turn in the same cluster. Direct fetch only.")]
@@ -232,8 +233,8 @@ public static class BenchVerb
 
     private static async Task<int> SlurmAsync(BenchClusterOptions o, List<string> modes, int rate, double delay, CancellationToken ct)
     {
-        if (modes.Count == 0 || modes.Any(m => !ClusterSession.SlurmModes.Contains(m)))
-            throw new FormatException($"--fanout with --scheduler slurm: a list of {string.Join(", ", ClusterSession.SlurmModes)}");
+        if (modes.Count == 0 || modes.Any(m => !Hpc.CommonData.Report.SlurmModes.IsKnown(m)))
+            throw new FormatException($"--fanout with --scheduler slurm: a list of {Hpc.CommonData.Report.SlurmModes.Help}");
         if (o.Matrix || o.Transport != "plain" || o.Workers > 0) throw new FormatException("--scheduler slurm runs single cells, plain transport, without workers");
         if (SlurmLab.Unavailable() is { } why) throw new BenchRefusedException(why, 2);
         await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);

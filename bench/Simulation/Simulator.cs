@@ -1,3 +1,5 @@
+using Hpc.CommonData.Fanout;
+
 namespace Hpc.Bench.Simulation;
 
 /// <summary>How a job's nodes get their dataset.</summary>
@@ -12,7 +14,7 @@ public enum Delivery { Direct, Fanout }
 /// ring as leaves (nodeprep --link-probe on, the default); false: every rank in the ring (--link-probe off, and every
 /// run made before the probe existed).</param>
 /// <param name="ShortestTelling">The probe's shortest duration that may make a leaf; null: node prep's own
-/// (<see cref="LeafRule.ShortestTellingSeconds"/>). Only for asking what the rule would do without its floor.</param>
+/// (<see cref="LeafRule.ShortestTelling"/>). Only for asking what the rule would do without its floor.</param>
 public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long StoredBytes, double? FailAfter = null, int FailRank = 0,
     double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null);
 
@@ -22,61 +24,6 @@ public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long S
 /// the connections to the leaves); 0 without a probe.</param>
 public sealed record JobResult(Delivery Delivery, int Nodes, double Seconds, double[] NodeSeconds, double TierBytes, double? ExchangeSeconds, int FellBack,
     IReadOnlyList<int>? Leaves = null, double ProbeSeconds = 0);
-
-/// <summary>One rank's probe of the link from its left neighbour, as jobs/Fanout's ProbeResult: bytes per second, and
-/// over how many seconds that was measured.</summary>
-public readonly record struct ProbeReading(double BytesPerSecond, double Seconds);
-
-/// <summary>
-/// Node prep's probe and routing rule, restated here because the bench cannot reference the jobs assembly (which hosts
-/// the bench): jobs/Fanout/LinkProbe (rounds in lockstep, each 8 chunks to the right neighbour timed from the first
-/// chunk's arrival, the first 256 KB, each next 4 times the last while the median link took under 10 ms — a link at
-/// half its rate would then take 20 ms — up to 64 MB, at most 1 s in all) and FanoutRoute.FromProbes. A node's rate is
-/// the faster of its two probed links; it becomes a leaf when that is below half the median node's and the faster probe
-/// took at least 20 ms; fewer than 3 ranks, or fewer than 2 members left, and there are no leaves. Keep the constants
-/// in step with those files.
-/// </summary>
-public static class LeafRule
-{
-    public const int FirstRoundBytes = 256 << 10;
-    public const int LastRoundBytes = 64 << 20;
-    public const int Growth = 4;
-    public const int Chunks = 8;
-    public const double LimitSeconds = 1;
-    public const double SlowShareOfMedian = 0.5;
-    public const double ShortestTellingSeconds = 0.020;
-    public const int SmallestWithLeaves = 3;
-
-    /// <summary>The bytes round <paramref name="round"/> (from 0) sends on each link.</summary>
-    public static long RoundBytes(int round) => (long)FirstRoundBytes << (2 * round);
-
-    /// <summary>LinkProbe.LongEnoughToJudge: the median link took at least the floor times the slow share.</summary>
-    public static bool LongEnoughToJudge(IReadOnlyList<ProbeReading> links)
-    {
-        var ordered = links.Select(l => l.Seconds).Order().ToArray();
-        var n = ordered.Length;
-        var median = n % 2 == 1 ? ordered[n / 2] : (ordered[n / 2 - 1] + ordered[n / 2]) / 2;
-        return median >= ShortestTellingSeconds * SlowShareOfMedian;
-    }
-
-    /// <summary>The leaves, in rank order, from every rank's probe of its incoming link (<paramref name="incoming"/>[r]: from r−1 into r).</summary>
-    public static int[] Leaves(IReadOnlyList<ProbeReading> incoming, double shortestTelling = ShortestTellingSeconds)
-    {
-        var size = incoming.Count;
-        if (size < SmallestWithLeaves) return [];
-        var rates = Enumerable.Range(0, size).Select(r => Math.Max(incoming[r].BytesPerSecond, incoming[(r + 1) % size].BytesPerSecond)).ToArray();
-        var ordered = rates.Order().ToArray();
-        var median = size % 2 == 1 ? ordered[size / 2] : (ordered[size / 2 - 1] + ordered[size / 2]) / 2;
-        bool Slow(int r)
-        {
-            if (!(rates[r] < SlowShareOfMedian * median)) return false;
-            var faster = incoming[r].BytesPerSecond >= incoming[(r + 1) % size].BytesPerSecond ? incoming[r] : incoming[(r + 1) % size];
-            return faster.Seconds >= shortestTelling;
-        }
-        var leaves = Enumerable.Range(0, size).Where(Slow).ToArray();
-        return size - leaves.Length < 2 ? [] : leaves;
-    }
-}
 
 /// <summary>A run of one or more jobs on one <see cref="ClusterSpec"/>.</summary>
 public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events, double WallMilliseconds)
@@ -354,7 +301,7 @@ public sealed class Simulator
             _probeStart = sim._net.Now;
             var round = 0;
             var finished = false;
-            var incoming = new ProbeReading[_n];
+            var incoming = new ProbeResult[_n];
             var complete = new bool[_n];
             var roundEnd = new double[_n];
             var first = new double[_n];
@@ -393,7 +340,7 @@ public sealed class Simulator
                 var next = LeafRule.RoundBytes(round + 1);
                 var slowest = roundEnd.Max() - roundStart;
                 var stop = complete.Any(c => !c) || LeafRule.LongEnoughToJudge(incoming) || next > LeafRule.LastRoundBytes
-                    || roundEnd.Max() - _probeStart + LeafRule.Growth * slowest > LeafRule.LimitSeconds;
+                    || roundEnd.Max() - _probeStart + LeafRule.Growth * slowest > LeafRule.Limit.TotalSeconds;
                 if (stop)
                 {
                     finished = true;
@@ -429,17 +376,17 @@ public sealed class Simulator
                     });
                 }
                 // A round begun at or past the limit has nothing to wait for: LinkProbe measures it at once.
-                if (sim._net.Now - _probeStart >= LeafRule.LimitSeconds)
+                if (sim._net.Now - _probeStart >= LeafRule.Limit.TotalSeconds)
                     for (var r = 0; r < _n; r++) Measure(r);
             }
             Round();
-            sim._net.After(LeafRule.LimitSeconds, () => { for (var r = 0; r < _n; r++) Measure(r); });
+            sim._net.After(LeafRule.Limit.TotalSeconds, () => { for (var r = 0; r < _n; r++) Measure(r); });
         }
 
         /// <summary>The rates all-gathered (a tree each way), the route decided alike on every rank, connections to the leaves made.</summary>
-        private void Route(ProbeReading[] incoming)
+        private void Route(ProbeResult[] incoming)
         {
-            var leaves = LeafRule.Leaves(incoming, job.ShortestTelling ?? LeafRule.ShortestTellingSeconds);
+            var leaves = LeafRule.Leaves(incoming, job.ShortestTelling is { } floor ? TimeSpan.FromSeconds(floor) : null);
             var connect = leaves.Length > 0 ? 2 * sim._spec.HopLatency : 0;
             sim._net.After(LatencyOfTree + connect, () =>
             {

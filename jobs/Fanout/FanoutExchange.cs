@@ -1,6 +1,7 @@
 using System.Diagnostics;
 using System.Text;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Format;
 
 namespace Hpc.Jobs.Fanout;
@@ -101,12 +102,12 @@ public static class FanoutExchange
         var route = FanoutRoute.Ring(group.Size);
         var probeClock = Stopwatch.StartNew();
         Task probeDone = Task.CompletedTask;
-        if (probeLinks && link is IPeerLinks peers && group.Size >= FanoutRoute.SmallestWithLeaves)
+        if (probeLinks && link is IPeerLinks peers && group.Size >= LeafRule.SmallestWithLeaves)
         {
             // The probe all-gathers after each of its rounds: a rank that died or stalled shows here.
             // At most a sixteenth of what the exchange moves, so the probe costs the links a few percent at most.
             var moving = Enumerable.Range(0, needed.Length).Where(i => needed[i]).Sum(i => (long)manifest.Segments[i].StoredLength);
-            var probe = await Within(LinkProbe.RunAsync(link, group, ct, maxBytes: Math.Max(LinkProbe.FirstRoundBytes, moving / ProbeShare)), limit, "agreeing on the links' rates");
+            var probe = await Within(LinkProbe.RunAsync(link, group, ct, maxBytes: Math.Max(LeafRule.FirstRoundBytes, moving / ProbeShare)), limit, "agreeing on the links' rates");
             var (drained, sent) = (probe.Drained, probe.Sent);
             route = FanoutRoute.FromProbes(probe.Links);
             // The rest of the probe from the left neighbour comes before its blocks on that link; from a neighbour

@@ -1,4 +1,5 @@
 using System.Globalization;
+using Hpc.CommonData.Fanout;
 
 namespace Hpc.Jobs.Fanout;
 
@@ -15,20 +16,6 @@ namespace Hpc.Jobs.Fanout;
 /// </remarks>
 public sealed class FanoutRoute
 {
-    /// <summary>A node counts as slow below this share of the median node's rate.</summary>
-    public const double SlowShareOfMedian = 0.5;
-
-    /// <summary>
-    /// A node becomes a leaf only if the faster of its two probes took at least this long: a probe that short on every link is
-    /// scheduling noise (MPI's progress thread polls each millisecond), not a measured rate. <see cref="LinkProbe"/> grows
-    /// its rounds until the median link takes half of this, so a node at half the median's rate or slower is timed for
-    /// at least this long whatever the fabric's speed (up to its largest round).
-    /// </summary>
-    public static readonly TimeSpan ShortestTelling = TimeSpan.FromMilliseconds(20);
-
-    /// <summary>Fewer ranks than this form a plain ring: with two, each only receives from the other anyway.</summary>
-    public const int SmallestWithLeaves = 3;
-
     private readonly int[] _position;
 
     private FanoutRoute(int size, int[] members, int[] leaves, double[]? nodeRates)
@@ -52,24 +39,9 @@ public sealed class FanoutRoute
     public static FanoutRoute FromProbes(IReadOnlyList<ProbeResult> incoming)
     {
         var size = incoming.Count;
-        if (size < SmallestWithLeaves) return Ring(size);
-        var rates = Enumerable.Range(0, size).Select(r => Math.Max(incoming[r].BytesPerSecond, incoming[(r + 1) % size].BytesPerSecond)).ToArray();
-        var ordered = rates.Order().ToArray();
-        var median = size % 2 == 1 ? ordered[size / 2] : (ordered[size / 2 - 1] + ordered[size / 2]) / 2;
-        bool Slow(int r)
-        {
-            if (!(rates[r] < SlowShareOfMedian * median)) return false;
-            // The faster of r's two links sets its rate, so that one must have taken long enough to tell a rate from
-            // noise: a neighbour of a slow node has one slow link, and its other one, measured in a millisecond, may
-            // well read below half a noisy median.
-            var faster = incoming[r].BytesPerSecond >= incoming[(r + 1) % size].BytesPerSecond ? incoming[r] : incoming[(r + 1) % size];
-            return faster.Seconds >= ShortestTelling.TotalSeconds;
-        }
-        var leaves = Enumerable.Range(0, size).Where(Slow).ToArray();
-        // Below the median by half can be at most half the nodes; two members are still kept whatever happens.
-        if (size - leaves.Length < 2) leaves = [];
-        var members = Enumerable.Range(0, size).Except(leaves).ToArray();
-        return new FanoutRoute(size, members, leaves, rates);
+        if (size < LeafRule.SmallestWithLeaves) return Ring(size);
+        var leaves = LeafRule.Leaves(incoming);
+        return new FanoutRoute(size, [.. Enumerable.Range(0, size).Except(leaves)], leaves, LeafRule.NodeRates(incoming));
     }
 
     public int Size { get; }
@@ -96,21 +68,4 @@ public sealed class FanoutRoute
     /// <summary>One word (the node-prep line's fields have no spaces): "ring", or the leaves and the members.</summary>
     public override string ToString() =>
         HasLeaves ? string.Create(CultureInfo.InvariantCulture, $"leaves:{string.Join(",", Leaves)}/ring:{string.Join(",", Members)}") : "ring";
-}
-
-/// <summary>One probed link: bytes per second, and over how many seconds that was measured.</summary>
-public readonly record struct ProbeResult(double BytesPerSecond, double Seconds)
-{
-    public const int Length = 16;
-
-    public byte[] ToBytes()
-    {
-        var bytes = new byte[Length];
-        BitConverter.TryWriteBytes(bytes.AsSpan(0, 8), BytesPerSecond);
-        BitConverter.TryWriteBytes(bytes.AsSpan(8, 8), Seconds);
-        return bytes;
-    }
-
-    public static ProbeResult FromBytes(ReadOnlySpan<byte> bytes) =>
-        new(BitConverter.ToDouble(bytes[..8]), BitConverter.ToDouble(bytes.Slice(8, 8)));
 }

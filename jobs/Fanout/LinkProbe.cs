@@ -1,16 +1,18 @@
 using System.Buffers;
 using System.Buffers.Binary;
 using System.Diagnostics;
+using Hpc.CommonData.Fanout;
+using static Hpc.CommonData.Fanout.LeafRule;
 
 namespace Hpc.Jobs.Fanout;
 
 /// <summary>
 /// A short measurement of the ring's links before the exchange, in rounds that every rank runs in lockstep: in a round
-/// every rank sends <see cref="Chunks"/> messages to its right neighbour while it times what arrives from its left one,
+/// every rank sends <see cref="LeafRule.Chunks"/> messages to its right neighbour while it times what arrives from its left one,
 /// all links at once (each uplink and downlink carries one probe, so none competes with another); then the ranks
-/// all-gather what they measured. The first round sends <see cref="FirstRoundBytes"/> per link; while the median link
-/// passed its round too quickly to judge (<see cref="LongEnoughToJudge"/>), the next round sends
-/// <see cref="Growth"/> times as much, up to <see cref="LastRoundBytes"/>. Bounded in time by <see cref="Limit"/>: a
+/// all-gather what they measured. The first round sends <see cref="LeafRule.FirstRoundBytes"/> per link; while the median link
+/// passed its round too quickly to judge (<see cref="LeafRule.LongEnoughToJudge"/>), the next round sends
+/// <see cref="LeafRule.Growth"/> times as much, up to <see cref="LeafRule.LastRoundBytes"/>. Bounded in time by <see cref="LeafRule.Limit"/>: a
 /// round that would not fit in what is left of it is not started, and a link that has not delivered its round by then is
 /// measured by what it did deliver.
 /// </summary>
@@ -24,38 +26,7 @@ namespace Hpc.Jobs.Fanout;
 /// </remarks>
 public static class LinkProbe
 {
-    /// <summary>The first round's bytes on each link.</summary>
-    public const int FirstRoundBytes = 256 << 10;
-
-    /// <summary>The most bytes one round sends on a link (the fifth round).</summary>
-    public const int LastRoundBytes = 64 << 20;
-
-    /// <summary>How much more each round sends than the one before.</summary>
-    public const int Growth = 4;
-
-    /// <summary>Messages per round: the rate is timed from the first one's arrival to the last's.</summary>
-    public const int Chunks = 8;
-
-    /// <summary>The longest a rank spends on its measurement; the rest of the last round is still drained before the exchange.</summary>
-    public static readonly TimeSpan Limit = TimeSpan.FromSeconds(1);
-
     private const uint Magic = 0x31504348; // "HCP1"
-
-    /// <summary>The bytes round <paramref name="round"/> (from 0) sends on each link.</summary>
-    public static long RoundBytes(int round) => (long)FirstRoundBytes << (2 * round);
-
-    /// <summary>
-    /// Whether a round measured the links for long enough that a node at <see cref="FanoutRoute.SlowShareOfMedian"/>
-    /// of the median's rate or slower has probes of at least <see cref="FanoutRoute.ShortestTelling"/>: the median link
-    /// took that long times the share. A shorter round is repeated larger.
-    /// </summary>
-    public static bool LongEnoughToJudge(IReadOnlyList<ProbeResult> links)
-    {
-        var ordered = links.Select(l => l.Seconds).Order().ToArray();
-        var n = ordered.Length;
-        var median = n % 2 == 1 ? ordered[n / 2] : (ordered[n / 2 - 1] + ordered[n / 2]) / 2;
-        return median >= FanoutRoute.ShortestTelling.TotalSeconds * FanoutRoute.SlowShareOfMedian;
-    }
 
     /// <summary>
     /// Runs this rank's probe. Every rank of <paramref name="group"/> must call it at the same point (it all-gathers after

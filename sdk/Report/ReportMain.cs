@@ -168,7 +168,19 @@ public static class ReportMain
                     g.Key.Mode is "none" or "mpi" ? Median(runs.Select(r => r.Nodes.Max(n => n.FetchSeconds))) : double.NaN,
                     Median(runs.SelectMany(r => r.Nodes).Select(n => n.AgentCpuSeconds ?? double.NaN)));
             })
-            .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => SlurmModes.All.ToList().IndexOf(c.Mode)).ToList();
+            .OrderBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Nodes).ThenBy(c => SlurmModes.Order(c.Mode)).ToList();
+
+    /// <summary>
+    /// Each cell (rate, size, N, H) with an MPI fan-out and at least one sbcast setting: the fan-out, the fastest sbcast
+    /// setting by median, sbcast at Slurm's defaults when it ran, and how many sbcast settings ran.
+    /// </summary>
+    public static List<(SlurmCell Mpi, SlurmCell BestSbcast, SlurmCell? DefaultSbcast, int Tried)> SlurmBeside(IReadOnlyList<SlurmCell> slurm) =>
+        slurm.GroupBy(c => (c.RateMbit, c.SizeBytes, c.Nodes, c.Hosts))
+            .Select(g => (Mpi: g.FirstOrDefault(c => c.Mode == "mpi"), Sbcast: g.Where(c => SlurmModes.IsSbcast(c.Mode)).OrderBy(c => c.MeasuredSeconds).ToList(),
+                Defaults: g.FirstOrDefault(c => c.Mode == "sbcast")))
+            .Where(x => x.Mpi is not null && x.Sbcast.Count > 0)
+            .Select(x => (x.Mpi!, x.Sbcast[0], x.Defaults, x.Sbcast.Count))
+            .ToList();
 
     private static List<RateCell> RateCells(ResultReader.Data data)
     {
@@ -305,8 +317,8 @@ public static class ReportMain
             sb.AppendLine("## On a Slurm cluster: our node prep beside sbcast and srun --bcast").AppendLine();
             sb.AppendLine("Each mode is a step of one allocation of all N nodes (bench cluster --scheduler slurm), timed by the batch shell from the " +
                           "step's start to its end, the copy on every node. none / mpi: srun hpcdata nodeprep --fanout none|mpi, agents started cold by " +
-                          "node prep, the data staged to the cache hosts beforehand. sbcast: sbcast --compress=lz4 from the batch node (tree2: with " +
-                          "TreeWidth=2); srun-bcast: srun --bcast --compress=lz4. × S/B: over S_stored/B; × its limit: direct N·S_stored/(H·B), the " +
+                          "node prep, the data staged to the cache hosts beforehand. sbcast: sbcast --compress=lz4 from the batch node at Slurm's " +
+                          "defaults (-f<F>: --fanout=F; -tree<W>: TreeWidth=W for the step); srun-bcast: srun --bcast --compress=lz4. × S/B: over S_stored/B; × its limit: direct N·S_stored/(H·B), the " +
                           "others S_stored/B; × calibration: over the time the links carried that pattern in iperf3's (or plain TCP's) calibration " +
                           "(direct: pull from the hosts; others: every node sending to the next). Cache tier and busiest sender: bytes over S_stored. " +
                           "Node prep: the slowest node's own time from its start to its verified copy, inside the step (the rest is srun's launch, " +
@@ -319,6 +331,20 @@ public static class ReportMain
                               $"{F(c.MeasuredSeconds / c.LimitSeconds)} | {F(c.Calibration is { } e ? c.MeasuredSeconds / (c.LimitSeconds / e) : double.NaN)} | " +
                               $"{F(c.CacheTierShare)} | {F(c.BusiestSender)} | {F(c.NodeCpu)} | {F(c.AgentCpu)} |");
             sb.AppendLine();
+            var beside = SlurmBeside(slurm);
+            if (beside.Count > 0)
+            {
+                sb.AppendLine("### The MPI fan-out beside sbcast at its best").AppendLine();
+                sb.AppendLine("For each cell, the fastest sbcast setting that ran (median step time over its runs) against the MPI fan-out's median, " +
+                              "and sbcast at Slurm's defaults.").AppendLine();
+                sb.AppendLine("| rate | size | N | MPI fan-out s | × S/B | best sbcast s | its setting | × S/B | best sbcast / fan-out | sbcast at defaults s | settings tried |");
+                sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");
+                foreach (var (mpi, best, defaults, tried) in beside)
+                    sb.AppendLine($"| {mpi.RateMbit} Mbit/s | {ByteSize.Format(mpi.SizeBytes)} | {mpi.Nodes} | {F(mpi.MeasuredSeconds)} | {F(mpi.MeasuredSeconds / mpi.SbSeconds)} | " +
+                                  $"{F(best.MeasuredSeconds)} | {SlurmModes.Describe(best.Mode)} | {F(best.MeasuredSeconds / best.SbSeconds)} | {F(best.MeasuredSeconds / mpi.MeasuredSeconds)} | " +
+                                  $"{F(defaults?.MeasuredSeconds ?? double.NaN)} | {tried} |");
+                sb.AppendLine();
+            }
         }
 
         if (r.Tls is { Count: > 0 } tls)
@@ -454,7 +480,7 @@ public static class ReportMain
                     Title = $"On Slurm, {panel.Key.RateMbit} Mbit/s links, {ByteSize.Format(panel.Key.SizeBytes)}: time until every node holds the data",
                     XLabel = "nodes", YLabel = "seconds",
                     LimitsLabel = "limit (dotted): direct N·S/(H·B), others S/B",
-                }, panel.GroupBy(c => c.Mode).OrderBy(g => SlurmModes.All.ToList().IndexOf(g.Key)).Select(g =>
+                }, panel.GroupBy(c => c.Mode).OrderBy(g => SlurmModes.Order(g.Key)).Select(g =>
                     (new LineChart.Series(SlurmModes.Describe(g.Key), g.Select(c => ((double)c.Nodes, c.MeasuredSeconds)).ToList()),
                      (LineChart.Series?)new LineChart.Series(g.Key, g.Select(c => ((double)c.Nodes, c.LimitSeconds)).ToList()))).ToList());
             }

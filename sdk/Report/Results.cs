@@ -104,15 +104,63 @@ public sealed record MachineInfo(string Host, int Cores, string Kernel, string R
 /// <summary>The modes of a Slurm session, in the order the bench runs and the report lists them.</summary>
 public static class SlurmModes
 {
+    /// <summary>The named modes. sbcast also takes its own knobs in the name: see <see cref="TryParseSbcast"/>.</summary>
     public static readonly IReadOnlyList<string> All = ["none", "mpi", "sbcast", "sbcast-tree2", "srun-bcast"];
+
+    /// <summary>What a list of modes may hold, for an error message.</summary>
+    public const string Help = "none, mpi, sbcast[-f<F>][-tree<W>], srun-bcast";
+
+    /// <summary>sbcast's largest --fanout (Slurm caps it at 8, its default).</summary>
+    public const int MaxSbcastFanout = 8;
+
+    public static bool IsKnown(string mode) => All.Contains(mode) || IsSbcast(mode);
+
+    public static bool IsSbcast(string mode) => TryParseSbcast(mode, out _, out _);
+
+    /// <summary>
+    /// sbcast's knobs from a mode's name: <c>sbcast</c> (Slurm's defaults), <c>sbcast-f&lt;F&gt;</c> (<c>sbcast
+    /// --fanout=F</c>, 1–8: how many nodes the batch node sends each block to, each forwarding to its share of the
+    /// rest), <c>sbcast-tree&lt;W&gt;</c> (<c>TreeWidth=W</c> in the configuration for that step: the width below the
+    /// first level), or both, <c>sbcast-f&lt;F&gt;-tree&lt;W&gt;</c>. Null where the name leaves Slurm's value.
+    /// </summary>
+    public static bool TryParseSbcast(string mode, out int? fanout, out int? treeWidth)
+    {
+        (fanout, treeWidth) = (null, null);
+        if (!mode.StartsWith("sbcast", StringComparison.Ordinal)) return false;
+        var rest = mode["sbcast".Length..];
+        if (rest.StartsWith("-f", StringComparison.Ordinal))
+        {
+            var end = rest.IndexOf('-', 2) is var d and > 0 ? d : rest.Length;
+            if (!int.TryParse(rest[2..end], System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var f) || f is < 1 or > MaxSbcastFanout) return false;
+            fanout = f;
+            rest = rest[end..];
+        }
+        if (rest.StartsWith("-tree", StringComparison.Ordinal))
+        {
+            if (!int.TryParse(rest[5..], System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var w) || w is < 2 or > 65533) return false;
+            treeWidth = w;
+            rest = "";
+        }
+        return rest.Length == 0;
+    }
+
+    /// <summary>Where a mode sorts in tables and charts: the named ones as listed, then other sbcast settings by fanout and width.</summary>
+    public static int Order(string mode)
+    {
+        var named = All.ToList().IndexOf(mode);
+        if (named >= 0) return named;
+        TryParseSbcast(mode, out var f, out var w);
+        return 1000 + 100_000 * (f ?? MaxSbcastFanout) + (w ?? 0);
+    }
 
     /// <summary>What a chart's legend calls a mode.</summary>
     public static string Describe(string mode) => mode switch
     {
         "none" => "direct fetch",
         "mpi" => "MPI fan-out",
-        "sbcast-tree2" => "sbcast, TreeWidth=2",
         "srun-bcast" => "srun --bcast",
+        _ when TryParseSbcast(mode, out var f, out var w) && (f ?? w) is not null =>
+            "sbcast" + (f is { } fan ? $" -F{fan}" : "") + (w is { } width ? $", TreeWidth={width}" : ""),
         _ => mode,
     };
 }

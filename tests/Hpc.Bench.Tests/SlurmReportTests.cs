@@ -32,4 +32,44 @@ public class SlurmReportTests
         Assert.Contains("slurm:sbcast failed: exit 233", md);
         Assert.Contains("slurm-time-vs-nodes.svg", ChartFiles.Write(report));
     }
+
+    [Theory]
+    [InlineData("sbcast", null, null, "sbcast")]
+    [InlineData("sbcast-f2", 2, null, "sbcast -F2")]
+    [InlineData("sbcast-tree2", null, 2, "sbcast, TreeWidth=2")]
+    [InlineData("sbcast-f4-tree2", 4, 2, "sbcast -F4, TreeWidth=2")]
+    public void An_sbcast_mode_names_its_fanout_and_tree_width(string mode, int? fanout, int? width, string legend)
+    {
+        Assert.True(SlurmModes.TryParseSbcast(mode, out var f, out var w));
+        Assert.Equal((fanout, width), (f, w));
+        Assert.Equal(legend, SlurmModes.Describe(mode));
+        Assert.True(SlurmModes.IsKnown(mode));
+    }
+
+    [Theory]
+    [InlineData("sbcast-f9")]      // Slurm caps sbcast's fanout at 8
+    [InlineData("sbcast-f0")]
+    [InlineData("sbcast-tree1")]
+    [InlineData("sbcast-tree2-f2")] // fanout first
+    [InlineData("sbcast-fx")]
+    [InlineData("sbcastf2")]
+    [InlineData("scast")]
+    public void A_mistyped_mode_is_refused(string mode) => Assert.False(SlurmModes.IsKnown(mode));
+
+    [Fact]
+    public void The_fan_out_is_compared_with_the_fastest_sbcast_setting_of_its_cell()
+    {
+        string Sbcast(string mode, double seconds) =>
+            $$"""{"kind":"cluster","schema":1,"run":"s-2","config":{"nodes":4,"hosts":2,"sizeBytes":67108890,"rateMbit":100,"compress":true,"fanout":"slurm:{{mode}}"},"dataset":{"version":"v","rawBytes":67108890,"storedBytes":27985101,"segments":900,"stageSeconds":1.2},"limitSeconds":2.2388,"measuredSeconds":{{seconds.ToString(System.Globalization.CultureInfo.InvariantCulture)}},"nodes":[{"node":"n1","wallSeconds":{{seconds.ToString(System.Globalization.CultureInfo.InvariantCulture)}},"fetchSeconds":1,"bytes":67108890,"source":"sbcast","linkTxBytes":100000}],"cacheTierBytes":0}""";
+        var data = ResultReader.ReadLines([Mpi, Sbcast("sbcast", 7.28), Sbcast("sbcast-f2-tree2", 6.5), Sbcast("sbcast-f2-tree2", 6.1), Sbcast("sbcast-f2-tree2", 6.3), Sbcast("sbcast-f4", 6.9)]);
+        var report = ReportMain.Build(data);
+        Assert.Equal(["mpi", "sbcast", "sbcast-f2-tree2", "sbcast-f4"], report.Slurm!.Select(c => c.Mode));
+        var (mpi, best, defaults, tried) = Assert.Single(ReportMain.SlurmBeside(report.Slurm!));
+        Assert.Equal("mpi", mpi.Mode);
+        Assert.Equal(("sbcast-f2-tree2", 6.3), (best.Mode, best.MeasuredSeconds)); // the median of its three runs
+        Assert.Equal(7.28, defaults!.MeasuredSeconds);
+        Assert.Equal(3, tried);
+        // 6.3 s over the fan-out's 4.91 s; S/B = 27985101 B at 100 Mbit/s = 2.2388 s.
+        Assert.Contains("| 100 Mbit/s | 64 MiB | 4 | 4.91 | 2.19 | 6.30 | sbcast -F2, TreeWidth=2 | 2.81 | 1.28 | 7.28 | 3 |", ReportMain.Markdown(data, report, []));
+    }
 }

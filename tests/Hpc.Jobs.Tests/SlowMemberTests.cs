@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Globalization;
 using System.Net;
+using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Fanout;
 
@@ -234,7 +235,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         Assert.True(links[0].BytesPerSecond > 1e6, $"{links[0].BytesPerSecond:0} B/s between fast ranks");
         // The rest still arrives, so nothing of the probe is left on a link the exchange uses.
         await Task.WhenAll(runs.SelectMany(r => new[] { r.Drained, r.Sent }));
-        Assert.All(counted, c => Assert.Equal(LinkProbe.FirstRoundBytes, c.BytesSent));
+        Assert.All(counted, c => Assert.Equal(LeafRule.FirstRoundBytes, c.BytesSent));
     }
 
     private const double Gigabit = 125e6;
@@ -278,18 +279,18 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     {
         // 256 KB cross a 1 Gbit/s link in about 2 ms, and even a quarter-rate link in 8 ms: under the 20 ms a leaf
         // needs, so the first round alone cannot route around the slow node.
-        Assert.True(LinkProbe.FirstRoundBytes / (0.25 * Gigabit) < FanoutRoute.ShortestTelling.TotalSeconds);
+        Assert.True(LeafRule.FirstRoundBytes / (0.25 * Gigabit) < LeafRule.ShortestTelling.TotalSeconds);
         var rates = Enumerable.Range(0, 5).ToDictionary(r => r, r => r == 2 ? share * Gigabit : Gigabit);
         var (routes, runs, took) = await ProbeOverLoopbackAsync(5, rates);
         output.WriteLine($"{routes[0]} after {Describe(runs[0], took)}");
         Assert.True(routes.All(r => r.ToString() == "leaves:2/ring:0,1,3,4"), $"route {routes[0]} after {Describe(runs[0], took)}");
         Assert.All(runs, r => Assert.Equal(runs[0].Rounds, r.Rounds));
         // It grew past the first round unless a loaded machine made that round long enough to judge already.
-        Assert.True(runs[0].Rounds is >= 2 and <= 5 || LinkProbe.LongEnoughToJudge(runs[0].Links) || runs[0].Links.Max(l => l.Seconds) >= FanoutRoute.ShortestTelling.TotalSeconds,
+        Assert.True(runs[0].Rounds is >= 2 and <= 5 || LeafRule.LongEnoughToJudge(runs[0].Links) || runs[0].Links.Max(l => l.Seconds) >= LeafRule.ShortestTelling.TotalSeconds,
             Describe(runs[0], took));
         // The slow node's faster link was measured for at least the floor; the whole probe stayed within its limit.
-        Assert.True(Math.Max(runs[0].Links[2].Seconds, runs[0].Links[3].Seconds) >= FanoutRoute.ShortestTelling.TotalSeconds, Describe(runs[0], took));
-        Assert.True(took < LinkProbe.Limit + TimeSpan.FromSeconds(2), Describe(runs[0], took)); // room for the all-gathers on a loaded machine
+        Assert.True(Math.Max(runs[0].Links[2].Seconds, runs[0].Links[3].Seconds) >= LeafRule.ShortestTelling.TotalSeconds, Describe(runs[0], took));
+        Assert.True(took < LeafRule.Limit + TimeSpan.FromSeconds(2), Describe(runs[0], took)); // room for the all-gathers on a loaded machine
     }
 
     [Fact]
@@ -301,8 +302,8 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         Assert.All(routes, r => Assert.Equal(routes[0].ToString(), r.ToString()));
         Assert.All(runs, r => Assert.Equal(runs[0].Rounds, r.Rounds));
         // It grew past the first round until the median link took long enough to judge a node at half its rate.
-        Assert.True(runs[0].Rounds >= 2 && LinkProbe.LongEnoughToJudge(runs[0].Links), Describe(runs[0], took));
-        Assert.True(took < LinkProbe.Limit + TimeSpan.FromSeconds(2), Describe(runs[0], took)); // its bound; the cost at this rate is a benchmark's figure
+        Assert.True(runs[0].Rounds >= 2 && LeafRule.LongEnoughToJudge(runs[0].Links), Describe(runs[0], took));
+        Assert.True(took < LeafRule.Limit + TimeSpan.FromSeconds(2), Describe(runs[0], took)); // its bound; the cost at this rate is a benchmark's figure
     }
 
     [Fact]
@@ -314,9 +315,9 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         output.WriteLine($"{routes[0]} after {Describe(runs[0], took)}");
         Assert.All(routes, r => Assert.Equal(routes[0].ToString(), r.ToString()));
         Assert.All(runs, r => Assert.Equal(runs[0].Rounds, r.Rounds));
-        Assert.All(runs, r => Assert.Equal(Enumerable.Range(0, r.Rounds).Sum(LinkProbe.RoundBytes), r.BytesSent));
-        Assert.True(runs[0].BytesSent <= Enumerable.Range(0, 5).Sum(LinkProbe.RoundBytes));
-        Assert.True(took < LinkProbe.Limit + TimeSpan.FromSeconds(2), Describe(runs[0], took)); // room for the all-gathers on a loaded machine
+        Assert.All(runs, r => Assert.Equal(Enumerable.Range(0, r.Rounds).Sum(LeafRule.RoundBytes), r.BytesSent));
+        Assert.True(runs[0].BytesSent <= Enumerable.Range(0, 5).Sum(LeafRule.RoundBytes));
+        Assert.True(took < LeafRule.Limit + TimeSpan.FromSeconds(2), Describe(runs[0], took)); // room for the all-gathers on a loaded machine
     }
 
     [Fact]
@@ -325,7 +326,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         // Unpaced in-memory links would take rounds up to the largest; an allowance of two rounds' bytes stops it there.
         var groups = InProcessRanks.Create(4);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
-        var allowance = LinkProbe.RoundBytes(0) + LinkProbe.RoundBytes(1);
+        var allowance = LeafRule.RoundBytes(0) + LeafRule.RoundBytes(1);
         var runs = await Task.WhenAll(groups.Select(g => Task.Run(() => LinkProbe.RunAsync(g.Ring, g, timeout.Token, maxBytes: allowance))));
         Assert.All(runs, r => Assert.True(r.Rounds <= 2 && r.BytesSent <= allowance, $"{r.Rounds} rounds, {r.BytesSent} bytes"));
         Assert.All(runs, r => Assert.Equal(runs[0].Rounds, r.Rounds));
@@ -335,15 +336,15 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     [Fact]
     public void A_round_is_long_enough_to_judge_once_a_link_at_half_the_median_rate_would_take_the_floor()
     {
-        var floor = FanoutRoute.ShortestTelling.TotalSeconds;
+        var floor = LeafRule.ShortestTelling.TotalSeconds;
         ProbeResult Took(double seconds) => new(1e6 / seconds, seconds);
-        Assert.False(LinkProbe.LongEnoughToJudge([Took(0.002), Took(0.002), Took(0.002), Took(0.2)]));
-        Assert.False(LinkProbe.LongEnoughToJudge([Took(0.9 * floor / 2), Took(floor / 2), Took(0.9 * floor / 2)]));
-        Assert.True(LinkProbe.LongEnoughToJudge([Took(floor / 2), Took(floor / 2), Took(0.001)]));
-        Assert.True(LinkProbe.LongEnoughToJudge([Took(0.011), Took(0.012), Took(0.030), Took(0.2)]));
+        Assert.False(LeafRule.LongEnoughToJudge([Took(0.002), Took(0.002), Took(0.002), Took(0.2)]));
+        Assert.False(LeafRule.LongEnoughToJudge([Took(0.9 * floor / 2), Took(floor / 2), Took(0.9 * floor / 2)]));
+        Assert.True(LeafRule.LongEnoughToJudge([Took(floor / 2), Took(floor / 2), Took(0.001)]));
+        Assert.True(LeafRule.LongEnoughToJudge([Took(0.011), Took(0.012), Took(0.030), Took(0.2)]));
         // Each round sends four times the last, from 256 KB to at most 64 MB.
-        Assert.Equal(LinkProbe.FirstRoundBytes, LinkProbe.RoundBytes(0));
-        Assert.Equal(LinkProbe.LastRoundBytes, LinkProbe.RoundBytes(4));
+        Assert.Equal(LeafRule.FirstRoundBytes, LeafRule.RoundBytes(0));
+        Assert.Equal(LeafRule.LastRoundBytes, LeafRule.RoundBytes(4));
     }
 
     [Fact]

@@ -83,44 +83,22 @@ public sealed class CacheTierClient : IAsyncDisposable
     public Task StoredSegmentLengthsAsync(IReadOnlyList<SegmentId> ids, bool[] present, long[] storedLengths, CancellationToken ct = default) =>
         Topology.RoutedAsync(() => ContainsOnceAsync(ids, present, storedLengths, ct), "looking up segments", ct);
 
-    private async Task ContainsOnceAsync(IReadOnlyList<SegmentId> ids, bool[] present, long[]? storedLengths, CancellationToken ct)
+    private Task ContainsOnceAsync(IReadOnlyList<SegmentId> ids, bool[] present, long[]? storedLengths, CancellationToken ct)
     {
         var held = new int[ids.Count];
-        var byHost = Topology.GroupByHost(ids.Count, i => ids[i]);
-        var tasks = new List<Task>(byHost.Length);
-        for (var h = 0; h < byHost.Length; h++)
+        return PipelinePerHostAsync(ids.Count, i => ids[i], 1, (c, i, key) =>
         {
-            if (byHost[h] is not { } mine) continue;
-            tasks.Add(RunAsync(h, async (c, token) =>
-            {
-                var key = ArrayPool<byte>.Shared.Rent(CacheKeys.SegmentKeyLength);
-                var replies = ArrayPool<long>.Shared.Rent(mine.Count);
-                try
-                {
-                    foreach (var i in mine)
-                    {
-                        c.BeginCommand(2); c.Argument(storedLengths is null ? "EXISTS"u8 : "STRLEN"u8);
-                        CacheKeys.WriteSegmentKey(ids[i], key); c.Argument(key.AsSpan(0, CacheKeys.SegmentKeyLength));
-                    }
-                    await c.FlushAsync(token);
-                    await c.ReadStatusRepliesAsync(replies.AsMemory(0, mine.Count), token);
-                    for (var k = 0; k < mine.Count; k++)
-                        if (replies[k] > 0)
-                        {
-                            Interlocked.Increment(ref held[mine[k]]);
-                            if (storedLengths is not null) Interlocked.Exchange(ref storedLengths[mine[k]], replies[k]);
-                        }
-                }
-                finally
-                {
-                    ArrayPool<byte>.Shared.Return(key);
-                    ArrayPool<long>.Shared.Return(replies);
-                }
-                return 0;
-            }, ct, bulk: true));
-        }
-        await Task.WhenAll(tasks);
-        for (var i = 0; i < held.Length; i++) present[i] = held[i] == Replicas;
+            c.BeginCommand(2); c.Argument(storedLengths is null ? "EXISTS"u8 : "STRLEN"u8);
+            c.Argument(SegmentKey(ids[i], key));
+        }, (i, replies) =>
+        {
+            if (replies[0] <= 0) return;
+            Interlocked.Increment(ref held[i]);
+            if (storedLengths is not null) Interlocked.Exchange(ref storedLengths[i], replies[0]);
+        }, () =>
+        {
+            for (var i = 0; i < held.Length; i++) present[i] = held[i] == Replicas;
+        }, ct);
     }
 
     /// <summary>Stores segments on their replica hosts with SET NX (segments are immutable). Returns bytes sent.</summary>
@@ -144,53 +122,28 @@ public sealed class CacheTierClient : IAsyncDisposable
 
     private async Task<long> PutOnceAsync(IReadOnlyList<StoredSegmentParts> segments, TimeSpan? ttl, bool[]? alreadyHeld, CancellationToken ct)
     {
-        var byHost = Topology.GroupByHost(segments.Count, i => segments[i].Id);
         var held = new int[segments.Count];
         long sent = 0;
-        var tasks = new List<Task>(byHost.Length);
-        for (var h = 0; h < byHost.Length; h++)
+        await PipelinePerHostAsync(segments.Count, i => segments[i].Id, 1, (c, i, key) =>
         {
-            if (byHost[h] is not { } mine) continue;
-            tasks.Add(RunAsync(h, async (c, token) =>
-            {
-                long bytes = 0;
-                var key = ArrayPool<byte>.Shared.Rent(CacheKeys.SegmentKeyLength);
-                var replies = ArrayPool<long>.Shared.Rent(mine.Count);
-                try
-                {
-                    foreach (var i in mine)
-                    {
-                        var segment = segments[i];
-                        c.BeginCommand(ttl is null ? 4 : 6);
-                        c.Argument("SET"u8);
-                        CacheKeys.WriteSegmentKey(segment.Id, key);
-                        c.Argument(key.AsSpan(0, CacheKeys.SegmentKeyLength));
-                        c.ArgumentByReference(segment.Head, segment.Body);
-                        c.Argument("NX"u8);
-                        if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
-                        bytes += segment.Length;
-                    }
-                    await c.FlushAsync(token);
-                    await c.ReadStatusRepliesAsync(replies.AsMemory(0, mine.Count), token);
-                    var stored = 0;
-                    for (var k = 0; k < mine.Count; k++)
-                        if (replies[k] == 0) Interlocked.Increment(ref held[mine[k]]);
-                        else stored++;
-                    Interlocked.Add(ref sent, bytes);
-                    _metrics?.BytesSent.Add(bytes);
-                    _metrics?.Segments.Add(stored);
-                }
-                finally
-                {
-                    ArrayPool<byte>.Shared.Return(key);
-                    ArrayPool<long>.Shared.Return(replies);
-                }
-                return 0;
-            }, ct, bulk: true));
-        }
-        await Task.WhenAll(tasks);
-        if (alreadyHeld is not null)
-            for (var i = 0; i < held.Length; i++) alreadyHeld[i] = held[i] == Replicas;
+            var segment = segments[i];
+            c.BeginCommand(ttl is null ? 4 : 6);
+            c.Argument("SET"u8);
+            c.Argument(SegmentKey(segment.Id, key));
+            c.ArgumentByReference(segment.Head, segment.Body);
+            c.Argument("NX"u8);
+            if (ttl is { } t) { c.Argument("PX"u8); c.Argument((long)t.TotalMilliseconds); }
+        }, (i, replies) =>
+        {
+            Interlocked.Add(ref sent, segments[i].Length);
+            _metrics?.BytesSent.Add(segments[i].Length);
+            if (replies[0] == 0) Interlocked.Increment(ref held[i]);
+            else _metrics?.Segments.Add(1);
+        }, () =>
+        {
+            if (alreadyHeld is not null)
+                for (var i = 0; i < held.Length; i++) alreadyHeld[i] = held[i] == Replicas;
+        }, ct);
         return sent;
     }
 
@@ -203,10 +156,48 @@ public sealed class CacheTierClient : IAsyncDisposable
     public Task KeepSegmentsAsync(IReadOnlyList<SegmentId> ids, TimeSpan? lifetime, bool[] missing, CancellationToken ct = default) =>
         Topology.RoutedAsync(() => KeepOnceAsync(ids, lifetime, missing, ct), "keeping segments", ct);
 
-    private async Task KeepOnceAsync(IReadOnlyList<SegmentId> ids, TimeSpan? lifetime, bool[] missing, CancellationToken ct)
+    private Task KeepOnceAsync(IReadOnlyList<SegmentId> ids, TimeSpan? lifetime, bool[] missing, CancellationToken ct)
     {
         Array.Clear(missing, 0, ids.Count);
-        var byHost = Topology.GroupByHost(ids.Count, i => ids[i]);
+        // PERSIST and PEXPIRE answer 0 both for a key that is gone and for one they left as it was, so each is followed
+        // by an EXISTS that tells the two apart.
+        return PipelinePerHostAsync(ids.Count, i => ids[i], 2, (c, i, key) =>
+        {
+            var segmentKey = SegmentKey(ids[i], key);
+            if (lifetime is { } life)
+            {
+                c.BeginCommand(4); c.Argument("PEXPIRE"u8); c.Argument(segmentKey); c.Argument((long)life.TotalMilliseconds); c.Argument("GT"u8);
+            }
+            else
+            {
+                c.BeginCommand(2); c.Argument("PERSIST"u8); c.Argument(segmentKey);
+            }
+            c.BeginCommand(2); c.Argument("EXISTS"u8); c.Argument(segmentKey);
+        }, (i, replies) =>
+        {
+            if (replies[1] == 0) Volatile.Write(ref missing[i], true);
+        }, null, ct);
+    }
+
+    private static ReadOnlySpan<byte> SegmentKey(in SegmentId id, byte[] key)
+    {
+        CacheKeys.WriteSegmentKey(id, key);
+        return key.AsSpan(0, CacheKeys.SegmentKeyLength);
+    }
+
+    private delegate void SegmentCommands(RespConnection connection, int index, byte[] key);
+    private delegate void SegmentReplies(int index, ReadOnlySpan<long> replies);
+
+    /// <summary>
+    /// One pipelined batch per cache host over the segments <paramref name="count"/> names, each sent to all of its
+    /// replica hosts: <paramref name="write"/> writes a segment's commands (a buffer for its key at hand), then
+    /// <paramref name="read"/> is given that segment's <paramref name="repliesEach"/> integer replies from each host
+    /// (from several threads), and <paramref name="done"/> runs once every host has answered.
+    /// </summary>
+    private async Task PipelinePerHostAsync(int count, Func<int, SegmentId> idOf, int repliesEach, SegmentCommands write,
+        SegmentReplies read, Action? done, CancellationToken ct)
+    {
+        var byHost = Topology.GroupByHost(count, idOf);
         var tasks = new List<Task>(byHost.Length);
         for (var h = 0; h < byHost.Length; h++)
         {
@@ -214,29 +205,13 @@ public sealed class CacheTierClient : IAsyncDisposable
             tasks.Add(RunAsync(h, async (c, token) =>
             {
                 var key = ArrayPool<byte>.Shared.Rent(CacheKeys.SegmentKeyLength);
-                var replies = ArrayPool<long>.Shared.Rent(2 * mine.Count);
+                var replies = ArrayPool<long>.Shared.Rent(repliesEach * mine.Count);
                 try
                 {
-                    // PERSIST and PEXPIRE answer 0 both for a key that is gone and for one they left as it was, so each
-                    // is followed by an EXISTS that tells the two apart.
-                    foreach (var i in mine)
-                    {
-                        CacheKeys.WriteSegmentKey(ids[i], key);
-                        var segmentKey = key.AsSpan(0, CacheKeys.SegmentKeyLength);
-                        if (lifetime is { } life)
-                        {
-                            c.BeginCommand(4); c.Argument("PEXPIRE"u8); c.Argument(segmentKey); c.Argument((long)life.TotalMilliseconds); c.Argument("GT"u8);
-                        }
-                        else
-                        {
-                            c.BeginCommand(2); c.Argument("PERSIST"u8); c.Argument(segmentKey);
-                        }
-                        c.BeginCommand(2); c.Argument("EXISTS"u8); c.Argument(segmentKey);
-                    }
+                    foreach (var i in mine) write(c, i, key);
                     await c.FlushAsync(token);
-                    await c.ReadStatusRepliesAsync(replies.AsMemory(0, 2 * mine.Count), token);
-                    for (var k = 0; k < mine.Count; k++)
-                        if (replies[2 * k + 1] == 0) Volatile.Write(ref missing[mine[k]], true);
+                    await c.ReadStatusRepliesAsync(replies.AsMemory(0, repliesEach * mine.Count), token);
+                    for (var k = 0; k < mine.Count; k++) read(mine[k], replies.AsSpan(k * repliesEach, repliesEach));
                 }
                 finally
                 {
@@ -247,6 +222,7 @@ public sealed class CacheTierClient : IAsyncDisposable
             }, ct, bulk: true));
         }
         await Task.WhenAll(tasks);
+        done?.Invoke();
     }
 
     /// <summary>

@@ -1,0 +1,113 @@
+namespace Hpc.CommonData.Fanout;
+
+/// <summary>One probed link: bytes per second, and over how many seconds that was measured.</summary>
+public readonly record struct ProbeResult(double BytesPerSecond, double Seconds)
+{
+    public const int Length = 16;
+
+    public byte[] ToBytes()
+    {
+        var bytes = new byte[Length];
+        BitConverter.TryWriteBytes(bytes.AsSpan(0, 8), BytesPerSecond);
+        BitConverter.TryWriteBytes(bytes.AsSpan(8, 8), Seconds);
+        return bytes;
+    }
+
+    public static ProbeResult FromBytes(ReadOnlySpan<byte> bytes) =>
+        new(BitConverter.ToDouble(bytes[..8]), BitConverter.ToDouble(bytes.Slice(8, 8)));
+}
+
+/// <summary>
+/// The fan-out's link probe schedule and the rule that routes slow nodes out of the ring, as pure functions of what the
+/// ranks measured: node prep's ranks run them, and the bench's simulator models a cluster with the very same rule.
+/// </summary>
+/// <remarks>
+/// The probe runs in rounds that every rank runs in lockstep: <see cref="Chunks"/> messages to the right neighbour,
+/// timed at the left one from the first message's arrival. The first round sends <see cref="FirstRoundBytes"/> per
+/// link; while the median link passed its round too quickly to judge (<see cref="LongEnoughToJudge"/>), the next sends
+/// <see cref="Growth"/> times as much, up to <see cref="LastRoundBytes"/>, all within <see cref="Limit"/>.
+/// </remarks>
+public static class LeafRule
+{
+    /// <summary>A node counts as slow below this share of the median node's rate.</summary>
+    public const double SlowShareOfMedian = 0.5;
+
+    /// <summary>
+    /// A node becomes a leaf only if the faster of its two probes took at least this long: a probe that short on every
+    /// link is scheduling noise (MPI's progress thread polls each millisecond), not a measured rate. The rounds grow
+    /// until the median link takes half of this, so a node at half the median's rate or slower is timed for at least
+    /// this long whatever the fabric's speed (up to the largest round).
+    /// </summary>
+    public static readonly TimeSpan ShortestTelling = TimeSpan.FromMilliseconds(20);
+
+    /// <summary>Fewer ranks than this form a plain ring: with two, each only receives from the other anyway.</summary>
+    public const int SmallestWithLeaves = 3;
+
+    /// <summary>The first round's bytes on each link.</summary>
+    public const int FirstRoundBytes = 256 << 10;
+
+    /// <summary>The most bytes one round sends on a link (the fifth round).</summary>
+    public const int LastRoundBytes = 64 << 20;
+
+    /// <summary>How much more each round sends than the one before.</summary>
+    public const int Growth = 4;
+
+    /// <summary>Messages per round: the rate is timed from the first one's arrival to the last's.</summary>
+    public const int Chunks = 8;
+
+    /// <summary>The longest a rank spends on its measurement; the rest of the last round is still drained before the exchange.</summary>
+    public static readonly TimeSpan Limit = TimeSpan.FromSeconds(1);
+
+    /// <summary>The bytes round <paramref name="round"/> (from 0) sends on each link.</summary>
+    public static long RoundBytes(int round) => (long)FirstRoundBytes << (2 * round);
+
+    /// <summary>
+    /// Whether a round measured the links for long enough that a node at <see cref="SlowShareOfMedian"/> of the median's
+    /// rate or slower has probes of at least <see cref="ShortestTelling"/>: the median link took that long times the
+    /// share. A shorter round is repeated larger.
+    /// </summary>
+    public static bool LongEnoughToJudge(IReadOnlyList<ProbeResult> links) =>
+        Median(links.Select(l => l.Seconds)) >= ShortestTelling.TotalSeconds * SlowShareOfMedian;
+
+    /// <summary>
+    /// Each node's rate from every rank's probe of the link from its left neighbour (<paramref name="incoming"/>[r]:
+    /// from r−1 into r): the faster of its two probed links (into r, and out of r into r+1), since a slow node slows
+    /// both and a healthy neighbour of it only one.
+    /// </summary>
+    public static double[] NodeRates(IReadOnlyList<ProbeResult> incoming) =>
+        [.. Enumerable.Range(0, incoming.Count).Select(r => Math.Max(incoming[r].BytesPerSecond, incoming[(r + 1) % incoming.Count].BytesPerSecond))];
+
+    /// <summary>
+    /// The ranks to route out of the ring, in rank order: a node whose rate is below <see cref="SlowShareOfMedian"/> of
+    /// the median node's, measured for at least <paramref name="shortestTelling"/> (by default
+    /// <see cref="ShortestTelling"/>). None with fewer than <see cref="SmallestWithLeaves"/> ranks, or when fewer than two
+    /// members would be left.
+    /// </summary>
+    public static int[] Leaves(IReadOnlyList<ProbeResult> incoming, TimeSpan? shortestTelling = null)
+    {
+        var size = incoming.Count;
+        if (size < SmallestWithLeaves) return [];
+        var rates = NodeRates(incoming);
+        var median = Median(rates);
+        var floor = (shortestTelling ?? ShortestTelling).TotalSeconds;
+        bool Slow(int r)
+        {
+            if (!(rates[r] < SlowShareOfMedian * median)) return false;
+            // The faster of r's two links sets its rate, so that one must have taken long enough to tell a rate from
+            // noise: a neighbour of a slow node has one slow link, and its other one, measured in a millisecond, may
+            // well read below half a noisy median.
+            var faster = incoming[r].BytesPerSecond >= incoming[(r + 1) % size].BytesPerSecond ? incoming[r] : incoming[(r + 1) % size];
+            return faster.Seconds >= floor;
+        }
+        var leaves = Enumerable.Range(0, size).Where(Slow).ToArray();
+        // Below the median by half can be at most half the nodes; two members are still kept whatever happens.
+        return size - leaves.Length < 2 ? [] : leaves;
+    }
+
+    private static double Median(IEnumerable<double> values)
+    {
+        var ordered = values.Order().ToArray();
+        var n = ordered.Length;
+        return n % 2 == 1 ? ordered[n / 2] : (ordered[n / 2 - 1] + ordered[n / 2]) / 2;
+    }
+}
