@@ -237,7 +237,6 @@ public static class NodePrepCommand
         return null;
     }
 
-    /// <summary>This process as one rank of an MPI job; null (and one line saying so) when the node has no MPI.</summary>
     /// <summary>
     /// How many ranks the launcher that started this process started in all (the process-management interface's
     /// variables that mpiexec.hydra, Open MPI's mpirun and srun set), or null when no launcher did.

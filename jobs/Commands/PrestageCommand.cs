@@ -50,6 +50,10 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     [Switch("--lifetime", "job (remove the version when the job ends, unless another job uses it) or a TTL such as 12h.", Meta = "job|TTL")]
     public string? Lifetime { get; set; }
 
+    [Switch("--unpublished-lifetime", "When staging a path: how long the segments it sends live on the cache tier until the version is " +
+        "published (renewed while the stage runs), so a failed or killed stage leaves nothing for good (default: 1h).", Meta = "DURATION")]
+    public string UnpublishedLifetime { get; set; } = "1h";
+
     [Switch("--readers", "When staging a path: who may read it on the nodes, user:NAME,group:NAME,… or all (default: only you).", Meta = "WHO")]
     public string? Readers { get; set; }
 
@@ -88,6 +92,7 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     public StagerOptions Stager(string path, string name, IReadOnlyList<string> hosts) => new()
     {
         Path = path, Name = name, CacheTier = CacheTierFor(hosts), Json = true, Lifetime = Lifetime is { } l && l != "job" ? l : null, Readers = Readers,
+        UnpublishedLifetime = UnpublishedLifetime,
         LinkRate = LinkRate is { } rate && ByteRate.TryParse(rate, out var link) ? link : ByteRate.Unlimited,
     };
 
@@ -185,6 +190,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         if (command.Count == 0) return "no job command: put it after --, e.g. hpcdata prestage data.csv --name risk/prices -- hpcdata worker";
         if (o.Lifetime is not null && o.Lifetime != "job")
             try { Durations.Parse(o.Lifetime); } catch (FormatException e) { return $"--lifetime: {e.Message} (or 'job')"; }
+        if (StagerOptions.CheckUnpublishedLifetime(o.UnpublishedLifetime) is { } unpublished) return unpublished;
         if (o.Name is not null && !DatasetName.TryValidate(o.Name, out var e2)) return e2;
         return null;
     }

@@ -57,6 +57,11 @@ public sealed class StagerOptions : IProgramOptions
         "a stage that fails or is killed leaves them to expire by themselves.", Meta = "DURATION")]
     public string UnpublishedLifetime { get; set; } = "1h";
 
+    /// <summary>What is wrong with an <c>--unpublished-lifetime</c> value (the stager's and prestage's), or null.</summary>
+    public static string? CheckUnpublishedLifetime(string value) =>
+        Durations.TryParse(value, out var life) && life >= TimeSpan.FromSeconds(1) ? null
+            : $"--unpublished-lifetime '{value}' is not a duration of at least 1s (examples: 90s, 15m, 12h)";
+
     [Switch("--skip-unreadable", "Directory: leave out files that cannot be read (one warning each) instead of failing the stage before anything is sent.")]
     public bool SkipUnreadable { get; set; }
 
@@ -87,8 +92,7 @@ public sealed class StagerOptions : IProgramOptions
         if (Chunking is not ("content" or "fixed")) yield return $"--chunking must be content or fixed, not '{Chunking}'";
         if (!AutoCodec && !NoCompress && !Format.SegmentCompression.TryParse(Codec, out _, out var codecError)) yield return $"--codec: {codecError}, or auto";
         if (Lifetime is not null && !Durations.TryParse(Lifetime, out _)) yield return $"--lifetime '{Lifetime}' is not a duration (examples: 90s, 15m, 12h, 7d)";
-        if (!Durations.TryParse(UnpublishedLifetime, out var unpublished) || unpublished < TimeSpan.FromSeconds(1))
-            yield return $"--unpublished-lifetime '{UnpublishedLifetime}' is not a duration of at least 1s (examples: 90s, 15m, 12h)";
+        if (CheckUnpublishedLifetime(UnpublishedLifetime) is { } unpublished) yield return unpublished;
         string? readers = null;
         try { Access.ReaderSpec.Resolve(Readers); }
         catch (CommonDataException e) { readers = e.Message; }

@@ -41,6 +41,17 @@ public sealed class SettingsTravelTests : IDisposable
         Assert.True(arrived.AutoCodec);
     }
 
+    [Fact]
+    public void The_unpublished_lifetime_given_to_prestage_reaches_the_stager_and_a_bad_one_is_refused_before_anything_starts()
+    {
+        var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x", "--unpublished-lifetime", "20m"], NoVariables);
+        Assert.Null(problem);
+        var stager = prestage.Stager(Path.Combine(_dir, "data.bin"), "risk/x", ["cache1:6380"]);
+        Assert.Equal("20m", BindProgram<StagerOptions>(ProgramContract<StagerOptions>.ToArguments(stager), new Dictionary<string, string?>()).UnpublishedLifetime);
+        Assert.Equal("--unpublished-lifetime '0s' is not a duration of at least 1s (examples: 90s, 15m, 12h)", StagerOptions.CheckUnpublishedLifetime("0s"));
+        Assert.Null(StagerOptions.CheckUnpublishedLifetime("1h"));
+    }
+
     [Theory]
     [MemberData(nameof(CacheTierSwitches))]
     public void A_cache_tier_switch_given_to_prestage_reaches_the_stager_the_job_node_prep_and_the_agent(string name)
