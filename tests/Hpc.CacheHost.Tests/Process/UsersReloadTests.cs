@@ -89,8 +89,8 @@ public sealed class UsersReloadTests : IDisposable
         _host.HangUp();
 
         // The log line follows the load (the console logger writes on its own thread). Waited for before the new account
-        // logs in: guesses at an account not loaded yet would spend its failed-AUTH budget, and a loaded machine may
-        // take seconds to deliver the signal.
+        // logs in: tries at an account not loaded yet are failures that spend this address's budget (10 in a row), and
+        // a loaded machine may take longer than that to handle the signal.
         const string Logged = "SIGHUP: accounts loaded again: 5 in force (1 added, 0 removed, 0 changed)";
         for (var tries = 0; tries < 300 && !_host.Log.Contains(Logged); tries++)
             Thread.Sleep(100);
