@@ -68,9 +68,10 @@ if (options.TlsCertificateFile is { Length: > 0 } certificateFile)
 }
 builder.Services.AddSingleton<ServerContext>();
 builder.Services.AddSingleton<HostMetrics>();
+// Before the server: hosted services start in order, and a SIGHUP sent once READY is printed must find its handler.
+builder.Services.AddHostedService<UsersReload>();
 builder.Services.AddHostedService<CacheServer>();
 builder.Services.AddHostedService<ExpirySweeper>();
-builder.Services.AddHostedService<UsersReload>();
 // After the server, so READY=1 to a service manager follows the bound port.
 builder.AddServiceManagers("hpcdata-cache");
 
