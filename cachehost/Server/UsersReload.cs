@@ -16,13 +16,25 @@ internal sealed class UsersReload(ServerContext server, ILogger<UsersReload> log
     public Task StartAsync(CancellationToken cancellationToken)
     {
         if (!OperatingSystem.IsWindows())
+        {
+            // A host started under nohup (or by a shell that ignores hangups) inherits SIGHUP ignored, and the runtime
+            // leaves an ignored signal ignored: reloading would then do nothing. Reload is what SIGHUP means here, so
+            // the default is put back first; the handler below still keeps a hangup from ending the process.
+            signal(SigHup, SigDefault);
             _hangup = PosixSignalRegistration.Create(PosixSignal.SIGHUP, context =>
             {
                 context.Cancel = true;
                 Reload(server, logger, "SIGHUP");
             });
+        }
         return Task.CompletedTask;
     }
+
+    private const int SigHup = 1;
+    private static readonly nint SigDefault = 0;
+
+    [DllImport("libc", SetLastError = true)]
+    private static extern nint signal(int signum, nint handler);
 
     public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
 
