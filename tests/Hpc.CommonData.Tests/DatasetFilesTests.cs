@@ -123,4 +123,41 @@ public sealed class DatasetFilesTests : IDisposable
         }
         Assert.Equal(data, File.ReadAllBytes(path));
     }
+
+    [Fact]
+    public async Task On_Linux_a_copy_that_does_not_fit_its_file_system_is_refused_as_disk_full_before_any_byte_is_written()
+    {
+        if (!OperatingSystem.IsLinux()) return; // the reservation is Linux's fallocate; elsewhere writes allocate as they come
+        static Manifest Of(int length) => new()
+        {
+            Name = "t/file", RawLength = length, StoredLength = length, Hash = new string('0', 32), SegmentSize = 4096,
+            Segments = [new ManifestSegment(SegmentId.Of(new byte[1]).ToString(), length, length)],
+        };
+        var mount = Directory.CreateDirectory(Path.Combine(_root, "small")).FullName;
+        Assert.True(await Run("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount) == 0, "mount tmpfs (needs root)");
+        try
+        {
+            var big = Path.Combine(mount, "big.data");
+            var e = Assert.Throws<IOException>(() => DatasetFiles.Create(big, Of(4 << 20)));
+            Assert.True(CommonDataException.IsDiskFull(e), e.Message);
+            Assert.Contains(big, e.Message);
+            Assert.Contains($"{4 << 20} bytes", e.Message);
+
+            // The room a copy takes is held from the start: a second one that would not fit beside it is refused too.
+            using (DatasetFiles.Create(Path.Combine(mount, "a.data"), Of(600 << 10)))
+                Assert.Throws<IOException>(() => DatasetFiles.Create(Path.Combine(mount, "b.data"), Of(600 << 10)));
+            Assert.Equal(600 << 10, new FileInfo(Path.Combine(mount, "a.data")).Length);
+        }
+        finally
+        {
+            await Run("umount", "-l", mount);
+        }
+
+        static async Task<int> Run(string file, params string[] args)
+        {
+            using var p = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo(file, args) { RedirectStandardError = true })!;
+            await p.WaitForExitAsync();
+            return p.ExitCode;
+        }
+    }
 }
