@@ -179,14 +179,14 @@ public sealed class CacheBenchServer : IAsyncDisposable
     }
 
     /// <summary>No persistence: --save '' and no AOF, and its working directory is a scratch one removed on dispose.</summary>
-    public static Task<CacheBenchServer> StartRedisAsync(string program, CancellationToken ct, SiteCertificates? tls = null)
+    public static Task<CacheBenchServer> StartRedisAsync(string program, CancellationToken ct, SiteCertificates? tls = null, long maxMemoryBytes = 2L << 30)
     {
         var version = CacheBenchTools.Version(program, @"v=([0-9][^ ]*)");
         string[] Listen(string port) => tls is null ? ["--port", port]
             : ["--port", "0", "--tls-port", port, "--tls-cert-file", tls.CertificateFile, "--tls-key-file", tls.KeyFile,
                "--tls-ca-cert-file", tls.CaFile, "--tls-auth-clients", "no"];
         return StartExternalAsync(Redis + (tls is null ? "" : TlsSuffix), program, version, (port, dir) =>
-            [.. Listen(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--maxmemory", "2gb", "--dir", dir!], needsDir: true, ct,
+            [.. Listen(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--maxmemory", maxMemoryBytes.ToString(System.Globalization.CultureInfo.InvariantCulture), "--dir", dir!], needsDir: true, ct,
             tls is null ? null : CacheTls.Create(tls.CaFile), tls?.CaFile);
     }
 

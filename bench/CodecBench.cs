@@ -13,7 +13,7 @@ namespace Hpc.Bench;
 
 /// <summary>
 /// The stager, as users run it (its own process, sending to real cache hosts on loopback), against the raw codec it is
-/// built on (LZ4 + XXH3 content id + segment checksum over the same 64 KB segments, from memory, on every core), on the
+/// built on (LZ4 + BLAKE3 content id + segment checksum over the same 64 KB segments, from memory, on every core), on the
 /// same data in the same run. CPU seconds are reported next to wall time because on a small machine the cache hosts
 /// that receive the data share the cores with the stager, and CPU per gigabyte is what carries over to a bigger one.
 /// </summary>
@@ -28,11 +28,17 @@ public static class CodecBench
     /// it replaces under the same conditions.</param>
     /// <param name="AsWriter">Also stage, in every run, to hosts with accounts as a writer account, recorded as stager
     /// "as writer": the hosts then check that every segment a writer sends is the bytes its id names.</param>
+    /// <param name="ToRedis">Also stage, in every run, to Debian's redis-server in place of each cache host (same cores),
+    /// recorded as stager "to redis-server": what receiving the same segments costs the reference store on this machine.</param>
     public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, int Hosts, string? Out, string WorkDir, int StagerCores = 0,
-        IReadOnlyList<string>? Chunkings = null, string? BaselineStager = null, bool AsWriter = false, IReadOnlyList<SegmentCompression>? Codecs = null);
+        IReadOnlyList<string>? Chunkings = null, string? BaselineStager = null, bool AsWriter = false, IReadOnlyList<SegmentCompression>? Codecs = null,
+        bool ToRedis = false);
 
-    /// <summary>Who stages a run: this build's stager or another, to open hosts or as a writer account.</summary>
-    private sealed record Variant(string? Label, string? Folder, bool Writer);
+    /// <summary>Who stages a run: this build's stager or another, to open hosts, as a writer account, or to redis-server.</summary>
+    private sealed record Variant(string? Label, string? Folder, bool Writer, bool Redis = false);
+
+    /// <summary>The label of runs that staged to redis-server instead of the cache hosts.</summary>
+    public const string ToRedisLabel = "to redis-server";
 
     public static async Task<List<CodecRecord>> RunAsync(Options o, CancellationToken ct)
     {
@@ -68,6 +74,7 @@ public static class CodecBench
                 var stagers = new List<Variant> { new(null, null, false) };
                 if (o.BaselineStager is { } folder) stagers.Add(new("baseline", folder, false));
                 if (o.AsWriter) stagers.Add(new("as writer", null, true));
+                if (o.ToRedis) stagers.Add(new(ToRedisLabel, null, false, Redis: true));
                 var order = (from c in chunkings from b in stagers select (Chunking: c, Baseline: b)).ToList();
                 foreach (var (chunking, baseline) in run % 2 == 1 ? order : Enumerable.Reverse(order))
                 {
@@ -109,17 +116,34 @@ public static class CodecBench
         var stagerPin = Pin(0, stagerCores - 1);
         var hostPin = stagerCores < all ? Pin(stagerCores, all - 1) : null;
         var hosts = new List<ComponentProcess>();
+        var redis = new List<CacheBenchServer>();
         try
         {
             var budget = (long)(size * 1.2) + (64L << 20);
             var password = Guid.NewGuid().ToString("n");
             var users = Path.Combine(workDir, "users");
             if (variant.Writer) await File.WriteAllTextAsync(users, $"stager writer {password}\n", ct);
-            for (var h = 0; h < hostCount; h++)
-                hosts.Add(ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = budget, UsersFile = variant.Writer ? users : null }, name: $"cachehost{h + 1}", launcher: hostPin));
             var endpoints = new List<string>();
-            foreach (var h in hosts) endpoints.Add(await h.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
-            var hostCpu0 = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds);
+            if (variant.Redis)
+            {
+                var program = CacheBenchTools.RedisServer();
+                for (var h = 0; h < hostCount; h++)
+                {
+                    var server = await CacheBenchServer.StartRedisAsync(program.Path ?? throw new InvalidOperationException($"redis-server: {program.Missing}"), ct, maxMemoryBytes: budget);
+                    redis.Add(server);
+                    // Every thread of it (the I/O and background ones too) on the cache hosts' cores.
+                    if (hostPin is not null) Shell.Check("taskset", "-a", "-c", "-p", hostPin[^1], server.Pid.ToString(CultureInfo.InvariantCulture));
+                    endpoints.Add(server.Endpoint.ToString());
+                }
+            }
+            else
+            {
+                for (var h = 0; h < hostCount; h++)
+                    hosts.Add(ComponentProcess.Start(new CacheHostOptions { Port = 0, MaxMemoryBytes = budget, UsersFile = variant.Writer ? users : null }, name: $"cachehost{h + 1}", launcher: hostPin));
+                foreach (var h in hosts) endpoints.Add(await h.WaitReadyAsync(TimeSpan.FromSeconds(30), ct));
+            }
+            double ReceiverCpu() => hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds) + redis.Sum(r => r.CpuSeconds());
+            var hostCpu0 = ReceiverCpu();
             var children0 = CpuClock.ReapedChildrenSeconds();
             var clock = Stopwatch.StartNew();
             await using var stager = StartStager(new StagerOptions
@@ -131,13 +155,14 @@ public static class CodecBench
             var process = clock.Elapsed.TotalSeconds;
             // Children are counted once reaped; the cache hosts are still running, so this is the stager alone.
             var stagerCpu = CpuClock.ReapedChildrenSeconds() - children0;
-            var hostCpu = hosts.Sum(h => ProcStats.Read(h.Name, h.Id).CpuSeconds) - hostCpu0;
+            var hostCpu = ReceiverCpu() - hostCpu0;
             var summary = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
             return new StageRun(summary.StoredBytes, summary.Seconds, process, stagerCpu, hostCpu);
         }
         finally
         {
             foreach (var h in hosts) await h.DisposeAsync();
+            foreach (var r in redis) await r.DisposeAsync();
         }
     }
 

@@ -9,7 +9,7 @@ public sealed class BenchCodecOptions : IVerbOptions
 {
     public static string Verb => "codec";
 
-    public static string Summary => "The stager (its own process, real cache hosts on loopback) against the raw LZ4 + XXH3 codec on the same data, cores and run.";
+    public static string Summary => "The stager (its own process, real cache hosts on loopback) against the raw LZ4 + BLAKE3 codec on the same data, cores and run.";
 
     [Switch("--size", "Bytes of each kind of data.")]
     public string Size { get; set; } = "256MB";
@@ -37,6 +37,9 @@ public sealed class BenchCodecOptions : IVerbOptions
 
     [Switch("--as-writer", "Also stage, in every run, to cache hosts with accounts as a writer account (the hosts then verify every segment a writer sends); recorded as stager \"as writer\".")]
     public bool AsWriter { get; set; }
+
+    [Switch("--to-redis", "Also stage, in every run, to Debian's redis-server in place of each cache host (same cores), recorded as stager \"to redis-server\": what receiving the same segments costs the reference store.")]
+    public bool ToRedis { get; set; }
 
     [Switch("--out", "Directory to append results.jsonl to (kind \"codec\").")]
     public string? Out { get; set; }
@@ -89,6 +92,7 @@ public static class BenchCodecVerb
             if (o.BaselineStager is { } b && !File.Exists(Path.Combine(b, "Hpc.Stager.dll")) && !File.Exists(Path.Combine(b, OperatingSystem.IsWindows() ? "Hpc.Stager.exe" : "Hpc.Stager")))
                 throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll and no native Hpc.Stager there");
             var baseline = o.BaselineStager is null ? null : Path.GetFullPath(o.BaselineStager);
+            if (o.ToRedis && CacheBenchTools.RedisServer() is { Path: null } redis) throw new FormatException($"--to-redis: redis-server {redis.Missing}");
             var codecs = new List<Hpc.CommonData.Format.SegmentCompression>();
             foreach (var name in o.Codec.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct())
             {
@@ -99,7 +103,7 @@ public static class BenchCodecVerb
                 }
                 codecs.Add(c);
             }
-            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline, o.AsWriter, codecs), ct);
+            var records = await CodecBench.RunAsync(new CodecBench.Options(size, kinds, o.Repeat, o.Hosts, o.Out, work, o.StagerCores, chunkings, baseline, o.AsWriter, codecs, o.ToRedis), ct);
             Console.WriteLine(CodecResults.Table(records));
             return 0;
         }

@@ -25,7 +25,7 @@ public static class CodecResults
             var gb = g.Key.RawBytes / GiB;
             var codec = Med(r => MiBps(r.RawBytes, r.CodecSeconds));
             var stager = Med(r => MiBps(r.RawBytes, r.StagerSeconds));
-            sb.AppendLine(inv, $"| {g.Key.Data}{(g.Key.Stager is { } label ? $" ({label} stager)" : "")} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
+            sb.AppendLine(inv, $"| {g.Key.Data}{(g.Key.Stager is { } label ? $" ({label}{(label == "baseline" ? " stager" : "")})" : "")} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {g.Key.Chunking} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
                                $"{codec:0} ({g.Min(r => MiBps(r.RawBytes, r.CodecSeconds)):0}–{g.Max(r => MiBps(r.RawBytes, r.CodecSeconds)):0}) | " +
                                $"{stager:0} ({g.Min(r => MiBps(r.RawBytes, r.StagerSeconds)):0}–{g.Max(r => MiBps(r.RawBytes, r.StagerSeconds)):0}) | " +
@@ -34,6 +34,7 @@ public static class CodecResults
         if (records.Count > 0)
             sb.AppendLine().AppendLine("cores: \"all N shared\" = codec on N threads, and stager and cache hosts (loopback) sharing every core; " +
                 "\"N pinned\" = codec on N threads, stager pinned to N cores, cache hosts to the others. " +
+                "Rows \"to redis-server\": the same stager sending to redis-server in place of each cache host; the last column is then redis-server's. " +
                 "Stager MiB/s from its own clock (process start excluded), its CPU seconds include start-up; medians with the runs' range.");
         return sb.ToString();
     }

@@ -37,6 +37,27 @@ public class CodecBenchTests
         finally { Directory.Delete(dir, recursive: true); }
     }
 
+    [Fact]
+    public async Task With_to_redis_the_same_stager_also_sends_every_run_to_redis_server_and_its_CPU_is_counted_as_the_receiving_side()
+    {
+        var dir = Directory.CreateTempSubdirectory("hcd-codec-").FullName;
+        try
+        {
+            var r = await HpcdataProcess.RunAsync(TimeSpan.FromMinutes(3), "bench", "codec", "--size", "4MB", "--data", "csv", "--repeat", "1",
+                "--stager-cores", "1", "--to-redis", "--out", dir);
+            Assert.True(r.Code == 0, $"bench codec exited {r.Code}: {r.Stderr}");
+
+            var runs = File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Select(l => JsonDocument.Parse(l).RootElement).ToList();
+            Assert.Equal(new string?[] { null, "to redis-server" }, runs.Select(x => x.TryGetProperty("stager", out var s) ? s.GetString() : null).Order());
+            Assert.All(runs, x => Assert.True(x.GetProperty("cacheHostCpuSeconds").GetDouble() > 0, "the receiving store's CPU time is measured"));
+            // The same segments reach either store: what was stored does not depend on who received it.
+            Assert.Single(runs.Select(x => x.GetProperty("storedBytes").GetInt64()).Distinct());
+            Assert.Contains("| csv (to redis-server) | lz4 | 4 MiB |", r.Stdout);
+            Assert.Contains("| csv | lz4 | 4 MiB |", r.Stdout);
+        }
+        finally { Directory.Delete(dir, recursive: true); }
+    }
+
     [Theory]
     [InlineData("--data", "xml", "--data 'xml'")]
     [InlineData("--repeat", "0", "--repeat")]
