@@ -71,4 +71,7 @@ internal static partial class Log
 
     [LoggerMessage(30, LogLevel.Error, "{Trigger}: {Outcome}")]
     public static partial void UsersNotReloaded(ILogger logger, string trigger, string outcome);
+
+    [LoggerMessage(31, LogLevel.Warning, "SIGHUP could not be set back to its default (errno {Errno}): a host started with hangups ignored will not reload its users file on SIGHUP; ACL LOAD still does")]
+    public static partial void HangupNotRestored(ILogger logger, int errno);
 }

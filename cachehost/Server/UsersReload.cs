@@ -20,7 +20,7 @@ internal sealed class UsersReload(ServerContext server, ILogger<UsersReload> log
             // A host started under nohup (or by a shell that ignores hangups) inherits SIGHUP ignored, and the runtime
             // leaves an ignored signal ignored: reloading would then do nothing. Reload is what SIGHUP means here, so
             // the default is put back first; the handler below still keeps a hangup from ending the process.
-            signal(SigHup, SigDefault);
+            if (signal(SigHup, SigDefault) == SigError) Log.HangupNotRestored(logger, Marshal.GetLastPInvokeError());
             _hangup = PosixSignalRegistration.Create(PosixSignal.SIGHUP, context =>
             {
                 context.Cancel = true;
@@ -31,7 +31,7 @@ internal sealed class UsersReload(ServerContext server, ILogger<UsersReload> log
     }
 
     private const int SigHup = 1;
-    private static readonly nint SigDefault = 0;
+    private static readonly nint SigDefault = 0, SigError = -1;
 
     [DllImport("libc", SetLastError = true)]
     private static extern nint signal(int signum, nint handler);
