@@ -538,6 +538,19 @@ public static class ReportMain
         }
     }
 
-    /// <summary>A size in a chart's file name, as a command line writes it (256mb), so names stay put as labels change.</summary>
-    private static string FileSize(long bytes) => new ByteSize(bytes).ToExactString().ToLowerInvariant();
+    /// <summary>
+    /// A size in a chart's file name, as a command line writes it (256mb), so names stay put as labels change. A size within
+    /// a thousandth of a whole KB, MB or GB is named by it: a generated dataset ends on a whole line, a few bytes past
+    /// the size asked for, and its chart should not be called 67108890.
+    /// </summary>
+    private static string FileSize(long bytes)
+    {
+        foreach (var shift in (int[])[30, 20, 10])
+        {
+            var units = Math.Round((double)bytes / (1L << shift));
+            if (units >= 1 && Math.Abs(bytes - units * (1L << shift)) <= bytes / 1000.0)
+                return new ByteSize((long)units << shift).ToExactString().ToLowerInvariant();
+        }
+        return new ByteSize(bytes).ToExactString().ToLowerInvariant();
+    }
 }

@@ -33,6 +33,15 @@ public class SlurmReportTests
         Assert.Contains("slurm-time-vs-nodes.svg", ChartFiles.Write(report));
     }
 
+    [Fact]
+    public void Charts_of_several_sizes_are_named_by_the_size_asked_for_not_the_bytes_a_generated_dataset_came_to()
+    {
+        // The generated CSVs end on a whole line: 64 MB came to 67,108,890 bytes and 256 MB to 268,435,476.
+        var big = Mpi.Replace("67108890", "268435476").Replace("\"run\":\"s-1\"", "\"run\":\"s-5\"");
+        var report = ReportMain.Build(ResultReader.ReadLines([Mpi, big]));
+        Assert.Equal(["slurm-time-vs-nodes-100mbit-64mb.svg", "slurm-time-vs-nodes-100mbit-256mb.svg"], ChartFiles.Write(report));
+    }
+
     [Theory]
     [InlineData("sbcast", null, null, "sbcast")]
     [InlineData("sbcast-f2", 2, null, "sbcast -F2")]
