@@ -47,8 +47,8 @@ public static class SegmentFetcher
     /// As <see cref="FetchAsync(CacheTierClient, Manifest, string, nint, IReadOnlyList{int}, Action{int}?, CancellationToken)"/>, but each segment is decoded into a pooled buffer and written at its offset with a
     /// positional write. For files on tmpfs this is cheaper than decoding into a shared mapping: a store through the
     /// mapping faults every 4 KB page in and the kernel zeroes it first, a full-page write needs neither. Writing 1 GiB
-    /// in 64 KB blocks on tmpfs (a C program, this project's 2-core VM): 0.26–0.28 CPU-s by positional writes, 1.3–1.6
-    /// through a mapping populated in advance (MADV_POPULATE_WRITE, or fallocate and MAP_POPULATE), 3.7–4.0 faulting page by page.
+    /// in 64 KB blocks on tmpfs (a C program, this project's 2-core VM): 0.26–0.28 CPU-s by positional writes; through a
+    /// mapping 1.3–1.6 populated in advance by MADV_POPULATE_WRITE, 1.4–3.7 after fallocate and MAP_POPULATE, 3.7–4.0 faulting page by page.
     /// </summary>
     /// <param name="destination">The copy being written: one file or a tree (<see cref="DatasetFiles"/>).</param>
     /// <remarks>
