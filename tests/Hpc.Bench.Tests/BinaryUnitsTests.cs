@@ -39,7 +39,17 @@ public class BinaryUnitsTests
         var table = FetchBench.Table([run]);
         AssertBinaryLabels(table);
         Assert.Contains("| raw decode MiB/s | agent fetch MiB/s |", table);
-        Assert.Contains("| 256 | 128 | 50% | 2.00 | 3.00 (2.00 + 1.00) | 1.00 |", table);
+        Assert.Contains("| 256 | 128 | 50% | 2.00 | 3.00 (2.00 + 1.00) | 3.00–3.00 | 1.00 |", table);
+    }
+
+    [Fact]
+    public void The_fetch_table_gives_the_range_of_the_agents_CPU_beside_its_median()
+    {
+        FetchRecord Run(double system) => new("fetch", 1, DateTimeOffset.UnixEpoch, "csv", Size, Size / 4, 2, false, 1,
+            DecodeSeconds: 0.25, DecodeCpuSeconds: 0.125, FetchSeconds: 0.5, AgentUserSeconds: 0.125, AgentSystemSeconds: system, CacheHostCpuSeconds: 0.0625, Machine);
+        // 3 and 5 CPU-s per GiB: the median says 4, the range says how far the runs were apart.
+        var table = FetchBench.Table([Run(0.0625), Run(0.1875)]);
+        Assert.Contains("| 4.00 (2.00 + 2.00) | 3.00–5.00 | 1.00 |", table);
     }
 
     [Fact]
