@@ -41,7 +41,7 @@ public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events,
 /// the ranks wait for each other (manifest broadcast, agreeing on what is missing); rank r fetches share r (S/N) from
 /// the tier and the pipelined ring all-gather sends every block on to r+1 until it has crossed N−1 links. So each
 /// node's link receives S (its share plus the ring) and sends (N−1)/N·S, and the cache tier sends S once.</item>
-/// <item>With the link probe (<see cref="JobSpec.Probe"/>), before the exchange every rank sends 256 KB to its right
+/// <item>With the link probe (<see cref="JobSpec.Probe"/>), before the exchange every rank sends <see cref="LeafRule.FirstRoundBytes"/> to its right
 /// neighbour (all links at once) and times what arrives from its left, in rounds four times larger until the median
 /// link took long enough to judge (at most 64 MB, a second in all); the last round's rates are all-gathered and
 /// <see cref="LeafRule"/> decides, as node prep does, which nodes become leaves. The M others form the

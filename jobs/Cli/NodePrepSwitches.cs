@@ -17,7 +17,7 @@ public sealed class NodePrepSwitches
     /// <summary>The title of the group's section in nodeprep's and prestage's help.</summary>
     public const string Title = "Node prep on a job's nodes (each also from its variable, which the jobs prestage writes set)";
 
-    [Switch("--link-probe", "--fanout mpi: on (the default) or off. on: before the exchange the ranks time a short message (256 KB) on each " +
+    [Switch("--link-probe", "--fanout mpi: on (the default) or off. on: before the exchange the ranks time a short message (64 KB, more on fast links) on each " +
         "neighbour's link, and a node whose link is below half the median's leaves the ring and receives every member's own share " +
         "instead, at its own pace, so one slow node does not slow the others (tcp and mpi rings, 3 ranks or more). off: every node in the ring.",
         Environment = LinkProbeVariable)]

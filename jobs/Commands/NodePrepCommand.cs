@@ -101,7 +101,7 @@ public static class NodePrepCommand
         // rank ({rank}) needs the rank first, which the launcher's variables give before MPI does.
         // A rank that never starts, or dies before it joins, would keep MPI_Init waiting in the others for good: the
         // wait is bounded like the exchange's, and the node goes on by direct fetch.
-        var joining = o.Fanout == "mpi" ? JoinWithinAsync(Task.Run(JoinRanks), stallTimeout) : Task.FromResult<(MpiRankGroup? Ranks, bool TimedOut)>((null, false));
+        var joining = o.Fanout == "mpi" ? JoinWithinAsync(Task.Run(() => JoinRanks(controlOnly: o.Ring == "tcp")), stallTimeout) : Task.FromResult<(MpiRankGroup? Ranks, bool TimedOut)>((null, false));
         var started = o.Agent.Options;
         if (pipe.Contains("{rank}", StringComparison.Ordinal) || started.DataDirectory.Contains("{rank}", StringComparison.Ordinal))
             if ((LaunchedRank() ?? (await joining).Ranks?.Rank) is { } rank)
@@ -128,8 +128,8 @@ public static class NodePrepCommand
                 {
                     var (summary, served) = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
-                    // The line below is this node's time; the process still waits at the end for a leaf to finish.
-                    if (summary.Route != "ring") ranks.ClosingLimit = fetchTimeout;
+                    // The line below is this node's time; the process still waits at the end for the other ranks.
+                    ranks.ClosingLimit = summary.Route != "ring" ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
                     leavesServed = served;
                     fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
@@ -269,11 +269,11 @@ public static class NodePrepCommand
         }
     }
 
-    private static MpiRankGroup? JoinRanks()
+    private static MpiRankGroup? JoinRanks(bool controlOnly)
     {
         try
         {
-            return MpiRankGroup.Start();
+            return MpiRankGroup.Start(controlOnly);
         }
         catch (Exception e) when (e is MpiUnavailableException or MpiException)
         {

@@ -17,10 +17,10 @@ namespace Hpc.Jobs.Fanout;
 /// measured by what it did deliver.
 /// </summary>
 /// <remarks>
-/// Why rounds: a fixed 256 KB passes a 10 Gbit/s link in a fifth of a millisecond, far below what a rate can be told
+/// Why rounds: a fixed 256 KB would pass a 10 Gbit/s link in a fifth of a millisecond, far below what a rate can be told
 /// from (MPI's progress thread polls each millisecond), so on fast fabrics no probe was long enough to make a slow node a
-/// leaf. Growing by four keeps a healthy fast ring's probe to a few rounds (1 Gbit/s: three, about 45 ms; 10 Gbit/s:
-/// four, about 20 ms; 100 Gbit/s: five, under 10 ms, stopped by the cap), and stopping on the median link rather than
+/// leaf. Growing by four keeps a healthy fast ring's probe to a few rounds (1 Gbit/s: four; 10 Gbit/s: five; 100 Gbit/s:
+/// six, stopped by the cap), and stopping on the median link rather than
 /// on the slowest keeps a slow node from stretching the probe: its links only need to be slower than the median's to
 /// be measured for longer. Lockstep, because every rank's rate must come from the same round's bytes to be compared.
 /// </remarks>

@@ -24,8 +24,11 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     private Communicator? _world;
     private bool _abandoned;
 
-    private MpiRankGroup()
+    private readonly bool _controlOnly;
+
+    private MpiRankGroup(bool controlOnly)
     {
+        _controlOnly = controlOnly;
         var ready = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         _thread = new Thread(() => Pump(ready)) { IsBackground = true, Name = "mpi" };
         _thread.Start();
@@ -34,7 +37,9 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     }
 
     /// <summary>Initializes MPI; throws <see cref="MpiUnavailableException"/> when the node has no MPI library.</summary>
-    public static MpiRankGroup Start() => new();
+    /// <param name="controlOnly">The exchange's blocks travel on another link (<see cref="TcpRing"/>): MPI carries only
+    /// the collectives, and need not look for a fabric.</param>
+    public static MpiRankGroup Start(bool controlOnly = false) => new(controlOnly);
 
     public int Rank { get; private set; }
     public int Size { get; private set; }
@@ -70,11 +75,21 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     public static readonly TimeSpan FinalizeLimit = TimeSpan.FromSeconds(5);
 
     /// <summary>
-    /// How long this rank's closing barrier waits: <see cref="FinalizeLimit"/>, unless the exchange left a slow node
-    /// out of the ring — that leaf finishes at its own link's pace, long after the members, and a member that left
-    /// without finalizing would make mpiexec end the leaf's process with it.
+    /// How long this rank's closing barrier waits: <see cref="FinalizeLimit"/>, or after an exchange
+    /// <see cref="ClosingLimitAfter"/>; as long as the job allows when the exchange left a slow node out of the ring —
+    /// that leaf finishes at its own link's pace, long after the members. A rank that leaves without finalizing makes
+    /// mpiexec end the ranks still at work with it.
     /// </summary>
     public TimeSpan ClosingLimit { get; set; } = FinalizeLimit;
+
+    /// <summary>
+    /// The closing barrier's wait after a ring exchange that took <paramref name="exchange"/> on this rank: as long
+    /// again, at least <see cref="FinalizeLimit"/>. A ring paced by one slow link ends seconds apart on its ranks (the
+    /// nodes of a 45 s ring, 40.6 to 45.1 s), so a fixed few seconds let the first ones leave while the last were
+    /// still receiving, and mpiexec ended those. The step ends with its slowest rank anyway, so waiting costs nothing;
+    /// a rank that died still bounds the wait.
+    /// </summary>
+    public static TimeSpan ClosingLimitAfter(TimeSpan exchange) => exchange > FinalizeLimit ? exchange : FinalizeLimit;
 
     /// <summary>
     /// How long MPI_Finalize may take once every rank has passed the barrier. Nothing is left to move then, so a
@@ -151,7 +166,7 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     {
         try
         {
-            _mpi = MpiRuntime.Initialize(MpiThreadLevel.Single);
+            _mpi = MpiRuntime.Initialize(MpiThreadLevel.Single, _controlOnly);
             _world = _mpi.World;
             // MPICH's version text goes on with its whole configure line: its first line names it.
             (Rank, Size, Implementation) = (_world.Rank, _world.Size, _mpi.Implementation.Split('\n')[0].Replace('\t', ' ').Trim());

@@ -102,10 +102,36 @@ internal static class MpiLibrary
     /// </remarks>
     internal static readonly IReadOnlyList<(string Name, string Value)> UcxDefaults = [("UCX_ERROR_SIGNALS", ""), ("UCX_MEM_EVENTS", "no")];
 
+    /// <summary>
+    /// Open MPI's point-to-point layer for a process whose MPI carries only a few small collectives (the bulk data
+    /// going over its own sockets): ob1 over the byte-transfer layers, applied unless the operator chose the layer or
+    /// a matching transport (<c>OMPI_MCA_pml</c>, <c>OMPI_MCA_mtl</c>).
+    /// </summary>
+    /// <remarks>
+    /// Left to choose, Open MPI 4.1 first tries the cm layer, whose libfabric transport initializes every provider it
+    /// was built with to find out whether the node has a fabric: 4 ranks on one 2-core node spent 0.42–0.51 s in
+    /// MPI_Init, against 0.19–0.26 s with ob1 (three launches each). Nothing the collectives need is lost: ob1 reaches
+    /// every rank the fan-out's TCP ring can reach. MPICH ignores the variable.
+    /// </remarks>
+    internal static readonly IReadOnlyList<(string Name, string Value)> ControlOnlyDefaults = [("OMPI_MCA_pml", "ob1")];
+
+    /// <summary>Applies <see cref="ControlOnlyDefaults"/> (before MPI_Init, which reads them) unless the operator chose.</summary>
+    internal static void PrepareForControlOnly()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        if (Environment.GetEnvironmentVariable("OMPI_MCA_pml") is not null || Environment.GetEnvironmentVariable("OMPI_MCA_mtl") is not null) return;
+        SetUnlessSet(ControlOnlyDefaults);
+    }
+
     private static void PrepareEnvironment()
     {
         if (OperatingSystem.IsWindows()) return;
-        foreach (var (name, value) in UcxDefaults)
+        SetUnlessSet(UcxDefaults);
+    }
+
+    private static void SetUnlessSet(IReadOnlyList<(string Name, string Value)> defaults)
+    {
+        foreach (var (name, value) in defaults)
         {
             try { _ = LibC.setenv(name, value, overwrite: 0); }
             catch (DllNotFoundException) { return; }   // not glibc: UCX is unlikely there, and MPI still works without this

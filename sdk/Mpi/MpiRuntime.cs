@@ -46,9 +46,13 @@ public sealed unsafe class MpiRuntime : IDisposable
     /// <exception cref="MpiUnavailableException">
     /// No MPI library could be loaded, or the one loaded does not match the launcher: fetch directly instead.
     /// </exception>
+    /// <param name="required">The thread level asked for.</param>
+    /// <param name="controlOnly">This process sends only small control messages over MPI (its data travels on its own
+    /// sockets): MPI may skip probing for a high-speed fabric it would not use (<see cref="MpiLibrary.ControlOnlyDefaults"/>).</param>
     /// <exception cref="InvalidOperationException">A runtime is already open, or MPI was finalized in this process.</exception>
-    public static MpiRuntime Initialize(MpiThreadLevel required = MpiThreadLevel.Single)
+    public static MpiRuntime Initialize(MpiThreadLevel required = MpiThreadLevel.Single, bool controlOnly = false)
     {
+        if (controlOnly) MpiLibrary.PrepareForControlOnly();
         MpiAbi abi = MpiLibrary.Abi;
         lock (Gate)
         {

@@ -58,7 +58,7 @@ public class SimulationTests
         var off = Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0];
         var on = Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
         Assert.Empty(on.Leaves!);
-        // One round of 256 KB at the link's rate (long enough to judge at 25 Mbit/s), then the rates' all-gather.
+        // One round of 64 KB at the link's rate (long enough to judge at 25 Mbit/s), then the rates' all-gather.
         var chunks = LeafRule.FirstRoundBytes / (25e6 / 8 * Wire.Efficiency);
         Assert.InRange(on.ProbeSeconds, chunks, chunks + 0.01);
         Assert.Equal(off.ExchangeSeconds!.Value, on.ExchangeSeconds!.Value, 9);
@@ -95,14 +95,15 @@ public class SimulationTests
     public void On_fast_links_the_probe_grows_until_it_can_judge_and_a_slow_node_becomes_a_leaf(double rate, double factor)
     {
         const long stored = 64L << 20;
-        // 256 KB cross even the slow link in a few milliseconds: the first round alone could not make a leaf.
+        // 64 KB cross even the slow link in a few milliseconds: the first round alone could not make a leaf.
         var link = rate / 8 * Wire.Efficiency;
         Assert.True(LeafRule.FirstRoundBytes / (factor * link) < LeafRule.ShortestTelling.TotalSeconds);
         var spec = new ClusterSpec { Nodes = 12, CacheHosts = 2, LinkBitsPerSecond = rate, HopLatency = 25e-6, SlowNodes = new HashSet<int> { 5 }, SlowFactor = factor };
         var job = Simulator.Run(spec, Wire, Delivery.Fanout, stored, probe: true).Jobs[0];
         Assert.Equal([5], job.Leaves!);
         // The rounds run at the slow link's pace (lockstep) until the median link's took half the floor, or the largest.
-        var rounds = Enumerable.Range(1, 5).First(k => LeafRule.RoundBytes(k - 1) * (LeafRule.Chunks - 1.0) / LeafRule.Chunks / link >= LeafRule.ShortestTelling.TotalSeconds / 2 || k == 5);
+        var most = Enumerable.Range(1, 16).First(k => LeafRule.RoundBytes(k - 1) >= LeafRule.LastRoundBytes);
+        var rounds = Enumerable.Range(1, most).First(k => LeafRule.RoundBytes(k - 1) * (LeafRule.Chunks - 1.0) / LeafRule.Chunks / link >= LeafRule.ShortestTelling.TotalSeconds / 2 || k == most);
         var expected = RoundsSeconds(rounds, factor * link);
         Assert.InRange(job.ProbeSeconds, expected, expected + 0.01);
         Assert.True(job.ProbeSeconds < LeafRule.Limit.TotalSeconds);

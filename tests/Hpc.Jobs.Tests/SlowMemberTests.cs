@@ -219,7 +219,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     [Fact]
     public async Task The_probe_sends_a_bounded_number_of_bytes_and_a_rank_waits_for_its_measurement_no_longer_than_the_limit()
     {
-        // Rank 1's link at 128 KB/s: its first round (256 KB) would take two seconds; the measurement stops at 0.4 s,
+        // Rank 1's link at 128 KB/s: its first round (64 KB) would take half a second; the measurement stops at 0.4 s,
         // and a round cut short is the last.
         var groups = InProcessRanks.Create(3, new Dictionary<int, double> { [1] = 128e3 });
         var counted = groups.Select(g => new Counting(g.Ring)).ToArray();
@@ -277,7 +277,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     [InlineData(0.1)]
     public async Task On_a_gigabit_ring_a_node_at_a_fraction_of_the_rate_becomes_a_leaf_after_the_probe_grows_past_its_first_round(double share)
     {
-        // 256 KB cross a 1 Gbit/s link in about 2 ms, and even a quarter-rate link in 8 ms: under the 20 ms a leaf
+        // 64 KB cross a 1 Gbit/s link in about half a millisecond, and even a quarter-rate link in 2 ms: under the 20 ms a leaf
         // needs, so the first round alone cannot route around the slow node.
         Assert.True(LeafRule.FirstRoundBytes / (0.25 * Gigabit) < LeafRule.ShortestTelling.TotalSeconds);
         var rates = Enumerable.Range(0, 5).ToDictionary(r => r, r => r == 2 ? share * Gigabit : Gigabit);
@@ -342,9 +342,9 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         Assert.False(LeafRule.LongEnoughToJudge([Took(0.9 * floor / 2), Took(floor / 2), Took(0.9 * floor / 2)]));
         Assert.True(LeafRule.LongEnoughToJudge([Took(floor / 2), Took(floor / 2), Took(0.001)]));
         Assert.True(LeafRule.LongEnoughToJudge([Took(0.011), Took(0.012), Took(0.030), Took(0.2)]));
-        // Each round sends four times the last, from 256 KB to at most 64 MB.
+        // Each round sends four times the last, from 64 KB to at most 64 MB.
         Assert.Equal(LeafRule.FirstRoundBytes, LeafRule.RoundBytes(0));
-        Assert.Equal(LeafRule.LastRoundBytes, LeafRule.RoundBytes(4));
+        Assert.Equal(LeafRule.LastRoundBytes, LeafRule.RoundBytes(5));
     }
 
     [Fact]

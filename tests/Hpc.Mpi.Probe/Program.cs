@@ -5,6 +5,9 @@ using System.Diagnostics;
 using Hpc.Mpi;
 
 string scenario = args.Length > 0 ? args[0] : "info";
+// "<scenario>+control": MPI started as the fan-out's ranks start it, for its collectives alone.
+bool controlOnly = scenario.EndsWith("+control", StringComparison.Ordinal);
+if (controlOnly) scenario = scenario[..^"+control".Length];
 int bytes = args.Length > 1 ? int.Parse(args[1]) : 4 << 20;
 
 // "churn": threads call malloc/free (so brk, sbrk, mmap, munmap and madvise) while MPI starts, as a .NET process's
@@ -14,7 +17,7 @@ var churners = scenario == "churn"
     ? Enumerable.Range(0, 2).Select(t => new Thread(() => Churn(t, churning.Token)) { IsBackground = true }).ToList()
     : [];
 churners.ForEach(t => t.Start());
-using var mpi = MpiRuntime.Initialize(MpiThreadLevel.Funneled);
+using var mpi = MpiRuntime.Initialize(MpiThreadLevel.Funneled, controlOnly);
 Communicator world = mpi.World;
 int rank = world.Rank, size = world.Size;
 void Say(string line) => Console.WriteLine($"rank {rank}: {line}");

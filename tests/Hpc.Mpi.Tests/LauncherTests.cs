@@ -38,6 +38,26 @@ public sealed class LauncherTests
         Assert.Contains("installing bistro hook for brk", asked.Output);
     }
 
+    [Theory, MemberData(nameof(Launchers))]
+    public async Task Ranks_that_use_MPI_only_for_collectives_skip_the_fabric_probe_and_their_collectives_still_work(Launcher launcher)
+    {
+        // Open MPI's cm layer initializes every libfabric provider to look for a fabric (half of MPI_Init here);
+        // a rank whose data goes over its own sockets asks for ob1 instead. MPICH ignores the setting.
+        var verbose = new Dictionary<string, string> { ["OMPI_MCA_pml_base_verbose"] = "10" };
+        var run = await MpiRun.ProbeAsync(launcher, verbose, "allgather+control");
+        MpiRun.AssertEveryRank(run, "^allgather ok 5,1000000012,2000000019$");
+        if (launcher != Launcher.OpenMpi) return;
+        Assert.Contains("component ob1 selected", run.Output);
+        Assert.DoesNotContain("found loaded component cm", run.Output);
+
+        // Without the hint Open MPI looks at cm first; and the operator's own choice of layer wins over the hint.
+        var plain = await MpiRun.ProbeAsync(launcher, verbose, "allgather");
+        Assert.Contains("found loaded component cm", plain.Output);
+        var chosen = await MpiRun.ProbeAsync(launcher, new Dictionary<string, string>(verbose) { ["OMPI_MCA_pml"] = "^ucx" }, "allgather+control");
+        MpiRun.AssertEveryRank(chosen, "^allgather ok 5,1000000012,2000000019$");
+        Assert.Contains("found loaded component cm", chosen.Output);
+    }
+
     [Fact]
     public async Task Ranks_whose_threads_allocate_while_MPI_starts_survive_the_start()
     {
