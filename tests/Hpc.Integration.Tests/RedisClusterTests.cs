@@ -86,9 +86,16 @@ public sealed class RedisClusterTests
         var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "f.csv", bytes), "rc/failover", "--cache-cluster");
         await redis.WaitReplicatedAsync();
 
-        // The node's link is slow enough that the fetch is still under way when a master dies.
+        // The node's link is slow enough that the fetch is still under way when a master dies, and one connection per
+        // master asks for one batch at a time: with four, every batch a master holds could be answered into the
+        // node's socket buffers before it died, and the fetch would never meet the dead master.
         var rate = Math.Max(CacheTierOptions.MinimumRate, staged.StoredBytes / 4);
-        var (agent, pipe, _) = await c.StartAgentAsync(configure: o => { o.CacheTier.Cluster = true; o.CacheTier.MaxRate = new ByteRate(rate); });
+        var (agent, pipe, _) = await c.StartAgentAsync(configure: o =>
+        {
+            o.CacheTier.Cluster = true;
+            o.CacheTier.MaxRate = new ByteRate(rate);
+            o.CacheTier.ConnectionsPerHost = 1;
+        });
         var clock = Stopwatch.StartNew();
         var open = Dataset.OpenAsync("rc/failover", Cluster.Via(pipe));
         await Task.Delay(TimeSpan.FromSeconds(1));
