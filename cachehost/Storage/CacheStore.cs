@@ -379,6 +379,7 @@ internal sealed class CacheStore
         // Ordinary (not pinned) arrays: measured cheaper than the pinned heap under redis-benchmark's SET churn,
         // since dead gen0 values cost nothing while pinned ones wait for a full collection. Sends pin only per call.
         var data = GC.AllocateUninitializedArray<byte>(checked((int)value.Length));
+        FreshPages.Populate(data);
         value.CopyTo(data);
         return new Entry(data, ttlMs == 0 ? 0 : Deadline(now, ttlMs));
     }
