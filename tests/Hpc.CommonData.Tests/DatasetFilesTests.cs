@@ -133,31 +133,16 @@ public sealed class DatasetFilesTests : IDisposable
             Name = "t/file", RawLength = length, StoredLength = length, Hash = new string('0', 32), SegmentSize = 4096,
             Segments = [new ManifestSegment(SegmentId.Of(new byte[1]).ToString(), length, length)],
         };
-        var mount = Directory.CreateDirectory(Path.Combine(_root, "small")).FullName;
-        Assert.True(await Run("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount) == 0, "mount tmpfs (needs root)");
-        try
-        {
-            var big = Path.Combine(mount, "big.data");
-            var e = Assert.Throws<IOException>(() => DatasetFiles.Create(big, Of(4 << 20)));
-            Assert.True(CommonDataException.IsDiskFull(e), e.Message);
-            Assert.Contains(big, e.Message);
-            Assert.Contains($"{4 << 20} bytes", e.Message);
+        await using var fs = await SmallFileSystem.MountAsync(Path.Combine(_root, "small"), "1m");
+        var big = Path.Combine(fs.Path, "big.data");
+        var e = Assert.Throws<IOException>(() => DatasetFiles.Create(big, Of(4 << 20)));
+        Assert.True(CommonDataException.IsDiskFull(e), e.Message);
+        Assert.Contains(big, e.Message);
+        Assert.Contains($"{4 << 20} bytes", e.Message);
 
-            // The room a copy takes is held from the start: a second one that would not fit beside it is refused too.
-            using (DatasetFiles.Create(Path.Combine(mount, "a.data"), Of(600 << 10)))
-                Assert.Throws<IOException>(() => DatasetFiles.Create(Path.Combine(mount, "b.data"), Of(600 << 10)));
-            Assert.Equal(600 << 10, new FileInfo(Path.Combine(mount, "a.data")).Length);
-        }
-        finally
-        {
-            await Run("umount", "-l", mount);
-        }
-
-        static async Task<int> Run(string file, params string[] args)
-        {
-            using var p = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo(file, args) { RedirectStandardError = true })!;
-            await p.WaitForExitAsync();
-            return p.ExitCode;
-        }
+        // The room a copy takes is held from the start: a second one that would not fit beside it is refused too.
+        using (DatasetFiles.Create(Path.Combine(fs.Path, "a.data"), Of(600 << 10)))
+            Assert.Throws<IOException>(() => DatasetFiles.Create(Path.Combine(fs.Path, "b.data"), Of(600 << 10)));
+        Assert.Equal(600 << 10, new FileInfo(Path.Combine(fs.Path, "a.data")).Length);
     }
 }

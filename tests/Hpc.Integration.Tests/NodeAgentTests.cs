@@ -4,6 +4,7 @@ using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
+using Hpc.CommonData.Tests;
 
 namespace Hpc.Integration.Tests;
 
@@ -202,34 +203,19 @@ public class NodeAgentTests
         var big = await c.StageAsync(Cluster.WriteFile(c.Root, "big", Cluster.RandomBytes(48 << 20, seed: 4)), "full/big");
         await c.StageAsync(Cluster.WriteFile(c.Root, "small", Cluster.RandomBytes(4 << 20, seed: 5)), "full/small");
         // A real 32 MB tmpfs under a budget of 1 GB: only the file system says no.
-        var mount = Directory.CreateDirectory(Path.Combine(c.Root, "tmpfs")).FullName;
-        Assert.True(await Run("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", mount) == 0, "mount tmpfs (needs root)");
-        try
-        {
-            var (agent, pipe, dir) = await c.StartAgentAsync(dataDir: Path.Combine(mount, "data"));
-            await using var client = await AgentClient.ConnectAsync(pipe);
+        await using var fs = await SmallFileSystem.MountAsync(Path.Combine(c.Root, "tmpfs"), "32m");
+        var (agent, pipe, dir) = await c.StartAgentAsync(dataDir: Path.Combine(fs.Path, "data"));
+        await using var client = await AgentClient.ConnectAsync(pipe);
 
-            var refused = await Assert.ThrowsAsync<CommonDataException>(() => client.PrefetchAsync("full/big"));
-            Assert.Equal(ErrorCode.NoSpace, refused.Code);
-            Assert.Contains($"no space in the data directory {dir}", refused.Message);
-            Assert.Contains($"{big.RawBytes} bytes needed", refused.Message);
-            // Nothing of it was written, so nothing blocks the next dataset, without a restart.
-            Assert.Equal(0, Directory.EnumerateFiles(dir, "*", SearchOption.AllDirectories).Where(f => !f.EndsWith(".json") && !f.EndsWith(".jsonl"))
-                .Sum(f => new FileInfo(f).Length));
-            Assert.Equal("fetched", (await client.PrefetchAsync("full/small")).Source);
-            await agent.StopAsync(TimeSpan.FromSeconds(10));
-        }
-        finally
-        {
-            await Run("umount", "-l", mount);
-        }
-
-        static async Task<int> Run(string file, params string[] args)
-        {
-            using var p = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo(file, args) { RedirectStandardError = true })!;
-            await p.WaitForExitAsync();
-            return p.ExitCode;
-        }
+        var refused = await Assert.ThrowsAsync<CommonDataException>(() => client.PrefetchAsync("full/big"));
+        Assert.Equal(ErrorCode.NoSpace, refused.Code);
+        Assert.Contains($"no space in the data directory {dir}", refused.Message);
+        Assert.Contains($"{big.RawBytes} bytes needed", refused.Message);
+        // Nothing of it was written, so nothing blocks the next dataset, without a restart.
+        Assert.Equal(0, Directory.EnumerateFiles(dir, "*", SearchOption.AllDirectories).Where(f => !f.EndsWith(".json") && !f.EndsWith(".jsonl"))
+            .Sum(f => new FileInfo(f).Length));
+        Assert.Equal("fetched", (await client.PrefetchAsync("full/small")).Source);
+        await agent.StopAsync(TimeSpan.FromSeconds(10));
     }
 
     [Fact]
