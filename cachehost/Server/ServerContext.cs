@@ -153,6 +153,19 @@ internal sealed class ServerStats
 
     public void ClientLeft() => Interlocked.Decrement(ref _connectedClients);
 
+    /// <summary>
+    /// CONFIG RESETSTAT: the running totals start over, as Redis's do; what describes the present (clients connected
+    /// now) and client ids (which stay unique for the host's life) are kept.
+    /// </summary>
+    public void Reset()
+    {
+        Interlocked.Exchange(ref _totalConnections, 0);
+        Interlocked.Exchange(ref _rejectedConnections, 0);
+        Interlocked.Exchange(ref _commandsProcessed, 0);
+        Interlocked.Exchange(ref _netInputBytes, 0);
+        Interlocked.Exchange(ref _netOutputBytes, 0);
+    }
+
     // Sessions add per batch rather than per command, to keep shared cache lines quiet.
     public void AddCommands(long count) => Interlocked.Add(ref _commandsProcessed, count);
     public void AddInput(long bytes) => Interlocked.Add(ref _netInputBytes, bytes);

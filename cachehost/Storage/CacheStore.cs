@@ -76,6 +76,15 @@ internal sealed class CacheStore
     public long RejectedWrites => Volatile.Read(ref _rejectedWrites);
     public long ExpiredKeys => Volatile.Read(ref _expiredKeys);
 
+    /// <summary>Starts the counters over (CONFIG RESETSTAT); what is stored and its cost are not counters and stay.</summary>
+    public void ResetStats()
+    {
+        Interlocked.Exchange(ref _hits, 0);
+        Interlocked.Exchange(ref _misses, 0);
+        Interlocked.Exchange(ref _rejectedWrites, 0);
+        Interlocked.Exchange(ref _expiredKeys, 0);
+    }
+
     public static long EstimateCost(int keyLength, long valueLength) => keyLength + valueLength + EntryOverheadBytes;
 
     /// <summary>Looks a key up for a read; counts a keyspace hit or miss.</summary>

@@ -59,7 +59,11 @@ internal static class ServerCommands
             if (s.User is { Role: < Hpc.CommonData.Cache.CacheRole.Admin } user)
                 s.Reply.WriteError(Encoding.UTF8.GetBytes($"NOPERM User {user.Name} has no permissions to run the 'config|resetstat' command"));
             else
+            {
+                s.Server.Stats.Reset();
+                s.Store.ResetStats();
                 s.Reply.WriteRaw(Replies.Ok);
+            }
         }
         else if (Ascii.EqualsIgnoreCase(sub, "SET"u8) || Ascii.EqualsIgnoreCase(sub, "REWRITE"u8))
         {

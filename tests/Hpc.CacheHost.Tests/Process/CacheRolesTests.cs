@@ -63,7 +63,7 @@ public sealed class CacheRolesTests : IDisposable
     }
 
     [Fact]
-    public void Only_an_administrator_may_reset_the_statistics()
+    public void Only_an_administrator_may_reset_the_statistics_and_a_reset_starts_the_totals_over()
     {
         using var node = Login("node", "r-pass");
         using var stager = Login("stager", "w-pass");
@@ -71,7 +71,23 @@ public sealed class CacheRolesTests : IDisposable
 
         Assert.Equal("NOPERM User node has no permissions to run the 'config|resetstat' command", Assert.IsType<RespError>(node.Call("CONFIG", "RESETSTAT")).Message);
         Assert.Equal("NOPERM User stager has no permissions to run the 'config|resetstat' command", Assert.IsType<RespError>(stager.Call("CONFIG", "RESETSTAT")).Message);
+        Assert.Equal("OK", stager.Call("SET", Stored.Key, Stored.Bytes));
+        node.Call("GET", Stored.Key);
+        node.Call("GET", "missing");
+        var before = node.ReadStringOf("INFO")!;
+        Assert.Contains("keyspace_hits:1\r\n", before);
+        Assert.Contains("keyspace_misses:1\r\n", before);
+
         Assert.Equal("OK", ops.Call("CONFIG", "RESETSTAT"));
+
+        // The running totals start over; what is stored now, and who is connected now, are not totals and stay.
+        var after = node.ReadStringOf("INFO")!;
+        Assert.Contains("keyspace_hits:0\r\n", after);
+        Assert.Contains("keyspace_misses:0\r\n", after);
+        Assert.Contains("db0:keys=1,", after);
+        Assert.Matches(@"connected_clients:[3-9]\r\n", after);
+        Assert.Matches(@"total_commands_processed:[0-2]\r\n", after);
+        Assert.Equal(Stored.Bytes, node.Call("GET", Stored.Key));
         // The refusal leaves the connection usable, and reading the configuration stays open to every role.
         Assert.IsType<object?[]>(node.Call("CONFIG", "GET", "maxclients"));
     }
