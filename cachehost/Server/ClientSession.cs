@@ -178,7 +178,7 @@ internal sealed partial class ClientSession : IDisposable
                             // Received straight into the array the store will keep: the frame never piles up in the
                             // pipe's buffers, and the value is not copied a second time.
                             _streamKey = _command.Span(1).ToArray();
-                            _streamValue = GC.AllocateUninitializedArray<byte>((int)pending.Length);
+                            _streamValue = Storage.FreshPages.NewValue((int)pending.Length);
                             _streamFilled = 0;
                             _command.Reset();
                             buffer = buffer.Slice(pending.DataOffset);

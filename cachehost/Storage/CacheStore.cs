@@ -387,8 +387,7 @@ internal sealed class CacheStore
             return new Entry(owned, ttlMs == 0 ? 0 : Deadline(now, ttlMs));
         // Ordinary (not pinned) arrays: measured cheaper than the pinned heap under redis-benchmark's SET churn,
         // since dead gen0 values cost nothing while pinned ones wait for a full collection. Sends pin only per call.
-        var data = GC.AllocateUninitializedArray<byte>(checked((int)value.Length));
-        FreshPages.Populate(data);
+        var data = FreshPages.NewValue(checked((int)value.Length));
         value.CopyTo(data);
         return new Entry(data, ttlMs == 0 ? 0 : Deadline(now, ttlMs));
     }

@@ -18,6 +18,14 @@ internal static partial class FreshPages
     private static readonly nint PageMask = Environment.SystemPageSize - 1;
     private static bool s_unsupported = !OperatingSystem.IsLinux();
 
+    /// <summary>An array for a value about to be written in full: not zeroed, its whole pages already mapped.</summary>
+    public static byte[] NewValue(int length)
+    {
+        var array = GC.AllocateUninitializedArray<byte>(length);
+        Populate(array);
+        return array;
+    }
+
     /// <summary>Maps the whole pages inside <paramref name="array"/>; the edges fault as before. Never fails.</summary>
     public static unsafe void Populate(byte[] array)
     {
