@@ -158,7 +158,8 @@ public sealed partial class ClusterSession
             var nodes = mode is "none" or "mpi"
                 ? preps.Select(p => new NodeTime(Field(p, "node") ?? "?", seconds, double.Parse(Field(p, "seconds")!, CultureInfo.InvariantCulture), stage.RawBytes,
                     Field(p, "fanout") is null ? "fetched" : "fanout", ExchangeSeconds: Seconds(p, "exchange-seconds"), RingSeconds: Seconds(p, "ring-seconds"),
-                    PublishSeconds: Seconds(p, "publish-seconds"), RankCpuSeconds: Seconds(p, "cpu-seconds"), AgentCpuSeconds: Seconds(p, "agent-cpu-seconds"))).ToList()
+                    PublishSeconds: Seconds(p, "publish-seconds"), RankCpuSeconds: Seconds(p, "cpu-seconds"), AgentCpuSeconds: Seconds(p, "agent-cpu-seconds"),
+                    ShareSeconds: Seconds(p, "share-seconds"))).ToList()
                 : _slurm!.NodeNames.Select(n => new NodeTime(n, seconds, seconds, stage.RawBytes, mode)).ToList();
             nodes = nodes.Select((n, k) => n with { LinkRxBytes = links[1][k][0] - links[0][k][0], LinkTxBytes = links[1][k][1] - links[0][k][1] }).ToList();
             var limit = mode == "none" ? Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit) : Limits.Fanout(stage.StoredBytes, RateMbit);

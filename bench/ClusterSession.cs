@@ -343,7 +343,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
             return new NodeTime(f["node"], a.Value, own, stage.RawBytes, f.GetValueOrDefault("source"),
                 LaunchSeconds: Math.Max(0, a.Value - own), ExchangeSeconds: Seconds("exchange-seconds"),
                 RingSeconds: Seconds("ring-seconds"), PublishSeconds: Seconds("publish-seconds"), RankCpuSeconds: Seconds("cpu-seconds"), AgentCpuSeconds: Seconds("agent-cpu-seconds"),
-                Route: f.GetValueOrDefault("route"), ProbeSeconds: Seconds("probe-seconds"), JoinSeconds: Seconds("join-seconds"));
+                Route: f.GetValueOrDefault("route"), ProbeSeconds: Seconds("probe-seconds"), JoinSeconds: Seconds("join-seconds"),
+                ShareSeconds: Seconds("share-seconds"));
         }).ToList();
         // In node order, so the link counters (read per namespace, in order) line up with them.
         var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();

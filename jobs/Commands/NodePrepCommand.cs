@@ -131,7 +131,7 @@ public static class NodePrepCommand
                     // The line below is this node's time; the process still waits at the end for the other ranks.
                     ranks.ClosingLimit = summary.Route != "ring" ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
                     leavesServed = served;
-                    fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
+                    fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
                 catch (Exception e) when (!cancel.IsCancellationRequested)

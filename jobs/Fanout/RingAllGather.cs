@@ -40,8 +40,10 @@ public interface IPeerLinks : IRingLink
 /// <see cref="RingAllGather.LeafRetainBlocks"/> were already waiting for them.</param>
 /// <param name="LeavesServed">With <c>awaitLeaves: false</c>: completes when this member has sent the leaves its share
 /// (the counts above are final then); otherwise already complete.</param>
+/// <param name="ShareSeconds">When this rank held the last block of its own share, from the exchange's start: against
+/// <paramref name="Seconds"/>, whether the tier or the ring set the pace.</param>
 public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
-    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null);
+    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -110,11 +112,18 @@ public static class RingAllGather
         long fetchedBytes = 0, receivedBytes = 0, sentBytes = 0, leafBytes = 0;
         int fetched = 0, received = 0, sent = 0, refetched = 0, retained = 0;
         long progress = 0;
+        double shareSeconds = 0;
         var expected = leaf ? plan.Shares.Sum(s => s.Count) : plan.BlocksReceivedBy(position);
 
         async Task FetchOwn()
         {
             if (leaf) return;
+            await FetchShare();
+            shareSeconds = clock.Elapsed.TotalSeconds;
+        }
+
+        async Task FetchShare()
+        {
             var blocks = plan.Shares[position];
             var next = -1;
             try
@@ -287,7 +296,7 @@ public static class RingAllGather
         }
         await all;
         return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds, leafBytes, refetched,
-            awaitLeaves ? Task.CompletedTask : leafSending);
+            awaitLeaves ? Task.CompletedTask : leafSending, shareSeconds);
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
         async Task Guard(Task task)

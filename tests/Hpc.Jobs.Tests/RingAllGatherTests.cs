@@ -68,6 +68,8 @@ public sealed class RingAllGatherTests
         // Bandwidth: each rank sends every block but its right neighbour's, i.e. (N−1)/N of the data for equal shares.
         for (var r = 0; r < ranks; r++)
             Assert.Equal(ranks == 1 ? 0 : plan.Shares.Where((_, k) => k != (r + 1) % ranks).Sum(s => s.Count), results[r].BlocksSent);
+        // Each rank held its own share at some moment of its exchange, not after it.
+        Assert.All(results, r => Assert.InRange(r.ShareSeconds, double.Epsilon, r.Seconds));
     }
 
     [Theory]
