@@ -33,6 +33,26 @@ public class SimulationTests
         Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
     }
 
+    /// <summary>
+    /// The slow-node runs were recorded with the host queues the Slurm cells have (ACKs ahead of bulk data, as a NIC's
+    /// fq_codel gives them): every cell of them — direct, the ring with and without the probe, healthy and slow
+    /// nodes — is predicted from the same file's runs without a slow node.
+    /// </summary>
+    [Fact]
+    public void Reproduces_every_cell_of_the_recorded_slow_node_runs_within_ten_percent()
+    {
+        var records = ResultReader.Read(SlowRecords).Records;
+        Assert.All(records, r => Assert.Equal("ack-first", r.Config.HostQueue));
+        var cal = Calibration.FromRecords(records, SlowRecords);
+        var cells = Experiments.Cells(records);
+        Assert.Equal(8, cells.Count);
+        Assert.All(cells, cell =>
+        {
+            var row = Experiments.Replay(cell, cal);
+            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
+        });
+    }
+
     [Fact]
     public void Reproduces_the_slow_node_of_the_recorded_slow_node_run_within_ten_percent_and_routes_it_as_the_ranks_did()
     {
