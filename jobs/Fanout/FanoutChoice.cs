@@ -66,7 +66,9 @@ public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutS
     /// <summary>
     /// The link rate from this machine to the cache tier, measured by fetching up to <paramref name="sampleBytes"/> of the
     /// version's stored segments from every host at once (bounded by <paramref name="limit"/>): what a node's fetch would
-    /// see, as far as the submitting machine can tell.
+    /// see, as far as the submitting machine can tell. Timed from the first segment's arrival to the last's, so neither
+    /// the requests' first round trip nor this process's first use of the fetch path counts as the link's time: on a
+    /// small sample they would make any link look slow.
     /// </summary>
     public static async Task<double> MeasureLinkAsync(CacheTierClient tier, Manifest manifest, long sampleBytes, TimeSpan limit, CancellationToken ct)
     {
@@ -80,20 +82,33 @@ public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutS
         if (bytes == 0) throw new InvalidOperationException($"dataset '{manifest.Name}' has no stored bytes to measure the link with");
         using var bounded = CancellationTokenSource.CreateLinkedTokenSource(ct);
         bounded.CancelAfter(limit);
-        long received = 0;
-        var clock = Stopwatch.StartNew();
+        var gate = new object();
+        long received = 0, firstBytes = 0, firstAt = 0, lastAt = 0;
+        var start = Stopwatch.GetTimestamp();
         try
         {
             await tier.FetchSegmentsAsync(manifest.SegmentIds, wanted, (_, stored) =>
             {
-                Interlocked.Add(ref received, stored.Length);
+                var now = Stopwatch.GetTimestamp();
+                lock (gate)
+                {
+                    if (received == 0) (firstAt, firstBytes) = (now, stored.Length);
+                    received += stored.Length;
+                    lastAt = now;
+                }
                 return null;
             }, $"link measurement of '{manifest.Name}'", bounded.Token);
         }
-        catch (OperationCanceledException) when (!ct.IsCancellationRequested && Interlocked.Read(ref received) > 0)
+        catch (OperationCanceledException) when (!ct.IsCancellationRequested && Volatile.Read(ref received) > 0)
         {
             // A slow link: what arrived within the limit is the measurement.
         }
-        return Interlocked.Read(ref received) / Math.Max(1e-6, clock.Elapsed.TotalSeconds);
+        lock (gate)
+        {
+            // One segment alone has no interval of its own: then the whole fetch is the measurement.
+            return lastAt > firstAt
+                ? (received - firstBytes) / Stopwatch.GetElapsedTime(firstAt, lastAt).TotalSeconds
+                : received / Math.Max(1e-6, Stopwatch.GetElapsedTime(start).TotalSeconds);
+        }
     }
 }
