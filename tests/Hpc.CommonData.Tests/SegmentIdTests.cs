@@ -78,4 +78,61 @@ public class SegmentIdTests
         Assert.False(SegmentId.IsLegacy(SegmentId.Of("x"u8).ToString()));
         Assert.False(SegmentId.IsLegacy("9bdbf643f0d534797b47aa0b5dc52e9g"));
     }
+
+    /// <summary>
+    /// Lengths that exercise every shape the lane hash handles: one chunk and a byte, whole and partial 16-chunk groups,
+    /// a last chunk of one byte, one block, a block and a byte, whole and odd parent levels, and the largest segment.
+    /// </summary>
+    public static TheoryData<int> SegmentShapes => new()
+    {
+        1025, 1088, 1089, 2048, 2049, 15 * 1024 + 1, 16 * 1024, 16 * 1024 + 1, 17 * 1024, 31 * 1024 + 63, 33 * 1024 + 64,
+        64 * 1024, 64 * 1024 + 1, 71 * 1024 + 333, 127 * 1024 + 1000, 129 * 1024, 255 * 1024 + 1, 256 * 1024,
+    };
+
+    [Theory]
+    [MemberData(nameof(SegmentShapes))]
+    public void A_segment_hashed_sixteen_chunks_at_a_time_has_the_id_the_reference_package_gives_it(int length)
+    {
+        var input = new byte[length + 7];
+        new Random(length).NextBytes(input);
+        // At an odd offset too: the lanes read blocks wherever the segment lies in its slab.
+        foreach (var offset in new[] { 0, 7 })
+        {
+            var segment = input.AsSpan(offset, length);
+            var expected = new byte[32];
+            Blake3.Hasher.Hash(segment, expected);
+            Assert.Equal(SegmentId.FromBytes(expected), SegmentId.Of(segment));
+            if (Blake3Lanes.IsSupported)
+            {
+                var lanes = new byte[32];
+                Blake3Lanes.Hash(segment, lanes);
+                Assert.Equal(expected, lanes);
+            }
+        }
+    }
+
+    [Fact]
+    public void Random_segment_lengths_hash_as_the_reference_package_hashes_them()
+    {
+        var data = new byte[Blake3Lanes.MaxLength + 64];
+        var random = new Random(42);
+        random.NextBytes(data);
+        var expected = new byte[32];
+        for (var i = 0; i < 500; i++)
+        {
+            var length = random.Next(1, Blake3Lanes.MaxLength + 1);
+            var segment = data.AsSpan(random.Next(0, 64), length);
+            Blake3.Hasher.Hash(segment, expected);
+            Assert.True(SegmentId.FromBytes(expected) == SegmentId.Of(segment), $"length {length}");
+        }
+    }
+
+    [Fact]
+    public void The_lane_hash_refuses_what_it_does_not_take()
+    {
+        Assert.False(Blake3Lanes.Takes(1024));
+        Assert.False(Blake3Lanes.Takes(Blake3Lanes.MaxLength + 1));
+        Assert.Equal(Blake3Lanes.IsSupported, Blake3Lanes.Takes(1025));
+        Assert.Throws<ArgumentOutOfRangeException>(() => Blake3Lanes.Hash(new byte[1024], new byte[32]));
+    }
 }

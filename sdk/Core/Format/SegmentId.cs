@@ -24,7 +24,8 @@ public readonly record struct SegmentId
     public static SegmentId Of(ReadOnlySpan<byte> raw)
     {
         Span<byte> hash = stackalloc byte[ByteLength];
-        Blake3.Hasher.Hash(raw, hash);
+        if (Blake3Lanes.Takes(raw.Length)) Blake3Lanes.Hash(raw, hash);
+        else Blake3.Hasher.Hash(raw, hash);
         return FromBytes(hash);
     }
 
