@@ -220,8 +220,57 @@ public static class UpdateBench
         }
         var chunkers = rows.GroupBy(r => r.Kind).Select(g => $"{g.Key} {g.First().ChunkerMebibytesPerSecond.ToString("0", inv)} MiB/s");
         sb.AppendLine().AppendLine($"Content-defined chunker alone (in memory, best of 3): {string.Join(", ", chunkers)}.");
+        sb.AppendLine().AppendLine(EditCost());
         sb.AppendLine().AppendLine(ManifestCost(10L << 30));
         return sb.ToString();
+    }
+
+    /// <summary>
+    /// What one insert or delete of a given size costs a re-stage with content-defined segments, on random data (where
+    /// no row structure helps the boundaries): the new segments' bytes, from the segment the edit falls in until the
+    /// boundaries fall back where they fell before, averaged over places spread at random.
+    /// </summary>
+    public static string EditCost(int places = 200)
+    {
+        var data = new byte[64 << 20];
+        new Random(5).NextBytes(data);
+        var cuts = new List<long> { 0 };
+        for (long at = 0; at < data.Length;) cuts.Add(at += ContentChunker.Default.NextCut(data.AsSpan((int)at), final: true));
+        var boundaries = cuts.ToHashSet();
+        var rng = new Random(9);
+        var window = new byte[6 << 20];
+        var sb = new StringBuilder(string.Create(CultureInfo.InvariantCulture,
+            $"One edit of random data (64 MiB, segments averaging {data.Length / (cuts.Count - 1.0) / 1024:0.0} KiB; {places} places per size), new segments per edit, KiB:"));
+        foreach (var edit in new[] { 1, 64, 1024, 4096, 16384, -1, -64, -1024, -4096, -16384 })
+        {
+            long moved = 0;
+            for (var t = 0; t < places; t++)
+            {
+                var pos = rng.Next(1 << 20, data.Length - (8 << 20));
+                var k = cuts.BinarySearch(pos);
+                var start = (int)cuts[k < 0 ? ~k - 1 : k];
+                // The data after the edit, from the boundary before it: the bytes up to the edit, the inserted bytes or
+                // the gap of the deleted ones, then the old bytes.
+                var n = pos - start;
+                data.AsSpan(start, n).CopyTo(window);
+                if (edit > 0) rng.NextBytes(window.AsSpan(n, edit));
+                var tail = edit > 0 ? pos : pos - edit;
+                var length = n + Math.Max(edit, 0) + (4 << 20);
+                data.AsSpan(tail, length - n - Math.Max(edit, 0)).CopyTo(window.AsSpan(n + Math.Max(edit, 0)));
+                for (var at = 0; at < length;)
+                {
+                    var cut = ContentChunker.Default.NextCut(window.AsSpan(at, length - at), final: false);
+                    if (cut == 0) throw new InvalidOperationException("boundaries did not fall back in step within 4 MiB");
+                    at += cut;
+                    moved += cut;
+                    // Past the edit, a cut at an old boundary (in the old data's offsets) puts every later one in step.
+                    if (at > n + Math.Max(edit, 0) && boundaries.Contains(start + (long)at - edit)) break;
+                }
+            }
+            sb.Append(CultureInfo.InvariantCulture, $" {(edit > 0 ? "insert" : "delete")} {ByteSize.Format(Math.Abs(edit))} {moved / (double)places / 1024:0};");
+        }
+        sb.Length--;
+        return sb.Append('.').ToString();
     }
 
     /// <summary>What a manifest of a <paramref name="size"/> dataset in 64 KB segments costs in each encoding: bytes, and parsing (best of 3).</summary>

@@ -52,7 +52,7 @@ public class ChunkerBenchmarks
         return stored;
     }
 
-    [Benchmark(Description = "content-defined chunker (gear-64k)")]
+    [Benchmark(Description = "content-defined chunker (" + ContentChunker.Name + ")")]
     public int Chunker() => Chunk(Scalar: true);
 
     [Benchmark(Description = "same boundaries, AVX2 gather lanes (not used)")]
@@ -72,11 +72,11 @@ public class ChunkerBenchmarks
         return sum;
     }
 
-    /// <summary>The gear-64k boundaries computed eight lanes at a time with AVX2 gathers.</summary>
+    /// <summary>The chunker's boundaries computed eight lanes at a time with AVX2 gathers.</summary>
     private static unsafe class GatherLanes
     {
         private const int Block = 1024, Lanes = 8, Round = Block * Lanes;
-        private const ulong StrictMask = ~0UL << (64 - 18), LooseMask = ~0UL << (64 - 14);
+        private const ulong StrictMask = ~0UL << (64 - ContentChunker.StrictBits), LooseMask = ~0UL << (64 - ContentChunker.LooseBits);
         private static readonly ulong[] Gear = CreateGear();
 
         public static int NextCut(ReadOnlySpan<byte> data)
@@ -96,10 +96,12 @@ public class ChunkerBenchmarks
                 var laneA = Vector256.Create(0L, Block, 2 * Block, 3 * Block);
                 var laneB = Vector256.Create(4L * Block, 5 * Block, 6 * Block, 7 * Block);
                 var low = Vector256.Create(255UL);
-                // Rounds never straddle the average size (48 KB past the minimum is six rounds), so one mask per round.
+                // A round may straddle the normal size; it is a whole number of blocks, so each lane has one mask.
                 for (; r0 + Round <= limit; r0 += Round)
                 {
-                    var mask = Vector256.Create(r0 < ContentChunker.AverageSize ? StrictMask : LooseMask);
+                    static ulong M(int at) => at < ContentChunker.NormalSize ? StrictMask : LooseMask;
+                    var maskA = Vector256.Create(M(r0), M(r0 + Block), M(r0 + 2 * Block), M(r0 + 3 * Block));
+                    var maskB = Vector256.Create(M(r0 + 4 * Block), M(r0 + 5 * Block), M(r0 + 6 * Block), M(r0 + 7 * Block));
                     var oa = laneA + Vector256.Create((long)r0 - 64);
                     var ob = laneB + Vector256.Create((long)r0 - 64);
                     Vector256<ulong> ha = default, hb = default, hit = default;
@@ -113,7 +115,7 @@ public class ChunkerBenchmarks
                             hb = (hb << 1) + Avx2.GatherVector256(gear, (wb & low).AsInt64(), 8);
                             wa >>>= 8;
                             wb >>>= 8;
-                            if (j >= 64) hit |= Vector256.Equals(ha & mask, default) | Vector256.Equals(hb & mask, default);
+                            if (j >= 64) hit |= Vector256.Equals(ha & maskA, default) | Vector256.Equals(hb & maskB, default);
                         }
                         // The serial scan starts from zero at the minimum: the first lane of the first round must not carry the bytes before it.
                         if (j == 56 && r0 == ContentChunker.MinSize) ha = ha.WithElement(0, 0UL);
@@ -132,7 +134,7 @@ public class ChunkerBenchmarks
             for (var i = from; i < Math.Min(end, limit); i++)
             {
                 hash = (hash << 1) + Gear[Unsafe.Add(ref start, i)];
-                if ((hash & (i < ContentChunker.AverageSize ? StrictMask : LooseMask)) == 0) return i + 1;
+                if ((hash & (i < ContentChunker.NormalSize ? StrictMask : LooseMask)) == 0) return i + 1;
             }
             return 0;
         }
