@@ -105,7 +105,7 @@ public static class RingAllGather
         var size = plan.MaxMessageBytes;
         var failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
         var token = failed.Token;
-        var outgoing = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true });
+        var outgoing = new Outbox();
         var toNode = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = false });
         var toLeaves = leaves.Select(_ => Channel.CreateUnbounded<LeafItem>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = true })).ToArray();
         var fetchSlots = new SemaphoreSlim(FetchAhead);
@@ -145,7 +145,7 @@ public static class RingAllGather
                         m.Own = true;
                         await toNode.Writer.WriteAsync(m, token);
                         foreach (var queue in toLeaves) await queue.Writer.WriteAsync(new LeafItem(keep ? m : null, blocks[i]), token);
-                        if (plan.Ranks > 1) await outgoing.Writer.WriteAsync(m, token);
+                        if (plan.Ranks > 1) outgoing.Add(m, own: true);
                         else fetchSlots.Release();
                     }
                 }, token)));
@@ -183,7 +183,7 @@ public static class RingAllGather
                 Interlocked.Add(ref receivedBytes, m.Length);
                 Interlocked.Increment(ref progress);
                 await toNode.Writer.WriteAsync(m, token);
-                if (onlyShare is null && share != right) await outgoing.Writer.WriteAsync(m, token);
+                if (onlyShare is null && share != right) outgoing.Add(m, own: false);
                 else m.Release();
             }
         }
@@ -194,14 +194,14 @@ public static class RingAllGather
 
         async Task SendAll(Task producers)
         {
-            _ = producers.ContinueWith(_ => outgoing.Writer.TryComplete(), TaskScheduler.Default);
+            _ = producers.ContinueWith(_ => outgoing.Complete(), TaskScheduler.Default);
             // More than one send in flight hides the round trip with which a large message starts (its receiver's
             // go-ahead waits behind the data queued on the receiver's own uplink). Each send is accounted for as soon
             // as it completes, not when the next message comes: an own block's fetch slot must come back even when
             // nothing else is queued, or the fetch that would queue the next block waits for ever.
             using var window = new SemaphoreSlim(Math.Max(1, link.SendWindow));
             var inFlight = new List<Task>();
-            await foreach (var m in outgoing.Reader.ReadAllAsync(token))
+            while (await outgoing.TakeAsync(token) is { } m)
             {
                 await window.WaitAsync(token);
                 inFlight.RemoveAll(t => t.IsCompletedSuccessfully);
@@ -310,11 +310,48 @@ public static class RingAllGather
         }
     }
 
+    /// <summary>
+    /// Blocks waiting for the right neighbour: this rank's own blocks before the forwarded ones, each kind in arrival
+    /// order. An own block is data entering the ring, with every link still ahead of it. Queued behind forwarded blocks,
+    /// the shares entered late: in the lab (4 nodes, 25 Mbit/s, 256 MB) the downlinks ran at 19–22 Mbit/s and then for
+    /// the last 20 s one node received while the others idled. Forwarded blocks keep arrival order: sending those with
+    /// fewest hops behind them first too left the blocks on their last hop waiting on every link until the end, and at
+    /// 8 and 16 nodes one node then received alone for seconds (docs/benchmarks.md, "The ring's order").
+    /// </summary>
+    internal sealed class Outbox
+    {
+        private readonly Queue<Message> _own = new(), _forwarded = new();
+        private readonly SemaphoreSlim _ready = new(0);
+        private bool _completed;
+
+        public void Add(Message m, bool own)
+        {
+            lock (_own) (own ? _own : _forwarded).Enqueue(m);
+            _ready.Release();
+        }
+
+        /// <summary>No more blocks: <see cref="TakeAsync"/> answers null once the queued ones are taken.</summary>
+        public void Complete()
+        {
+            lock (_own) _completed = true;
+            _ready.Release();
+        }
+
+        /// <summary>Each Add and the Complete release the semaphore once, so every wake finds a block or the end.</summary>
+        public async ValueTask<Message?> TakeAsync(CancellationToken ct)
+        {
+            await _ready.WaitAsync(ct);
+            lock (_own)
+                return _own.TryDequeue(out var m) || _forwarded.TryDequeue(out m) ? m : _completed ? null
+                    : throw new InvalidOperationException("woken without a block or the end");
+        }
+    }
+
     /// <summary>An own block for a leaf: the message while it is kept, else null and the block is fetched again.</summary>
     private readonly record struct LeafItem(Message? Message, Block Block);
 
     /// <summary>A pooled message buffer shared by the node writer and the sender; returned when both are done.</summary>
-    private sealed class Message
+    internal sealed class Message
     {
         private int _holders;
         public byte[] Array = [];

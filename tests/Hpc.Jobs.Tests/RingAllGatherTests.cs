@@ -170,4 +170,21 @@ public sealed class RingAllGatherTests
         var e = await Assert.ThrowsAsync<TimeoutException>(() => lonely.WaitAsync(TimeSpan.FromSeconds(20)));
         Assert.Contains("stalled on rank 0", e.Message);
     }
+
+    [Fact]
+    public async Task A_link_sends_its_own_blocks_before_forwarded_ones_and_each_kind_in_arrival_order()
+    {
+        var outbox = new RingAllGather.Outbox();
+        var messages = Enumerable.Range(0, 5).Select(_ => RingAllGather.Message.Rent(16, holders: 1)).ToArray();
+        outbox.Add(messages[0], own: false);
+        outbox.Add(messages[1], own: false);
+        outbox.Add(messages[2], own: true);    // fetched from the cache tier after the neighbour's blocks came in
+        outbox.Add(messages[3], own: false);
+        outbox.Add(messages[4], own: true);
+        outbox.Complete();                     // the blocks already queued still go, then the end
+
+        var order = new List<int>();
+        while (await outbox.TakeAsync(CancellationToken.None) is { } m) order.Add(Array.IndexOf(messages, m));
+        Assert.Equal([2, 4, 0, 1, 3], order);
+    }
 }
