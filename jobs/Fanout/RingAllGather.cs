@@ -201,9 +201,12 @@ public static class RingAllGather
             // nothing else is queued, or the fetch that would queue the next block waits for ever.
             using var window = new SemaphoreSlim(Math.Max(1, link.SendWindow));
             var inFlight = new List<Task>();
-            while (await outgoing.TakeAsync(token) is { } m)
+            // The slot first, then the block: a block taken while every slot is busy would be chosen before an own
+            // block fetched meanwhile, and go ahead of it.
+            while (true)
             {
                 await window.WaitAsync(token);
+                if (await outgoing.TakeAsync(token) is not { } m) break;
                 inFlight.RemoveAll(t => t.IsCompletedSuccessfully);
                 inFlight.Add(SendOne(m));
             }

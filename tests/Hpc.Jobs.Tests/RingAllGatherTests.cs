@@ -187,4 +187,71 @@ public sealed class RingAllGatherTests
         while (await outbox.TakeAsync(CancellationToken.None) is { } m) order.Add(Array.IndexOf(messages, m));
         Assert.Equal([2, 4, 0, 1, 3], order);
     }
+
+    [Fact]
+    public async Task An_own_block_fetched_while_the_link_is_busy_goes_before_forwarded_ones_already_waiting()
+    {
+        var plan = new FanoutPlan(ManifestOf(30, seed: 3), 3, maxBlockBytes: 64 << 10);
+        Assert.True(plan.Shares[0].Count >= 2);
+        var links = InProcessRing.Create(3);
+        var busy = new GatedLink(links[1], plan);
+        var ownFetch = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var forwardedWaiting = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var ownFetched = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var neighbourBlocks = 0;
+        var fetched = new ConcurrentBag<int>();
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+
+        var ranks = new[] { links[0], busy, links[2] }.Select(link => Task.Run(() => RingAllGather.RunAsync(plan, link,
+            async (block, message, t) =>
+            {
+                if (link.Rank == 1) await ownFetch.Task.WaitAsync(t);
+                var length = await FakeFetch(plan, block, message, fetched);
+                if (link.Rank == 1) ownFetched.TrySetResult();
+                return length;
+            },
+            (message, _) =>
+            {
+                // Rank 1's first send (a block of rank 0's share) is held on the wire while a second one arrives.
+                if (link.Rank == 1 && BlockMessage.ReadHeader(message.Span, plan).Share == 0 && Interlocked.Increment(ref neighbourBlocks) == 2)
+                    forwardedWaiting.TrySetResult();
+                return ValueTask.CompletedTask;
+            }, timeout.Token))).ToArray();
+
+        await forwardedWaiting.Task.WaitAsync(timeout.Token);
+        await Task.Delay(200);              // the forwarded block is queued right after it is handed to the node
+        ownFetch.SetResult();
+        await ownFetched.Task.WaitAsync(timeout.Token);
+        await Task.Delay(200);
+        busy.Release();
+        await Task.WhenAll(ranks);
+
+        Assert.Equal(0, busy.SentShares[0]);
+        Assert.Equal(1, busy.SentShares[1]);  // not the second block of share 0, which was waiting first
+    }
+
+    /// <summary>Rank 1's link with one send in flight, the first held until released; records each block's share.</summary>
+    private sealed class GatedLink(IRingLink inner, FanoutPlan plan) : IRingLink
+    {
+        private readonly TaskCompletionSource _gate = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        public readonly List<int> SentShares = [];
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public int SendWindow => 1;
+        public void Release() => _gate.SetResult();
+
+        public async Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct)
+        {
+            bool first;
+            lock (SentShares)
+            {
+                first = SentShares.Count == 0;
+                SentShares.Add(BlockMessage.ReadHeader(message.Span, plan).Share);
+            }
+            if (first) await _gate.Task.WaitAsync(ct);
+            await inner.SendAsync(message, ct);
+        }
+
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => inner.ReceiveAsync(buffer, ct);
+    }
 }
