@@ -13,6 +13,7 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     VerbEntry.For<NodeReleaseOptions>(Me, NodeReleaseCommand.RunAsync),
     VerbEntry.For<RemoveOptions>(Me, RemoveCommand.RunAsync),
     VerbEntry.For<GcOptions>(Me, GcCommand.RunAsync),
+    VerbEntry.For<RepairOptions>(Me, RepairCommand.RunAsync),
     VerbEntry.For<GetOptions>(Me, GetCommand.RunAsync),
     VerbEntry.For<PathOptions>(Me, PathCommand.RunAsync),
     VerbEntry.For<StatusOptions>(Me, StatusCommand.RunAsync),

@@ -69,6 +69,7 @@ public static class StatusCommand
         var options = o.CacheTier();
         CacheHostStatus[] hosts;
         IReadOnlyList<(string Name, IReadOnlyList<(CacheEndpoint Host, string? Version)> Hosts)> disagree = [];
+        IReadOnlyList<string> unhealthy = [];
         try
         {
             // A status must answer quickly: one attempt per host, a host that does not answer is a row, not a wait.
@@ -78,6 +79,8 @@ public static class StatusCommand
             await using var tier = new CacheTierClient(options);
             hosts = await tier.GetHostStatusAsync(ct);
             if (!o.Json && hosts.All(h => h.Error is null)) disagree = await tier.Catalog.DisagreementsAsync(ct);
+            if (!o.Json && !tier.IsCluster && hosts.Any(h => h.Error is null))
+                unhealthy = (await new TierRepair(tier).AuditAsync(ct)).Where(v => !v.Healthy).Select(v => CacheTierReport.Describe(v, tier.Replicas)).ToList();
         }
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
         {
@@ -101,7 +104,9 @@ public static class StatusCommand
             // Hosts that restarted empty, were added, or missed a stage: readers still get the newest verified version,
             // but one host fewer holds it. The owner's re-stage of the same data repairs it.
             foreach (var (name, answers) in disagree)
-                Console.WriteLine($"hosts disagree on {name}: {string.Join(", ", answers.Select(a => $"{a.Host} {(a.Version is { } v ? Short(v) : "(none)")}"))}; the owner's re-stage repairs it");
+                Console.WriteLine($"hosts disagree on {name}: {string.Join(", ", answers.Select(a => $"{a.Host} {(a.Version is { } v ? Short(v) : "(none)")}"))}; hpcdata repair (or the owner's re-stage) repairs it");
+            // Counted against --replicas: the copies each segment should have on the hosts that answer.
+            foreach (var line in unhealthy) Console.WriteLine($"{line}; hpcdata repair --replicas {options.Replicas} copies what the tier still holds");
         }
         return hosts.All(h => h.Error is not null) ? 1 : 0;
     }

@@ -31,6 +31,7 @@ public sealed class CacheTierClient : IAsyncDisposable
     private readonly ILogger _logger;
     private readonly CacheHostSet _hosts;
     private ITierTopology Topology => _hosts.Topology;
+    internal CacheHostSet HostSet => _hosts;
 
     /// <summary>The hosts: as configured, and on a Redis Cluster every node learned from it since.</summary>
     public IReadOnlyList<CacheEndpoint> Hosts => _hosts.Hosts;
@@ -243,6 +244,9 @@ public sealed class CacheTierClient : IAsyncDisposable
     {
         var pending = wanted.ToArray();
         var failures = new ConcurrentDictionary<int, string>();
+        // A segment whose host could not be reached and that no later host held is not known to be missing: the
+        // fetch fails as that host's outage, not as data the tier lacks.
+        var unreachable = new ConcurrentDictionary<int, CommonDataException>();
         // Rounds as the topology says: independent hosts each replica once; a cluster its slot's nodes in turn.
         var deadline = Environment.TickCount64 + (long)_options.OperationTimeout.TotalMilliseconds;
         for (var round = 0; pending.Length > 0; round++)
@@ -250,6 +254,12 @@ public sealed class CacheTierClient : IAsyncDisposable
             var (run, canRetry) = await Topology.FetchRoundAsync(round, deadline, ct);
             if (!run) break;
             var grouped = Topology.GroupByHost(pending.Length, k => ids[pending[k]], round);
+            // A host stopped or hung in the middle of a fetch would hold every batch it has for the long exchange
+            // timeout; while another placed replica can answer them, they are left for it after a short stall. A host
+            // past the placed ones is asked only for what the placed ones lacked, so a slow placed copy is waited for
+            // rather than traded for a likely miss. (A cluster node's copies are the cluster's to fail over: its
+            // routing waits for that instead.)
+            var leaveStalled = canRetry && !Topology.KeepsItsOwnCopies && round < Replicas - 1;
             var byHost = grouped.Select(g => g?.Select(k => pending[k]).ToList()).ToArray();
             var queues = new ConcurrentQueue<int[]>[byHost.Length];
             var tasks = new List<Task>();
@@ -260,13 +270,14 @@ public sealed class CacheTierClient : IAsyncDisposable
                 queues[h] = new ConcurrentQueue<int[]>(byHost[h]!.Chunk(_options.BatchSize));
                 var host = h;
                 for (var k = 0; k < Math.Min(_options.ConnectionsPerHost, queues[h].Count); k++)
-                    tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, retry, canRetry, onBatch, ct), ct));
+                    tasks.Add(Task.Run(() => DrainAsync(host, queues[host], ids, handler, failures, unreachable, retry, canRetry, leaveStalled, onBatch, ct), ct));
             }
             await Task.WhenAll(tasks);
             pending = retry.ToArray();
         }
         if (!failures.IsEmpty)
         {
+            if (failures.Keys.Order().Select(i => unreachable.GetValueOrDefault(i)).FirstOrDefault(e => e is not null) is { } outage) throw outage;
             var first = failures.OrderBy(f => f.Key).Take(3).Select(f => $"#{f.Key}: {f.Value}");
             var message = $"{what}: {failures.Count} segment(s) could not be fetched intact from {string.Join(", ", Hosts)} — {string.Join("; ", first)}";
             if (failures.Values.All(v => v.StartsWith("missing", StringComparison.Ordinal))) throw new CommonDataException(ErrorCode.NotFound, message);
@@ -275,14 +286,11 @@ public sealed class CacheTierClient : IAsyncDisposable
     }
 
     private async Task DrainAsync(int host, ConcurrentQueue<int[]> queue, IReadOnlyList<SegmentId> ids, StoredSegmentHandler handler,
-        ConcurrentDictionary<int, string> failures, ConcurrentBag<int> retry, bool canRetry, Action<int>? onBatch, CancellationToken ct)
+        ConcurrentDictionary<int, string> failures, ConcurrentDictionary<int, CommonDataException> unreachable, ConcurrentBag<int> retry, bool canRetry, bool leaveStalled, Action<int>? onBatch, CancellationToken ct)
     {
         var keys = new byte[_options.BatchSize * CacheKeys.SegmentKeyLength];
         var multiKey = Topology.MultiKeyCommands;
-        // A host stopped or hung in the middle of a fetch would hold every batch it has for the long exchange timeout;
-        // while another replica can answer them, it is left for that replica after a short stall. (A cluster node's
-        // copies are the cluster's to fail over: its routing waits for that instead.)
-        TimeSpan? stall = canRetry && !Topology.KeepsItsOwnCopies ? BatchStall() : null;
+        TimeSpan? stall = leaveStalled ? BatchStall() : null;
         while (queue.TryDequeue(out var batch))
         {
             var outcome = new string?[batch.Length];
@@ -319,9 +327,10 @@ public sealed class CacheTierClient : IAsyncDisposable
             {
                 // The host is down (its retries are spent): send this batch and everything still queued for it to the
                 // next replica at once instead of retrying each batch. The last replica's failure propagates as it is.
-                for (var k = 0; k < batch.Length; k++) outcome[k] ??= e.Message;
+                var outage = e as CacheHostUnavailableException;
+                for (var k = 0; k < batch.Length; k++) { outcome[k] ??= e.Message; if (outage is not null) unreachable.TryAdd(batch[k], outage); }
                 while (queue.TryDequeue(out var rest))
-                    foreach (var i in rest) { failures[i] = e.Message; retry.Add(i); }
+                    foreach (var i in rest) { failures[i] = e.Message; if (outage is not null) unreachable.TryAdd(i, outage); retry.Add(i); }
             }
             string? shared = null;
             var failed = 0;

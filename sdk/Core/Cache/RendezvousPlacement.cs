@@ -42,16 +42,19 @@ public sealed class RendezvousPlacement
     }
 
     /// <summary>For each host, the indexes of the items it holds a replica of (null when none); with
-    /// <paramref name="onlyReplica"/>, only that replica's host.</summary>
+    /// <paramref name="onlyReplica"/>, only the host of that rank. Ranks from <see cref="Replicas"/> up name the hosts
+    /// that hold no placed copy, in the order the same hashing ranks them: where a reader looks once the placed copies
+    /// are missing (a host restarted empty, hosts added since the version was staged, a writer with other settings).</summary>
     public List<int>?[] GroupByHost(int count, Func<int, SegmentId> idOf, int? onlyReplica = null)
     {
+        if (onlyReplica is { } rank && (rank < 0 || rank >= _hostSeeds.Length)) throw new ArgumentOutOfRangeException(nameof(onlyReplica));
         var byHost = new List<int>?[_hostSeeds.Length];
-        Span<int> place = stackalloc int[Replicas];
+        Span<int> place = stackalloc int[Math.Max(Replicas, (onlyReplica ?? 0) + 1)];
         for (var i = 0; i < count; i++)
         {
             Place(idOf(i), place);
             if (onlyReplica is { } r) (byHost[place[r]] ??= []).Add(i);
-            else foreach (var h in place) (byHost[h] ??= []).Add(i);
+            else foreach (var h in place[..Replicas]) (byHost[h] ??= []).Add(i);
         }
         return byHost;
     }

@@ -82,9 +82,11 @@ internal sealed class IndependentHosts(CacheHostSet hosts, RendezvousPlacement p
 
     public bool IsRouting(Exception e) => e is CacheHostUnavailableException;
 
-    // Each replica once: a copy missing or bad on one host is asked of the next.
+    // Each placed replica once, then every other host in rank order: a copy missing or bad on one host is asked of the
+    // next, and a copy the placement no longer points at (hosts added, the writer's --replicas higher than this
+    // reader's) is still found. Only a segment no host holds intact costs every round.
     public ValueTask<(bool Run, bool CanRetry)> FetchRoundAsync(int round, long deadline, CancellationToken ct) =>
-        ValueTask.FromResult((round < Replicas, round < Replicas - 1));
+        ValueTask.FromResult((round < placement.HostCount, round < placement.HostCount - 1));
 
     public async Task WriteEverywhereAsync(string key, Func<RespConnection, CancellationToken, ValueTask<int>> op, CancellationToken ct, bool bulk = false) =>
         await hosts.ForAllAsync(op, ct, bulk);
