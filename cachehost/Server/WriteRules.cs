@@ -121,7 +121,7 @@ internal static class WriteRules
             case KeyKind.Removed:
                 var named = Encoding.UTF8.GetString(value.Length <= 256 ? value.ToArray() : []);
                 refusal = !DatasetName.TryValidate(named, out _) ? $"NOPERM a removal record's value is the removed version's dataset name"
-                    : CheckOwner(user, named) ?? CheckLife(user, key, kind, ttlMs);
+                    : CheckOwner(user, named) ?? CheckRemoval(store, key, id, named) ?? CheckLife(user, key, kind, ttlMs);
                 break;
             case KeyKind.Malformed:
                 refusal = $"NOPERM {KeyText(key)} is not a key this system writes (segments are hcd:s:ID, manifests hcd:m:ID with a {SegmentId.HexLength}-digit id, pointers hcd:latest:owner/name, job references {CacheKeys.JobsPrefix}{{VERSION}}:ACCOUNT:JOB, staging leases {CacheKeys.StagingPrefix}ACCOUNT:ID)";
@@ -213,6 +213,26 @@ internal static class WriteRules
         if (!store.TryPeek(key, out var value) || Holds(user, new ReadOnlySequence<byte>(value))) return null;
         var holder = Encoding.UTF8.GetString(value.AsSpan(0, Math.Max(0, value.AsSpan().IndexOf((byte)':'))));
         return $"NOPERM {KeyText(key)} is held by account {holder}: only it or an administrator releases it";
+    }
+
+    /// <summary>
+    /// A removal record belongs to its version's owner: it must name the dataset of the manifest this host holds for
+    /// the version, and a record already here is replaced only by one naming the same dataset (a record naming another
+    /// dataset than the manifest's is a squatter's, and gives way). Without that, any writer could overwrite the
+    /// owner's record with one naming a dataset of its own, then delete it, and nodes would serve the removed
+    /// version again.
+    /// </summary>
+    private static string? CheckRemoval(CacheStore store, ReadOnlySpan<byte> key, SegmentId version, string named)
+    {
+        string? datasetOfVersion = null;
+        if (store.TryPeek(Encoding.ASCII.GetBytes(CacheKeys.Manifest(version.ToString())), out var manifest) && Decode(manifest, version, out var parsed) is null)
+            datasetOfVersion = parsed!.Name;
+        if (datasetOfVersion is not null && datasetOfVersion != named)
+            return $"NOPERM version {version} is of dataset {datasetOfVersion}, not {named}: a removal record names its version's dataset";
+        if (!store.TryPeek(key, out var held)) return null;
+        var recorded = Encoding.UTF8.GetString(held);
+        if (recorded == named || (datasetOfVersion is not null && recorded != datasetOfVersion)) return null;
+        return $"NOPERM {KeyText(key)} records the removal of {recorded}: only its owner or an administrator changes it";
     }
 
     private static string? CheckRecordOwner(CacheStore store, CacheUser user, ReadOnlySpan<byte> key)

@@ -83,6 +83,36 @@ public sealed class DatasetOwnershipTests : IDisposable
     }
 
     [Fact]
+    public void A_removal_record_belongs_to_its_versions_owner_and_no_other_writer_replaces_shortens_or_deletes_it()
+    {
+        var staged = StageAsAlice("risk/rb", "book of the day");
+        using var mallory = Login("mallory", "mallory-pass");
+        using var alice = Login("alice", "alice-pass");
+        var record = "hcd:removed:" + staged.Version;
+
+        // Before the removal: a record for alice's version naming a dataset of mallory's own is refused.
+        Assert.Equal($"NOPERM version {staged.Version} is of dataset risk/rb, not mallory/own: a removal record names its version's dataset",
+            Refusal(mallory.Call("SET", record, "mallory/own", "PX", "600000")));
+
+        // alice removes it: the record first, then the manifest and pointer.
+        Assert.Equal("OK", alice.Call("SET", record, "risk/rb", "PX", "600000"));
+        Assert.Equal(2L, alice.Call("DEL", "hcd:latest:risk/rb", staged.Manifest));
+
+        // With the manifest gone, mallory can neither take the record over, nor shorten or delete it.
+        Assert.Equal($"NOPERM {record} records the removal of risk/rb: only its owner or an administrator changes it",
+            Refusal(mallory.Call("SET", record, "mallory/own", "PX", "600000")));
+        Assert.StartsWith("NOPERM dataset risk/rb is not among the names of account mallory", Refusal(mallory.Call("PEXPIRE", record, "1")));
+        Assert.StartsWith("NOPERM dataset risk/rb is not among the names of account mallory", Refusal(mallory.Call("DEL", record)));
+        Assert.Equal("risk/rb", mallory.ReadStringOf("GET", record));
+        Assert.InRange((long)mallory.Call("PTTL", record)!, 590_000L, 600_000L);
+
+        // The owner renews her own record; an administrator may drop it.
+        Assert.Equal("OK", alice.Call("SET", record, "risk/rb", "PX", "600000"));
+        using var ops = Login("ops", "ops-pass");
+        Assert.Equal(1L, ops.Call("DEL", record));
+    }
+
+    [Fact]
     public void The_users_file_names_who_owns_a_dataset_and_a_refused_write_leaves_no_claim_behind()
     {
         using var mallory = Login("mallory", "mallory-pass");
