@@ -34,7 +34,7 @@ public static class StageCommand
                 Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compression = o.Compression, AutoCodec = o.AutoCodec, LinkRate = o.LinkRate.IsUnlimited ? null : o.LinkRate,
                 Lifetime = o.Lifetime is null ? null : Durations.Parse(o.Lifetime), CheckSpace = !o.NoSpaceCheck,
                 UnpublishedLifetime = Durations.Parse(o.UnpublishedLifetime),
-                ContentDefined = o.Chunking == "content",
+                ContentDefined = o.Chunking == "content", AllowEmpty = o.AllowEmpty,
                 Readers = Hpc.CommonData.Access.ReaderSpec.Resolve(o.Readers),
             };
             var progress = Console.IsErrorRedirected || o.Quiet ? null : new TerminalProgress();

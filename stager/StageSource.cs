@@ -7,25 +7,29 @@ namespace Hpc.Stager;
 /// <summary>What is being staged: one file, a directory tree (files concatenated in path order), or standard input.</summary>
 public sealed class StageSource : IDisposable
 {
-    private readonly List<(string FullPath, DatasetFile Entry)> _files = [];
+    private readonly List<(string FullPath, DatasetFile Entry, FileStatus? Status)> _files = [];
+    // A single file's status when it was opened (none for standard input).
+    private readonly (string Path, FileStatus Status)? _singleStatus;
     private readonly Stream? _single;
     private int _current = -1;
     private Stream? _open;
 
     public IReadOnlyList<DatasetFile>? Files { get; }
+    /// <summary>The data comes from standard input (its length is known only at its end).</summary>
+    public bool IsStandardInput { get; }
     public long? KnownLength { get; }
     public string Description { get; }
 
-    private StageSource(Stream single, long? length, string description)
+    private StageSource(Stream single, long? length, string description, bool standardInput = false, (string, FileStatus)? singleStatus = null)
     {
-        _single = single; KnownLength = length; Description = description;
+        _single = single; KnownLength = length; Description = description; IsStandardInput = standardInput; _singleStatus = singleStatus;
     }
 
     private StageSource(string root, ILogger log, bool skipUnreadable)
     {
         Description = root;
         var entries = new TreeWalker(log, skipUnreadable).Walk(root);
-        foreach (var e in entries.Where(e => e.File.IsFile)) _files.Add((e.FullPath, e.File));
+        foreach (var e in entries.Where(e => e.File.IsFile)) _files.Add((e.FullPath, e.File, e.Status));
         Files = entries.Select(e => e.File).ToList();
         KnownLength = _files.Sum(f => f.Entry.Length);
     }
@@ -33,11 +37,27 @@ public sealed class StageSource : IDisposable
     /// <summary>Opens a path ("-" for standard input). Throws <see cref="FileNotFoundException"/> naming it when absent.</summary>
     public static StageSource Open(string path, ILogger? log = null, bool skipUnreadable = false)
     {
-        if (path == "-") return new StageSource(Console.OpenStandardInput(1 << 20), null, "standard input");
+        if (path == "-") return new StageSource(Console.OpenStandardInput(1 << 20), null, "standard input", standardInput: true);
         if (Directory.Exists(path)) return new StageSource(Path.GetFullPath(path), log ?? NullLogger.Instance, skipUnreadable);
         if (!File.Exists(path)) throw new FileNotFoundException($"nothing to stage: '{path}' does not exist", path);
+        var full = Path.GetFullPath(path);
+        // Taken before the first byte is read: a change from here on shows when the stage ends.
+        var status = FileStatus.Of(full);
         var stream = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan);
-        return new StageSource(stream, stream.Length, Path.GetFullPath(path));
+        return new StageSource(stream, stream.Length, full, singleStatus: (full, status));
+    }
+
+    /// <summary>
+    /// Throws, naming the file and what changed, when a file of the source is not what it was when listed or opened
+    /// (size, modification or change time, identity): what was read may then match neither state, as when a job is
+    /// still writing the file. Called once everything is read, before anything is published.
+    /// </summary>
+    public void CheckUnchanged()
+    {
+        var files = _singleStatus is { } single ? [(single.Path, (FileStatus?)single.Status)] : _files.Select(f => (f.FullPath, f.Status));
+        foreach (var (path, status) in files)
+            if (status is { } before && FileStatus.ChangedSince(path, before) is { } change)
+                throw new IOException($"'{path}' changed while it was staged: {change}; nothing was published (stage it again once it is complete, or stage a copy)");
     }
 
     /// <summary>
@@ -52,7 +72,7 @@ public sealed class StageSource : IDisposable
             return -1;
         var i = _files.FindLastIndex(f => f.Entry.Offset <= offset && f.Entry.Length > 0);
         if (i < 0) return 0;
-        var (path, entry) = _files[i];
+        var (path, entry, _) = _files[i];
         using var handle = File.OpenHandle(path);
         var within = offset - entry.Offset;
         return RandomAccess.Read(handle, buffer[..(int)Math.Min(buffer.Length, entry.Length - within)], within);

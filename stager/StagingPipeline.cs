@@ -35,6 +35,8 @@ public sealed record StageOptions
     /// version's <see cref="Lifetime"/>. A stage that fails or is killed leaves nothing on the tier for longer.
     /// </summary>
     public TimeSpan UnpublishedLifetime { get; init; } = CacheKeys.UnpublishedLifetime;
+    /// <summary>Publish an empty dataset read from standard input (refused otherwise).</summary>
+    public bool AllowEmpty { get; init; }
 }
 
 public sealed record StageProgress(long RawBytes, long StoredBytes, int Segments, long? TotalBytes, TimeSpan Elapsed);
@@ -335,6 +337,9 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             stopRenewal.Cancel();
             await renewal;
         }
+        source.CheckUnchanged();
+        if (source.IsStandardInput && rawTotal == 0 && !options.AllowEmpty)
+            throw new IOException("standard input was empty: nothing was published (--allow-empty stages an empty dataset)");
         var finished = segments.Select(x => x!).ToList();
         var (resent, resentBytes) = await KeepSegmentsAsync(source, options, finished, sendLife, ct);
         if (resent > 0)

@@ -13,7 +13,8 @@ namespace Hpc.Stager;
 /// </summary>
 public sealed class TreeWalker(ILogger log, bool skipUnreadable)
 {
-    public sealed record Entry(string FullPath, DatasetFile File);
+    /// <param name="Status">For a file with data: what it was when listed, to tell whether it changed while it was read.</param>
+    public sealed record Entry(string FullPath, DatasetFile File, FileStatus? Status = null);
 
     public int Skipped { get; private set; }
 
@@ -72,7 +73,7 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
                         }
                         if (!Readable(full)) break;
                         if (info.Links > 1) inodes[(info.Device, info.Inode)] = path;
-                        entries.Add(new Entry(full, new DatasetFile(path, offset, info.Size, info.Permissions) { ModifiedNanoseconds = info.ModifiedNanoseconds }));
+                        entries.Add(new Entry(full, new DatasetFile(path, offset, info.Size, info.Permissions) { ModifiedNanoseconds = info.ModifiedNanoseconds }, info));
                         offset += info.Size;
                         break;
                     default:
@@ -133,7 +134,8 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
 }
 
 /// <summary>What <c>statx</c> says of a path without following a final link: type, permissions, links, identity, times.</summary>
-internal readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, uint Links, ulong Device, ulong Inode, long Size, long ModifiedNanoseconds)
+public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, uint Links, ulong Device, ulong Inode, long Size, long ModifiedNanoseconds,
+    long ChangedNanoseconds = 0)
 {
     public enum Kind { File, Directory, SymbolicLink, Fifo, Socket, CharacterDevice, BlockDevice }
 
@@ -157,8 +159,25 @@ internal readonly record struct FileStatus(FileStatus.Kind Type, int Permissions
         };
         var device = ((ulong)BitConverter.ToUInt32(buffer[136..]) << 32) | BitConverter.ToUInt32(buffer[140..]);
         var mtime = BitConverter.ToInt64(buffer[112..]) * 1_000_000_000 + BitConverter.ToUInt32(buffer[120..]);
+        var ctime = BitConverter.ToInt64(buffer[96..]) * 1_000_000_000 + BitConverter.ToUInt32(buffer[104..]);
         return new FileStatus(type, mode & 0xFFF, BitConverter.ToUInt32(buffer[16..]), device, BitConverter.ToUInt64(buffer[32..]),
-            (long)BitConverter.ToUInt64(buffer[40..]), mtime);
+            (long)BitConverter.ToUInt64(buffer[40..]), mtime, ctime);
+    }
+
+    /// <summary>
+    /// Why the file at <paramref name="path"/> is no longer what <paramref name="before"/> saw (its size, modification
+    /// or change time, or identity), or null when it is the same.
+    /// </summary>
+    public static string? ChangedSince(string path, FileStatus before)
+    {
+        FileStatus now;
+        try { now = Of(path); }
+        catch (IOException e) { return $"it can no longer be read ({e.Message})"; }
+        if (now.Inode != before.Inode || now.Device != before.Device) return "it was replaced by another file";
+        if (now.Size != before.Size) return $"its size went from {before.Size} to {now.Size} bytes";
+        if (now.ModifiedNanoseconds != before.ModifiedNanoseconds) return "it was written to";
+        if (now.ChangedNanoseconds != before.ChangedNanoseconds) return "its status changed (written to, or its mode or owner changed)";
+        return null;
     }
 
     /// <summary>Elsewhere (Windows): files, directories and links only, no hard-link identity.</summary>
@@ -168,7 +187,7 @@ internal readonly record struct FileStatus(FileStatus.Kind Type, int Permissions
         var directory = (info.Attributes & FileAttributes.Directory) != 0;
         var type = info.LinkTarget is not null ? Kind.SymbolicLink : directory ? Kind.Directory : Kind.File;
         var time = (info.LastWriteTimeUtc - DateTime.UnixEpoch).Ticks * 100;
-        return new FileStatus(type, directory ? 493 : 420, 1, 0, 0, type == Kind.File ? info.Length : 0, time);
+        return new FileStatus(type, directory ? 493 : 420, 1, 0, 0, type == Kind.File ? info.Length : 0, time, time);
     }
 
     [DllImport("libc", SetLastError = true)]

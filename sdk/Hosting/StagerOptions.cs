@@ -62,6 +62,9 @@ public sealed class StagerOptions : IProgramOptions
         Durations.TryParse(value, out var life) && life >= TimeSpan.FromSeconds(1) ? null
             : $"--unpublished-lifetime '{value}' is not a duration of at least 1s (examples: 90s, 15m, 12h)";
 
+    [Switch("--allow-empty", "Standard input: stage an empty dataset when nothing arrives (refused otherwise: an empty pipe is usually a failed producer).")]
+    public bool AllowEmpty { get; set; }
+
     [Switch("--skip-unreadable", "Directory: leave out files that cannot be read (one warning each) instead of failing the stage before anything is sent.")]
     public bool SkipUnreadable { get; set; }
 

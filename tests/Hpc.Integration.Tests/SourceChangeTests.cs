@@ -1,0 +1,68 @@
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Integration.Tests;
+
+/// <summary>
+/// A stage publishes only what its source was from start to end: a file truncated, rewritten or replaced while it is
+/// read fails the stage naming it, and nothing is published; an empty standard input is refused unless asked for.
+/// </summary>
+public sealed class SourceChangeTests
+{
+    /// <summary>Starts a stage held to <paramref name="rate"/> bytes per second, so that it is still reading when the test changes its source.</summary>
+    private static ComponentProcess SlowStage(Cluster c, string path, string name, string rate) =>
+        c.Track(ComponentProcess.Start("Hpc.Stager", [path, "--name", name, "--cache-hosts", c.HostList, "--max-rate", rate, "--chunking", "fixed"], name: "stager"));
+
+    [Fact]
+    public async Task A_file_truncated_while_it_is_staged_fails_the_stage_naming_it_and_publishes_nothing()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var path = Cluster.WriteFile(c.Root, "growing.bin", Cluster.RandomBytes(64 << 20, seed: 531));
+        var stage = SlowStage(c, path, "risk/truncated", "8MB");
+        await Task.Delay(1500);
+        await using (var file = new FileStream(path, FileMode.Open, FileAccess.Write)) file.SetLength(1 << 20);
+
+        var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
+        Assert.Equal(1, code);
+        Assert.Contains($"'{path}' changed while it was staged: its size went from {64 << 20} to {1 << 20} bytes; nothing was published", stage.StandardErrorTail);
+        await using var tier = c.Tier();
+        Assert.Null(await tier.GetLatestAsync("risk/truncated"));
+    }
+
+    [Fact]
+    public async Task A_file_of_a_tree_rewritten_in_place_while_the_tree_is_staged_fails_the_stage_naming_it()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var tree = Directory.CreateDirectory(Path.Combine(c.Root, "tree")).FullName;
+        Cluster.WriteFile(tree, "a.bin", Cluster.RandomBytes(32 << 20, seed: 532));
+        var late = Cluster.WriteFile(tree, "z.bin", Cluster.RandomBytes(32 << 20, seed: 533));
+        var stage = SlowStage(c, tree, "risk/tree", "8MB");
+        await Task.Delay(1500);
+        // Same size, new bytes: only its times say it changed.
+        await using (var file = new FileStream(late, FileMode.Open, FileAccess.Write)) file.Write(Cluster.RandomBytes(4096, seed: 534));
+
+        var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
+        Assert.Equal(1, code);
+        Assert.Contains($"'{late}' changed while it was staged: it was written to; nothing was published", stage.StandardErrorTail);
+        await using var tier = c.Tier();
+        Assert.Null(await tier.GetLatestAsync("risk/tree"));
+    }
+
+    [Fact]
+    public async Task An_empty_standard_input_is_refused_unless_an_empty_dataset_is_asked_for()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var empty = Cluster.WriteFile(c.Root, "empty", []);
+        var (refused, _, why) = await c.RunStagerAsync(["-", "--name", "risk/empty", "--cache-hosts", c.HostList], stdin: empty);
+        Assert.Equal(1, refused);
+        Assert.Contains("standard input was empty: nothing was published (--allow-empty stages an empty dataset)", why);
+        await using var tier = c.Tier();
+        Assert.Null(await tier.GetLatestAsync("risk/empty"));
+
+        var (allowed, _, err) = await c.RunStagerAsync(["-", "--name", "risk/empty", "--cache-hosts", c.HostList, "--allow-empty"], stdin: empty);
+        Assert.True(allowed == 0, err);
+        Assert.NotNull(await tier.GetLatestAsync("risk/empty"));
+    }
+}
