@@ -190,7 +190,7 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
             if (pin is not null && pinQuota is { } quota && !copy.Pins.Any(p => p.Owner == pinOwner))
             {
                 var pinned = _copies.Values.Where(c => c.Pins.Any(p => p.Owner == pinOwner)).Sum(c => c.Manifest.RawLength);
-                if (pinned + copy.Manifest.RawLength > quota) throw PinQuotaReached(copy, pinOwner, pinned, quota);
+                if (pinned + copy.Manifest.RawLength > quota) throw PinQuotaReached(copy.Manifest, copy.Version, pinOwner, pinned, quota);
             }
             Touch(copy);
             if (lease) copy.Leases++;
@@ -198,8 +198,23 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
         }
     }
 
-    private static CommonDataException PinQuotaReached(LocalCopy copy, uint owner, long pinned, long quota)
+    /// <summary>
+    /// Refuses, before a version is fetched, the pin <see cref="Acquire"/> would refuse once it is here: a node prep
+    /// past its user's quota moves no data.
+    /// </summary>
+    public void CheckPinQuota(Manifest manifest, string version, uint pinOwner, long quota)
     {
+        lock (_lock)
+        {
+            if (_copies.TryGetValue(version, out var held) && held.Pins.Any(p => p.Owner == pinOwner)) return;
+            var pinned = _copies.Values.Where(c => c.Pins.Any(p => p.Owner == pinOwner)).Sum(c => c.Manifest.RawLength);
+            if (pinned + manifest.RawLength > quota) throw PinQuotaReached(manifest, version, pinOwner, pinned, quota);
+        }
+    }
+
+    private static CommonDataException PinQuotaReached(Manifest manifest, string version, uint owner, long pinned, long quota)
+    {
+        var copy = (Manifest: manifest, Version: version);
         var user = $"user '{(OperatingSystem.IsLinux() ? Hpc.CommonData.Access.UnixAccounts.UserName(owner) : null) ?? owner.ToString()}' (uid {owner})";
         return new CommonDataException(ErrorCode.Limit,
             $"pin quota reached: {user} has {pinned} bytes pinned on this node; pinning '{copy.Manifest.Name}' version {copy.Version} " +

@@ -124,8 +124,8 @@ public sealed class DatasetStore
     /// <summary>
     /// Makes a version local (resolving "latest" through the source) and returns its description. <paramref name="authorize"/>
     /// sees the version's manifest before the copy is leased, pinned or described, and throws to refuse it: a local copy is
-    /// checked before anything else is done for the caller; one that is not yet local is fetched first (its readers are in
-    /// the manifest the fetch brings), so a refused caller may have warmed the node but never receives the data.
+    /// checked before anything else is done for the caller; for one that is not yet local the manifest alone is fetched
+    /// and checked first, so a refused caller moves no data and takes no room on the node.
     /// </summary>
     /// <param name="pinOwner">The uid of the caller pinning it: only that user (or root, or the agent's) may drop the pin.</param>
     /// <param name="pinQuota">Bytes <paramref name="pinOwner"/> may hold pinned (<see cref="CopyIndex.Acquire"/>); null: none.</param>
@@ -153,6 +153,14 @@ public sealed class DatasetStore
         else
         {
             if (copy is not null && copy.Manifest.Name == name) authorize?.Invoke(copy.Manifest); // partial: its manifest is known
+            // Otherwise the manifest alone first: a caller who may not read the version costs the tier and the node
+            // one manifest, not the data, and evicts nobody's copy to make room for it.
+            else if (authorize is not null || (pin is not null && pinQuota is not null))
+            {
+                var manifest = await _source.GetManifestAsync(name, version, ct);
+                authorize?.Invoke(manifest);
+                if (pin is not null && pinQuota is { } quota) _index.CheckPinQuota(manifest, version, pinOwner, quota);
+            }
             var fetched = await _fetches.FetchAsync(name, version, ct);
             (copy, source, reusedBytes, resumedBytes) = (fetched.Copy, fetched.Resumed ? "resumed" : "fetched", fetched.ReusedBytes, fetched.ResumedBytes);
             CheckBelongs(copy, name);

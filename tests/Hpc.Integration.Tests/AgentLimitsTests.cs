@@ -84,6 +84,32 @@ public sealed class AgentLimitsTests
     }
 
     [RootOnLinuxFact]
+    public async Task A_non_reader_asking_for_a_restricted_version_the_node_lacks_is_refused_before_any_of_its_data_moves()
+    {
+        AccessTests.EnsureUser(Alice);
+        AccessTests.EnsureUser(Bob);
+        await using var cluster = new Cluster();
+        await cluster.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(20 << 20, seed: 34);
+        await cluster.StageAsync(Cluster.WriteFile(cluster.Root, "secret.bin", bytes), "risk/secret", "--readers", $"user:{Alice}");
+        var (_, pipe, _) = await cluster.StartAgentAsync();
+        var run = WorkerRunner.Prepare(cluster.Root, Alice);
+        await using var tier = cluster.Tier();
+        var sentBefore = (await tier.GetHostStatusAsync())[0].BytesSent;
+
+        var bob = await run.AsUserAsync(Bob, [.. run.Worker, "path", "risk/secret", "--pipe", pipe]);
+
+        Assert.NotEqual(0, bob.Code);
+        Assert.Contains("not among the readers", bob.Stderr);
+        // The tier sent the manifest, not the 20 MB, and the node keeps nothing of it.
+        Assert.InRange((await tier.GetHostStatusAsync())[0].BytesSent - sentBefore, 0, 256 << 10);
+        Assert.Empty((await StatusAsync(pipe)).Copies);
+        var alice = await run.AsUserAsync(Alice, [.. run.Worker, "path", "risk/secret", "--pipe", pipe]);
+        Assert.True(alice.Code == 0, alice.Stderr);
+        Assert.Single((await StatusAsync(pipe)).Copies);
+    }
+
+    [RootOnLinuxFact]
     public async Task A_readers_stalled_ingest_does_not_keep_another_reader_waiting_more_than_a_few_seconds()
     {
         AccessTests.EnsureUser(Alice);
