@@ -276,6 +276,12 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
     }
 
     /// <summary>The newest complete copy of a dataset by manifest creation time, or null.</summary>
+    /// <summary>How many complete copies the node holds.</summary>
+    public int CompleteCount
+    {
+        get { lock (_lock) return _copies.Values.Count(c => c.Complete); }
+    }
+
     public LocalCopy? NewestComplete(string name)
     {
         lock (_lock) return _copies.Values.Where(c => c.Complete && c.Manifest.Name == name).MaxBy(c => c.Manifest.Created);

@@ -50,9 +50,10 @@ public sealed class DatasetStore
     /// Before the agent says it is ready: the segment codec must work (a missing native library stops the agent here,
     /// with the reason), and the source's connections are opened, so the first fetch on a freshly started node
     /// neither pays for connection set-up nor learns only then that a host is misconfigured. Unreachable hosts are
-    /// logged, not fatal (the tier may come up later, and local copies are served meanwhile); refused credentials stop
-    /// the agent here, since every fetch would be refused until they are corrected, and the first to hear of it would be
-    /// a job's node prep, with the right password, told of this agent's wrong one.
+    /// logged, not fatal (the tier may come up later, and local copies are served meanwhile). Refused credentials stop
+    /// the agent here when it holds no copy, since every fetch would be refused until they are corrected, and the first
+    /// to hear of it would be a job's node prep, with the right password, told of this agent's wrong one; an agent that
+    /// holds copies keeps serving them, with a warning.
     /// </summary>
     public async Task PrepareAsync(CancellationToken ct)
     {
@@ -65,7 +66,12 @@ public sealed class DatasetStore
         }
         catch (CommonDataException e) when (e.Code == ErrorCode.AccessDenied)
         {
-            throw new CommonDataException(ErrorCode.AccessDenied, $"the cache tier refuses this agent, so it would refuse every fetch: {e.Message}", e);
+            // A node that holds copies keeps serving them (a rotated password must not take data away from running
+            // jobs); one that holds none has nothing to serve, and says so at once.
+            if (_index.CompleteCount == 0)
+                throw new CommonDataException(ErrorCode.AccessDenied, $"the cache tier refuses this agent, so it would refuse every fetch: {e.Message}", e);
+            _log.ServingLocalCopiesWhileRefused(e.Message, _index.CompleteCount);
+            return;
         }
         for (var h = 0; h < unreachable.Length; h++)
             if (unreachable[h] is { } why) _log.CacheHostUnreachable(_source.Hosts[h], why);
@@ -241,6 +247,15 @@ public sealed class DatasetStore
             var newest = _index.NewestComplete(name);
             if (newest is null) throw;
             _log.ServingNewestLocalCopy(e.Message, name, newest.Version);
+            return newest.Version;
+        }
+        catch (CommonDataException e) when (e.Code == ErrorCode.AccessDenied)
+        {
+            // Only the tier answers here, so this is the agent's own credentials refused: like an outage, it cannot
+            // show a removal either, and the verified copy is served with a warning that says what to fix.
+            var newest = _index.NewestComplete(name);
+            if (newest is null) throw new CommonDataException(ErrorCode.AccessDenied, $"the cache tier refuses this agent: {e.Message}", e);
+            _log.ServingLocalCopyWhileRefused(e.Message, name, newest.Version);
             return newest.Version;
         }
     }

@@ -72,6 +72,12 @@ internal static partial class AgentLog
     [LoggerMessage(EventId = 103, Level = LogLevel.Information, Message = "Removing {State} copy of {Dataset} {Version} ({Bytes} bytes, last used {Last:u})")]
     public static partial void RemovingCopy(this ILogger logger, string state, string dataset, string version, long bytes, DateTimeOffset last);
 
+    [LoggerMessage(EventId = 146, Level = LogLevel.Warning, Message = "The cache tier refuses this agent's credentials ({Error}); serving the {Copies} verified local copies this node holds until they are corrected (fetches of anything else are refused)")]
+    public static partial void ServingLocalCopiesWhileRefused(this ILogger logger, string error, int copies);
+
+    [LoggerMessage(EventId = 147, Level = LogLevel.Warning, Message = "The cache tier refuses this agent's credentials ({Error}); serving the newest local copy of {Dataset}, {Version}")]
+    public static partial void ServingLocalCopyWhileRefused(this ILogger logger, string error, string dataset, string version);
+
     [LoggerMessage(EventId = 104, Level = LogLevel.Warning, Message = "Cache tier unreachable ({Error}); serving the newest local copy of {Dataset}, {Version}")]
     public static partial void ServingNewestLocalCopy(this ILogger logger, string error, string dataset, string version);
 

@@ -333,6 +333,41 @@ public class CacheTierFailoverTests
     }
 
     [Fact]
+    public async Task An_agent_restarted_with_credentials_the_tier_refuses_keeps_serving_the_verified_copies_it_holds_and_says_what_to_fix()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync(o => o.Password = "s3cret");
+        var right = new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "s3cret" };
+        var bytes = Cluster.RandomBytes(300_000, seed: 41);
+        foreach (var name in new[] { "risk/held", "risk/other" })
+        {
+            var (staged, _, why) = await c.RunAsync("Hpc.Stager", [Cluster.WriteFile(c.Root, name.Replace('/', '-'), bytes), "--name", name, "--cache-hosts", c.HostList], right);
+            Assert.True(staged == 0, why);
+        }
+        var pipe = $"hcdrot{Environment.ProcessId}";
+        var dir = Path.Combine(c.Root, pipe);
+        var first = c.Track(ComponentProcess.Start("Hpc.NodeAgent", c.AgentArguments(pipe, dir), right, name: "agent"));
+        await first.WaitReadyAsync(Cluster.Ready);
+        await using (var data = await Dataset.OpenAsync("risk/held", Cluster.Via(pipe)))
+            Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+        await first.KillAsync();
+
+        // The node's password was rotated on the tier but not yet on the node: the agent starts, and serves what it holds.
+        var log = Path.Combine(c.Root, pipe + ".log");
+        await c.Track(ComponentProcess.Start("Hpc.NodeAgent", c.AgentArguments(pipe, dir),
+            new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "old-password", [NodeAgentOptions.LogVariable] = log }, name: "agent")).WaitReadyAsync(Cluster.Ready);
+        await using (var data = await Dataset.OpenAsync("risk/held", Cluster.Via(pipe)))
+            Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
+        var refused = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("risk/other", Cluster.Via(pipe)));
+        Assert.Equal(ErrorCode.AccessDenied, refused.Code);
+        Assert.Contains("the cache tier refuses this agent", refused.Message);
+        var said = File.ReadAllText(log);
+        Assert.Contains("The cache tier refuses this agent's credentials", said);
+        Assert.Contains("WRONGPASS", said);
+        Assert.Contains("--cache-password-file", said);
+    }
+
+    [Fact]
     public async Task An_agent_whose_credentials_the_tier_refuses_stops_at_start_naming_the_settings_while_an_unreachable_tier_does_not_stop_it()
     {
         await using var c = new Cluster();
