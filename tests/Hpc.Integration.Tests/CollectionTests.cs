@@ -32,6 +32,15 @@ public sealed class CollectionTests
         Assert.True(adminCode == 0, adminErr);
         Assert.Contains("freed 0 segments", string.Join("\n", adminOut));
         Assert.Equal(0, (await admin.ExecuteOnAsync(0, "EXISTS"u8.ToArray(), [CacheKeys.Collection])).Integer); // gone with its process
+
+        // A writer's staging lease holds the collection back, and gc names whose it is; an administrator can drop it.
+        await using var writer = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "stager", Password = "w-pass" });
+        var lease = CacheKeys.Staging("stager", "held");
+        Assert.Equal("OK", (await writer.ExecuteOnAsync(0, "SET"u8.ToArray(), [lease, "x", "PX", "60000"])).Text);
+        var (held, _, heldErr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
+        Assert.Equal(1, held);
+        Assert.Contains($"not collected now: 1 stager(s) running, as account(s) stager (their leases: {lease})", heldErr);
+        Assert.Equal(1, (await admin.ExecuteOnAsync(0, "DEL"u8.ToArray(), [lease])).Integer);
     }
 
     [Fact]

@@ -45,7 +45,14 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
             () => tier.ExecuteForKeyAsync(CacheKeys.Collection, "DEL"u8.ToArray(), [CacheKeys.Collection], CancellationToken.None), CacheKeys.Collection, _log);
         // Leases live on the designated host, or (a Redis Cluster) wherever their keys' slots are.
         var stagers = (await tier.KeysAsync(CacheKeys.StagingPrefix, ct)).SelectMany(k => k).ToList();
-        if (stagers.Count > 0) return new Collection(false, $"{stagers.Count} stager(s) running", 0, 0, 0);
+        if (stagers.Count > 0)
+        {
+            // Named by account, so an operator knows whose stage holds the collection (and whose lease to delete, as an
+            // administrator, when it is not a stage at all).
+            var accounts = stagers.Select(k => CacheKeys.TryParseStagingLease(k, out var account) ? account : "?").GroupBy(a => a, StringComparer.Ordinal)
+                .Select(g => g.Count() == 1 ? g.Key : $"{g.Key} ×{g.Count()}");
+            return new Collection(false, $"{stagers.Count} stager(s) running, as account(s) {string.Join(", ", accounts)} (their leases: {string.Join(", ", stagers.Take(3))}{(stagers.Count > 3 ? ", …" : "")})", 0, 0, 0);
+        }
 
         var referenced = new HashSet<SegmentId>();
         var unreadable = new List<string>();
