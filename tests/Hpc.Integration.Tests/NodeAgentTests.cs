@@ -268,9 +268,10 @@ public class CacheTierFailoverTests
         await using var data = await Dataset.OpenAsync("ha/data", options);
         Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
 
-        options.CacheTier.Replicas = 1; // a reader that does not know about the replicas loses the dead host's share
-        var e = await Assert.ThrowsAnyAsync<Exception>(() => Dataset.OpenAsync("ha/data", options));
-        Assert.Contains(victim, e.Message);
+        // A reader that does not know about the replicas finds the dead host's share on the other host, a round later.
+        options.CacheTier.Replicas = 1;
+        await using var again = await Dataset.OpenAsync("ha/data", options);
+        Assert.Equal(bytes, again.GetSpan(0, bytes.Length).ToArray());
     }
 
     [Fact]
@@ -353,15 +354,15 @@ public class CacheTierFailoverTests
         await first.KillAsync();
 
         // The node's password was rotated on the tier but not yet on the node: the agent starts, and serves what it holds.
-        var log = Path.Combine(c.Root, pipe + ".log");
-        await c.Track(ComponentProcess.Start("Hpc.NodeAgent", c.AgentArguments(pipe, dir),
-            new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "old-password", [NodeAgentOptions.LogVariable] = log }, name: "agent")).WaitReadyAsync(Cluster.Ready);
+        var rotated = c.Track(ComponentProcess.Start("Hpc.NodeAgent", c.AgentArguments(pipe, dir),
+            new Dictionary<string, string?> { [CacheTierOptions.PasswordVariable] = "old-password" }, name: "agent"));
+        await rotated.WaitReadyAsync(Cluster.Ready);
         await using (var data = await Dataset.OpenAsync("risk/held", Cluster.Via(pipe)))
             Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
         var refused = await Assert.ThrowsAsync<CommonDataException>(() => Dataset.OpenAsync("risk/other", Cluster.Via(pipe)));
         Assert.Equal(ErrorCode.AccessDenied, refused.Code);
         Assert.Contains("the cache tier refuses this agent", refused.Message);
-        var said = File.ReadAllText(log);
+        var said = string.Join("\n", rotated.StandardOutput) + rotated.StandardErrorTail;
         Assert.Contains("The cache tier refuses this agent's credentials", said);
         Assert.Contains("WRONGPASS", said);
         Assert.Contains("--cache-password-file", said);

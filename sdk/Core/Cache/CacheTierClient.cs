@@ -294,6 +294,7 @@ public sealed class CacheTierClient : IAsyncDisposable
         while (queue.TryDequeue(out var batch))
         {
             var outcome = new string?[batch.Length];
+            var hostDown = false;
             try
             {
             await RunAsync(host, async (c, token) =>
@@ -328,6 +329,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                 // The host is down (its retries are spent): send this batch and everything still queued for it to the
                 // next replica at once instead of retrying each batch. The last replica's failure propagates as it is.
                 var outage = e as CacheHostUnavailableException;
+                hostDown = true;
                 for (var k = 0; k < batch.Length; k++) { outcome[k] ??= e.Message; if (outage is not null) unreachable.TryAdd(batch[k], outage); }
                 while (queue.TryDequeue(out var rest))
                     foreach (var i in rest) { failures[i] = e.Message; if (outage is not null) unreachable.TryAdd(i, outage); retry.Add(i); }
@@ -342,8 +344,9 @@ public sealed class CacheTierClient : IAsyncDisposable
                 shared = failed++ == 0 || shared == outcome[k] ? outcome[k] : null;
                 if (shared is null) _logger.LogWarning("Segment {Index} of {Id} rejected from {Host}: {Reason}", batch[k], ids[batch[k]], Hosts[host], outcome[k]);
             }
-            // A host that is down or a cluster between masters fails the whole batch for one reason: one line, not one per segment.
-            if (failed > 0 && shared is not null)
+            // A host that is down or a cluster between masters fails the whole batch for one reason: one line, not one per
+            // segment; none for a host that is down, whose connection attempts have said so already.
+            if (failed > 0 && shared is not null && !hostDown)
                 _logger.LogWarning("{Count} segment(s) from #{First} rejected from {Host}: {Reason}", failed, batch[0], Hosts[host], shared);
             if (failed < batch.Length) onBatch?.Invoke(batch.Length - failed);
         }
