@@ -36,6 +36,9 @@ internal static partial class Log
     [LoggerMessage(25, LogLevel.Warning, "Client {ClientId} from {Remote} spoke plain TCP to this TLS-only host; told so and disconnected ({HeldBack} more such lines not written in the minute before)")]
     public static partial void PlainClientOnTlsHost(ILogger logger, long clientId, EndPoint? remote, long heldBack);
 
+    [LoggerMessage(32, LogLevel.Warning, "Refused connection from {Remote}: {Cap} connections not yet logged in from that address ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void MaxUnauthenticatedReached(ILogger logger, EndPoint? remote, int cap, long heldBack);
+
     [LoggerMessage(26, LogLevel.Warning, "Refused connection from {Remote}: {MaxClients} clients already connected from that address ({HeldBack} more such lines not written in the minute before)")]
     public static partial void MaxClientsPerAddressReached(ILogger logger, EndPoint? remote, int maxClients, long heldBack);
 

@@ -100,13 +100,27 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
             _ = RefuseAsync(client, Encoding.ASCII.GetBytes($"-ERR max number of clients per address reached ({cap} from {address}; --max-clients-per-address)\r\n"));
             return;
         }
-        long id = server.Stats.TryAdmit(server.Options.MaxClients);
+        // On a host that requires logging in: a few connections not yet logged in per address, and the last places
+        // for addresses that have logged in before.
+        var pending = server.Users.Required && address is not null;
+        if (pending && !server.Admission.TryBeginPending(address!, server.Options.MaxUnauthenticatedPerAddress))
+        {
+            LeftFrom(address!);
+            int cap = server.Options.MaxUnauthenticatedPerAddress;
+            if (server.LogGates.MaxClientsPerAddress.TryPass(out long heldBack))
+                Log.MaxUnauthenticatedReached(logger, client.RemoteEndPoint, cap, heldBack);
+            _ = RefuseAsync(client, Encoding.ASCII.GetBytes($"-ERR max number of connections not yet logged in reached ({cap} from {address}; --max-unauthenticated-per-address)\r\n"));
+            return;
+        }
+        var reserve = pending && !server.Admission.HasLoggedInBefore(address!) ? ConnectionAdmission.Reserve(server.Options.MaxClients) : 0;
+        long id = server.Stats.TryAdmit(server.Options.MaxClients - reserve);
         if (id == 0)
         {
             if (address is not null) LeftFrom(address);
+            if (pending) server.Admission.EndPending(address!);
             if (server.LogGates.MaxClients.TryPass(out long heldBack))
                 Log.MaxClientsReached(logger, client.RemoteEndPoint, server.Options.MaxClients, heldBack);
-            _ = RefuseAsync(client, MaxClientsReply);
+            _ = RefuseAsync(client, reserve > 0 ? ReservedReply(reserve) : MaxClientsReply);
             return;
         }
 
@@ -119,6 +133,7 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
             client.SetRawSocketOption(IpProtocolTcp, TcpNotSentLowWatermark, BitConverter.GetBytes(UnsentLowWatermarkBytes));
         }
         var session = new ClientSession(id, client, server, logger);
+        if (pending) session.CountAsPending(address!);
         // Registered before it starts, so the session's own cleanup always finds its entry to remove.
         var started = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         var run = RunSessionAsync(session, address, started.Task, stoppingToken);
@@ -165,12 +180,16 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
         finally
         {
             _sessions.TryRemove(session.Id, out _);
+            session.LeavePending();
             server.Stats.ClientLeft();
             if (address is not null) LeftFrom(address);
         }
     }
 
     private static readonly byte[] MaxClientsReply = "-ERR max number of clients reached\r\n"u8.ToArray();
+
+    private static byte[] ReservedReply(int reserve) =>
+        Encoding.ASCII.GetBytes($"-ERR max number of clients reached (the last {reserve} of --max-clients are kept for addresses that have logged in before)\r\n");
 
     private static async Task RefuseAsync(Socket client, byte[] reply)
     {

@@ -24,7 +24,13 @@ internal sealed partial class ClientSession
     internal CacheUser? User
     {
         get => _user;
-        set => _user = value;
+        set
+        {
+            _user = value;
+            if (value is null || PendingAddress is not { } address) return;
+            _server.Admission.LoggedIn(address);
+            LeavePending();
+        }
     }
 
     internal bool Authenticated => _user is not null;

@@ -103,6 +103,23 @@ internal sealed partial class ClientSession : IDisposable
 
     public long Id { get; }
 
+    /// <summary>The client's address while this connection counts as one not yet logged in from it (<see cref="ConnectionAdmission"/>).</summary>
+    internal IPAddress? PendingAddress { get; private set; }
+    private int _pending;
+
+    /// <summary>Counts this connection as not logged in from <paramref name="address"/> until it logs in or closes.</summary>
+    internal void CountAsPending(IPAddress address)
+    {
+        PendingAddress = address;
+        Volatile.Write(ref _pending, 1);
+    }
+
+    /// <summary>Stops counting this connection as not logged in (once, whichever comes first: its login or its end).</summary>
+    internal void LeavePending()
+    {
+        if (Interlocked.Exchange(ref _pending, 0) == 1 && PendingAddress is { } address) _server.Admission.EndPending(address);
+    }
+
     public EndPoint? Remote { get; }
 
     public async Task RunAsync(CancellationToken cancellationToken)

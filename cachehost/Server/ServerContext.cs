@@ -21,6 +21,7 @@ internal sealed class ServerContext
         Limits = RespLimits.ForFrameSize((int)Options.MaxFrameBytes.Bytes);
         _users = users;
         AuthBudget = new AuthBudget(time);
+        Admission = new ConnectionAdmission(time);
         LogGates = new LogGates(time);
         StartTimestamp = time.GetTimestamp();
         Version = typeof(ServerContext).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion
@@ -28,6 +29,9 @@ internal sealed class ServerContext
     }
 
     public CacheHostOptions Options { get; }
+
+    /// <summary>Connections not yet logged in, per address, and the addresses that have logged in (<see cref="ConnectionAdmission"/>).</summary>
+    public ConnectionAdmission Admission { get; }
     public CacheStore Store { get; }
     public TimeProvider Time { get; }
     public RespLimits Limits { get; }

@@ -41,6 +41,13 @@ public sealed class CacheHostOptions : IProgramOptions
     public int MaxClientsPerAddress { get; set; } = 256;
 
     /// <summary>
+    /// On a host that requires authentication, connections from one client address that have not logged in yet: our
+    /// clients log in at once, so only a flood of connections that never do reaches it.
+    /// </summary>
+    [Switch("--max-unauthenticated-per-address", "with --password or --users-file, connections from one client address not yet logged in; more are turned away (the last tenth of --max-clients is also kept for addresses that have logged in before)")]
+    public int MaxUnauthenticatedPerAddress { get; set; } = 32;
+
+    /// <summary>
     /// On a host that requires authentication, how long a connection may stay without logging in before it is closed,
     /// so idle unauthenticated connections cannot keep the accounts' own clients out. Our clients log in at once.
     /// </summary>
@@ -81,6 +88,8 @@ public sealed class CacheHostOptions : IProgramOptions
             yield return $"--max-frame must be between 1KB and 2GB, not {MaxFrameBytes.ToExactString()}.";
         if (MaxClients <= 0)
             yield return $"--max-clients must be positive, not {MaxClients}.";
+        if (MaxUnauthenticatedPerAddress <= 0)
+            yield return $"--max-unauthenticated-per-address must be positive, not {MaxUnauthenticatedPerAddress}.";
         if (MaxClientsPerAddress <= 0)
             yield return $"--max-clients-per-address must be positive, not {MaxClientsPerAddress}.";
         if (!(AuthTimeoutSeconds > 0 && AuthTimeoutSeconds <= 3600))

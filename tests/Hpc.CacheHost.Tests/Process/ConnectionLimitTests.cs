@@ -19,12 +19,14 @@ public sealed class ConnectionLimitTests : IDisposable
     [Fact]
     public void Idle_connections_that_never_log_in_are_closed_after_five_seconds_and_the_node_account_then_logs_in()
     {
-        var host = Start(o => { o.UsersFile = _usersFile; o.MaxClients = 200; });
-        for (int i = 0; i < 200; i++)
+        var host = Start(o => { o.UsersFile = _usersFile; o.MaxClients = 200; o.MaxUnauthenticatedPerAddress = 200; });
+        // The last tenth of the places is kept for addresses that have logged in before; this one has not.
+        for (int i = 0; i < 180; i++)
             _clients.Add(new RespTestClient(host));
         var clock = Stopwatch.StartNew();
         using (var turnedAway = new RespTestClient(host))
-            Assert.Equal("ERR max number of clients reached", Assert.IsType<RespError>(turnedAway.ReadReply()).Message);
+            Assert.Equal("ERR max number of clients reached (the last 20 of --max-clients are kept for addresses that have logged in before)",
+                Assert.IsType<RespError>(turnedAway.ReadReply()).Message);
 
         // One attempt per 250 ms for at most 20 s (the earlier host kept the idle connections for good).
         object? reply = null;
@@ -48,6 +50,61 @@ public sealed class ConnectionLimitTests : IDisposable
         Assert.InRange(elapsed, TimeSpan.FromSeconds(3), TimeSpan.FromSeconds(12));
         Assert.All(_clients, idle => Assert.True(idle.IsClosedByServer()));
         Assert.Contains("did not authenticate within 00:00:05 and was disconnected", host.Log);
+    }
+
+    [Fact]
+    public void Connections_that_never_log_in_reconnecting_as_fast_as_they_are_closed_do_not_keep_out_a_node_that_logged_in_before()
+    {
+        var host = Start(o => { o.UsersFile = _usersFile; o.MaxClients = 200; o.AuthTimeoutSeconds = 1; });
+        var node = IPAddress.Parse("127.0.0.1");
+        using (var first = new RespTestClient(host, node))
+            Assert.Equal("OK", first.Call("AUTH", "node", "node-pass"));
+
+        // Ten other addresses each try to hold 256 connections that never log in, opening a new one whenever one is
+        // refused or closed, for 8 s.
+        using var stop = new CancellationTokenSource(TimeSpan.FromSeconds(8));
+        var refusals = new System.Collections.Concurrent.ConcurrentBag<string>();
+        var churn = Enumerable.Range(1, 10).Select(a => Task.Run(() =>
+        {
+            var address = IPAddress.Parse($"127.0.1.{a}");
+            var held = new List<RespTestClient>();
+            try
+            {
+                while (!stop.IsCancellationRequested)
+                {
+                    held.RemoveAll(c => { if (!c.IsClosedByServer(TimeSpan.Zero)) return false; c.Dispose(); return true; });
+                    while (held.Count < 256 && !stop.IsCancellationRequested)
+                    {
+                        var c = new RespTestClient(host, address);
+                        if (c.TryReadError(TimeSpan.FromMilliseconds(5)) is { } refused) { refusals.Add(refused); c.Dispose(); break; }
+                        held.Add(c);
+                    }
+                    Thread.Sleep(20);
+                }
+            }
+            finally { held.ForEach(c => c.Dispose()); }
+        })).ToArray();
+
+        Thread.Sleep(1000);
+        var logins = 0;
+        for (var i = 0; i < 60; i++)
+        {
+            try
+            {
+                using var again = new RespTestClient(host, node);
+                if (again.Call("AUTH", "node", "node-pass") is "OK") logins++;
+            }
+            catch (IOException) { /* turned away before the AUTH was read */ }
+            Thread.Sleep(100);
+        }
+        Task.WaitAll(churn);
+
+        Assert.Equal(60, logins);
+        // The churn did press on the limits: turned away past its addresses' pending share or at the reserve.
+        Assert.True(refusals.Any(r => r.StartsWith("ERR max number of connections not yet logged in reached (32 from 127.0.1.", StringComparison.Ordinal)
+                                      || r.StartsWith("ERR max number of clients reached (the last 20", StringComparison.Ordinal))
+                    || host.Log.Contains("connections not yet logged in from that address") || host.Log.Contains("clients already connected"),
+            $"no connection was turned away; refusals seen: {refusals.Count}");
     }
 
     [Fact]

@@ -133,6 +133,34 @@ internal sealed class RespTestClient : IDisposable
         }
     }
 
+    /// <summary>Whether the server has closed the connection by now, waiting at most <paramref name="wait"/> (0: just look).</summary>
+    public bool IsClosedByServer(TimeSpan wait)
+    {
+        try
+        {
+            var socket = _tcp.Client;
+            return socket.Poll((int)wait.TotalMicroseconds, SelectMode.SelectRead) && socket.Available == 0;
+        }
+        catch (Exception e) when (e is SocketException or ObjectDisposedException)
+        {
+            return true;
+        }
+    }
+
+    /// <summary>The error the server sent unasked within <paramref name="wait"/> (a refused connection), or null.</summary>
+    public string? TryReadError(TimeSpan wait)
+    {
+        try
+        {
+            if (!_tcp.Client.Poll((int)wait.TotalMicroseconds, SelectMode.SelectRead) || _tcp.Client.Available == 0) return null;
+            return ReadReply() is RespError error ? error.Message : null;
+        }
+        catch (Exception e) when (e is IOException or SocketException or ObjectDisposedException)
+        {
+            return null;
+        }
+    }
+
     public void Dispose()
     {
         _stream.Dispose();
