@@ -189,7 +189,7 @@ public sealed class DatasetStore
     public Task<SegmentIngest> BeginIngestAsync(string name, string version, ReadOnlyMemory<byte> serializedManifest, CancellationToken ct,
         Action<Manifest>? authorize = null) =>
         SegmentIngest.BeginAsync(_directory, _index, _writers, name, version, serializedManifest, _log, ct,
-            token => VouchAsync(name, version, serializedManifest, token), authorize, IngestStall);
+            token => VouchAsync(name, version, serializedManifest, token), authorize, IngestStall, _options.IngestMinRate.BytesPerSecond);
 
     /// <summary>
     /// Checks an offered manifest against the agent's own cache tier: anyone on the node can run a fan-out against a

@@ -56,8 +56,8 @@ internal static partial class AgentLog
     [LoggerMessage(34, LogLevel.Warning, "Closing pipe connection after a failed ingest: {Error} ({Suppressed} more like it not logged in the last {Seconds} s)")]
     public static partial void IngestAborted(this ILogger logger, string error, int suppressed, double seconds);
 
-    [LoggerMessage(35, LogLevel.Warning, "Abandoning the ingest of {Version}: no segment for {StallSeconds} s while a fetch of it waits (--ingest-stall-timeout)")]
-    public static partial void IngestAbandoned(this ILogger logger, string version, double stallSeconds);
+    [LoggerMessage(35, LogLevel.Warning, "Abandoning the ingest of {Version}: nothing, or less than {LeastRate}, delivered over {StallSeconds} s while a fetch of it waits (--ingest-stall-timeout, --ingest-min-rate)")]
+    public static partial void IngestAbandoned(this ILogger logger, string version, double stallSeconds, string leastRate);
 
 
     [LoggerMessage(EventId = 100, Level = LogLevel.Warning, Message = "Cache host {Host} not reachable at start-up: {Error}")]

@@ -15,7 +15,8 @@ namespace Hpc.NodeAgent;
 /// meanwhile, and its copy is marked as ingesting, so it is not evicted. It never publishes: the next fetch of the
 /// version (prefetch or open) resumes from the journal, asks the cache tier only for what is still missing — nothing
 /// when every segment arrived — verifies the whole copy and publishes it.
-/// <para>A fetch of the version waiting for the turn abandons an ingest that delivered no segment for the stall timeout
+/// <para>A fetch of the version waiting for the turn abandons an ingest that delivered no segment for the stall timeout,
+/// or fewer bytes than its least rate over a window of that length
 /// (<see cref="VersionWriters.IStallable"/>): <see cref="Abandoned"/> is then cancelled, and whoever feeds the ingest
 /// ends it, passing the turn to the fetch.</para>
 /// </summary>
@@ -30,6 +31,10 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     private readonly CancellationTokenSource _abandoned = new();
     /// <summary>When the last segment arrived (or the ingest began), in <see cref="Environment.TickCount64"/> milliseconds.</summary>
     private long _lastProgress = Environment.TickCount64;
+    /// <summary>Stored bytes accepted so far, and where the current measuring window began (tick, bytes then).</summary>
+    private long _bytes, _windowStart = Environment.TickCount64, _windowBytes;
+    private readonly long _minBytesPerSecond;
+    private readonly Lock _window = new();
     private readonly DatasetFiles? _file;
     private readonly FileStream? _journal;
     private readonly bool[] _have;
@@ -39,9 +44,10 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     private bool _disposed;
 
     private SegmentIngest(string version, Manifest manifest, bool complete, ILogger log, CopyIndex? index = null, VersionWriters.Held? turn = null,
-        DatasetFiles? file = null, FileStream? journal = null, bool[]? have = null)
+        DatasetFiles? file = null, FileStream? journal = null, bool[]? have = null, long minBytesPerSecond = 0)
     {
         (Version, Manifest, Complete, _log, _index, _turn, _file, _journal) = (version, manifest, complete, log, index, turn, file, journal);
+        _minBytesPerSecond = Math.Max(0, minBytesPerSecond);
         _have = have ?? [];
         _missing = complete ? 0 : _have.Count(h => !h);
     }
@@ -55,9 +61,28 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     /// <summary>Cancelled when a waiting fetch abandoned this ingest for making no progress.</summary>
     public CancellationToken Abandoned => _abandoned.Token;
 
+    /// <summary>
+    /// Abandons the ingest when, while a fetch waits, it delivered nothing for <paramref name="stall"/>, or less than its
+    /// least rate over a whole window of that length: progress is bytes, so one segment now and then does not count as
+    /// steady.
+    /// </summary>
     public bool AbandonIfStalled(TimeSpan stall)
     {
-        if (Environment.TickCount64 - Volatile.Read(ref _lastProgress) < (long)stall.TotalMilliseconds) return false;
+        var now = Environment.TickCount64;
+        var window = (long)stall.TotalMilliseconds;
+        var silent = now - Volatile.Read(ref _lastProgress) >= window;
+        var slow = false;
+        lock (_window)
+        {
+            var elapsed = now - _windowStart;
+            if (elapsed >= window)
+            {
+                var delivered = Interlocked.Read(ref _bytes) - _windowBytes;
+                slow = delivered * 1000 < _minBytesPerSecond * elapsed;
+                (_windowStart, _windowBytes) = (now, Interlocked.Read(ref _bytes));
+            }
+        }
+        if (!silent && !slow) return false;
         try { _abandoned.Cancel(); }
         catch (ObjectDisposedException) { return false; }
         return true;
@@ -74,7 +99,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     /// not asked when the node already holds the version, whose manifest came from that tier or was checked against it.</param>
     public static async Task<SegmentIngest> BeginAsync(DataDirectory directory, CopyIndex index, VersionWriters writers,
         string name, string version, ReadOnlyMemory<byte> serializedManifest, ILogger log, CancellationToken ct, Func<CancellationToken, Task>? vouch = null,
-        Action<Manifest>? authorize = null, TimeSpan? stall = null)
+        Action<Manifest>? authorize = null, TimeSpan? stall = null, long minBytesPerSecond = 0)
     {
         DatasetName.Validate(name);
         if (!SegmentId.TryParse(version, out _)) throw new CommonDataException(ErrorCode.BadRequest, $"ingest: '{version}' is not a version id");
@@ -123,7 +148,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
                 (int Segments, long Bytes) reused;
                 try { reused = FetchCoordinator.CopyFromLocalCopies(directory, index, version, manifest, file, have, sources, journal); }
                 finally { FetchCoordinator.ReleaseLeases(index, sources); }
-                var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have);
+                var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have, minBytesPerSecond);
                 turn.Occupy(ingest);
                 log.IngestStarted(name, version, ingest._missing, have.Length, reused.Segments);
                 return ingest;
@@ -183,6 +208,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         _have[index] = true;
         _missing--;
         _accepted++;
+        Interlocked.Add(ref _bytes, stored.Length);
         Volatile.Write(ref _lastProgress, Environment.TickCount64);
         _index!.SegmentDone(Version, Manifest.Segments[index].RawLength);
     }

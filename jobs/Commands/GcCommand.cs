@@ -14,6 +14,9 @@ public sealed class GcOptions : CacheClientOptions, IVerbOptions
 
     [Switch("--drop-unreadable", "Also delete manifest keys that hold no readable manifest (they are skipped with a warning otherwise).")]
     public bool DropUnreadable { get; set; }
+
+    [Switch("--break-leases", "First delete the staging leases of ACCOUNT (* for every account) that hold the collection back, as gc names them; a stage that was really running sends again, before it publishes, whatever the collection frees.", Meta = "ACCOUNT")]
+    public string? BreakLeases { get; set; }
 }
 
 /// <summary>
@@ -28,7 +31,9 @@ public static class GcCommand
         try
         {
             await using var tier = new CacheTierClient(options);
-            var gc = await new SegmentCollector(tier).CollectAsync(ct, o.DropUnreadable);
+            var collector = new SegmentCollector(tier) { BreakLeasesOf = o.BreakLeases };
+            var gc = await collector.CollectAsync(ct, o.DropUnreadable);
+            if (collector.LeasesBroken > 0) Console.Error.WriteLine($"hpcdata gc: deleted {collector.LeasesBroken} staging lease(s) of {o.BreakLeases}");
             if (!gc.Ran)
             {
                 throw CommandException.Failed($"not collected now: {gc.SkippedBecause}");

@@ -118,10 +118,11 @@ internal static class IngestOperation
             catch (OperationCanceledException) when (ingest.Abandoned.IsCancellationRequested && !ct.IsCancellationRequested)
             {
                 var stall = connection.Options.IngestStallTimeout;
-                connection.Log.IngestAbandoned(ingest.Version, stall);
+                var least = connection.Options.IngestMinRate;
+                connection.Log.IngestAbandoned(ingest.Version, stall, least.ToExactString());
                 failure = new CommonDataException(ErrorCode.Timeout,
-                    $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned: no segment arrived for {stall:0.###} s while a reader waited for that version " +
-                    "(--ingest-stall-timeout); the reader's fetch completes it from the cache tier");
+                    $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned: it delivered nothing, or less than {least.ToExactString()}, over {stall:0.###} s " +
+                    "while a reader waited for that version (--ingest-stall-timeout, --ingest-min-rate); the reader's fetch completes it from the cache tier");
             }
             LogBrokenOff(connection, (suppressed, seconds) => connection.Log.IngestAborted(failure.Message, suppressed, seconds));
             await connection.ReplyAsync(AgentResponse.Failure(failure), ct);

@@ -97,6 +97,14 @@ public sealed class NodeAgentOptions : IProgramOptions
     public double IngestStallTimeout { get; set; } = 5;
 
     /// <summary>
+    /// The least an ingest must deliver, over each --ingest-stall-timeout, while a fetch of the same version waits for
+    /// it: a segment now and then restarts no clock, so another user's trickle cannot hold a reader for minutes. A fan-out
+    /// on a 10 Mbit/s link delivers five times this.
+    /// </summary>
+    [Switch("--ingest-min-rate", "least bytes per second an ingest must deliver (over each --ingest-stall-timeout) while a reader waits for that version, before it is abandoned; 0: only an ingest that delivers nothing is", Meta = "RATE")]
+    public ByteRate IngestMinRate { get; set; } = new(256 << 10);
+
+    /// <summary>
     /// Bytes of copies one user may hold pinned on the node (a copy counts whole for each user pinning it); root, the
     /// agent's user and the admin group are not limited. Default: a quarter of <see cref="Budget"/>.
     /// </summary>

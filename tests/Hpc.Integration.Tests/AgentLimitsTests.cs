@@ -141,6 +141,49 @@ public sealed class AgentLimitsTests
     }
 
     [RootOnLinuxFact]
+    public async Task A_readers_ingest_trickling_one_valid_segment_every_few_seconds_does_not_keep_another_reader_waiting()
+    {
+        AccessTests.EnsureUser(Alice);
+        AccessTests.EnsureUser(Bob);
+        await using var cluster = new Cluster();
+        await cluster.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(4 << 20, seed: 35);
+        var staged = await cluster.StageAsync(Cluster.WriteFile(cluster.Root, "trickled.bin", bytes), "risk/trickled", "--readers", $"user:{Alice},user:{Bob}");
+        var manifest = await StoredManifestAsync(cluster, staged);
+        // The stored segments Bob will send, one every 3 s: each a valid segment, so each restarted the old stall clock.
+        var segments = Directory.CreateDirectory(Path.Combine(cluster.Root, "segments")).FullName;
+        await using (var tier = cluster.Tier())
+        {
+            var (_, parsed) = await tier.ResolveAsync(staged.Name, staged.Version);
+            for (var i = 0; i < parsed.SegmentIds.Count; i++)
+            {
+                var stored = await tier.ExecuteOnAsync(0, "GET"u8.ToArray(), [CacheKeys.Segment(parsed.SegmentIds[i])]);
+                var path = Path.Combine(segments, i.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                await File.WriteAllBytesAsync(path, stored.Bulk!);
+                File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+            }
+        }
+        File.SetUnixFileMode(segments, (UnixFileMode)0b111_101_101);
+        var (_, pipe, _) = await cluster.StartAgentAsync(); // --ingest-stall-timeout 5 s, --ingest-min-rate 256 KiB/s by default
+        var run = WorkerRunner.Prepare(cluster.Root, Alice);
+
+        await using var bob = await UserScript.StartAsync(run, Bob, Ingest, AgentClient.SocketPath(pipe), "risk/trickled", staged.Version, manifest, "trickle", segments);
+        var begun = JsonSerializer.Deserialize(await bob.ReadLineAsync(), AgentJson.Default.AgentResponse)!;
+        Assert.True(begun.Ok, begun.Error);
+
+        var clock = Stopwatch.StartNew();
+        var alice = await run.AsUserAsync(Alice, [.. run.Worker, "path", "risk/trickled", "--pipe", pipe]);
+        clock.Stop();
+
+        Assert.True(alice.Code == 0, $"the reader's open failed after {clock.Elapsed.TotalSeconds:0.0} s ({alice.Code}): {alice.Stderr}");
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(15), $"the reader waited {clock.Elapsed.TotalSeconds:0.0} s on a trickling ingest");
+        Assert.Equal(bytes, File.ReadAllBytes(alice.Text.Trim()));
+        var abandoned = JsonSerializer.Deserialize(await bob.ReadLineAsync(), AgentJson.Default.AgentResponse)!;
+        Assert.Equal(Hpc.CommonData.ErrorCode.Timeout, abandoned.Code);
+        Assert.Contains("--ingest-min-rate", abandoned.Error);
+    }
+
+    [RootOnLinuxFact]
     public async Task One_users_pins_stop_at_its_pin_quota_with_a_line_naming_it_and_another_users_nodeprep_still_fits()
     {
         AccessTests.EnsureUser(Alice);
@@ -287,6 +330,18 @@ public sealed class AgentLimitsTests
         s.sendall(frame(request) + frame(open(manifest, "rb").read()))
         print(reply(), flush=True)
         if mode == "stall":
+            print(reply(), flush=True)
+        if mode == "trickle":
+            import os, select, time
+            directory = sys.argv[6]
+            for i in sorted(int(n) for n in os.listdir(directory)):
+                stored = open(os.path.join(directory, str(i)), "rb").read()
+                try:
+                    s.sendall(frame(struct.pack("<ii", i, len(stored)) + stored))
+                except OSError:
+                    break
+                if select.select([s], [], [], 3)[0]:
+                    break  # the agent answered (abandoned the ingest) before the next segment was due
             print(reply(), flush=True)
         """;
 

@@ -40,7 +40,11 @@ public sealed class CollectionTests
         var (held, _, heldErr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
         Assert.Equal(1, held);
         Assert.Contains($"not collected now: 1 stager(s) running, as account(s) stager (their leases: {lease})", heldErr);
-        Assert.Equal(1, (await admin.ExecuteOnAsync(0, "DEL"u8.ToArray(), [lease])).Integer);
+        var (broke, brokeOut, brokeErr) = await c.RunAsync("hpcdata", ["gc", "--break-leases", "stager", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
+        Assert.True(broke == 0, brokeErr);
+        Assert.Contains("deleted 1 staging lease(s) of stager", brokeErr);
+        Assert.Contains("freed 0 segments", string.Join("\n", brokeOut));
+        Assert.Equal(0, (await admin.ExecuteOnAsync(0, "EXISTS"u8.ToArray(), [lease])).Integer);
     }
 
     [Fact]

@@ -90,6 +90,30 @@ public class LimitsTests
         Assert.Contains("uid 1001", refused.Message);
     }
 
+    [LinuxFact]
+    public void However_many_users_take_all_they_may_a_user_who_comes_later_still_gets_connections()
+    {
+        var limits = new UserLimits(new NodeAgentOptions { MaxConnections = 4096 }, agentUid: 500);
+        int Flood(uint uid) { var n = 0; while (limits.TryEnter(uid, UserLimits.Kind.Connection) is null) n++; return n; }
+
+        // Four users each take every connection they may: the quarter each had used to fill the node.
+        var taken = Enumerable.Range(0, 4).Select(u => Flood(1001 + (uint)u)).ToArray();
+        var fifth = limits.TryEnter(1004, UserLimits.Kind.Connection)!;
+        var latecomers = Enumerable.Range(0, 40).Select(u => Flood(2001 + (uint)u)).ToArray();
+
+        // The fourth stops where the last eighth (512) begins; thirty-two users arriving later get 16 each from it.
+        Assert.Equal([1024, 1024, 1024, 512], taken);
+        Assert.Contains("the last 512 of --max-connections 4096 are kept for users holding fewer than 16", fifth.Message);
+        Assert.Equal(Enumerable.Repeat(16, 32).Concat(Enumerable.Repeat(0, 8)), latecomers);
+
+        // With a higher per-user limit the share binds: the second user may take 100 / (2 + 1), not 50; with four users
+        // holding connections, each is held to 100 / (4 + 1).
+        var roomy = new UserLimits(new NodeAgentOptions { MaxConnections = 100, MaxConnectionsPerUser = 50 }, agentUid: 500);
+        int FloodRoomy(uint uid) { var n = 0; while (roomy.TryEnter(uid, UserLimits.Kind.Connection) is null) n++; return n; }
+        Assert.Equal([50, 33, 5, 1], Enumerable.Range(0, 4).Select(u => FloodRoomy(1001 + (uint)u)));
+        Assert.Contains("its share while 4 users hold connections", roomy.TryEnter(1002, UserLimits.Kind.Connection)!.Message);
+    }
+
     [Fact]
     public void A_per_user_connection_limit_that_lets_one_user_take_every_connection_is_refused_at_start()
     {

@@ -294,7 +294,7 @@ public sealed class CacheTierClient : IAsyncDisposable
         while (queue.TryDequeue(out var batch))
         {
             var outcome = new string?[batch.Length];
-            var hostDown = false;
+            var saidAlready = false;
             try
             {
             await RunAsync(host, async (c, token) =>
@@ -329,7 +329,8 @@ public sealed class CacheTierClient : IAsyncDisposable
                 // The host is down (its retries are spent): send this batch and everything still queued for it to the
                 // next replica at once instead of retrying each batch. The last replica's failure propagates as it is.
                 var outage = e as CacheHostUnavailableException;
-                hostDown = true;
+                // Refused connections were retried, each retry logged; a silent host was not, and is logged below.
+                saidAlready = outage is not null && _options.MaxAttempts > 1 && !outage.Message.Contains("(stopped or hung)", StringComparison.Ordinal);
                 for (var k = 0; k < batch.Length; k++) { outcome[k] ??= e.Message; if (outage is not null) unreachable.TryAdd(batch[k], outage); }
                 while (queue.TryDequeue(out var rest))
                     foreach (var i in rest) { failures[i] = e.Message; if (outage is not null) unreachable.TryAdd(i, outage); retry.Add(i); }
@@ -345,8 +346,9 @@ public sealed class CacheTierClient : IAsyncDisposable
                 if (shared is null) _logger.LogWarning("Segment {Index} of {Id} rejected from {Host}: {Reason}", batch[k], ids[batch[k]], Hosts[host], outcome[k]);
             }
             // A host that is down or a cluster between masters fails the whole batch for one reason: one line, not one per
-            // segment; none for a host that is down, whose connection attempts have said so already.
-            if (failed > 0 && shared is not null && !hostDown)
+            // segment; none for an independent host whose retried connection attempts have said so already (a cluster
+            // node is tried once, so this line is the only word of it).
+            if (failed > 0 && shared is not null && !(saidAlready && !Topology.KeepsItsOwnCopies))
                 _logger.LogWarning("{Count} segment(s) from #{First} rejected from {Host}: {Reason}", failed, batch[0], Hosts[host], shared);
             if (failed < batch.Length) onBatch?.Invoke(batch.Length - failed);
         }

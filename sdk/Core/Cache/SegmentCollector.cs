@@ -23,6 +23,12 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
     private static readonly TimeSpan FlagLifetime = TimeSpan.FromSeconds(15);
     private readonly ILogger _log = logger ?? NullLogger.Instance;
 
+    /// <summary>Before collecting, delete the staging leases of this account (<c>*</c>: every account's) instead of waiting for them.</summary>
+    public string? BreakLeasesOf { get; init; }
+
+    /// <summary>How many staging leases the last collection deleted (<see cref="BreakLeasesOf"/>).</summary>
+    public int LeasesBroken { get; private set; }
+
     /// <summary>What a collection did. <paramref name="Unreadable"/>: manifest keys whose content is not a manifest, skipped (or dropped).</summary>
     public sealed record Collection(bool Ran, string? SkippedBecause, int Manifests, int SegmentsKept, long SegmentsDeleted, IReadOnlyList<string>? Unreadable = null);
 
@@ -45,6 +51,16 @@ public sealed class SegmentCollector(CacheTierClient tier, ILogger? logger = nul
             () => tier.ExecuteForKeyAsync(CacheKeys.Collection, "DEL"u8.ToArray(), [CacheKeys.Collection], CancellationToken.None), CacheKeys.Collection, _log);
         // Leases live on the designated host, or (a Redis Cluster) wherever their keys' slots are.
         var stagers = (await tier.KeysAsync(CacheKeys.StagingPrefix, ct)).SelectMany(k => k).ToList();
+        if (BreakLeasesOf is { } whose)
+        {
+            // An administrator's way past leases that are renewed for ever: a stage that really runs finds, before it
+            // publishes, whatever this collection frees and sends it again.
+            var broken = stagers.Where(k => CacheKeys.TryParseStagingLease(k, out var account) && (whose == "*" || account == whose)).ToList();
+            foreach (var key in broken) await tier.ExecuteForKeyAsync(key, "DEL"u8.ToArray(), [key], ct);
+            if (broken.Count > 0) _log.LogWarning("Deleted {Count} staging lease(s) of {Account} before collecting: {Keys}", broken.Count, whose, string.Join(", ", broken));
+            LeasesBroken = broken.Count;
+            stagers = stagers.Except(broken).ToList();
+        }
         if (stagers.Count > 0)
         {
             // Named by account, so an operator knows whose stage holds the collection (and whose lease to delete, as an
