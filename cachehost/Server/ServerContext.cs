@@ -69,8 +69,30 @@ internal sealed class ServerContext
                 return (false, "the new files define no account, which would open the host to everyone; the accounts in force are unchanged");
             var (added, removed, changed) = Users.Compare(next);
             Replace(next);
-            return (true, $"accounts loaded again: {next.Count} in force ({added} added, {removed} removed, {changed} changed)");
+            var dropped = DropBookkeepingOfRemovedAccounts(next);
+            return (true, $"accounts loaded again: {next.Count} in force ({added} added, {removed} removed, {changed} changed)" +
+                          (dropped > 0 ? $"; {dropped} staging lease(s) and lock(s) of removed accounts dropped" : ""));
         }
+    }
+
+    /// <summary>
+    /// Deletes the staging leases and locks held by accounts the files no longer define: nobody can renew or release
+    /// them any more, and they would hold every collection and job end step until they expired.
+    /// </summary>
+    private int DropBookkeepingOfRemovedAccounts(CacheUsers users)
+    {
+        if (!users.Required) return 0;
+        var dropped = 0;
+        foreach (var key in Store.KeysWithPrefix(System.Text.Encoding.ASCII.GetBytes(CacheKeys.StagingPrefix)))
+            if (CacheKeys.TryParseStagingLease(System.Text.Encoding.UTF8.GetString(key), out var account) && users.Find(account) is null && Store.Delete(key))
+                dropped++;
+        foreach (var key in Store.KeysWithPrefix(System.Text.Encoding.ASCII.GetBytes(CacheKeys.LockPrefix)))
+        {
+            if (!Store.TryPeek(key, out var value)) continue;
+            var colon = value.AsSpan().IndexOf((byte)':');
+            if (colon > 0 && users.Find(System.Text.Encoding.UTF8.GetString(value.AsSpan(0, colon))) is null && Store.Delete(key)) dropped++;
+        }
+        return dropped;
     }
 
     // Connections act under the new roles and names from their next command; those of accounts the files no longer

@@ -78,6 +78,9 @@ internal static class WriteRules
     private static bool TryId(ReadOnlySpan<byte> hex, out SegmentId id)
     {
         id = default;
+        // One key per id: lower-case hex only, so an upper-case spelling cannot store the same content a second time.
+        foreach (var c in hex)
+            if (c is not ((>= (byte)'0' and <= (byte)'9') or (>= (byte)'a' and <= (byte)'f'))) return false;
         return hex.Length == SegmentId.HexLength && SegmentId.TryParse(Encoding.ASCII.GetString(hex), out id);
     }
 

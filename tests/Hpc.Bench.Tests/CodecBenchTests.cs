@@ -43,7 +43,9 @@ public class CodecBenchTests
         var dir = Directory.CreateTempSubdirectory("hcd-codec-").FullName;
         try
         {
-            var r = await HpcdataProcess.RunAsync(TimeSpan.FromMinutes(3), "bench", "codec", "--size", "4MB", "--data", "csv", "--repeat", "1",
+            // 64 MB: enough work that each receiver's CPU time spans several clock ticks (10 ms); at 4 MB redis-server's
+            // share could round to none.
+            var r = await HpcdataProcess.RunAsync(TimeSpan.FromMinutes(3), "bench", "codec", "--size", "64MB", "--data", "csv", "--repeat", "1",
                 "--stager-cores", "1", "--to-redis", "--out", dir);
             Assert.True(r.Code == 0, $"bench codec exited {r.Code}: {r.Stderr}");
 
@@ -52,8 +54,8 @@ public class CodecBenchTests
             Assert.All(runs, x => Assert.True(x.GetProperty("cacheHostCpuSeconds").GetDouble() > 0, "the receiving store's CPU time is measured"));
             // The same segments reach either store: what was stored does not depend on who received it.
             Assert.Single(runs.Select(x => x.GetProperty("storedBytes").GetInt64()).Distinct());
-            Assert.Contains("| csv (to redis-server) | lz4 | 4 MiB |", r.Stdout);
-            Assert.Contains("| csv | lz4 | 4 MiB |", r.Stdout);
+            Assert.Contains("| csv (to redis-server) | lz4 | 64 MiB |", r.Stdout);
+            Assert.Contains("| csv | lz4 | 64 MiB |", r.Stdout);
         }
         finally { Directory.Delete(dir, recursive: true); }
     }

@@ -190,6 +190,8 @@ public static class SegmentCodec
         if (stored[3] == LegacyFormatVersion) return $"segment {expected}: format {LegacyFormatVersion}, named by XXH3-128 (staged before content ids became BLAKE3-256); re-stage its dataset";
         if (stored[3] != FormatVersion) return $"segment {expected}: unsupported format version {stored[3]}";
         var codec = (SegmentCodecKind)stored[4];
+        // The strict check a host applies before storing: one stored form per segment, so reserved bytes are zero.
+        if (everyChecksum && (stored[5] | stored[6] | stored[7]) != 0) return $"segment {expected}: reserved header bytes are not zero";
         var rawLength = BinaryPrimitives.ReadInt32LittleEndian(stored[8..]);
         var payloadLength = BinaryPrimitives.ReadInt32LittleEndian(stored[12..]);
         if (rawLength != destination.Length) return $"segment {expected}: raw length {rawLength}, expected {destination.Length}";

@@ -83,6 +83,20 @@ public sealed class DatasetOwnershipTests : IDisposable
     }
 
     [Fact]
+    public void A_segment_is_stored_in_one_form_under_one_key()
+    {
+        using var alice = Login("alice", "alice-pass");
+        var segment = Segment("one form only");
+        var upper = "hcd:s:" + segment.Key["hcd:s:".Length..].ToUpperInvariant();
+        Assert.StartsWith($"NOPERM {upper} is not a key this system writes", Refusal(alice.Call("SET", upper, segment.Stored)));
+        var reserved = (byte[])segment.Stored.Clone();
+        reserved[5] = 1;
+        Assert.Contains("reserved header bytes are not zero", Refusal(alice.Call("SET", segment.Key, reserved)));
+        Assert.Equal("OK", alice.Call("SET", segment.Key, segment.Stored));
+        Assert.Equal(1L, alice.Call("DBSIZE"));
+    }
+
+    [Fact]
     public void A_removal_record_belongs_to_its_versions_owner_and_no_other_writer_replaces_shortens_or_deletes_it()
     {
         var staged = StageAsAlice("risk/rb", "book of the day");

@@ -26,6 +26,27 @@ public sealed class UsersReloadTests : IDisposable
     }
 
     [Fact]
+    public void An_account_removed_from_the_users_file_loses_its_staging_leases_and_locks_at_the_reload()
+    {
+        using var mallory = Login("mallory", "mallory-pass");
+        using var alice = Login("alice", "alice-pass");
+        var lockKey = "hcd:lock:" + new string('a', 64);
+        Assert.Equal("OK", mallory.Call("SET", "hcd:staging:mallory:held", "x", "PX", "600000"));
+        Assert.Equal("OK", mallory.Call("SET", lockKey, "mallory:token", "NX", "PX", "60000"));
+        Assert.Equal("OK", alice.Call("SET", "hcd:staging:alice:own", "x", "PX", "600000"));
+
+        File.WriteAllText(_usersFile, Before.Replace("mallory writer  mallory-pass\n", ""));
+        using var ops = Login("ops", "ops-pass");
+        Assert.Equal("OK", ops.Call("ACL", "LOAD"));
+
+        // Nobody could renew or release them any more; the remaining account's lease stays.
+        Assert.Equal(0L, ops.Call("EXISTS", "hcd:staging:mallory:held"));
+        Assert.Equal(0L, ops.Call("EXISTS", lockKey));
+        Assert.Equal(1L, ops.Call("EXISTS", "hcd:staging:alice:own"));
+        Assert.Contains("2 staging lease(s) and lock(s) of removed accounts dropped", _host.Log);
+    }
+
+    [Fact]
     public void ACL_LOAD_puts_an_edited_users_file_in_force_for_new_and_open_connections_and_keeps_the_data()
     {
         var segment = StoredObjects.Segment("prices of the day");
