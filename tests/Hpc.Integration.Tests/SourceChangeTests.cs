@@ -8,9 +8,18 @@ namespace Hpc.Integration.Tests;
 /// </summary>
 public sealed class SourceChangeTests
 {
-    /// <summary>Starts a stage held to <paramref name="rate"/> bytes per second, so that it is still reading when the test changes its source.</summary>
-    private static ComponentProcess SlowStage(Cluster c, string path, string name, string rate) =>
-        c.Track(ComponentProcess.Start("Hpc.Stager", [path, "--name", name, "--cache-hosts", c.HostList, "--max-rate", rate, "--chunking", "fixed"], name: "stager"));
+    /// <summary>
+    /// Starts a stage held to <paramref name="rate"/> bytes per second, and returns once the cache host has received its
+    /// first megabyte: the source was opened (and a tree listed) by then, and the stage is still reading.
+    /// </summary>
+    private static async Task<ComponentProcess> SlowStageAsync(Cluster c, string path, string name, string rate)
+    {
+        var stage = c.Track(ComponentProcess.Start("Hpc.Stager", [path, "--name", name, "--cache-hosts", c.HostList, "--max-rate", rate, "--chunking", "fixed"], name: "stager"));
+        await using var tier = c.Tier();
+        for (var clock = System.Diagnostics.Stopwatch.StartNew(); clock.Elapsed < TimeSpan.FromSeconds(60); await Task.Delay(50))
+            if ((await tier.GetHostStatusAsync())[0].BytesReceived > 1 << 20) return stage;
+        throw new TimeoutException("the stage sent nothing in 60 s");
+    }
 
     [Fact]
     public async Task A_file_truncated_while_it_is_staged_fails_the_stage_naming_it_and_publishes_nothing()
@@ -18,8 +27,7 @@ public sealed class SourceChangeTests
         await using var c = new Cluster();
         await c.StartCacheHostAsync();
         var path = Cluster.WriteFile(c.Root, "growing.bin", Cluster.RandomBytes(64 << 20, seed: 531));
-        var stage = SlowStage(c, path, "risk/truncated", "8MB");
-        await Task.Delay(1500);
+        var stage = await SlowStageAsync(c, path, "risk/truncated", "8MB");
         await using (var file = new FileStream(path, FileMode.Open, FileAccess.Write)) file.SetLength(1 << 20);
 
         var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
@@ -37,8 +45,7 @@ public sealed class SourceChangeTests
         var tree = Directory.CreateDirectory(Path.Combine(c.Root, "tree")).FullName;
         Cluster.WriteFile(tree, "a.bin", Cluster.RandomBytes(32 << 20, seed: 532));
         var late = Cluster.WriteFile(tree, "z.bin", Cluster.RandomBytes(32 << 20, seed: 533));
-        var stage = SlowStage(c, tree, "risk/tree", "8MB");
-        await Task.Delay(1500);
+        var stage = await SlowStageAsync(c, tree, "risk/tree", "8MB");
         // Same size, new bytes: only its times say it changed.
         await using (var file = new FileStream(late, FileMode.Open, FileAccess.Write)) file.Write(Cluster.RandomBytes(4096, seed: 534));
 
