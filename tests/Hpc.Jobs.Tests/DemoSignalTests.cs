@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using System.Runtime.InteropServices;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.Jobs.Tests;
 
@@ -50,19 +51,47 @@ public sealed class DemoSignalTests
     {
         if (!OperatingSystem.IsLinux()) return;
         await using var s = new Sandbox();
-        var demo = s.StartHpcdata(["demo", "--size", "8MB", "--nodes", "1", "--workers", "1", "--cache-host-count", "1", "--work-dir", Path.Combine(s.Root, "demo")]);
+        // A fast machine can finish a small demo between two looks at its output; a demo that ended well before the
+        // signal could be sent is run again with a dataset eight times larger, so the signal lands while it works.
+        foreach (var size in new[] { "16MB", "128MB", "1GB" })
+        {
+            var demo = s.StartHpcdata(["demo", "--size", size, "--nodes", "1", "--workers", "1", "--cache-host-count", "1", "--work-dir", Path.Combine(s.Root, $"demo-{size}")]);
+            var below = await ProcessesOnceANodeIsPreparedAsync(demo);
+            if (below is null) continue;
+            await SignalAndExpectEverythingStoppedAsync(demo, below, signal);
+            return;
+        }
+        Assert.Fail("even the 1 GB demo ended before it could be signalled");
+    }
 
-        // Once a node has its copy the cache host and the agent are running; the workers come next.
+    /// <summary>
+    /// The processes below the demo once a node has its copy (the cache host and the agent are running; the workers come
+    /// next), or null when the demo ended successfully before that could be seen.
+    /// </summary>
+    private static async Task<List<int>?> ProcessesOnceANodeIsPreparedAsync(ComponentProcess demo)
+    {
         var started = Stopwatch.StartNew();
         while (!demo.StandardOutput.Any(l => l.TrimStart().StartsWith("node1", StringComparison.Ordinal)))
         {
-            Assert.False(demo.HasExited, $"the demo ended early:\n{string.Join("\n", demo.StandardOutput)}\n{demo.StandardErrorTail}");
+            if (demo.HasExited) return await EndedWithoutErrorAsync(demo);
             Assert.True(started.Elapsed < TimeSpan.FromMinutes(3), $"no node was prepared:\n{string.Join("\n", demo.StandardOutput)}\n{demo.StandardErrorTail}");
-            await Task.Delay(100);
+            await Task.Delay(50);
         }
         var below = Descendants(demo.Id);
+        if (demo.HasExited) return await EndedWithoutErrorAsync(demo);
         Assert.True(below.Count >= 3, $"expected the samples program, a cache host and an agent below hpcdata; found {below.Count}");
+        return below;
+    }
 
+    private static async Task<List<int>?> EndedWithoutErrorAsync(ComponentProcess demo)
+    {
+        var code = await demo.WaitForExitAsync(TimeSpan.FromSeconds(30));
+        Assert.True(code == 0, $"the demo failed (exit {code}):\n{string.Join("\n", demo.StandardOutput)}\n{demo.StandardErrorTail}");
+        return null;
+    }
+
+    private static async Task SignalAndExpectEverythingStoppedAsync(ComponentProcess demo, List<int> below, int signal)
+    {
         Assert.Equal(0, kill(demo.Id, signal));
 
         var deadline = Stopwatch.StartNew();

@@ -53,7 +53,7 @@ public sealed class ConnectionLimitTests : IDisposable
     }
 
     [Fact]
-    public void Connections_that_never_log_in_reconnecting_as_fast_as_they_are_closed_do_not_keep_out_a_node_that_logged_in_before()
+    public async Task Connections_that_never_log_in_reconnecting_as_fast_as_they_are_closed_do_not_keep_out_a_node_that_logged_in_before()
     {
         var host = Start(o => { o.UsersFile = _usersFile; o.MaxClients = 200; o.AuthTimeoutSeconds = 1; });
         var node = IPAddress.Parse("127.0.0.1");
@@ -85,7 +85,7 @@ public sealed class ConnectionLimitTests : IDisposable
             finally { held.ForEach(c => c.Dispose()); }
         })).ToArray();
 
-        Thread.Sleep(1000);
+        await Task.Delay(1000);
         var logins = 0;
         for (var i = 0; i < 60; i++)
         {
@@ -95,9 +95,9 @@ public sealed class ConnectionLimitTests : IDisposable
                 if (again.Call("AUTH", "node", "node-pass") is "OK") logins++;
             }
             catch (IOException) { /* turned away before the AUTH was read */ }
-            Thread.Sleep(100);
+            await Task.Delay(100);
         }
-        Task.WaitAll(churn);
+        await Task.WhenAll(churn);
 
         Assert.Equal(60, logins);
         // The churn did press on the limits: turned away past its addresses' pending share or at the reserve.
