@@ -18,7 +18,7 @@ namespace Hpc.Bench;
 public sealed record FetchRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Run,
     double DecodeSeconds, double DecodeCpuSeconds, double FetchSeconds, double AgentUserSeconds, double AgentSystemSeconds,
-    double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null, string? Tier = null);
+    double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null, string? Tier = null, double IngestSeconds = 0);
 
 /// <summary>
 /// The node agent fetching a version from a real cache host on loopback (its own process, warm, as a node runs it),
@@ -26,6 +26,9 @@ public sealed record FetchRecord(
 /// its offset into a new file on the same file system, from memory, on the same cores — on the same data in the same run.
 /// The agent's CPU is split into user and kernel time: writing a copy into tmpfs and receiving it from a socket are
 /// kernel work that the decode baseline shares only in part (it writes, it does not receive).
+/// <para>The same agent also takes the version as a fan-out hands it over: every stored segment sent over its pipe as
+/// an ingest (from this process's memory, in about 1 MB frames, as a rank forwards received blocks), then the prefetch
+/// that verifies the whole copy and publishes it — timed from the ingest's start to the publish.</para>
 /// </summary>
 public static class FetchBench
 {
@@ -82,7 +85,7 @@ public static class FetchBench
             File.Delete(path);
 
             await using var tier = new CacheTierClient(host.Client());
-            var (version, manifest) = await tier.ResolveAsync(name, null, ct);
+            var (version, manifest, manifestBytes) = await tier.Catalog.ResolveWithBytesAsync(name, null, ct);
             var stored = await ReadStoredAsync(tier, manifest, ct);
             var target = Path.Combine(o.WorkDir, "decoded.bin");
             DecodeBaseline(manifest, stored, target, threads); // warm-up: JIT and first touch
@@ -96,15 +99,18 @@ public static class FetchBench
             await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
             await using var client = await AgentClient.ConnectAsync(pipe, ct: ct);
             await FetchOnceAsync(client, name, version, ct); // warm-up: the agent's code compiled and tiered up, as on a node that has worked before
+            await IngestOnceAsync(client, name, version, manifestBytes, stored, ct);
 
             for (var run = 1; run <= o.Repeat; run++)
             {
                 ct.ThrowIfCancellationRequested();
                 // Alternate which goes first, so a slow spell of the machine does not always land on the same one.
                 (double Seconds, double Cpu) decode = default;
+                var ingest = 0.0;
                 (double Seconds, double User, double System, double Host) fetch = default;
                 for (var step = 0; step < 2; step++)
                 {
+                    if (step == 1) ingest = await IngestOnceAsync(client, name, version, manifestBytes, stored, ct);
                     if ((step == 0) == (run % 2 == 1))
                     {
                         var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
@@ -123,12 +129,12 @@ public static class FetchBench
                     }
                 }
                 var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
-                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier);
+                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier, ingest);
                 records.Add(r);
                 if (o.Out is not null) BenchJson.Append(o.Out, r);
                 var gb = r.RawBytes / GiB;
                 Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"  {kind,-6} run {run}: decode {MiBps(r.RawBytes, r.DecodeSeconds),6:0} MiB/s, agent {MiBps(r.RawBytes, r.FetchSeconds),6:0} MiB/s, " +
+                    $"  {kind,-6} run {run}: decode {MiBps(r.RawBytes, r.DecodeSeconds),6:0} MiB/s, agent {MiBps(r.RawBytes, r.FetchSeconds),6:0} MiB/s, ingest {MiBps(r.RawBytes, r.IngestSeconds),6:0} MiB/s, " +
                     $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GiB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel)"));
             }
         }
@@ -147,6 +153,29 @@ public static class FetchBench
         var seconds = clock.Elapsed.TotalSeconds;
         fetched?.Invoke();
         await client.ReleaseAsync(name, version, Pin, evict: true, ct);
+        return seconds;
+    }
+
+    /// <summary>
+    /// Hands the agent every stored segment of the version as a fan-out's rank does — an ingest over its pipe, about a
+    /// megabyte to a frame — then prefetches it, which verifies the whole copy and publishes it; timed from the
+    /// ingest's start to the publish, then evicted.
+    /// </summary>
+    private static async Task<double> IngestOnceAsync(AgentClient client, string name, string version, ReadOnlyMemory<byte> manifest, byte[][] stored, CancellationToken ct)
+    {
+        var clock = Stopwatch.StartNew();
+        int accepted;
+        await using (var session = await client.BeginIngestAsync(name, version, manifest, ct))
+        {
+            foreach (var index in session.Missing().ToList()) await session.SendAsync(index, stored[index], ct);
+            var report = await session.CompleteAsync(ct);
+            accepted = report.Accepted;
+            if (report.Missing != 0) throw new InvalidOperationException($"ingest left {report.Missing} segments missing ({report.Rejected} rejected: {report.Rejections?.FirstOrDefault()})");
+        }
+        await client.PrefetchAsync(name, version, Pin, ct);
+        var seconds = clock.Elapsed.TotalSeconds;
+        await client.ReleaseAsync(name, version, Pin, evict: true, ct);
+        if (accepted != stored.Length) throw new InvalidOperationException($"the ingest took {accepted} of {stored.Length} segments");
         return seconds;
     }
 
@@ -188,8 +217,8 @@ public static class FetchBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MiB/s | agent fetch MiB/s | fetch / decode | decode CPU-s per GiB | agent CPU-s per GiB (user + kernel) | agent, runs' range | cache tier CPU-s per GiB |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MiB/s | agent fetch MiB/s | agent ingest MiB/s | fetch / decode | decode CPU-s per GiB | agent CPU-s per GiB (user + kernel) | agent, runs' range | cache tier CPU-s per GiB |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         foreach (var g in records.GroupBy(r => (Tier: r.Tier ?? OurHost, r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned)))
         {
             double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
@@ -199,6 +228,7 @@ public static class FetchBench
             sb.AppendLine(inv, $"| {g.Key.Tier} | {g.Key.Data} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
                                $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
                                $"{Med(r => MiBps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => MiBps(r.RawBytes, r.FetchSeconds)):0} | " +
+                               $"{(g.Any(r => r.IngestSeconds > 0) ? Med(r => MiBps(r.RawBytes, r.IngestSeconds)).ToString("0", inv) : "–")} | " +
                                $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +
                                $"{Med(r => r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} ({Med(r => r.AgentUserSeconds) / gb:0.00} + {Med(r => r.AgentSystemSeconds) / gb:0.00}) | " +
                                $"{agentCpu.Min():0.00}–{agentCpu.Max():0.00} | {Med(r => r.CacheHostCpuSeconds) / gb:0.00} |");
@@ -206,7 +236,8 @@ public static class FetchBench
         if (records.Count > 0)
             sb.AppendLine().AppendLine("raw decode: every stored segment verified and decoded from memory and written at its offset into a new file on the " +
                 "agent's file system, on the same cores; agent fetch: a warm agent (its own process) fetching the version from a cache host on loopback, " +
-                "evicted between runs; medians.");
+                "evicted between runs; agent ingest: the same agent taking every stored segment over its pipe as a fan-out hands " +
+                "it over, then verifying the whole copy and publishing it; medians.");
         return sb.ToString();
     }
 }

@@ -29,6 +29,13 @@ public sealed class LocalCopy(string version, Manifest manifest)
     public int SegmentsDone { get; internal set; }
     public long BytesDone { get; internal set; }
 
+    /// <summary>
+    /// Segments of this partial copy that this agent process verified and wrote itself (an ingest that ended): the fetch
+    /// that completes the copy takes their journal entries without reading and hashing them again. Entries from before
+    /// a restart are not in it and are re-verified.
+    /// </summary>
+    internal bool[]? VerifiedHere { get; set; }
+
     private Dictionary<SegmentId, int>? _segmentIndex;
 
     /// <summary>Where each content id lies in this version (its first occurrence): what a delta fetch looks segments up in.</summary>
@@ -134,10 +141,31 @@ public sealed class CopyIndex(ByteSize budget, Action<LocalCopy>? removed = null
         }
     }
 
-    /// <summary>Ends an ingest; the partial copy stays (marked used now) for the fetch that completes it.</summary>
-    public void EndIngest(string version)
+    /// <summary>
+    /// Ends an ingest; the partial copy stays (marked used now) for the fetch that completes it, with the segments the
+    /// ingest verified and wrote (<see cref="LocalCopy.VerifiedHere"/>).
+    /// </summary>
+    public void EndIngest(string version, bool[]? verified = null)
     {
-        lock (_lock) if (_copies.TryGetValue(version, out var c)) { c.Ingesting = false; Touch(c); }
+        lock (_lock)
+            if (_copies.TryGetValue(version, out var c))
+            {
+                c.Ingesting = false;
+                c.VerifiedHere = verified;
+                Touch(c);
+            }
+    }
+
+    /// <summary>Takes what <see cref="EndIngest"/> left: the next writer of the copy owns that knowledge now.</summary>
+    public bool[]? TakeVerifiedHere(string version)
+    {
+        lock (_lock)
+        {
+            if (!_copies.TryGetValue(version, out var c)) return null;
+            var verified = c.VerifiedHere;
+            c.VerifiedHere = null;
+            return verified;
+        }
     }
 
     /// <summary>Ends a fetch that did not publish (it failed); the partial copy stays for a later resume unless removed.</summary>

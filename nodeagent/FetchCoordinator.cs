@@ -86,7 +86,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
             long reusedBytes = 0, resumedBytes;
             using (var files = directory.CreatePartial(version, manifest))
             {
-                var done = VerifiedJournalEntries(directory, version, manifest, files);
+                var done = VerifiedJournalEntries(directory, version, manifest, files, index.TakeVerifiedHere(version));
                 resumed = done.Count(d => d);
                 resumedBytes = Enumerable.Range(0, done.Length).Where(i => done[i]).Sum(i => (long)manifest.Segments[i].RawLength);
                 index.SetProgress(version, resumed, resumedBytes);
@@ -212,21 +212,37 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     /// The segments a partial copy's journal records whose bytes still match their content ids: the journal may have
     /// reached the disk before the data did, so an entry alone proves nothing.
     /// </summary>
-    internal static bool[] VerifiedJournalEntries(DataDirectory directory, string version, Manifest manifest, DatasetFiles files)
+    /// <summary>
+    /// The segments a partial copy's journal holds whose bytes in the file still hash to their ids. Entries this process
+    /// verified itself (<paramref name="verifiedHere"/>, from an ingest that ended) are taken as they are; the others
+    /// are read back and hashed on every core, as a resume after a restart needs all of them checked.
+    /// </summary>
+    internal static bool[] VerifiedJournalEntries(DataDirectory directory, string version, Manifest manifest, DatasetFiles files, bool[]? verifiedHere = null)
     {
         var done = new bool[manifest.Segments.Count];
-        var buffer = System.Buffers.ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxRawLength);
-        try
+        var check = new List<int>();
+        var queued = new bool[done.Length];
+        foreach (var i in directory.ReadJournal(version))
         {
-            foreach (var i in directory.ReadJournal(version))
-            {
-                if (i < 0 || i >= done.Length || done[i]) continue;
-                var span = buffer.AsSpan(0, manifest.Segments[i].RawLength);
-                files.Read(span, manifest.Offsets[i]);
-                if (SegmentId.Of(span) == manifest.SegmentIds[i]) done[i] = true;
-            }
+            if (i < 0 || i >= done.Length || done[i] || queued[i]) continue;
+            if (verifiedHere is not null && i < verifiedHere.Length && verifiedHere[i]) done[i] = true;
+            else { queued[i] = true; check.Add(i); }
         }
-        finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
+        if (check.Count == 0) return done;
+        Parallel.ForEach(System.Collections.Concurrent.Partitioner.Create(0, check.Count, Math.Max(16, check.Count / (4 * Environment.ProcessorCount))),
+            () => System.Buffers.ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxRawLength),
+            (range, _, buffer) =>
+            {
+                for (var k = range.Item1; k < range.Item2; k++)
+                {
+                    var i = check[k];
+                    var span = buffer.AsSpan(0, manifest.Segments[i].RawLength);
+                    files.Read(span, manifest.Offsets[i]);
+                    if (SegmentId.Of(span) == manifest.SegmentIds[i]) done[i] = true; // distinct i per iteration: no two threads write one slot
+                }
+                return buffer;
+            },
+            buffer => System.Buffers.ArrayPool<byte>.Shared.Return(buffer));
         return done;
     }
 }

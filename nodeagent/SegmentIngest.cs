@@ -38,6 +38,10 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     private readonly DatasetFiles? _file;
     private readonly FileStream? _journal;
     private readonly bool[] _have;
+    /// <summary>Segments a thread is verifying and writing now: a second copy of one arriving meanwhile counts as already had.</summary>
+    private readonly bool[] _writing;
+    /// <summary>Guards what several accepting threads share: the bitmaps, the counts, the reasons, the journal.</summary>
+    private readonly Lock _gate = new();
     private readonly List<string> _reasons = [];
     private int _missing, _accepted, _alreadyHad, _rejected;
     private CommonDataException? _failure;
@@ -49,6 +53,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         (Version, Manifest, Complete, _log, _index, _turn, _file, _journal) = (version, manifest, complete, log, index, turn, file, journal);
         _minBytesPerSecond = Math.Max(0, minBytesPerSecond);
         _have = have ?? [];
+        _writing = new bool[_have.Length];
         _missing = complete ? 0 : _have.Count(h => !h);
     }
 
@@ -139,7 +144,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
             {
                 if (existing is null || !File.Exists(directory.ManifestPath(version))) await directory.WriteManifestAsync(version, serializedManifest);
                 file = directory.CreatePartial(version, manifest);
-                var have = FetchCoordinator.VerifiedJournalEntries(directory, version, manifest, file);
+                var have = FetchCoordinator.VerifiedJournalEntries(directory, version, manifest, file, index.TakeVerifiedHere(version));
                 index.SetProgress(version, have.Count(h => h), Enumerable.Range(0, have.Length).Where(i => have[i]).Sum(i => (long)manifest.Segments[i].RawLength));
                 journal = directory.OpenJournal(version);
                 // Segments another local version holds are copied from it first (checked against their ids), as a fetch
@@ -179,35 +184,44 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
 
     /// <summary>
     /// Takes one stored segment. Rejected (counted, first reasons kept) when it fails verification; counted as already
-    /// had when the node has it; otherwise written and journaled. Throws <see cref="ErrorCode.BadRequest"/> for an index
-    /// outside the manifest, and the failure (e.g. <see cref="ErrorCode.NoSpace"/>) when the file cannot be written;
-    /// either ends the ingest.
+    /// had when the node has it or another thread is writing it; otherwise written and journaled. Throws
+    /// <see cref="ErrorCode.BadRequest"/> for an index outside the manifest, and the failure (e.g.
+    /// <see cref="ErrorCode.NoSpace"/>) when the file cannot be written; either ends the ingest. Safe to call from several
+    /// threads at once (<see cref="Hpc.NodeAgent.Pipe.IngestWorkers"/>): segments are verified and written in parallel,
+    /// only the bookkeeping is serialized.
     /// </summary>
     public void Accept(int index, ReadOnlySpan<byte> stored)
     {
-        if (Complete || _disposed || _failure is not null) throw new InvalidOperationException("this ingest takes no more segments");
-        if ((uint)index >= (uint)_have.Length)
-            throw new CommonDataException(ErrorCode.BadRequest, $"ingest of version {Version}: segment index {index} is out of range (the version has {_have.Length} segments)");
-        if (_have[index]) { _alreadyHad++; return; }
-        string? problem;
-        try
+        lock (_gate)
         {
-            problem = SegmentFetcher.TryWriteSegment(Manifest, index, stored, _file!);
-            if (problem is null) DataDirectory.AppendJournal(_journal!, index);
+            if (Complete || _disposed || _failure is not null) throw new InvalidOperationException("this ingest takes no more segments");
+            if ((uint)index >= (uint)_have.Length)
+                throw new CommonDataException(ErrorCode.BadRequest, $"ingest of version {Version}: segment index {index} is out of range (the version has {_have.Length} segments)");
+            if (_have[index] || _writing[index]) { _alreadyHad++; return; }
+            _writing[index] = true;
         }
+        string? problem;
+        try { problem = SegmentFetcher.TryWriteSegment(Manifest, index, stored, _file!); }
         catch (Exception e)
         {
+            lock (_gate) _writing[index] = false;
             throw Fail(e);
         }
-        if (problem is not null)
+        lock (_gate)
         {
-            _rejected++;
-            if (_reasons.Count < MaxReasons) _reasons.Add($"index {index}: {problem}");
-            return;
+            _writing[index] = false;
+            if (problem is not null)
+            {
+                _rejected++;
+                if (_reasons.Count < MaxReasons) _reasons.Add($"index {index}: {problem}");
+                return;
+            }
+            try { DataDirectory.AppendJournal(_journal!, index); }
+            catch (Exception e) { throw Fail(e); }
+            _have[index] = true;
+            _missing--;
+            _accepted++;
         }
-        _have[index] = true;
-        _missing--;
-        _accepted++;
         Interlocked.Add(ref _bytes, stored.Length);
         Volatile.Write(ref _lastProgress, Environment.TickCount64);
         _index!.SegmentDone(Version, Manifest.Segments[index].RawLength);
@@ -230,6 +244,11 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     }
 
     private CommonDataException Fail(Exception e)
+    {
+        lock (_gate) return FailLocked(e);
+    }
+
+    private CommonDataException FailLocked(Exception e)
     {
         var error = CommonDataException.From(e);
         if (error.Code == ErrorCode.NoSpace && e is not CommonDataException)
@@ -254,7 +273,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
             try { _journal!.Dispose(); }
             catch (IOException e) { _log.JournalCloseFailed(Version, e.Message); }
             _file!.Dispose();
-            _index!.EndIngest(Version);
+            _index!.EndIngest(Version, _have);
             if (_failure?.Code == ErrorCode.NoSpace) _index.Remove(Version);
         }
         _turn?.Dispose();

@@ -1,4 +1,3 @@
-using System.Buffers;
 using System.IO.Pipelines;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
@@ -102,7 +101,7 @@ internal static class IngestOperation
             try
             {
                 using var feeding = CancellationTokenSource.CreateLinkedTokenSource(ct, ingest.Abandoned);
-                if (!await ReceiveSegmentsAsync(connection.Reader, ingest, feeding.Token))
+                if (!await ReceiveSegmentsAsync(connection.Reader, ingest, connection.Options.IngestThreadCount, feeding.Token))
                 {
                     LogBrokenOff(connection, (suppressed, seconds) => connection.Log.IngestBrokenOff(ingest.Version, suppressed, seconds));
                     return false;
@@ -130,9 +129,13 @@ internal static class IngestOperation
         }
     }
 
-    /// <summary>Feeds the records of data frames to the ingest until the empty frame (true) or the end of the connection (false).</summary>
-    private static async Task<bool> ReceiveSegmentsAsync(PipeReader reader, SegmentIngest ingest, CancellationToken ct)
+    /// <summary>
+    /// Feeds the records of data frames to the ingest's workers until the empty frame (true, once every record is done)
+    /// or the end of the connection (false).
+    /// </summary>
+    private static async Task<bool> ReceiveSegmentsAsync(PipeReader reader, SegmentIngest ingest, int threads, CancellationToken ct)
     {
+        await using var workers = new IngestWorkers(ingest, threads);
         while (true)
         {
             var result = await reader.ReadAsync(ct);
@@ -145,50 +148,14 @@ internal static class IngestOperation
                     if (payload.Length == 0)
                     {
                         examined = buffer.Start;
+                        await workers.CompleteAsync();
                         return true;
                     }
-                    AcceptRecords(payload, ingest);
+                    await workers.PostAsync(payload, ct);
                 }
                 if (result.IsCompleted) return false;
             }
             finally { reader.AdvanceTo(buffer.Start, examined); }
-        }
-    }
-
-    /// <summary>Splits a data frame into its records (index, stored length, stored bytes) and hands each to the ingest.</summary>
-    private static void AcceptRecords(ReadOnlySequence<byte> payload, SegmentIngest ingest)
-    {
-        var records = new SequenceReader<byte>(payload);
-        byte[]? pieced = null;
-        try
-        {
-            while (!records.End)
-            {
-                if (!records.TryReadLittleEndian(out int index) || !records.TryReadLittleEndian(out int length))
-                    throw new InvalidDataException("data frame ends inside a record header");
-                if (length <= 0 || length > records.Remaining)
-                    throw new InvalidDataException($"record of segment {index} claims {length} bytes but {records.Remaining} remain in its frame");
-                if (records.UnreadSpan.Length >= length)
-                {
-                    ingest.Accept(index, records.UnreadSpan[..length]);
-                }
-                else
-                {
-                    // The record straddles two of the pipe's buffers: piece it together once.
-                    if (pieced is null || pieced.Length < length)
-                    {
-                        if (pieced is not null) ArrayPool<byte>.Shared.Return(pieced);
-                        pieced = ArrayPool<byte>.Shared.Rent(length);
-                    }
-                    records.UnreadSequence.Slice(0, length).CopyTo(pieced);
-                    ingest.Accept(index, pieced.AsSpan(0, length));
-                }
-                records.Advance(length);
-            }
-        }
-        finally
-        {
-            if (pieced is not null) ArrayPool<byte>.Shared.Return(pieced);
         }
     }
 }

@@ -105,6 +105,17 @@ public sealed class NodeAgentOptions : IProgramOptions
     public ByteRate IngestMinRate { get; set; } = new(256 << 10);
 
     /// <summary>
+    /// Threads that verify, decode and write an ingest's segments while its connection goes on receiving: a fan-out
+    /// hands a node the whole dataset over one connection, and one thread took it at a fraction of the node's cores.
+    /// 0: one per core.
+    /// </summary>
+    [Switch("--ingest-threads", "threads that verify, decode and write one ingest's segments; 0: one per core")]
+    public int IngestThreads { get; set; }
+
+    /// <summary>The threads an ingest uses: <see cref="IngestThreads"/>, or one per core.</summary>
+    public int IngestThreadCount => IngestThreads > 0 ? IngestThreads : Environment.ProcessorCount;
+
+    /// <summary>
     /// Bytes of copies one user may hold pinned on the node (a copy counts whole for each user pinning it); root, the
     /// agent's user and the admin group are not limited. Default: a quarter of <see cref="Budget"/>.
     /// </summary>
@@ -138,6 +149,7 @@ public sealed class NodeAgentOptions : IProgramOptions
         if (MaxIngestsPerUser < 1) yield return $"--max-ingests-per-user must be at least 1 (got {MaxIngestsPerUser})";
         if (!(IdleTimeout > 0)) yield return $"--idle-timeout must be more than 0 seconds (got {IdleTimeout})";
         if (!(IngestStallTimeout > 0)) yield return $"--ingest-stall-timeout must be more than 0 seconds (got {IngestStallTimeout})";
+        if (IngestThreads is < 0 or > 1024) yield return $"--ingest-threads must be between 0 (one per core) and 1024 (got {IngestThreads})";
         if (PinQuota is { Bytes: <= 0 } quota) yield return $"--pin-quota must be more than 0 (got {quota.ToExactString()})";
         if (!string.IsNullOrEmpty(AdminGroup))
         {

@@ -287,6 +287,47 @@ public class Ingesting
     }
 
     [Fact]
+    public async Task Segments_handed_over_by_many_threads_at_once_are_each_written_once_and_counted_once()
+    {
+        using var node = new Node();
+        var data = Mixed(64, tail: 7);
+        var version = node.Source.Stage("mpi/a", data);
+        var corrupt = node.Source.StoredSegment(version, 9).ToArray();
+        corrupt[^1] ^= 0xff;
+
+        using (var ingest = await Begin(node, "mpi/a", version))
+        {
+            // Every segment four times over, and a damaged copy of one, from eight threads in no particular order.
+            var deliveries = Enumerable.Range(0, 4 * 65).Select(k => k % 65).Order().ToArray();
+            Parallel.ForEach(deliveries, new ParallelOptions { MaxDegreeOfParallelism = 8 }, i => ingest.Accept(i, node.Source.StoredSegment(version, i)));
+            ingest.Accept(9, corrupt);
+            var done = ingest.Finish();
+            Assert.Equal((65, 3 * 65 + 1, 0, 0), (done.Accepted, done.AlreadyHad, done.Rejected, done.Missing));
+        }
+        Assert.Equal(Enumerable.Range(0, 65), File.ReadAllBytes(node.Journal(version)).Chunk(4).Select(e => BitConverter.ToInt32(e)).Order());
+
+        node.Source.Down = true;
+        var published = await PrefetchVersion(node, "mpi/a", version);
+        Assert.Equal(data, File.ReadAllBytes(published.Dataset.Path));
+    }
+
+    [Fact]
+    public async Task Segments_rejected_by_one_thread_stay_missing_for_another_threads_good_copy()
+    {
+        using var node = new Node();
+        var version = node.Source.Stage("mpi/a", Mixed(16));
+        using var ingest = await Begin(node, "mpi/a", version);
+        var bad = Enumerable.Range(0, 16).Select(i => { var b = node.Source.StoredSegment(version, i).ToArray(); b[^1] ^= 0x5a; return b; }).ToArray();
+
+        Parallel.For(0, 16, new ParallelOptions { MaxDegreeOfParallelism = 4 }, i => ingest.Accept(i, bad[i]));
+        Parallel.For(0, 16, new ParallelOptions { MaxDegreeOfParallelism = 4 }, i => ingest.Accept(i, node.Source.StoredSegment(version, i)));
+        var done = ingest.Finish();
+
+        Assert.Equal((16, 16, 0), (done.Accepted, done.Rejected, done.Missing));
+        Assert.Equal(SegmentIngest.MaxReasons, done.Rejections!.Count);
+    }
+
+    [Fact]
     public async Task What_was_ingested_survives_a_restart_and_the_resumed_prefetch_fetches_only_the_rest()
     {
         using var node = new Node();
