@@ -126,7 +126,8 @@ internal sealed partial class ClientSession
         {
             case "set":
                 WriteRules.ReadOptions(args, first + 2, out long ttlMs, out bool onlyIfAbsent);
-                verdict = WriteRules.Set(Store, user, key, args[first + 1], onlyIfAbsent, ttlMs, out refusal);
+                verdict = WriteRules.Set(Store, user, key, args[first + 1], onlyIfAbsent, ttlMs, _server.Options.ForeignKeyQuota.Bytes, out refusal);
+                if (refusal is null && WriteRules.IsLock(key)) refusal = _server.Locks.Refusal(user.Name, Encoding.UTF8.GetString(key));
                 return refusal;
             case "expire":
             case "pexpire":
@@ -161,7 +162,7 @@ internal sealed partial class ClientSession
         }
         if (_user.Role == CacheRole.Writer)
         {
-            var verdict = WriteRules.Set(Store, _user, key, new ReadOnlySequence<byte>(value), onlyIfAbsent: false, ttlMs: 0, out var refusal);
+            var verdict = WriteRules.Set(Store, _user, key, new ReadOnlySequence<byte>(value), onlyIfAbsent: false, ttlMs: 0, _server.Options.ForeignKeyQuota.Bytes, out var refusal);
             if (verdict != WriteVerdict.Allowed)
             {
                 ReleaseFrameCharge();
@@ -239,5 +240,27 @@ internal sealed partial class ClientSession
             return;
         }
         command.Handler(this);
+        if (_user is { Role: CacheRole.Writer } writer) AccountLock(writer, command);
+    }
+
+    /// <summary>
+    /// A writer's SET of a version's lock that stored it, or DEL of one that is gone now, goes in the lock ledger
+    /// (decided after the command ran: a SET NX that found the lock held took nothing).
+    /// </summary>
+    private void AccountLock(CacheUser writer, CommandInfo command)
+    {
+        if (_command.Count < 2 || !WriteRules.IsLock(_command.Span(1))) return;
+        var key = _command.Span(1);
+        if (command.Name == "set" && _command.Count >= 3 && Store.TryPeek(key, out var held) && held.AsSpan().SequenceEqual(_command.Span(2)))
+        {
+            WriteRules.ReadOptions(_command, 3, out long ttlMs, out _);
+            _server.Locks.Taken(writer.Name, Encoding.UTF8.GetString(key), ttlMs);
+        }
+        else if (command.Name == "del")
+        {
+            for (int i = 1; i < _command.Count; i++)
+                if (WriteRules.IsLock(_command.Span(i)) && !Store.Exists(_command.Span(i)))
+                    _server.Locks.Released(writer.Name, Encoding.UTF8.GetString(_command.Span(i)));
+        }
     }
 }

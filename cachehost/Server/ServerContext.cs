@@ -23,6 +23,7 @@ internal sealed class ServerContext
         AuthBudget = new AuthBudget(time);
         Admission = new ConnectionAdmission(time);
         LogGates = new LogGates(time);
+        Locks = new LockLedger(time);
         StartTimestamp = time.GetTimestamp();
         Version = typeof(ServerContext).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion
             ?? typeof(ServerContext).Assembly.GetName().Version?.ToString() ?? "0.0.0";
@@ -34,6 +35,9 @@ internal sealed class ServerContext
     public ConnectionAdmission Admission { get; }
     public CacheStore Store { get; }
     public TimeProvider Time { get; }
+
+    /// <summary>How long writer accounts have held versions' locks (<see cref="LockLedger"/>).</summary>
+    public LockLedger Locks { get; }
     public RespLimits Limits { get; }
     private CacheUsers _users;
     private int _usersGeneration;

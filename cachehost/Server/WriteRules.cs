@@ -26,14 +26,17 @@ internal enum WriteVerdict
 /// content-addressed and shared by every dataset holding the same bytes, so a writer may add them only with the bytes
 /// their id names, never replace them, and only lengthen their life. Bookkeeping keys (job references, locks, staging
 /// leases, removal records) belong to the account they name and always expire. Keys outside <c>hcd:</c> are not this
-/// system's and are left to the role check alone.
+/// system's: writers may store them within the host's --foreign-key-quota, all writers together.
 /// </summary>
 internal static class WriteRules
 {
     private enum KeyKind { Foreign, Segment, Manifest, Latest, JobReference, Lock, Staging, Removed, HostOnly, Malformed }
 
-    /// <summary>The longest life a writer may give a lock: a holder that dies frees the version within it.</summary>
-    public const long MaxLockMs = 60_000;
+    /// <summary>
+    /// The longest life a writer may give a lock: a holder that dies frees the version within it. Never renewed (see
+    /// <see cref="LockLedger"/> for taking it again).
+    /// </summary>
+    public const long MaxLockMs = 15_000;
     /// <summary>The longest life a writer may give a staging lease (renewed while the stage runs).</summary>
     public const long MaxLeaseMs = 10 * 60_000;
     /// <summary>The longest life a writer may give a job reference or a removal record.</summary>
@@ -89,14 +92,15 @@ internal static class WriteRules
     /// 0 for none). <see cref="WriteVerdict.AlreadyHeld"/>: the key holds these very bytes already.
     /// </summary>
     public static WriteVerdict Set(CacheStore store, CacheUser user, ReadOnlySpan<byte> key, in ReadOnlySequence<byte> value,
-        bool onlyIfAbsent, long ttlMs, out string? refusal)
+        bool onlyIfAbsent, long ttlMs, long foreignQuota, out string? refusal)
     {
         refusal = null;
         var kind = Classify(key, out var id, out var name);
         switch (kind)
         {
             case KeyKind.Foreign:
-                return WriteVerdict.Allowed;
+                refusal = CheckForeignQuota(store, user, key, value.Length, foreignQuota);
+                break;
             case KeyKind.Latest:
                 refusal = CheckOwner(user, name!) ?? CheckPointer(store, name!, value);
                 break;
@@ -160,7 +164,8 @@ internal static class WriteRules
             case KeyKind.Staging:
                 return CheckAccount(user, key, name!) ?? CheckLife(user, key, kind, newTtlMs ?? 0);
             case KeyKind.Lock:
-                return CheckHolder(store, user, key) ?? CheckLife(user, key, kind, newTtlMs ?? 0);
+                return CheckHolder(store, user, key)
+                       ?? $"NOPERM {KeyText(key)} is never renewed: a writer's lock lives at most {MaxLockMs / 1000} s from when it was taken with SET NX";
             case KeyKind.Removed:
                 return CheckRecordOwner(store, user, key) ?? CheckLife(user, key, kind, newTtlMs ?? 0);
             default:
@@ -196,6 +201,22 @@ internal static class WriteRules
                 return $"NOPERM User {user.Name} has no permissions to delete shared keys (segments, and what this system keeps for itself): that takes the admin role";
         }
     }
+
+    /// <summary>
+    /// Keys outside <c>hcd:</c> are no dataset's, so no owner limits them; together they may hold at most the host's
+    /// --foreign-key-quota (what a key replaced held is counted back first).
+    /// </summary>
+    private static string? CheckForeignQuota(CacheStore store, CacheUser user, ReadOnlySpan<byte> key, long valueLength, long quota)
+    {
+        var replaced = store.TryPeek(key, out var held) ? CacheStore.EstimateCost(key.Length, held.Length) : 0;
+        var after = store.ForeignBytes - replaced + CacheStore.EstimateCost(key.Length, valueLength);
+        return after <= quota ? null
+            : $"NOPERM keys outside hcd: would hold {ByteSize.Format(after)} on this host, over its --foreign-key-quota of {ByteSize.Format(quota)}: " +
+              $"User {user.Name} may store no more there (memory is kept for datasets; an administrator is not limited)";
+    }
+
+    /// <summary>Whether <paramref name="key"/> is a version's lock (what <see cref="LockLedger"/> accounts for).</summary>
+    public static bool IsLock(ReadOnlySpan<byte> key) => key.StartsWith(LockKey);
 
     private static string? CheckOwner(CacheUser user, string name) => user.Owns(name) ? null
         : $"NOPERM dataset {name} is not among the names of account {user.Name} (users file: names {user.Name} ...): User {user.Name} may read it but not change it";

@@ -57,6 +57,12 @@ internal sealed class CacheStore
     /// <summary>Budget in use: stored entries and the large request frames connections are still receiving.</summary>
     public long UsedBytes => Volatile.Read(ref _usedBytes);
 
+    /// <summary>Of <see cref="UsedBytes"/>, what keys outside this system's <c>hcd:</c> namespace hold (what writers' quota counts).</summary>
+    public long ForeignBytes => Volatile.Read(ref _foreignBytes);
+    private long _foreignBytes;
+
+    private static bool IsForeign(ReadOnlySpan<byte> key) => !key.StartsWith("hcd:"u8);
+
     /// <summary>The part of <see cref="UsedBytes"/> held for request frames still being received.</summary>
     public long FrameBytes => Volatile.Read(ref _frameBytes);
     public long Count => Volatile.Read(ref _keyCount);
@@ -151,6 +157,7 @@ internal sealed class CacheStore
                 if (_map.TryUpdate(storedKey, created, old))
                 {
                     Release(EstimateCost(storedKey.Length, old.Value.Length));
+                    if (IsForeign(storedKey)) Interlocked.Add(ref _foreignBytes, cost - EstimateCost(storedKey.Length, old.Value.Length));
                     AdjustExpiring(storedKey, old, created);
                     if (!live)
                         Interlocked.Increment(ref _expiredKeys);
@@ -169,6 +176,7 @@ internal sealed class CacheStore
                 if (_map.TryAdd(newKey, created))
                 {
                     Interlocked.Increment(ref _keyCount);
+                    if (IsForeign(newKey)) Interlocked.Add(ref _foreignBytes, cost);
                     AdjustExpiring(newKey, null, created);
                     return SetOutcome.Stored;
                 }
@@ -327,6 +335,7 @@ internal sealed class CacheStore
     private void OnRemoved(byte[] key, Entry entry, bool expired)
     {
         Release(EstimateCost(key.Length, entry.Value.Length));
+        if (IsForeign(key)) Interlocked.Add(ref _foreignBytes, -EstimateCost(key.Length, entry.Value.Length));
         Interlocked.Decrement(ref _keyCount);
         if (entry.ExpiresAt != 0)
             Interlocked.Decrement(ref _expiringCount);

@@ -30,6 +30,13 @@ public sealed class CacheHostOptions : IProgramOptions
     [Switch("--max-frame", "largest request accepted (bounds one value, an inline line and the argument count)")]
     public ByteSize MaxFrameBytes { get; set; } = new(64L << 20);
 
+    /// <summary>
+    /// What keys outside the system's <c>hcd:</c> namespace may hold on the host before writers are refused more (all
+    /// writers together; administrators are not limited): a writer account can otherwise fill the memory datasets need.
+    /// </summary>
+    [Switch("--foreign-key-quota", "bytes that keys outside hcd: may hold before writers are refused more (all writers together; administrators are not limited)")]
+    public ByteSize ForeignKeyQuota { get; set; } = new(16L << 20);
+
     [Switch("--max-clients", "connections served at once; more are turned away")]
     public int MaxClients { get; set; } = 10_000;
 
@@ -88,6 +95,8 @@ public sealed class CacheHostOptions : IProgramOptions
             yield return $"--max-frame must be between 1KB and 2GB, not {MaxFrameBytes.ToExactString()}.";
         if (MaxClients <= 0)
             yield return $"--max-clients must be positive, not {MaxClients}.";
+        if (ForeignKeyQuota.Bytes < 0)
+            yield return $"--foreign-key-quota must not be negative, not {ForeignKeyQuota.ToExactString()}.";
         if (MaxUnauthenticatedPerAddress <= 0)
             yield return $"--max-unauthenticated-per-address must be positive, not {MaxUnauthenticatedPerAddress}.";
         if (MaxClientsPerAddress <= 0)

@@ -109,7 +109,7 @@ public sealed class NodeAgentOptions : IProgramOptions
     /// hands a node the whole dataset over one connection, and one thread took it at a fraction of the node's cores.
     /// 0: one per core.
     /// </summary>
-    [Switch("--ingest-threads", "threads that verify, decode and write one ingest's segments; 0: one per core")]
+    [Switch("--ingest-threads", "threads that verify, decode and write one ingest's segments; 0: one per core", Environment = "HPCDATA_AGENT_INGEST_THREADS")]
     public int IngestThreads { get; set; }
 
     /// <summary>The threads an ingest uses: <see cref="IngestThreads"/>, or one per core.</summary>

@@ -374,18 +374,30 @@ public sealed class CacheCatalog
         }
     }
 
-    /// <summary>A lock that expires on its own (10 s), so a crashed holder cannot wedge the version.</summary>
+    /// <summary>
+    /// A lock that expires on its own (10 s), so a crashed holder cannot wedge the version. Tried for 30 s: a host lets a
+    /// writer hold a lock at most 15 s and not again at once, so another account holding it delays, never stops, a job
+    /// step; the failure names whoever held it.
+    /// </summary>
     private async Task LockAsync(string lockKey, string version, string holder, CancellationToken ct)
     {
-        for (var attempt = 0; attempt < 200; attempt++)
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        while (true)
         {
             var taken = await _hosts.Topology.RunOnOwnerAsync(lockKey, async (c, token) =>
                 Check(c, await c.FlushAndReadCommandAsync("SET"u8, [lockKey, holder, "NX", "PX", "10000"], token)).Kind == RespKind.SimpleString, ct);
             if (taken) return;
+            if (clock.Elapsed > LockPatience) break;
             await Task.Delay(TimeSpan.FromMilliseconds(10 + Random.Shared.Next(0, 40)), ct);
         }
-        throw new CommonDataException(ErrorCode.Timeout, $"the job references of version {version} stayed locked on the cache tier");
+        var held = await _hosts.Topology.RunOnOwnerAsync(lockKey, (c, token) => GetAsync(c, lockKey, token), ct);
+        var by = held.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(held.Bulk!) : null;
+        var account = by is null ? null : by[..Math.Max(0, by.IndexOf(':'))];
+        throw new CommonDataException(ErrorCode.Timeout, $"the job references of version {version} stayed locked on the cache tier for {LockPatience.TotalSeconds:0} s" +
+            (account is { Length: > 0 } ? $", held by account {account} ({lockKey} = {by}); an administrator can free it with DEL {lockKey}" : ""));
     }
+
+    private static readonly TimeSpan LockPatience = TimeSpan.FromSeconds(30);
 
     private static RespReply Check(RespConnection c, RespReply reply)
     {

@@ -32,7 +32,7 @@ public sealed class UsersReloadTests : IDisposable
         using var alice = Login("alice", "alice-pass");
         var lockKey = "hcd:lock:" + new string('a', 64);
         Assert.Equal("OK", mallory.Call("SET", "hcd:staging:mallory:held", "x", "PX", "600000"));
-        Assert.Equal("OK", mallory.Call("SET", lockKey, "mallory:token", "NX", "PX", "60000"));
+        Assert.Equal("OK", mallory.Call("SET", lockKey, "mallory:token", "NX", "PX", "15000"));
         Assert.Equal("OK", alice.Call("SET", "hcd:staging:alice:own", "x", "PX", "600000"));
 
         File.WriteAllText(_usersFile, Before.Replace("mallory writer  mallory-pass\n", ""));

@@ -1,0 +1,104 @@
+namespace Hpc.CacheHost.Server;
+
+/// <summary>
+/// How long each writer account has held each version's lock (<c>hcd:lock:VERSION</c>). A lock serializes the job
+/// references of one version across every account using it, so one account holding it keeps everyone else's job end
+/// steps and the owner's removal waiting. A writer's lock lives at most <see cref="WriteRules.MaxLockMs"/> and is never
+/// renewed; this ledger keeps it from being taken again and again: every millisecond held is a debt paid back over
+/// <see cref="Payback"/> milliseconds, and an account whose debt on a version is over <see cref="BurstMs"/> may not take
+/// that version's lock until it has paid it down. Job steps hold a lock for a round trip or two, so thousands of them
+/// pass; an account taking it for the longest life each time holds it about a quarter of the time, and the others take
+/// it in between. The ledger is the host's memory alone: a restart forgets it, as it forgets the locks.
+/// </summary>
+internal sealed class LockLedger(TimeProvider time)
+{
+    /// <summary>Debt an account may carry and still take the lock: a burst of short holds.</summary>
+    public const long BurstMs = 5_000;
+    /// <summary>A held millisecond is paid back over this many.</summary>
+    public const int Payback = 3;
+    /// <summary>Entries kept before paid-off ones are dropped.</summary>
+    private const int PruneAbove = 4_096;
+
+    private sealed class Holding
+    {
+        public double DebtMs;
+        public long SettledAt;
+        public long HeldSince, HeldUntil;
+        public bool Open;
+    }
+
+    private readonly Dictionary<(string Account, string Key), Holding> _holdings = [];
+    private readonly Lock _gate = new();
+
+    private long Now => (long)time.GetElapsedTime(0).TotalMilliseconds;
+
+    /// <summary>Null when <paramref name="account"/> may take the lock <paramref name="key"/> now, otherwise the refusal.</summary>
+    public string? Refusal(string account, string key)
+    {
+        lock (_gate)
+        {
+            if (!_holdings.TryGetValue((account, key), out var h)) return null;
+            var debt = Settle(h, Now);
+            if (debt <= BurstMs) return null;
+            var wait = (debt - BurstMs) * Payback / 1000;
+            return $"NOPERM account {account} has held {key} too long of late ({debt / 1000:0.0} s not yet paid back): " +
+                   $"it may take it again in {Math.Ceiling(wait):0} s; a lock is for a job step's moment, and other accounts wait on it";
+        }
+    }
+
+    /// <summary><paramref name="account"/> took the lock <paramref name="key"/> for <paramref name="ttlMs"/>.</summary>
+    public void Taken(string account, string key, long ttlMs)
+    {
+        var now = Now;
+        lock (_gate)
+        {
+            if (!_holdings.TryGetValue((account, key), out var h))
+            {
+                if (_holdings.Count >= PruneAbove) Prune(now);
+                _holdings[(account, key)] = h = new Holding { SettledAt = now };
+            }
+            Settle(h, now);
+            (h.Open, h.HeldSince, h.HeldUntil) = (true, now, now + Math.Max(1, ttlMs));
+        }
+    }
+
+    /// <summary><paramref name="account"/> deleted the lock <paramref name="key"/> (its own, or one that had expired).</summary>
+    public void Released(string account, string key)
+    {
+        var now = Now;
+        lock (_gate)
+        {
+            if (!_holdings.TryGetValue((account, key), out var h) || !h.Open) return;
+            Settle(h, now);
+            if (!h.Open) return; // it had expired already and was counted whole
+            h.DebtMs += now - h.HeldSince;
+            h.Open = false;
+        }
+    }
+
+    /// <summary>Brings a holding's debt up to <paramref name="now"/>: paid back over time, a hold that expired added whole.</summary>
+    private static double Settle(Holding h, long now)
+    {
+        if (h.Open && h.HeldUntil <= now)
+        {
+            PayBack(h, h.HeldUntil);
+            h.DebtMs += h.HeldUntil - h.HeldSince;
+            h.Open = false;
+        }
+        PayBack(h, now);
+        return h.DebtMs + (h.Open ? now - h.HeldSince : 0);
+    }
+
+    private static void PayBack(Holding h, long until)
+    {
+        if (until <= h.SettledAt) return;
+        h.DebtMs = Math.Max(0, h.DebtMs - (double)(until - h.SettledAt) / Payback);
+        h.SettledAt = until;
+    }
+
+    private void Prune(long now)
+    {
+        foreach (var (who, h) in _holdings.ToList())
+            if (Settle(h, now) <= 0 && !h.Open) _holdings.Remove(who);
+    }
+}
