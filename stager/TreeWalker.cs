@@ -56,14 +56,15 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
                         subdirectories.Add(path);
                         break;
                     case FileStatus.Kind.SymbolicLink:
+                        // Kept as written, whatever it points at (absolute, out of the tree, nothing): a software tree's
+                        // bin/python -> /usr/bin/python3 must resolve on the node as it did here. Never followed.
                         var target = new FileInfo(full).LinkTarget ?? "";
-                        var kept = ToRelative(root, path, target);
-                        if (kept is null)
+                        if (!Manifest.IsStorableLinkTarget(target))
                         {
-                            Warn($"skipping the link '{path}' -> '{target}': it points outside the tree");
+                            Warn($"skipping the link '{path}' -> '{Escape(target)}': a target must be 1 to {Manifest.MaxLinkTarget} characters with no control characters");
                             break;
                         }
-                        entries.Add(new Entry(full, new DatasetFile(path, offset, 0, info.Permissions) { Type = DatasetEntryType.SymbolicLink, Target = kept, ModifiedNanoseconds = info.ModifiedNanoseconds }));
+                        entries.Add(new Entry(full, new DatasetFile(path, offset, 0, info.Permissions) { Type = DatasetEntryType.SymbolicLink, Target = target, ModifiedNanoseconds = info.ModifiedNanoseconds }));
                         break;
                     case FileStatus.Kind.File:
                         if (info.Links > 1 && inodes.TryGetValue((info.Device, info.Inode), out var first))
@@ -110,24 +111,6 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
     {
         Skipped++;
         log.LogWarning("{Message}", message);
-    }
-
-    /// <summary>
-    /// A link's target as a relative path that stays inside the tree, or null when it leads out. Absolute targets inside
-    /// the tree are made relative, so the tree can be published anywhere. A relative target that stays inside as written
-    /// is kept byte for byte ("./", "..//" and a trailing "/" included): its text is data that programs read with
-    /// readlink, and tidying it changed what they see.
-    /// </summary>
-    private static string? ToRelative(string root, string linkPath, string target)
-    {
-        if (target.Length == 0) return null;
-        if (!Path.IsPathRooted(target) && Manifest.LinkStaysInside(linkPath, target)) return target;
-        var linkDirectory = Path.GetDirectoryName(Path.Combine(root, linkPath))!;
-        var resolved = Path.GetFullPath(Path.IsPathRooted(target) ? target : Path.Combine(linkDirectory, target));
-        var rootFull = Path.GetFullPath(root).TrimEnd('/');
-        if (resolved != rootFull && !resolved.StartsWith(rootFull + "/", StringComparison.Ordinal)) return null;
-        var relative = Path.GetRelativePath(linkDirectory, resolved).Replace('\\', '/');
-        return Manifest.LinkStaysInside(linkPath, relative) ? relative : null;
     }
 
     private static string Escape(string s) => new(s.Select(c => c == '\uFFFD' ? '?' : c).ToArray());

@@ -214,7 +214,11 @@ public sealed unsafe partial class Dataset : IAsyncDisposable, IDisposable
         return _backing is TreeBacking tree ? DatasetFiles.MemberPath(tree.Root, path) : "";
     }
 
-    /// <summary>The file entry a path names, following hard links and symbolic links (which stay inside the tree) as a file system would.</summary>
+    /// <summary>
+    /// The file entry a path names, following hard links and symbolic links that stay inside the tree as a file system
+    /// would. A link leading out of the tree (absolute, or climbing above its root) is not followed: what it names is
+    /// the node's, not the dataset's.
+    /// </summary>
     private Dictionary<string, DatasetFile>? _byPath;
 
     private DatasetFile Resolve(string path)
@@ -233,6 +237,9 @@ public sealed unsafe partial class Dataset : IAsyncDisposable, IDisposable
                     path = entry.Target!;
                     break;
                 case DatasetEntryType.SymbolicLink:
+                    if (!Manifest.LinkStaysInside(entry.Path, entry.Target!))
+                        throw new FileNotFoundException($"'{entry.Path}' in dataset '{Name}' is a link to '{entry.Target}', outside the dataset; " +
+                                                        "open it through the file system (LocalPathOf) if the node has it", path);
                     var parts = new List<string>(entry.Path.Split('/')[..^1]);
                     foreach (var part in entry.Target!.Split('/'))
                     {

@@ -5,8 +5,8 @@ using Hpc.CommonData.Format;
 namespace Hpc.Integration.Tests;
 
 /// <summary>
-/// Directory datasets as users have them: a tree staged faithfully (links kept as links and never followed, hard links
-/// once, empty files and directories, modes and times) comes back identical with <c>hpcdata get</c>; what cannot be
+/// Directory datasets as users have them: a tree staged faithfully (links kept as links whatever they point at, byte
+/// for byte, and never followed; hard links once, empty files and directories, modes and times) comes back identical with <c>hpcdata get</c>; what cannot be
 /// staged is skipped with a warning or refused with a reason.
 /// </summary>
 public class TreeTests
@@ -19,7 +19,7 @@ public class TreeTests
         return (p.ExitCode, output);
     }
 
-    /// <summary>Every case a real tree has that round-trips (no fifo, no link out of the tree).</summary>
+    /// <summary>Every case a real tree has that round-trips (no fifo): links of every kind, as a software environment has them.</summary>
     private static async Task<string> BuildTree(string root)
     {
         var tree = Path.Combine(root, "tree");
@@ -36,12 +36,22 @@ public class TreeTests
             ln '{tree}/a/one.csv' '{tree}/a/one-again.csv'
             mkdir '{tree}/links'; ln -s ../a/one.csv '{tree}/links/to-one'
             ln -s '{tree}/a/b' '{tree}/absolute-to-b'
+            mkdir '{tree}/bin'; ln -s /usr/bin/env '{tree}/bin/python'; ln -s ../../outside/of/tree '{tree}/bin/out'; ln -s no/such/file '{tree}/bin/dangling'
             mkdir '{tree}/sub'; ln -s .. '{tree}/sub/up'
             mkdir '{tree}/sub/deeper'; ln -s '../.././a//./one.csv' '{tree}/sub/deeper/odd'; ln -s './..//../a/b/' '{tree}/sub/deeper/trailing'
             touch -d '2001-02-03 04:05:06.123456789' '{tree}/a/one.csv' '{tree}/empty-dir'
             """);
         Assert.True(code == 0, output);
         return tree;
+    }
+
+    /// <summary>Every link below <paramref name="root"/> and its target exactly as stored (find's %l), in order.</summary>
+    private static async Task<string> LinksOf(string root)
+    {
+        var (code, output) = await Shell($"cd '{root}' && find . -type l -printf '%p -> %l\n' | sort");
+        Assert.True(code == 0, output);
+        Assert.Contains("-> /usr/bin/env", output);
+        return output;
     }
 
     [Fact]
@@ -58,11 +68,15 @@ public class TreeTests
         Assert.True(code == 0, stderr);
         Assert.Contains("verified", string.Join("\n", stdout));
 
-        // The one difference by design: an absolute link into the tree comes back relative.
-        var (same, diff) = await Shell($"diff -r --no-dereference -x absolute-to-b '{tree}' '{copy}'");
+        var (same, diff) = await Shell($"diff -r --no-dereference '{tree}' '{copy}'");
         Assert.True(same == 0, diff);
+        Assert.Equal(await LinksOf(tree), await LinksOf(copy));
         Assert.Equal("../a/one.csv", new FileInfo(Path.Combine(copy, "links", "to-one")).LinkTarget);
-        Assert.Equal("a/b", new FileInfo(Path.Combine(copy, "absolute-to-b")).LinkTarget);   // made relative, so the tree can live anywhere
+        // Absolute, out of the tree, dangling: kept as written, as tar keeps them; the node resolves them as this host did.
+        Assert.Equal($"{tree}/a/b", new FileInfo(Path.Combine(copy, "absolute-to-b")).LinkTarget);
+        Assert.Equal("/usr/bin/env", new FileInfo(Path.Combine(copy, "bin", "python")).LinkTarget);
+        Assert.Equal("../../outside/of/tree", new FileInfo(Path.Combine(copy, "bin", "out")).LinkTarget);
+        Assert.Equal("no/such/file", new FileInfo(Path.Combine(copy, "bin", "dangling")).LinkTarget);
         Assert.Equal("..", new FileInfo(Path.Combine(copy, "sub", "up")).LinkTarget);
         // A link's text is data: "./", "..//" and a trailing "/" come back as they were written, not tidied.
         Assert.Equal("../.././a//./one.csv", new FileInfo(Path.Combine(copy, "sub", "deeper", "odd")).LinkTarget);
@@ -93,8 +107,9 @@ public class TreeTests
         var (_, pathOut, pathErr) = await c.RunAsync("hpcdata", ["path", "tree/everything", "--pipe", pipe]);
         Assert.Equal(nodeTree, pathOut.Single());
 
-        var (same, diff) = await Shell($"diff -r --no-dereference -x absolute-to-b '{tree}' '{nodeTree}'");
+        var (same, diff) = await Shell($"diff -r --no-dereference '{tree}' '{nodeTree}'");
         Assert.True(same == 0, diff);
+        Assert.Equal(await LinksOf(tree), await LinksOf(nodeTree));
         Assert.Equal("../a/one.csv", new FileInfo(Path.Combine(nodeTree, "links", "to-one")).LinkTarget);
         Assert.Equal("../.././a//./one.csv", new FileInfo(Path.Combine(nodeTree, "sub", "deeper", "odd")).LinkTarget);
         Assert.Equal("./..//../a/b/", new FileInfo(Path.Combine(nodeTree, "sub", "deeper", "trailing")).LinkTarget);
@@ -106,7 +121,7 @@ public class TreeTests
         var stats = modes.Trim().Split('\n').Select(l => l.Trim()).ToArray();
         Assert.Equal(["a/one.csv 2 444", "a/one-again.csv 2 444", "a/run.sh 1 555", "a/b 2 555", "empty-dir 2 555"], stats[..5]);
         // The root is the gate: by default only the staging user reads the dataset (r-x through an ACL; nothing for others).
-        Assert.Matches("^\\. 7 5[05]0$", stats[5]);
+        Assert.Matches("^\\. 8 5[05]0$", stats[5]);
         Assert.Equal("1", stats[6]);
         Assert.Equal(File.GetLastWriteTimeUtc(Path.Combine(tree, "a/one.csv")), File.GetLastWriteTimeUtc(Path.Combine(nodeTree, "a/one.csv")));
         Assert.Equal(Directory.GetLastWriteTimeUtc(Path.Combine(tree, "empty-dir")), Directory.GetLastWriteTimeUtc(Path.Combine(nodeTree, "empty-dir")));
@@ -129,8 +144,9 @@ public class TreeTests
         var (got, gotOut, gotErr) = await c.RunAsync("hpcdata", ["get", "tree/everything", copy], new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe });
         Assert.True(got == 0, gotErr);
         Assert.Contains("via map", gotOut.Last());
-        var (sameAgain, diffAgain) = await Shell($"diff -r --no-dereference -x absolute-to-b '{tree}' '{copy}'");
+        var (sameAgain, diffAgain) = await Shell($"diff -r --no-dereference '{tree}' '{copy}'");
         Assert.True(sameAgain == 0, diffAgain);
+        Assert.Equal(await LinksOf(tree), await LinksOf(copy));
 
         // A restarted agent finds the tree, checks it whole on first use and serves it without fetching.
         await agent.DisposeAsync();
@@ -195,7 +211,7 @@ public class TreeTests
     }
 
     [Fact]
-    public async Task Links_out_of_the_tree_fifos_and_sockets_are_skipped_with_a_warning_each_and_nothing_outside_is_staged()
+    public async Task Links_out_of_the_tree_are_kept_never_followed_and_fifos_are_skipped_with_a_warning()
     {
         await using var c = new Cluster();
         await c.StartCacheHostAsync();
@@ -214,10 +230,22 @@ public class TreeTests
 
         var (staged, stdout, stderr) = await c.RunAsync("Hpc.Stager", [tree, "--name", "tree/odd", "--cache-hosts", c.HostList, "--json"]);
         Assert.True(staged == 0, stderr);
-        Assert.Contains("skipping the link 'etc'", stderr);
-        Assert.Contains("skipping the link 'peek'", stderr);
+        Assert.DoesNotContain("skipping the link", stderr);
         Assert.Contains("skipping 'pipe': a fifo is not data", stderr);
+        // The links are stored as links: what lies outside the tree is not read, so only the tree's own 4 bytes are staged.
         Assert.Equal(4, JsonDocument.Parse(stdout.Last()).RootElement.GetProperty("rawBytes").GetInt64());
+
+        // On the node the links stand as they were; a worker's SDK follows none of them out of the tree.
+        var (agent, pipe, _) = await c.StartAgentAsync();
+        var (prepared, prepOut, prepErr) = await c.RunAsync("hpcdata", ["nodeprep", "tree/odd", "--job", "j1", "--pipe", pipe, "--no-start"]);
+        Assert.True(prepared == 0, prepErr);
+        var nodeTree = prepOut.Last().Split(' ').Single(f => f.StartsWith("path=", StringComparison.Ordinal))["path=".Length..];
+        Assert.Equal(outside, new FileInfo(Path.Combine(nodeTree, "etc")).LinkTarget);
+        Assert.Equal("../outside/secret", new FileInfo(Path.Combine(nodeTree, "peek")).LinkTarget);
+        await using var data = await Hpc.CommonData.Dataset.OpenAsync("tree/odd", Cluster.Via(pipe));
+        var refused = Assert.Throws<FileNotFoundException>(() => data.OpenFile("peek"));
+        Assert.Contains("is a link to '../outside/secret', outside the dataset", refused.Message);
+        using (var member = data.OpenFile("data")) Assert.Equal("data", new StreamReader(member).ReadToEnd());
     }
 
     [Fact]

@@ -17,7 +17,7 @@ public enum DatasetEntryType
     File = 0,
     /// <summary>A directory (kept so empty ones survive, with their modes and times).</summary>
     Directory = 1,
-    /// <summary>A symbolic link: <see cref="DatasetFile.Target"/> is its relative target, which stays inside the tree.</summary>
+    /// <summary>A symbolic link: <see cref="DatasetFile.Target"/> is its target as written (relative or absolute, inside the tree or not).</summary>
     SymbolicLink = 2,
     /// <summary>Another name of a file listed before it (a hard link): <see cref="DatasetFile.Target"/> is that file's path; its bytes are stored once.</summary>
     HardLink = 3,
@@ -179,7 +179,7 @@ public sealed class Manifest
             {
                 case DatasetEntryType.File or DatasetEntryType.Directory when f.Target is null:
                     break;
-                case DatasetEntryType.SymbolicLink when f.Target is not null && LinkStaysInside(f.Path, f.Target):
+                case DatasetEntryType.SymbolicLink when f.Target is not null && IsStorableLinkTarget(f.Target):
                     break;
                 case DatasetEntryType.HardLink when f.Target is not null && files.Contains(f.Target):
                     break;
@@ -198,6 +198,16 @@ public sealed class Manifest
                         throw new InvalidDataException($"manifest of {Name}: '{f.Path}' lies below '{f.Path[..slash]}', which is not a directory");
         }
     }
+
+    /// <summary>The longest symbolic link target a tree keeps (Linux's PATH_MAX).</summary>
+    public const int MaxLinkTarget = 4096;
+
+    /// <summary>
+    /// Whether a symbolic link's target can be kept: any text of 1 to <see cref="MaxLinkTarget"/> characters without
+    /// control characters — absolute, leading out of the tree or to nothing alike. A link is only ever created, never
+    /// followed, by whoever writes a tree out (nothing in a manifest may lie below one), so its target is data.
+    /// </summary>
+    public static bool IsStorableLinkTarget(string target) => target.Length is > 0 and <= MaxLinkTarget && !target.Any(char.IsControl);
 
     /// <summary>
     /// Whether a symbolic link at <paramref name="linkPath"/> (relative to the tree) pointing to <paramref name="target"/>

@@ -4,7 +4,8 @@ namespace Hpc.CommonData.Format;
 /// Writes a directory dataset out as the tree it was staged from: directories (empty ones too), files with their
 /// bytes, symbolic links as links, hard links as hard links, then modes and modification times — directories last and
 /// deepest first, because writing into a directory changes its time and a read-only one could not be written into.
-/// Every path was checked when the manifest was parsed (relative, no "..", links staying inside the tree).
+/// Every path was checked when the manifest was parsed (relative, no "..", nothing below a link); links are created with their
+/// targets as staged and never followed: modes and times are set on files and directories only.
 /// </summary>
 public static class TreeWriter
 {
