@@ -249,6 +249,40 @@ public class TreeTests
     }
 
     [Fact]
+    public async Task A_python_environment_staged_as_a_dataset_runs_from_the_node_copy_with_its_own_packages()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        // A virtual environment as a site builds one: its interpreter is an absolute link to the system's, its packages
+        // are its own. The source is gone before the job runs, so only the node's copy can answer.
+        var env = Path.Combine(c.Root, "env");
+        var (built, output) = await Shell($"""
+            set -e
+            /usr/bin/python3 -m venv --without-pip '{env}'
+            site=$('{env}/bin/python' -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+            mkdir -p "$site/riskkit"
+            printf 'VALUE = 42\n' > "$site/riskkit/__init__.py"
+            """);
+        Assert.True(built == 0, output);
+        Assert.StartsWith("/", new FileInfo(Path.Combine(env, "bin", "python3")).LinkTarget);
+        await c.StageAsync(env, "env/risk");
+        Directory.Delete(env, recursive: true);
+
+        var (agent, pipe, _) = await c.StartAgentAsync();
+        var (prepared, prepOut, prepErr) = await c.RunAsync("hpcdata", ["nodeprep", "env/risk", "--job", "j1", "--pipe", pipe, "--no-start"]);
+        Assert.True(prepared == 0, prepErr);
+        var nodeTree = prepOut.Last().Split(' ').Single(f => f.StartsWith("path=", StringComparison.Ordinal))["path=".Length..];
+
+        var (ran, imported) = await Shell($"'{nodeTree}/bin/python' -c 'import riskkit, sys; print(riskkit.VALUE); print(riskkit.__file__); print(sys.prefix)'");
+        Assert.True(ran == 0, imported);
+        var lines = imported.Trim().Split('\n');
+        Assert.Equal("42", lines[0]);
+        Assert.StartsWith(nodeTree + "/lib/", lines[1]);
+        Assert.Equal(nodeTree, lines[2]);
+    }
+
+    [Fact]
     public async Task A_name_that_is_not_UTF_8_is_refused_naming_the_file_before_anything_is_sent()
     {
         await using var c = new Cluster();
