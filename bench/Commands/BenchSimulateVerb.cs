@@ -215,7 +215,7 @@ public static class BenchSimulateVerb
         var sb = new StringBuilder();
         sb.AppendLine(string.Create(Inv, $"Predictions: {ByteSize.Format(rawBytes)} raw, {ratio:P1} stored (lz4, the lab's data) unless marked raw; racks of {a.RackSize} nodes at " +
             $"{a.Oversubscription:0}:1, cache hosts non-blocking, {a.HopLatency * 1e6:0} µs per hop, launch +{a.LaunchPerDoubling:0.00} s per doubling of ranks beyond 4, " +
-            $"a fan-out's ingest on the agent's one ingest thread, a direct fetch's on {a.DirectCores:0} cores per node. 'network only': the same without the ingest's CPU. 'hosts needed': fewest hosts (powers of two) within 10% of the time with N hosts."));
+            $"a fan-out's ingest and a direct fetch's each on {a.DirectCores:0} cores per node (the agent's ingest threads and its fetch's connections). 'network only': the same without the ingest's CPU. 'hosts needed': fewest hosts (powers of two) within 10% of the time with N hosts."));
         sb.AppendLine();
         sb.AppendLine("| scenario | N | rate | H | mode | seconds | healthy nodes s | network only | tier sent (× S) | hosts needed | sim events / ms |");
         sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|");

@@ -37,7 +37,8 @@ public sealed record ClusterSpec
     /// decodes on every connection's task: 4 per cache host), and its start-up.</summary>
     public double Cores { get; init; } = 1;
     /// <summary>PerNode: the cores a fan-out's ingest can use. The ring hands every block to the agent over one ingest
-    /// session, which verifies, decodes and writes on one thread.</summary>
+    /// session; the agent verifies, decodes and writes its segments on --ingest-threads workers (one per core), where it
+    /// once did so on one thread (1 replays that agent).</summary>
     public double FanoutIngestCores { get; init; } = 1;
     /// <summary>Extra start-up per doubling of the rank count beyond 4 (the launcher's tree, MPI's start); 0 in the lab,
     /// whose start-up growth is its shared cores, which <see cref="CpuModel.Shared"/> models.</summary>

@@ -113,7 +113,10 @@ public static class Experiments
         public double Oversubscription { get; init; } = 3;
         public double HopLatency { get; init; } = 25e-6;
         public double LaunchPerDoubling { get; init; } = 0.1;
-        /// <summary>Cores a node's direct fetch can keep busy (not measured: the lab has 2 for all its nodes).</summary>
+        /// <summary>
+        /// Cores a node's agent can keep busy, for a direct fetch and for a fan-out's ingest alike (both verify, decode
+        /// and write on every core: the ingest's --ingest-threads); not measured: the lab has 2 for all its nodes.
+        /// </summary>
         public double DirectCores { get; init; } = 8;
         public int CacheHosts { get; init; } = 8;
         public double SlowFraction { get; init; } = 0.01;
@@ -126,7 +129,7 @@ public static class Experiments
     {
         Nodes = nodes, CacheHosts = hosts, LinkBitsPerSecond = rateGbit * 1e9, RackSize = a.RackSize, Oversubscription = a.Oversubscription,
         HopLatency = a.HopLatency, LaunchPerDoubling = a.LaunchPerDoubling, Cpu = network ? CpuModel.None : CpuModel.PerNode, Cores = a.DirectCores,
-        SlowNodes = slow ?? new HashSet<int>(), SlowFactor = a.SlowFactor,
+        FanoutIngestCores = a.DirectCores, SlowNodes = slow ?? new HashSet<int>(), SlowFactor = a.SlowFactor,
     };
 
     /// <summary>

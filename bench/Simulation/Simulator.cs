@@ -462,9 +462,9 @@ public sealed class Simulator
         }
 
         /// <summary>
-        /// On a node of its own, the agent has the data when its one ingest thread has taken every byte: it starts with
-        /// the first block and keeps up with the ring or falls behind it, so the later of the last block's arrival (plus
-        /// that block's ingest) and S at the thread's rate. In the lab the ingest's CPU is on the flows themselves, since
+        /// On a node of its own, the agent has the data when its ingest threads have taken every byte: they start with
+        /// the first block and keep up with the ring or fall behind it, so the later of the last block's arrival (plus
+        /// that block's ingest) and S at the threads' rate. In the lab the ingest's CPU is on the flows themselves, since
         /// every process there shares the same cores.
         /// </summary>
         private double Ingested(double lastArrival)

@@ -35,11 +35,13 @@ public class BinaryUnitsTests
     public void The_fetch_table_gives_MiB_per_second_and_CPU_seconds_per_GiB()
     {
         var run = new FetchRecord("fetch", 1, DateTimeOffset.UnixEpoch, "csv", Size, Size / 4, 2, false, 1,
-            DecodeSeconds: 0.25, DecodeCpuSeconds: 0.125, FetchSeconds: 0.5, AgentUserSeconds: 0.125, AgentSystemSeconds: 0.0625, CacheHostCpuSeconds: 0.0625, Machine);
+            DecodeSeconds: 0.25, DecodeCpuSeconds: 0.125, FetchSeconds: 0.5, AgentUserSeconds: 0.125, AgentSystemSeconds: 0.0625, CacheHostCpuSeconds: 0.0625, Machine, IngestSeconds: 1);
         var table = FetchBench.Table([run]);
         AssertBinaryLabels(table);
-        Assert.Contains("| raw decode MiB/s | agent fetch MiB/s |", table);
-        Assert.Contains("| 256 | 128 | 50% | 2.00 | 3.00 (2.00 + 1.00) | 3.00–3.00 | 1.00 |", table);
+        Assert.Contains("| raw decode MiB/s | agent fetch MiB/s | agent ingest MiB/s |", table);
+        Assert.Contains("| 256 | 128 | 64 | 50% | 2.00 | 3.00 (2.00 + 1.00) | 3.00–3.00 | 1.00 |", table);
+        // Records made before the ingest was timed show a dash there.
+        Assert.Contains("| 256 | 128 | – | 50% |", FetchBench.Table([run with { IngestSeconds = 0 }]));
     }
 
     [Fact]
