@@ -69,6 +69,9 @@ internal static partial class Log
     [LoggerMessage(28, LogLevel.Information, "Client {ClientId} closed: account {Account} is no longer in the users file")]
     public static partial void AccountRemoved(ILogger logger, long clientId, string account);
 
+    [LoggerMessage(33, LogLevel.Warning, "{Exposure}")]
+    public static partial void SecretsExposed(ILogger logger, string exposure);
+
     [LoggerMessage(29, LogLevel.Information, "{Trigger}: {Outcome}")]
     public static partial void UsersReloaded(ILogger logger, string trigger, string outcome);
 

@@ -38,8 +38,6 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     private readonly DatasetFiles? _file;
     private readonly FileStream? _journal;
     private readonly bool[] _have;
-    /// <summary>Segments a thread is verifying and writing now: a second copy of one arriving meanwhile counts as already had.</summary>
-    private readonly bool[] _writing;
     /// <summary>Guards what several accepting threads share: the bitmaps, the counts, the reasons, the journal.</summary>
     private readonly Lock _gate = new();
     private readonly List<string> _reasons = [];
@@ -53,7 +51,6 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         (Version, Manifest, Complete, _log, _index, _turn, _file, _journal) = (version, manifest, complete, log, index, turn, file, journal);
         _minBytesPerSecond = Math.Max(0, minBytesPerSecond);
         _have = have ?? [];
-        _writing = new bool[_have.Length];
         _missing = complete ? 0 : _have.Count(h => !h);
     }
 
@@ -184,7 +181,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
 
     /// <summary>
     /// Takes one stored segment. Rejected (counted, first reasons kept) when it fails verification; counted as already
-    /// had when the node has it or another thread is writing it; otherwise written and journaled. Throws
+    /// had when the node has it (or another thread wrote it first); otherwise written and journaled. Throws
     /// <see cref="ErrorCode.BadRequest"/> for an index outside the manifest, and the failure (e.g.
     /// <see cref="ErrorCode.NoSpace"/>) when the file cannot be written; either ends the ingest. Safe to call from several
     /// threads at once (<see cref="Hpc.NodeAgent.Pipe.IngestWorkers"/>): segments are verified and written in parallel,
@@ -197,25 +194,22 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
             if (Complete || _disposed || _failure is not null) throw new InvalidOperationException("this ingest takes no more segments");
             if ((uint)index >= (uint)_have.Length)
                 throw new CommonDataException(ErrorCode.BadRequest, $"ingest of version {Version}: segment index {index} is out of range (the version has {_have.Length} segments)");
-            if (_have[index] || _writing[index]) { _alreadyHad++; return; }
-            _writing[index] = true;
+            if (_have[index]) { _alreadyHad++; return; }
         }
+        // Two copies of one segment may be verified at once: a damaged one must not keep out a good one behind it, and
+        // two good ones write the same bytes (checked against the content id) at the same offset.
         string? problem;
         try { problem = SegmentFetcher.TryWriteSegment(Manifest, index, stored, _file!); }
-        catch (Exception e)
-        {
-            lock (_gate) _writing[index] = false;
-            throw Fail(e);
-        }
+        catch (Exception e) { throw Fail(e); }
         lock (_gate)
         {
-            _writing[index] = false;
             if (problem is not null)
             {
                 _rejected++;
                 if (_reasons.Count < MaxReasons) _reasons.Add($"index {index}: {problem}");
                 return;
             }
+            if (_have[index]) { _alreadyHad++; return; }
             try { DataDirectory.AppendJournal(_journal!, index); }
             catch (Exception e) { throw Fail(e); }
             _have[index] = true;

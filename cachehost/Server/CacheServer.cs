@@ -45,6 +45,7 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
         var bound = (IPEndPoint)listener.LocalEndPoint!;
         server.Port = bound.Port;
         Log.Listening(logger, bound, server.Store.MaxBytes, options.MaxFrameBytes.Bytes, server.Users.Required ? $"required ({server.Users.Count} account(s))" : "off");
+        if (CacheUsers.Exposure(options) is { } exposure) Log.SecretsExposed(logger, exposure);
         // The one line on stdout: launchers and tests wait for it to learn the port.
         Console.Out.WriteLine($"READY {bound}");
         Console.Out.Flush();

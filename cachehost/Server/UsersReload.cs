@@ -45,7 +45,10 @@ internal sealed class UsersReload(ServerContext server, ILogger<UsersReload> log
     {
         var outcome = server.ReloadUsers();
         if (outcome.Loaded)
+        {
             Log.UsersReloaded(logger, trigger, outcome.Message);
+            if (CacheUsers.Exposure(server.Options) is { } exposure) Log.SecretsExposed(logger, exposure);
+        }
         else
             Log.UsersNotReloaded(logger, trigger, outcome.Message);
         return outcome;

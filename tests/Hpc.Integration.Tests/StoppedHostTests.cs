@@ -1,12 +1,13 @@
 using System.Diagnostics;
 using Hpc.CommonData;
+using Hpc.CommonData.Hosting;
 
 namespace Hpc.Integration.Tests;
 
 /// <summary>
 /// A cache host frozen with SIGSTOP: its kernel still completes TCP handshakes and takes requests into its buffers, but
 /// nothing answers. Unlike a dead host (refused at once), this used to cost a node 5 × 30 s before it served its own copy,
-/// and 30 s in the middle of a fetch that another replica could have answered.
+/// and 30 s in the middle of a fetch that another replica could have answered, or of a stage.
 /// </summary>
 public sealed class StoppedHostTests(Xunit.Abstractions.ITestOutputHelper output)
 {
@@ -97,6 +98,38 @@ public sealed class StoppedHostTests(Xunit.Abstractions.ITestOutputHelper output
             // The earlier client waited out a 30 s timeout on the stopped host's batches.
             Assert.True(stoppedTime < healthyTime + TimeSpan.FromSeconds(10),
                 $"the fetch took {stoppedTime.TotalSeconds:0.0} s with a host stopped, {healthyTime.TotalSeconds:0.0} s with both answering");
+        }
+        finally
+        {
+            Signal(host.Id, "CONT");
+        }
+    }
+
+    [Fact]
+    public async Task A_stager_whose_cache_host_is_stopped_in_the_middle_of_a_stage_gives_up_within_seconds_naming_it()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var host = c.Processes.First(p => p.ReadyText == c.Hosts[0]);
+        var path = Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(128 << 20, seed: 33));
+        // Held to 16 MB/s, so the stage lasts seconds and the stop lands inside it however fast this machine is.
+        var stage = c.Track(ComponentProcess.Start("Hpc.Stager", [path, "--name", "fault/stopped-stage", "--cache-hosts", c.HostList, "--max-rate", "16MB"], name: "stager"));
+        await using (var tier = c.Tier())
+            for (var wait = Stopwatch.StartNew(); wait.Elapsed < TimeSpan.FromSeconds(60); await Task.Delay(50))
+                if ((await tier.GetHostStatusAsync())[0].BytesReceived > 8 << 20) break;
+        var clock = Stopwatch.StartNew();
+        Signal(host.Id, "STOP");
+        try
+        {
+            var code = await stage.WaitForExitAsync(TimeSpan.FromSeconds(90));
+            var gaveUp = clock.Elapsed;
+            output.WriteLine($"the stager gave up {gaveUp.TotalSeconds:0.0} s after the host was stopped:\n{stage.StandardErrorTail}");
+            Assert.Equal(1, code);
+            Assert.Contains($"cache host {c.Hosts[0]} unavailable", stage.StandardErrorTail);
+            Assert.Contains("(stopped or hung)", stage.StandardErrorTail);
+            // It waited out the 30 s exchange timeout before; a write batch now gives up after 5 s without progress.
+            Assert.True(gaveUp < TimeSpan.FromSeconds(15), $"the stager gave up {gaveUp.TotalSeconds:0.0} s after the stop");
         }
         finally
         {

@@ -124,7 +124,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
                     Volatile.Write(ref pool.SilentSince, Environment.TickCount64);
                     var waited = c is null ? _options.ConnectTimeout : firstByte;
                     throw new CacheHostUnavailableException(Hosts[h], c is { Heard: true }
-                        ? $"timed out: stopped sending in the middle of an answer for {waited.TotalSeconds:0.#} s (stopped or hung); left for another replica"
+                        ? $"timed out: stopped answering in the middle of an exchange for {waited.TotalSeconds:0.#} s (stopped or hung); not retried"
                         : $"timed out: accepted the connection but sent no answer in {waited.TotalSeconds:0.#} s (stopped or hung); not retried", e);
                 }
                 throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts)", e);

@@ -220,7 +220,7 @@ public sealed class CacheTierClient : IAsyncDisposable
                     ArrayPool<long>.Shared.Return(replies);
                 }
                 return 0;
-            }, ct, bulk: true));
+            }, ct, bulk: true, stall: WriteStall()));
         }
         await Task.WhenAll(tasks);
         done?.Invoke();
@@ -358,6 +358,21 @@ public sealed class CacheTierClient : IAsyncDisposable
     /// The stall timeout, lengthened under a rate limit to four times what every connection's next read (64 KB) takes
     /// at the rate, since the limit itself holds reads back.
     /// </summary>
+    /// <summary>
+    /// How long a batch of writes (a stage's segments, their lives, a look-up) may go with nothing sent and nothing heard
+    /// before its host counts as stopped or hung: twice the read stall, lengthened under a rate limit to four times what
+    /// every connection's next piece (<see cref="RespConnection.SendPiece"/>) takes at the rate. A stager then leaves a
+    /// frozen host within seconds (it waited out the 30 s exchange timeout), and a slow link, which keeps reading, is
+    /// never taken for one.
+    /// </summary>
+    private TimeSpan WriteStall()
+    {
+        var stall = _options.StallTimeout + _options.StallTimeout;
+        if (_hosts.RateLimit is not { } limit) return stall;
+        var pieces = TimeSpan.FromSeconds(4.0 * _options.ConnectionsPerHost * Hosts.Count * RespConnection.SendPiece / limit.Rate.BytesPerSecond);
+        return pieces > stall ? pieces : stall;
+    }
+
     private TimeSpan BatchStall()
     {
         if (_hosts.RateLimit is not { } limit) return _options.StallTimeout;

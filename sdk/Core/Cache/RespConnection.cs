@@ -245,7 +245,15 @@ public sealed class RespConnection : IAsyncDisposable
     {
         try
         {
-            if (_referenced.Count == 0) await _stream.WriteAsync(_out.WrittenMemory, ct);
+            if (_referenced.Count == 0)
+            {
+                var batch = _out.WrittenMemory;
+                for (var at = 0; at < batch.Length; at += SendPiece)
+                {
+                    await _stream.WriteAsync(batch.Slice(at, Math.Min(SendPiece, batch.Length - at)), ct);
+                    Progress?.Invoke();
+                }
+            }
             else await SendGatheredAsync(ct);
             Progress?.Invoke();
         }
@@ -265,6 +273,13 @@ public sealed class RespConnection : IAsyncDisposable
 
     /// <summary>Most buffers handed to one sendmsg: well under the kernel's IOV_MAX (1024).</summary>
     private const int GatherLimit = 512;
+
+    /// <summary>
+    /// A batch is sent in pieces of about this many bytes, each reported to <see cref="Progress"/>: a host that stops
+    /// reading (stopped, hung) is seen to stop within one piece however large the batch, while one that reads slowly
+    /// (a slow link, a rate limit) keeps showing progress.
+    /// </summary>
+    public const int SendPiece = 256 << 10;
 
     /// <summary>
     /// Sends the batch's own bytes interleaved with the referenced values, as few sendmsg calls as the gather list
@@ -287,13 +302,18 @@ public sealed class RespConnection : IAsyncDisposable
             try { ((Socket)s!).Shutdown(SocketShutdown.Both); }
             catch (Exception e) when (e is SocketException or ObjectDisposedException) { }
         }, _socket);
-        for (var first = 0; first < _gather.Count; first += GatherLimit)
+        for (var first = 0; first < _gather.Count;)
         {
-            var part = first == 0 && _gather.Count <= GatherLimit ? _gather : _gather.GetRange(first, Math.Min(GatherLimit, _gather.Count - first));
+            // Whole buffers up to a piece's worth (a referenced value is one segment, 64 KB or so) or the gather limit.
+            var end = first;
             long expected = 0;
-            foreach (var b in part) expected += b.Count;
+            while (end < _gather.Count && end - first < GatherLimit && (end == first || expected + _gather[end].Count <= SendPiece))
+                expected += _gather[end++].Count;
+            var part = first == 0 && end == _gather.Count ? _gather : _gather.GetRange(first, end - first);
             var sent = await _socket.SendAsync(part, SocketFlags.None);
             if (sent != expected) throw new IOException($"sent {sent} of {expected} bytes");
+            Progress?.Invoke();
+            first = end;
         }
     }
 

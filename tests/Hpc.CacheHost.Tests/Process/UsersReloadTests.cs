@@ -26,6 +26,23 @@ public sealed class UsersReloadTests : IDisposable
     }
 
     [Fact]
+    public void A_users_file_other_users_can_read_is_warned_about_at_start_and_at_each_reload_naming_the_fix()
+    {
+        // Path.GetTempFileName makes the file 0600: nothing to say.
+        Assert.DoesNotContain("holds passwords", _host.Log);
+
+        File.SetUnixFileMode(_usersFile, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+        using (var ops = Login("ops", "ops-pass")) Assert.Equal("OK", ops.Call("ACL", "LOAD"));
+        Assert.Contains($"--users-file {_usersFile} is readable by every user of this machine (mode 0644): it holds passwords; " +
+                        "make it readable by the host's user alone (chmod 600)", LogOnceItSays(_host, "holds passwords"));
+
+        using var restarted = CacheHostProcess.Start(o => o.UsersFile = _usersFile);
+        Assert.Contains("(mode 0644): it holds passwords", LogOnceItSays(restarted, "holds passwords"));
+        using (var ops = new RespTestClient(restarted))
+            Assert.Equal("OK", ops.Call("AUTH", "ops", "ops-pass")); // a warning, not a refusal: the tier keeps serving
+    }
+
+    [Fact]
     public void An_account_removed_from_the_users_file_loses_its_staging_leases_and_locks_at_the_reload()
     {
         using var mallory = Login("mallory", "mallory-pass");
@@ -123,6 +140,14 @@ public sealed class UsersReloadTests : IDisposable
     }
 
     private static string Refusal(object? reply) => Assert.IsType<RespError>(reply).Message;
+
+    /// <summary>The host's log once it holds <paramref name="text"/> (its logger writes a moment after the reply), or after 10 s.</summary>
+    private static string LogOnceItSays(CacheHostProcess host, string text)
+    {
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
+        while (!host.Log.Contains(text, StringComparison.Ordinal) && DateTime.UtcNow < deadline) Thread.Sleep(50);
+        return host.Log;
+    }
 
     private RespTestClient Login(string user, string password)
     {
