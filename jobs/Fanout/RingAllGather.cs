@@ -34,6 +34,34 @@ public interface IPeerLinks : IRingLink
     Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct);
 }
 
+/// <summary>A member asks to become this rank's left neighbour in place of <c>skipped</c>: answer this rank's
+/// have-map to take it, or null to refuse (this rank still hears from its left neighbour).</summary>
+public delegate Task<byte[]?> BypassHandler(int rank, IReadOnlyList<int> skipped, CancellationToken ct);
+
+/// <summary>
+/// Links that can close the ring around a member that died or hung: the member before it connects to the one after it,
+/// which answers with the blocks it already has, and the ring goes on without the dead one.
+/// </summary>
+public interface IRingRepair : IPeerLinks
+{
+    /// <summary>From now on, bypasses are answered by <paramref name="handler"/>.</summary>
+    void AcceptBypasses(BypassHandler handler);
+    /// <summary>Connects to <paramref name="rank"/> as its new left neighbour in place of <paramref name="skipped"/>;
+    /// its have-map, or null when it refused. On success the link to it replaces those to the skipped ranks.</summary>
+    Task<byte[]?> BypassAsync(int rank, IReadOnlyList<int> skipped, TimeSpan timeout, CancellationToken ct);
+    /// <summary>Closes the links to and from <paramref name="rank"/>: what is pending on them fails.</summary>
+    void Drop(int rank);
+    /// <summary>How long the link to <paramref name="rank"/> has taken nothing while a send waited; zero when idle.</summary>
+    TimeSpan SilenceTo(int rank);
+    /// <summary>How long nothing has come from <paramref name="rank"/>.</summary>
+    TimeSpan SilenceFrom(int rank);
+    /// <summary>Sends a one-byte report back to the left neighbour <paramref name="rank"/>, against the blocks' flow;
+    /// nothing when that link is gone.</summary>
+    Task ReportAsync(int rank, byte code);
+    /// <summary>The next report from the right neighbour <paramref name="rank"/>; fails when its link does.</summary>
+    Task<int> ReadReportAsync(int rank, CancellationToken ct);
+}
+
 /// <summary>What the exchange did on one rank.</summary>
 /// <param name="LeafBytesSent">Of <paramref name="BytesSent"/>, what went to leaves.</param>
 /// <param name="BlocksRefetched">Own blocks fetched a second time for the leaves, because more than
@@ -42,8 +70,11 @@ public interface IPeerLinks : IRingLink
 /// (the counts above are final then); otherwise already complete.</param>
 /// <param name="ShareSeconds">When this rank held the last block of its own share, from the exchange's start: against
 /// <paramref name="Seconds"/>, whether the tier or the ring set the pace.</param>
+/// <param name="Bypassed">Members this rank routed around (its right neighbour died or hung).</param>
+/// <param name="RepairBytesFetched">Of <paramref name="BytesFetched"/>, what it fetched for the member after the dead
+/// one: the dead member's blocks no one had, and those lost with it.</param>
 public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
-    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0);
+    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0, int Bypassed = 0, long RepairBytesFetched = 0);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -74,6 +105,13 @@ public static class RingAllGather
     /// </summary>
     public const int LeafRetainBlocks = 16;
 
+    /// <summary>
+    /// How long a right neighbour may take nothing while a block waits for it before it counts as dead or hung and is
+    /// routed around. Its own right neighbour must agree (it has heard nothing from it for half as long), so a
+    /// member that is only slow is not cut out.
+    /// </summary>
+    public static readonly TimeSpan PeerSilence = TimeSpan.FromSeconds(2);
+
     /// <param name="fetch">Fills a message with one of this rank's own blocks (header and records) and returns its length.</param>
     /// <param name="deliver">Hands one block message to this node (the agent); called in order of arrival, one at a time.</param>
     /// <param name="stallTimeout">How long nothing may move (no block fetched, sent, received or delivered) before the
@@ -85,7 +123,7 @@ public static class RingAllGather
     /// this node need not wait for it to be ready.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null,
-        bool awaitLeaves = true)
+        bool awaitLeaves = true, TimeSpan? peerSilence = null)
     {
         var clock = System.Diagnostics.Stopwatch.StartNew();
         route ??= FanoutRoute.Ring(link.Size);
@@ -114,6 +152,12 @@ public static class RingAllGather
         long progress = 0;
         double shareSeconds = 0;
         var expected = leaf ? plan.Shares.Sum(s => s.Count) : plan.BlocksReceivedBy(position);
+        var limit = stallTimeout ?? TimeSpan.FromMinutes(2);
+        var repair = !leaf && plan.Ranks > 1 && link.SendWindow == 1 ? link as IRingRepair : null;
+        var ring = repair is null ? null : new Repair(plan, route, position, expected, peerSilence ?? PeerSilence);
+        if (repair is not null) sendRight = (m, t) => repair.SendToAsync(ring!.RightRank, m, t);
+        int bypassed = 0;
+        long repairBytes = 0;
 
         async Task FetchOwn()
         {
@@ -139,6 +183,7 @@ public static class RingAllGather
                         var m = Message.Rent(size, holders: (plan.Ranks > 1 ? 2 : 1) + (keep ? leaves.Count : 0));
                         m.LeafHolders = keep ? leaves.Count : 0;
                         m.Length = await fetch(blocks[i], m.Buffer, token);
+                        (m.Share, m.First) = (position, blocks[i].First);
                         Interlocked.Increment(ref fetched);
                         Interlocked.Increment(ref progress);
                         Interlocked.Add(ref fetchedBytes, m.Length);
@@ -190,7 +235,143 @@ public static class RingAllGather
 
         Task ReceiveAll() => leaf
             ? Task.WhenAll(route.Members.Select((member, k) => ReceiveFrom((b, t) => peers!.ReceiveFromAsync(member, b, t), plan.Shares[k].Count, member, k)))
+            : repair is not null ? ReceiveRepairable()
             : plan.Ranks > 1 ? ReceiveFrom(receiveLeft, expected, leftRank, null) : Task.CompletedTask;
+
+        // The ring that can be repaired: blocks are counted by what this rank still lacks, not by what one neighbour
+        // sends, for when the left neighbour dies, the member before it connects past it and sends what is missing.
+        async Task ReceiveRepairable()
+        {
+            repair.AcceptBypasses(ring!.AnswerBypassAsync(repair));
+            var from = leftRank;
+            while (true)
+            {
+                Exception failure;
+                try
+                {
+                    await ReceiveLink(from);
+                    return;
+                }
+                catch (Exception e) when (!token.IsCancellationRequested && e is IOException or System.Net.Sockets.SocketException or ObjectDisposedException or OperationCanceledException)
+                {
+                    failure = e;
+                }
+                ring.LeftFailed = true;
+                Repair.Swap swap;
+                try { swap = await ring.Swaps.Reader.ReadAsync(token).AsTask().WaitAsync(limit, token); }
+                catch (TimeoutException) { throw new IOException($"rank {from} stopped sending and no member connected past it within {limit.TotalSeconds:0} s", failure); }
+                from = swap.Rank;
+                // The new left neighbour first, then the map: a report made meanwhile goes to it, after the answer.
+                ring.LeftRank = from;
+                ring.LeftFailed = false;
+                swap.Have.TrySetResult(ring.HaveMap());
+                Interlocked.Increment(ref progress);
+            }
+        }
+
+        async Task ReceiveLink(int from)
+        {
+            using var stopLink = CancellationTokenSource.CreateLinkedTokenSource(token);
+            var posted = new Queue<(Message Message, Task<int> Length)>();
+            try
+            {
+                while (!ring!.AllIn.Task.IsCompleted)
+                {
+                    while (posted.Count < Math.Min(ReceiveWindow, ring.Remaining))
+                    {
+                        var fresh = Message.Rent(size, holders: 2);
+                        posted.Enqueue((fresh, peers!.ReceiveFromAsync(from, fresh.Buffer, stopLink.Token)));
+                    }
+                    var (m, pending) = posted.Peek();
+                    if (await Task.WhenAny(pending, ring.AllIn.Task) != pending) break;
+                    posted.Dequeue();
+                    try { m.Length = await pending; }
+                    catch
+                    {
+                        m.Release();
+                        m.Release();
+                        throw;
+                    }
+                    var (share, first, _, length) = BlockMessage.ReadHeader(m.Buffer.Span[..m.Length], plan);
+                    if (length != m.Length) throw new InvalidDataException($"block message of {m.Length} bytes says {length}");
+                    (m.Share, m.First) = (share, first);
+                    if (!ring.Take(first))
+                    {
+                        m.Release();
+                        m.Release();
+                        continue;
+                    }
+                    Interlocked.Increment(ref received);
+                    Interlocked.Add(ref receivedBytes, m.Length);
+                    Interlocked.Increment(ref progress);
+                    await toNode.Writer.WriteAsync(m, token);
+                    if (ring.Forwards(share)) outgoing.Add(m, own: false);
+                    else m.Release();
+                }
+            }
+            finally
+            {
+                stopLink.Cancel();
+                foreach (var (m, pending) in posted)
+                {
+                    try { await pending; } catch { /* cancelled with the link */ }
+                    m.Release();
+                    m.Release();
+                }
+            }
+        }
+
+        // Connects past the right neighbour that died or hung to the next member that answers, and sends it from the
+        // tier what it lacks and no one else will send: the dead member's blocks it never had, and those this rank had
+        // sent into the dead one. False: the next member still hears the neighbour, which is only slow.
+        async Task<bool> BypassAsync(int gone, bool failed)
+        {
+            await ring!.Bypassing.WaitAsync(token);
+            try { return await BypassOnce(gone, failed); }
+            finally { ring.Bypassing.Release(); }
+        }
+
+        async Task<bool> BypassOnce(int gone, bool failed)
+        {
+            for (var attempt = 0; ; attempt++)
+            {
+                // The sender and the report watcher may both find the neighbour gone: the second finds it passed.
+                if (ring!.RightRank != gone) return true;
+                var (next, have, skipped) = await ring.ConnectPastAsync(repair!, gone, token);
+                if (have is not null)
+                {
+                    Interlocked.Increment(ref bypassed);
+                    Interlocked.Increment(ref progress);
+                    var again = ring.Resend(have, next);
+                    outgoing.Hold();
+                    try
+                    {
+                        foreach (var (block, dead) in again)
+                        {
+                            var lacks = ring.Take(block.First);
+                            var m = Message.Rent(size, holders: lacks ? 2 : 1);
+                            // A dead member's block enters the ring here as this rank's: the member before this one
+                            // stops it, as it stops this rank's own.
+                            m.Length = await fetch(dead ? block with { Share = position } : block, m.Buffer, token);
+                            (m.Share, m.First, m.Inject) = (block.Share, block.First, true);
+                            Interlocked.Increment(ref fetched);
+                            Interlocked.Add(ref fetchedBytes, m.Length);
+                            Interlocked.Add(ref repairBytes, m.Length);
+                            Interlocked.Increment(ref progress);
+                            if (lacks) await toNode.Writer.WriteAsync(m, token);
+                            outgoing.Add(m, own: true);
+                        }
+                    }
+                    finally { outgoing.Unhold(); }
+                    return true;
+                }
+                if (!failed) return false;
+                // The neighbour's link failed, yet the next member still hears it: it has just died and its last
+                // bytes are still arriving there, or this rank was the one routed around. A few looks tell which.
+                if (attempt >= 4) throw new IOException($"rank {gone} closed the ring's link and the next member still hears it: this rank was routed around");
+                await Task.Delay(ring.Silence / 2, token);
+            }
+        }
 
         async Task SendAll(Task producers)
         {
@@ -207,8 +388,16 @@ public static class RingAllGather
             {
                 await window.WaitAsync(token);
                 if (await outgoing.TakeAsync(token) is not { } m) break;
+                // After a bypass, what was queued for the dead neighbour may be what its successor began with.
+                if (ring is not null && !m.Inject && !ring.Forwards(m.Share))
+                {
+                    if (m.Own) fetchSlots.Release();
+                    m.Release();
+                    window.Release();
+                    continue;
+                }
                 inFlight.RemoveAll(t => t.IsCompletedSuccessfully);
-                inFlight.Add(SendOne(m));
+                inFlight.Add(ring is null ? SendOne(m) : SendWatched(m));
             }
             await Task.WhenAll(inFlight);
 
@@ -224,6 +413,45 @@ public static class RingAllGather
                     m.Release();
                 }
                 finally { window.Release(); }
+            }
+
+            // One send at a time (the socket's buffer is the window), watched: a right neighbour that fails or takes
+            // nothing for the silence is routed around, and this block is among those its successor is sent again.
+            async Task SendWatched(Message m)
+            {
+                try
+                {
+                    var to = ring!.RightRank;
+                    ring.Sent(m.First);
+                    var sending = sendRight(m.Buffer[..m.Length], token);
+                    while (true)
+                    {
+                        if (await Task.WhenAny(sending, Task.Delay(ring.Silence / 4, token)) == sending)
+                        {
+                            if (sending.IsCompletedSuccessfully)
+                            {
+                                Interlocked.Increment(ref sent);
+                                Interlocked.Add(ref sentBytes, m.Length);
+                                Interlocked.Increment(ref progress);
+                                break;
+                            }
+                            if (token.IsCancellationRequested) await sending;
+                            await BypassAsync(to, failed: true);
+                            break;
+                        }
+                        if (repair!.SilenceTo(to) >= ring.Silence && await BypassAsync(to, failed: false))
+                        {
+                            _ = sending.ContinueWith(t => t.Exception, TaskScheduler.Default);
+                            break;
+                        }
+                    }
+                }
+                finally
+                {
+                    if (m.Own) fetchSlots.Release();
+                    m.Release();
+                    window.Release();
+                }
             }
         }
 
@@ -273,16 +501,45 @@ public static class RingAllGather
             }
         }
 
+        // Reports against the flow: "I have everything" to the left neighbour, and "my right neighbour has everything"
+        // when it says so. A member leaves only once its right neighbour and the one after it have everything, so
+        // one that dies after the last block reached it, before it forwarded it, is still routed around.
+        async Task WatchRight()
+        {
+            _ = ring!.AllIn.Task.ContinueWith(_ => repair!.ReportAsync(ring.LeftRank, Repair.ReportHasAll), TaskScheduler.Default);
+            while (true)
+            {
+                var right = ring.RightRank;
+                int code;
+                try { code = await repair!.ReadReportAsync(right, token); }
+                catch (Exception e) when (!token.IsCancellationRequested && e is IOException or System.Net.Sockets.SocketException or ObjectDisposedException)
+                {
+                    if (ring.RightRank != right) continue;
+                    await BypassAsync(right, failed: true);
+                    continue;
+                }
+                if (ring.RightRank != right) continue;
+                if (code == Repair.ReportHasAll && !ring.RightHasAll)
+                {
+                    ring.RightHasAll = true;
+                    await repair.ReportAsync(ring.LeftRank, Repair.ReportRightHasAll);
+                }
+                else if (code == Repair.ReportRightHasAll) ring.NextHasAll = true;
+                else if (code != Repair.ReportHasAll) throw new InvalidDataException($"rank {right} sent report {code}");
+                if (ring.RightHasAll && ring.NextHasAll) return;
+            }
+        }
+
         var fetching = Guard(FetchOwn());
         var receiving = Guard(ReceiveAll());
         var producers = Task.WhenAll(fetching, receiving);
         var sending = Guard(SendAll(producers));
         var delivering = Guard(DeliverAll(producers));
         var leafSending = Guard(Task.WhenAll(leaves.Select((l, i) => SendToLeaf(l, toLeaves[i].Reader))));
-        var all = awaitLeaves ? Task.WhenAll(fetching, receiving, sending, delivering, leafSending) : Task.WhenAll(fetching, receiving, sending, delivering);
+        var watching = ring is null ? Task.CompletedTask : Guard(WatchRight());
+        var all = awaitLeaves ? Task.WhenAll(fetching, receiving, sending, delivering, watching, leafSending) : Task.WhenAll(fetching, receiving, sending, delivering, watching);
         // The token source lives until the leaves are served, which may be after this method returns.
         _ = leafSending.ContinueWith(_ => all.ContinueWith(_ => failed.Dispose(), TaskScheduler.Default), TaskScheduler.Default);
-        var limit = stallTimeout ?? TimeSpan.FromMinutes(2);
         for (var seen = -1L; ;)
         {
             if (await Task.WhenAny(all, Task.Delay(limit, token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
@@ -299,7 +556,7 @@ public static class RingAllGather
         }
         await all;
         return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds, leafBytes, refetched,
-            awaitLeaves ? Task.CompletedTask : leafSending, shareSeconds);
+            awaitLeaves ? Task.CompletedTask : leafSending, shareSeconds, bypassed, repairBytes);
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
         async Task Guard(Task task)
@@ -326,6 +583,19 @@ public static class RingAllGather
         private readonly Queue<Message> _own = new(), _forwarded = new();
         private readonly SemaphoreSlim _ready = new(0);
         private bool _completed;
+        private int _holds;
+
+        /// <summary>Blocks are still coming though the producers are done (a bypass fetching): the end waits.</summary>
+        public void Hold()
+        {
+            lock (_own) _holds++;
+        }
+
+        public void Unhold()
+        {
+            lock (_own) _holds--;
+            _ready.Release();
+        }
 
         public void Add(Message m, bool own)
         {
@@ -340,13 +610,182 @@ public static class RingAllGather
             _ready.Release();
         }
 
-        /// <summary>Each Add and the Complete release the semaphore once, so every wake finds a block or the end.</summary>
+        /// <summary>Each Add, Unhold and the Complete release the semaphore once; a wake that finds neither a block nor
+        /// the end (an Unhold while others still hold) waits again.</summary>
         public async ValueTask<Message?> TakeAsync(CancellationToken ct)
         {
-            await _ready.WaitAsync(ct);
-            lock (_own)
-                return _own.TryDequeue(out var m) || _forwarded.TryDequeue(out m) ? m : _completed ? null
-                    : throw new InvalidOperationException("woken without a block or the end");
+            while (true)
+            {
+                await _ready.WaitAsync(ct);
+                lock (_own)
+                {
+                    if (_own.TryDequeue(out var m) || _forwarded.TryDequeue(out m)) return m;
+                    if (_completed && _holds == 0) return null;
+                }
+            }
+        }
+    }
+
+    /// <summary>
+    /// One member's view of a ring that routes around dead members: what it has (by block), what it sent to its right
+    /// neighbour, which shares it does not forward (its right neighbour's, and those of the dead members before it).
+    /// </summary>
+    private sealed class Repair
+    {
+        private readonly FanoutPlan _plan;
+        private readonly FanoutRoute _route;
+        private readonly int _position;
+        private readonly bool[] _have;
+        private readonly Dictionary<int, Block> _blocks = [];
+        private readonly HashSet<int> _sent = [];
+        private readonly bool[] _stop;
+        private readonly HashSet<int> _dead = [];
+        private int _rightPosition, _remaining, _leftRank;
+        private readonly Lock _lock = new();
+
+        public Repair(FanoutPlan plan, FanoutRoute route, int position, int expected, TimeSpan silence)
+        {
+            (_plan, _route, _position, Silence) = (plan, route, position, silence);
+            _have = new bool[plan.Manifest.Segments.Count];
+            foreach (var block in plan.Shares.SelectMany(b => b)) _blocks[block.First] = block;
+            // This rank's own share is never sent to it: to a member that connects past its neighbour, it is had.
+            foreach (var block in plan.Shares[position]) _have[block.First] = true;
+            _stop = new bool[plan.Ranks];
+            _rightPosition = (position + 1) % plan.Ranks;
+            _stop[_rightPosition] = true;
+            _leftRank = route.LeftOf(route.Members[position]);
+            _remaining = expected;
+            if (expected == 0) AllIn.TrySetResult();
+        }
+
+        public const byte ReportHasAll = 1, ReportRightHasAll = 2;
+        /// <summary>One bypass at a time.</summary>
+        public SemaphoreSlim Bypassing { get; } = new(1);
+        /// <summary>What the right neighbour reported: it has everything; and so does the member after it.</summary>
+        public volatile bool RightHasAll, NextHasAll;
+
+        public TimeSpan Silence { get; }
+        /// <summary>Completes when this rank has every block but its own share.</summary>
+        public TaskCompletionSource AllIn { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        /// <summary>Members that connected past the left neighbour, waiting for this rank's have-map.</summary>
+        public Channel<Swap> Swaps { get; } = Channel.CreateUnbounded<Swap>();
+        public volatile bool LeftFailed;
+        public int LeftRank { get => Volatile.Read(ref _leftRank); set => Volatile.Write(ref _leftRank, value); }
+        public int RightRank { get { lock (_lock) return _route.Members[_rightPosition]; } }
+        public int Remaining => Volatile.Read(ref _remaining);
+
+        /// <summary>Marks a block had; false when it already was (or is this rank's own). Throws for a block not in the
+        /// plan. A message's share is the member that put it into the ring: after a bypass, not always the block's.</summary>
+        public bool Take(int first)
+        {
+            lock (_lock)
+            {
+                if (!_blocks.ContainsKey(first)) throw new InvalidDataException($"block message at segment {first} is not a block of the plan");
+                if (_have[first]) return false;
+                _have[first] = true;
+                if (--_remaining == 0) AllIn.TrySetResult();
+                return true;
+            }
+        }
+
+        public bool Forwards(int share)
+        {
+            lock (_lock) return !_stop[share];
+        }
+
+        public void Sent(int first)
+        {
+            lock (_lock) _sent.Add(first);
+        }
+
+        /// <summary>One bit per segment, set at the first segment of every block this rank has or needs not; then a byte
+        /// of the reports this rank has sent its left neighbour so far (a new one learns them here).</summary>
+        public byte[] HaveMap()
+        {
+            var map = new byte[(_have.Length + 7) / 8 + 1];
+            lock (_lock)
+            {
+                for (var i = 0; i < _have.Length; i++)
+                    if (_have[i]) map[i >> 3] |= (byte)(1 << (i & 7));
+                map[^1] = (byte)((AllIn.Task.IsCompleted ? ReportHasAll : 0) | (RightHasAll ? ReportRightHasAll : 0));
+            }
+            return map;
+        }
+
+        /// <summary>
+        /// Connects to the members after <paramref name="gone"/> in ring order, each that does not answer counted dead
+        /// too. Returns the member that answered, its have-map (null: it refused), and the positions passed over.
+        /// </summary>
+        public async Task<(int Next, byte[]? Have, List<int> Skipped)> ConnectPastAsync(IRingRepair links, int gone, CancellationToken ct)
+        {
+            List<int> skipped;
+            lock (_lock) skipped = [_rightPosition];
+            if (_route.Members[skipped[0]] != gone) throw new InvalidOperationException($"rank {gone} is not this rank's right neighbour");
+            for (var next = (skipped[0] + 1) % _plan.Ranks; next != _position; next = (next + 1) % _plan.Ranks)
+            {
+                byte[]? have;
+                try { have = await links.BypassAsync(_route.Members[next], [.. skipped.Select(k => _route.Members[k])], TimeSpan.FromSeconds(5), ct); }
+                catch (Exception e) when (e is System.Net.Sockets.SocketException or IOException or TimeoutException)
+                {
+                    skipped.Add(next);
+                    continue;
+                }
+                if (have is null) return (next, null, skipped);
+                if (have.Length != (_have.Length + 7) / 8 + 1) throw new InvalidDataException($"rank {_route.Members[next]} answered a have-map of {have.Length} bytes");
+                lock (_lock)
+                {
+                    RightHasAll = (have[^1] & ReportHasAll) != 0;
+                    NextHasAll = (have[^1] & ReportRightHasAll) != 0;
+                    _rightPosition = next;
+                    foreach (var k in skipped) _dead.Add(k);
+                    foreach (var k in skipped) _stop[k] = true;
+                    _stop[next] = true;
+                }
+                return (next, have, skipped);
+            }
+            throw new IOException($"rank {gone} and every member after it are gone: no ring is left to route through");
+        }
+
+        /// <summary>
+        /// What the new right neighbour lacks that no one else will send it: blocks this rank sent into the dead member,
+        /// and the dead members' own blocks that never came round. Everything else reaches it in the ring's flow.
+        /// </summary>
+        public List<(Block Block, bool Dead)> Resend(byte[] have, int next)
+        {
+            var again = new List<(Block, bool)>();
+            lock (_lock)
+                for (var k = 0; k < _plan.Ranks; k++)
+                {
+                    if (k == next) continue;
+                    foreach (var block in _plan.Shares[k])
+                        if ((have[block.First >> 3] & (1 << (block.First & 7))) == 0 && (_sent.Contains(block.First) || _dead.Contains(k)))
+                            again.Add((block, _dead.Contains(k)));
+                }
+            return again;
+        }
+
+        /// <summary>Answers a member that connects past this rank's left neighbour: refused while that neighbour is heard.</summary>
+        public BypassHandler AnswerBypassAsync(IRingRepair links) => async (rank, skipped, ct) =>
+        {
+            var left = LeftRank;
+            if (!skipped.Contains(left)) return null;
+            if (!LeftFailed && !AllIn.Task.IsCompleted && links.SilenceFrom(left) < Silence / 2) return null;
+            var swap = new Swap(rank);
+            Swaps.Writer.TryWrite(swap);
+            links.Drop(left);
+            // A rank that already has everything answers at once: its receiving is over.
+            await Task.WhenAny(swap.Have.Task, AllIn.Task).WaitAsync(ct);
+            if (!swap.Have.Task.IsCompleted)
+            {
+                LeftRank = rank;
+                return HaveMap();
+            }
+            return await swap.Have.Task;
+        };
+
+        public sealed record Swap(int Rank)
+        {
+            public TaskCompletionSource<byte[]> Have { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
         }
     }
 
@@ -361,6 +800,10 @@ public static class RingAllGather
         public Memory<byte> Buffer => Array;
         public int Length;
         public bool Own;
+        /// <summary>The block's share and first segment (its identity in the plan).</summary>
+        public int Share, First;
+        /// <summary>Sent to a new right neighbour after a bypass, whatever its share.</summary>
+        public bool Inject;
         /// <summary>Leaves this message still has to reach.</summary>
         public int LeafHolders;
 

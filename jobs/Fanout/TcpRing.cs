@@ -1,4 +1,5 @@
 using System.Buffers.Binary;
+using System.Collections.Concurrent;
 using System.Net;
 using System.Net.Sockets;
 using System.Security.Cryptography;
@@ -16,16 +17,24 @@ namespace Hpc.Jobs.Fanout;
 /// Only this job's ranks learn the secrets: a connection to a rank's port that does not open with that rank's secret is
 /// closed without a byte read into the exchange. What does arrive is checked anyway, segment by segment, by the agent.
 /// </remarks>
-public sealed class TcpRing : IPeerLinks, IAsyncDisposable
+public sealed class TcpRing : IRingRepair, IAsyncDisposable
 {
     private const int SecretLength = 16;
     /// <summary>Address (IPv6 or IPv4-mapped), port, secret: every rank's entry in the all-gather.</summary>
     private const int EntryLength = 16 + 2 + SecretLength;
-    private readonly Dictionary<int, Wire> _to = [], _from = [];
+    /// <summary>Set in a hello's rank: the sender asks to become this rank's left neighbour in place of dead ones.</summary>
+    private const int BypassFlag = 0x4000_0000;
+    /// <summary>Sends go to the kernel in pieces of this size, each one progress: a link that takes nothing is silent.</summary>
+    private const int SendPiece = 64 << 10;
+    private readonly ConcurrentDictionary<int, Wire> _to = [], _from = [];
     private readonly byte[][] _entries;
     private readonly byte[] _secret;
-    // Kept open until the route is known: routing around a slow member needs links beyond the neighbours.
+    // Kept open until the route is known (routing around a slow member needs links beyond the neighbours), and then
+    // for as long as the ring runs: a member whose neighbour died connects past it.
     private Socket? _listener;
+    private Task _bypasses = Task.CompletedTask;
+    private readonly CancellationTokenSource _closing = new();
+    private int _disposed;
 
     private TcpRing(int rank, int size, Socket? listener, byte[][] entries, byte[] secret) =>
         (Rank, Size, _listener, _entries, _secret) = (rank, size, listener, entries, secret);
@@ -68,13 +77,154 @@ public sealed class TcpRing : IPeerLinks, IAsyncDisposable
     }
 
     /// <summary>Connects to the ranks in <paramref name="sendTo"/> and accepts those in <paramref name="receiveFrom"/>
-    /// that have no link yet; then no one else may connect.</summary>
+    /// that have no link yet; from then on only a bypass (<see cref="AcceptBypasses"/>) may connect.</summary>
     public async Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct)
     {
         if (Size > 1) await OpenAsync(sendTo, receiveFrom, timeout, ct);
-        _listener?.Dispose();
-        _listener = null;
     }
+
+    public void AcceptBypasses(BypassHandler handler)
+    {
+        if (_listener is null || !_bypasses.IsCompleted) return;
+        var listener = _listener;
+        _bypasses = Task.Run(async () =>
+        {
+            var checks = new List<Task>();
+            try
+            {
+                while (!_closing.IsCancellationRequested)
+                {
+                    var socket = await listener.AcceptAsync(_closing.Token);
+                    checks.RemoveAll(t => t.IsCompleted);
+                    checks.Add(AnswerBypassAsync(socket, handler));
+                }
+            }
+            catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException) { }
+            await Task.WhenAll(checks);
+        });
+    }
+
+    /// <summary>
+    /// A bypass: the member's secret and the asker's rank with <see cref="BypassFlag"/>, the ranks it skips; the answer is
+    /// a length and this member's have-map (0: refused). The asker's blocks follow on the same connection.
+    /// </summary>
+    private async Task AnswerBypassAsync(Socket socket, BypassHandler handler)
+    {
+        using var limit = CancellationTokenSource.CreateLinkedTokenSource(_closing.Token);
+        limit.CancelAfter(TimeSpan.FromSeconds(10));
+        var installed = false;
+        try
+        {
+            socket.NoDelay = true;
+            var hello = new byte[SecretLength + 8];
+            await ReadExactlyAsync(socket, hello, limit.Token);
+            var rank = BinaryPrimitives.ReadInt32LittleEndian(hello.AsSpan(SecretLength));
+            var count = BinaryPrimitives.ReadInt32LittleEndian(hello.AsSpan(SecretLength + 4));
+            if (!CryptographicOperations.FixedTimeEquals(hello.AsSpan(0, SecretLength), _secret) || (rank & BypassFlag) == 0 || count < 1 || count >= Size) return;
+            rank &= ~BypassFlag;
+            var skipped = new byte[count * 4];
+            await ReadExactlyAsync(socket, skipped, limit.Token);
+            var ranks = Enumerable.Range(0, count).Select(i => BinaryPrimitives.ReadInt32LittleEndian(skipped.AsSpan(i * 4))).ToArray();
+            if (rank < 0 || rank >= Size || rank == Rank || ranks.Any(r => r < 0 || r >= Size)) return;
+            // Installed before the answer: the receives the handler's caller posts on it wait for the blocks that follow.
+            var wire = new Wire(socket) { Answered = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously) };
+            var old = _from.TryGetValue(rank, out var previous) ? previous : null;
+            _from[rank] = wire;
+            var have = await handler(rank, ranks, limit.Token);
+            var answer = new byte[4 + (have?.Length ?? 0)];
+            BinaryPrimitives.WriteInt32LittleEndian(answer, have?.Length ?? 0);
+            have?.CopyTo(answer, 4);
+            if (have is null)
+            {
+                if (old is null) _from.TryRemove(rank, out _);
+                else _from[rank] = old;
+                await SendAllAsync(socket, answer, limit.Token);
+                return;
+            }
+            await SendAllAsync(socket, answer, limit.Token);
+            installed = true;
+            wire.Answered.TrySetResult();
+        }
+        catch (Exception e) when (e is SocketException or EndOfStreamException or OperationCanceledException or ObjectDisposedException) { }
+        finally
+        {
+            if (!installed) socket.Dispose();
+        }
+    }
+
+    public async Task<byte[]?> BypassAsync(int rank, IReadOnlyList<int> skipped, TimeSpan timeout, CancellationToken ct)
+    {
+        using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        limit.CancelAfter(timeout);
+        var entry = _entries[rank];
+        var address = new IPAddress(entry.AsSpan(0, 16));
+        if (address.IsIPv4MappedToIPv6) address = address.MapToIPv4();
+        var socket = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
+        try
+        {
+            await socket.ConnectAsync(new IPEndPoint(address, BinaryPrimitives.ReadUInt16BigEndian(entry.AsSpan(16))), limit.Token);
+            var hello = new byte[SecretLength + 8 + 4 * skipped.Count];
+            entry.AsSpan(18, SecretLength).CopyTo(hello);
+            BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(SecretLength), Rank | BypassFlag);
+            BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(SecretLength + 4), skipped.Count);
+            for (var i = 0; i < skipped.Count; i++) BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(SecretLength + 8 + 4 * i), skipped[i]);
+            await SendAllAsync(socket, hello, limit.Token);
+            var header = new byte[4];
+            await ReadExactlyAsync(socket, header, limit.Token);
+            var length = BinaryPrimitives.ReadInt32LittleEndian(header);
+            if (length == 0)
+            {
+                socket.Dispose();
+                return null;
+            }
+            if (length < 0 || length > 1 << 24) throw new InvalidDataException($"rank {rank} answered a bypass with {length} bytes");
+            var have = new byte[length];
+            await ReadExactlyAsync(socket, have, limit.Token);
+            foreach (var gone in skipped) Drop(gone);
+            _to[rank] = new Wire(socket);
+            return have;
+        }
+        catch (OperationCanceledException) when (!ct.IsCancellationRequested)
+        {
+            socket.Dispose();
+            throw new TimeoutException($"rank {rank} did not answer a bypass within {timeout.TotalSeconds:0.#} s");
+        }
+        catch
+        {
+            socket.Dispose();
+            throw;
+        }
+    }
+
+    public async Task ReportAsync(int rank, byte code)
+    {
+        if (!_from.TryGetValue(rank, out var wire)) return;
+        // After a bypass, the answer goes first: the asker reads it before any report.
+        if (wire.Answered is { } answered) await answered.Task.WaitAsync(TimeSpan.FromSeconds(10)).ContinueWith(_ => { }, TaskScheduler.Default);
+        try
+        {
+            lock (wire.Reports) wire.Socket.Send([code]);
+        }
+        catch (Exception e) when (e is SocketException or ObjectDisposedException) { /* a left neighbour that is gone is routed around */ }
+    }
+
+    public async Task<int> ReadReportAsync(int rank, CancellationToken ct)
+    {
+        var wire = _to.TryGetValue(rank, out var w) ? w : throw new IOException($"rank {Rank} has no link to rank {rank}");
+        var one = new byte[1];
+        if (await wire.Socket.ReceiveAsync(one, SocketFlags.None, ct) == 0) throw new EndOfStreamException($"rank {rank} closed the ring's link");
+        return one[0];
+    }
+
+    public void Drop(int rank)
+    {
+        if (_to.TryRemove(rank, out var to)) to.Socket.Dispose();
+        if (_from.TryRemove(rank, out var from)) from.Socket.Dispose();
+    }
+
+    public TimeSpan SilenceTo(int rank) => _to.TryGetValue(rank, out var w) ? w.Silence(sending: true) : TimeSpan.Zero;
+
+    public TimeSpan SilenceFrom(int rank) => _from.TryGetValue(rank, out var w) ? w.Silence(sending: false) : TimeSpan.MaxValue;
 
     private async Task OpenAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct)
     {
@@ -193,6 +343,20 @@ public sealed class TcpRing : IPeerLinks, IAsyncDisposable
         public readonly byte[] Header = new byte[4];
         public readonly Lock Order = new();
         public Task Last = Task.CompletedTask;
+        /// <summary>When bytes last moved on this wire (<see cref="Environment.TickCount64"/>).</summary>
+        public long Moved = Environment.TickCount64;
+        /// <summary>Sends queued or under way: silence counts only while something waits to go.</summary>
+        public int Pending;
+        /// <summary>Reports go the other way on a receiving wire, one whole byte at a time.</summary>
+        public readonly Lock Reports = new();
+        /// <summary>On a wire a bypass opened: completes when its answer was sent.</summary>
+        public TaskCompletionSource? Answered;
+
+        public void Progress() => Volatile.Write(ref Moved, Environment.TickCount64);
+
+        public TimeSpan Silence(bool sending) => sending && Volatile.Read(ref Pending) == 0
+            ? TimeSpan.Zero
+            : TimeSpan.FromMilliseconds(Environment.TickCount64 - Volatile.Read(ref Moved));
     }
 
     public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => SendToAsync((Rank + 1) % Size, message, ct);
@@ -202,22 +366,34 @@ public sealed class TcpRing : IPeerLinks, IAsyncDisposable
     /// <summary>A length, then the message. Sends to one rank go out in the order of the calls.</summary>
     public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct)
     {
-        var wire = _to.TryGetValue(rank, out var w) ? w : throw new InvalidOperationException($"rank {Rank} has no link to rank {rank}");
-        lock (wire.Order) return wire.Last = SendAfter(wire, wire.Last, message, ct);
+        var wire = _to.TryGetValue(rank, out var w) ? w : throw new IOException($"rank {Rank} has no link to rank {rank}");
+        lock (wire.Order)
+        {
+            if (Interlocked.Increment(ref wire.Pending) == 1) wire.Progress();
+            return wire.Last = SendAfter(wire, wire.Last, message, ct);
+        }
     }
 
     private static async Task SendAfter(Wire wire, Task previous, ReadOnlyMemory<byte> message, CancellationToken ct)
     {
-        await previous;
-        BinaryPrimitives.WriteInt32LittleEndian(wire.Header, message.Length);
-        await SendAllAsync(wire.Socket, wire.Header, ct);
-        await SendAllAsync(wire.Socket, message, ct);
+        try
+        {
+            await previous;
+            BinaryPrimitives.WriteInt32LittleEndian(wire.Header, message.Length);
+            await SendAllAsync(wire.Socket, wire.Header, ct);
+            for (var rest = message; !rest.IsEmpty; rest = rest[Math.Min(SendPiece, rest.Length)..])
+            {
+                await SendAllAsync(wire.Socket, rest[..Math.Min(SendPiece, rest.Length)], ct);
+                wire.Progress();
+            }
+        }
+        finally { Interlocked.Decrement(ref wire.Pending); }
     }
 
     /// <summary>Receives from one rank match its messages in the order of the calls, as MPI's do.</summary>
     public Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct)
     {
-        var wire = _from.TryGetValue(rank, out var w) ? w : throw new InvalidOperationException($"rank {Rank} has no link from rank {rank}");
+        var wire = _from.TryGetValue(rank, out var w) ? w : throw new IOException($"rank {Rank} has no link from rank {rank}");
         lock (wire.Order)
         {
             var receive = ReceiveAfter(wire, wire.Last, rank, buffer, ct);
@@ -229,11 +405,11 @@ public sealed class TcpRing : IPeerLinks, IAsyncDisposable
     private static async Task<int> ReceiveAfter(Wire wire, Task previous, int rank, Memory<byte> buffer, CancellationToken ct)
     {
         await previous;
-        await ReadExactlyAsync(wire.Socket, wire.Header, ct);
+        await ReadExactlyAsync(wire.Socket, wire.Header, ct, wire);
         var length = BinaryPrimitives.ReadInt32LittleEndian(wire.Header);
         if (length < 0 || length > buffer.Length)
             throw new InvalidDataException($"rank {rank} sent a message of {length} bytes; at most {buffer.Length} were expected");
-        await ReadExactlyAsync(wire.Socket, buffer[..length], ct);
+        await ReadExactlyAsync(wire.Socket, buffer[..length], ct, wire);
         return length;
     }
 
@@ -242,12 +418,13 @@ public sealed class TcpRing : IPeerLinks, IAsyncDisposable
         while (!data.IsEmpty) data = data[await socket.SendAsync(data, SocketFlags.None, ct)..];
     }
 
-    private static async ValueTask ReadExactlyAsync(Socket socket, Memory<byte> buffer, CancellationToken ct)
+    private static async ValueTask ReadExactlyAsync(Socket socket, Memory<byte> buffer, CancellationToken ct, Wire? wire = null)
     {
         while (!buffer.IsEmpty)
         {
             var n = await socket.ReceiveAsync(buffer, SocketFlags.None, ct);
             if (n == 0) throw new EndOfStreamException("the neighbour closed the ring's connection");
+            wire?.Progress();
             buffer = buffer[n..];
         }
     }
@@ -266,6 +443,11 @@ public sealed class TcpRing : IPeerLinks, IAsyncDisposable
 
     public async ValueTask DisposeAsync()
     {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0) return;
+        _closing.Cancel();
+        _listener?.Dispose();
+        try { await _bypasses; } catch { /* bypasses end with the ring */ }
+        _closing.Dispose();
         // Sends still in the kernel's buffer are delivered after close: the peer reads them before it finishes.
         foreach (var wire in _to.Values)
         {
@@ -273,6 +455,5 @@ public sealed class TcpRing : IPeerLinks, IAsyncDisposable
             wire.Socket.Dispose();
         }
         foreach (var wire in _from.Values) wire.Socket.Dispose();
-        _listener?.Dispose();
     }
 }

@@ -1,0 +1,176 @@
+using System.Collections.Concurrent;
+using System.Net;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Fanout;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// The TCP ring routes around a member that dies or hangs mid-exchange: the member before it connects to the one after
+/// it, learns what that one already has and sends it the rest — from the cache tier only what no one else had — and
+/// every other member ends with every block, once.
+/// </summary>
+public sealed class RingRepairTests
+{
+    private const int Ranks = 6;
+
+    private static Manifest ManifestOf(int segments)
+    {
+        var rng = new Random(5);
+        var list = Enumerable.Range(0, segments)
+            .Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, rng.Next(16000, 65536))).ToList();
+        return new Manifest
+        {
+            Name = "test/ring-repair", Hash = new string('0', 32), Segments = list,
+            RawLength = list.Sum(s => (long)s.RawLength), StoredLength = list.Sum(s => (long)s.StoredLength),
+        };
+    }
+
+    private static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 7 + 3), m.Segments[index].StoredLength).ToArray();
+
+    [Fact]
+    public async Task A_member_killed_mid_exchange_is_routed_around_and_the_tier_sends_little_more_than_the_data_once()
+    {
+        var run = await RunWithVictimAsync(victim: 2, (ring, cancel) =>
+        {
+            // A process that dies: its work stops and the kernel closes its connections.
+            cancel.Cancel();
+            return ((Freezable)ring).DisposeAsync().AsTask();
+        });
+
+        run.AssertSurvivorsHaveEverything(victim: 2);
+        // The member before the dead one routed around it; no one else had to.
+        Assert.Equal(1, run.Results[1]!.Bypassed);
+        Assert.Equal([0, 0, 0, 0], run.Results.Select(r => r?.Bypassed ?? -1).Where((_, r) => r is not (1 or 2)));
+        // The tier sent the data once, plus at most the dead member's share and what was lost in its sockets' buffers.
+        Assert.InRange(run.Fetched, run.Stored, run.AtMost);
+        Assert.True(run.Results[1]!.RepairBytesFetched > 0);
+    }
+
+    [Fact]
+    public async Task A_member_that_hangs_with_its_connections_open_is_routed_around_once_it_has_taken_nothing_for_two_seconds()
+    {
+        var run = await RunWithVictimAsync(victim: 3, (ring, _) =>
+        {
+            // A stopped process (SIGSTOP, a hung node): its sockets stay open and nothing is read or sent on them.
+            ((Freezable)ring).Freeze();
+            return Task.CompletedTask;
+        });
+
+        run.AssertSurvivorsHaveEverything(victim: 3);
+        Assert.Equal(1, run.Results[2]!.Bypassed);
+        Assert.InRange(run.Fetched, run.Stored, run.AtMost);
+    }
+
+    private sealed record Run(Manifest Manifest, RingResult?[] Results, ConcurrentDictionary<int, byte[]>[] Delivered, long Fetched, long Stored)
+    {
+        /// <summary>The data once, the dead member's share again, and two sockets' buffers of blocks (loopback's: 16 MiB).</summary>
+        public long AtMost => Stored + Stored / Ranks + (16L << 20);
+
+        public void AssertSurvivorsHaveEverything(int victim)
+        {
+            for (var r = 0; r < Ranks; r++)
+            {
+                if (r == victim) continue;
+                Assert.NotNull(Results[r]);
+                Assert.Equal(Enumerable.Range(0, Manifest.Segments.Count), Delivered[r].Keys.Order());
+                Assert.All(Delivered[r], kv => Assert.Equal(StoredBytes(Manifest, kv.Key), kv.Value));
+            }
+        }
+    }
+
+    /// <summary>
+    /// Six ranks over TCP on loopback; once the victim's node holds some blocks, <paramref name="strike"/> kills or
+    /// freezes it. The tier is a function that counts what it sends and takes a moment per block, so the exchange is
+    /// still under way when the victim is struck.
+    /// </summary>
+    private static async Task<Run> RunWithVictimAsync(int victim, Func<IRingRepair, CancellationTokenSource, Task> strike)
+    {
+        var manifest = ManifestOf(1200);
+        var plan = new FanoutPlan(manifest, Ranks, maxBlockBytes: 256 << 10);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
+        var connected = await Task.WhenAll(InProcessRanks.Create(Ranks).Select(g =>
+            Task.Run(() => TcpRing.ConnectAsync(g, IPAddress.Loopback, TimeSpan.FromSeconds(20), timeout.Token))));
+        var links = connected.Select(l => new Freezable(l)).ToArray();
+        var delivered = Enumerable.Range(0, Ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
+        var victimCancel = CancellationTokenSource.CreateLinkedTokenSource(timeout.Token);
+        var struck = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        long fetched = 0;
+        var results = new RingResult?[Ranks];
+        try
+        {
+            var runs = links.Select(link => Task.Run(async () =>
+            {
+                var token = link.Rank == victim ? victimCancel.Token : timeout.Token;
+                try
+                {
+                    results[link.Rank] = await RingAllGather.RunAsync(plan, link,
+                        async (block, message, ct) =>
+                        {
+                            await Task.Delay(3, ct);
+                            var at = BlockMessage.HeaderLength;
+                            for (var i = block.First; i < block.First + block.Count; i++)
+                                at += BlockMessage.WriteRecord(message.Span[at..], i, StoredBytes(manifest, i));
+                            BlockMessage.WriteHeader(message.Span, block, at);
+                            Interlocked.Add(ref fetched, block.StoredBytes);
+                            return at;
+                        },
+                        async (message, _) =>
+                        {
+                            foreach (var (index, stored) in BlockMessage.Records(message, plan))
+                                Assert.True(delivered[link.Rank].TryAdd(index, stored.ToArray()), $"rank {link.Rank} got segment {index} twice");
+                            if (link.Rank == victim && delivered[victim].Count >= 150 && struck.TrySetResult())
+                                await strike(link, victimCancel);
+                        }, token, stallTimeout: TimeSpan.FromSeconds(60));
+                }
+                catch (Exception) when (link.Rank == victim) { }
+            })).ToArray();
+            // The others finish without the victim; a frozen one is then let go.
+            await Task.WhenAll(runs.Where((_, r) => r != victim)).WaitAsync(timeout.Token);
+            victimCancel.Cancel();
+            await runs[victim];
+        }
+        finally
+        {
+            victimCancel.Cancel();
+            foreach (var link in links) await link.DisposeAsync();
+            victimCancel.Dispose();
+        }
+        Assert.True(struck.Task.IsCompleted, "the victim was not struck: the exchange ended first");
+        return new Run(manifest, results, delivered, fetched, manifest.StoredLength);
+    }
+
+    /// <summary>A rank's links that can be frozen as a stopped process's are: open, and nothing read or sent on them.</summary>
+    private sealed class Freezable(TcpRing inner) : IRingRepair
+    {
+        private readonly TaskCompletionSource _frozen = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        private bool Frozen => _frozen.Task.IsCompleted;
+
+        public void Freeze() => _frozen.TrySetResult();
+
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public int SendWindow => inner.SendWindow;
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => Frozen ? Never<bool>(ct) : inner.SendAsync(message, ct);
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => Frozen ? Never<int>(ct) : inner.ReceiveAsync(buffer, ct);
+        public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) =>
+            inner.ConnectPeersAsync(sendTo, receiveFrom, timeout, ct);
+        public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct) => Frozen ? Never<bool>(ct) : inner.SendToAsync(rank, message, ct);
+        public Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct) => Frozen ? Never<int>(ct) : inner.ReceiveFromAsync(rank, buffer, ct);
+        public void AcceptBypasses(BypassHandler handler) => inner.AcceptBypasses((rank, skipped, ct) => Frozen ? Never<byte[]?>(ct) : handler(rank, skipped, ct));
+        public Task<byte[]?> BypassAsync(int rank, IReadOnlyList<int> skipped, TimeSpan timeout, CancellationToken ct) =>
+            Frozen ? Never<byte[]?>(ct) : inner.BypassAsync(rank, skipped, timeout, ct);
+        public void Drop(int rank) => inner.Drop(rank);
+        public TimeSpan SilenceTo(int rank) => Frozen ? TimeSpan.Zero : inner.SilenceTo(rank);
+        public TimeSpan SilenceFrom(int rank) => inner.SilenceFrom(rank);
+        public Task ReportAsync(int rank, byte code) => Frozen ? Task.CompletedTask : inner.ReportAsync(rank, code);
+        public Task<int> ReadReportAsync(int rank, CancellationToken ct) => Frozen ? Never<int>(ct) : inner.ReadReportAsync(rank, ct);
+        public ValueTask DisposeAsync() => inner.DisposeAsync();
+
+        private async Task<T> Never<T>(CancellationToken ct)
+        {
+            await Task.Delay(Timeout.Infinite, ct);
+            throw new OperationCanceledException(ct);
+        }
+    }
+}
