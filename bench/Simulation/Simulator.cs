@@ -15,8 +15,11 @@ public enum Delivery { Direct, Fanout }
 /// run made before the probe existed).</param>
 /// <param name="ShortestTelling">The probe's shortest duration that may make a leaf; null: node prep's own
 /// (<see cref="LeafRule.ShortestTelling"/>). Only for asking what the rule would do without its floor.</param>
+/// <param name="PeerTimeout">With a death: the ring closes around the dead member after this long (nodeprep
+/// --peer-timeout over the TCP ring); null: the survivors wait the stall timeout and fetch directly (the MPI link,
+/// and every run made before the ring could close).</param>
 public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long StoredBytes, double? FailAfter = null, int FailRank = 0,
-    double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null);
+    double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null, double? PeerTimeout = null);
 
 /// <summary>What a job took. Seconds: from the common start until its last surviving node held the data.</summary>
 /// <param name="Leaves">Ranks the probe routed out of the ring (empty without a probe or with no slow node).</param>
@@ -47,8 +50,9 @@ public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events,
 /// <see cref="LeafRule"/> decides, as node prep does, which nodes become leaves. The M others form the
 /// ring over shares of S/M, and each member also sends its own share to every leaf; a member is done when its node has
 /// the data, a leaf when every member's share has crossed its link.</item>
-/// <item>A node that dies stops the ring; the others notice when nothing has moved for the stall timeout and each
-/// fetches what it lacks directly (the agent kept every block it verified).</item>
+/// <item>A node that dies stops the ring. With <see cref="JobSpec.PeerTimeout"/> the ring closes around it after that
+/// long (<see cref="FanoutRun"/>'s CloseRing); without, the others notice when nothing has moved for the stall timeout
+/// and each fetches what it lacks directly (the agent kept every block it verified).</item>
 /// </list>
 /// The ring runs as one flow per edge (what rank r sends to r+1), sharing links max-min with the share fetches, other
 /// jobs and the CPU. Its pipelining enters where it changes the time: an edge starts after one block is fetched, and a
@@ -128,8 +132,8 @@ public sealed class Simulator
 
     /// <summary>One job on its own cluster of its size.</summary>
     public static SimulationResult Run(ClusterSpec spec, Calibration cal, Delivery delivery, long storedBytes, double? failAfter = null, double stallTimeout = 120,
-        bool probe = false, double? shortestTelling = null) =>
-        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, spec.Nodes / 2, stallTimeout, probe, shortestTelling)]);
+        bool probe = false, double? shortestTelling = null, double? peerTimeout = null) =>
+        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout)]);
 
     private interface IJobRun
     {
@@ -519,6 +523,11 @@ public sealed class Simulator
             if (_stopped || !double.IsNaN(_exchangeEnd)) return;
             _stopped = true;
             _dead = Math.Clamp(job.FailRank, 0, _n - 1);
+            if (job.PeerTimeout is { } peerTimeout && M > 2 && _leaves.Length == 0 && _members.Contains(_dead))
+            {
+                CloseRing(peerTimeout);
+                return;
+            }
             var received = new double[_n];
             for (var k = 0; k < M; k++)
             {
@@ -541,6 +550,61 @@ public sealed class Simulator
                             _done[rank] = sim._net.Now;
                             _tierBytes += f.Size;
                         }));
+                }
+            });
+        }
+
+        /// <summary>
+        /// The ring closes around the dead member (RingAllGather over the TCP ring): its links stop; after the peer
+        /// timeout and a connection (a round trip) its left neighbour sends its successor what that one still lacks of
+        /// the ring, and fetches from the tier the part of the dead member's share that had not gone out (taken as the
+        /// share times the part of the dead member's out-edge not yet sent: its own blocks went first, so this errs
+        /// high). Every other edge carries what it had left, every survivor fetches the rest of its own share, and the
+        /// survivors finish as a ring of M − 1. Not modelled: a death with leaves (the survivors then fall back).
+        /// </summary>
+        private void CloseRing(double peerTimeout)
+        {
+            var old = _members;
+            var m = old.Length;
+            var load = _s * (m - 1) / m;
+            var dead = Array.IndexOf(old, _dead);
+            var fetchMoved = new double[m];
+            var edgeMoved = new double[m];
+            for (var k = 0; k < m; k++)
+            {
+                if (_fetch[k] is { } f)
+                {
+                    if (_fetchEnd[k] == 0) { sim._net.Cancel(f); _tierBytes += f.Moved; fetchMoved[k] = f.Moved; }
+                    else fetchMoved[k] = _s / m;
+                }
+                if (_edge[k] is { } e)
+                {
+                    if (_edgeEnd[k] == 0) { sim._net.Cancel(e); edgeMoved[k] = e.Moved; }
+                    else edgeMoved[k] = load;
+                }
+            }
+            sim._net.After(peerTimeout + 2 * sim._spec.HopLatency, () =>
+            {
+                var survivors = old.Where(r => r != _dead).ToArray();
+                var n = survivors.Length;
+                _members = survivors;
+                _fetch = new Flow?[n];
+                _edge = new Flow?[n];
+                _fetchEnd = new double[n];
+                _edgeEnd = new double[n];
+                _pending = 2 * n;
+                _stopped = false;
+                var deadShareLeft = _s / m * (1 - edgeMoved[dead] / load);
+                for (var k2 = 0; k2 < n; k2++)
+                {
+                    var position = k2;
+                    var rank = survivors[k2];
+                    var k = Array.IndexOf(old, rank);
+                    var bypass = (k + 1) % m == dead;
+                    var fetch = Math.Max(1, _s / m - fetchMoved[k] + (bypass ? deadShareLeft : 0));
+                    var edge = Math.Max(1, bypass ? load - edgeMoved[dead] : load - edgeMoved[k]);
+                    _fetch[k2] = sim.FromTier(Node(rank), fetch, Delivery.Fanout, f => { _tierBytes += f.Size; _fetchEnd[position] = sim._net.Now; EdgeOrFetchDone(); });
+                    _edge[k2] = sim.Between(Node(rank), Node(survivors[(k2 + 1) % n]), edge, _ => { _edgeEnd[position] = sim._net.Now; EdgeOrFetchDone(); });
                 }
             });
         }

@@ -64,6 +64,9 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--stall-timeout", "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
 
+    [Switch("--peer-timeout", "--fanout mpi --ring tcp: how long a ring neighbour may take nothing while a block waits for it before it counts as dead or hung and the ring closes around it (the member after it must have heard nothing from it for half as long).", Meta = "DURATION")]
+    public string PeerTimeout { get; set; } = "2s";
+
     [Switch(QuietSwitch.Name, QuietSwitch.Help + " (without its line, the exit code alone says whether the node is ready).")]
     public bool Quiet { get; set; }
 
@@ -85,9 +88,14 @@ public static class NodePrepCommand
         if (job is null) throw CommandException.Usage("no job id to pin the data with (--job, HPCDATA_JOB_ID, SLURM_JOB_ID or CCP_JOBID)");
         if (!DatasetName.TryValidate(name, out var nameError)) throw CommandException.Usage(nameError!);
         if (version == "latest") version = null;
-        TimeSpan startTimeout, fetchTimeout, stallTimeout;
-        try { (startTimeout, fetchTimeout, stallTimeout) = (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout), Durations.Parse(o.StallTimeout)); }
+        TimeSpan startTimeout, fetchTimeout, stallTimeout, peerTimeout;
+        try
+        {
+            (startTimeout, fetchTimeout, stallTimeout, peerTimeout) =
+                (Durations.Parse(o.StartTimeout), Durations.Parse(o.Timeout), Durations.Parse(o.StallTimeout), Durations.Parse(o.PeerTimeout));
+        }
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
+        if (peerTimeout <= TimeSpan.Zero) throw CommandException.Usage($"--peer-timeout must be more than 0 (got {o.PeerTimeout})");
         if (o.Fanout is not ("auto" or "none" or "mpi")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi");
         // The cache tier's settings are checked before anything starts (a missing password file, a bad host).
         try { o.CacheTier(); }
@@ -132,6 +140,7 @@ public static class NodePrepCommand
                     ranks.ClosingLimit = summary.Route != "ring" ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
                     leavesServed = served;
                     fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
+                             $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} " +
                              $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
                 }
                 catch (Exception e) when (!cancel.IsCancellationRequested)
@@ -296,7 +305,8 @@ public static class NodePrepCommand
             await using var ingest = new AgentIngest(pipe);
             var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
             ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
-            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.NodePrep.LinkProbe);
+            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.NodePrep.LinkProbe,
+                peerSilence: Durations.Parse(o.PeerTimeout));
         }
         catch
         {

@@ -51,10 +51,12 @@ public static class FanoutExchange
     /// <summary>The probe sends at most 1/ProbeShare of the stored bytes the exchange moves.</summary>
     internal const int ProbeShare = 16;
 
+    /// <param name="peerSilence">How long a ring neighbour may take nothing before the ring closes around it
+    /// (<see cref="RingAllGather.PeerSilence"/> by default); over links that can (<see cref="IRingRepair"/>).</param>
     /// <param name="probeLinks">Measure the ring's links first and leave ranks with a slow link out of the ring
     /// (<see cref="FanoutRoute"/>); only over links that reach every rank (<see cref="IPeerLinks"/>).</param>
     public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct,
-        TimeSpan? stallTimeout = null, IRingLink? ring = null, bool probeLinks = true)
+        TimeSpan? stallTimeout = null, IRingLink? ring = null, bool probeLinks = true, TimeSpan? peerSilence = null)
     {
         var clock = Stopwatch.StartNew();
         // Before the ring runs, the ranks wait for each other in collectives; one that died would keep them waiting.
@@ -124,7 +126,8 @@ public static class FanoutExchange
         var fetcher = new BlockFetcher(tier, plan, resolved);
         // A node that already holds the version still fetches its share and forwards: the ring needs every link.
         var exchanged = await RingAllGather.RunAsync(plan, link, fetcher.FetchAsync,
-            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route, awaitLeaves: false);
+            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route, awaitLeaves: false,
+            peerSilence: peerSilence);
         await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
         return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),

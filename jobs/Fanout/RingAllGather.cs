@@ -348,7 +348,9 @@ public static class RingAllGather
                     {
                         foreach (var (block, dead) in again)
                         {
-                            var lacks = ring.Take(block.First);
+                            // Marked had only once it is on its way to the node: the last block marked ends the
+                            // receiving, and with it the node's queue.
+                            var lacks = ring.Lacks(block.First);
                             var m = Message.Rent(size, holders: lacks ? 2 : 1);
                             // A dead member's block enters the ring here as this rank's: the member before this one
                             // stops it, as it stops this rank's own.
@@ -358,7 +360,11 @@ public static class RingAllGather
                             Interlocked.Add(ref fetchedBytes, m.Length);
                             Interlocked.Add(ref repairBytes, m.Length);
                             Interlocked.Increment(ref progress);
-                            if (lacks) await toNode.Writer.WriteAsync(m, token);
+                            if (lacks)
+                            {
+                                await toNode.Writer.WriteAsync(m, token);
+                                ring.Take(block.First);
+                            }
                             outgoing.Add(m, own: true);
                         }
                     }
@@ -686,6 +692,11 @@ public static class RingAllGather
                 if (--_remaining == 0) AllIn.TrySetResult();
                 return true;
             }
+        }
+
+        public bool Lacks(int first)
+        {
+            lock (_lock) return !_have[first];
         }
 
         public bool Forwards(int share)

@@ -94,14 +94,15 @@ public static class SlurmScript
     }
 
     /// <summary>
-    /// With the fan-out, a rank or node that drops out ends the whole MPI step; the agents keep every segment they
-    /// verified, so a plain node prep on every node then fetches only what is missing.
+    /// With the fan-out, a rank or node that drops out costs the others its part only: the ring closes around it, and
+    /// srun leaves the other tasks running whatever the site's KillOnBadExit. The step then fails, and a plain node
+    /// prep on every node confirms the ready ones and fetches only what is missing on the others.
     /// </summary>
     private static string NodePrep(JobSpec job, string perNode, string hpcdata)
     {
         var direct = $"srun {perNode} {hpcdata} {string.Join(" ", JobSpec.DirectNodePrepArguments)}";
         return job.FanoutMpi
-            ? $"srun {perNode} {hpcdata} {string.Join(" ", job.NodePrepArguments)} || {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; " +
+            ? $"srun {perNode} --kill-on-bad-exit=0 {hpcdata} {string.Join(" ", job.NodePrepArguments)} || {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; " +
               $"{direct} || {{ echo \"hpcdata: node preparation failed\" >&2; exit 1; }}; }}"
             : $"{direct} || {{ echo \"hpcdata: node preparation failed\" >&2; exit 1; }}";
     }

@@ -265,6 +265,20 @@ public class SimulationTests
     }
 
     [Fact]
+    public void A_node_that_dies_mid_ring_over_a_ring_that_closes_costs_the_peer_timeout_and_at_most_its_share_from_the_tier()
+    {
+        const long stored = 256L << 20;
+        var spec = new ClusterSpec { Nodes = 8, CacheHosts = 2, LinkBitsPerSecond = 1e9 };
+        var clean = Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0];
+        var closed = Simulator.Run(spec, Wire, Delivery.Fanout, stored, failAfter: clean.ExchangeSeconds!.Value / 2, stallTimeout: 30, peerTimeout: 2).Jobs[0];
+        Assert.Equal(0, closed.FellBack);
+        // The survivors pause for the peer timeout and then finish the ring without the dead node: no direct fetch.
+        Assert.InRange(closed.Seconds, clean.Seconds + 2, clean.Seconds + 2 + clean.ExchangeSeconds!.Value / 4);
+        Assert.True(double.IsNaN(closed.NodeSeconds[spec.Nodes / 2]));
+        Assert.InRange(closed.TierBytes / stored, 1, 1 + 1.0 / 8);
+    }
+
+    [Fact]
     public void On_a_uniform_ring_the_last_block_arrives_N_minus_2_hops_after_the_edges_end()
     {
         var finish = Simulator.RingFinish(Enumerable.Repeat(10.0, 6).ToArray(), new double[6], 0.5);

@@ -109,6 +109,48 @@ public sealed class MpiNodePrepTests
     }
 
     [Fact]
+    public async Task Of_eight_ranks_one_killed_mid_exchange_costs_the_others_only_its_share_and_they_finish_by_the_ring()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const int size = 16 << 20, ranks = 8, victim = 3;
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 23)), "risk/kill8");
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await Sandbox.BytesSentAsync(tier);
+        // A slow cache tier (512 KB/s per connection) keeps the exchange going long enough to kill a rank in the middle of it.
+        await using var slowLink = new ThrottledRelay(s.HostList, 512 << 10);
+        var pipe = s.NewPipe() + "r";
+        var env = new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" };
+
+        // The launcher leaves the other ranks running when one dies (Open MPI's --enable-recovery; srun does so by
+        // itself; MPICH's hydra 4.0 ends them all even with -disable-auto-cleanup). A neighbour silent for 5 s is
+        // routed around (2 s by default: eight ranks and their agents share this machine's cores).
+        await using var job = ComponentProcess.Start("hpcdata",
+            ["nodeprep", "--fanout", "mpi", "risk/kill8", "--job", "job-k8", "--cache-hosts", slowLink.Address, "--stall-timeout", "90s",
+             "--peer-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")],
+            env, name: "mpi nodeprep", launcher: ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "mpi_yield_when_idle", "1", "-n", $"{ranks}"]);
+        await Sandbox.KillRankOnceTheExchangeMovesAsync("job-k8", rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
+        await job.WaitForExitAsync(TimeSpan.FromMinutes(4));
+
+        // Every other node is ready by the ring itself, not by the direct fetch that follows a failed exchange.
+        var lines = job.StandardOutput.Where(l => l.StartsWith("node=", StringComparison.Ordinal)).ToList();
+        Assert.True(lines.Count == ranks - 1, $"{lines.Count} nodes ready:\n{string.Join("\n", job.StandardOutput)}\n{job.StandardErrorTail}");
+        Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
+        Assert.True(lines.All(l => l.Contains(" source=fanout ")), $"not all by the ring:\n{string.Join("\n", lines)}\n{job.StandardErrorTail}");
+        // The member before the dead one closed the ring around it.
+        Assert.Single(lines, l => l.Contains(" bypassed=1 "));
+        for (var r = 0; r < ranks; r++)
+        {
+            if (r == victim) continue;
+            var copy = Assert.Single((await s.StatusAsync(pipe + r)).Copies);
+            Assert.Equal(("complete", staged.Version), (copy.State, copy.Version));
+        }
+        // The tier sent the data once and the dead member's share again at most: not each survivor what it lacked.
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
+        Assert.InRange(sent, (long)size, size * 12L / 10);
+    }
+
+    [Fact]
     public async Task Without_an_mpi_launcher_node_prep_fetches_directly_and_says_so()
     {
         await using var s = new Sandbox();
