@@ -27,6 +27,9 @@ public sealed class NodeReleaseOptions : AgentClientOptions, IVerbOptions
 
     [Switch("--stop-agent", "auto: stop the agent when node prep started it and nothing is pinned, leased or fetching; never; always (only an agent node prep started).", Meta = "WHEN")]
     public string StopAgent { get; set; } = "auto";
+
+    [Switch("--keep-data", "When stopping an agent node prep started, keep its copies in memory (/dev/shm) for the next job's agent; by default they are deleted with it.")]
+    public bool KeepData { get; set; }
 }
 
 /// <summary>
@@ -73,15 +76,17 @@ public static class NodeReleaseCommand
         if (released == 0)
             Console.Error.WriteLine($"hpcdata noderelease: {CurrentUser()} holds no pin '{job}' on {(name is null ? "any copy" : $"dataset '{name}'")} on node {status.Node}; nothing released");
         Console.WriteLine($"node={status.Node} dataset={name ?? "*"} job={job} released{(released is { } n ? $" pins={n}" : "")} state={state}");
-        await MaybeStopAgentAsync(o.StopAgent, pipe, status);
+        await MaybeStopAgentAsync(o.StopAgent, pipe, status, o.KeepData);
         return 0;
     }
 
     /// <summary>
     /// An agent node prep started on demand is stopped once idle so it does not outlive the jobs that needed it;
-    /// an agent run by a service manager (or by hand) is never touched. Its data directory stays as a cache.
+    /// an agent run by a service manager (or by hand) is never touched. The copies of a stopped agent in node prep's
+    /// default directory are in memory (/dev/shm) that no one serves from any more: they go with it, unless kept.
+    /// A data directory the job named is the job's to keep.
     /// </summary>
-    private static async Task MaybeStopAgentAsync(string mode, string pipe, AgentStatus status)
+    private static async Task MaybeStopAgentAsync(string mode, string pipe, AgentStatus status, bool keepData)
     {
         if (mode == "never" || NodeAgentLauncher.Find(pipe) is not { } started) return;
         var busy = status.Copies.Where(c => c.Pins.Count > 0 || c.Leases > 0 || c.State == "fetching").ToList();
@@ -92,7 +97,24 @@ public static class NodeReleaseCommand
         }
         await NodeAgentLauncher.StopAsync(started, TimeSpan.FromSeconds(10));
         Console.Error.WriteLine($"hpcdata noderelease: stopped the node agent node prep had started on '{pipe}' (pid {started.Pid})");
+        if (!keepData && IsInMemory(started.DataDirectory) && Path.GetFullPath(started.DataDirectory) == Path.GetFullPath(NodePrepCommand.DefaultDataDirectory(pipe))
+            && Directory.Exists(started.DataDirectory) && !NodeAgentLauncher.IsAlive(started.Pid))
+        {
+            var bytes = new DirectoryInfo(started.DataDirectory).EnumerateFiles("*", SearchOption.AllDirectories).Sum(f => f.Length);
+            try
+            {
+                Directory.Delete(started.DataDirectory, recursive: true);
+                Console.Error.WriteLine($"hpcdata noderelease: deleted its copies in {started.DataDirectory} ({Hpc.CommonData.ByteSize.Format(bytes)} of memory; --keep-data keeps them)");
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+            {
+                Console.Error.WriteLine($"hpcdata noderelease: could not delete the stopped agent's copies in {started.DataDirectory}: {e.Message}");
+            }
+        }
     }
+
+    private static bool IsInMemory(string directory) =>
+        Path.GetFullPath(directory).StartsWith("/dev/shm/", StringComparison.Ordinal);
 
     private static void ForgetDeadAgent(string pipe)
     {

@@ -126,10 +126,10 @@ public sealed class MpiNodePrepTests
         // itself; MPICH's hydra 4.0 ends them all even with -disable-auto-cleanup). A neighbour silent for 5 s is
         // routed around (2 s by default: eight ranks and their agents share this machine's cores).
         await using var job = ComponentProcess.Start("hpcdata",
-            ["nodeprep", "--fanout", "mpi", "risk/kill8", "--job", "job-k8", "--cache-hosts", slowLink.Address, "--stall-timeout", "90s",
+            ["nodeprep", "--fanout", "mpi", "risk/kill8", "--job", "job8-kill", "--cache-hosts", slowLink.Address, "--stall-timeout", "90s",
              "--peer-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")],
             env, name: "mpi nodeprep", launcher: ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "mpi_yield_when_idle", "1", "-n", $"{ranks}"]);
-        await Sandbox.KillRankOnceTheExchangeMovesAsync("job-k8", rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
+        await Sandbox.KillRankOnceTheExchangeMovesAsync("job8-kill", rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
         await job.WaitForExitAsync(TimeSpan.FromMinutes(4));
 
         // Every other node is ready by the ring itself, not by the direct fetch that follows a failed exchange.

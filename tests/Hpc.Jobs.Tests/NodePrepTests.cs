@@ -50,6 +50,36 @@ public class NodePrepTests
         Assert.Contains("nothing to release", again.Stderr);
     }
 
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task Node_release_deletes_the_copies_in_memory_of_the_agent_node_prep_started_unless_told_to_keep_them(bool keep)
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(3_000_000, seed: 8)), "risk/shm");
+        var pipe = s.NewPipe();
+        var data = Hpc.Jobs.Commands.NodePrepCommand.DefaultDataDirectory(pipe);
+        try
+        {
+            var prep = await s.HpcdataAsync(["nodeprep", "risk/shm", "--cache-hosts", s.HostList], Node(pipe));
+            Assert.True(prep.Code == 0, prep.Stderr);
+            Assert.StartsWith("/dev/shm/", data);
+            Assert.True(Directory.Exists(data));
+
+            var release = await s.HpcdataAsync(["noderelease", "risk/shm", .. keep ? new[] { "--keep-data" } : []], Node(pipe));
+            Assert.True(release.Code == 0, release.Stderr);
+            Assert.Contains("stopped the node agent", release.Stderr);
+            Assert.Equal(keep, Directory.Exists(data));
+            if (!keep) Assert.Matches(@"deleted its copies in /dev/shm/\S+ \([\d.]+ MiB of memory", release.Stderr);
+            else Assert.DoesNotContain("deleted", release.Stderr);
+        }
+        finally
+        {
+            if (Directory.Exists(data)) Directory.Delete(data, recursive: true);
+        }
+    }
+
     [Fact]
     public async Task The_agent_node_prep_starts_uses_the_password_file_node_prep_was_given()
     {
