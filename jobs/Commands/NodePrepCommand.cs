@@ -330,7 +330,18 @@ public static class NodePrepCommand
     private static async Task<(AgentClient Agent, bool Started)> ConnectOrStartAsync(NodePrepOptions o, string pipe, TimeSpan startTimeout, CancellationToken ct)
     {
         // No socket file: nothing to wait for (a connect would wait its whole timeout), so an agent is started at once.
-        try { return (await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2), ct), false); }
+        try
+        {
+            var running = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2), ct);
+            // What configures an agent node prep starts does nothing to one that runs: said, not silently dropped.
+            var agentOnly = CacheClientOptions.Group.Names.Concat(AgentSwitches.Start).Except(AgentSwitches.Pipe).ToHashSet(StringComparer.OrdinalIgnoreCase);
+            var ignored = o.GivenSwitches.Where(agentOnly.Contains).Order(StringComparer.Ordinal).ToList();
+            if (ignored.Count > 0 && !o.Quiet)
+                Console.Error.WriteLine($"hpcdata nodeprep: the node agent on '{pipe}' was already running, with its own settings: {string.Join(", ", ignored)} " +
+                                        $"{(ignored.Count == 1 ? "applies" : "apply")} only to an agent node prep starts{(o.Fanout == "mpi" ? " (and to the fan-out's own fetching)" : "")}; " +
+                                        "restart the agent, or its service, to change them");
+            return (running, false);
+        }
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
         {
             if (o.NoStart) throw new IOException($"no node agent answers on pipe '{pipe}' and --no-start was given");

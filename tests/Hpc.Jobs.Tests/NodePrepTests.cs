@@ -129,7 +129,13 @@ public class NodePrepTests
         var pipe = s.NewPipe();
         var args = new[] { "nodeprep", "risk/shared", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node") };
         Assert.Equal(0, (await s.HpcdataAsync(args, Node(pipe, "job-a"))).Code);
-        Assert.Equal(0, (await s.HpcdataAsync(args, Node(pipe, "job-b"))).Code);
+
+        // The second run found the agent the first had started: the switches that would configure a new one are named.
+        var second = await s.HpcdataAsync([.. args, "--max-rate", "100MB/s"], Node(pipe, "job-b"));
+        Assert.Equal(0, second.Code);
+        Assert.Contains($"the node agent on '{pipe}' was already running, with its own settings: --cache-hosts, --data-dir, --max-rate apply only to an agent node prep starts", second.Stderr);
+        var quiet = await s.HpcdataAsync(["nodeprep", "risk/shared"], Node(pipe, "job-b"));
+        Assert.DoesNotContain("already running", quiet.Stderr);
 
         var a = await s.HpcdataAsync(["noderelease", "risk/shared", "--evict"], Node(pipe, "job-a"));
         Assert.Equal(0, a.Code);
