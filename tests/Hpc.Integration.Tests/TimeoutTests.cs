@@ -117,4 +117,35 @@ public class TimeoutTests
             await server;
         }
     }
+
+    [Fact]
+    public async Task A_host_that_never_completes_the_connection_is_reported_as_not_connecting_not_as_silent()
+    {
+        // A listener whose queue of connections is full and never accepted: the kernel drops further connects' SYNs,
+        // as a host that is down or filtered does.
+        using var listener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        listener.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        listener.Listen(0);
+        var port = ((IPEndPoint)listener.LocalEndPoint!).Port;
+        var fillers = Enumerable.Range(0, 4).Select(_ => new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp)).ToList();
+        using var stop = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        var filling = fillers.Select(f => f.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port), stop.Token).AsTask()).ToList();
+        await Task.Delay(500);
+        try
+        {
+            await using var tier = new CacheTierClient(new CacheTierOptions
+            {
+                Hosts = [$"127.0.0.1:{port}"], ConnectTimeout = TimeSpan.FromSeconds(1), ResponseTimeout = TimeSpan.FromSeconds(1), MaxAttempts = 2,
+            });
+            var e = await Assert.ThrowsAsync<CacheHostUnavailableException>(() => tier.Catalog.GetLatestAsync("fault/unreachable"));
+            Assert.Contains("connect timed out", e.Message);
+            Assert.DoesNotContain("accepted the connection", e.Message);
+        }
+        finally
+        {
+            stop.Cancel();
+            foreach (var f in fillers) f.Dispose();
+            try { await Task.WhenAll(filling); } catch (Exception) { /* the fillers that never connected */ }
+        }
+    }
 }

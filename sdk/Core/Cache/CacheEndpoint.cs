@@ -53,4 +53,6 @@ public sealed class CacheHostUnavailableException(CacheEndpoint endpoint, string
     public CacheEndpoint Endpoint { get; } = endpoint;
     /// <summary>The host said nothing in time (as opposed to refusing or resetting the connection).</summary>
     public bool TimedOut { get; } = timedOut;
+    /// <summary>What went wrong, without the host's name.</summary>
+    public string Reason { get; } = reason;
 }

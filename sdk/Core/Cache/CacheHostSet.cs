@@ -123,9 +123,14 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 {
                     Volatile.Write(ref pool.SilentSince, Environment.TickCount64);
                     var waited = c is null ? _options.ConnectTimeout : firstByte;
-                    throw new CacheHostUnavailableException(Hosts[h], c is { Heard: true }
-                        ? $"timed out: stopped answering in the middle of an exchange for {waited.TotalSeconds:0.#} s (stopped or hung); not retried"
-                        : $"timed out: accepted the connection but sent no answer in {waited.TotalSeconds:0.#} s (stopped or hung); not retried", e);
+                    throw new CacheHostUnavailableException(Hosts[h], c switch
+                    {
+                        { Heard: true } => $"timed out: stopped answering in the middle of an exchange for {waited.TotalSeconds:0.#} s (stopped or hung); not retried",
+                        // The connect itself got no answer: not a host that accepted and went quiet.
+                        null when e is CacheHostUnavailableException { Reason: var reason } && reason.StartsWith("connect ", StringComparison.Ordinal) =>
+                            $"timed out: {reason} (down, unreachable or filtered); not retried",
+                        _ => $"timed out: accepted the connection but sent no answer in {waited.TotalSeconds:0.#} s (stopped or hung); not retried",
+                    }, e);
                 }
                 throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts)", e);
             }
