@@ -12,7 +12,8 @@ public static class StageCommand
     {
         ILogger log = new LineLogger(StagerOptions.ProgramName);
         using var cancel = new CancellationTokenSource();
-        Console.CancelKeyPress += (_, e) => { e.Cancel = true; cancel.Cancel(); };
+        // SIGTERM as Ctrl-C: a scheduler's stop, or `hpcdata stage` passing a Ctrl-C on, ends the stage with its line and 130.
+        using var signals = Signals.CancelOn(cancel);
         OpenTelemetry.Metrics.MeterProvider? exporter;
         try
         {

@@ -114,23 +114,6 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     }
 }
 
-/// <summary>The one way a verb learns of SIGINT (Ctrl-C) and SIGTERM (scancel, job-manager stop): its token is cancelled.</summary>
-public static class Signals
-{
-    public static IDisposable CancelOn(CancellationTokenSource cancel)
-    {
-        void Handler(PosixSignalContext c) { c.Cancel = true; cancel.Cancel(); }
-        var registrations = new List<IDisposable> { PosixSignalRegistration.Create(PosixSignal.SIGINT, Handler) };
-        if (!OperatingSystem.IsWindows()) registrations.Add(PosixSignalRegistration.Create(PosixSignal.SIGTERM, Handler));
-        return new Registrations(registrations);
-    }
-
-    private sealed class Registrations(List<IDisposable> all) : IDisposable
-    {
-        public void Dispose() { foreach (var r in all) r.Dispose(); }
-    }
-}
-
 /// <summary>
 /// A verb's failure with the exit code it means (<see cref="ExitCodes"/>): the verb throws it, and the command tree
 /// writes <c>program verb: message</c> on stderr and exits with the code. Nothing else decides a verb's exit code.

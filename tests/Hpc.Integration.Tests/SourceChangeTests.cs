@@ -72,4 +72,26 @@ public sealed class SourceChangeTests
         Assert.True(allowed == 0, err);
         Assert.NotNull(await tier.GetLatestAsync("risk/empty"));
     }
+
+    [Theory]
+    [InlineData("INT")]
+    [InlineData("TERM")]
+    public async Task A_stage_interrupted_through_hpcdata_says_it_was_cancelled_and_exits_130_publishing_nothing(string signal)
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var path = Cluster.WriteFile(c.Root, "big.bin", Cluster.RandomBytes(64 << 20, seed: 533));
+        var stage = c.Track(ComponentProcess.Start("hpcdata", ["stage", path, "--name", "risk/interrupted", "--cache-hosts", c.HostList, "--max-rate", "8MB"], name: "hpcdata stage"));
+        await using var tier = c.Tier();
+        for (var clock = System.Diagnostics.Stopwatch.StartNew(); (await tier.GetHostStatusAsync())[0].BytesReceived <= 1 << 20; await Task.Delay(50))
+            Assert.True(clock.Elapsed < TimeSpan.FromSeconds(60), "the stage sent nothing in 60 s");
+
+        // Sent to hpcdata alone (kill -INT, a scheduler's SIGTERM): it passes it on to the stager, which ends as on Ctrl-C.
+        using (var kill = System.Diagnostics.Process.Start("kill", [$"-{signal}", stage.Id.ToString(System.Globalization.CultureInfo.InvariantCulture)])!)
+            await kill.WaitForExitAsync();
+        var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(1));
+        Assert.True(code == 130, $"exit {code}: {stage.StandardErrorTail}");
+        Assert.Contains("cancelled; nothing was published", stage.StandardErrorTail);
+        Assert.Null(await tier.GetLatestAsync("risk/interrupted"));
+    }
 }
