@@ -66,6 +66,19 @@ if (options.TlsCertificateFile is { Length: > 0 } certificateFile)
         return Contract.Refuse($"--tls-cert/--tls-key: {e.Message}");
     }
 }
+// Bound before anything starts: a taken port or an address this machine lacks is one line and exit 1.
+BoundListener listening;
+try
+{
+    listening = await CacheServer.ListenAsync(options, CancellationToken.None);
+}
+catch (System.Net.Sockets.SocketException e)
+{
+    Console.Error.WriteLine($"{CacheHostOptions.ProgramName}: cannot listen on {options.Address}:{options.Port}: {e.Message}" +
+                            (e.SocketErrorCode == System.Net.Sockets.SocketError.AddressAlreadyInUse ? " (another cache host or Redis? --port chooses another)" : ""));
+    return 1;
+}
+builder.Services.AddSingleton(listening);
 builder.Services.AddSingleton<ServerContext>();
 builder.Services.AddSingleton<HostMetrics>();
 // Before the server: hosted services start in order, and a SIGHUP sent once READY is printed must find its handler.

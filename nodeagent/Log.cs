@@ -11,6 +11,9 @@ internal static partial class AgentLog
     [LoggerMessage(2, LogLevel.Critical, "Node agent cannot serve pipe {Pipe}: {Error}")]
     public static partial void CannotServe(this ILogger logger, string pipe, string error);
 
+    [LoggerMessage(5, LogLevel.Critical, "Node agent stopped serving pipe {Pipe} on an unexpected error")]
+    public static partial void FailedServing(this ILogger logger, string pipe, Exception error);
+
     [LoggerMessage(3, LogLevel.Warning, "Removing stale pipe socket {Path} left by an agent that did not shut down")]
     public static partial void StaleSocket(this ILogger logger, string path);
 

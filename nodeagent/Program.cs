@@ -43,6 +43,9 @@ catch (System.Net.HttpListenerException e)
 using var metricsExport = exporter;
 
 builder.Logging.AddConsole(o => o.LogToStandardErrorThreshold = LogLevel.Trace);
+// The pipe server says why it cannot serve, in one line or with the trace of an unexpected error: the host's own
+// "hosting failed to start" would repeat it as twenty lines of stack.
+builder.Logging.AddFilter("Microsoft.Extensions.Hosting.Internal.Host", LogLevel.None);
 builder.Services.AddSingleton(options);
 builder.Services.AddSingleton(sp => new CacheTierClient(options.CacheTier, sp.GetRequiredService<ILoggerFactory>().CreateLogger<CacheTierClient>(), AgentMetrics.Instance));
 builder.Services.AddSingleton<ISegmentSource, CacheTierSource>();

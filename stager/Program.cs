@@ -5,6 +5,9 @@ using Contract = Hpc.CommonData.Hosting.ProgramContract<Hpc.CommonData.Hosting.S
 
 // --help answered, an unknown switch or a bad value refused (exit 2), before anything is read or sent.
 if (Contract.Handle(args, out var settings) is { } exit) return exit;
-var configuration = new ConfigurationBuilder().AddInMemoryCollection(settings).Build();
+// appsettings.json beside the program, as the other programs read it (their help and this one's say so), then the command line.
+var configuration = new ConfigurationBuilder()
+    .AddJsonFile(Path.Combine(AppContext.BaseDirectory, "appsettings.json"), optional: true, reloadOnChange: false)
+    .AddInMemoryCollection(settings).Build();
 if (Contract.Bind(configuration, settings, out var options) is { } refused) return refused;
 return await StageCommand.RunAsync(options);

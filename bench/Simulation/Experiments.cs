@@ -205,14 +205,15 @@ public static class Experiments
             yield return new(string.Create(CultureInfo.InvariantCulture, $"one node dies mid-exchange, --stall-timeout {stall:0} s"), nodes, h, rateGbit, Delivery.Fanout, stored,
                 r.Seconds, r.Jobs[0].TierBytes, needed, null, r.Events, r.WallMilliseconds);
         }
-        // The same death over the TCP ring, which closes around the dead node after the peer timeout.
+        // The same death over the TCP ring, which closes around the dead node: at once when its process died (its
+        // kernel closes its connections), after the peer timeout when the node went silent (hung, powered off).
+        foreach (var (what, peer) in new[] { ("a rank's process dies mid-exchange, the ring closes around it at once", 0.0),
+                                             ("one node goes silent mid-exchange, the ring closes around it (--peer-timeout 2 s)", 2.0) })
         {
-            const double peer = 2;
             SimulationResult Closing(int hosts) => Simulator.Run(Cluster(nodes, hosts, rateGbit, a), cal, Delivery.Fanout, stored, failAfter: exchange / 2, peerTimeout: peer);
             var r = Closing(h);
             var needed = HostsNeeded(x => Closing(x).Seconds, nodes);
-            yield return new(string.Create(CultureInfo.InvariantCulture, $"one node dies mid-exchange, the ring closes around it (--peer-timeout {peer:0} s)"), nodes, h, rateGbit,
-                Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, needed, null, r.Events, r.WallMilliseconds);
+            yield return new(what, nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, needed, null, r.Events, r.WallMilliseconds);
         }
 
         // Jobs on consecutive nodes, each prestaging a dataset of its own, all at once on the same tier.

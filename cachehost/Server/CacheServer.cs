@@ -7,11 +7,15 @@ using Microsoft.Extensions.Logging;
 
 namespace Hpc.CacheHost.Server;
 
+/// <summary>The listening socket, bound before the host is built (<see cref="CacheServer.ListenAsync"/>).</summary>
+internal sealed record BoundListener(Socket Socket);
+
 /// <summary>
-/// Listens for clients and runs one <see cref="ClientSession"/> per connection. Binding happens in StartAsync so a
-/// taken port fails the host's start, and the READY line is printed only once connections can be accepted.
+/// Listens for clients and runs one <see cref="ClientSession"/> per connection. The socket is bound before the host
+/// starts, so a taken port is one line and an exit code rather than a failed start's stack trace, and the READY line is
+/// printed only once connections can be accepted.
 /// </summary>
-internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> logger) : BackgroundService
+internal sealed class CacheServer(ServerContext server, BoundListener bound, ILogger<CacheServer> logger) : BackgroundService
 {
     private static readonly TimeSpan SessionDrainTimeout = TimeSpan.FromSeconds(5);
 
@@ -23,9 +27,9 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
     private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
     private Socket? _listener;
 
-    public override async Task StartAsync(CancellationToken cancellationToken)
+    /// <summary>Binds the host's address and port; a <see cref="SocketException"/> says why it cannot.</summary>
+    public static async Task<BoundListener> ListenAsync(Hpc.CommonData.Hosting.CacheHostOptions options, CancellationToken cancellationToken)
     {
-        var options = server.Options;
         var address = await ResolveAsync(options.Address, cancellationToken);
         var listener = new Socket(address.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
         try
@@ -40,14 +44,21 @@ internal sealed class CacheServer(ServerContext server, ILogger<CacheServer> log
             listener.Dispose();
             throw;
         }
+        return new BoundListener(listener);
+    }
+
+    public override async Task StartAsync(CancellationToken cancellationToken)
+    {
+        var options = server.Options;
+        var listener = bound.Socket;
         _listener = listener;
 
-        var bound = (IPEndPoint)listener.LocalEndPoint!;
-        server.Port = bound.Port;
-        Log.Listening(logger, bound, server.Store.MaxBytes, options.MaxFrameBytes.Bytes, server.Users.Required ? $"required ({server.Users.Count} account(s))" : "off");
+        var endpoint = (IPEndPoint)listener.LocalEndPoint!;
+        server.Port = endpoint.Port;
+        Log.Listening(logger, endpoint, server.Store.MaxBytes, options.MaxFrameBytes.Bytes, server.Users.Required ? $"required ({server.Users.Count} account(s))" : "off");
         if (CacheUsers.Exposure(options) is { } exposure) Log.SecretsExposed(logger, exposure);
         // The one line on stdout: launchers and tests wait for it to learn the port.
-        Console.Out.WriteLine($"READY {bound}");
+        Console.Out.WriteLine($"READY {endpoint}");
         Console.Out.Flush();
 
         await base.StartAsync(cancellationToken);

@@ -52,7 +52,9 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         }
         catch (Exception e) when (e is not OperationCanceledException)
         {
-            log.CannotServe(_options.Pipe, e.Message);
+            // An operator's mistake (pipe taken, data directory unusable) is one line; anything else keeps its trace.
+            if (e is IOException or UnauthorizedAccessException or CommonDataException or System.Net.Sockets.SocketException) log.CannotServe(_options.Pipe, e.Message);
+            else log.FailedServing(_options.Pipe, e);
             Environment.ExitCode = 1; // the host stops on a failed service; launchers must see a failure
             throw;
         }

@@ -62,7 +62,8 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
 
     public string Help()
     {
-        var width = verbs.Where(v => !v.Hidden).Max(v => v.Name.Length) + 2;
+        // The longest of the verbs and "completion bash", so every summary starts in one column after two spaces.
+        var width = Math.Max(verbs.Where(v => !v.Hidden).Max(v => v.Name.Length), "completion bash".Length) + 2;
         var lines = verbs.Where(v => !v.Hidden).Select(v => $"  {v.Name.PadRight(width)}{v.Summary}");
         return $"{Program} — {summary}\n\nusage: {Program} COMMAND [options]   ({Program} help COMMAND for its options)\n\ncommands:\n" +
                string.Join('\n', lines) + $"\n\n  {"completion bash".PadRight(width)}print a bash completion script (source <({Program} completion bash))\n";

@@ -64,11 +64,21 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     {
         var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
         var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
+        var optionsEnded = false;
         for (var i = 0; i < args.Count; i++)
         {
             var arg = args[i];
-            if (arg is "--help" or "-h" or "-?" or "help") return new(settings, true, null);
-            if (!arg.StartsWith("--", StringComparison.Ordinal) || arg == "--")
+            // "help" asks for help as the first word only: later it is a value (a file may be called help).
+            if (!optionsEnded && (arg is "--help" or "-h" or "-?" || (arg == "help" && i == 0))) return new(settings, true, null);
+            // "--" ends the options, as for every verb: what follows is the argument, even if it starts with a dash.
+            if (arg == "--" && !optionsEnded)
+            {
+                optionsEnded = true;
+                continue;
+            }
+            if (!optionsEnded && arg.Length > 1 && arg[0] == '-' && !arg.StartsWith("--", StringComparison.Ordinal))
+                return new(settings, false, $"unknown option '{arg}' (see {T.ProgramName} --help; an argument that starts with '-' goes after --)");
+            if (optionsEnded || !arg.StartsWith("--", StringComparison.Ordinal))
             {
                 if (positional is null || settings.ContainsKey(positional.Key)) return new(settings, false, $"unexpected argument '{arg}'");
                 settings[positional.Key] = arg;
@@ -157,16 +167,21 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         var defaults = new T();
         var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
         var sb = new StringBuilder();
-        sb.AppendLine($"{T.ProgramName} — {T.Summary}").AppendLine();
+        sb.AppendLine(string.Join("\n", SwitchGroup.Wrap($"{T.ProgramName} — {T.Summary}", 100))).AppendLine();
         sb.AppendLine($"usage: {T.ProgramName}{(positional is null ? "" : " " + positional.Switch.Meta)} [options]").AppendLine();
         foreach (var e in Entries)
         {
             var left = e.Switch.Name == "" ? e.Switch.Meta ?? "ARG"
                 : e.Property.PropertyType == typeof(bool) ? e.Switch.Name : $"{e.Switch.Name} {e.Switch.Meta ?? MetaOf(e.Property.PropertyType)}";
             var help = e.Switch.Help;
-            if (!e.Switch.Secret && SettingValues.Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
+            // A help text that already says its default is not told it twice.
+            var saysDefault = help.Contains("(default", StringComparison.Ordinal) || help.Contains("the default)", StringComparison.Ordinal);
+            if (!e.Switch.Secret && !saysDefault && SettingValues.Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
             if (e.Switch.Environment is { } env) help += $" [{env}]";
-            sb.AppendLine($"  {left,-28} {help}");
+            // Wrapped under itself to 100 columns, as the verbs' help is.
+            // A switch too long for the column takes its own line, its help starting under the others'.
+            var indent = new string(' ', 31);
+            sb.AppendLine((left.Length > 28 ? $"  {left}\n{indent}" : $"  {left,-28} ") + string.Join("\n" + indent, SwitchGroup.Wrap(help, 69)));
         }
         sb.AppendLine($"  {"--help",-28} this text");
         sb.AppendLine().AppendLine($"Settings can also come from appsettings.json beside the program (section \"{T.SectionName}\").");

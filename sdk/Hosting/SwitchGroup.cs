@@ -137,7 +137,9 @@ public sealed class SwitchGroup
             var name = x.Switch.Alias is { } alias ? $"{alias}, {x.Switch.Name}" : x.Switch.Name;
             var left = x.Switch.Name.Length == 0 ? x.Switch.Meta ?? "ARGUMENT"
                 : x.Property.PropertyType == typeof(bool) ? name : $"{name} {x.Switch.Meta ?? SettingValues.MetaOf(x.Property.PropertyType)}";
-            var shown = defaults is null || x.Switch.Secret || x.Switch.Name.Length == 0 || x.Property.PropertyType == typeof(bool) ? null
+            // A help text that already says its default is not told it twice.
+            var shown = defaults is null || x.Switch.Secret || x.Switch.Name.Length == 0 || x.Property.PropertyType == typeof(bool)
+                        || x.Switch.Help.Contains("(default", StringComparison.Ordinal) || x.Switch.Help.Contains("the default)", StringComparison.Ordinal) ? null
                 : SettingValues.Format(x.Property.GetValue(defaults));
             var text = $"{x.Switch.Help}{(shown is { Length: > 0 } ? $" (default: {shown})" : "")}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
             return $"  {left.PadRight(width)} " + string.Join("\n" + new string(' ', width + 3), Wrap(text, Math.Max(20, columns - width - 3)));

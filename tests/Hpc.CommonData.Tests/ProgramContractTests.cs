@@ -133,6 +133,8 @@ public class ProgramContractTests
     [InlineData(new[] { "p", "--mode", "sloppy" }, "'sloppy' is not one of fast, careful")]
     [InlineData(new[] { "p", "--timeout", "soon" }, "'soon' is not a duration")]
     [InlineData(new[] { "p", "q" }, "unexpected argument 'q'")]
+    [InlineData(new[] { "p", "-x" }, "unknown option '-x'")]
+    [InlineData(new[] { "p", "--", "q" }, "unexpected argument 'q'")]
     [InlineData(new string[0], "missing PATH")]
     public void A_bad_command_line_is_one_error_naming_the_problem(string[] args, string expected)
     {
@@ -149,6 +151,34 @@ public class ProgramContractTests
     public void Help_is_recognised_anywhere(string help)
     {
         Assert.True(ProgramContract<SampleOptions>.Parse(["p", "--count", "1", help]).HelpRequested);
+    }
+
+    [Fact]
+    public void After_two_dashes_every_word_is_the_argument_and_help_asks_for_help_only_as_the_first_word()
+    {
+        var dashed = ProgramContract<SampleOptions>.Parse(["--count", "1", "--", "-odd-name"]);
+        Assert.Null(dashed.Error);
+        Assert.Equal("-odd-name", dashed.Settings.Single(kv => kv.Value == "-odd-name").Value);
+
+        Assert.True(ProgramContract<SampleOptions>.Parse(["help"]).HelpRequested);
+        var file = ProgramContract<SampleOptions>.Parse(["--count", "1", "help"]);
+        Assert.False(file.HelpRequested);
+        Assert.Null(file.Error);
+    }
+
+    public static TheoryData<string> ProgramsHelp => new()
+    {
+        ProgramContract<StagerOptions>.Help(), ProgramContract<NodeAgentOptions>.Help(), ProgramContract<CacheHostOptions>.Help(),
+    };
+
+    [Theory]
+    [MemberData(nameof(ProgramsHelp))]
+    public void The_programs_help_is_wrapped_to_a_hundred_columns_and_says_each_default_once(string help)
+    {
+        Assert.All(help.Split('\n'), line => Assert.True(line.Length <= 100, line));
+        // One switch's entry, its wrapped lines joined: "(default" or "the default)" at most once in it.
+        var entries = System.Text.RegularExpressions.Regex.Split(help.Replace("\n" + new string(' ', 31), " "), "\n  (?=-)");
+        Assert.All(entries, e => Assert.True(System.Text.RegularExpressions.Regex.Matches(e, @"\(default|the default\)").Count <= 1, e));
     }
 
     [Fact]

@@ -13,7 +13,7 @@ public readonly record struct SegmentCompression(SegmentCodecKind Codec, int Lev
     public static readonly SegmentCompression Lz4 = new(SegmentCodecKind.Lz4);
     public static readonly SegmentCompression Zstd = new(SegmentCodecKind.Zstd, Format.Zstd.DefaultLevel);
 
-    public const string Help = "lz4 (fast, the default), zstd or zstd:LEVEL (LEVEL -7…22, default 1: about half LZ4's stored size on text, " +
+    public const string Help = "lz4 (fast), zstd or zstd:LEVEL (LEVEL -7…22, default 1: about half LZ4's stored size on text, " +
                                "slower to stage), or none";
 
     public static SegmentCompression Parse(string text) =>
