@@ -86,9 +86,19 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
         {
             idle.Dispose();
             foreach (var v in Leases) Store.Lease(v, -1);
-            await Reader.CompleteAsync();
-            await Writer.CompleteAsync();
-            await pipe.DisposeAsync();
+            // A worker that went away leaves a broken pipe: completing the writer flushes into it and fails. The pipe is
+            // disposed whatever happens, for an undisposed instance keeps the socket file after the agent stops.
+            try
+            {
+                await Reader.CompleteAsync();
+                await Writer.CompleteAsync();
+            }
+            catch (Exception e) when (e is IOException or ObjectDisposedException or OperationCanceledException) { }
+            finally
+            {
+                try { await pipe.DisposeAsync(); }
+                catch (IOException) { /* the worker's end is gone already */ }
+            }
         }
     }
 

@@ -116,6 +116,48 @@ public sealed class MidFetchFaultTests
         Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
     }
 
+    /// <summary>
+    /// A worker that asked for a copy and went away before the answer (Ctrl-C, a killed job): the agent's answer meets a
+    /// broken pipe. The agent keeps serving, and a later stop is still clean: exit 0, no critical line, no socket file.
+    /// </summary>
+    [Fact]
+    public async Task An_agent_whose_client_went_away_before_its_answer_keeps_serving_and_stops_cleanly_leaving_no_socket()
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(Size, seed: 17)), "fault/gone");
+        await using var relay = new ThrottledRelay(c.Hosts[0], Rate);
+        var pipe = $"hcdmid{Environment.ProcessId}g";
+        var agent = await StartAgentAsync(c, pipe, Path.Combine(c.Root, "agent"), [relay.Address]);
+
+        await using (var status = await AgentClient.ConnectAsync(pipe))
+        {
+            using (var cancel = new CancellationTokenSource())
+            {
+                var gone = await AgentClient.ConnectAsync(pipe);
+                var asking = gone.PrefetchAsync("fault/gone", ct: cancel.Token);
+                await WaitUntilPartlyFetchedAsync(status, staged.Version);
+                cancel.Cancel();
+                await gone.DisposeAsync();
+                await Assert.ThrowsAnyAsync<OperationCanceledException>(() => asking);
+            }
+            // The fetch goes on for the node; its answer to the worker that left meets a broken pipe.
+            var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(60);
+            while ((await status.StatusAsync()).Copies.Single(x => x.Version == staged.Version).State != "complete")
+            {
+                Assert.True(DateTime.UtcNow < deadline, "the fetch did not complete within 60 s");
+                await Task.Delay(50);
+            }
+            await Task.Delay(300);
+            Assert.Equal("local", (await status.PrefetchAsync("fault/gone")).Source); // still serving
+        }
+
+        ComponentProcess.Terminate(agent.Id);
+        Assert.Equal(0, await agent.WaitForExitAsync(TimeSpan.FromSeconds(30)));
+        Assert.DoesNotContain("crit", agent.StandardErrorTail);
+        Assert.False(File.Exists(AgentClient.SocketPath(pipe)), "the agent left its socket file");
+    }
+
     private static async Task<ComponentProcess> StartAgentAsync(Cluster c, string pipe, string dataDir, List<string> hosts)
     {
         var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
