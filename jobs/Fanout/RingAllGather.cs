@@ -112,6 +112,9 @@ public static class RingAllGather
     /// </summary>
     public static readonly TimeSpan PeerSilence = TimeSpan.FromSeconds(2);
 
+    /// <summary>Blocks fetched from the tier at once for the member after a dead one.</summary>
+    private const int RepairFetches = 4;
+
     /// <param name="fetch">Fills a message with one of this rank's own blocks (header and records) and returns its length.</param>
     /// <param name="deliver">Hands one block message to this node (the agent); called in order of arrival, one at a time.</param>
     /// <param name="stallTimeout">How long nothing may move (no block fetched, sent, received or delivered) before the
@@ -158,6 +161,7 @@ public static class RingAllGather
         if (repair is not null) sendRight = (m, t) => repair.SendToAsync(ring!.RightRank, m, t);
         int bypassed = 0;
         long repairBytes = 0;
+        var repairs = new System.Collections.Concurrent.ConcurrentBag<Task>();
 
         async Task FetchOwn()
         {
@@ -324,6 +328,28 @@ public static class RingAllGather
         // Connects past the right neighbour that died or hung to the next member that answers, and sends it from the
         // tier what it lacks and no one else will send: the dead member's blocks it never had, and those this rank had
         // sent into the dead one. False: the next member still hears the neighbour, which is only slow.
+        async Task Resend(Block block, bool dead)
+        {
+            // Marked had only once it is on its way to the node: the last block marked ends the receiving, and with it
+            // the node's queue.
+            var lacks = ring!.Lacks(block.First);
+            var m = Message.Rent(size, holders: lacks ? 2 : 1);
+            // A dead member's block enters the ring here as this rank's: the member before this one stops it, as it
+            // stops this rank's own.
+            m.Length = await fetch(dead ? block with { Share = position } : block, m.Buffer, token);
+            (m.Share, m.First, m.Inject) = (block.Share, block.First, true);
+            Interlocked.Increment(ref fetched);
+            Interlocked.Add(ref fetchedBytes, m.Length);
+            Interlocked.Add(ref repairBytes, m.Length);
+            Interlocked.Increment(ref progress);
+            if (lacks)
+            {
+                await toNode.Writer.WriteAsync(m, token);
+                ring.Take(block.First);
+            }
+            outgoing.Add(m, own: true);
+        }
+
         async Task<bool> BypassAsync(int gone, bool failed)
         {
             await ring!.Bypassing.WaitAsync(token);
@@ -343,32 +369,23 @@ public static class RingAllGather
                     Interlocked.Increment(ref bypassed);
                     Interlocked.Increment(ref progress);
                     var again = ring.Resend(have, next);
+                    // Fetched beside the ring's flow, a few at once: the new neighbour takes the blocks already queued
+                    // meanwhile, and the tier's connections, not one block's round trip, set the repair's pace.
                     outgoing.Hold();
-                    try
+                    repairs.Add(Guard(Task.Run(async () =>
                     {
-                        foreach (var (block, dead) in again)
+                        try
                         {
-                            // Marked had only once it is on its way to the node: the last block marked ends the
-                            // receiving, and with it the node's queue.
-                            var lacks = ring.Lacks(block.First);
-                            var m = Message.Rent(size, holders: lacks ? 2 : 1);
-                            // A dead member's block enters the ring here as this rank's: the member before this one
-                            // stops it, as it stops this rank's own.
-                            m.Length = await fetch(dead ? block with { Share = position } : block, m.Buffer, token);
-                            (m.Share, m.First, m.Inject) = (block.Share, block.First, true);
-                            Interlocked.Increment(ref fetched);
-                            Interlocked.Add(ref fetchedBytes, m.Length);
-                            Interlocked.Add(ref repairBytes, m.Length);
-                            Interlocked.Increment(ref progress);
-                            if (lacks)
+                            using var slots = new SemaphoreSlim(RepairFetches);
+                            await Task.WhenAll(again.Select(async item =>
                             {
-                                await toNode.Writer.WriteAsync(m, token);
-                                ring.Take(block.First);
-                            }
-                            outgoing.Add(m, own: true);
+                                await slots.WaitAsync(token);
+                                try { await Resend(item.Block, item.Dead); }
+                                finally { slots.Release(); }
+                            }));
                         }
-                    }
-                    finally { outgoing.Unhold(); }
+                        finally { outgoing.Unhold(); }
+                    }, token)));
                     return true;
                 }
                 if (!failed) return false;
@@ -406,6 +423,7 @@ public static class RingAllGather
                 inFlight.Add(ring is null ? SendOne(m) : SendWatched(m));
             }
             await Task.WhenAll(inFlight);
+            await Task.WhenAll(repairs);
 
             async Task SendOne(Message m)
             {
