@@ -48,6 +48,13 @@ public static class RemoveCommand
                                   : $"segments not collected now ({gc.SkippedBecause}); the next removal collects them"));
             return 0;
         }
+        catch (CommonDataException e) when (e.Code == ErrorCode.AccessDenied && e.Message.Contains("no permissions to run", StringComparison.Ordinal))
+        {
+            // A reader's account meets the host's command rules before any ownership check: say what that means here.
+            var account = options.User is { Length: > 0 } user ? $"the cache-tier account '{user}'" : "the cache tier's default account";
+            throw CommandException.Failed($"cannot remove '{name}': {account} may only read; removing takes the account that staged it or an administrator's " +
+                                          $"(--cache-user, {CacheTierOptions.UserVariable}) ({e.Message})");
+        }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
         {
             throw CommandException.Failed(e.Message);

@@ -38,6 +38,12 @@ public sealed class OwnershipTests
         var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "node", Password = "n-pass" } };
         await using var data = await Dataset.OpenAsync("alice/market", direct);
         Assert.Equal(real, data.GetSpan(0, real.Length).ToArray());
+
+        // A reader's remove is refused, and the refusal says what that means for remove, not only which command failed.
+        var (removed, _, removeErr) = await c.RunAsync("hpcdata", ["remove", "alice/market", "--cache-hosts", c.HostList], Cluster.As("node", "n-pass"));
+        Assert.Equal(1, removed);
+        Assert.Contains("cannot remove 'alice/market': the cache-tier account 'node' may only read; removing takes the account that staged it", removeErr);
+        Assert.Equal(version, await reader.Catalog.GetLatestAsync("alice/market"));
     }
 
     [Fact]
