@@ -48,10 +48,15 @@ public sealed class TlsTests : IDisposable
             var refused = await Assert.ThrowsAsync<CommonDataException>(() => wrongCa.GetLatestAsync("tls/data"));
             Assert.Equal(ErrorCode.AccessDenied, refused.Code);
             Assert.Contains("TLS handshake failed", refused.Message);
+            Assert.Contains("the CA that signed the cache hosts' certificates?", refused.Message);
         }
-        // The system's roots do not include the site's CA either.
+        // The system's roots do not include the site's CA either, and the refusal says where a site's CA is given.
         await using (var systemRoots = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), Tls = true, MaxAttempts = 1 }))
-            Assert.Equal(ErrorCode.AccessDenied, (await Assert.ThrowsAsync<CommonDataException>(() => systemRoots.GetLatestAsync("tls/data"))).Code);
+        {
+            var untrusted = await Assert.ThrowsAsync<CommonDataException>(() => systemRoots.GetLatestAsync("tls/data"));
+            Assert.Equal(ErrorCode.AccessDenied, untrusted.Code);
+            Assert.Contains("give --cache-ca PATH or set HPCDATA_CACHE_CA", untrusted.Message);
+        }
 
         await using var plain = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), MaxAttempts = 1, OperationTimeout = TimeSpan.FromSeconds(15) });
         var notTls = await Assert.ThrowsAsync<CommonDataException>(() => plain.GetLatestAsync("tls/data"));

@@ -13,6 +13,9 @@ public sealed class CacheTls
 
     private CacheTls(X509Certificate2Collection? roots) => _roots = roots;
 
+    /// <summary>Whether the hosts' certificates are checked against a CA file (--cache-ca), not the system's roots.</summary>
+    public bool SiteCa => _roots is not null;
+
     /// <summary>Trusts <paramref name="caFile"/>'s certificates only, or the system store when it is null.</summary>
     public static CacheTls Create(string? caFile)
     {

@@ -112,7 +112,10 @@ public sealed class RespConnection : IAsyncDisposable
             {
                 await secure.DisposeAsync();
                 // Not "unavailable": a host whose certificate we do not trust must not be retried as if it were down.
-                throw new CommonDataException(ErrorCode.AccessDenied, $"{endpoint}: TLS handshake failed: {e.GetBaseException().Message}");
+                var hint = tls.SiteCa
+                    ? $" (is the file in --cache-ca or {CacheTierOptions.TlsCaVariable} the CA that signed the cache hosts' certificates?)"
+                    : $" (a site's own CA is not among this machine's roots: give --cache-ca PATH or set {CacheTierOptions.TlsCaVariable})";
+                throw new CommonDataException(ErrorCode.AccessDenied, $"{endpoint}: TLS handshake failed: {e.GetBaseException().Message}{hint}");
             }
             stream = secure;
         }
