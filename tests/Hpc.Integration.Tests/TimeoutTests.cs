@@ -148,4 +148,19 @@ public class TimeoutTests
             try { await Task.WhenAll(filling); } catch (Exception) { /* the fillers that never connected */ }
         }
     }
+
+    [Fact]
+    public async Task A_host_name_that_does_not_resolve_is_named_as_such_and_not_retried()
+    {
+        const string name = "no-such-cache-host.invalid";
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [$"{name}:6380"], MaxAttempts = 5 });
+        var e = await Assert.ThrowsAsync<CacheHostUnavailableException>(() => tier.Catalog.GetLatestAsync("fault/unresolved"));
+        // What this machine's resolver says of a name under .invalid: "no such name", or "try again" where no resolver answers.
+        var resolver = await Assert.ThrowsAnyAsync<SocketException>(() => Dns.GetHostAddressesAsync(name));
+        if (resolver.SocketErrorCode is SocketError.HostNotFound or SocketError.NoData)
+            Assert.Contains("no such host name", e.Message);
+        else Assert.Contains("after 5 attempts", e.Message); // a resolver that is down may come back: retried
+        if (resolver.SocketErrorCode is SocketError.HostNotFound or SocketError.NoData)
+            Assert.Contains("check --cache-hosts or HPCDATA_CACHE_HOSTS); not retried", e.Message);
+    }
 }

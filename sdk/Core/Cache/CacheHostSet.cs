@@ -109,7 +109,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 Volatile.Write(ref pool.SilentSince, 0);
                 return result;
             }
-            catch (Exception e) when (IsTransient(e, ct) && !IsSilence(e, ct, c, stall is not null) && attempt < attempts)
+            catch (Exception e) when (IsTransient(e, ct) && !IsSilence(e, ct, c, stall is not null) && !IsUnknownName(e) && attempt < attempts)
             {
                 c?.MarkBroken();
                 var delay = Backoff(attempt);
@@ -132,6 +132,8 @@ internal sealed class CacheHostSet : IAsyncDisposable
                         _ => $"timed out: accepted the connection but sent no answer in {waited.TotalSeconds:0.#} s (stopped or hung); not retried",
                     }, e);
                 }
+                if (IsUnknownName(e))
+                    throw new CacheHostUnavailableException(Hosts[h], $"no such host name ({Describe(e)}; check --cache-hosts or {CacheTierOptions.HostsVariable}); not retried", e);
                 throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts)", e);
             }
             catch
@@ -237,6 +239,10 @@ internal sealed class CacheHostSet : IAsyncDisposable
             throw new CommonDataException(ErrorCode.AccessDenied, $"{refused[0].Message}; {string.Join(", ", refused.Skip(1).Select(r => r.Host))} refused it too", refused[0]);
         return results.Select(r => r.Why).ToArray();
     }
+
+    /// <summary>A name the resolver says does not exist: asking again gets the same answer (a resolver that is down says TryAgain).</summary>
+    private static bool IsUnknownName(Exception e) =>
+        e is CacheHostUnavailableException { InnerException: System.Net.Sockets.SocketException { SocketErrorCode: System.Net.Sockets.SocketError.HostNotFound or System.Net.Sockets.SocketError.NoData } };
 
     private static bool IsTransient(Exception e, CancellationToken ct) =>
         e is CacheHostUnavailableException or RespProtocolException or IOException ||
