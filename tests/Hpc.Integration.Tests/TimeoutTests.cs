@@ -163,4 +163,23 @@ public class TimeoutTests
         if (resolver.SocketErrorCode is SocketError.HostNotFound or SocketError.NoData)
             Assert.Contains("check --cache-hosts or HPCDATA_CACHE_HOSTS); not retried", e.Message);
     }
+
+    [Fact]
+    public async Task A_command_given_no_cache_hosts_that_finds_none_at_the_default_address_says_it_is_only_the_default()
+    {
+        // Only where nothing listens on the default port (a cache host of this machine's own would answer).
+        using (var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp))
+        {
+            try
+            {
+                await probe.ConnectAsync(new IPEndPoint(IPAddress.Loopback, CacheEndpoint.DefaultPort));
+                return;
+            }
+            catch (SocketException e) when (e.SocketErrorCode == SocketError.ConnectionRefused) { }
+        }
+        await using var c = new Cluster();
+        var (code, _, stderr) = await c.RunAsync("hpcdata", ["list"], new Dictionary<string, string?> { ["HPCDATA_CACHE_HOSTS"] = null });
+        Assert.Equal(1, code);
+        Assert.Contains("127.0.0.1:6380 is only where commands look when given no cache hosts (--cache-hosts or HPCDATA_CACHE_HOSTS)", stderr);
+    }
 }

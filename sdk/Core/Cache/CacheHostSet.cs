@@ -134,7 +134,11 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 }
                 if (IsUnknownName(e))
                     throw new CacheHostUnavailableException(Hosts[h], $"no such host name ({Describe(e)}; check --cache-hosts or {CacheTierOptions.HostsVariable}); not retried", e);
-                throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts)", e);
+                // Where every command looks when it was given no cache hosts: say so, for that is the usual reason.
+                var fallback = Hosts[h] is { Host: "127.0.0.1" or "localhost", Port: CacheEndpoint.DefaultPort }
+                    ? $"; 127.0.0.1:{CacheEndpoint.DefaultPort} is only where commands look when given no cache hosts (--cache-hosts or {CacheTierOptions.HostsVariable})"
+                    : "";
+                throw new CacheHostUnavailableException(Hosts[h], $"{Describe(e)} (after {attempt} attempts{fallback})", e);
             }
             catch
             {
