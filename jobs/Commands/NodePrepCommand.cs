@@ -65,7 +65,7 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     public string StallTimeout { get; set; } = "2m";
 
     [Switch("--peer-timeout", "--fanout mpi --ring tcp: how long a ring neighbour may take nothing while a block waits for it before it counts as dead or hung and the ring closes around it (the member after it must have heard nothing from it for half as long).", Meta = "DURATION")]
-    public string PeerTimeout { get; set; } = "2s";
+    public string PeerTimeout { get; set; } = "5s";
 
     [Switch(QuietSwitch.Name, QuietSwitch.Help + " (without its line, the exit code alone says whether the node is ready).")]
     public bool Quiet { get; set; }

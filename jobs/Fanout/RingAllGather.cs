@@ -110,7 +110,7 @@ public static class RingAllGather
     /// routed around. Its own right neighbour must agree (it has heard nothing from it for half as long), so a
     /// member that is only slow is not cut out.
     /// </summary>
-    public static readonly TimeSpan PeerSilence = TimeSpan.FromSeconds(2);
+    public static readonly TimeSpan PeerSilence = TimeSpan.FromSeconds(5);
 
     /// <summary>Blocks fetched from the tier at once for the member after a dead one.</summary>
     private const int RepairFetches = 4;
