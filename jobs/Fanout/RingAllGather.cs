@@ -368,6 +368,9 @@ public static class RingAllGather
                 {
                     Interlocked.Increment(ref bypassed);
                     Interlocked.Increment(ref progress);
+                    // The new right neighbour may have everything already: its map says so, and the left neighbour
+                    // must hear it from this rank as it would have from the report.
+                    if (ring.RightHasAll) await repair!.ReportAsync(ring.LeftRank, Repair.ReportRightHasAll);
                     var again = ring.Resend(have, next);
                     // Fetched beside the ring's flow, a few at once: the new neighbour takes the blocks already queued
                     // meanwhile, and the tier's connections, not one block's round trip, set the repair's pace.
@@ -531,18 +534,37 @@ public static class RingAllGather
         async Task WatchRight()
         {
             _ = ring!.AllIn.Task.ContinueWith(_ => repair!.ReportAsync(ring.LeftRank, Repair.ReportHasAll), TaskScheduler.Default);
+            Task<int>? reading = null;
+            var readingFrom = -1;
             while (true)
             {
+                if (ring.RightHasAll && ring.NextHasAll) return;
                 var right = ring.RightRank;
+                if (reading is null || readingFrom != right)
+                {
+                    // A read left on a link a bypass dropped fails there; nothing waits for it.
+                    if (reading is not null) _ = reading.ContinueWith(t => t.Exception, TaskScheduler.Default);
+                    (reading, readingFrom) = (repair!.ReadReportAsync(right, token), right);
+                }
+                if (await Task.WhenAny(reading, Task.Delay(ring.Silence, token)) != reading)
+                {
+                    token.ThrowIfCancellationRequested();
+                    // Not even a heartbeat for the whole silence: the right neighbour is stopped or its node is gone with
+                    // the link still open. Its left neighbour may have nothing left to send it, so no send would tell.
+                    if (ring.RightRank == right) await BypassAsync(right, failed: false);
+                    continue;
+                }
                 int code;
-                try { code = await repair!.ReadReportAsync(right, token); }
+                try { code = await reading; }
                 catch (Exception e) when (!token.IsCancellationRequested && e is IOException or System.Net.Sockets.SocketException or ObjectDisposedException)
                 {
+                    reading = null;
                     if (ring.RightRank != right) continue;
                     await BypassAsync(right, failed: true);
                     continue;
                 }
-                if (ring.RightRank != right) continue;
+                reading = null;
+                if (ring.RightRank != right || code == Repair.ReportAlive) continue;
                 if (code == Repair.ReportHasAll && !ring.RightHasAll)
                 {
                     ring.RightHasAll = true;
@@ -554,31 +576,60 @@ public static class RingAllGather
             }
         }
 
+        // To the left neighbour, against the flow, while this member is in the exchange: what tells it this member is
+        // alive when it has nothing left to send here.
+        async Task Heartbeat(CancellationToken stop)
+        {
+            try
+            {
+                while (true)
+                {
+                    await Task.Delay(ring!.Silence / 4, stop);
+                    await repair!.ReportAsync(ring.LeftRank, Repair.ReportAlive);
+                }
+            }
+            catch (OperationCanceledException) { }
+        }
+
         var fetching = Guard(FetchOwn());
         var receiving = Guard(ReceiveAll());
         var producers = Task.WhenAll(fetching, receiving);
-        var sending = Guard(SendAll(producers));
+        // A bypass may come after this rank's own blocks and forwarding are done (its right neighbour hangs once it
+        // holds everything): the sender stays until this member leaves, so what the bypass resends goes out.
+        var watchEnded = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var sending = Guard(SendAll(ring is null ? producers : Task.WhenAll(producers, watchEnded.Task)));
         var delivering = Guard(DeliverAll(producers));
         var leafSending = Guard(Task.WhenAll(leaves.Select((l, i) => SendToLeaf(l, toLeaves[i].Reader))));
         var watching = ring is null ? Task.CompletedTask : Guard(WatchRight());
+        _ = watching.ContinueWith(_ => watchEnded.TrySetResult(), TaskScheduler.Default);
         var all = awaitLeaves ? Task.WhenAll(fetching, receiving, sending, delivering, watching, leafSending) : Task.WhenAll(fetching, receiving, sending, delivering, watching);
         // The token source lives until the leaves are served, which may be after this method returns.
         _ = leafSending.ContinueWith(_ => all.ContinueWith(_ => failed.Dispose(), TaskScheduler.Default), TaskScheduler.Default);
-        for (var seen = -1L; ;)
+        using var beating = CancellationTokenSource.CreateLinkedTokenSource(token);
+        var heartbeat = ring is null ? Task.CompletedTask : Heartbeat(beating.Token);
+        try
         {
-            if (await Task.WhenAny(all, Task.Delay(limit, token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
-            if (token.IsCancellationRequested) break;
-            var now = Interlocked.Read(ref progress);
-            if (now == seen)
+            for (var seen = -1L; ;)
             {
-                failed.Cancel();
-                var from = leaf ? $"ranks {string.Join(",", route.Members)}" : $"rank {leftRank}";
-                throw new TimeoutException($"the fan-out ring stalled on rank {rank}: nothing moved for {limit.TotalSeconds:0} s " +
-                                           $"(received {Volatile.Read(ref received)} of {expected} blocks from {from})");
+                if (await Task.WhenAny(all, Task.Delay(limit, token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
+                if (token.IsCancellationRequested) break;
+                var now = Interlocked.Read(ref progress);
+                if (now == seen)
+                {
+                    failed.Cancel();
+                    var from = leaf ? $"ranks {string.Join(",", route.Members)}" : $"rank {leftRank}";
+                    throw new TimeoutException($"the fan-out ring stalled on rank {rank}: nothing moved for {limit.TotalSeconds:0} s " +
+                                               $"(received {Volatile.Read(ref received)} of {expected} blocks from {from})");
+                }
+                seen = now;
             }
-            seen = now;
+            await all;
         }
-        await all;
+        finally
+        {
+            beating.Cancel();
+            await heartbeat;
+        }
         return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds, leafBytes, refetched,
             awaitLeaves ? Task.CompletedTask : leafSending, shareSeconds, bypassed, repairBytes);
 
@@ -682,7 +733,7 @@ public static class RingAllGather
             if (expected == 0) AllIn.TrySetResult();
         }
 
-        public const byte ReportHasAll = 1, ReportRightHasAll = 2;
+        public const byte ReportHasAll = 1, ReportRightHasAll = 2, ReportAlive = 3;
         /// <summary>One bypass at a time.</summary>
         public SemaphoreSlim Bypassing { get; } = new(1);
         /// <summary>What the right neighbour reported: it has everything; and so does the member after it.</summary>
