@@ -13,6 +13,7 @@ return await new CommandTree(Me, "the lab: scale-model cluster, codec, cache and
     VerbEntry.For<BenchFramesOptions>(Me, BenchFramesVerb.RunAsync),
     VerbEntry.For<BenchUpdateOptions>(Me, BenchUpdateVerb.RunAsync),
     VerbEntry.For<BenchTreeOptions>(Me, BenchTreeVerb.RunAsync),
+    VerbEntry.For<BenchImportsOptions>(Me, BenchImportsVerb.RunAsync),
     VerbEntry.For<BenchSimulateOptions>(Me, BenchSimulateVerb.RunAsync),
     VerbEntry.For<BenchCleanOptions>(Me, (o, _) => Task.FromResult(BenchVerb.Clean(o.Instance))),
     VerbEntry.For<TcpServeOptions>(Me, (o, ct) => TcpTools.ServeAsync(o.Address, o.Port, ct)),

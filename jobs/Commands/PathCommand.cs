@@ -19,6 +19,10 @@ public sealed class PathOptions : AgentClientOptions, IVerbOptions
     [Switch("", "The dataset, optionally @ a version id (" + DatasetArgument.JobDefault + ", else the latest).", Meta = DatasetArgument.Meta)]
     public string? Dataset { get; set; }
 
+    [Switch("--shell", "Print POSIX shell lines that set the job's environment for the copy instead (eval \"$(hpcdata path --shell)\"): " +
+                       "$HPCDATA_DATASET_PATH, and for a software tree what its own activation sets — a Python venv or conda environment's " +
+                       "bin/ on PATH, a tree of Python packages on PYTHONPATH, an install prefix's bin/ on PATH.")]
+    public bool Shell { get; set; }
 }
 
 /// <summary>Exit codes: 0 printed; 1 no agent answers or the data cannot be had (it says why); 2 bad usage.</summary>
@@ -46,7 +50,7 @@ public static class PathCommand
             await using var connected = agent;
             // A prefetch neither leases nor pins: after node preparation it only answers where the pinned copy is.
             var local = await agent.PrefetchAsync(name, version, pin: null, ct);
-            Console.WriteLine(local.Path);
+            Console.Write(o.Shell ? TreeEnvironment.Of(local.Path).ShellExports() : local.Path + Environment.NewLine);
             return 0;
         }
         catch (Exception e) when (e is CommonDataException or IOException or TimeoutException or UnauthorizedAccessException)

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Cli;
 using System.Text;
 
 namespace Hpc.Jobs.Scheduling;

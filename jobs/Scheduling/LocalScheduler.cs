@@ -126,6 +126,9 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors, TextWri
             [JobVariables.JobId] = jobId,
         };
         foreach (var (name, value) in job.CacheTierVariables.Concat(job.CacheTierSecrets).Concat(job.NodePrepVariables)) env[name] = value;
+        // A software tree's own activation (a venv's bin/ on PATH, packages on PYTHONPATH), as the Slurm script's eval of `hpcdata path --shell` gives.
+        if (datasetPath is not null)
+            foreach (var (name, value) in TreeEnvironment.Of(datasetPath).Resolve(Environment.GetEnvironmentVariable)) env[name] = value;
         return env;
     }
 

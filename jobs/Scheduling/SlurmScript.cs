@@ -1,3 +1,4 @@
+using Hpc.CommonData.Cli;
 using System.Text;
 
 namespace Hpc.Jobs.Scheduling;
@@ -54,9 +55,10 @@ public static class SlurmScript
 
             # 1. Node preparation: every node fetches, pins and verifies the data before any service host starts.
             {{NodePrep(job, perNode, hpcdata)}}
-            # Where the copy is, for programs that read files: the nodes share one agent configuration, so this node's answer is every node's.
-            HPCDATA_DATASET_PATH="$({{hpcdata}} path)" || { echo "hpcdata: cannot find the node's copy" >&2; exit 1; }
-            export HPCDATA_DATASET_PATH
+            # Where the copy is ($HPCDATA_DATASET_PATH), and for a software tree what its activation sets (PATH, PYTHONPATH): the nodes
+            # share one agent configuration, so this node's answer is every node's.
+            exports="$({{hpcdata}} path --shell)" || { echo "hpcdata: cannot find the node's copy" >&2; exit 1; }
+            eval "$exports"
 
             # 2. Service hosts: {{job.HostsPerNode}} per node.
 

@@ -48,6 +48,67 @@ public class PrestageLocalTests
     }
 
     [Fact]
+    public async Task A_tree_of_python_packages_staged_as_a_dataset_is_what_every_rank_of_the_job_imports()
+    {
+        await using var s = new Sandbox();
+        // Debian's numpy and scipy (.ci/run installs python3-numpy and python3-scipy), copied out as a site would stage
+        // them: the job must import them from each node's copy, found on the PYTHONPATH that node prep's environment sets.
+        const string system = "/usr/lib/python3/dist-packages";
+        Assert.True(Directory.Exists(Path.Combine(system, "numpy")) && Directory.Exists(Path.Combine(system, "scipy")),
+            $"numpy and scipy are not in {system}: install python3-numpy and python3-scipy");
+        var tree = Path.Combine(s.Root, "sw");
+        Directory.CreateDirectory(tree);
+        using (var copy = System.Diagnostics.Process.Start("cp", ["-a", Path.Combine(system, "numpy"), Path.Combine(system, "scipy"), tree]))
+        {
+            await copy.WaitForExitAsync();
+            Assert.Equal(0, copy.ExitCode);
+        }
+        var job = Path.Combine(ToolInstallTests.RepositoryRoot(), "samples", "python", "risk_numpy.py");
+
+        var r = await s.HpcdataAsync(["prestage", tree, "--name", "sw/numpy", "--nodes", "2", "--hosts-per-node", "2", "--job", "job-np",
+            "--", "python3", job], timeout: TimeSpan.FromMinutes(5));
+
+        Assert.True(r.Code == 0, r.Stderr + r.Out);
+        var ranks = r.Stdout.Where(l => l.StartsWith("[node", StringComparison.Ordinal)).Select(l => JsonDocument.Parse(l[(l.IndexOf(']') + 2)..]).RootElement).ToList();
+        Assert.Equal(4, ranks.Count);
+        Assert.All(ranks, j => Assert.True(j.GetProperty("from_node_copy").GetBoolean(), j.ToString()));
+        Assert.All(ranks, j => Assert.StartsWith(j.GetProperty("tree").GetString() + "/numpy/", j.GetProperty("sources").GetProperty("numpy").GetString()));
+        Assert.Equal(2, ranks.Select(j => j.GetProperty("tree").GetString()).Distinct().Count()); // each node's own copy
+        Assert.DoesNotContain(ranks, j => j.GetProperty("tree").GetString()!.StartsWith(tree, StringComparison.Ordinal));
+        // The same portfolio and seed per rank index: the packages compute, not only import.
+        Assert.All(ranks, j => Assert.InRange(j.GetProperty("var99_monte_carlo").GetInt64(), 0.9 * j.GetProperty("var99_normal").GetInt64(), 1.1 * j.GetProperty("var99_normal").GetInt64()));
+    }
+
+    [Fact]
+    public async Task A_virtual_environment_staged_as_a_dataset_is_the_python_the_job_runs()
+    {
+        await using var s = new Sandbox();
+        var env = Path.Combine(s.Root, "env");
+        using (var venv = System.Diagnostics.Process.Start("/usr/bin/python3", ["-m", "venv", "--without-pip", env]))
+        {
+            await venv.WaitForExitAsync();
+            Assert.Equal(0, venv.ExitCode);
+        }
+        var site = Directory.GetDirectories(Path.Combine(env, "lib")).Single();
+        Directory.CreateDirectory(Path.Combine(site, "site-packages", "riskkit"));
+        File.WriteAllText(Path.Combine(site, "site-packages", "riskkit", "__init__.py"), "VALUE = 42\n");
+
+        // A bare `python`: the job's PATH must lead to the environment's own interpreter on the node.
+        var r = await s.HpcdataAsync(["prestage", env, "--name", "sw/venv", "--nodes", "2", "--job", "job-venv",
+            "--", "/bin/sh", "-c", "python -c 'import sys, riskkit; print(riskkit.VALUE, sys.prefix, riskkit.__file__)'; echo \"$VIRTUAL_ENV\""]);
+
+        Assert.True(r.Code == 0, r.Stderr + r.Out);
+        var lines = r.Stdout.Where(l => l.StartsWith("[node", StringComparison.Ordinal)).Select(l => l[(l.IndexOf(']') + 2)..]).ToList();
+        Assert.Equal(4, lines.Count);
+        var imports = lines.Where(l => l.StartsWith("42 ", StringComparison.Ordinal)).Select(l => l.Split(' ')).ToList();
+        Assert.Equal(2, imports.Count);
+        Assert.All(imports, f => Assert.StartsWith(f[1] + "/lib/", f[2])); // the package came from the environment on the node
+        Assert.Equal(2, imports.Select(f => f[1]).Distinct().Count());     // each node's own copy
+        Assert.DoesNotContain(imports, f => f[1] == env);
+        Assert.Equal(imports.Select(f => f[1]).Order(), lines.Where(l => !l.StartsWith("42 ", StringComparison.Ordinal)).Order());
+    }
+
+    [Fact]
     public async Task With_fanout_mpi_the_local_nodes_are_prepared_by_one_mpi_job_that_shares_the_fetching()
     {
         await using var s = new Sandbox();
