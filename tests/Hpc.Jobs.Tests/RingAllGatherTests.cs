@@ -1,26 +1,13 @@
 using System.Collections.Concurrent;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Fanout;
+using static Hpc.Jobs.Tests.RingData;
 
 namespace Hpc.Jobs.Tests;
 
 /// <summary>The fan-out's exchange, run by N ranks in one process over in-memory links.</summary>
 public sealed class RingAllGatherTests
 {
-    private static Manifest ManifestOf(int segments, int seed = 1)
-    {
-        var rng = new Random(seed);
-        var list = Enumerable.Range(0, segments)
-            .Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, rng.Next(2000, 65536))).ToList();
-        return new Manifest
-        {
-            Name = "test/ring", Hash = new string('0', 32), Segments = list,
-            RawLength = list.Sum(s => (long)s.RawLength), StoredLength = list.Sum(s => (long)s.StoredLength),
-        };
-    }
-
-    /// <summary>A stand-in for a stored segment: its index repeated, as long as the manifest says.</summary>
-    private static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 7 + 3), m.Segments[index].StoredLength).ToArray();
 
     private static async Task<int> FakeFetch(FanoutPlan plan, Block block, Memory<byte> message, ConcurrentBag<int> fetched)
     {

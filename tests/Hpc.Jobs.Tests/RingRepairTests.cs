@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Net;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Fanout;
+using static Hpc.Jobs.Tests.RingData;
 
 namespace Hpc.Jobs.Tests;
 
@@ -14,19 +15,7 @@ public sealed class RingRepairTests
 {
     private const int Ranks = 6;
 
-    private static Manifest ManifestOf(int segments)
-    {
-        var rng = new Random(5);
-        var list = Enumerable.Range(0, segments)
-            .Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, rng.Next(16000, 65536))).ToList();
-        return new Manifest
-        {
-            Name = "test/ring-repair", Hash = new string('0', 32), Segments = list,
-            RawLength = list.Sum(s => (long)s.RawLength), StoredLength = list.Sum(s => (long)s.StoredLength),
-        };
-    }
-
-    private static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 7 + 3), m.Segments[index].StoredLength).ToArray();
+    private static Manifest ManifestOf(int segments) => RingData.ManifestOf(segments, seed: 5, minStored: 16000);
 
     [Fact]
     public async Task A_member_killed_mid_exchange_is_routed_around_and_the_tier_sends_little_more_than_the_data_once()

@@ -5,6 +5,7 @@ using System.Net;
 using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Fanout;
+using static Hpc.Jobs.Tests.RingData;
 
 namespace Hpc.Jobs.Tests;
 
@@ -23,19 +24,6 @@ public sealed class SlowMemberTestsCollection;
 [Collection(nameof(SlowMemberTests))]
 public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
 {
-    private static Manifest ManifestOf(int segments, int seed = 1)
-    {
-        var rng = new Random(seed);
-        var list = Enumerable.Range(0, segments)
-            .Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, rng.Next(2000, 65536))).ToList();
-        return new Manifest
-        {
-            Name = "test/slow", Hash = new string('0', 32), Segments = list,
-            RawLength = list.Sum(s => (long)s.RawLength), StoredLength = list.Sum(s => (long)s.StoredLength),
-        };
-    }
-
-    private static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 7 + 3), m.Segments[index].StoredLength).ToArray();
 
     private static int Fetch(FanoutPlan plan, Block block, Memory<byte> message, ConcurrentBag<int> fetched)
     {

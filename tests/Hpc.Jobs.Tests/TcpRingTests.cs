@@ -3,25 +3,14 @@ using System.Net;
 using System.Net.Sockets;
 using Hpc.CommonData.Format;
 using Hpc.Jobs.Fanout;
+using static Hpc.Jobs.Tests.RingData;
 
 namespace Hpc.Jobs.Tests;
 
 /// <summary>The fan-out's ring over TCP connections between neighbours on loopback, set up through a rank group.</summary>
 public sealed class TcpRingTests
 {
-    private static Manifest ManifestOf(int segments)
-    {
-        var rng = new Random(3);
-        var list = Enumerable.Range(0, segments)
-            .Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, rng.Next(2000, 65536))).ToList();
-        return new Manifest
-        {
-            Name = "test/tcp-ring", Hash = new string('0', 32), Segments = list,
-            RawLength = list.Sum(s => (long)s.RawLength), StoredLength = list.Sum(s => (long)s.StoredLength),
-        };
-    }
-
-    private static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 5 + 1), m.Segments[index].StoredLength).ToArray();
+    private static Manifest ManifestOf(int segments) => RingData.ManifestOf(segments, seed: 3);
 
     private static Task<TcpRing[]> ConnectAll(IReadOnlyList<IRankGroup> groups, CancellationToken ct) =>
         Task.WhenAll(groups.Select(g => Task.Run(() => TcpRing.ConnectAsync(g, IPAddress.Loopback, TimeSpan.FromSeconds(20), ct))));
