@@ -96,14 +96,14 @@ public static partial class BenchImportsVerb
             // Each source makes its cold state (a fresh node copy, fresh mounts) and says where each rank imports from.
             async Task<(double Prep, IReadOnlyList<string> Paths, Func<ValueTask> Done)> NodeTree(int n, string tag)
             {
-                var (prep, copy, agent) = await NodePrepAsync(work, endpoint, "sw/python", tag, ct);
-                return (prep, Enumerable.Repeat(copy, n).ToList(), agent.DisposeAsync);
+                var (prep, copy, done) = await NodePrepAsync(work, endpoint, "sw/python", "tree-" + tag, ct);
+                return (prep, Enumerable.Repeat(copy, n).ToList(), done);
             }
             async Task<(double, IReadOnlyList<string>, Func<ValueTask>)> NodeImage(int n, string tag)
             {
-                var (prep, file, agent) = await NodePrepAsync(work, endpoint, "sw/python-image", tag, ct);
+                var (prep, file, done) = await NodePrepAsync(work, endpoint, "sw/python-image", "image-" + tag, ct);
                 var at = SquashMount(file, System.IO.Path.Combine(work, $"sq-node-{tag}"));
-                return (prep, Enumerable.Repeat(at, n).ToList(), async () => { SquashUnmount(at); await agent.DisposeAsync(); });
+                return (prep, Enumerable.Repeat(at, n).ToList(), async () => { SquashUnmount(at); await done(); });
             }
             Task<(double, IReadOnlyList<string>, Func<ValueTask>)> NetworkTree(int n, string tag)
             {
@@ -267,17 +267,31 @@ public static partial class BenchImportsVerb
         catch (Exception e) when (e is IOException or UnauthorizedAccessException) { /* a container may refuse: warm server caches then */ }
     }
 
-    /// <summary>A fresh agent and data directory, and the time node prep takes to fetch, verify and publish the tree.</summary>
-    private static async Task<(double Seconds, string Path, ComponentProcess Agent)> NodePrepAsync(string work, string endpoint, string dataset, string tag, CancellationToken ct)
+    /// <summary>A fresh agent and data directory, and the time node prep takes to fetch, verify and publish the dataset;
+    /// the returned step stops the agent and removes its directory.</summary>
+    private static async Task<(double Seconds, string Path, Func<ValueTask> Done)> NodePrepAsync(string work, string endpoint, string dataset, string tag, CancellationToken ct)
     {
-        var pipe = $"hcd-imports-{Environment.ProcessId}-{tag}";
-        var dataDir = System.IO.Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : work, $"hcd-imports-{Environment.ProcessId}-{tag}");
-        var agent = ComponentProcess.Start(new NodeAgentOptions { Pipe = pipe, DataDirectory = dataDir, Budget = new(8L << 30), CacheTier = { Hosts = [endpoint] } }, name: "agent");
-        await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
-        var clock = Stopwatch.StartNew();
-        await using var client = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(10), ct);
-        var local = await client.PrefetchAsync(dataset, null, pin: null, ct);
-        return (clock.Elapsed.TotalSeconds, local.Path, agent);
+        var name = $"hcd-imports-{Environment.ProcessId}-{tag}";
+        var dataDir = System.IO.Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : work, name);
+        var agent = ComponentProcess.Start(new NodeAgentOptions { Pipe = name, DataDirectory = dataDir, Budget = new(8L << 30), CacheTier = { Hosts = [endpoint] } }, name: "agent");
+        async ValueTask Done()
+        {
+            await agent.DisposeAsync();
+            Shell.Run("rm", "-rf", dataDir);
+        }
+        try
+        {
+            await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
+            var clock = Stopwatch.StartNew();
+            await using var client = await AgentClient.ConnectAsync(name, TimeSpan.FromSeconds(10), ct);
+            var local = await client.PrefetchAsync(dataset, null, pin: null, ct);
+            return (clock.Elapsed.TotalSeconds, local.Path, Done);
+        }
+        catch
+        {
+            await Done();
+            throw;
+        }
     }
 
     /// <summary>Every rank at once, each importing from its own path; seconds until the last is done. A rank that imported

@@ -14,6 +14,7 @@ public class ImportsBenchTests
     {
         var dir = Directory.CreateTempSubdirectory("hcd-imports-test-").FullName;
         var instance = Shell.IsRoot ? Topology.FreeInstance(from: 1) : 1;
+        var started = DateTime.Now;
         try
         {
             var r = await HpcdataProcess.RunAsync(TimeSpan.FromMinutes(5), "bench", "imports", "--import", "numpy", "--ranks", "2", "--runs", "1",
@@ -27,6 +28,8 @@ public class ImportsBenchTests
             Assert.True(r.Code == 0, $"bench imports exited {r.Code}: {r.Stderr}");
             Assert.Empty(Topology.Leftovers(instance));
             Assert.DoesNotContain("hpcdata-imports-", File.ReadAllText("/proc/self/mountinfo"));
+            // The node copies in /dev/shm are removed with their agents.
+            Assert.Empty(Directory.GetDirectories("/dev/shm", "hcd-imports-*").Where(d => Directory.GetCreationTime(d) >= started));
 
             var cells = File.ReadAllLines(Path.Combine(dir, "imports.jsonl")).Select(l => JsonDocument.Parse(l).RootElement).ToDictionary(c => c.GetProperty("source").GetString()!);
             Assert.Equal(["node copy", "network file system", "squashfs image, node copy", "squashfs image on the network file system"], cells.Keys);
