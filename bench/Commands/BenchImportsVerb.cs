@@ -28,14 +28,14 @@ public sealed class BenchImportsOptions : IVerbOptions
     [Switch("--ranks", "Comma-separated rank counts.")]
     public string Ranks { get; set; } = "4,8,16";
 
-    [Switch("--rate", "The file server's and the cache host's link, Mbit/s.")]
-    public int RateMbit { get; set; } = 1000;
+    [Switch("--rate", "The file server's and the cache host's link, both directions (e.g. 100mbit, 1gbit).")]
+    public string Rate { get; set; } = "1gbit";
 
-    [Switch("--delay", "One-way delay added on those links, ms (netem; 0: the links' own, tens of microseconds).")]
-    public double DelayMs { get; set; }
+    [Switch("--delay", "One-way delay added on those links (netem; 0ms: the links' own, tens of microseconds).")]
+    public string Delay { get; set; } = "0ms";
 
-    [Switch("--runs", "Cold and warm runs of each cell; the median is reported.")]
-    public int Runs { get; set; } = 3;
+    [Switch("--repeat", "Cold and warm runs of each cell; the table shows medians.")]
+    public int Repeat { get; set; } = 3;
 
     [Switch("--instance", "Which emulated cluster (0-63) to build, so runs side by side do not collide (default: the first free one).")]
     public int? Instance { get; set; }
@@ -64,7 +64,8 @@ public static partial class BenchImportsVerb
         foreach (var tool in new[] { "sshd", "sshfs", "ssh-keygen", "strace", "python3" })
             if (!Shell.Exists(tool)) { Console.Error.WriteLine($"hpcdata bench imports: needs {tool} (apt-get install openssh-server sshfs strace python3)"); return 2; }
         if (!Shell.IsRoot) { Console.Error.WriteLine("hpcdata bench imports: needs root (namespaces, mounts, dropping the page cache)"); return 2; }
-        if (o.DelayMs > 0 && Topology.QdiscUnavailable("netem delay 1ms") is { } netem)
+        var (rateMbit, delayMs) = (BenchVerb.ParseRateMbit(o.Rate), BenchVerb.ParseMs(o.Delay));
+        if (delayMs > 0 && Topology.QdiscUnavailable("netem delay 1ms") is { } netem)
         {
             Console.Error.WriteLine($"hpcdata bench imports: --delay needs netem, which this kernel lacks ({netem}); use --delay 0");
             return 2;
@@ -72,7 +73,7 @@ public static partial class BenchImportsVerb
         var ranks = o.Ranks.Split(',').Select(r => int.Parse(r, Inv)).ToArray();
         var modules = o.Import.Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries);
         var work = Directory.CreateTempSubdirectory("hpcdata-imports-").FullName;
-        var topology = new Topology(hosts: 2, nodes: 1, o.RateMbit, o.DelayMs, instance: o.Instance ?? Topology.FreeInstance());
+        var topology = new Topology(hosts: 2, nodes: 1, rateMbit, delayMs, instance: o.Instance ?? Topology.FreeInstance());
         var processes = new List<ComponentProcess>();
         var mounts = new List<(string Path, Process Sshfs, string Log)>();
         try
@@ -128,7 +129,7 @@ public static partial class BenchImportsVerb
             {
                 var runs = new List<(double Prep, double Cold, double Warm)>();
                 long calls = 0, metadata = 0, reads = 0;
-                for (var run = 0; run < o.Runs; run++)
+                for (var run = 0; run < o.Repeat; run++)
                 {
                     var (prep, paths, done) = await prepare(n, $"{n}-{run}");
                     try
@@ -140,14 +141,14 @@ public static partial class BenchImportsVerb
                         (metadata, reads) = (after.Metadata - before.Metadata, after.Reads - before.Reads);
                         var warm = await RanksAsync(paths, modules, ct);
                         runs.Add((prep, cold, warm));
-                        if (run == o.Runs - 1) calls = await FileCallsAsync(paths[0], modules, work, ct);
+                        if (run == o.Repeat - 1) calls = await FileCallsAsync(paths[0], modules, work, ct);
                     }
                     finally { await done(); }
                 }
                 cells.Add(new Cell(name, n, Median(runs.Select(r => r.Cold)), Median(runs.Select(r => r.Warm)), Median(runs.Select(r => r.Prep)), calls, metadata, reads));
                 Console.Error.WriteLine(string.Create(Inv, $"bench imports: {n} ranks, {name}: cold {cells[^1].ColdSeconds:0.00} s, warm {cells[^1].WarmSeconds:0.00} s"));
             }
-            Write(o, cells, tree, modules, stageSeconds);
+            Write(o, rateMbit, delayMs, cells, tree, modules, stageSeconds);
             return 0;
         }
         catch (Exception e) when (e is InvalidOperationException or IOException or CommonDataException or TimeoutException)
@@ -353,11 +354,11 @@ public static partial class BenchImportsVerb
         return v.Length % 2 == 1 ? v[v.Length / 2] : (v[v.Length / 2 - 1] + v[v.Length / 2]) / 2;
     }
 
-    private static void Write(BenchImportsOptions o, List<Cell> cells, string tree, string[] modules, double stageSeconds)
+    private static void Write(BenchImportsOptions o, int rateMbit, double delayMs, List<Cell> cells, string tree, string[] modules, double stageSeconds)
     {
         var files = Directory.EnumerateFiles(tree, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = FileAttributes.ReparsePoint }).Count();
         var md = new StringBuilder();
-        md.AppendLine(string.Create(Inv, $"`import {string.Join(", ", modules)}` by every rank at once; the tree: {files} files; links {o.RateMbit} Mbit/s, {o.DelayMs} ms each way; staged once in {stageSeconds:0.00} s; medians of {o.Runs} runs."));
+        md.AppendLine(string.Create(Inv, $"`import {string.Join(", ", modules)}` by every rank at once; the tree: {files} files; links {rateMbit} Mbit/s, {delayMs} ms each way; staged once in {stageSeconds:0.00} s; medians of {o.Repeat} runs."));
         md.AppendLine();
         md.AppendLine("| source | ranks | cold s | warm s | node prep s | cold job s (prep + imports) | file-system calls per rank | server requests per rank, cold (metadata / reads) |");
         md.AppendLine("|---|---|---|---|---|---|---|---|");
@@ -374,13 +375,13 @@ public static partial class BenchImportsVerb
         {
             kind = "imports", source = c.Source, ranks = c.Ranks, coldSeconds = c.ColdSeconds, warmSeconds = c.WarmSeconds, nodePrepSeconds = c.PrepSeconds,
             fileCallsPerRank = c.CallsPerRank, serverMetadataRequestsPerRank = c.MetadataRequestsPerRank, serverReadRequestsPerRank = c.ReadRequestsPerRank,
-            rateMbit = o.RateMbit, delayMs = o.DelayMs, modules, files, stageSeconds,
+            rateMbit = rateMbit, delayMs = delayMs, modules, files, stageSeconds,
         })));
         foreach (var (state, pick) in new (string, Func<Cell, double>)[] { ("cold", c => c.ColdSeconds), ("warm", c => c.WarmSeconds) })
         {
             var chart = new LineChart
             {
-                Title = string.Create(Inv, $"import {string.Join(", ", modules)}, every rank at once, {state} ({o.RateMbit} Mbit/s links)"),
+                Title = string.Create(Inv, $"import {string.Join(", ", modules)}, every rank at once, {state} ({rateMbit} Mbit/s links)"),
                 XLabel = "ranks", YLabel = "seconds until every rank has imported",
             };
             foreach (var source in cells.Select(c => c.Source).Distinct())

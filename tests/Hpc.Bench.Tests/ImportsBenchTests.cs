@@ -17,7 +17,7 @@ public class ImportsBenchTests
         var started = DateTime.Now;
         try
         {
-            var r = await HpcdataProcess.RunAsync(TimeSpan.FromMinutes(5), "bench", "imports", "--import", "numpy", "--ranks", "2", "--runs", "1",
+            var r = await HpcdataProcess.RunAsync(TimeSpan.FromMinutes(5), "bench", "imports", "--import", "numpy", "--ranks", "2", "--repeat", "1",
                 "--instance", $"{instance}", "--out", dir);
             if (!Shell.IsRoot)
             {
