@@ -71,6 +71,17 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         public readonly long[] TierLength = new long[maxSegments];
         public readonly List<StoredSegmentParts> Send = new(maxSegments);
         public readonly List<int> SendIndex = new(maxSegments);
+        /// <summary>Segment starts found by chunking from the slab's first byte as if a segment began there (content-defined only).</summary>
+        public readonly int[] Guess = new int[maxSegments + 1];
+        public int GuessCount;
+        /// <summary>Place of the slab in the source, counted in slabs.</summary>
+        public long Sequence;
+        /// <summary>Bytes of the source in the slab: the tail of the slab before it, then what was read.</summary>
+        public int DataLength;
+        /// <summary>The source ends in this slab: every segment from the first start on is this slab's.</summary>
+        public bool Last;
+        /// <summary>Its segments are known (its boundaries stitched to the slab before it), so it is ready to encode.</summary>
+        public bool Cut;
         /// <summary>Index in the dataset of the first segment.</summary>
         public int First;
         public int Count;
@@ -109,6 +120,9 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         public void Return(Batch b)
         {
             b.Count = 0;
+            b.GuessCount = 0;
+            b.Cut = false;
+            b.Last = false;
             _free.Push(b);
             _slots.Release();
         }
@@ -122,8 +136,12 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }
     }
 
-    /// <summary>Source bytes per batch: big enough that hand-offs are rare, small enough that the slab is still in the caches when it is encoded.</summary>
-    private const int SlabBytes = 4 << 20;
+    /// <summary>
+    /// Source bytes whose segments a batch owns (those that start in them): big enough that hand-offs are rare, small
+    /// enough that the slab is still in the caches when it is encoded. A slab holds one largest segment more, so each
+    /// segment it owns lies whole in it.
+    /// </summary>
+    private const int RegionBytes = 4 << 20;
     /// <summary>Cap on the memory of all batches in flight, for very large fixed segments.</summary>
     private const long InFlightBytes = 64L << 20;
 
@@ -189,18 +207,18 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
 
         var maxSegment = options.ContentDefined ? ContentChunker.MaxSize : options.SegmentSize;
         var minSegment = options.ContentDefined ? ContentChunker.MinSize : options.SegmentSize;
-        var slabLength = Math.Max(SlabBytes, 2 * maxSegment);
+        var region = Math.Max(RegionBytes, 2 * maxSegment);
+        var slabLength = region + maxSegment;
         var maxSegments = slabLength / minSegment + 2;
         var parallelism = Math.Max(1, options.Parallelism);
         var uploaderCount = Math.Max(1, options.Uploaders);
         var inFlight = (int)Math.Clamp(InFlightBytes / slabLength, 3, parallelism + uploaderCount + 2);
         using var pool = new BatchPool(inFlight, () => new Batch(slabLength, maxSegments));
-        var toEncode = Channel.CreateUnbounded<Batch>(new UnboundedChannelOptions { SingleWriter = true });
         var toUpload = Channel.CreateUnbounded<Batch>(new UnboundedChannelOptions());
 
         var segments = new List<ManifestSegment?>();
         var hash = new XxHash.Streaming128();
-        long rawTotal = 0, storedTotal = 0, sentTotal = 0, newRawTotal = 0;
+        long storedTotal = 0, sentTotal = 0, newRawTotal = 0;
         int skipped = 0, done = 0, keptOtherEncoding = 0;
         // Look segments up before sending them only while the tier has been seen to hold some: on a fresh dataset the
         // STRLEN round trip finds nothing, and SET NX tells afterwards what was already there. One batch that turns out
@@ -209,40 +227,75 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         // Until "latest" moves, what this stage sends lives only UnpublishedLifetime (or the version's shorter lifetime).
         var sendLife = options.Lifetime is { } own && own < options.UnpublishedLifetime ? own : options.UnpublishedLifetime;
 
+        // Slabs go from the reader to the workers; each worker first finds the slab's boundaries as if a segment
+        // started at its first byte (content-defined boundaries fall back in step with the true ones within a segment or
+        // two), then whoever finishes the slab next in order stitches it to the one before — walking from the true start
+        // until it meets a guessed boundary — and the slab comes back to be encoded. Only the stitch is in order, and it
+        // costs a segment or two of a slab's 64, so the cutting grows with the cores as the encoding does.
+        var work = Channel.CreateUnbounded<Batch>(new UnboundedChannelOptions());
+        var stitch = new SlabStitch(options, region, segments, hash);
+        long emitted = 0, slabsDone = 0;
+        var readerDone = false;
+        var flow = new object();
+        void Finished(Batch batch)
+        {
+            lock (flow)
+            {
+                slabsDone++;
+                if (readerDone && slabsDone == emitted) work.Writer.TryComplete();
+            }
+        }
+
         var reader = Task.Factory.StartNew(() =>
         {
             try
             {
-                ReadBatches(source, options, slabLength, pool, batch =>
+                long read = 0;
+                ReadSlabs(source, region, slabLength, pool, batch =>
                 {
-                    hash.Append(batch.Slab.AsSpan(0, batch.Offset[batch.Count - 1] + batch.Length[batch.Count - 1]));
-                    lock (segments)
-                    {
-                        batch.First = segments.Count;
-                        CollectionsMarshal.SetCount(segments, segments.Count + batch.Count);
-                    }
-                    for (var i = 0; i < batch.Count; i++) rawTotal += batch.Length[i];
-                    toEncode.Writer.TryWrite(batch);
-                }, cts.Token);
-                if (source.KnownLength is { } expected && source.Files is not null && expected != rawTotal)
-                    throw new IOException($"'{source.Description}' changed while being staged ({rawTotal} bytes read, {expected} listed)");
-                toEncode.Writer.Complete();
+                    lock (flow) emitted++;
+                    work.Writer.TryWrite(batch);
+                }, ref read, cts.Token);
+                if (source.KnownLength is { } expected && source.Files is not null && expected != read)
+                    throw new IOException($"'{source.Description}' changed while being staged ({read} bytes read, {expected} listed)");
+                lock (flow)
+                {
+                    readerDone = true;
+                    if (slabsDone == emitted) work.Writer.TryComplete();
+                }
             }
             catch (Exception e)
             {
-                toEncode.Writer.Complete(e);
+                work.Writer.TryComplete(e);
                 throw;
             }
         }, cts.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default);
 
-        // Encoders run on threads of their own: a thread-pool worker busy compressing batch after batch would leave
+        // Workers run on threads of their own: a thread-pool worker busy compressing batch after batch would leave
         // the uploads' socket completions queued behind it until the pool injected another thread (with one core,
         // half a second each time), and the slabs those uploads hold would stall the reader.
         var encoders = Enumerable.Range(0, parallelism).Select(_ => Task.Factory.StartNew(() =>
         {
-            while (WaitToRead(toEncode.Reader, cts.Token))
+            while (WaitToRead(work.Reader, cts.Token))
             {
-                if (!toEncode.Reader.TryRead(out var batch)) continue;
+                if (!work.Reader.TryRead(out var batch)) continue;
+                if (!batch.Cut)
+                {
+                    if (options.ContentDefined) SlabStitch.Guess(batch, region);
+                    foreach (var ready in stitch.Add(batch))
+                    {
+                        if (ready.Count > 0)
+                        {
+                            work.Writer.TryWrite(ready);
+                        }
+                        else
+                        {
+                            pool.Return(ready);
+                            Finished(ready);
+                        }
+                    }
+                    continue;
+                }
                 var at = 0;
                 for (var i = 0; i < batch.Count; i++)
                 {
@@ -254,6 +307,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     at += n;
                 }
                 toUpload.Writer.TryWrite(batch);
+                Finished(batch);
             }
         }, cts.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default)).ToArray();
         var encodersDone = Task.WhenAll(encoders).ContinueWith(t => toUpload.Writer.Complete(t.Exception?.GetBaseException()), TaskScheduler.Default);
@@ -314,7 +368,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                                 batch.TierLength[i] > 0 ? (int)batch.TierLength[i] : batch.StoredLength(i));
                     var storedSoFar = Interlocked.Add(ref storedTotal, stored);
                     var count = Interlocked.Add(ref done, batch.Count);
-                    progress?.Report(new StageProgress(Volatile.Read(ref rawTotal), storedSoFar, count, source.KnownLength, clock.Elapsed));
+                    progress?.Report(new StageProgress(stitch.RawBytes, storedSoFar, count, source.KnownLength, clock.Elapsed));
                 }
                 finally
                 {
@@ -324,12 +378,14 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }, cts.Token)).ToArray();
 
         string datasetHash;
+        long rawTotal;
         using var stopRenewal = CancellationTokenSource.CreateLinkedTokenSource(cts.Token);
         var renewal = RenewWhileStagingAsync(segments, options.UnpublishedLifetime, stopRenewal.Token);
         try
         {
             await WhenAllOrFirstFailure(cts, uploaders.Append(reader).Append(encodersDone).Concat(encoders).ToArray());
             datasetHash = hash.Digest().ToString("x32");
+            rawTotal = stitch.RawBytes;
         }
         finally
         {
@@ -549,44 +605,127 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
     }
 
     /// <summary>
-    /// Reads the source into slabs and cuts each into segments where they stay (content-defined, or fixed-size). The
-    /// bytes after a slab's last cut (less than one segment) are copied to the start of the next slab, so every cut
-    /// sees its full range; that copy is the only one before the segments are sent.
+    /// Reads the source into slabs in order: each begins with what the slab before it held past its region (at most one
+    /// largest segment, copied), then <paramref name="region"/> bytes more are read. That copy is the only one before the
+    /// segments are sent.
     /// </summary>
-    private static void ReadBatches(StageSource source, StageOptions options, int slabLength, BatchPool pool, Action<Batch> emit, CancellationToken ct)
+    private static void ReadSlabs(StageSource source, int region, int slabLength, BatchPool pool, Action<Batch> emit, ref long read, CancellationToken ct)
     {
         var batch = pool.Take(ct);
-        var carry = 0;
-        while (true)
+        batch.DataLength = 0;
+        for (long sequence = 0; ; sequence++)
         {
             ct.ThrowIfCancellationRequested();
-            var end = carry + source.ReadBlock(batch.Slab.AsSpan(carry, slabLength - carry));
-            var eof = end < slabLength;
-            var at = 0;
-            while (at < end)
+            var head = batch.DataLength;
+            var n = source.ReadBlock(batch.Slab.AsSpan(head, slabLength - head));
+            read += n;
+            batch.DataLength = head + n;
+            batch.Sequence = sequence;
+            batch.Last = batch.DataLength < slabLength;
+            if (batch.Last)
             {
-                var left = batch.Slab.AsSpan(at, end - at);
-                var cut = options.ContentDefined
-                    ? ContentChunker.Default.NextCut(left, final: eof)
-                    : left.Length >= options.SegmentSize ? options.SegmentSize : eof ? left.Length : 0;
-                if (cut == 0) break;
-                batch.Offset[batch.Count] = at;
-                batch.Length[batch.Count] = cut;
-                batch.Count++;
-                at += cut;
-            }
-            carry = end - at;
-            if (eof && carry == 0)
-            {
-                if (batch.Count > 0) emit(batch);
-                else pool.Return(batch);
+                emit(batch);
                 return;
             }
             var next = pool.Take(ct);
-            batch.Slab.AsSpan(at, carry).CopyTo(next.Slab);
-            if (batch.Count > 0) emit(batch);
-            else pool.Return(batch);
+            batch.Slab.AsSpan(region, slabLength - region).CopyTo(next.Slab);
+            next.DataLength = slabLength - region;
+            emit(batch);
             batch = next;
+        }
+    }
+
+    /// <summary>
+    /// Joins slabs cut independently into one sequence of segments, in the source's order: the segments a slab owns are
+    /// those that start in its region, from where the slab before it ended its last one. Also appends what it owns to
+    /// the dataset hash and numbers its segments in the manifest, both of which need the order.
+    /// </summary>
+    private sealed class SlabStitch(StageOptions options, int region, List<ManifestSegment?> segments, XxHash.Streaming128 hash)
+    {
+        private readonly Dictionary<long, Batch> _waiting = [];
+        private long _next;
+        // Where the next slab's first segment starts, in that slab.
+        private int _start;
+        private long _raw;
+
+        /// <summary>Source bytes cut into segments so far.</summary>
+        public long RawBytes => Volatile.Read(ref _raw);
+
+        /// <summary>
+        /// Content-defined boundaries from the slab's first byte to the end of its region (the last one at or past it):
+        /// right from the first start the true sequence shares with them.
+        /// </summary>
+        public static void Guess(Batch batch, int region)
+        {
+            var end = batch.Last ? batch.DataLength : region;
+            var at = 0;
+            var k = 0;
+            while (at < end)
+            {
+                batch.Guess[k++] = at;
+                at += NextCut(batch, at);
+            }
+            batch.Guess[k++] = at;
+            batch.GuessCount = k;
+        }
+
+        /// <summary>Takes a slab whose boundaries were guessed; returns those, in order, that can now be cut.</summary>
+        public List<Batch> Add(Batch batch)
+        {
+            var ready = new List<Batch>(1);
+            lock (_waiting)
+            {
+                _waiting.Add(batch.Sequence, batch);
+                while (_waiting.Remove(_next, out var b))
+                {
+                    Cut(b);
+                    ready.Add(b);
+                    _next++;
+                }
+            }
+            return ready;
+        }
+
+        private void Cut(Batch b)
+        {
+            var end = b.Last ? b.DataLength : region;
+            var at = _start;
+            var g = 0;
+            var inStep = false;
+            b.Count = 0;
+            while (at < end)
+            {
+                if (!inStep && b.GuessCount > 0)
+                {
+                    while (g < b.GuessCount && b.Guess[g] < at) g++;
+                    inStep = g < b.GuessCount - 1 && b.Guess[g] == at;
+                }
+                int length;
+                if (inStep) length = b.Guess[g + 1] - b.Guess[g++];
+                else if (options.ContentDefined) length = NextCut(b, at);
+                else length = Math.Min(options.SegmentSize, b.DataLength - at);
+                b.Offset[b.Count] = at;
+                b.Length[b.Count] = length;
+                b.Count++;
+                at += length;
+            }
+            hash.Append(b.Slab.AsSpan(_start, at - _start));
+            Volatile.Write(ref _raw, _raw + (at - _start));
+            _start = b.Last ? 0 : at - region;
+            b.Cut = true;
+            lock (segments)
+            {
+                b.First = segments.Count;
+                CollectionsMarshal.SetCount(segments, segments.Count + b.Count);
+            }
+        }
+
+        private static int NextCut(Batch b, int at)
+        {
+            var cut = ContentChunker.Default.NextCut(b.Slab.AsSpan(at, b.DataLength - at), final: b.Last);
+            // Outside the last slab a segment that starts in the region always has a largest segment's bytes after it.
+            if (cut <= 0) throw new InvalidOperationException($"no segment boundary after {at} of a slab of {b.DataLength} bytes");
+            return cut;
         }
     }
 

@@ -49,7 +49,8 @@ public class SegmentCodecTests
             Array.Fill(raw, (byte)'x', rng.Next(0, length - run + 1), run);
             var reference = Lz4.Encode(raw, full);
             var n = SegmentCodec.EncodeHead(raw, head, compress: true, out var storedRaw);
-            Assert.Equal(reference == 0 || reference >= length, storedRaw);
+            // Also raw: what the probe of three pieces finds incompressible (the run lies between them), never tried whole.
+            Assert.Equal(reference == 0 || reference >= length || SegmentCodec.LooksIncompressible(raw), storedRaw);
             if (storedRaw)
             {
                 rawStored++;
@@ -97,6 +98,45 @@ public class SegmentCodecTests
         var n = SegmentCodec.Encode(Compressible(65536), buffer);
         Assert.True(n < 65536 / 4, $"compressible segment stored in {n} bytes");
         Assert.Equal((byte)SegmentCodecKind.Lz4, buffer[4]);
+    }
+
+    [Fact]
+    public void A_segment_whose_probed_pieces_do_not_compress_is_stored_raw_without_a_full_attempt()
+    {
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(65536)];
+        var random = Random(65536, 11);
+        Assert.True(SegmentCodec.LooksIncompressible(random));
+
+        // Compressible bytes anywhere near a probed piece (here the middle) are compressed.
+        var middle = Random(65536, 12);
+        Compressible(8192).CopyTo(middle, 32768 - 4096);
+        Assert.False(SegmentCodec.LooksIncompressible(middle));
+        Assert.True(SegmentCodec.Encode(middle, buffer) < 65536 - 6000);
+        Assert.Equal((byte)SegmentCodecKind.Lz4, buffer[4]);
+
+        // Compressible bytes only between the pieces are the probe's price: stored raw, still exact.
+        var between = Random(65536, 13);
+        Compressible(8192).CopyTo(between, 8192);
+        Assert.True(SegmentCodec.LooksIncompressible(between));
+        Assert.Equal(SegmentCodec.HeaderLength + 65536, SegmentCodec.Encode(between, buffer));
+        var back = new byte[65536];
+        Assert.Null(SegmentCodec.TryDecode(buffer.AsSpan(0, SegmentCodec.HeaderLength + 65536), SegmentId.Of(between), back));
+        Assert.Equal(between, back);
+
+        // Short segments always get the full attempt.
+        var shortRun = Random(SegmentCodec.ProbeMinLength - 1, 14);
+        Assert.False(SegmentCodec.LooksIncompressible(shortRun));
+    }
+
+    [Fact]
+    public void The_LZ4_probe_does_not_keep_zstd_from_text_LZ4_finds_no_repeats_in()
+    {
+        var text = System.Text.Encoding.ASCII.GetBytes(Convert.ToBase64String(Random(49152, 15)));
+        Assert.True(SegmentCodec.LooksIncompressible(text));
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(text.Length)];
+        var n = SegmentCodec.Encode(text, buffer, SegmentCompression.Parse("zstd"));
+        Assert.Equal((byte)SegmentCodecKind.Zstd, buffer[4]);
+        Assert.True(n < text.Length * 85 / 100, $"zstd stored {n} of {text.Length} bytes");
     }
 
     [Fact]
