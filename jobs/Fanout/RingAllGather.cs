@@ -568,7 +568,7 @@ public static class RingAllGather
                 if (code == Repair.ReportHasAll && !ring.RightHasAll)
                 {
                     ring.RightHasAll = true;
-                    await repair.ReportAsync(ring.LeftRank, Repair.ReportRightHasAll);
+                    await repair!.ReportAsync(ring.LeftRank, Repair.ReportRightHasAll);
                 }
                 else if (code == Repair.ReportRightHasAll) ring.NextHasAll = true;
                 else if (code != Repair.ReportHasAll) throw new InvalidDataException($"rank {right} sent report {code}");

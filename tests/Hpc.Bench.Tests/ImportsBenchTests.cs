@@ -29,7 +29,7 @@ public class ImportsBenchTests
             Assert.Empty(Topology.Leftovers(instance));
             Assert.DoesNotContain("hpcdata-imports-", File.ReadAllText("/proc/self/mountinfo"));
             // The node copies in /dev/shm are removed with their agents.
-            Assert.Empty(Directory.GetDirectories("/dev/shm", "hcd-imports-*").Where(d => Directory.GetCreationTime(d) >= started));
+            Assert.DoesNotContain(Directory.GetDirectories("/dev/shm", "hcd-imports-*"), d => Directory.GetCreationTime(d) >= started);
 
             var cells = File.ReadAllLines(Path.Combine(dir, "imports.jsonl")).Select(l => JsonDocument.Parse(l).RootElement).ToDictionary(c => c.GetProperty("source").GetString()!);
             Assert.Equal(["node copy", "network file system", "squashfs image, node copy", "squashfs image on the network file system"], cells.Keys);

@@ -121,6 +121,64 @@ public class ContentChunkerTests
         }
     }
 
+    [Theory]
+    [InlineData("random")]
+    [InlineData("text")]
+    [InlineData("mixed")]
+    public void Cuts_are_those_of_a_byte_by_byte_gear_hash(string kind)
+    {
+        // The specification written out plainly: SplitMix64 from "hcd-gear" for the table, one hash chain from the
+        // minimum on, 18 top bits zero before 53 KB, 14 after, at most 256 KB. The chunker's own scan must agree at
+        // every length, however it spreads the work.
+        var data = kind switch
+        {
+            "random" => Random(6 << 20, 5),
+            "text" => Text(6 << 20),
+            _ => Random(6 << 20, 6).Select((b, i) => i / 40_000 % 3 == 0 ? (byte)(i % 97) : b).ToArray(),
+        };
+        Assert.Equal(ByteByByte(data), Chunk(data));
+        foreach (var length in new[] { ContentChunker.MinSize + 1, ContentChunker.MinSize + 8 * 1024 + 63, ContentChunker.NormalSize, ContentChunker.NormalSize + 16 * 1024 + 1, ContentChunker.MaxSize })
+            for (var offset = 0; offset < 600_000; offset += 37_123)
+                Assert.Equal(ByteByByte(data.AsSpan(offset, length).ToArray()).First(), ContentChunker.Default.NextCut(data.AsSpan(offset, length), final: true));
+    }
+
+    private static List<int> ByteByByte(byte[] data)
+    {
+        var gear = new ulong[256];
+        ulong state = 0x6863642d67656172;
+        for (var i = 0; i < 256; i++)
+        {
+            var z = state += 0x9E3779B97F4A7C15;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+            gear[i] = z ^ (z >> 31);
+        }
+        var cuts = new List<int>();
+        for (var at = 0; at < data.Length;)
+        {
+            var left = data.Length - at;
+            var cut = Math.Min(left, ContentChunker.MaxSize);
+            ulong hash = 0;
+            for (var i = ContentChunker.MinSize; i < Math.Min(left, ContentChunker.MaxSize); i++)
+            {
+                hash = (hash << 1) + gear[data[at + i]];
+                var bits = i < ContentChunker.NormalSize ? ContentChunker.StrictBits : ContentChunker.LooseBits;
+                if (hash >> (64 - bits) == 0) { cut = i + 1; break; }
+            }
+            cuts.Add(cut);
+            at += cut;
+        }
+        return cuts;
+    }
+
+    private static byte[] Text(int n)
+    {
+        var r = new Random(9);
+        var sb = new System.Text.StringBuilder();
+        while (sb.Length < n) sb.Append($"2024-01-{r.Next(1, 29):00},INST{r.Next(0, 5000):00000},{r.Next(10, 500)}.{r.Next(0, 9999):0000}\n");
+        return System.Text.Encoding.ASCII.GetBytes(sb.ToString(0, n));
+    }
+
     [Fact]
     public void All_zero_and_constant_data_is_cut_at_the_maximum()
     {
