@@ -276,6 +276,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         // half a second each time), and the slabs those uploads hold would stall the reader.
         var encoders = Enumerable.Range(0, parallelism).Select(_ => Task.Factory.StartNew(() =>
         {
+            var probe = true;
             while (WaitToRead(work.Reader, cts.Token))
             {
                 if (!work.Reader.TryRead(out var batch)) continue;
@@ -301,7 +302,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                 {
                     var raw = batch.Slab.AsSpan(batch.Offset[i], batch.Length[i]);
                     batch.Ids[i] = SegmentId.Of(raw);
-                    var n = SegmentCodec.EncodeHead(raw, batch.Heads.AsSpan(at), options.Compression, out batch.StoredRaw[i]);
+                    var n = SegmentCodec.EncodeHeadInOrder(raw, batch.Heads.AsSpan(at), options.Compression, ref probe, out batch.StoredRaw[i]);
                     batch.HeadOffset[i] = at;
                     batch.HeadLength[i] = n;
                     at += n;

@@ -30,16 +30,23 @@ public static class CodecBaseline
         long total = 0;
         var clock = Stopwatch.StartNew();
         Parallel.For(0L, segments, new ParallelOptions { MaxDegreeOfParallelism = threads > 0 ? threads : Environment.ProcessorCount },
-            () => ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(segmentSize)),
-            (i, _, buffer) =>
+            () => new Encoder(ArrayPool<byte>.Shared.Rent(SegmentCodec.MaxEncodedLength(segmentSize))),
+            (i, _, encoder) =>
             {
                 var at = i * segmentSize;
                 var raw = data.Slice(at, (int)Math.Min(segmentSize, data.Length - at));
                 SegmentId.Of(raw);
-                Interlocked.Add(ref total, SegmentCodec.Encode(raw, buffer, compression ?? SegmentCompression.Lz4));
-                return buffer;
+                Interlocked.Add(ref total, SegmentCodec.EncodeInOrder(raw, encoder.Buffer, compression ?? SegmentCompression.Lz4, ref encoder.Probe));
+                return encoder;
             },
-            buffer => ArrayPool<byte>.Shared.Return(buffer));
+            encoder => ArrayPool<byte>.Shared.Return(encoder.Buffer));
         return new Pass(clock.Elapsed.TotalSeconds, total);
+    }
+
+    /// <summary>One thread's buffer, and whether its next segment is probed first, as the stager's encoders keep it.</summary>
+    private sealed class Encoder(byte[] buffer)
+    {
+        public readonly byte[] Buffer = buffer;
+        public bool Probe = true;
     }
 }

@@ -129,6 +129,28 @@ public class SegmentCodecTests
     }
 
     [Fact]
+    public void An_encoder_going_through_segments_in_order_probes_only_after_a_segment_stored_raw()
+    {
+        var buffer = new byte[SegmentCodec.MaxEncodedLength(65536)];
+        var between = Random(65536, 16);
+        Compressible(8192).CopyTo(between, 8192);
+        var probe = true;
+
+        // After compressible data the next segment gets the full attempt: the probe would cost LZ4 a tenth more there.
+        SegmentCodec.EncodeInOrder(Compressible(65536), buffer, SegmentCompression.Lz4, ref probe);
+        Assert.False(probe);
+        SegmentCodec.EncodeInOrder(between, buffer, SegmentCompression.Lz4, ref probe);
+        Assert.Equal((byte)SegmentCodecKind.Lz4, buffer[4]);
+
+        // Once a segment is stored raw, the next is probed first.
+        SegmentCodec.EncodeInOrder(Random(65536, 17), buffer, SegmentCompression.Lz4, ref probe);
+        Assert.True(probe);
+        SegmentCodec.EncodeInOrder(between, buffer, SegmentCompression.Lz4, ref probe);
+        Assert.Equal((byte)SegmentCodecKind.Raw, buffer[4]);
+        Assert.True(probe);
+    }
+
+    [Fact]
     public void The_LZ4_probe_does_not_keep_zstd_from_text_LZ4_finds_no_repeats_in()
     {
         var text = System.Text.Encoding.ASCII.GetBytes(Convert.ToBase64String(Random(49152, 15)));

@@ -43,7 +43,14 @@ public static class SegmentCodec
     /// <summary>Encodes <paramref name="raw"/> with <paramref name="compression"/>; stored raw when that does not make it smaller.</summary>
     public static int Encode(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression)
     {
-        var n = EncodeHead(raw, destination, compression, out var storedRaw);
+        var probe = true;
+        return EncodeInOrder(raw, destination, compression, ref probe);
+    }
+
+    /// <summary>As <see cref="Encode(ReadOnlySpan{byte}, Span{byte}, SegmentCompression)"/>, probing as <see cref="EncodeHeadInOrder"/> does.</summary>
+    public static int EncodeInOrder(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression, ref bool probe)
+    {
+        var n = EncodeHeadInOrder(raw, destination, compression, ref probe, out var storedRaw);
         if (!storedRaw) return n;
         raw.CopyTo(destination[HeaderLength..]);
         return HeaderLength + raw.Length;
@@ -63,9 +70,23 @@ public static class SegmentCodec
     /// <inheritdoc cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, bool, out bool)"/>
     public static int EncodeHead(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression, out bool storedRaw)
     {
+        var probe = true;
+        return EncodeHeadInOrder(raw, destination, compression, ref probe, out storedRaw);
+    }
+
+    /// <summary>
+    /// As <see cref="EncodeHead(ReadOnlySpan{byte}, Span{byte}, SegmentCompression, out bool)"/>, for one encoder going
+    /// through segments in order: <paramref name="probe"/> says whether to try <see cref="LooksIncompressible"/> first,
+    /// and comes back saying whether the next segment should (this one was stored raw). On compressible data the probe
+    /// would be a tenth more LZ4 work for nothing, so it runs only once the data has stopped compressing.
+    /// </summary>
+    public static int EncodeHeadInOrder(ReadOnlySpan<byte> raw, Span<byte> destination, SegmentCompression compression, ref bool probe, out bool storedRaw)
+    {
         if (raw.Length > MaxRawLength) throw new ArgumentOutOfRangeException(nameof(raw), $"segment of {raw.Length} bytes exceeds {MaxRawLength}");
+        var tryProbe = probe;
+        probe = true;
         if (compression.Codec != SegmentCodecKind.Raw && raw.Length > 1
-            && !(compression.Codec == SegmentCodecKind.Lz4 && LooksIncompressible(raw)))
+            && !(tryProbe && compression.Codec == SegmentCodecKind.Lz4 && LooksIncompressible(raw)))
         {
             // With less room than its worst case a codec writes the same output or gives up (0); LZ4 reserves a few bytes
             // of room ahead while it works, so the slack keeps every block shorter than the raw bytes from being refused.
@@ -74,6 +95,7 @@ public static class SegmentCodec
             if (stored > 0 && stored < raw.Length)
             {
                 storedRaw = false;
+                probe = false;
                 WriteHeader(destination, compression.Codec, raw.Length, stored, XxHash.Hash64Of(payload[..stored]));
                 return HeaderLength + stored;
             }
