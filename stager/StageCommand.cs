@@ -63,13 +63,13 @@ public static class StageCommand
         catch (OperationCanceledException) when (cancel.IsCancellationRequested)
         {
             Console.Error.WriteLine($"{StagerOptions.ProgramName}: cancelled; nothing was published");
-            return 130;
+            return ExitCodes.Cancelled;
         }
         catch (Exception e) when (e is CommonDataException or IOException or ArgumentException or FormatException or UnauthorizedAccessException)
         {
             if (e is CommonDataException { Code: ErrorCode.NoSpace or ErrorCode.AccessDenied } refusal) StagerMetrics.Instance.Refused(refusal.Code);
             Console.Error.WriteLine($"{StagerOptions.ProgramName}: {e.Message}");
-            return 1;
+            return e is SourceChangedException ? ExitCodes.IoError : ExitCodes.Of(e);
         }
     }
 }

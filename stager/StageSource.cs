@@ -57,7 +57,7 @@ public sealed class StageSource : IDisposable
         var files = _singleStatus is { } single ? [(single.Path, (FileStatus?)single.Status)] : _files.Select(f => (f.FullPath, f.Status));
         foreach (var (path, status) in files)
             if (status is { } before && FileStatus.ChangedSince(path, before) is { } change)
-                throw new IOException($"'{path}' changed while it was staged: {change}; nothing was published (stage it again once it is complete, or stage a copy)");
+                throw new SourceChangedException($"'{path}' changed while it was staged: {change}; nothing was published (stage it again once it is complete, or stage a copy)");
     }
 
     /// <summary>
@@ -112,3 +112,6 @@ public sealed class StageSource : IDisposable
         _open?.Dispose();
     }
 }
+
+/// <summary>The source was not the same from start to end of a stage (a job still writing it); nothing was published.</summary>
+public sealed class SourceChangedException(string message) : IOException(message);

@@ -257,7 +257,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     work.Writer.TryWrite(batch);
                 }, ref read, cts.Token);
                 if (source.KnownLength is { } expected && source.Files is not null && expected != read)
-                    throw new IOException($"'{source.Description}' changed while being staged ({read} bytes read, {expected} listed)");
+                    throw new SourceChangedException($"'{source.Description}' changed while being staged ({read} bytes read, {expected} listed)");
                 lock (flow)
                 {
                     readerDone = true;
@@ -396,7 +396,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }
         source.CheckUnchanged();
         if (source.IsStandardInput && rawTotal == 0 && !options.AllowEmpty)
-            throw new IOException("standard input was empty: nothing was published (--allow-empty stages an empty dataset)");
+            throw new CommonDataException(ErrorCode.BadRequest, "standard input was empty: nothing was published (--allow-empty stages an empty dataset)");
         var finished = segments.Select(x => x!).ToList();
         var (resent, resentBytes) = await KeepSegmentsAsync(source, options, finished, sendLife, ct);
         if (resent > 0)
@@ -483,7 +483,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                             $"segment {ids[i]} of '{options.Name}' is no longer on the cache tier and {source.Description} cannot be read again; nothing was published, stage again");
                     done += n;
                 }
-                if (SegmentId.Of(bytes) != ids[i]) throw new IOException($"'{source.Description}' changed while being staged (segment {ids[i]} reads differently now)");
+                if (SegmentId.Of(bytes) != ids[i]) throw new SourceChangedException($"'{source.Description}' changed while being staged (segment {ids[i]} reads differently now)");
                 var stored = new byte[SegmentCodec.MaxEncodedLength(length)];
                 var n2 = SegmentCodec.Encode(bytes, stored, options.Compression);
                 parts.Add(new StoredSegmentParts(ids[i], stored.AsMemory(0, n2), default));

@@ -20,8 +20,8 @@ public sealed class GcOptions : CacheClientOptions, IVerbOptions
 }
 
 /// <summary>
-/// Exit codes: 0 collected; 1 the cache tier failed, the account lacks the admin role, or the collection could not run
-/// now (it says why); 2 bad usage.
+/// Exit codes (<see cref="ExitCodes"/>): 0 collected; 77 the account lacks the admin role; 75 the collection could not run
+/// now (it says why); 69 a cache host cannot be reached; 2 bad usage.
 /// </summary>
 public static class GcCommand
 {
@@ -36,7 +36,7 @@ public static class GcCommand
             if (collector.LeasesBroken > 0) Console.Error.WriteLine($"hpcdata gc: deleted {collector.LeasesBroken} staging lease(s) of {o.BreakLeases}");
             if (!gc.Ran)
             {
-                throw CommandException.Failed($"not collected now: {gc.SkippedBecause}");
+                throw CommandException.Failed($"not collected now: {gc.SkippedBecause}", ErrorCode.Limit);
             }
             foreach (var key in gc.Unreadable ?? [])
                 Console.Error.WriteLine(o.DropUnreadable
@@ -47,7 +47,7 @@ public static class GcCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
     }
 }

@@ -48,7 +48,7 @@ public static class GetCommand
             // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,
             // so what lands at DEST is exactly the staged content whatever happened to the node's copy since.
             if (data.Mode == DataAccessMode.Map && !data.VerifyHash())
-                throw CommandException.Failed($"{name} version {data.Version}: the node's copy does not match its hash; nothing was written");
+                throw CommandException.Failed($"{name} version {data.Version}: the node's copy does not match its hash; nothing was written", ErrorCode.Integrity);
 
             // Written beside DEST and renamed into place, so DEST is never half-written and an old one survives a failure.
             var staging = Path.Combine(Path.GetDirectoryName(destination)!, $".{Path.GetFileName(destination)}.hpcdata-get-{Environment.ProcessId}");
@@ -81,7 +81,7 @@ public static class GetCommand
         }
         catch (Exception e) when (e is CommonDataException or IOException or UnauthorizedAccessException or ArgumentException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
         finally
         {

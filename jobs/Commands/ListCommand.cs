@@ -21,7 +21,7 @@ public sealed class ListOptions : CacheClientOptions, IVerbOptions
     public bool Json { get; set; }
 }
 
-/// <summary>Exit codes: 0 listed (an empty tier too); 1 no cache host could be read, or NAME has no version on the tier; 2 bad usage.</summary>
+/// <summary>Exit codes: 0 listed (an empty tier too); 66 NAME has no version on the tier; 69 no cache host could be read; 2 bad usage.</summary>
 public static class ListCommand
 {
     public static async Task<int> RunAsync(ListOptions o, CancellationToken ct)
@@ -38,14 +38,14 @@ public static class ListCommand
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
         {
             Console.Error.WriteLine($"hpcdata list: {e.Message}");
-            return ExitCodes.Failed;
+            return ExitCodes.Of(e);
         }
         if (only is { } filter) entries = entries.Where(e => e.Name == filter.Name && (filter.Version is null || e.Version == filter.Version)).ToList();
         // A named dataset that is not there is an answer scripts must be able to tell from a listing, as get and path do.
         if (only is { } missing && entries.Count == 0)
         {
             Console.Error.WriteLine($"hpcdata list: {(missing.Version is null ? $"dataset '{missing.Name}' has no version" : $"dataset '{missing.Name}' has no version {missing.Version}")} on the cache tier");
-            return ExitCodes.Failed;
+            return ExitCodes.NotFound;
         }
         if (o.Json)
         {

@@ -73,7 +73,9 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
 }
 
 /// <summary>
-/// Exit codes: 0 ready, 1 this node cannot hold the data (the scheduler may exclude it), 2 bad usage, 130 cancelled.
+/// Exit codes: 0 ready; else the failure's kind (<see cref="ExitCodes"/>), so a prolog can tell the job's fault from the
+/// node's and the tier's: 66 not staged, 69 the cache tier or the agent unreachable, 75 timed out or a limit, 65 the copy
+/// did not verify (released and evicted), 73 no room on the node, 77 denied; 2 bad usage, 130 cancelled.
 /// Safe to run again: a second run finds the copy local and only re-confirms it.
 /// </summary>
 public static class NodePrepCommand
@@ -183,7 +185,7 @@ public static class NodePrepCommand
             if (problem is not null)
             {
                 await ReleaseQuietlyAsync(pipe, name, local.Version, job, evict: true);
-                throw CommandException.Failed($"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted");
+                throw CommandException.Failed($"{name} version {local.Version} did not land intact on {status.Node}: {problem}; the copy was released and evicted", ErrorCode.Integrity);
             }
             // After a fan-out the agent finds the ring's segments in the partial copy: the data came by the fan-out.
             var source = ranks is not null && fanout.StartsWith(" fanout=mpi", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
@@ -208,7 +210,7 @@ public static class NodePrepCommand
         }
         catch (OperationCanceledException)
         {
-            throw CommandException.Failed($"fetching {name} took longer than {fetchTimeout.TotalMinutes:0.#} min (--timeout); nothing was pinned");
+            throw CommandException.Failed($"fetching {name} took longer than {fetchTimeout.TotalMinutes:0.#} min (--timeout); nothing was pinned", ErrorCode.Timeout);
         }
         catch (CommonDataException e)
         {
@@ -217,11 +219,11 @@ public static class NodePrepCommand
                 ErrorCode.NotFound => $"{e.Message} (was it staged? check the name and the agent's cache hosts)",
                 ErrorCode.Unavailable => $"the cache tier is unreachable from this node: {e.Message}",
                 _ => e.Message,
-            });
+            }, e.Code);
         }
         catch (Exception e) when (e is IOException or TimeoutException or UnauthorizedAccessException or InvalidDataException or ArgumentException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
 
         async Task<(AgentClient Agent, AgentStatus Status, double Seconds, bool Started)> ReachAgentAsync()

@@ -39,11 +39,11 @@ public static class PathCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException)
         {
-            throw CommandException.Failed(o.Agent.NotAnswering(e));
+            throw CommandException.From(e, o.Agent.NotAnswering(e));
         }
         catch (Exception e) when (e is CommonDataException or UnauthorizedAccessException)
         {
-            throw CommandException.Failed(e.Message); // an agent is there but its socket turns this user away
+            throw CommandException.From(e); // an agent is there but its socket turns this user away
         }
         try
         {
@@ -55,7 +55,7 @@ public static class PathCommand
         }
         catch (Exception e) when (e is CommonDataException or IOException or TimeoutException or UnauthorizedAccessException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
     }
 

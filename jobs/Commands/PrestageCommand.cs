@@ -100,7 +100,7 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     public string? WorkDir { get; set; }
 }
 
-/// <summary>Exit codes: the job's own exit code; 1 staging, preparation or submission failed; 2 bad usage; 130 cancelled.</summary>
+/// <summary>Exit codes: the job's own exit code; staging, preparation or submission failing, its kind's (<see cref="ExitCodes"/>); 2 bad usage; 130 cancelled.</summary>
 public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> command)
 {
     private readonly List<ComponentProcess> _cacheHosts = [];
@@ -168,7 +168,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         catch (Exception e) when (e is IOException or InvalidOperationException or ArgumentException or FormatException or TimeoutException
                                        or CommonDataException or UnauthorizedAccessException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
         finally
         {

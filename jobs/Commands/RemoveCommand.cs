@@ -22,7 +22,7 @@ public sealed class RemoveOptions : CacheClientOptions, IVerbOptions
 
 }
 
-/// <summary>Exit codes: 0 removed, kept for other jobs, or already gone; 1 the cache tier failed; 2 bad usage.</summary>
+/// <summary>Exit codes: 0 removed, kept for other jobs, or already gone; else the failure's (<see cref="ExitCodes"/>: 77 a reader's account, 69 a host unreachable); 2 bad usage.</summary>
 public static class RemoveCommand
 {
     public static async Task<int> RunAsync(RemoveOptions o, CancellationToken ct)
@@ -53,11 +53,11 @@ public static class RemoveCommand
             // A reader's account meets the host's command rules before any ownership check: say what that means here.
             var account = options.User is { Length: > 0 } user ? $"the cache-tier account '{user}'" : "the cache tier's default account";
             throw CommandException.Failed($"cannot remove '{name}': {account} may only read; removing takes the account that staged it or an administrator's " +
-                                          $"(--cache-user, {CacheTierOptions.UserVariable}) ({e.Message})");
+                                          $"(--cache-user, {CacheTierOptions.UserVariable}) ({e.Message})", ErrorCode.AccessDenied);
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
     }
 

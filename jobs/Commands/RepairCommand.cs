@@ -29,7 +29,7 @@ public static class RepairCommand
         {
             await using var tier = new CacheTierClient(options);
             if (!o.DryRun && await new SegmentCollector(tier).MayCollectAsync(ct) is { } denial)
-                throw CommandException.Failed($"repair needs an account with the admin role on the cache tier; {tier.Hosts[0]} refused it: {denial}");
+                throw CommandException.Failed($"repair needs an account with the admin role on the cache tier; {tier.Hosts[0]} refused it: {denial}", ErrorCode.AccessDenied);
             var repair = new TierRepair(tier);
             var versions = await repair.AuditAsync(ct);
             foreach (var host in repair.Unreachable) Console.Error.WriteLine($"hpcdata repair: warning: {host} cannot be reached: its copies are not counted and it gets none");
@@ -56,7 +56,7 @@ public static class RepairCommand
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
     }
 }

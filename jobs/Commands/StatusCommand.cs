@@ -22,7 +22,7 @@ public sealed class StatusOptions : CacheClientOptions, IVerbOptions
     public bool Json { get; set; }
 }
 
-/// <summary>Exit codes: 0 reported; 1 the agent or every cache host could not be reached; 2 bad usage.</summary>
+/// <summary>Exit codes: 0 reported; 69 the agent or every cache host could not be reached; 2 bad usage.</summary>
 public static class StatusCommand
 {
     public static Task<int> RunAsync(StatusOptions o, CancellationToken ct) =>
@@ -39,11 +39,11 @@ public static class StatusCommand
         }
         catch (Exception e) when (e is TimeoutException or IOException)
         {
-            throw CommandException.Failed(o.Agent.NotAnswering(e));
+            throw CommandException.From(e, o.Agent.NotAnswering(e));
         }
         catch (Exception e) when (e is UnauthorizedAccessException or CommonDataException)
         {
-            throw CommandException.Failed($"the node agent on pipe '{pipe}' refused: {e.Message}");
+            throw CommandException.From(e, $"the node agent on pipe '{pipe}' refused: {e.Message}");
         }
         if (o.Json)
         {
@@ -84,7 +84,7 @@ public static class StatusCommand
         }
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
         if (o.Json) Console.WriteLine(JsonSerializer.Serialize(hosts, CacheStatusJson.Default.CacheHostStatusArray));
         else
@@ -108,7 +108,7 @@ public static class StatusCommand
             // Counted against --replicas: the copies each segment should have on the hosts that answer.
             foreach (var line in unhealthy) Console.WriteLine($"{line}; hpcdata repair --replicas {options.Replicas} copies what the tier still holds");
         }
-        return hosts.All(h => h.Error is not null) ? 1 : 0;
+        return hosts.All(h => h.Error is not null) ? ExitCodes.Unavailable : ExitCodes.Ok;
     }
 
     /// <summary>The server and its version without build metadata; our own host as users call it (hpcdata cache-host).</summary>

@@ -22,7 +22,7 @@ public sealed class TlsInitOptions : IVerbOptions
     public int Days { get; set; } = 365;
 }
 
-/// <summary>Exit codes: 0 written; 1 the files could not be written; 2 bad usage.</summary>
+/// <summary>Exit codes: 0 written; else the failure's (<see cref="ExitCodes"/>: 77 not allowed to write there, 73 no room); 2 bad usage.</summary>
 public static class TlsInitCommand
 {
     public static int Run(TlsInitOptions o)
@@ -41,7 +41,7 @@ public static class TlsInitCommand
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or System.Security.Cryptography.CryptographicException)
         {
-            throw CommandException.Failed(e.Message);
+            throw CommandException.From(e);
         }
     }
 }

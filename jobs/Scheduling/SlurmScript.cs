@@ -100,12 +100,16 @@ public static class SlurmScript
     /// srun leaves the other tasks running whatever the site's KillOnBadExit. The step then fails, and a plain node
     /// prep on every node confirms the ready ones and fetches only what is missing on the others.
     /// </summary>
+    // The job ends with node prep's own exit code (srun passes on the highest of its tasks'): 66 the dataset was never
+    // staged, 69 the cache tier is down, 65 a node got damaged bytes — what a user or a requeue policy acts on.
+    private const string Failed = "rc=$?; echo \"hpcdata: node preparation failed (exit $rc)\" >&2; exit $rc";
+
     private static string NodePrep(JobSpec job, string perNode, string hpcdata)
     {
         var direct = $"srun {perNode} {hpcdata} {string.Join(" ", JobSpec.DirectNodePrepArguments)}";
         return job.FanoutMpi
             ? $"srun {perNode} --kill-on-bad-exit=0 {hpcdata} {string.Join(" ", job.NodePrepArguments)} || {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; " +
-              $"{direct} || {{ echo \"hpcdata: node preparation failed\" >&2; exit 1; }}; }}"
-            : $"{direct} || {{ echo \"hpcdata: node preparation failed\" >&2; exit 1; }}";
+              $"{direct} || {{ {Failed}; }}; }}"
+            : $"{direct} || {{ {Failed}; }}";
     }
 }

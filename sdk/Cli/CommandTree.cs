@@ -128,36 +128,14 @@ public sealed class CommandException : Exception
     /// <summary>The command line (or what the environment gave in its place) was wrong; nothing was done.</summary>
     public static CommandException Usage(string message) => new(ExitCodes.Usage, message);
 
-    /// <summary>The command ran and failed; the message says why.</summary>
-    public static CommandException Failed(string message) => new(ExitCodes.Failed, message);
+    /// <summary>The command ran and failed; the message says why, <paramref name="kind"/> decides the exit code.</summary>
+    public static CommandException Failed(string message, ErrorCode kind = ErrorCode.Internal) => new(ExitCodes.For(kind), message);
+
+    /// <summary>The command failed with <paramref name="e"/>: its kind decides the exit code; the message is its own or <paramref name="message"/>.</summary>
+    public static CommandException From(Exception e, string? message = null) => new(ExitCodes.Of(e), message ?? e.Message);
 
     /// <summary>Cancelled by a signal after cleaning up; the message says what was left.</summary>
     public static CommandException Cancelled(string message) => new(ExitCodes.Cancelled, message);
-}
-
-/// <summary>Exit codes of every command, decided here only.</summary>
-public static class ExitCodes
-{
-    public const int Ok = 0;
-    /// <summary>The command ran and failed (the line on stderr says why: not found, integrity, unavailable, no space …).</summary>
-    public const int Failed = 1;
-    /// <summary>The command line was wrong; nothing was done.</summary>
-    public const int Usage = 2;
-    /// <summary>Cancelled by SIGINT / SIGTERM after cleaning up (128 + SIGINT, as shells report it).</summary>
-    public const int Cancelled = 130;
-
-    /// <summary>Failures that are the world's fault, not a bug: reported as one line, no stack trace.</summary>
-    public static bool IsExpected(Exception e) => e is CommonDataException or IOException or UnauthorizedAccessException or TimeoutException
-        or InvalidDataException or FormatException or ArgumentException or InvalidOperationException or System.Text.Json.JsonException
-        or System.Net.Sockets.SocketException;
-
-    /// <summary>Writes <c>who: message</c> on stderr and returns the exit code for <paramref name="e"/>.</summary>
-    public static int Report(string who, Exception e)
-    {
-        var error = CommonDataException.From(e);
-        Console.Error.WriteLine($"{who}: {e.Message}");
-        return e is FormatException or ArgumentException || error.Code == ErrorCode.BadRequest && e is not CommonDataException ? Usage : Failed;
-    }
 }
 
 /// <summary>What the command tree reads of an options type by reflection, so a trimmed or native build keeps it.</summary>

@@ -104,8 +104,7 @@ public static class WorkerProbe
         }
         catch (Exception e) when (ExitCodes.IsExpected(e))
         {
-            Console.Error.WriteLine($"{me}: {e.Message}");
-            return ExitCodes.Failed;
+            return ExitCodes.Report(me, e);
         }
     }
 

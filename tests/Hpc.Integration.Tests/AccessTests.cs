@@ -53,7 +53,7 @@ public sealed class AccessTests
         Assert.Equal("map", result.GetProperty("mode").GetString());
 
         var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "risk/secret", "--reopens", "0"], env);
-        Assert.Equal(1, bob.Code);
+        Assert.Equal(ExitCodes.Denied, bob.Code);
         var lines = bob.Stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries);
         Assert.True(lines.Length == 1, $"a refused worker prints one line, not:\n{bob.Stderr}");
         Assert.Contains("access denied", lines[0]);
@@ -106,12 +106,12 @@ public sealed class AccessTests
         var bobList = await run.AsUserAsync(Bob, ["ls", nodeTree]);
         Assert.NotEqual(0, bobList.Code);
         var bobPath = await run.AsUserAsync(Bob, [.. run.Worker, "path", "risk/curves"], env);
-        Assert.Equal(1, bobPath.Code);
+        Assert.Equal(ExitCodes.Denied, bobPath.Code);
         Assert.Contains("access denied", bobPath.Stderr);
     }
 
     [RootOnLinuxFact]
-    public async Task A_worker_whose_user_may_not_connect_to_the_socket_gets_one_line_and_exit_1()
+    public async Task A_worker_whose_user_may_not_connect_to_the_socket_gets_one_line_and_exit_denied()
     {
         EnsureUser(Bob);
         await using var cluster = new Cluster();
@@ -126,7 +126,7 @@ public sealed class AccessTests
         var bob = await run.AsUserAsync(Bob, [.. run.Worker, "worker", "risk/open", "--reopens", "0"],
             new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = pipe, ["HPCDATA_CACHE_HOSTS"] = cluster.HostList });
 
-        Assert.Equal(1, bob.Code);
+        Assert.Equal(ExitCodes.Denied, bob.Code);
         var lines = bob.Stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries);
         Assert.True(lines.Length == 1, $"a refused worker prints one line, not:\n{bob.Stderr}");
         Assert.Contains("access denied", lines[0]);

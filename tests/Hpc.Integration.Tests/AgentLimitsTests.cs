@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using System.Diagnostics;
 using System.Runtime.Versioning;
 using System.Text.Json;
@@ -38,7 +39,7 @@ public sealed class AgentLimitsTests
         Assert.True(bob.Code == 0, $"another user's open failed while Alice held her connections ({bob.Code}): {bob.Stderr}");
 
         var alice = await run.AsUserAsync(Alice, [.. run.Worker, "path", "risk/open", "--pipe", pipe]);
-        Assert.Equal(1, alice.Code);
+        Assert.Equal(ExitCodes.TryLater, alice.Code);
         var line = Assert.Single(alice.Stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries));
         Assert.Contains("limit reached", line);
         Assert.Contains("--max-connections-per-user", line);

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using System.Runtime.Versioning;
 using System.Text.Json;
 using Hpc.CommonData.Agent;
@@ -100,7 +101,7 @@ public sealed class AgentTrustTests
         var path = await cluster.RunAsync("hpcdata", ["path", "risk/prices", "--pipe", missing]);
         var status = await cluster.RunAsync("hpcdata", ["status", "--pipe", missing]);
 
-        Assert.Equal((1, 1), (path.Code, status.Code));
+        Assert.Equal((ExitCodes.Unavailable, ExitCodes.Unavailable), (path.Code, status.Code));
         var line = Assert.Single(path.Stderr.Split('\n', StringSplitOptions.RemoveEmptyEntries));
         Assert.Equal($"hpcdata path: no node agent answers on pipe '{missing}' (no socket at {missing}); start one with `hpcdata agent --pipe {missing}`, or check the node's hpcdata-agent service", line);
         Assert.Equal(line.Replace("hpcdata path:", "hpcdata status:"), status.Stderr.Trim());

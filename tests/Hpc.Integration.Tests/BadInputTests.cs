@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using System.Buffers.Binary;
 using System.IO.Pipes;
 using System.Text;
@@ -162,7 +163,7 @@ public class BadInputTests
         await using var c = new Cluster();
         await c.StartCacheHostAsync();
         var (code, _, stderr) = await c.RunStagerAsync(["/no/such/file.csv", "--name", "a/b", "--cache-hosts", c.HostList]);
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.NotFound, code);
         Assert.Contains("/no/such/file.csv", stderr);
     }
 
@@ -180,7 +181,7 @@ public class BadInputTests
         await using var c = new Cluster();
         c.Hosts.Add($"127.0.0.1:{port}");
         var (code, _, stderr) = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "x.bin", [1, 2, 3]), "--name", "a/b", "--cache-hosts", c.HostList]);
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.Unavailable, code);
         Assert.Contains($"127.0.0.1:{port}", stderr);
     }
 

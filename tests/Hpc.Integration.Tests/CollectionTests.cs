@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using System.Text;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
@@ -22,7 +23,7 @@ public sealed class CollectionTests
         Assert.True(staged == 0, stageErr);
 
         var (code, stdout, stderr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.Denied, code);
         Assert.Contains("admin role", stderr);
         Assert.Empty(stdout);
         await using var admin = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "ops", Password = "a-pass" });
@@ -38,7 +39,7 @@ public sealed class CollectionTests
         var lease = CacheKeys.Staging("stager", "held");
         Assert.Equal("OK", (await writer.ExecuteOnAsync(0, "SET"u8.ToArray(), [lease, "x", "PX", "60000"])).Text);
         var (held, _, heldErr) = await c.RunAsync("hpcdata", ["gc", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
-        Assert.Equal(1, held);
+        Assert.Equal(ExitCodes.TryLater, held);
         Assert.Contains($"not collected now: 1 stager(s) running, as account(s) stager (their leases: {lease})", heldErr);
         var (broke, brokeOut, brokeErr) = await c.RunAsync("hpcdata", ["gc", "--break-leases", "stager", "--cache-hosts", c.HostList], Cluster.As("ops", "a-pass"));
         Assert.True(broke == 0, brokeErr);

@@ -51,7 +51,7 @@ public class NativeProgramsTests
         var env = new Dictionary<string, string?> { [AgentClient.PipeVariable] = pipe };
 
         var missing = await c.RunAsync("Hpc.Samples.Native", ["worker", "risk/nowhere", "--reopens", "0"], env);
-        Assert.Equal(1, missing.Code);
+        Assert.Equal(ExitCodes.NotFound, missing.Code);
         Assert.Contains("risk/nowhere", missing.Stderr);
 
         var unknown = await c.RunAsync("Hpc.Samples.Native", ["worker", "risk/x", "--colour", "blue"], env);

@@ -284,7 +284,7 @@ public class CacheTierFailoverTests
         var (code, _, stderr) = await c.RunAsync("Hpc.Stager", [path, "--name", "sec/data", "--cache-hosts", c.HostList], env);
         Assert.True(code == 0, stderr);
         var (denied, _, why) = await c.RunAsync("Hpc.Stager", [path, "--name", "sec/other", "--cache-hosts", c.HostList]);
-        Assert.Equal(1, denied);
+        Assert.Equal(ExitCodes.Denied, denied);
         Assert.Contains("NOAUTH", why, StringComparison.OrdinalIgnoreCase);
 
         var options = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), Password = "s3cret" } };
@@ -304,7 +304,7 @@ public class CacheTierFailoverTests
         var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/data", "--cache-hosts", c.HostList], Cluster.As("stager", "w-pass"));
         Assert.True(staged == 0, stageErr);
         var (refusedStage, _, why) = await c.RunAsync("Hpc.Stager", [path, "--name", "acl/other", "--cache-hosts", c.HostList], Cluster.As("node", "r-pass"));
-        Assert.Equal(1, refusedStage);
+        Assert.Equal(ExitCodes.Denied, refusedStage);
         Assert.Contains("NOPERM User node has no permissions to run the 'set' command", why);
 
         // The node's agent holds only the reader's secret, from a file.
@@ -463,7 +463,7 @@ public class SegmentCollectionTests
         // Past the pre-send estimate, so the host's own refusal and the clean-up after it are what is exercised.
         var (code, _, stderr) = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "b.bin", Cluster.RandomBytes(40 << 20, seed: 2)), "--name", "budget/b",
             "--cache-hosts", c.HostList, "--no-space-check"]);
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.NoSpace, code);
         Assert.Contains("OOM", stderr);
         Assert.Matches(@"freed \d+ segments no version references", stderr);
         Assert.Equal(first.Segments, await Segments()); // only the committed version's segments are left
@@ -497,7 +497,7 @@ public class SegmentCollectionTests
 
         var (code, _, stderr) = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "big.bin", Cluster.RandomBytes(16 << 20, seed: 5)), "--name", "space/big",
             "--cache-hosts", c.HostList]);
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.NoSpace, code);
         Assert.Contains("needs about", stderr);
         Assert.Contains("Nothing was sent", stderr);
         Assert.Equal(before, await Segments());

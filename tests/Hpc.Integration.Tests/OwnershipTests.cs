@@ -41,7 +41,7 @@ public sealed class OwnershipTests
 
         // A reader's remove is refused, and the refusal says what that means for remove, not only which command failed.
         var (removed, _, removeErr) = await c.RunAsync("hpcdata", ["remove", "alice/market", "--cache-hosts", c.HostList], Cluster.As("node", "n-pass"));
-        Assert.Equal(1, removed);
+        Assert.Equal(ExitCodes.Denied, removed);
         Assert.Contains("cannot remove 'alice/market': the cache-tier account 'node' may only read; removing takes the account that staged it", removeErr);
         Assert.Equal(version, await reader.Catalog.GetLatestAsync("alice/market"));
     }

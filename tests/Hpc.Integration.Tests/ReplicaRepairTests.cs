@@ -53,7 +53,7 @@ public sealed class ReplicaRepairTests
             var (_, status, _) = await c.RunAsync("hpcdata", ["status", "--cache-tier", "--cache-hosts", c.HostList, "--replicas", "2"], Cluster.As("node", "n-pass"));
             Assert.Contains(status, l => l.StartsWith("under-replicated risk/rb@", StringComparison.Ordinal) && l.Contains("on fewer than 2 host(s)") && l.Contains("hpcdata repair"));
             var (refused, _, refusal) = await c.RunAsync("hpcdata", ["repair", "--cache-hosts", c.HostList, "--replicas", "2"], Cluster.As("node", "n-pass"));
-            Assert.Equal(1, refused);
+            Assert.Equal(ExitCodes.Denied, refused);
             Assert.Contains("repair needs an account with the admin role", refusal);
             var (repaired, output, repairErr) = await c.RunAsync("hpcdata", ["repair", "--cache-hosts", c.HostList, "--replicas", "2"], Cluster.As("ops", "o-pass"));
             Assert.True(repaired == 0, repairErr + string.Join("\n", output));

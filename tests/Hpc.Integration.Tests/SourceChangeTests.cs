@@ -31,7 +31,7 @@ public sealed class SourceChangeTests
         await using (var file = new FileStream(path, FileMode.Open, FileAccess.Write)) file.SetLength(1 << 20);
 
         var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.IoError, code);
         Assert.Contains($"'{path}' changed while it was staged: its size went from {64 << 20} to {1 << 20} bytes; nothing was published", stage.StandardErrorTail);
         await using var tier = c.Tier();
         Assert.Null(await tier.GetLatestAsync("risk/truncated"));
@@ -50,7 +50,7 @@ public sealed class SourceChangeTests
         await using (var file = new FileStream(late, FileMode.Open, FileAccess.Write)) file.Write(Cluster.RandomBytes(4096, seed: 534));
 
         var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.IoError, code);
         Assert.Contains($"'{late}' changed while it was staged: it was written to; nothing was published", stage.StandardErrorTail);
         await using var tier = c.Tier();
         Assert.Null(await tier.GetLatestAsync("risk/tree"));
@@ -63,7 +63,7 @@ public sealed class SourceChangeTests
         await c.StartCacheHostAsync();
         var empty = Cluster.WriteFile(c.Root, "empty", []);
         var (refused, _, why) = await c.RunStagerAsync(["-", "--name", "risk/empty", "--cache-hosts", c.HostList], stdin: empty);
-        Assert.Equal(1, refused);
+        Assert.Equal(ExitCodes.Usage, refused);
         Assert.Contains("standard input was empty: nothing was published (--allow-empty stages an empty dataset)", why);
         await using var tier = c.Tier();
         Assert.Null(await tier.GetLatestAsync("risk/empty"));

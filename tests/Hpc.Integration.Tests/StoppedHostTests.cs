@@ -125,7 +125,7 @@ public sealed class StoppedHostTests(Xunit.Abstractions.ITestOutputHelper output
             var code = await stage.WaitForExitAsync(TimeSpan.FromSeconds(90));
             var gaveUp = clock.Elapsed;
             output.WriteLine($"the stager gave up {gaveUp.TotalSeconds:0.0} s after the host was stopped:\n{stage.StandardErrorTail}");
-            Assert.Equal(1, code);
+            Assert.Equal(ExitCodes.Unavailable, code);
             Assert.Contains($"cache host {c.Hosts[0]} unavailable", stage.StandardErrorTail);
             Assert.Contains("(stopped or hung)", stage.StandardErrorTail);
             // It waited out the 30 s exchange timeout before; a write batch now gives up after 5 s without progress.

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using System.Net;
 using System.Net.Sockets;
 using System.Text;
@@ -179,7 +180,7 @@ public class TimeoutTests
         }
         await using var c = new Cluster();
         var (code, _, stderr) = await c.RunAsync("hpcdata", ["list"], new Dictionary<string, string?> { ["HPCDATA_CACHE_HOSTS"] = null });
-        Assert.Equal(1, code);
+        Assert.Equal(ExitCodes.Unavailable, code);
         Assert.Contains("127.0.0.1:6380 is only where commands look when given no cache hosts (--cache-hosts or HPCDATA_CACHE_HOSTS)", stderr);
     }
 }

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using System.Text.RegularExpressions;
 namespace Hpc.Jobs.Tests;
 
@@ -44,17 +45,17 @@ public sealed class CliTests
     }
 
     [Fact]
-    public async Task List_of_a_dataset_that_is_not_on_the_tier_names_it_and_exits_1()
+    public async Task List_of_a_dataset_that_is_not_on_the_tier_names_it_and_exits_not_found()
     {
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
         await s.StageAsync(s.WriteFile("a.bin", Sandbox.RandomBytes(1000)), "risk/here");
 
         var missing = await s.HpcdataAsync(["list", "risk/not-here", "--cache-hosts", s.HostList]);
-        Assert.True(missing.Code == 1, $"exit {missing.Code}: {missing.Out}");
+        Assert.True(missing.Code == ExitCodes.NotFound, $"exit {missing.Code}: {missing.Out}");
         Assert.Contains("'risk/not-here' has no version on the cache tier", missing.Stderr);
         var json = await s.HpcdataAsync(["list", "risk/not-here", "--cache-hosts", s.HostList, "--json"]);
-        Assert.Equal(1, json.Code);
+        Assert.Equal(ExitCodes.NotFound, json.Code);
 
         // A name that cannot be a dataset's is a usage error, said before the tier is asked.
         var bad = await s.HpcdataAsync(["list", "BadName", "--cache-hosts", s.HostList]);
@@ -169,7 +170,7 @@ public sealed class CliTests
         var hosts = $"{s.HostList},{dead}";
 
         var stage = await s.HpcdataAsync(["stage", s.WriteFile("d.bin", Sandbox.RandomBytes(8 * 65536)), "--name", "risk/down", "--cache-hosts", hosts]);
-        Assert.Equal(1, stage.Code);
+        Assert.Equal(ExitCodes.Unavailable, stage.Code);
         AssertOneLinePerProblem("hpcdata stage", stage.Stderr, dead);
 
         // Staged where the host is up; read back through a list naming the dead one too, with no agent on this node.

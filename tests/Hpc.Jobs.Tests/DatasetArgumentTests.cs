@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Cli;
 
 namespace Hpc.Jobs.Tests;

@@ -52,7 +52,7 @@ public class GeneratedJobTests
         // A task that dies leaves the others running, whatever the site's KillOnBadExit: the ring closes around it.
         var line = Assert.Single(script.Split('\n'), l => l.StartsWith("srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=0 hpcdata nodeprep --fanout mpi", StringComparison.Ordinal));
         Assert.Contains($"|| {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; {perNode} nodeprep --fanout none ||", line);
-        Assert.EndsWith("exit 1; }; }", line);
+        Assert.EndsWith("exit $rc; }; }", line);
         var bash = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo("bash", ["-n"]) { RedirectStandardInput = true, RedirectStandardError = true })!;
         bash.StandardInput.Write(script);
         bash.StandardInput.Close();

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Hosting;
 using System.Text.RegularExpressions;
 
 namespace Hpc.Jobs.Tests;
@@ -155,7 +156,7 @@ public class NodePrepTests
         await s.StartCacheHostAsync();
         var pipe = s.NewPipe();
         var r = await s.HpcdataAsync(["nodeprep", "nobody/staged-this", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node")], Node(pipe));
-        Assert.Equal(1, r.Code);
+        Assert.Equal(ExitCodes.NotFound, r.Code);
         Assert.Contains("nobody/staged-this", r.Stderr);
         Assert.Contains("not found", r.Stderr);
         Assert.Empty((await s.StatusAsync(pipe)).Copies);
@@ -169,7 +170,7 @@ public class NodePrepTests
         var pipe = s.NewPipe();
         var notADirectory = s.WriteFile("plain-file", [1]);
         var r = await s.HpcdataAsync(["nodeprep", "a/b", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(notADirectory, "data")], Node(pipe));
-        Assert.Equal(1, r.Code);
+        Assert.Equal(ExitCodes.Unavailable, r.Code);
         Assert.Contains("exited during start-up", r.Stderr);
         Assert.Contains("plain-file", r.Stderr); // the agent's own error, from its log
         Assert.Empty(Sandbox.ProcessesMentioning(pipe));
@@ -186,7 +187,7 @@ public class NodePrepTests
         var env = Node(pipe);
         env["HPCDATA_AGENT_MANAGED"] = "1";
         var r = await s.HpcdataAsync(["nodeprep", "a/b"], env);
-        Assert.Equal(1, r.Code);
+        Assert.Equal(ExitCodes.Unavailable, r.Code);
         Assert.Contains("managed by HPCDATA_AGENT_MANAGED", r.Stderr);
         Assert.Empty(Sandbox.ProcessesMentioning(pipe));
     }
@@ -204,7 +205,7 @@ public class NodePrepTests
         var pipe = s.NewPipe();
         var args = new[] { "nodeprep", "risk/down", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node") };
         var down = await s.HpcdataAsync(args, Node(pipe));
-        Assert.Equal(1, down.Code);
+        Assert.Equal(ExitCodes.Unavailable, down.Code);
         Assert.Contains("cache tier is unreachable", down.Stderr);
         Assert.Contains($"127.0.0.1:{port}", down.Stderr);
         Assert.DoesNotContain((await s.StatusAsync(pipe)).Copies, c => c.Pins.Count > 0);

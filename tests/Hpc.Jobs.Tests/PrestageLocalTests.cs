@@ -196,12 +196,12 @@ public class PrestageLocalTests
     {
         await using var s = new Sandbox();
         var missing = await s.HpcdataAsync(["prestage", "/no/such/prices.csv", "--name", "risk/x", "--", "true"]);
-        Assert.Equal(1, missing.Code);
+        Assert.Equal(ExitCodes.NotFound, missing.Code);
         Assert.Contains("'/no/such/prices.csv' does not exist", missing.Stderr);
 
         await s.StartCacheHostAsync();
         var unknown = await s.HpcdataAsync(["prestage", "nobody/staged-this", "--cache-hosts", s.HostList, "--", "true"]);
-        Assert.Equal(1, unknown.Code);
+        Assert.Equal(ExitCodes.NotFound, unknown.Code);
         Assert.Contains("'nobody/staged-this' has not been staged", unknown.Stderr);
 
         var noCommand = await s.HpcdataAsync(["prestage", "nobody/staged-this"]);

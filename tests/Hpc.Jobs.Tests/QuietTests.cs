@@ -63,14 +63,14 @@ public sealed class QuietTests
         var noAgent = new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() };
 
         var stage = await s.HpcdataAsync(["stage", file, "--name", "risk/err", "--cache-hosts", "127.0.0.1:1", "--quiet"]);
-        Assert.Equal(1, stage.Code);
+        Assert.Equal(ExitCodes.Unavailable, stage.Code);
         Assert.Contains("hpcdata stage: ", stage.Stderr);
         var usage = await s.HpcdataAsync(["stage", file, "--quiet"]);
         Assert.Equal(2, usage.Code);
         Assert.Contains("--name", usage.Stderr);
 
         var missing = await s.HpcdataAsync(["get", "risk/not-staged", Path.Combine(s.Root, "x"), "--cache-hosts", s.HostList, "--quiet"], noAgent);
-        Assert.Equal(1, missing.Code);
+        Assert.Equal(ExitCodes.NotFound, missing.Code);
         Assert.Contains("risk/not-staged", missing.Stderr);
         var exists = await s.HpcdataAsync(["get", "risk/not-staged", file, "--cache-hosts", s.HostList, "--quiet"], noAgent);
         Assert.Equal(2, exists.Code);
@@ -78,11 +78,11 @@ public sealed class QuietTests
 
         var prep = await s.HpcdataAsync(["nodeprep", "nobody/staged-this", "--job", "j1", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(s.Root, "node"), "--quiet"],
             noAgent);
-        Assert.Equal(1, prep.Code);
+        Assert.Equal(ExitCodes.NotFound, prep.Code);
         Assert.Contains("nobody/staged-this", prep.Stderr);
 
         var prestage = await s.HpcdataAsync(["prestage", Path.Combine(s.Root, "no-such-file"), "--quiet", "--", "true"]);
-        Assert.Equal(1, prestage.Code);
+        Assert.Equal(ExitCodes.NotFound, prestage.Code);
         Assert.Contains("hpcdata prestage: ", prestage.Stderr);
     }
 

@@ -122,7 +122,7 @@ public sealed class StatusListTests
         AssertFits(text.Stdout);
 
         var dead = await s.HpcdataAsync(["status", "--cache-hosts", "127.0.0.1:1"]);
-        Assert.Equal(1, dead.Code);
+        Assert.Equal(ExitCodes.Unavailable, dead.Code);
     }
 
     [Fact]
@@ -159,7 +159,7 @@ public sealed class StatusListTests
         AssertFits(text.Stdout);
 
         var none = await s.HpcdataAsync(["status", "--pipe", s.NewPipe()]);
-        Assert.Equal(1, none.Code);
+        Assert.Equal(ExitCodes.Unavailable, none.Code);
         Assert.Contains("no node agent answers", none.Stderr);
     }
 
@@ -196,7 +196,7 @@ public sealed class StatusListTests
         Assert.Contains(second.Version, Assert.Single(latest.Stdout));
 
         var tooShort = await s.HpcdataAsync(["path", $"risk/short@{first.Version[..7]}", "--pipe", pipe]);
-        Assert.Equal(1, tooShort.Code);
+        Assert.Equal(ExitCodes.NotFound, tooShort.Code);
         Assert.Contains($"version '{first.Version[..7]}' is not a version id: give its 64 hex digits or at least the first 8", tooShort.Stderr);
         var unknown = await s.HpcdataAsync(["path", "risk/short@0123456789ab", "--pipe", pipe]);
         Assert.NotEqual(0, unknown.Code);
