@@ -257,6 +257,9 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         }
     }
 
+    /// <summary>Whether the links away from the slow node (ranks 0, 1 and 4) measured at least half their gigabit.</summary>
+    private static bool PacingHeld(LinkProbeRun run) => new[] { 0, 1, 4 }.All(l => run.Links[l].BytesPerSecond >= Gigabit / 2);
+
     private static string Describe(LinkProbeRun run, TimeSpan took) => string.Create(CultureInfo.InvariantCulture,
         $"{run.Rounds} rounds in {took.TotalMilliseconds:0} ms: {string.Join(", ", run.Links.Select(l => $"{l.BytesPerSecond / 1e6:0.0} MB/s over {l.Seconds * 1e3:0.0} ms"))}");
 
@@ -269,7 +272,14 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         // needs, so the first round alone cannot route around the slow node.
         Assert.True(LeafRule.FirstRoundBytes / (0.25 * Gigabit) < LeafRule.ShortestTelling.TotalSeconds);
         var rates = Enumerable.Range(0, 5).ToDictionary(r => r, r => r == 2 ? share * Gigabit : Gigabit);
+        // The links are paced in-process; on a machine busy with other tests a healthy link can read a tenth of its
+        // rate, and then the run says nothing about the rule. Such a run is repeated (at most twice more), not judged.
         var (routes, runs, took) = await ProbeOverLoopbackAsync(5, rates);
+        for (var again = 0; again < 2 && !PacingHeld(runs[0]); again++)
+        {
+            output.WriteLine($"the machine did not hold the paced rates ({Describe(runs[0], took)}); probing again");
+            (routes, runs, took) = await ProbeOverLoopbackAsync(5, rates);
+        }
         output.WriteLine($"{routes[0]} after {Describe(runs[0], took)}");
         Assert.True(routes.All(r => r.ToString() == "leaves:2/ring:0,1,3,4"), $"route {routes[0]} after {Describe(runs[0], took)}");
         Assert.All(runs, r => Assert.Equal(runs[0].Rounds, r.Rounds));
