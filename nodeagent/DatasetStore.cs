@@ -1,3 +1,4 @@
+using System.Reflection;
 using System.Diagnostics;
 using System.Text.Json;
 using Hpc.CommonData.Agent;
@@ -319,7 +320,11 @@ public sealed class DatasetStore
     {
         Node = _options.NodeName, DataDirectory = DataDirectory, BudgetBytes = _options.Budget.Bytes,
         UsedBytes = _index.UsedBytes, Copies = _index.Snapshot(visible, mayRelease), CpuSeconds = Environment.CpuUsage.TotalTime.TotalSeconds,
+        Version = ProgramVersion,
     };
+
+    private static readonly string ProgramVersion =
+        typeof(DatasetStore).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion ?? "unknown";
 
     /// <summary>
     /// One JSON round trip of each message the first request involves. Every agent of a job gets that request at the

@@ -8,6 +8,38 @@ namespace Hpc.Jobs.Tests;
 /// <summary><c>hpcdata status</c> (the node, the cache hosts) and <c>hpcdata list</c> (the versions on the tier), run as users run them.</summary>
 public sealed class StatusListTests
 {
+    [Fact]
+    public async Task Version_names_this_hpcdata_the_nodes_agent_and_each_cache_host_and_says_what_does_not_answer()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var pipe = s.NewPipe();
+        var agent = s.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
+        {
+            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = new CacheTierOptions { Hosts = s.Hosts.ToList() },
+        }), name: "agent"));
+        await agent.WaitReadyAsync(Sandbox.Ready);
+
+        var json = await s.HpcdataAsync(["version", "--pipe", pipe, "--cache-hosts", $"{s.HostList},127.0.0.1:1", "--json"]);
+        Assert.True(json.Code == 0, json.Stderr);
+        var doc = JsonDocument.Parse(string.Join("\n", json.Stdout)).RootElement;
+        var client = doc.GetProperty("client").GetString()!;
+        Assert.Contains('+', client);   // the release and the commit it was built from
+        Assert.Equal(client, doc.GetProperty("agent").GetProperty("version").GetString());
+        var hosts = doc.GetProperty("hosts").EnumerateArray().ToDictionary(h => h.GetProperty("host").GetString()!);
+        Assert.Equal($"hpc-cachehost {client}", hosts[s.Hosts[0]].GetProperty("server").GetString());
+        Assert.False(hosts["127.0.0.1:1"].TryGetProperty("server", out _));
+        Assert.True(hosts["127.0.0.1:1"].TryGetProperty("error", out _));
+
+        // No agent on the pipe: a row that says so and why on stderr, not a failure.
+        var none = await s.HpcdataAsync(["version", "--pipe", s.NewPipe(), "--cache-hosts", s.HostList]);
+        Assert.True(none.Code == 0, none.Stderr);
+        Assert.Contains(none.Stdout, l => l.StartsWith("agent", StringComparison.Ordinal) && l.Contains("not answering"));
+        Assert.Contains(none.Stdout, l => l.StartsWith("cache host", StringComparison.Ordinal) && l.Contains(s.Hosts[0]) && l.Contains($"hpc-cachehost {client}"));
+        Assert.Contains("no node agent answers", none.Stderr);
+        Assert.DoesNotContain("warning", none.Stderr);
+    }
+
     /// <summary>Every <c>--json</c> names its fields one way, camelCase, as <c>status</c> and <c>list</c> print them.</summary>
     [Fact]
     public async Task Stage_json_is_camelCase_like_status_and_list_and_reads_back()

@@ -182,6 +182,8 @@ public sealed class LocalDataset
 public sealed class AgentStatus
 {
     [JsonPropertyName("node")] public string Node { get; set; } = "";
+    /// <summary>The agent's release and the commit it was built from (<c>1.0.0+3f2a…</c>); null from agents before it said.</summary>
+    [JsonPropertyName("version")] public string? Version { get; set; }
     [JsonPropertyName("dataDirectory")] public string DataDirectory { get; set; } = "";
     [JsonPropertyName("budgetBytes")] public long BudgetBytes { get; set; }
     [JsonPropertyName("usedBytes")] public long UsedBytes { get; set; }
