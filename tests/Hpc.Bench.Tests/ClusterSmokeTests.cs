@@ -8,6 +8,7 @@ namespace Hpc.Bench.Tests;
 /// The real thing, small: network namespaces, shaped links, cache host and agents as processes, then the report on its
 /// output. It needs root (CI runs as root); elsewhere it checks that the command refuses cleanly instead.
 /// </summary>
+[Collection(LabNamespaces.Name)]
 public class ClusterSmokeTests
 {
     [Fact]

@@ -7,6 +7,7 @@ namespace Hpc.Bench.Tests;
 /// <c>hpcdata bench imports</c>, small: a file server namespace behind a shaped link, sshfs mounts, a cache host, an
 /// agent's node copy and squashfs images, all real. It needs root (CI runs as root); elsewhere it must refuse cleanly.
 /// </summary>
+[Collection(LabNamespaces.Name)]
 public class ImportsBenchTests
 {
     [Fact]
