@@ -42,7 +42,7 @@ public sealed class DatasetStore
 
     public string DataDirectory => _directory.Root;
 
-    private TimeSpan IngestStall => TimeSpan.FromSeconds(_options.IngestStallTimeout);
+    private TimeSpan IngestStall => _options.IngestStallTimeout;
 
     /// <summary>Result of making a dataset local.</summary>
     public sealed record Ensured(LocalDataset Dataset, string Version);

@@ -127,7 +127,7 @@ internal sealed partial class ClientSession : IDisposable
         Log.ClientConnected(_logger, Id, Remote);
         if (_user is null)
             _authDeadline = _server.Time.CreateTimer(static s => ((ClientSession)s!).CloseIfNotAuthenticated(), this,
-                TimeSpan.FromSeconds(_server.Options.AuthTimeoutSeconds), Timeout.InfiniteTimeSpan);
+                _server.Options.AuthTimeout, Timeout.InfiniteTimeSpan);
         try
         {
             if (await OpenAsync(cancellationToken))
@@ -393,7 +393,7 @@ internal sealed partial class ClientSession : IDisposable
         if (Volatile.Read(ref _user) is not null || Volatile.Read(ref _closed) != 0)
             return;
         if (_server.LogGates.AuthTimeouts.TryPass(out long heldBack))
-            Log.AuthTimedOut(_logger, Id, Remote, TimeSpan.FromSeconds(_server.Options.AuthTimeoutSeconds), heldBack);
+            Log.AuthTimedOut(_logger, Id, Remote, _server.Options.AuthTimeout, heldBack);
         Abort();
     }
 

@@ -116,7 +116,7 @@ internal static class IngestOperation
             catch (CommonDataException e) { failure = e; }
             catch (OperationCanceledException) when (ingest.Abandoned.IsCancellationRequested && !ct.IsCancellationRequested)
             {
-                var stall = connection.Options.IngestStallTimeout;
+                var stall = connection.Options.IngestStallTimeout.TotalSeconds;
                 var least = connection.Options.IngestMinRate;
                 connection.Log.IngestAbandoned(ingest.Version, stall, least.ToExactString());
                 failure = new CommonDataException(ErrorCode.Timeout,

@@ -36,7 +36,7 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
 
     public async Task RunAsync(CancellationToken stoppingToken)
     {
-        var idleTimeout = TimeSpan.FromSeconds(Options.IdleTimeout);
+        var idleTimeout = Options.IdleTimeout;
         var idle = CancellationTokenSource.CreateLinkedTokenSource(stoppingToken);
         var spoken = false;
         try
@@ -58,9 +58,9 @@ internal sealed class PipeConnection(NamedPipeServerStream pipe, DatasetStore st
                 }
                 catch (OperationCanceledException) when (!stoppingToken.IsCancellationRequested)
                 {
-                    if (Throttle.Allow(LogThrottle.Kind.IdleClosed, out var suppressed)) Log.IdleClosed(Uid, Options.IdleTimeout, suppressed, Throttle.Interval.TotalSeconds);
+                    if (Throttle.Allow(LogThrottle.Kind.IdleClosed, out var suppressed)) Log.IdleClosed(Uid, Options.IdleTimeout.TotalSeconds, suppressed, Throttle.Interval.TotalSeconds);
                     await ReplyAsync(AgentResponse.Failure(new CommonDataException(ErrorCode.Timeout,
-                        $"the node agent closed this connection: no request within {Options.IdleTimeout:0.###} s of connecting (--idle-timeout)")), stoppingToken);
+                        $"the node agent closed this connection: no request within {Options.IdleTimeout.TotalSeconds:0.###} s of connecting (--idle-timeout)")), stoppingToken);
                     return;
                 }
                 if (bounded && !idle.TryReset())

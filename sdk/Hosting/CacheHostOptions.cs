@@ -58,8 +58,8 @@ public sealed class CacheHostOptions : IProgramOptions
     /// On a host that requires authentication, how long a connection may stay without logging in before it is closed,
     /// so idle unauthenticated connections cannot keep the accounts' own clients out. Our clients log in at once.
     /// </summary>
-    [Switch("--auth-timeout", "with --password or --users-file, seconds a connection may stay without logging in before it is closed", Meta = "SECONDS")]
-    public double AuthTimeoutSeconds { get; set; } = 5;
+    [Switch("--auth-timeout", "with --password or --users-file, how long a connection may stay without logging in before it is closed (at most 1h)")]
+    public TimeSpan AuthTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
     /// <summary>When set, every connection must AUTH before any data command. Launchers pass it in the environment.</summary>
     [Switch("--password", "clients must AUTH with it; on the command line it is visible to every user in ps, so prefer --password-file or the environment",
@@ -101,8 +101,8 @@ public sealed class CacheHostOptions : IProgramOptions
             yield return $"--max-unauthenticated-per-address must be positive, not {MaxUnauthenticatedPerAddress}.";
         if (MaxClientsPerAddress <= 0)
             yield return $"--max-clients-per-address must be positive, not {MaxClientsPerAddress}.";
-        if (!(AuthTimeoutSeconds > 0 && AuthTimeoutSeconds <= 3600))
-            yield return $"--auth-timeout must be more than 0 and at most 3600 seconds, not {AuthTimeoutSeconds}.";
+        if (AuthTimeout <= TimeSpan.Zero || AuthTimeout > TimeSpan.FromHours(1))
+            yield return $"--auth-timeout must be more than 0 and at most 1h, not {SettingValues.FormatDuration(AuthTimeout)}.";
         if (string.IsNullOrWhiteSpace(Address))
             yield return "--address must not be empty.";
         if (!string.IsNullOrEmpty(Password) && !string.IsNullOrEmpty(PasswordFile))

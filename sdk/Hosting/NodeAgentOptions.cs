@@ -83,18 +83,18 @@ public sealed class NodeAgentOptions : IProgramOptions
     public int MaxIngestsPerUser { get; set; } = 4;
 
     /// <summary>
-    /// Seconds a new connection may take to send its first whole request. A connection that sends nothing is closed
+    /// How long a new connection may take to send its first whole request. A connection that sends nothing is closed
     /// after this, so idle sockets cannot hold the places of the connections that are used.
     /// </summary>
-    [Switch("--idle-timeout", "seconds a new connection may take to send its first request before it is closed", Meta = "SECONDS")]
-    public double IdleTimeout { get; set; } = 10;
+    [Switch("--idle-timeout", "how long a new connection may take to send its first request before it is closed")]
+    public TimeSpan IdleTimeout { get; set; } = TimeSpan.FromSeconds(10);
 
     /// <summary>
-    /// Seconds an ingest may go without delivering a segment while a fetch of the same version waits for it: it is then
+    /// How long an ingest may go without delivering a segment while a fetch of the same version waits for it: it is then
     /// abandoned, and the waiting readers' fetch takes over from what it had written.
     /// </summary>
-    [Switch("--ingest-stall-timeout", "seconds an ingest may go without delivering a segment while a reader waits for that version, before it is abandoned", Meta = "SECONDS")]
-    public double IngestStallTimeout { get; set; } = 5;
+    [Switch("--ingest-stall-timeout", "how long an ingest may go without delivering a segment while a reader waits for that version, before it is abandoned")]
+    public TimeSpan IngestStallTimeout { get; set; } = TimeSpan.FromSeconds(5);
 
     /// <summary>
     /// The least an ingest must deliver, over each --ingest-stall-timeout, while a fetch of the same version waits for
@@ -147,8 +147,8 @@ public sealed class NodeAgentOptions : IProgramOptions
             yield return $"--max-connections-per-user must be at least 1 and below --max-connections ({MaxConnections}), so one user cannot take every connection (got {perUser})";
         if (MaxRequestsPerUser < 1) yield return $"--max-requests-per-user must be at least 1 (got {MaxRequestsPerUser})";
         if (MaxIngestsPerUser < 1) yield return $"--max-ingests-per-user must be at least 1 (got {MaxIngestsPerUser})";
-        if (!(IdleTimeout > 0)) yield return $"--idle-timeout must be more than 0 seconds (got {IdleTimeout})";
-        if (!(IngestStallTimeout > 0)) yield return $"--ingest-stall-timeout must be more than 0 seconds (got {IngestStallTimeout})";
+        if (IdleTimeout <= TimeSpan.Zero) yield return $"--idle-timeout must be more than 0 (got {SettingValues.FormatDuration(IdleTimeout)})";
+        if (IngestStallTimeout <= TimeSpan.Zero) yield return $"--ingest-stall-timeout must be more than 0 (got {SettingValues.FormatDuration(IngestStallTimeout)})";
         if (IngestThreads is < 0 or > 1024) yield return $"--ingest-threads must be between 0 (one per core) and 1024 (got {IngestThreads})";
         if (PinQuota is { Bytes: <= 0 } quota) yield return $"--pin-quota must be more than 0 (got {quota.ToExactString()})";
         if (!string.IsNullOrEmpty(AdminGroup))

@@ -223,6 +223,9 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         foreach (var e in Entries.Where(e => e.Property.PropertyType == typeof(bool)))
             if (configuration[e.Key] is { } text && !bool.TryParse(text, out _) && SettingValues.TryParseBool(text, out var on))
                 configuration[e.Key] = on ? "true" : "false";
+        // And its "IdleTimeout": "10s" (or 10, seconds) as every switch reads a duration.
+        foreach (var e in Entries.Where(IsDuration))
+            if (configuration[e.Key] is { } text && AsBinderDuration(text) is { } duration) configuration[e.Key] = duration;
         try
         {
             Microsoft.Extensions.Configuration.ConfigurationBinder.Bind(configuration.GetSection(T.SectionName), options);
@@ -282,7 +285,20 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         }
         // The configuration binder reads only true/false: every other spelling of on and off is given to it as those.
         else if (e.Property.PropertyType == typeof(bool) && SettingValues.TryParseBool(value, out var on)) yield return new(e.Key, on ? "true" : "false");
+        else if (IsDuration(e) && AsBinderDuration(value) is { } duration) yield return new(e.Key, duration);
         else yield return new(e.Key, value);
+    }
+
+    private static bool IsDuration(Entry e) => (Nullable.GetUnderlyingType(e.Property.PropertyType) ?? e.Property.PropertyType) == typeof(TimeSpan);
+
+    /// <summary>
+    /// A duration in the settings' grammar (<c>10s</c>, <c>15m</c>, a bare number of seconds) as the configuration binder
+    /// reads one (<c>00:00:10</c>): it would take <c>10</c> for ten days and refuse <c>10s</c>. Null when it does not read.
+    /// </summary>
+    private static string? AsBinderDuration(string text)
+    {
+        try { return SettingValues.ParseDuration(text).ToString("c", System.Globalization.CultureInfo.InvariantCulture); }
+        catch (Exception e) when (e is FormatException or OverflowException) { return null; }
     }
 
     private static string? Check(Entry e, string value) => SettingValues.Check(e.Property.PropertyType, value);

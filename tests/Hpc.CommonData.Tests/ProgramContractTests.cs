@@ -85,6 +85,41 @@ public class ProgramContractTests
         Assert.Equal(5, o.Tier.Attempts);
     }
 
+    [Theory]
+    [InlineData("90", 90)]
+    [InlineData("90s", 90)]
+    [InlineData("2.5s", 2.5)]
+    [InlineData("15m", 900)]
+    [InlineData("2h", 7200)]
+    [InlineData("1d", 86400)]
+    [InlineData("00:01:30", 90)]
+    public void A_duration_reads_alike_as_a_switch_and_in_the_settings_file_a_bare_number_being_seconds(string text, double seconds)
+    {
+        Assert.Equal(TimeSpan.FromSeconds(seconds), ParseAndBind("p", "--timeout", text).Timeout);
+
+        var configuration = new ConfigurationBuilder().AddInMemoryCollection(new Dictionary<string, string?> { ["Sample:Path"] = "p", ["Sample:Timeout"] = text }).Build();
+        Assert.Null(ProgramContract<SampleOptions>.Bind(configuration, new Dictionary<string, string?>(), out var fromFile));
+        Assert.Equal(TimeSpan.FromSeconds(seconds), fromFile.Timeout);
+
+        // The options type writes a command line the program reads back to the same value.
+        var written = ProgramContract<SampleOptions>.ToArguments(fromFile);
+        Assert.Equal(TimeSpan.FromSeconds(seconds), ParseAndBind([.. written]).Timeout);
+    }
+
+    [Theory]
+    [InlineData("ten")]
+    [InlineData("10x")]
+    [InlineData("-5s")]
+    public void A_duration_that_does_not_read_is_refused_naming_the_switch_the_value_and_the_units(string text)
+    {
+        var parsed = ProgramContract<SampleOptions>.Parse(["p", "--timeout", text]);
+
+        Assert.NotNull(parsed.Error);
+        Assert.Contains("--timeout", parsed.Error);
+        Assert.Contains($"'{text}'", parsed.Error);
+        Assert.Matches("15m|use s, m, h or d", parsed.Error);
+    }
+
     [Fact]
     public void Switch_names_are_case_insensitive_and_a_flag_may_take_an_explicit_value()
     {

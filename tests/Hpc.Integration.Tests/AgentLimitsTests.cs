@@ -26,7 +26,7 @@ public sealed class AgentLimitsTests
         await cluster.StartCacheHostAsync();
         await cluster.StageAsync(Cluster.WriteFile(cluster.Root, "open.bin", Cluster.RandomBytes(100_000, seed: 31)), "risk/open", "--readers", "all");
         // The idle timeout is long here so that only the per-user share keeps Bob served.
-        var (_, pipe, _) = await cluster.StartAgentAsync(configure: o => (o.MaxConnections, o.IdleTimeout) = (256, 120));
+        var (_, pipe, _) = await cluster.StartAgentAsync(configure: o => (o.MaxConnections, o.IdleTimeout) = (256, TimeSpan.FromSeconds(120)));
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
 
         await using var held = await UserScript.StartAsync(run, Alice, HoldConnections, AgentClient.SocketPath(pipe), "300");
@@ -51,7 +51,7 @@ public sealed class AgentLimitsTests
         AccessTests.EnsureUser(Alice);
         await using var cluster = new Cluster();
         await cluster.StartCacheHostAsync();
-        var (_, pipe, _) = await cluster.StartAgentAsync(configure: o => o.IdleTimeout = 1);
+        var (_, pipe, _) = await cluster.StartAgentAsync(configure: o => o.IdleTimeout = TimeSpan.FromSeconds(1));
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
 
         await using var silent = await UserScript.StartAsync(run, Alice, WaitForClose, AgentClient.SocketPath(pipe));

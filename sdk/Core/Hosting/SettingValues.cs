@@ -43,7 +43,7 @@ public static class SettingValues
             if (t == typeof(double)) return double.Parse(text, NumberStyles.Float, CultureInfo.InvariantCulture);
             if (t == typeof(ByteSize)) return ByteSize.Parse(text);
             if (t == typeof(ByteRate)) return ByteRate.Parse(text);
-            if (t == typeof(TimeSpan)) return TimeSpan.Parse(text, CultureInfo.InvariantCulture);
+            if (t == typeof(TimeSpan)) return ParseDuration(text);
             if (t.IsEnum)
                 return Enum.TryParse(t, text, ignoreCase: true, out var e) && Enum.IsDefined(t, e!) ? e
                     : throw new FormatException($"'{text}' is not one of {string.Join(", ", Enum.GetNames(t)).ToLowerInvariant()}");
@@ -71,12 +71,27 @@ public static class SettingValues
         bool b => b ? "true" : "false",
         ByteSize b => b.ToExactString(),
         ByteRate r => r.ToExactString(),
-        TimeSpan t => t.ToString("c", CultureInfo.InvariantCulture),
+        TimeSpan t => FormatDuration(t),
         Enum e => e.ToString().ToLowerInvariant(),
         IFormattable f => f.ToString(null, CultureInfo.InvariantCulture),
         IEnumerable list => string.Join(",", list.Cast<object?>().Select(Format)),
         _ => value.ToString(),
     };
+
+    /// <summary>
+    /// A duration in the grammar every timeout of every program takes: <c>10s</c>, <c>15m</c>, <c>12h</c>, <c>7d</c>, a
+    /// bare number of seconds, or <c>HH:MM:SS</c> (what .NET's settings files write).
+    /// </summary>
+    public static TimeSpan ParseDuration(string text) =>
+        text.Contains(':') ? TimeSpan.Parse(text.Trim(), CultureInfo.InvariantCulture) : Durations.Parse(text);
+
+    /// <summary>A duration as <see cref="ParseDuration"/> reads it back: in the largest unit that holds it whole (7d, 12h, 15m, 90s), else in seconds with their fraction (2.5s).</summary>
+    public static string FormatDuration(TimeSpan t)
+    {
+        foreach (var (unit, ticks) in new[] { ('d', TimeSpan.TicksPerDay), ('h', TimeSpan.TicksPerHour), ('m', TimeSpan.TicksPerMinute) })
+            if (t.Ticks > 0 && t.Ticks % ticks == 0) return $"{t.Ticks / ticks}{unit}";
+        return t.TotalSeconds.ToString("0.#######", CultureInfo.InvariantCulture) + "s";
+    }
 
     public static bool IsList(Type t) => t != typeof(string) && typeof(IEnumerable).IsAssignableFrom(t);
 
@@ -85,7 +100,7 @@ public static class SettingValues
     {
         var x when x == typeof(ByteSize) => "SIZE",
         var x when x == typeof(ByteRate) => "RATE",
-        var x when x == typeof(TimeSpan) => "HH:MM:SS",
+        var x when x == typeof(TimeSpan) => "DURATION",
         var x when x == typeof(int) || x == typeof(long) => "N",
         var x when IsList(x) => "A,B,…",
         _ => "VALUE",
@@ -115,7 +130,7 @@ public static class SettingValues
         _ when t == typeof(int) || t == typeof(long) || t == typeof(short) => "a whole number",
         _ when t == typeof(double) || t == typeof(float) || t == typeof(decimal) => "a number",
         _ when t == typeof(bool) => "on or off (1/0, true/false, yes/no, on/off)",
-        _ when t == typeof(TimeSpan) => "a duration (HH:MM:SS)",
+        _ when t == typeof(TimeSpan) => "a duration (examples: 10s, 2.5s, 15m, 12h, 7d, 00:01:30; a bare number is seconds)",
         _ when t == typeof(ByteSize) => "a size (examples: 65536, 64KB, 256MB, 1GB)",
         _ when t == typeof(ByteRate) => "a rate (examples: 100MB, 100MB/s, 800mbit; 0: unlimited)",
         _ => $"a valid {t.Name}",

@@ -58,7 +58,7 @@ public sealed class ConnectionLimitTests : IDisposable
     [Fact]
     public async Task Connections_that_never_log_in_reconnecting_as_fast_as_they_are_closed_do_not_keep_out_a_node_that_logged_in_before()
     {
-        var host = Start(o => { o.UsersFile = _usersFile; o.MaxClients = 200; o.AuthTimeoutSeconds = 1; });
+        var host = Start(o => { o.UsersFile = _usersFile; o.MaxClients = 200; o.AuthTimeout = TimeSpan.FromSeconds(1); });
         var node = IPAddress.Parse("127.0.0.1");
         using (var first = new RespTestClient(host, node))
             Assert.Equal("OK", first.Call("AUTH", "node", "node-pass"));
@@ -113,8 +113,8 @@ public sealed class ConnectionLimitTests : IDisposable
     [Fact]
     public void A_connection_that_logs_in_stays_open_past_the_auth_timeout_and_an_open_host_closes_nothing()
     {
-        var secured = Start(o => { o.UsersFile = _usersFile; o.AuthTimeoutSeconds = 1; });
-        var open = Start(o => o.AuthTimeoutSeconds = 1);
+        var secured = Start(o => { o.UsersFile = _usersFile; o.AuthTimeout = TimeSpan.FromSeconds(1); });
+        var open = Start(o => o.AuthTimeout = TimeSpan.FromSeconds(1));
         using var node = new RespTestClient(secured);
         Assert.Equal("OK", node.Call("AUTH", "node", "node-pass"));
         using var idle = new RespTestClient(open);
