@@ -131,6 +131,9 @@ internal static partial class AgentLog
     [LoggerMessage(EventId = 131, Level = LogLevel.Warning, Message = "Cannot restrict {Path} to the agent's user ({Reason}); other users may read it")]
     public static partial void FileNotRestricted(this ILogger logger, string path, string reason);
 
+    [LoggerMessage(EventId = 148, Level = LogLevel.Warning, Message = "{Exposure}")]
+    public static partial void SecretsExposed(this ILogger logger, string exposure);
+
     [LoggerMessage(EventId = 132, Level = LogLevel.Warning, Message = "Cannot give {Path} to admin group {Group} (errno {Errno}; the agent's user must be root or a member); " +
                                                                       "the agent's files stay readable by its user only")]
     public static partial void AdminGroupNotGiven(this ILogger logger, string path, uint group, int errno);

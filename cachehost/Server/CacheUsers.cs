@@ -154,22 +154,8 @@ internal sealed class CacheUsers
     /// read, as one line for the log, or null: ssh refuses keys others can read; a host warns, at start and each reload,
     /// and goes on (refusing would take a running tier down over a mode).
     /// </summary>
-    public static string? Exposure(Hpc.CommonData.Hosting.CacheHostOptions options)
-    {
-        if (OperatingSystem.IsWindows()) return null;
-        const UnixFileMode others = UnixFileMode.GroupRead | UnixFileMode.OtherRead;
-        var exposed = new List<string>();
-        foreach (var (path, option) in new[] { (options.UsersFile, "--users-file"), (options.PasswordFile, "--password-file") })
-        {
-            if (string.IsNullOrEmpty(path) || !File.Exists(path)) continue;
-            var mode = File.GetUnixFileMode(path);
-            if ((mode & others) == 0) continue;
-            var who = (mode & UnixFileMode.OtherRead) != 0 ? "every user of this machine" : "the file's group";
-            exposed.Add($"{option} {path} is readable by {who} (mode {Convert.ToString((int)mode & 0x1FF, 8).PadLeft(4, '0')})");
-        }
-        return exposed.Count == 0 ? null
-            : string.Join("; ", exposed) + ": it holds passwords; make it readable by the host's user alone (chmod 600)";
-    }
+    public static string? Exposure(Hpc.CommonData.Hosting.CacheHostOptions options) =>
+        Hpc.CommonData.Security.SecretFiles.Exposure((options.UsersFile, "--users-file"), (options.PasswordFile, "--password-file"));
 
     /// <summary>What a new load changes against this one: accounts added, removed, and changed (role, secret or names).</summary>
     public (int Added, int Removed, int Changed) Compare(CacheUsers next)

@@ -17,7 +17,7 @@ public abstract class CacheClientOptions : ISwitchGroups
     /// <summary>The cache tier as the environment and the command line give it (no default hosts yet).</summary>
     public CacheTierOptions CacheTierSwitches { get; set; } = new();
 
-    private bool _hostsDefaulted;
+    private bool _hostsDefaulted, _exposureSaid;
 
     /// <summary>The switches of the groups that were on the command line (e.g. <c>--cache-hosts</c>).</summary>
     public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
@@ -86,6 +86,9 @@ public abstract class CacheClientOptions : ISwitchGroups
         if (GivenSwitches.Contains("--cache-password-file")) options.Password = null;
         if (options.Validate().FirstOrDefault() is { } problem) throw new ArgumentException(problem);
         options.LoadPasswordFile();
+        if (!_exposureSaid && Hpc.CommonData.Security.SecretFiles.Exposure((options.PasswordFile, "--cache-password-file")) is { } exposed)
+            Console.Error.WriteLine($"hpcdata: warning: {exposed}");
+        _exposureSaid = true;
         return options;
     }
 }

@@ -99,6 +99,7 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         Console.Out.Flush();
         _serving.TrySetResult();
         log.Serving(_options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget.ToString());
+        if (Hpc.CommonData.Security.SecretFiles.Exposure((_options.CacheTier.PasswordFile, "--cache-password-file")) is { } exposed) log.SecretsExposed(exposed);
         while (!stoppingToken.IsCancellationRequested)
         {
             try

@@ -310,6 +310,26 @@ public sealed class CliTests
     }
 
     [Fact]
+    public async Task A_password_file_other_users_can_read_is_used_with_a_warning_saying_so_and_the_fix_and_one_readable_by_its_owner_alone_without()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        await using var s = new Sandbox();
+        var file = Path.Combine(s.Root, "cache.password");
+        File.WriteAllText(file, "secret\n");
+        string[] args = ["list", "--cache-hosts", "127.0.0.1:1", "--cache-password-file", file];
+
+        File.SetUnixFileMode(file, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+        var exposed = await s.HpcdataAsync(args, timeout: TimeSpan.FromSeconds(60));
+        Assert.Contains($"hpcdata: warning: --cache-password-file {file} is readable by every user of this machine (mode 0644): it holds passwords; " +
+                        $"make it readable by its owner alone (chmod 600 {file})", exposed.Stderr);
+
+        File.SetUnixFileMode(file, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        var kept = await s.HpcdataAsync(args, timeout: TimeSpan.FromSeconds(60));
+        Assert.DoesNotContain("holds passwords", kept.Stderr);
+        Assert.Equal(exposed.Code, kept.Code); // the warning changes nothing else: both fail only on the absent host
+    }
+
+    [Fact]
     public async Task A_cache_tier_switch_without_its_value_is_a_usage_error_naming_it()
     {
         await using var s = new Sandbox();

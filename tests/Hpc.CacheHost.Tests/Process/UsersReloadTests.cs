@@ -34,7 +34,7 @@ public sealed class UsersReloadTests : IDisposable
         File.SetUnixFileMode(_usersFile, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
         using (var ops = Login("ops", "ops-pass")) Assert.Equal("OK", ops.Call("ACL", "LOAD"));
         Assert.Contains($"--users-file {_usersFile} is readable by every user of this machine (mode 0644): it holds passwords; " +
-                        "make it readable by the host's user alone (chmod 600)", LogOnceItSays(_host, "holds passwords"));
+                        $"make it readable by its owner alone (chmod 600 {_usersFile})", LogOnceItSays(_host, "holds passwords"));
 
         using var restarted = CacheHostProcess.Start(o => o.UsersFile = _usersFile);
         Assert.Contains("(mode 0644): it holds passwords", LogOnceItSays(restarted, "holds passwords"));
