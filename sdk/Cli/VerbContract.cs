@@ -50,6 +50,12 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
     public static (T Options, string? Problem) Parse(IReadOnlyList<string> args, Func<string, string?>? environment = null)
     {
         var options = new T();
+        if (environment is null)
+        {
+            // The client's settings files (/etc/hpcdata/client.conf, the user's) beneath the process's variables.
+            try { environment = ClientConfig.Load().Beneath(Environment.GetEnvironmentVariable); }
+            catch (FormatException e) { return (options, e.Message); }
+        }
         var groups = options as ISwitchGroups;
         var given = groups?.GivenSwitches ?? new HashSet<string>(StringComparer.OrdinalIgnoreCase);
         var rest = args.ToList();

@@ -330,6 +330,36 @@ public sealed class CliTests
     }
 
     [Fact]
+    public async Task The_client_settings_file_gives_the_cache_hosts_a_variable_wins_over_it_and_a_switch_over_both()
+    {
+        await using var s = new Sandbox();
+        var file = s.WriteFile("client.conf", "# this site\ncache-hosts = 127.0.0.1:1\n"u8.ToArray());
+        var fromFile = new Dictionary<string, string?> { [ClientConfig.FileVariable] = file };
+
+        var r = await s.HpcdataAsync(["list"], fromFile, TimeSpan.FromSeconds(60));
+        Assert.Contains("cache host 127.0.0.1:1 unavailable", r.Stderr);
+
+        r = await s.HpcdataAsync(["list"], new Dictionary<string, string?>(fromFile) { ["HPCDATA_CACHE_HOSTS"] = "127.0.0.1:2" }, TimeSpan.FromSeconds(60));
+        Assert.Contains("cache host 127.0.0.1:2 unavailable", r.Stderr);
+
+        r = await s.HpcdataAsync(["list", "--cache-hosts", "127.0.0.1:3"], new Dictionary<string, string?>(fromFile) { ["HPCDATA_CACHE_HOSTS"] = "127.0.0.1:2" },
+            TimeSpan.FromSeconds(60));
+        Assert.Contains("cache host 127.0.0.1:3 unavailable", r.Stderr);
+    }
+
+    [Fact]
+    public async Task A_client_settings_file_with_an_unknown_key_is_a_usage_error_naming_its_line()
+    {
+        await using var s = new Sandbox();
+        var file = s.WriteFile("client.conf", "cache-hosts = 127.0.0.1:1\ncache-hots = x\n"u8.ToArray());
+
+        var r = await s.HpcdataAsync(["list"], new Dictionary<string, string?> { [ClientConfig.FileVariable] = file }, TimeSpan.FromSeconds(60));
+
+        Assert.Equal(2, r.Code);
+        Assert.Contains($"hpcdata list: {file}:2: unknown setting 'cache-hots'", r.Stderr);
+    }
+
+    [Fact]
     public async Task A_cache_tier_switch_without_its_value_is_a_usage_error_naming_it()
     {
         await using var s = new Sandbox();

@@ -63,12 +63,15 @@ public sealed class Sandbox : IAsyncDisposable
     public Task<Result> HpcdataAsync(string[] args, IDictionary<string, string?>? env = null, TimeSpan? timeout = null)
     {
         var all = new Dictionary<string, string?>(env ?? new Dictionary<string, string?>()) { ["HPCDATA_STATE_DIR"] = StateDirectory };
+        // This machine's client settings files stay out of the tests unless a test names one.
+        all.TryAdd(ClientConfig.FileVariable, "/dev/null");
         return RunAsync("hpcdata", args, all, timeout);
     }
 
     public ComponentProcess StartHpcdata(string[] args, IDictionary<string, string?>? env = null)
     {
         var all = new Dictionary<string, string?>(env ?? new Dictionary<string, string?>()) { ["HPCDATA_STATE_DIR"] = StateDirectory };
+        all.TryAdd(ClientConfig.FileVariable, "/dev/null");
         return Track(ComponentProcess.Start("hpcdata", args, all, name: "hpcdata " + args[0]));
     }
 

@@ -138,7 +138,12 @@ public sealed class CacheTierOptions
     /// naming the variable, not a setting silently left off.
     /// </summary>
     [System.Diagnostics.CodeAnalysis.DynamicDependency(System.Diagnostics.CodeAnalysis.DynamicallyAccessedMemberTypes.PublicProperties, typeof(CacheTierOptions))]
-    public static CacheTierOptions FromEnvironment() => FromEnvironment(Environment.GetEnvironmentVariable);
+    public static CacheTierOptions FromEnvironment()
+    {
+        // The client's settings files lie beneath the variables, as for every verb.
+        try { return FromEnvironment(ClientConfig.Load().Beneath(Environment.GetEnvironmentVariable)); }
+        catch (FormatException e) { throw new ArgumentException(e.Message, e); }
+    }
 
     /// <summary>The options <paramref name="environment"/>'s variables give, read as <see cref="FromEnvironment()"/> reads the process's.</summary>
     [System.Diagnostics.CodeAnalysis.DynamicDependency(System.Diagnostics.CodeAnalysis.DynamicallyAccessedMemberTypes.PublicProperties, typeof(CacheTierOptions))]
