@@ -69,18 +69,11 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         if (OperatingSystem.IsWindows()) return;
         var path = NodeAgentOptions.SocketPath(_options.Pipe);
         if (!File.Exists(path)) return;
-        using (var probe = new NamedPipeClientStream(".", _options.Pipe, PipeDirection.InOut))
+        if (Hpc.CommonData.Agent.AgentClient.SocketStale(_options.Pipe))
         {
-            try
-            {
-                probe.Connect(300);
-            }
-            catch (Exception e) when (e is TimeoutException or IOException)
-            {
-                log.StaleSocket(path);
-                File.Delete(path);
-                return;
-            }
+            log.StaleSocket(path);
+            File.Delete(path);
+            return;
         }
         throw new IOException($"pipe '{_options.Pipe}' ({path}) is already served by a running agent");
     }

@@ -9,6 +9,26 @@ namespace Hpc.Jobs.Tests;
 public sealed class StatusListTests
 {
     [Fact]
+    public async Task A_socket_file_nothing_listens_on_is_said_to_be_stale_at_once_not_waited_on_until_a_timeout()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        await using var s = new Sandbox();
+        var path = Path.Combine(s.Root, "stale.sock");
+        // What an agent that was killed leaves: the socket's file with nothing listening on it (bound, never listening;
+        // the runtime would remove the file if this socket were closed here).
+        using var gone = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.Unix, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Unspecified);
+        gone.Bind(new System.Net.Sockets.UnixDomainSocketEndPoint(path));
+        Assert.True(File.Exists(path));
+        Assert.True(AgentClient.SocketStale(path));
+
+        var r = await s.HpcdataAsync(["status", "--pipe", path], timeout: TimeSpan.FromSeconds(60));
+
+        Assert.NotEqual(0, r.Code);
+        Assert.Contains($"no node agent answers on pipe '{path}' (stale socket {path}: nothing listens on it", r.Stderr);
+        Assert.DoesNotContain("timed out", r.Stderr);
+    }
+
+    [Fact]
     public async Task Version_names_this_hpcdata_the_nodes_agent_and_each_cache_host_and_says_what_does_not_answer()
     {
         await using var s = new Sandbox();

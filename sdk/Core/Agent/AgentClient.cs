@@ -77,7 +77,8 @@ public sealed class AgentClient : IAsyncDisposable
     {
         if (OperatingSystem.IsWindows()) return $"no node agent answers on pipe '{pipeName}' ({cause.Message})";
         var socket = SocketPath(pipeName);
-        var reason = File.Exists(socket) || Directory.Exists(socket) ? $"{socket}: {cause.Message}" : $"no socket at {socket}";
+        var reason = !File.Exists(socket) && !Directory.Exists(socket) ? $"no socket at {socket}"
+            : cause.Message.Contains(socket, StringComparison.Ordinal) ? cause.Message : $"{socket}: {cause.Message}";
         return $"no node agent answers on pipe '{pipeName}' ({reason})";
     }
 
@@ -87,9 +88,26 @@ public sealed class AgentClient : IAsyncDisposable
     /// timeout for an agent that is not starting. <see cref="ConnectAsync"/> waits, for callers that start the agent.
     /// </summary>
     public static Task<AgentClient> ConnectIfListeningAsync(string pipeName, TimeSpan timeout, CancellationToken ct = default) =>
-        SocketMissing(pipeName)
-            ? Task.FromException<AgentClient>(new IOException($"no socket at {SocketPath(pipeName)}"))
-            : ConnectAsync(pipeName, timeout, ct);
+        SocketMissing(pipeName) ? Task.FromException<AgentClient>(new IOException($"no socket at {SocketPath(pipeName)}"))
+        : SocketStale(pipeName) ? Task.FromException<AgentClient>(new IOException(
+            $"stale socket {SocketPath(pipeName)}: nothing listens on it (an agent that stopped without removing it); an agent started on this pipe replaces it"))
+        : ConnectAsync(pipeName, timeout, ct);
+
+    /// <summary>
+    /// True when <paramref name="pipeName"/>'s socket file exists on Unix but nothing listens on it: a connect is refused
+    /// at once, where the runtime's pipe connect would go on retrying until its timeout and say only that it timed out.
+    /// Anything else (a listener, a full backlog, a socket this user may not open) is false: a connect says what it is.
+    /// </summary>
+    public static bool SocketStale(string pipeName)
+    {
+        if (OperatingSystem.IsWindows() || SocketPath(pipeName) is var path && !File.Exists(path)) return false;
+        using var probe = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.Unix, System.Net.Sockets.SocketType.Stream, System.Net.Sockets.ProtocolType.Unspecified);
+        // Not blocking: a listener whose backlog is full answers EAGAIN instead of holding this thread.
+        probe.Blocking = false;
+        try { probe.Connect(new System.Net.Sockets.UnixDomainSocketEndPoint(path)); }
+        catch (System.Net.Sockets.SocketException e) { return e.SocketErrorCode == System.Net.Sockets.SocketError.ConnectionRefused; }
+        return false;
+    }
 
     /// <summary>
     /// True when no agent can be listening on <paramref name="pipeName"/>: on Unix its socket file does not exist (a
