@@ -19,6 +19,7 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     VerbEntry.For<StatusOptions>(Me, StatusCommand.RunAsync),
     VerbEntry.For<ListOptions>(Me, ListCommand.RunAsync),
     VerbEntry.For<VersionOptions>(Me, VersionCommand.RunAsync),
+    VerbEntry.For<DoctorOptions>(Me, DoctorCommand.RunAsync),
     VerbEntry.For<TlsInitOptions>(Me, (o, _) => Task.FromResult(TlsInitCommand.Run(o))),
     new("worker", WorkerProbe.Summary, args => WorkerProbe.MainAsync($"{Me} worker", args, compute: null)),
     VerbEntry.For<GenerateOptions>(Me, GenerateCommand.RunAsync),
