@@ -7,7 +7,7 @@ using Hpc.Jobs.Commands;
 const string Me = "hpcdata";
 return await new CommandTree(Me, "get a shared read-only dataset onto every compute node once, verified, and share it with every worker", [
     new("stage", "Stage a file, a directory or stdin as a new dataset version (runs the stager).", StageVerb.RunAsync,
-        Switches: [.. ProgramContract<StagerOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)]),
+        Switches: [.. ProgramContract<StagerOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)], HelpText: ProgramContract<StagerOptions>.Help),
     new(PrestageOptions.Verb, PrestageOptions.Summary, PrestageCommand.RunAsync, Switches: VerbContract<PrestageOptions>.SwitchNames()),
     VerbEntry.For<NodePrepOptions>(Me, NodePrepCommand.RunAsync),
     VerbEntry.For<NodeReleaseOptions>(Me, NodeReleaseCommand.RunAsync),
@@ -26,9 +26,11 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     // The long-running components, reachable from the one installed command (a service unit runs `hpcdata agent`);
     // each keeps its own command line, --help and exit codes.
     new("agent", "Run the node agent of this node (runs Hpc.NodeAgent; `hpcdata agent --help` for its options).",
-        args => ProgramVerb.RunAsync("Hpc.NodeAgent", args), Switches: [.. ProgramContract<NodeAgentOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)]),
+        args => ProgramVerb.RunAsync("Hpc.NodeAgent", args), Switches: [.. ProgramContract<NodeAgentOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)],
+        HelpText: ProgramContract<NodeAgentOptions>.Help),
     new("cache-host", "Run a cache host (runs Hpc.CacheHost; `hpcdata cache-host --help` for its options).",
-        args => ProgramVerb.RunAsync("Hpc.CacheHost", args), Switches: [.. ProgramContract<CacheHostOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)]),
+        args => ProgramVerb.RunAsync("Hpc.CacheHost", args), Switches: [.. ProgramContract<CacheHostOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)],
+        HelpText: ProgramContract<CacheHostOptions>.Help),
     new("demo", "Run the whole system on this machine: cache hosts, node agents, staging and sample workers (runs Hpc.Samples).",
         args => ProgramVerb.RunAsync("Hpc.Samples", ["demo", .. args])),
     new("bench", "The lab: scale-model cluster, codec, cache and attach benchmarks (runs Hpc.Bench).",

@@ -6,7 +6,9 @@ namespace Hpc.CommonData.Cli;
 
 /// <summary>One verb of a program: its name, one line for the verb list, and what runs it with the remaining arguments.</summary>
 /// <param name="Switches">What completion offers after the verb (null: files only).</param>
-public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<int>> Run, bool Hidden = false, IReadOnlyList<string>? Switches = null)
+/// <param name="HelpText">The verb's help, for a verb that runs another program (which prints it there): the manual page takes it from here.</param>
+public sealed record VerbEntry(string Name, string Summary, Func<string[], Task<int>> Run, bool Hidden = false, IReadOnlyList<string>? Switches = null,
+    Func<string>? HelpText = null)
 {
     /// <summary>A verb whose options type declares its switches (<see cref="IVerbOptions"/>, <see cref="VerbContract{T}"/>).</summary>
     public static VerbEntry For<[DynamicallyAccessedMembers(OptionsType.Members)] TOptions>(string program, Func<TOptions, CancellationToken, Task<int>> run)
@@ -31,10 +33,18 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
         if (args is ["help", var topic, ..]) args = [topic, "--help"];
         if (args is ["completion", ..])
         {
-            var usage = $"usage: {Program} completion bash\n\nPrints a bash completion script for {Program}'s commands and switches; load it with\n  source <({Program} completion bash)\n\n  {"-h, --help",-28} this text\n";
+            var usage = $"usage: {Program} completion bash|zsh|fish\n\nPrints a completion script for {Program}'s commands and switches; load it with\n" +
+                        $"  bash: source <({Program} completion bash)\n  zsh:  source <({Program} completion zsh)   (after compinit)\n  fish: {Program} completion fish | source\n\n  {"-h, --help",-28} this text\n";
             if (args is [_, "--help" or "-h"]) { Console.Out.Write(usage); return ExitCodes.Ok; }
-            if (args is not [_, "bash"]) { Console.Error.WriteLine($"{Program} completion: give the shell: {Program} completion bash"); return ExitCodes.Usage; }
-            Console.Out.Write(BashCompletion());
+            var script = args is [_, var shell] ? shell switch { "bash" => BashCompletion(), "zsh" => ZshCompletion(), "fish" => FishCompletion(), _ => null } : null;
+            if (script is null) { Console.Error.WriteLine($"{Program} completion: give the shell: {Program} completion bash, zsh or fish"); return ExitCodes.Usage; }
+            Console.Out.Write(script);
+            return ExitCodes.Ok;
+        }
+        if (args is ["man", ..])
+        {
+            if (args is [_, "--help" or "-h"]) { Console.Out.Write($"usage: {Program} man\n\nPrints {Program}'s manual page (troff), made from the help of every command:\n  {Program} man > /usr/local/share/man/man1/{Program}.1\n\n  {"-h, --help",-28} this text\n"); return ExitCodes.Ok; }
+            Console.Out.Write(await ManPageAsync());
             return ExitCodes.Ok;
         }
         var verb = verbs.FirstOrDefault(v => v.Name == args[0]);
@@ -62,11 +72,12 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
 
     public string Help()
     {
-        // The longest of the verbs and "completion bash", so every summary starts in one column after two spaces.
-        var width = Math.Max(verbs.Where(v => !v.Hidden).Max(v => v.Name.Length), "completion bash".Length) + 2;
-        var lines = verbs.Where(v => !v.Hidden).Select(v => $"  {v.Name.PadRight(width)}{v.Summary}");
+        // The longest of the verbs and "completion SHELL", so every summary starts in one column after two spaces.
+        var width = Math.Max(Shown.Max(v => v.Name.Length), "completion SHELL".Length) + 2;
+        var lines = Shown.Select(v => $"  {v.Name.PadRight(width)}{v.Summary}");
         return $"{Program} — {summary}\n\nusage: {Program} COMMAND [options]   ({Program} help COMMAND for its options)\n\ncommands:\n" +
-               string.Join('\n', lines) + $"\n\n  {"completion bash".PadRight(width)}print a bash completion script (source <({Program} completion bash))\n";
+               string.Join('\n', lines) + $"\n\n  {"completion SHELL".PadRight(width)}print a completion script: bash, zsh or fish (source <({Program} completion bash))\n" +
+               $"  {"man".PadRight(width)}print the manual page ({Program} man > /usr/local/share/man/man1/{Program}.1)\n";
     }
 
     /// <summary>
@@ -87,6 +98,111 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
             sb.Append($"    {v.Name}) COMPREPLY=($(compgen -W \"{string.Join(' ', v.Switches!)}\" -- \"$cur\"));;\n");
         sb.Append("  esac\n}\n");
         sb.Append($"complete -o default -F {function} {command}\n");
+        return sb.ToString();
+    }
+
+    private IEnumerable<VerbEntry> Shown => verbs.Where(v => !v.Hidden);
+
+    /// <summary>A zsh completion function: the verbs with their summaries, each verb's switches, file names for the rest.</summary>
+    public string ZshCompletion()
+    {
+        var command = Program.Split(' ')[0];
+        var function = "_" + new string(command.Select(c => char.IsAsciiLetterOrDigit(c) ? c : '_').ToArray());
+        var sb = new System.Text.StringBuilder();
+        sb.Append($"#compdef {command}\n# zsh completion for {command}: source <({command} completion zsh), after compinit\n");
+        sb.Append($"{function}() {{\n  local -a verbs\n  verbs=(\n");
+        foreach (var v in Shown) sb.Append($"    {ZshQuote($"{v.Name}:{v.Summary}")}\n");
+        sb.Append($"    {ZshQuote("help:the options of a command")}\n    {ZshQuote("completion:print a completion script (bash, zsh, fish)")}\n    {ZshQuote($"man:print {command}'s manual page")}\n  )\n");
+        sb.Append("  if (( CURRENT == 2 )); then _describe -t commands command verbs; return; fi\n");
+        sb.Append("  if [[ $PREFIX != -* ]]; then _files; return; fi\n");
+        sb.Append("  case $words[2] in\n");
+        foreach (var v in verbs.Where(v => v.Switches is { Count: > 0 }))
+            sb.Append($"    {v.Name}) compadd -- {string.Join(' ', v.Switches!)};;\n");
+        sb.Append("  esac\n}\n");
+        sb.Append($"compdef {function} {command}\n");
+        return sb.ToString();
+    }
+
+    /// <summary>Fish completions: the verbs with their summaries while none is given, then that verb's switches.</summary>
+    public string FishCompletion()
+    {
+        var command = Program.Split(' ')[0];
+        var sb = new System.Text.StringBuilder();
+        sb.Append($"# fish completion for {command}: {command} completion fish | source\n");
+        var names = string.Join(' ', Shown.Select(v => v.Name).Append("help").Append("completion").Append("man"));
+        foreach (var v in Shown)
+            sb.Append($"complete -c {command} -f -n 'not __fish_seen_subcommand_from {names}' -a {v.Name} -d {FishQuote(v.Summary)}\n");
+        sb.Append($"complete -c {command} -f -n 'not __fish_seen_subcommand_from {names}' -a help -d 'the options of a command'\n");
+        sb.Append($"complete -c {command} -f -n '__fish_seen_subcommand_from completion' -a 'bash zsh fish'\n");
+        foreach (var v in verbs.Where(v => v.Switches is { Count: > 0 }))
+            foreach (var sw in v.Switches!)
+                sb.Append(sw.StartsWith("--", StringComparison.Ordinal)
+                    ? $"complete -c {command} -n '__fish_seen_subcommand_from {v.Name}' -l {sw[2..]}\n"
+                    : $"complete -c {command} -n '__fish_seen_subcommand_from {v.Name}' -s {sw.TrimStart('-')}\n");
+        return sb.ToString();
+    }
+
+    private static string ZshQuote(string s) => "'" + s.Replace("'", "'\\''") + "'";
+
+    private static string FishQuote(string s) => "'" + s.Replace("\\", "\\\\").Replace("'", "\\'") + "'";
+
+    /// <summary>
+    /// The manual page (man(7) macros): the program's summary and commands, then each command's own help as it prints
+    /// it (a command run as another program says where its help is), the exit codes and the files.
+    /// </summary>
+    public async Task<string> ManPageAsync()
+    {
+        var command = Program.Split(' ')[0];
+        var sb = new System.Text.StringBuilder();
+        var date = File.GetLastWriteTimeUtc(typeof(CommandTree).Assembly.Location is { Length: > 0 } a ? a : AppContext.BaseDirectory).ToString("yyyy-MM-dd", System.Globalization.CultureInfo.InvariantCulture);
+        sb.Append($".TH {command.ToUpperInvariant()} 1 \"{date}\" \"{command} {Version.Split('+')[0]}\" \"User Commands\"\n");
+        sb.Append($".SH NAME\n{command} \\- {Troff(summary)}\n");
+        sb.Append($".SH SYNOPSIS\n.B {command}\n.I COMMAND\n.RI [ options ]\n.br\n.B {command} help\n.I COMMAND\n");
+        sb.Append(".SH COMMANDS\n");
+        foreach (var v in Shown) sb.Append($".TP\n.B {v.Name}\n{Troff(v.Summary)}\n");
+        sb.Append($".TP\n.B completion bash|zsh|fish\nPrint a completion script for the shell.\n.TP\n.B man\nPrint this page.\n");
+        foreach (var v in Shown.Where(v => v.Switches is not null))
+        {
+            var help = v.HelpText is { } text ? text() : await CaptureAsync(() => v.Run(["--help"]));
+            sb.Append($".SH \"{command.ToUpperInvariant()} {v.Name.ToUpperInvariant()}\"\n");
+            if (help.Trim().Length == 0) { sb.Append($"See\n.B {command} {v.Name} \\-\\-help\n"); continue; }
+            sb.Append(".nf\n");
+            foreach (var line in help.TrimEnd().Split('\n')) sb.Append(Troff(line)).Append('\n');
+            sb.Append(".fi\n");
+        }
+        sb.Append(".SH \"EXIT STATUS\"\n0 done; 2 a usage error; 65 corrupted data; 66 not found; 69 a host or the agent unavailable; 73 no space; " +
+                  "74 an I/O error; 75 try later (a timeout or a limit); 76 a protocol error; 77 denied; 130 interrupted; 1 anything else.\n");
+        sb.Append($".SH FILES\n.TP\n.I {ClientConfig.SiteFile}\nThe site's client settings (cache hosts, account, password file, CA).\n" +
+                  $".TP\n.I ~/.config/{command}/client.conf\nThe user's own, over the site's.\n");
+        return sb.ToString();
+    }
+
+    /// <summary>What <paramref name="run"/> writes on stdout, for help text that only knows how to print itself.</summary>
+    private static async Task<string> CaptureAsync(Func<Task<int>> run)
+    {
+        var saved = Console.Out;
+        var text = new StringWriter();
+        Console.SetOut(text);
+        try { await run(); }
+        catch (Exception e) when (ExitCodes.IsExpected(e)) { }
+        finally { Console.SetOut(saved); }
+        return text.ToString();
+    }
+
+    /// <summary>Text as troff prints it: backslashes escaped, a leading dot or quote not read as a request.</summary>
+    private static string Troff(string text)
+    {
+        var sb = new System.Text.StringBuilder(text.Length + 8);
+        if (text.StartsWith('.') || text.StartsWith('\'')) sb.Append("\\&");
+        foreach (var c in text)
+            sb.Append(c switch
+            {
+                '\\' => "\\e",
+                '-' => "\\-",
+                // Outside ASCII, by code point: groff reads \[uXXXX] whatever the page's encoding is taken to be.
+                > '~' => $"\\[u{(int)c:X4}]",
+                _ => c.ToString(),
+            });
         return sb.ToString();
     }
 
