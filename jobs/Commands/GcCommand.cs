@@ -17,6 +17,9 @@ public sealed class GcOptions : CacheClientOptions, IVerbOptions
 
     [Switch("--break-leases", "First delete the staging leases of ACCOUNT (* for every account) that hold the collection back, as gc names them; a stage that was really running sends again, before it publishes, whatever the collection frees.", Meta = "ACCOUNT")]
     public string? BreakLeases { get; set; }
+
+    [Switch("--json", "Print the result as one JSON object (segmentsFreed, versions, segmentsKept, leasesBroken, unreadable) on stdout instead of the line.")]
+    public bool Json { get; set; }
 }
 
 /// <summary>
@@ -42,7 +45,10 @@ public static class GcCommand
                 Console.Error.WriteLine(o.DropUnreadable
                     ? $"hpcdata gc: deleted {key}: it held no readable manifest"
                     : $"hpcdata gc: warning: skipped {key}: it holds no readable manifest (delete it with hpcdata gc --drop-unreadable)");
-            Console.WriteLine($"freed {gc.SegmentsDeleted} segments; {gc.Manifests} versions reference {gc.SegmentsKept} segments, kept");
+            Console.WriteLine(o.Json
+                ? JsonFields.Object([("segmentsFreed", gc.SegmentsDeleted), ("versions", gc.Manifests), ("segmentsKept", gc.SegmentsKept), ("leasesBroken", collector.LeasesBroken),
+                    ("unreadable", (IEnumerable<string>)(gc.Unreadable ?? [])), ("unreadableDropped", o.DropUnreadable)])
+                : $"freed {gc.SegmentsDeleted} segments; {gc.Manifests} versions reference {gc.SegmentsKept} segments, kept");
             return 0;
         }
         catch (Exception e) when (e is IOException or TimeoutException or ArgumentException or FormatException or CommonDataException)

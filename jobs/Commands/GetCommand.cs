@@ -24,6 +24,9 @@ public sealed class GetOptions : CacheClientOptions, IVerbOptions
     [Switch("--force", "Replace DEST if it exists.")]
     public bool Force { get; set; }
 
+    [Switch("--json", "Print the result as one JSON object (dataset, version, bytes, files, path, mode) instead of the line.")]
+    public bool Json { get; set; }
+
     [Switch(QuietSwitch.Name, QuietSwitch.Help + ".")]
     public bool Quiet { get; set; }
 
@@ -75,8 +78,11 @@ public static class GetCommand
             }
             progress?.Clear();
             var what = data.Files.Count > 0 ? $"a tree of {data.Files.Count(f => f.IsFile)} files" : "a file";
-            if (!o.Quiet)
-                Console.WriteLine($"{name} version {data.Version}: {ByteSize.Format(data.Length)} as {what} at {destination} (verified, via {data.Mode.ToString().ToLowerInvariant()})");
+            if (o.Quiet) return 0;
+            Console.WriteLine(o.Json
+                ? JsonFields.Object([("dataset", name), ("version", data.Version), ("bytes", data.Length), ("files", data.Files.Count(f => f.IsFile)), ("path", destination),
+                    ("mode", data.Mode.ToString().ToLowerInvariant())])
+                : $"{name} version {data.Version}: {ByteSize.Format(data.Length)} as {what} at {destination} (verified, via {data.Mode.ToString().ToLowerInvariant()})");
             return 0;
         }
         catch (Exception e) when (e is CommonDataException or IOException or UnauthorizedAccessException or ArgumentException)

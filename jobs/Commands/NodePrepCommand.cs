@@ -67,6 +67,9 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--peer-timeout", "--fanout mpi --ring tcp: how long a ring neighbour may take nothing while a block waits for it before it counts as dead or hung and the ring closes around it (the member after it must have heard nothing from it for half as long).", Meta = "DURATION")]
     public string PeerTimeout { get; set; } = "5s";
 
+    [Switch("--json", "Print the result as one JSON object (node, dataset, version, bytes, seconds, source, the fan-out's figures, path) instead of the key=value line.")]
+    public bool Json { get; set; }
+
     [Switch(QuietSwitch.Name, QuietSwitch.Help + " (without its line, the exit code alone says whether the node is ready).")]
     public bool Quiet { get; set; }
 
@@ -190,7 +193,11 @@ public static class NodePrepCommand
             // After a fan-out the agent finds the ring's segments in the partial copy: the data came by the fan-out.
             var source = ranks is not null && fanout.StartsWith(" fanout=mpi", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
             var kept = $"{(fetched.ResumedBytes > 0 && source == "resumed" ? $" resumed-bytes={fetched.ResumedBytes}" : "")}{(fetched.ReusedBytes > 0 ? $" reused-bytes={fetched.ReusedBytes}" : "")}";
-            if (!o.Quiet) LineOutput.WriteLine($"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
+            if (!o.Quiet)
+                LineOutput.WriteLine(o.Json
+                    ? JsonFields.Object([("node", status.Node), ("dataset", name), ("version", local.Version), ("bytes", local.Length),
+                        ("seconds", Math.Round(clock.Elapsed.TotalSeconds, 3)), ("source", source), .. JsonFields.Parse(kept + fanout), ("path", local.Path)])
+                    : $"node={status.Node} dataset={name} version={local.Version} bytes={local.Length} seconds={clock.Elapsed.TotalSeconds:0.000} source={source}{kept}{fanout} path={local.Path}");
             if (leavesServed is not null)
             {
                 // This node is ready; the leaves still get this member's share before the process (and MPI) goes.

@@ -20,6 +20,9 @@ public sealed class RemoveOptions : CacheClientOptions, IVerbOptions
     [Switch("--job", "Only drop this job's reference; remove the version when no other job still uses it.", Meta = "ID")]
     public string? Job { get; set; }
 
+    [Switch("--json", "Print the result as one JSON object (dataset, version, removed, wasLatest, segmentsFreed, or why not) on stdout instead of the lines.")]
+    public bool Json { get; set; }
+
 }
 
 /// <summary>Exit codes: 0 removed, kept for other jobs, or already gone; else the failure's (<see cref="ExitCodes"/>: 77 a reader's account, 69 a host unreachable); 2 bad usage.</summary>
@@ -35,13 +38,19 @@ public static class RemoveCommand
             // A prefix as status and list print ids is resolved first, so the job reference and the output name the whole id.
             var version = given is null ? await tier.GetLatestAsync(name, ct)
                 : VersionPrefix.IsPrefix(given) ? await tier.Catalog.ResolveVersionPrefixAsync(name, given, ct) : given;
-            if (version is null) return Notice($"dataset '{name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
+            if (version is null) return Notice(o, name, null, $"dataset '{name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
             if (o.Job is not null)
             {
                 var others = await tier.Catalog.RemoveJobAsync(version, o.Job, ct);
-                if (others.Count > 0) return Notice($"{name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
+                if (others.Count > 0) return Notice(o, name, version, $"{name} version {version} is still used by job(s) {string.Join(", ", others)}; kept");
             }
             var (latest, gc) = await tier.Catalog.RemoveVersionAsync(name, version, ct);
+            if (o.Json)
+            {
+                Console.WriteLine(JsonFields.Object([("dataset", name), ("version", version), ("removed", true), ("wasLatest", latest),
+                    ("segmentsFreed", gc is { Ran: true } ? gc.SegmentsDeleted : null), ("collection", gc is null ? "needs an administrator's gc" : gc.Ran ? "ran" : gc.SkippedBecause)]));
+                return 0;
+            }
             Console.WriteLine($"removed {name} version {version}{(latest ? " (it was the latest)" : "")}; " +
                               (gc is null ? "its segments stay until an administrator's hpcdata gc (collection takes the admin role)"
                                   : gc.Ran ? $"freed {gc.SegmentsDeleted} segments no other version uses"
@@ -62,9 +71,10 @@ public static class RemoveCommand
     }
 
     /// <summary>A line on stderr about what was not done, where that is no failure (exit 0).</summary>
-    private static int Notice(string message)
+    private static int Notice(RemoveOptions o, string name, string? version, string message)
     {
-        Console.Error.WriteLine($"hpcdata remove: {message}");
+        if (o.Json) Console.WriteLine(JsonFields.Object([("dataset", name), ("version", version), ("removed", false), ("why", message)]));
+        else Console.Error.WriteLine($"hpcdata remove: {message}");
         return ExitCodes.Ok;
     }
 }
