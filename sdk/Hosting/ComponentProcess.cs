@@ -326,9 +326,9 @@ public static class ComponentLocator
     internal static string? FindIn(string dir, string assembly, bool wideVectors)
     {
         var executable = OperatingSystem.IsWindows() ? assembly + ".exe" : assembly;
-        if (wideVectors && Path.Combine(NativeFolder(dir), WideVectorLevel, executable) is var wide && File.Exists(wide) && IsExecutable(wide)) return wide;
+        if (wideVectors && Path.Combine(NativeFolder(dir), WideVectorLevel, executable) is var wide && File.Exists(wide) && Runnable(wide)) return wide;
         if (Path.Combine(NativeFolder(dir), executable) is var forPlatform && File.Exists(forPlatform)
-            && IsExecutable(forPlatform)) return forPlatform;
+            && Runnable(forPlatform)) return forPlatform;
         if (Path.Combine(dir, assembly + ".dll") is var path && File.Exists(path)) return path;
         // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
         if (Path.Combine(dir, OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var native && File.Exists(native)
@@ -341,6 +341,42 @@ public static class ComponentLocator
     /// us, and then the portable assembly beside it is the one to start.
     /// </summary>
     private static bool IsExecutable(string path) => OperatingSystem.IsWindows() || Posix.Access(path, Posix.X_OK) == 0;
+
+    private static readonly HashSet<string> Said = [];
+
+    /// <summary>
+    /// Whether an installed native build can be started, said once when it cannot. <c>dotnet tool install</c> run by
+    /// root extracts the natives executable by root alone (0744): every other user then silently got the portable
+    /// assembly, several times slower to start. Run as root, the tool makes such a file executable by every user (a
+    /// line says so); run as another user, a line names the file and the command that fixes it.
+    /// </summary>
+    internal static bool Runnable(string path)
+    {
+        if (OperatingSystem.IsWindows()) return true;
+        const UnixFileMode everyone = UnixFileMode.GroupRead | UnixFileMode.GroupExecute | UnixFileMode.OtherRead | UnixFileMode.OtherExecute;
+        var mode = File.GetUnixFileMode(path);
+        if (Environment.IsPrivilegedProcess && (mode & UnixFileMode.UserExecute) != 0 && (mode & UnixFileMode.OtherExecute) == 0)
+        {
+            try
+            {
+                File.SetUnixFileMode(path, mode | everyone);
+                Once(path, $"hpcdata: made {path} executable by every user (it was {Octal(mode)}), so every user starts the native build");
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException) { }
+        }
+        if (IsExecutable(path)) return true;
+        Once(path, $"hpcdata: note: {path} is not executable by this user (mode {Octal(mode)}): its portable assembly runs instead, slower to start; " +
+                   $"an administrator fixes it with: chmod a+rx {path} (or runs hpcdata once as root)");
+        return false;
+    }
+
+    private static string Octal(UnixFileMode mode) => Convert.ToString((int)mode & 0x1FF, 8).PadLeft(4, '0');
+
+    private static void Once(string path, string line)
+    {
+        lock (Said) if (!Said.Add(path)) return;
+        Console.Error.WriteLine(line);
+    }
 
     private static class Posix
     {

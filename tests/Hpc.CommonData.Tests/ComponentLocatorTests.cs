@@ -170,6 +170,22 @@ public sealed class ComponentLocatorTests : IDisposable
         Assert.Equal(dll, ComponentLocator.FindIn(_dir, "Hpc.Stager"));
     }
 
+    [Fact]
+    public void Run_by_root_a_native_build_only_root_may_run_is_made_runnable_by_every_user()
+    {
+        if (OperatingSystem.IsWindows() || !Environment.IsPrivilegedProcess) return;
+        Touch("Hpc.Stager.dll");
+        var native = Path.Combine(Directory.CreateDirectory(ComponentLocator.NativeFolder(_dir)).FullName, Native);
+        File.WriteAllText(native, "");
+        // What a root `dotnet tool install` leaves: rwxr--r--.
+        File.SetUnixFileMode(native, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+
+        Assert.Equal(native, ComponentLocator.FindIn(_dir, "Hpc.Stager"));
+
+        var mode = File.GetUnixFileMode(native);
+        Assert.True((mode & UnixFileMode.OtherExecute) != 0 && (mode & UnixFileMode.GroupExecute) != 0, $"mode {mode}");
+    }
+
     /// <summary>A program's assembly with <paramref name="bytes"/> in a project's output of the build tree, written at <paramref name="when"/>.</summary>
     private string Built(string project, string assembly, string bytes, DateTime when)
     {
