@@ -18,7 +18,8 @@ namespace Hpc.Bench;
 public sealed record FetchRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Run,
     double DecodeSeconds, double DecodeCpuSeconds, double FetchSeconds, double AgentUserSeconds, double AgentSystemSeconds,
-    double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null, string? Tier = null, double IngestSeconds = 0);
+    double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null, string? Tier = null, double IngestSeconds = 0,
+    double IngestAgentCpuSeconds = 0, double IngestSenderCpuSeconds = 0);
 
 /// <summary>
 /// The node agent fetching a version from a real cache host on loopback (its own process, warm, as a node runs it),
@@ -106,11 +107,20 @@ public static class FetchBench
                 ct.ThrowIfCancellationRequested();
                 // Alternate which goes first, so a slow spell of the machine does not always land on the same one.
                 (double Seconds, double Cpu) decode = default;
-                var ingest = 0.0;
+                (double Seconds, double Agent, double Sender) ingest = default;
                 (double Seconds, double User, double System, double Host) fetch = default;
                 for (var step = 0; step < 2; step++)
                 {
-                    if (step == 1) ingest = await IngestOnceAsync(client, name, version, manifestBytes, stored, ct);
+                    if (step == 1)
+                    {
+                        // The agent's CPU and this process's (the sender, as a rank is) over the hand-over, as the fetch's is read.
+                        var a0 = ProcStats.Read(agent.Name, agent.Id);
+                        var s0 = Process.GetCurrentProcess().TotalProcessorTime;
+                        var (a1, s1) = (a0, s0);
+                        var seconds = await IngestOnceAsync(client, name, version, manifestBytes, stored, ct,
+                            () => (a1, s1) = (ProcStats.Read(agent.Name, agent.Id), Process.GetCurrentProcess().TotalProcessorTime));
+                        ingest = (seconds, a1.UserSeconds + a1.SystemSeconds - a0.UserSeconds - a0.SystemSeconds, (s1 - s0).TotalSeconds);
+                    }
                     if ((step == 0) == (run % 2 == 1))
                     {
                         var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
@@ -129,7 +139,7 @@ public static class FetchBench
                     }
                 }
                 var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
-                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier, ingest);
+                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier, ingest.Seconds, ingest.Agent, ingest.Sender);
                 records.Add(r);
                 if (o.Out is not null) BenchJson.Append(o.Out, r);
                 var gb = r.RawBytes / GiB;
@@ -161,7 +171,8 @@ public static class FetchBench
     /// megabyte to a frame — then prefetches it, which verifies the whole copy and publishes it; timed from the
     /// ingest's start to the publish, then evicted.
     /// </summary>
-    private static async Task<double> IngestOnceAsync(AgentClient client, string name, string version, ReadOnlyMemory<byte> manifest, byte[][] stored, CancellationToken ct)
+    private static async Task<double> IngestOnceAsync(AgentClient client, string name, string version, ReadOnlyMemory<byte> manifest, byte[][] stored, CancellationToken ct,
+        Action? ingested = null)
     {
         var clock = Stopwatch.StartNew();
         int accepted;
@@ -174,6 +185,7 @@ public static class FetchBench
         }
         await client.PrefetchAsync(name, version, Pin, ct);
         var seconds = clock.Elapsed.TotalSeconds;
+        ingested?.Invoke();
         await client.ReleaseAsync(name, version, Pin, evict: true, ct);
         if (accepted != stored.Length) throw new InvalidOperationException($"the ingest took {accepted} of {stored.Length} segments");
         return seconds;
@@ -217,8 +229,8 @@ public static class FetchBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MiB/s | agent fetch MiB/s | agent ingest MiB/s | fetch / decode | decode CPU-s per GiB | agent CPU-s per GiB (user + kernel) | agent, runs' range | cache tier CPU-s per GiB |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MiB/s | agent fetch MiB/s | agent ingest MiB/s | fetch / decode | decode CPU-s per GiB | agent CPU-s per GiB (user + kernel) | agent, runs' range | cache tier CPU-s per GiB | ingest CPU-s per GiB stored: agent + sender |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         foreach (var g in records.GroupBy(r => (Tier: r.Tier ?? OurHost, r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned)))
         {
             double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
@@ -231,7 +243,9 @@ public static class FetchBench
                                $"{(g.Any(r => r.IngestSeconds > 0) ? Med(r => MiBps(r.RawBytes, r.IngestSeconds)).ToString("0", inv) : "–")} | " +
                                $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +
                                $"{Med(r => r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} ({Med(r => r.AgentUserSeconds) / gb:0.00} + {Med(r => r.AgentSystemSeconds) / gb:0.00}) | " +
-                               $"{agentCpu.Min():0.00}–{agentCpu.Max():0.00} | {Med(r => r.CacheHostCpuSeconds) / gb:0.00} |");
+                               $"{agentCpu.Min():0.00}–{agentCpu.Max():0.00} | {Med(r => r.CacheHostCpuSeconds) / gb:0.00} | " +
+                               // Per stored byte: what the ingest handles (the simulation's calibration is per stored byte too).
+                               $"{(g.Any(r => r.IngestAgentCpuSeconds > 0) ? $"{Med(r => r.IngestAgentCpuSeconds) / (g.First().StoredBytes / GiB):0.00} + {Med(r => r.IngestSenderCpuSeconds) / (g.First().StoredBytes / GiB):0.00}" : "–")} |");
         }
         if (records.Count > 0)
             sb.AppendLine().AppendLine("raw decode: every stored segment verified and decoded from memory and written at its offset into a new file on the " +

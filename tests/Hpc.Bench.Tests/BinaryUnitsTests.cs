@@ -42,6 +42,9 @@ public class BinaryUnitsTests
         Assert.Contains("| 256 | 128 | 64 | 50% | 2.00 | 3.00 (2.00 + 1.00) | 3.00–3.00 | 1.00 |", table);
         // Records made before the ingest was timed show a dash there.
         Assert.Contains("| 256 | 128 | – | 50% |", FetchBench.Table([run with { IngestSeconds = 0 }]));
+        // The ingest's CPU per GiB stored (16 MiB stored here), the agent's and the sender's, or a dash before it was read.
+        Assert.Contains("| 1.00 | – |", table);
+        Assert.Contains("| 1.00 | 32.00 + 16.00 |", FetchBench.Table([run with { IngestAgentCpuSeconds = 0.5, IngestSenderCpuSeconds = 0.25 }]));
     }
 
     [Fact]

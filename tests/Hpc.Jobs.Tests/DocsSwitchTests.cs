@@ -12,7 +12,7 @@ public sealed partial class DocsSwitchTests
     private static readonly HashSet<string> OtherTools =
     [
         "--add-port", "--permanent", "--reload", "--zone",                        // firewall-cmd
-        "--add-source", "--tool-path", "--no-build", "--self-contained", "--list-runtimes", "--filter", "--logger", "--project", // dotnet
+        "--add-source", "--configfile", "--tool-path", "--no-build", "--self-contained", "--list-runtimes", "--filter", "--logger", "--project", // dotnet
         "--cacert", "--tls", "--csv", "--host", "--tls-port",                     // redis-cli, redis-benchmark, redis-server
         "--counters",                                                             // dotnet-counters
         "--no-create-home", "--shell", "--system", "--user",                      // useradd, systemctl --user
