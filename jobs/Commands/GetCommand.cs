@@ -27,7 +27,7 @@ public sealed class GetOptions : CacheClientOptions, IVerbOptions
     [Switch("--json", "Print the result as one JSON object (dataset, version, bytes, files, path, mode) instead of the line.")]
     public bool Json { get; set; }
 
-    [Switch(QuietSwitch.Name, QuietSwitch.Help + ".")]
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + ".", Alias = QuietSwitch.Alias)]
     public bool Quiet { get; set; }
 
 }

@@ -70,7 +70,7 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--json", "Print the result as one JSON object (node, dataset, version, bytes, seconds, source, the fan-out's figures, path) instead of the key=value line.")]
     public bool Json { get; set; }
 
-    [Switch(QuietSwitch.Name, QuietSwitch.Help + " (without its line, the exit code alone says whether the node is ready).")]
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + " (without its line, the exit code alone says whether the node is ready).", Alias = QuietSwitch.Alias)]
     public bool Quiet { get; set; }
 
 }

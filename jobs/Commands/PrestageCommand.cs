@@ -79,7 +79,7 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     protected override IEnumerable<NestedSwitches> MoreGroups => [NodePrep.Nested(NodePrepSwitches.Title)];
 
     [Switch(QuietSwitch.Name, QuietSwitch.Help + ". What the job's own commands print is still printed, --dry-run's job text too, " +
-        "and of a submitted job only its id, alone on a line.")]
+        "and of a submitted job only its id, alone on a line.", Alias = QuietSwitch.Alias)]
     public bool Quiet { get; set; }
 
     [Switch("--dry-run", "slurm, hpcpack: print the job instead of submitting it.")]

@@ -154,7 +154,9 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     {
         var command = Program.Split(' ')[0];
         var sb = new System.Text.StringBuilder();
-        var date = File.GetLastWriteTimeUtc(typeof(CommandTree).Assembly.Location is { Length: > 0 } a ? a : AppContext.BaseDirectory).ToString("yyyy-MM-dd", System.Globalization.CultureInfo.InvariantCulture);
+        // The build's date: the program's assembly, or the native executable that has none.
+        var built = Path.Combine(AppContext.BaseDirectory, command + ".dll") is var dll && File.Exists(dll) ? dll : Environment.ProcessPath ?? AppContext.BaseDirectory;
+        var date = File.GetLastWriteTimeUtc(built).ToString("yyyy-MM-dd", System.Globalization.CultureInfo.InvariantCulture);
         sb.Append($".TH {command.ToUpperInvariant()} 1 \"{date}\" \"{command} {Version.Split('+')[0]}\" \"User Commands\"\n");
         sb.Append($".SH NAME\n{command} \\- {Troff(summary)}\n");
         sb.Append($".SH SYNOPSIS\n.B {command}\n.I COMMAND\n.RI [ options ]\n.br\n.B {command} help\n.I COMMAND\n");

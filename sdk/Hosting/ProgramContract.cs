@@ -76,6 +76,8 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
                 optionsEnded = true;
                 continue;
             }
+            // A short form (-q) stands for its switch, as in every verb.
+            if (!optionsEnded && Entries.FirstOrDefault(e => e.Switch.Alias is { } alias && alias == arg) is { } aliased) arg = aliased.Switch.Name;
             if (!optionsEnded && arg.Length > 1 && arg[0] == '-' && !arg.StartsWith("--", StringComparison.Ordinal))
                 return new(settings, false, $"unknown option '{arg}' (see {T.ProgramName} --help; an argument that starts with '-' goes after --)");
             if (optionsEnded || !arg.StartsWith("--", StringComparison.Ordinal))
@@ -171,8 +173,9 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         sb.AppendLine($"usage: {T.ProgramName}{(positional is null ? "" : " " + positional.Switch.Meta)} [options]").AppendLine();
         foreach (var e in Entries)
         {
+            var named = e.Switch.Alias is { } alias ? $"{alias}, {e.Switch.Name}" : e.Switch.Name;
             var left = e.Switch.Name == "" ? e.Switch.Meta ?? "ARG"
-                : e.Property.PropertyType == typeof(bool) ? e.Switch.Name : $"{e.Switch.Name} {e.Switch.Meta ?? MetaOf(e.Property.PropertyType)}";
+                : e.Property.PropertyType == typeof(bool) ? named : $"{named} {e.Switch.Meta ?? MetaOf(e.Property.PropertyType)}";
             var help = e.Switch.Help;
             // A help text that already says its default is not told it twice.
             var saysDefault = help.Contains("(default", StringComparison.Ordinal) || help.Contains("the default)", StringComparison.Ordinal);

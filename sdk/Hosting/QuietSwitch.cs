@@ -9,5 +9,8 @@ public static class QuietSwitch
 {
     public const string Name = "--quiet";
 
+    /// <summary>The short form every verb with <see cref="Name"/> takes, as cp, curl and srun spell it.</summary>
+    public const string Alias = "-q";
+
     public const string Help = "Print no progress line and no summary; errors and warnings still go to stderr and the exit code is the same";
 }

@@ -82,7 +82,7 @@ public sealed class StagerOptions : IProgramOptions
     /// Carried out by <c>hpcdata stage</c>, which runs the stager with its stderr relayed (no terminal: no progress line)
     /// and its stdout dropped unless <see cref="Json"/>; the stager run on its own takes the switch and prints as usual.
     /// </summary>
-    [Switch(QuietSwitch.Name, QuietSwitch.Help + " (--json still prints its line).")]
+    [Switch(QuietSwitch.Name, QuietSwitch.Help + " (--json still prints its line).", Alias = QuietSwitch.Alias)]
     public bool Quiet { get; set; }
 
     public IEnumerable<string> Validate()

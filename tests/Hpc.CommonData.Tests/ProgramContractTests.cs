@@ -37,7 +37,7 @@ public sealed class SampleOptions : IProgramOptions
     [Switch("--timeout", "how long")]
     public TimeSpan Timeout { get; set; } = TimeSpan.FromSeconds(30);
 
-    [Switch("--verbose", "say more")]
+    [Switch("--verbose", "say more", Alias = "-v")]
     public bool Verbose { get; set; }
 
     [Switch("--mode", "how")]
@@ -118,6 +118,14 @@ public class ProgramContractTests
         Assert.Contains("--timeout", parsed.Error);
         Assert.Contains($"'{text}'", parsed.Error);
         Assert.Matches("15m|use s, m, h or d", parsed.Error);
+    }
+
+    [Fact]
+    public void A_short_form_stands_for_its_switch_and_help_shows_both()
+    {
+        Assert.True(ParseAndBind("p", "-v").Verbose);
+        Assert.Contains("-v, --verbose", ProgramContract<SampleOptions>.Help());
+        Assert.Contains("unknown option '-x'", ProgramContract<SampleOptions>.Parse(["p", "-x"]).Error);
     }
 
     [Fact]
