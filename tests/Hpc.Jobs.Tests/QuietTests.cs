@@ -19,8 +19,8 @@ public sealed class QuietTests
         await using var s = new Sandbox();
         var help = await s.HpcdataAsync([verb, "--help"]);
         Assert.Equal(0, help.Code);
-        var entry = Regex.Match(help.Out, @"^  --quiet +(?<text>.*(\n {20,}.*)*)", RegexOptions.Multiline);
-        Assert.True(entry.Success, $"{verb} --help has no --quiet:\n{help.Out}");
+        var entry = Regex.Match(help.Out, @"^  -q, --quiet +(?<text>.*(\n {20,}.*)*)", RegexOptions.Multiline);
+        Assert.True(entry.Success, $"{verb} --help has no -q, --quiet:\n{help.Out}");
         Assert.StartsWith(QuietSwitch.Help, Regex.Replace(entry.Groups["text"].Value, @"\s+", " "));
     }
 
@@ -32,7 +32,8 @@ public sealed class QuietTests
         var bytes = Sandbox.RandomBytes(2_000_000, seed: 8);
         var file = s.WriteFile("quiet.bin", bytes);
 
-        var stage = await s.HpcdataAsync(["stage", file, "--name", "risk/quiet", "--cache-hosts", s.HostList, "--quiet"]);
+        // The short form, read by the stager's own command line.
+        var stage = await s.HpcdataAsync(["stage", file, "--name", "risk/quiet", "--cache-hosts", s.HostList, "-q"]);
         Assert.True(stage.Code == 0, stage.Stderr);
         Assert.DoesNotContain(stage.Stdout, l => l.Length > 0);
         Assert.Equal("", stage.Stderr.Trim());
