@@ -1,3 +1,4 @@
+using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cli;
 using Hpc.CommonData.Hosting;
@@ -30,9 +31,39 @@ public sealed class AgentSwitches(ISet<string> given)
     public NestedSwitches Nested(IReadOnlyCollection<string> only, string title = "Node agent (the agent's own switches; each also from its variable)") =>
         new(title, Options, only);
 
+    /// <summary>
+    /// The agent's status, asked as every verb that reports on the agent asks it (a few seconds to answer, a stale
+    /// socket said as such), or why there is none: <see cref="AgentAnswer.Failure"/> is the exception, already one of
+    /// those an operator can cause (not answering, refused).
+    /// </summary>
+    public async Task<AgentAnswer> QueryStatusAsync(CancellationToken ct)
+    {
+        try
+        {
+            await using var agent = await AgentClient.ConnectIfListeningAsync(PipeName, TimeSpan.FromSeconds(3), ct);
+            return new(await agent.StatusAsync(ct), null);
+        }
+        catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException or CommonDataException)
+        {
+            return new(null, e);
+        }
+    }
+
+    /// <summary>One line for a failed <see cref="QueryStatusAsync"/>: refused (and why), or not answering (and how to start one).</summary>
+    public string Problem(Exception failure) => AgentAnswer.IsRefusal(failure) ? $"the node agent on pipe '{PipeName}' refused: {failure.Message}" : NotAnswering(failure);
+
     /// <summary>What a verb that needs a running agent says when none answers on <see cref="PipeName"/>: where it looked, and how one is started.</summary>
     public string NotAnswering(Exception cause) =>
         $"{AgentClient.NotAnswering(PipeName, cause)}; start one with `hpcdata agent{(IsSet("--pipe") ? $" --pipe {PipeName}" : "")}`, or check the node's hpcdata-agent service";
+}
+
+/// <summary>What <see cref="AgentSwitches.QueryStatusAsync"/> got: the status, or the failure.</summary>
+public sealed record AgentAnswer(AgentStatus? Status, Exception? Failure)
+{
+    /// <summary>The agent answered and said no (a peer it does not admit, or its own error), as against not answering.</summary>
+    public bool Refused => Failure is { } e && IsRefusal(e);
+
+    internal static bool IsRefusal(Exception e) => e is UnauthorizedAccessException or CommonDataException;
 }
 
 /// <summary>A verb that talks to this node's agent only (path, noderelease).</summary>

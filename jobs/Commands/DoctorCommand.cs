@@ -127,23 +127,16 @@ public static class DoctorCommand
     private static async Task CheckAgentAsync(DoctorOptions o, List<Check> checks, CancellationToken ct)
     {
         var pipe = o.Agent.PipeName;
-        AgentStatus status;
-        try
+        var answer = await o.Agent.QueryStatusAsync(ct);
+        if (answer.Failure is { } failure)
         {
-            await using var agent = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(3), ct);
-            status = await agent.StatusAsync(ct);
-        }
-        catch (Exception e) when (e is TimeoutException or IOException)
-        {
-            checks.Add(new Check("agent", Result.Fail, AgentClient.NotAnswering(pipe, e),
-                $"start it (hpcdata agent{(o.Agent.IsSet("--pipe") ? $" --pipe {pipe}" : "")}, or the node's hpcdata-agent service); on a host without one, --no-agent", ErrorCode.Unavailable));
+            checks.Add(answer.Refused
+                ? new Check("agent", Result.Fail, $"refused: {failure.Message}", "check who runs the agent and its --admin-group", ErrorCode.AccessDenied)
+                : new Check("agent", Result.Fail, AgentClient.NotAnswering(pipe, failure),
+                    $"start it (hpcdata agent{(o.Agent.IsSet("--pipe") ? $" --pipe {pipe}" : "")}, or the node's hpcdata-agent service); on a host without one, --no-agent", ErrorCode.Unavailable));
             return;
         }
-        catch (Exception e) when (e is UnauthorizedAccessException or CommonDataException)
-        {
-            checks.Add(new Check("agent", Result.Fail, $"refused: {e.Message}", "check who runs the agent and its --admin-group", ErrorCode.AccessDenied));
-            return;
-        }
+        var status = answer.Status!;
         var version = status.Version ?? "(does not say its version)";
         checks.Add(version == CommandTree.Version
             ? new Check("agent", Result.Ok, $"{version} on pipe '{pipe}', node {status.Node}")

@@ -28,6 +28,9 @@ public sealed class NodeReleaseOptions : AgentClientOptions, IVerbOptions
     [Switch("--stop-agent", "auto: stop the agent when node prep started it and nothing is pinned, leased or fetching; never; always (only an agent node prep started).", Meta = "WHEN")]
     public string StopAgent { get; set; } = "auto";
 
+    [Switch("--json", "One JSON object on stdout (node, dataset, job, pins released, the copy's state), also when nothing was released (with why).")]
+    public bool Json { get; set; }
+
     [Switch("--keep-data", "When stopping an agent node prep started, keep its copies in memory (/dev/shm) for the next job's agent; by default they are deleted with it.")]
     public bool KeepData { get; set; }
 }
@@ -64,18 +67,20 @@ public static class NodeReleaseCommand
         catch (Exception e) when (e is TimeoutException or IOException or UnauthorizedAccessException)
         {
             ForgetDeadAgent(pipe);
-            return Notice($"{AgentClient.NotAnswering(pipe, e)}; nothing to release for job {job}");
+            return Notice(o, name, job, "no-agent", $"{AgentClient.NotAnswering(pipe, e)}; nothing to release for job {job}");
         }
         catch (CommonDataException e)
         {
-            return Notice($"the agent could not release {name} for job {job}: {e.Message}; nothing else done");
+            return Notice(o, name, job, "refused", $"the agent could not release {name} for job {job}: {e.Message}; nothing else done");
         }
 
         var left = status.Copies.Where(c => (name is null || c.Name == name) && (version is null || c.Version == version)).ToList();
         var state = left.Count == 0 ? (o.Evict ? "evicted" : "not-on-node") : left.Any(c => c.Pins.Count > 0 || c.Leases > 0) ? "in-use" : "cached";
         if (released == 0)
             Console.Error.WriteLine($"hpcdata noderelease: {CurrentUser()} holds no pin '{job}' on {(name is null ? "any copy" : $"dataset '{name}'")} on node {status.Node}; nothing released");
-        Console.WriteLine($"node={status.Node} dataset={name ?? "*"} job={job} released{(released is { } n ? $" pins={n}" : "")} state={state}");
+        Console.WriteLine(o.Json
+            ? JsonFields.Object([("node", status.Node), ("dataset", name ?? "*"), ("job", job), ("released", released), ("state", state)])
+            : $"node={status.Node} dataset={name ?? "*"} job={job} released{(released is { } n ? $" pins={n}" : "")} state={state}");
         await MaybeStopAgentAsync(o.StopAgent, pipe, status, o.KeepData);
         return 0;
     }
@@ -129,10 +134,11 @@ public static class NodeReleaseCommand
         return $"user '{Hpc.CommonData.Access.UnixAccounts.UserName(uid) ?? uid.ToString()}' (uid {uid})";
     }
 
-    /// <summary>A line on stderr about what was not done, where that is no failure (exit 0).</summary>
-    private static int Notice(string message)
+    /// <summary>A line on stderr about what was not done, where that is no failure (exit 0); with --json the object says it too.</summary>
+    private static int Notice(NodeReleaseOptions o, string? name, string job, string state, string message)
     {
         Console.Error.WriteLine($"hpcdata noderelease: {message}");
+        if (o.Json) Console.WriteLine(JsonFields.Object([("dataset", name ?? "*"), ("job", job), ("released", 0), ("state", state), ("message", message)]));
         return ExitCodes.Ok;
     }
 }

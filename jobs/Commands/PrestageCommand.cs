@@ -82,6 +82,10 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
         "and of a submitted job only its id, alone on a line.", Alias = QuietSwitch.Alias)]
     public bool Quiet { get; set; }
 
+    [Switch("--json", "One JSON object on stdout for scripts: the job's id, dataset version, fan-out and exit code (local: with its timings; " +
+        "slurm, hpcpack: the script submitted, or with --dry-run its text). The job's own commands then print to stderr.")]
+    public bool Json { get; set; }
+
     [Switch("--dry-run", "slurm, hpcpack: print the job instead of submitting it.")]
     public bool DryRun { get; set; }
 
@@ -154,9 +158,14 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             if (lifetimeJob) await WithTier(tierOptions, t => t.Catalog.AddJobAsync(version, jobId!, cancel.Token));
             Say($"prestage: job {jobId}: {o.Nodes} node(s) × {o.HostsPerNode} service host(s)");
             // The job's commands print to the terminal whatever --quiet says; only the scheduler's own lines are dropped.
-            var scheduler = new LocalScheduler(Console.Out, Console.Error, o.Quiet ? TextWriter.Null : Console.Out);
+            // With --json stdout is the one object, so what the job's commands print goes to stderr.
+            var scheduler = new LocalScheduler(o.Json ? Console.Error : Console.Out, Console.Error, o.Quiet || o.Json ? TextWriter.Null : Console.Out);
             var code = await scheduler.RunAsync(job, jobId!, root, Math.Max(size * 2, 256L << 20), cancel.Token);
             var t = scheduler.LastTimings;
+            if (o.Json)
+                Console.WriteLine(JsonFields.Object([("scheduler", o.Scheduler), ("job", jobId), ("dataset", name), ("version", version), ("fanout", fanoutMpi ? "mpi" : "none"),
+                    ("nodes", o.Nodes), ("exitCode", cancel.IsCancellationRequested ? 130 : code), ("prepareSeconds", t?.PrepareSeconds), ("runSeconds", t?.RunSeconds),
+                    ("releaseSeconds", t?.ReleaseSeconds), ("seconds", clock.Elapsed.TotalSeconds)]));
             Say($"prestage: job {jobId} {(code == 0 ? "succeeded" : $"failed (exit {code})")}: nodes prepared in {t?.PrepareSeconds:0.00} s, " +
                               $"job ran {t?.RunSeconds:0.00} s, released in {t?.ReleaseSeconds:0.00} s, {clock.Elapsed.TotalSeconds:0.00} s in all");
             return cancel.IsCancellationRequested ? 130 : code;
@@ -261,7 +270,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         if (o.DryRun || FindOnPath(submitter) is null)
         {
             if (!o.DryRun) Console.Error.WriteLine($"hpcdata prestage: '{submitter}' is not on PATH here; printing the job instead of submitting it");
-            Console.Write(text);
+            if (o.Json) Console.WriteLine(JsonFields.Object([.. Fields(job), ("submitted", false), ("scriptText", text)]));
+            else Console.Write(text);
             return o.DryRun ? 0 : 1;
         }
         var directory = Path.GetFullPath(o.WorkDir ?? Directory.GetCurrentDirectory());
@@ -280,7 +290,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         if (p.ExitCode != 0) throw CommandException.Failed($"{submitter} refused the job ({file}): {stderr.Trim()}");
         var id = stdout.Trim().Split(';')[0];
         // Quiet, the id alone: what a script that submits the job needs back, as sbatch --parsable gives it.
-        Console.WriteLine(o.Quiet ? id : $"prestage: submitted job {id} ({file})");
+        Console.WriteLine(o.Json ? JsonFields.Object([.. Fields(job), ("submitted", true), ("job", id), ("script", file)])
+            : o.Quiet ? id : $"prestage: submitted job {id} ({file})");
         if (job.LifetimeJob && tier is not null)
             await WithTier(tier, t => t.Catalog.AddJobAsync(job.Version, id, ct));
         return 0;
@@ -304,11 +315,15 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         }
     }
 
-    /// <summary>One of prestage's own lines of what it did, which --quiet drops.</summary>
+    /// <summary>One of prestage's own lines of what it did, which --quiet drops (and --json, whose object says it).</summary>
     private void Say(string line)
     {
-        if (!o.Quiet) Console.WriteLine(line);
+        if (!o.Quiet && !o.Json) Console.WriteLine(line);
     }
+
+    /// <summary>What --json says of a job handed to a scheduler.</summary>
+    private (string, object?)[] Fields(JobSpec job) =>
+        [("scheduler", o.Scheduler), ("dataset", job.Dataset), ("version", job.Version), ("fanout", job.FanoutMpi ? "mpi" : "none"), ("nodes", o.Nodes)];
 
     private static async Task WithTier(CacheTierOptions options, Func<CacheTierClient, Task> action)
     {

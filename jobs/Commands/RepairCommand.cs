@@ -13,6 +13,9 @@ public sealed class RepairOptions : CacheClientOptions, IVerbOptions
 
     [Switch("--dry-run", "Only report what is under-replicated, misplaced or lost; copy nothing.")]
     public bool DryRun { get; set; }
+
+    [Switch("--json", "One JSON object on stdout: versions audited, what was unhealthy (one line each), hosts unreachable, and what was copied.")]
+    public bool Json { get; set; }
 }
 
 /// <summary>
@@ -34,13 +37,16 @@ public static class RepairCommand
             var versions = await repair.AuditAsync(ct);
             foreach (var host in repair.Unreachable) Console.Error.WriteLine($"hpcdata repair: warning: {host} cannot be reached: its copies are not counted and it gets none");
             var unhealthy = versions.Where(v => !v.Healthy).ToList();
-            foreach (var v in unhealthy) Console.WriteLine(CacheTierReport.Describe(v, tier.Replicas));
-            if (unhealthy.Count == 0)
+            var described = unhealthy.Select(v => CacheTierReport.Describe(v, tier.Replicas)).ToList();
+            (string, object?)[] Audit() => [("versions", versions.Count), ("unhealthy", described), ("unreachable", repair.Unreachable.Select(h => h.ToString()).ToList()), ("replicas", tier.Replicas)];
+            if (!o.Json) foreach (var description in described) Console.WriteLine(description);
+            if (unhealthy.Count == 0 || o.DryRun)
             {
-                Console.WriteLine($"{versions.Count} version(s) whole on {tier.Hosts.Count - repair.Unreachable.Count} host(s) with {tier.Replicas} replica(s) each; nothing to copy");
-                return repair.Unreachable.Count == 0 ? 0 : 1;
+                if (o.Json) Console.WriteLine(JsonFields.Object([.. Audit(), ("dryRun", o.DryRun)]));
+                else if (unhealthy.Count == 0)
+                    Console.WriteLine($"{versions.Count} version(s) whole on {tier.Hosts.Count - repair.Unreachable.Count} host(s) with {tier.Replicas} replica(s) each; nothing to copy");
+                return unhealthy.Count == 0 && repair.Unreachable.Count == 0 ? 0 : 1;
             }
-            if (o.DryRun) return 1;
 
             var line = ProgressLine.ForTerminal();
             var started = System.Diagnostics.Stopwatch.StartNew();
@@ -48,8 +54,12 @@ public static class RepairCommand
             line?.Clear();
             foreach (var failure in result.Failures.Take(10)) Console.Error.WriteLine($"hpcdata repair: not copied: {failure}");
             if (result.Failures.Count > 10) Console.Error.WriteLine($"hpcdata repair: … and {result.Failures.Count - 10} more");
-            Console.WriteLine($"repaired in {started.Elapsed.TotalSeconds:0.0} s: {result.SegmentsCopied} segment cop{(result.SegmentsCopied == 1 ? "y" : "ies")} " +
-                              $"({ByteSize.Format(result.BytesCopied)}), {result.ManifestsCopied} manifest(s), {result.PointersSet} latest pointer(s)");
+            Console.WriteLine(o.Json
+                ? JsonFields.Object([.. Audit(), ("dryRun", false), ("segmentsCopied", result.SegmentsCopied), ("bytesCopied", result.BytesCopied),
+                    ("manifestsCopied", result.ManifestsCopied), ("pointersSet", result.PointersSet), ("segmentsLost", result.SegmentsLost),
+                    ("failures", result.Failures.Count), ("seconds", started.Elapsed.TotalSeconds)])
+                : $"repaired in {started.Elapsed.TotalSeconds:0.0} s: {result.SegmentsCopied} segment cop{(result.SegmentsCopied == 1 ? "y" : "ies")} " +
+                  $"({ByteSize.Format(result.BytesCopied)}), {result.ManifestsCopied} manifest(s), {result.PointersSet} latest pointer(s)");
             if (result.SegmentsLost > 0)
                 Console.Error.WriteLine($"hpcdata repair: {result.SegmentsLost} segment(s) are on no reachable host; the owner's re-stage from the source files brings them back");
             return result.Failures.Count == 0 && result.SegmentsLost == 0 && repair.Unreachable.Count == 0 ? 0 : 1;

@@ -30,21 +30,9 @@ public static class StatusCommand
 
     private static async Task<int> NodeAsync(StatusOptions o, CancellationToken ct)
     {
-        var pipe = o.Agent.PipeName;
-        AgentStatus status;
-        try
-        {
-            await using var agent = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(3), ct);
-            status = await agent.StatusAsync(ct);
-        }
-        catch (Exception e) when (e is TimeoutException or IOException)
-        {
-            throw CommandException.From(e, o.Agent.NotAnswering(e));
-        }
-        catch (Exception e) when (e is UnauthorizedAccessException or CommonDataException)
-        {
-            throw CommandException.From(e, $"the node agent on pipe '{pipe}' refused: {e.Message}");
-        }
+        var answer = await o.Agent.QueryStatusAsync(ct);
+        if (answer.Failure is { } failure) throw CommandException.From(failure, o.Agent.Problem(failure));
+        var status = answer.Status!;
         if (o.Json)
         {
             Console.WriteLine(JsonSerializer.Serialize(status, AgentJson.Default.AgentStatus));

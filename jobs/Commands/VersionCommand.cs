@@ -29,20 +29,9 @@ public static class VersionCommand
     {
         var client = CommandTree.Version;
         var pipe = o.Agent.PipeName;
-        string? agent = null, agentError = null;
-        try
-        {
-            await using var connected = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(3), ct);
-            agent = (await connected.StatusAsync(ct)).Version ?? "(older than 1.0: does not say)";
-        }
-        catch (Exception e) when (e is TimeoutException or IOException)
-        {
-            agentError = o.Agent.NotAnswering(e);
-        }
-        catch (Exception e) when (e is UnauthorizedAccessException or CommonDataException)
-        {
-            agentError = $"refused: {e.Message}";
-        }
+        var answer = await o.Agent.QueryStatusAsync(ct);
+        var agent = answer.Status is { } status ? status.Version ?? "(older than 1.0: does not say)" : null;
+        var agentError = answer.Failure is { } failure ? o.Agent.Problem(failure) : null;
 
         var options = o.CacheTier();
         // One quick attempt per host: a version that waits out retries on a dead host is no quick answer.

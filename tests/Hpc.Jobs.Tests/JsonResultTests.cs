@@ -31,6 +31,19 @@ public sealed class JsonResultTests
         Assert.True(prep.GetProperty("agentCpuSeconds").GetDouble() > 0);
         Assert.True(File.Exists(prep.GetProperty("path").GetString()));
 
+        var released = One(await s.HpcdataAsync(["noderelease", "risk/json", "--json"], env));
+        Assert.Equal(("risk/json", "job-json", 1), (released.GetProperty("dataset").GetString(), released.GetProperty("job").GetString(), released.GetProperty("released").GetInt32()));
+        Assert.Equal("cached", released.GetProperty("state").GetString());
+        // Node prep's own agent stopped with that release: the next one says there was no agent, still as the object.
+        var nothing = One(await s.HpcdataAsync(["noderelease", "risk/json", "--json"], env));
+        Assert.Equal(("no-agent", 0), (nothing.GetProperty("state").GetString(), nothing.GetProperty("released").GetInt32()));
+        Assert.Contains("nothing to release", nothing.GetProperty("message").GetString());
+
+        var repaired = One(await s.HpcdataAsync(["repair", "--cache-hosts", s.HostList, "--json"], env));
+        Assert.Equal(1, repaired.GetProperty("versions").GetInt32());
+        Assert.Empty(repaired.GetProperty("unhealthy").EnumerateArray());
+        Assert.Empty(repaired.GetProperty("unreachable").EnumerateArray());
+
         var removed = One(await s.HpcdataAsync(["remove", "risk/json", "--cache-hosts", s.HostList, "--json"], env));
         Assert.True(removed.GetProperty("removed").GetBoolean());
         Assert.True(removed.GetProperty("wasLatest").GetBoolean());
@@ -41,5 +54,27 @@ public sealed class JsonResultTests
         var gc = One(await s.HpcdataAsync(["gc", "--cache-hosts", s.HostList, "--json"], env));
         Assert.Equal(0, gc.GetProperty("versions").GetInt32());
         Assert.Equal(JsonValueKind.Array, gc.GetProperty("unreadable").ValueKind);
+    }
+
+    [Fact]
+    public async Task Prestage_prints_one_object_for_a_job_it_ran_and_for_one_it_would_submit_and_the_job_s_own_lines_go_to_stderr()
+    {
+        await using var s = new Sandbox();
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(200_000));
+        var ran = One(await s.HpcdataAsync(["prestage", data, "--name", "risk/jsonjob", "--nodes", "1", "--job", "job-j", "--fanout", "none", "--json",
+            "--", "/bin/sh", "-c", "echo job-line $HPCDATA_VERSION"]));
+        var version = ran.GetProperty("version").GetString();
+        Assert.Matches("^[0-9a-f]{64}$", version);
+        Assert.Equal(("local", "job-j", "risk/jsonjob", 0), (ran.GetProperty("scheduler").GetString(), ran.GetProperty("job").GetString(),
+            ran.GetProperty("dataset").GetString(), ran.GetProperty("exitCode").GetInt32()));
+        Assert.True(ran.GetProperty("prepareSeconds").GetDouble() > 0);
+
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(100_000)), "risk/jsondry");
+        var dry = await s.HpcdataAsync(["prestage", "risk/jsondry", "--scheduler", "slurm", "--cache-hosts", s.HostList, "--fanout", "none", "--dry-run", "--json", "--", "my-service"]);
+        var job = One(dry);
+        Assert.False(job.GetProperty("submitted").GetBoolean());
+        Assert.Contains("#SBATCH", job.GetProperty("scriptText").GetString());
+        Assert.Equal("slurm", job.GetProperty("scheduler").GetString());
     }
 }
