@@ -245,7 +245,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var (rate, source) = o.LinkRate is { } given
             ? (ByteRate.Parse(given).BytesPerSecond, "--link-rate")
             : (await FanoutChoice.MeasureLinkAsync(tier, manifest, 16L << 20, TimeSpan.FromSeconds(3), ct), "measured from here");
-        return FanoutChoice.Decide(o.Nodes, cacheHosts, manifest.StoredLength, rate, source, MpiUnavailable());
+        // The nodes' cores are not known from here: this machine's stand for them (the reason line says how many were taken).
+        return FanoutChoice.Decide(o.Nodes, cacheHosts, manifest.StoredLength, rate, source, MpiUnavailable(), Environment.ProcessorCount);
     }
 
     /// <summary>Why this job's node prep cannot run as MPI ranks, or null when it can.</summary>

@@ -10,51 +10,76 @@ namespace Hpc.Jobs.Fanout;
 /// says is faster for this job, with the reason in one line.
 /// </summary>
 /// <remarks>
-/// Direct fetch moves S stored bytes over every node's link and N·S/H over each cache host's, so it takes
-/// S/B·max(1, N/H). The fan-out's cache tier sends each byte once and the ring passes it on: a fixed start-up T0 (ranks
-/// launched, MPI_Init, manifest broadcast, ingest set-up), then S/(η·B) for the ring at efficiency η, or S over the
-/// agent's ingest rate where that is lower, plus the last block crossing N−1 links. T0 and η are this project's measured figures; a site whose launcher is faster can say so.
+/// Direct fetch moves S stored bytes over every node's link and N·S/H over each cache host's, and each node's agent
+/// verifies and decodes S on its cores, so it takes the longer of S/B·max(1, N/H) and S over the agent's direct rate.
+/// The fan-out's cache tier sends each byte once and the ring passes it on: a start-up T0 (ranks launched, MPI_Init,
+/// manifest broadcast, ingest set-up) that grows with the launch's tree, then S/(η·B) for the ring at efficiency η, or
+/// S over the agent's ingest rate on its cores where that is lower, plus the last block crossing N−1 links. These are
+/// the costs <c>bench simulate</c> replays (its calibration from the lab's records, its launch growth), so the choice
+/// and the validated simulation agree on which mode is faster (Hpc.Bench.Tests, FanoutChoiceAgreementTests).
 /// </remarks>
 public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutSeconds, string Reason)
 {
     /// <summary>
-    /// Start-up of a fan-out whose ranks are native hpcdata (the build users get), fitted on the Slurm scale model at
-    /// N = 4 over 25 and 100 Mbit/s: launch, MPI_Init beside the agent's start, manifest broadcast, ingest set-up, and
-    /// publication. On the scale model it grows by ~0.06 s per rank beyond that, 16 ranks and agents starting on 2 shared
-    /// cores; a cluster starts each on its own node.
+    /// A node's start-up in a fan-out outside its CPU work (waits: launch within a node, MPI_Init's exchanges, the
+    /// manifest's broadcast), and its CPU work (rank and agent starting, ingest set-up), read as <c>bench simulate</c>
+    /// calibrates them from the lab's N = 4 runs of native programs (docs/results/slurm-native.jsonl): the step's time
+    /// less the ring, less 4 nodes' start-up CPU on the lab's 2 cores. On a node of its own the CPU part runs on its
+    /// cores; on the lab's shared cores the two made about 0.4 s.
     /// </summary>
-    public static readonly TimeSpan StartUp = TimeSpan.FromSeconds(0.4);
+    public const double StartSeconds = 0.06, StartCpuSeconds = 0.155;
+
+    /// <summary>The same for a direct fetch (the agent's prefetch begun, its connections to the hosts made).</summary>
+    public const double DirectStartSeconds = 0.07, DirectStartCpuSeconds = 0.014;
 
     /// <summary>
-    /// The ring's share of the link rate, fitted with <see cref="StartUp"/>: 0.94, what TCP's payload is of the frames
-    /// on an Ethernet link (1448 of 1538 bytes).
+    /// What the launch adds per doubling of the ranks beyond 4: srun and mpiexec start ranks through a tree of daemons,
+    /// one level per doubling (the simulation's assumption for clusters, docs/benchmarks.md, "Simulation").
+    /// </summary>
+    public const double LaunchPerDoubling = 0.1;
+
+    /// <summary>
+    /// The share of the link rate data gets, on the ring as in a direct fetch: 0.94, what TCP's payload is of the
+    /// frames on an Ethernet link (1448 of 1538 bytes).
     /// </summary>
     public const double RingEfficiency = 0.94;
 
     /// <summary>
-    /// Stored bytes per second one node's agent ingests from the ring (verify, decode, write: one ingest session, one
-    /// thread): 4.65 CPU-s per GB stored in the lab's records (docs/results/slurm-native.jsonl, native agents). Above about
-    /// 2 Gbit/s the ring outruns it, and the fan-out takes S over this rate however fast the links are
-    /// (docs/benchmarks.md, "Simulation").
+    /// Stored bytes per second one core of a node's agent ingests from the ring (verify, decode, write): 4.65 CPU-s per
+    /// GB stored in the lab's records (docs/results/slurm-native.jsonl, native agents). The agent ingests on every core
+    /// (--ingest-threads), so a node takes this times its cores; above that the ring outruns it.
     /// </summary>
     public const double IngestBytesPerSecond = 215e6;
+
+    /// <summary>
+    /// Stored bytes per second one core of a node's agent takes in a direct fetch (receive, verify, decode, write):
+    /// 9.76 CPU-s per GiB stored in the same records (it also receives from H hosts at once).
+    /// </summary>
+    public const double DirectBytesPerSecond = 110e6;
 
     /// <summary>Below this many nodes there is no ring worth its start-up: two nodes fetch half each from the tier anyway.</summary>
     public const int MinimumNodes = 3;
 
     /// <param name="mpiUnavailable">Why no MPI launch is possible for this job, or null when one is.</param>
+    /// <param name="nodeCores">Cores of each node's agent (its ingest and fetch use them all).</param>
+    /// <param name="startUp">A node's fan-out start-up before the launch's growth, where a site measured its own.</param>
     public static FanoutChoice Decide(int nodes, int cacheHosts, long storedBytes, double linkBytesPerSecond, string linkSource, string? mpiUnavailable,
-        TimeSpan? startUp = null)
+        int nodeCores, TimeSpan? startUp = null)
     {
         ArgumentOutOfRangeException.ThrowIfLessThan(nodes, 1);
         ArgumentOutOfRangeException.ThrowIfLessThan(cacheHosts, 1);
         ArgumentOutOfRangeException.ThrowIfNegativeOrZero(linkBytesPerSecond);
+        ArgumentOutOfRangeException.ThrowIfLessThan(nodeCores, 1);
         var s = (double)storedBytes;
-        var direct = s / linkBytesPerSecond * Math.Max(1.0, (double)nodes / cacheHosts);
+        var payload = RingEfficiency * linkBytesPerSecond;
+        var direct = DirectStartSeconds + DirectStartCpuSeconds / nodeCores
+                     + Math.Max(s / payload * Math.Max(1.0, (double)nodes / cacheHosts), s / (DirectBytesPerSecond * nodeCores));
         var block = Math.Clamp(storedBytes / nodes / FanoutPlan.BlocksPerShare, FanoutPlan.SmallestBlockBytes, FanoutPlan.LargestBlockBytes);
-        var fanout = (startUp ?? StartUp).TotalSeconds + s / Math.Min(RingEfficiency * linkBytesPerSecond, IngestBytesPerSecond) + (nodes - 1) * (double)block / linkBytesPerSecond;
+        var launch = LaunchPerDoubling * Math.Max(0, Math.Log2(nodes / 4.0));
+        var start = startUp?.TotalSeconds ?? StartSeconds + StartCpuSeconds / nodeCores;
+        var fanout = start + launch + s / Math.Min(payload, IngestBytesPerSecond * nodeCores) + (nodes - 1) * (double)block / linkBytesPerSecond;
         var facts = string.Create(CultureInfo.InvariantCulture,
-            $"{nodes} node(s), {cacheHosts} cache host(s), {ByteSize.Format(storedBytes)} stored, links {new ByteRate((long)linkBytesPerSecond)} ({linkSource}): " +
+            $"{nodes} node(s) of {nodeCores} core(s), {cacheHosts} cache host(s), {ByteSize.Format(storedBytes)} stored, links {new ByteRate((long)linkBytesPerSecond)} ({linkSource}): " +
             $"direct ≈ {direct:0.0} s, fan-out ≈ {fanout:0.0} s");
         if (nodes < MinimumNodes) return new(false, direct, fanout, $"none: {facts}; fewer than {MinimumNodes} nodes");
         if (mpiUnavailable is not null) return new(false, direct, fanout, $"none: {facts}; {mpiUnavailable}");

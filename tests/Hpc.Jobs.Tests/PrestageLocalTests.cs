@@ -128,14 +128,14 @@ public class PrestageLocalTests
     public async Task Fanout_auto_chooses_mpi_on_slow_links_and_direct_fetch_on_fast_ones_and_says_why()
     {
         await using var s = new Sandbox();
-        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(1_000_000, seed: 22));
+        var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(256_000, seed: 22));
         // 3 nodes and one cache host: direct fetch sends the data 3 times over the host's link, the ring about once plus
-        // its start-up. At 8 Mbit/s that start-up is worth it; at the rate measured on loopback it is not (a megabyte
-        // keeps it so down to 5 MB/s, which even a loopback measured on a busy machine exceeds).
+        // its start-up. At 8 Mbit/s that start-up is worth it; at the rate measured on loopback it is not (256 KB keeps
+        // it so down to about 5 MB/s, which even a loopback measured on a busy machine exceeds).
         var slow = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--link-rate", "8mbit", "--job", "job-auto-slow",
             "--", "/bin/sh", "-c", ShowEnvironment]);
         Assert.True(slow.Code == 0, slow.Stderr + slow.Out);
-        Assert.Contains(slow.Stdout, l => l.StartsWith("prestage: fan-out auto → mpi: 3 node(s), 1 cache host(s)") && l.Contains("(--link-rate)"));
+        Assert.Contains(slow.Stdout, l => l.StartsWith("prestage: fan-out auto → mpi: 3 node(s) of ") && l.Contains(" 1 cache host(s)") && l.Contains("(--link-rate)"));
         Assert.Equal(3, slow.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("fanout=mpi ranks=3")));
 
         var fast = await s.HpcdataAsync(["prestage", data, "--name", "risk/auto", "--nodes", "3", "--job", "job-auto-fast",
