@@ -58,12 +58,27 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
         }
         var groups = options as ISwitchGroups;
         var given = groups?.GivenSwitches ?? new HashSet<string>(StringComparer.OrdinalIgnoreCase);
-        var rest = args.ToList();
         var own = SwitchGroup.Of(typeof(T));
-        var problem = own.ApplyEnvironment(options, environment);
-        foreach (var group in groups?.Groups ?? [])
-            problem ??= group.Switches.ApplyEnvironment(group.Target, environment) ?? group.Switches.Take(rest, group.Target, given);
-        return (options, problem ?? own.Bind(rest, options, given, GroupNames(groups)));
+        var all = new List<(SwitchGroup Switches, object Target)> { (own, options) };
+        all.AddRange((groups?.Groups ?? []).Select(g => (g.Switches, g.Target)));
+        // Variables first, each group's own; then the whole command line in one pass of the engine, every value set on
+        // the group that declares its switch.
+        foreach (var (switches, target) in all)
+            if (switches.ApplyEnvironment(target, environment) is { } problem) return (options, problem);
+        var parsed = CommandLineEngine.Parse([.. all.SelectMany(g => g.Switches.Syntax)], args);
+        if (parsed.Problem is { } bad) return (options, bad);
+        if (parsed.UnknownOption is { } unknown)
+        {
+            var name = unknown.Split('=')[0];
+            return (options, $"unknown option '{name}'{Suggestions.DidYouMean(name, all.SelectMany(g => g.Switches.Names))}");
+        }
+        foreach (var (name, value) in parsed.Values)
+        {
+            var (switches, target) = all.First(g => g.Switches.Declares(name));
+            if (switches.Apply(target, name, value) is { } problem) return (options, problem);
+            given.Add(name);
+        }
+        return (options, own.BindArguments(parsed.Arguments, options, given));
     }
 
     private static IEnumerable<string> GroupNames(ISwitchGroups? groups) => (groups?.Groups ?? []).SelectMany(g => g.Switches.Names);

@@ -64,43 +64,30 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     {
         var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
         var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
-        var optionsEnded = false;
-        for (var i = 0; i < args.Count; i++)
+        // "help" asks for help as the first word only: later it is a value (a file may be called help); after "--"
+        // nothing is a switch.
+        var end = args.Count;
+        for (var i = 0; i < args.Count; i++) if (args[i] == "--") { end = i; break; }
+        if ((args.Count > 0 && args[0] == "help") || args.Take(end).Any(a => a is "--help" or "-h" or "-?")) return new(settings, true, null);
+        var named = Entries.Where(e => e.Switch.Name.Length > 0).ToList();
+        var parsed = CommandLineEngine.Parse([.. named.Select(e => new SwitchSyntax(e.Switch.Name, e.Switch.Alias, e.Property.PropertyType == typeof(bool)))], args);
+        if (parsed.Problem is { } problem) return new(settings, false, problem);
+        if (parsed.UnknownOption is { } unknown)
         {
-            var arg = args[i];
-            // "help" asks for help as the first word only: later it is a value (a file may be called help).
-            if (!optionsEnded && (arg is "--help" or "-h" or "-?" || (arg == "help" && i == 0))) return new(settings, true, null);
-            // "--" ends the options, as for every verb: what follows is the argument, even if it starts with a dash.
-            if (arg == "--" && !optionsEnded)
-            {
-                optionsEnded = true;
-                continue;
-            }
-            // A short form (-q) stands for its switch, as in every verb.
-            if (!optionsEnded && Entries.FirstOrDefault(e => e.Switch.Alias is { } alias && alias == arg) is { } aliased) arg = aliased.Switch.Name;
-            if (!optionsEnded && arg.Length > 1 && arg[0] == '-' && !arg.StartsWith("--", StringComparison.Ordinal))
-                return new(settings, false, $"unknown option '{arg}' (see {T.ProgramName} --help; an argument that starts with '-' goes after --)");
-            if (optionsEnded || !arg.StartsWith("--", StringComparison.Ordinal))
-            {
-                if (positional is null || settings.ContainsKey(positional.Key)) return new(settings, false, $"unexpected argument '{arg}'");
-                settings[positional.Key] = arg;
-                continue;
-            }
-            var name = arg;
-            string? value = null;
-            if (arg.IndexOf('=') is var eq and > 0) { name = arg[..eq]; value = arg[(eq + 1)..]; }
-            var entry = Entries.FirstOrDefault(e => e.Switch.Name.Length > 0 && string.Equals(e.Switch.Name, name, StringComparison.OrdinalIgnoreCase));
-            if (entry is null) return new(settings, false, $"unknown option '{name}'{Suggestions.DidYouMean(name, Entries.Select(e => e.Switch.Name))} (see {T.ProgramName} --help)");
-            var isFlag = entry.Property.PropertyType == typeof(bool);
-            if (value is null)
-            {
-                if (isFlag && (i + 1 >= args.Count || !SettingValues.TryParseBool(args[i + 1], out _))) value = "true";
-                else if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) value = args[++i];
-                else return new(settings, false, $"option '{name}' needs a value");
-            }
-            if (Check(entry, value) is { } problem) return new(settings, false, $"option '{name}': {problem}");
+            var name = unknown.Split('=')[0];
+            return new(settings, false, name.StartsWith("--", StringComparison.Ordinal)
+                ? $"unknown option '{name}'{Suggestions.DidYouMean(name, named.Select(e => e.Switch.Name))} (see {T.ProgramName} --help)"
+                : $"unknown option '{name}' (see {T.ProgramName} --help; an argument that starts with '-' goes after --)");
+        }
+        foreach (var (name, value) in parsed.Values)
+        {
+            var entry = named.First(e => e.Switch.Name == name);
+            if (Check(entry, value) is { } bad) return new(settings, false, $"{name}: {bad}");
             Put(settings, entry, value);
         }
+        if (parsed.Arguments.Count > (positional is null ? 0 : 1))
+            return new(settings, false, $"unexpected argument '{parsed.Arguments[positional is null ? 0 : 1]}'");
+        if (positional is not null && parsed.Arguments.Count == 1) settings[positional.Key] = parsed.Arguments[0];
         if (positional is not null && !settings.ContainsKey(positional.Key) && positional.Switch.Meta is { } meta && !meta.EndsWith(']'))
             return new(settings, false, $"missing {meta} (see {T.ProgramName} --help)");
         return new(settings, false, null);

@@ -70,51 +70,23 @@ public sealed class SwitchGroup
         return null;
     }
 
-    /// <summary>
-    /// Takes the group's switches (<c>--name value</c>, <c>--name=value</c>, a bare flag) out of <paramref name="args"/>,
-    /// up to a <c>--</c>, and sets them on <paramref name="target"/>; the rest stay for the verb's own parser. Returns the
-    /// first problem (a missing or bad value, naming the switch), or null; <paramref name="given"/> collects the
-    /// switches found.
-    /// </summary>
-    public string? Take(List<string> args, object target, ISet<string> given)
-    {
-        for (var i = 0; i < args.Count;)
-        {
-            var arg = args[i];
-            if (arg == "--") break;
-            var (name, value) = arg.IndexOf('=') is var eq and > 0 ? (arg[..eq], arg[(eq + 1)..]) : (arg, null);
-            var found = _switches.FirstOrDefault(s => string.Equals(s.Switch.Name, name, StringComparison.OrdinalIgnoreCase) || s.Switch.Alias == name);
-            if (found.Property is null) { i++; continue; }
-            var taken = 1;
-            if (value is null)
-            {
-                if (found.Property.PropertyType == typeof(bool) && (i + 1 >= args.Count || !SettingValues.TryParseBool(args[i + 1], out _))) value = "true";
-                else if (i + 1 < args.Count && !args[i + 1].StartsWith("--", StringComparison.Ordinal)) (value, taken) = (args[i + 1], 2);
-                else return $"{found.Switch.Name} needs a value";
-            }
-            if (Set(target, found.Property, value) is { } problem) return $"{found.Switch.Name}: {problem}";
-            given.Add(found.Switch.Name);
-            args.RemoveRange(i, taken);
-        }
-        return null;
-    }
+    /// <summary>The group's switches as the command-line engine reads them (<see cref="CommandLineEngine"/>).</summary>
+    public IEnumerable<SwitchSyntax> Syntax => _switches.Select(s => new SwitchSyntax(s.Switch.Name, s.Switch.Alias, s.Property.PropertyType == typeof(bool)));
+
+    /// <summary>Whether the group declares the switch <paramref name="name"/> (as the engine names it).</summary>
+    public bool Declares(string name) => _switches.Any(s => s.Switch.Name == name);
+
+    /// <summary>Sets the switch <paramref name="name"/> on <paramref name="target"/> from its text; the problem, naming the switch, or null.</summary>
+    public string? Apply(object target, string name, string value) =>
+        Set(target, _switches.First(s => s.Switch.Name == name).Property, value) is { } problem ? $"{name}: {problem}" : null;
 
     /// <summary>
-    /// Binds a whole command line (what nested groups left of it) to <paramref name="target"/>: the switches, then the
-    /// positional arguments in order (everything after <c>--</c> is positional). Returns the first problem — an unknown
-    /// option, an argument too many, a bad or missing value, a required switch or argument missing — or null.
+    /// Binds the positional arguments in order and checks that every required switch (in <paramref name="given"/> or
+    /// its variable) and argument is there. Returns the first problem — an argument too many, a bad value, something
+    /// required missing — or null.
     /// </summary>
-    public string? Bind(List<string> args, object target, ISet<string> given, IEnumerable<string>? alsoKnown = null)
+    public string? BindArguments(IReadOnlyList<string> values, object target, ISet<string> given)
     {
-        if (Take(args, target, given) is { } problem) return problem;
-        var values = new List<string>();
-        var end = args.IndexOf("--");
-        for (var i = 0; i < args.Count; i++)
-        {
-            if (i == end) continue;
-            if ((end < 0 || i < end) && args[i].Length > 1 && args[i][0] == '-') return $"unknown option '{args[i].Split('=')[0]}'{Suggestions.DidYouMean(args[i].Split('=')[0], Names.Concat(alsoKnown ?? []))}";
-            values.Add(args[i]);
-        }
         if (values.Count > _positionals.Length) return $"unexpected argument '{values[_positionals.Length]}'";
         for (var i = 0; i < values.Count; i++)
             if (Set(target, _positionals[i].Property, values[i]) is { } bad) return $"{_positionals[i].Switch.Meta}: {bad}";

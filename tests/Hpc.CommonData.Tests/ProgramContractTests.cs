@@ -169,8 +169,8 @@ public class ProgramContractTests
 
     [Theory]
     [InlineData(new[] { "p", "--bogus" }, "unknown option '--bogus'")]
-    [InlineData(new[] { "p", "--count" }, "option '--count' needs a value")]
-    [InlineData(new[] { "p", "--name", "--count", "1" }, "option '--name' needs a value")]
+    [InlineData(new[] { "p", "--count" }, "--count needs a value")]
+    [InlineData(new[] { "p", "--name", "--count", "1" }, "--name needs a value")]
     [InlineData(new[] { "p", "--budget", "12XB" }, "'12XB' is not a size")]
     [InlineData(new[] { "p", "--count", "many" }, "'many' is not a whole number")]
     [InlineData(new[] { "p", "--mode", "sloppy" }, "'sloppy' is not one of fast, careful")]
