@@ -29,9 +29,6 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     [Switch("", "A file or directory to stage, or the name of an already staged dataset.", Meta = "SOURCE", Required = true)]
     public string Source { get; set; } = "";
 
-    [Switch("--name", "Dataset name when staging a path (owner/name).", Alias = "-n", Meta = "OWNER/NAME")]
-    public string? Name { get; set; }
-
     [Switch("--scheduler", "local (this machine), slurm, or hpcpack.", Meta = "KIND")]
     public string Scheduler { get; set; } = "local";
 
@@ -50,13 +47,6 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     [Switch("--lifetime", "job (remove the version when the job ends, unless another job uses it) or a TTL such as 12h.", Meta = "job|TTL")]
     public string? Lifetime { get; set; }
 
-    [Switch("--unpublished-lifetime", "When staging a path: how long the segments it sends live on the cache tier until the version is " +
-        "published (renewed while the stage runs), so a failed or killed stage leaves nothing for good (default: 1h).", Meta = "DURATION")]
-    public string UnpublishedLifetime { get; set; } = "1h";
-
-    [Switch("--readers", "When staging a path: who may read it on the nodes, user:NAME,group:NAME,… or all (default: only you).", Meta = "WHO")]
-    public string? Readers { get; set; }
-
     [Switch("--job", "local: the job id the nodes pin the data with (default: local-<time>-<pid>).", Meta = "ID")]
     public string? Job { get; set; }
 
@@ -68,15 +58,22 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
         "whichever the cost model says is faster for the nodes, cache hosts, stored size and link rate, said in one line.", Meta = "MODE")]
     public string Fanout { get; set; } = "auto";
 
-    [Switch("--link-rate", "The nodes' and cache hosts' link rate, e.g. 10gbit or 1.2GB/s, for --fanout auto and the stager's codec choice " +
-        "(default: the site's setting; else, for --fanout auto, measured from here by fetching up to 16 MB of the version from the cache tier).",
-        Environment = StagerOptions.LinkRateVariable, Meta = "RATE")]
-    public string? LinkRate { get; set; }
+    /// <summary>
+    /// The stager's own switches that a stage of SOURCE takes (name, codec, chunking, readers, …), nested rather than
+    /// declared again, so each reads and says here what it does for <c>hpcdata stage</c>. Its <c>--link-rate</c> also
+    /// feeds <c>--fanout auto</c>. Not its <c>--lifetime</c>: prestage's also takes <c>job</c>.
+    /// </summary>
+    public StagerOptions Staging { get; } = new();
+
+    /// <summary>The stager's switches prestage takes (<see cref="Staging"/>).</summary>
+    public static readonly IReadOnlyCollection<string> StagingSwitches =
+        ["--name", "--codec", "--no-compress", "--chunking", "--segment-size", "--link-rate", "--unpublished-lifetime", "--readers", "--skip-unreadable", "--no-space-check"];
 
     /// <summary>Node prep's settings for the job's nodes: the job sets them as node prep's variables.</summary>
     public NodePrepSwitches NodePrep { get; } = new();
 
-    protected override IEnumerable<NestedSwitches> MoreGroups => [NodePrep.Nested(NodePrepSwitches.Title)];
+    protected override IEnumerable<NestedSwitches> MoreGroups =>
+        [new("Staging a path (the stager's own switches, as hpcdata stage takes them)", Staging, StagingSwitches), NodePrep.Nested(NodePrepSwitches.Title)];
 
     [Switch(QuietSwitch.Name, QuietSwitch.Help + ". What the job's own commands print is still printed, --dry-run's job text too, " +
         "and of a submitted job only its id, alone on a line.", Alias = QuietSwitch.Alias)]
@@ -93,12 +90,17 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
     public string? Hpcdata { get; set; }
 
     /// <summary>The stager this prestage runs for <paramref name="path"/>: its own switches and the whole cache tier, on <paramref name="hosts"/>.</summary>
-    public StagerOptions Stager(string path, string name, IReadOnlyList<string> hosts) => new()
+    public StagerOptions Stager(string path, string name, IReadOnlyList<string> hosts)
     {
-        Path = path, Name = name, CacheTier = CacheTierFor(hosts), Json = true, Lifetime = Lifetime is { } l && l != "job" ? l : null, Readers = Readers,
-        UnpublishedLifetime = UnpublishedLifetime,
-        LinkRate = LinkRate is { } rate && ByteRate.TryParse(rate, out var link) ? link : ByteRate.Unlimited,
-    };
+        var stager = new StagerOptions();
+        SwitchGroup.Of(typeof(StagerOptions), StagingSwitches).CopyTo(Staging, stager);
+        stager.Path = path;
+        stager.Name = name;
+        stager.CacheTier = CacheTierFor(hosts);
+        stager.Json = true;
+        stager.Lifetime = Lifetime is { } l && l != "job" ? l : null;
+        return stager;
+    }
 
     [Switch("--work-dir", "local: scratch directory for the nodes' data (default under /dev/shm; removed afterwards unless given). slurm, hpcpack: where the job script is written (default: here).", Meta = "DIR")]
     public string? WorkDir { get; set; }
@@ -193,14 +195,12 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         if (o.Scheduler is not ("local" or "slurm" or "hpcpack")) return $"--scheduler '{o.Scheduler}' is not one of local, slurm, hpcpack";
         if (o.Nodes < 1 || o.HostsPerNode < 1) return "--nodes and --hosts-per-node must be at least 1";
         if (o.Fanout is not ("auto" or "none" or "mpi")) return $"--fanout '{o.Fanout}' is not one of auto, none, mpi";
-        if (o.LinkRate is not null && (!ByteRate.TryParse(o.LinkRate, out var link) || link.IsUnlimited))
-            return $"--link-rate '{o.LinkRate}' is not a rate (examples: 10gbit, 1.2GB/s)";
         if (o.Fanout == "mpi" && o.Scheduler == "hpcpack") return "--fanout mpi is not available for hpcpack yet: its node-preparation task runs on each node alone";
         if (command.Count == 0) return "no job command: put it after --, e.g. hpcdata prestage data.csv --name risk/prices -- hpcdata worker";
         if (o.Lifetime is not null && o.Lifetime != "job")
             try { Durations.Parse(o.Lifetime); } catch (FormatException e) { return $"--lifetime: {e.Message} (or 'job')"; }
-        if (StagerOptions.CheckUnpublishedLifetime(o.UnpublishedLifetime) is { } unpublished) return unpublished;
-        if (o.Name is not null && !DatasetName.TryValidate(o.Name, out var e2)) return e2;
+        if (StagerOptions.CheckUnpublishedLifetime(o.Staging.UnpublishedLifetime) is { } unpublished) return unpublished;
+        if (o.Staging.Name.Length > 0 && !DatasetName.TryValidate(o.Staging.Name, out var e2)) return e2;
         return null;
     }
 
@@ -208,8 +208,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     private (string? Path, string Name) ResolveSource()
     {
         if (File.Exists(o.Source) || Directory.Exists(o.Source))
-            return (o.Source, o.Name ?? throw new ArgumentException($"'{o.Source}' is a path: give the dataset's name with --name owner/name"));
-        if (o.Name is null && !o.Source.StartsWith('.') && !o.Source.StartsWith('/') && DatasetName.TryValidate(o.Source, out _))
+            return (o.Source, o.Staging.Name is { Length: > 0 } name ? name : throw new ArgumentException($"'{o.Source}' is a path: give the dataset's name with --name owner/name"));
+        if (o.Staging.Name.Length == 0 && !o.Source.StartsWith('.') && !o.Source.StartsWith('/') && DatasetName.TryValidate(o.Source, out _))
             return (null, o.Source);
         throw new FileNotFoundException($"'{o.Source}' does not exist (and is not a dataset name)");
     }
@@ -242,8 +242,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         await using var tier = new CacheTierClient(tierOptions);
         var manifest = (await tier.ResolveAsync(name, version, ct)).Manifest;
-        var (rate, source) = o.LinkRate is { } given
-            ? (ByteRate.Parse(given).BytesPerSecond, "--link-rate")
+        var (rate, source) = o.Staging.LinkRate is { IsUnlimited: false } given
+            ? (given.BytesPerSecond, "--link-rate")
             : (await FanoutChoice.MeasureLinkAsync(tier, manifest, 16L << 20, TimeSpan.FromSeconds(3), ct), "measured from here");
         // The nodes' cores are not known from here: this machine's stand for them (the reason line says how many were taken).
         return FanoutChoice.Decide(o.Nodes, cacheHosts, manifest.StoredLength, rate, source, MpiUnavailable(), Environment.ProcessorCount);

@@ -14,7 +14,7 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("", "File or directory to stage, or - for standard input.", Meta = "PATH")]
     public string Path { get; set; } = "";
 
-    [Switch("--name", "Dataset name, owner/name (a-z 0-9 . _ -).", Meta = "OWNER/NAME")]
+    [Switch("--name", "Dataset name, owner/name (a-z 0-9 . _ -).", Alias = "-n", Meta = "OWNER/NAME")]
     public string Name { get; set; } = "";
 
     /// <summary>Where to stage (its switches: --cache-hosts, --replicas, --cache-password-file); a local cache host by default.</summary>
@@ -37,7 +37,8 @@ public sealed class StagerOptions : IProgramOptions
     public string Codec { get; set; } = "auto";
 
     /// <summary>A site sets it once for every stage (<c>HPCDATA_LINK_RATE</c> in the environment or settings file).</summary>
-    [Switch("--link-rate", "--codec auto: the nodes' link rate, e.g. 1gbit or 100MB/s; not known (0, the default): lz4, which no link is too fast for.",
+    [Switch("--link-rate", "--codec auto: the nodes' link rate, e.g. 1gbit or 100MB/s; not known (0, the default): lz4, which no link is too fast for " +
+        "(prestage: also for --fanout auto, which measures the link from here when it is not known).",
         Environment = LinkRateVariable, Meta = "RATE")]
     public ByteRate LinkRate { get; set; } = ByteRate.Unlimited;
 

@@ -42,6 +42,33 @@ public sealed class SettingsTravelTests : IDisposable
     }
 
     [Fact]
+    public void Prestage_takes_the_stager_s_own_switches_and_hands_them_to_the_stager_as_given()
+    {
+        var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "-n", "risk/x", "--codec", "zstd:3", "--chunking", "fixed",
+            "--segment-size", "128KB", "--skip-unreadable", "--no-space-check", "--readers", "all"], NoVariables);
+        Assert.Null(problem);
+        var stager = prestage.Stager(Path.Combine(_dir, "data.bin"), "risk/x", ["cache1:6380"]);
+        var arrived = BindProgram<StagerOptions>(ProgramContract<StagerOptions>.ToArguments(stager), new Dictionary<string, string?>());
+        Assert.Equal(("risk/x", "zstd:3", "fixed", 128L << 10), (arrived.Name, arrived.Codec, arrived.Chunking, arrived.SegmentSize.Bytes));
+        Assert.True(arrived.SkipUnreadable && arrived.NoSpaceCheck);
+        Assert.Equal("all", arrived.Readers);
+        // Each is the stager's declaration: prestage's help shows it with the stager's words.
+        Assert.Contains("--chunking", VerbContract<PrestageOptions>.Help("hpcdata prestage"));
+        Assert.Contains(ProgramContract<StagerOptions>.Switches.Single(x => x.Name == "--chunking").Help[..40],
+            System.Text.RegularExpressions.Regex.Replace(VerbContract<PrestageOptions>.Help("hpcdata prestage"), @"\s+", " "));
+    }
+
+    [Fact]
+    public void A_link_rate_of_0_means_not_known_to_prestage_as_to_the_stager()
+    {
+        var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x"], v => v == StagerOptions.LinkRateVariable ? "0" : null);
+        Assert.Null(problem);
+        Assert.True(prestage.Staging.LinkRate.IsUnlimited);
+        var stager = prestage.Stager(Path.Combine(_dir, "data.bin"), "risk/x", ["cache1:6380"]);
+        Assert.True(BindProgram<StagerOptions>(ProgramContract<StagerOptions>.ToArguments(stager), new Dictionary<string, string?>()).LinkRate.IsUnlimited);
+    }
+
+    [Fact]
     public void The_unpublished_lifetime_given_to_prestage_reaches_the_stager_and_a_bad_one_is_refused_before_anything_starts()
     {
         var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x", "--unpublished-lifetime", "20m"], NoVariables);
