@@ -15,6 +15,12 @@ public sealed class DoctorOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "Check what this machine needs to use the cache tier and this node's agent — settings, each cache host, the account, TLS, the agent and its data directory — each with what to fix.";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata doctor",
+         "check the cache hosts, credentials, TLS, this node's agent and its data directory"),
+    ];
+
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
 
     [Switch("--json", "One JSON array on stdout: each check's name, result (ok, warn, fail), what was found and what to do.")]

@@ -15,6 +15,14 @@ public sealed class GetOptions : CacheClientOptions, IVerbOptions
     public static string Summary => "Copy a dataset to a path, verified: a file for a file dataset, the tree (directories, links, modes, times) for a directory dataset. " +
                         "From this node's agent when one runs, else from the cache tier.";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata get risk/prices ./prices.csv --cache-hosts cache1:6380,cache2:6380",
+         "the latest version of risk/prices into a file"),
+        ("hpcdata get risk/history ./history --json",
+         "a directory dataset into a new directory, the result as one JSON object"),
+    ];
+
     [Switch("", "Dataset (owner/name), optionally @ a version id; the latest version by default.", Meta = DatasetArgument.Meta, Required = true)]
     public string Dataset { get; set; } = "";
 

@@ -14,6 +14,12 @@ public sealed class ListOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "The datasets and versions on the cache tier: sizes, which is latest, created, lifetime and expiry, the jobs keeping them.";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata list --cache-hosts cache1:6380",
+         "every dataset on the cache tier with its latest version"),
+    ];
+
     [Switch("", "Only this dataset, optionally only @ this version.", Meta = DatasetArgument.Meta)]
     public string? Name { get; set; }
 

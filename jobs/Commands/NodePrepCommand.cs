@@ -21,6 +21,14 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "Node preparation task: make sure this node's agent runs, fetch and pin the dataset version for the job, and confirm it landed.";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata nodeprep risk/prices --job $SLURM_JOB_ID",
+         "a Slurm prolog: this node gets the latest version, pinned for the job"),
+        ("srun --ntasks-per-node=1 hpcdata nodeprep risk/prices --fanout mpi",
+         "one rank per node: the nodes share the fetching"),
+    ];
+
     // An agent node prep starts keeps its copies in a directory of its pipe's, not in the agent's own default.
     public NodePrepOptions() => Agent.Options.DataDirectory = "";
 

@@ -14,6 +14,14 @@ public sealed class NodeReleaseOptions : AgentClientOptions, IVerbOptions
 
     public static string Summary => "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata noderelease --job $SLURM_JOB_ID",
+         "a Slurm epilog: drop every pin the job holds on this node"),
+        ("hpcdata noderelease risk/prices --evict",
+         "drop the job's pin and delete the copy if nothing else uses it"),
+    ];
+
     [Switch("", "The dataset, optionally @ a version id (" + DatasetArgument.JobDefault + "; no version: every version this job pinned; " +
         "no dataset: every copy this job pinned).", Meta = DatasetArgument.Meta)]
     public string? Dataset { get; set; }

@@ -21,6 +21,14 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "Stage a dataset if it changed, then run or submit a job whose nodes get it first: hpcdata prestage PATH|NAME [options] -- command args…";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata prestage ./prices.csv --name risk/prices --nodes 2 -- python3 risk.py",
+         "stage if changed, then run the job on two local nodes"),
+        ("hpcdata prestage ./prices.csv -n risk/prices --scheduler slurm --nodes 64 -- srun ./risk",
+         "submit a Slurm job whose 64 nodes get the data first (the cache hosts from the client settings file)"),
+    ];
+
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
 
     // The submitting shell's HPCDATA_AGENT_PIPE is this machine's agent, not the nodes': only a --pipe given goes into the job.

@@ -14,6 +14,12 @@ public sealed class RemoveOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "Remove a dataset version from the cache tier (its manifest, and the latest pointer when it points there).";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata remove risk/prices --cache-hosts cache1:6380",
+         "remove the latest version from the cache tier"),
+    ];
+
     [Switch("", "The dataset, optionally @ the version to remove (default: the latest).", Meta = DatasetArgument.Meta, Required = true)]
     public string Dataset { get; set; } = "";
 

@@ -13,6 +13,14 @@ public sealed class StatusOptions : CacheClientOptions, IVerbOptions
 
     public static string Summary => "This node's agent: its copies (dataset, version, size, state, fetch progress, leases, pins by job); with --cache-hosts or --cache-tier: each cache host's memory, keys, hit rate and traffic.";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata status",
+         "this node's agent: its copies, pins and budget"),
+        ("hpcdata status --cache-hosts cache1:6380,cache2:6380 --json",
+         "each cache host's memory, keys and traffic, for scripts"),
+    ];
+
     protected override IReadOnlyCollection<string> AgentSwitchNames => AgentSwitches.Pipe;
 
     [Switch("--cache-tier", "Report the cache hosts of $HPCDATA_CACHE_HOSTS instead of the node.")]

@@ -17,6 +17,8 @@ public interface IVerbOptions
     static virtual string Trailing => "";
     /// <summary>Left out of the program's verb list (verbs other programs run, not people).</summary>
     static virtual bool Hidden => false;
+    /// <summary>Command lines the help shows last, each under what it does.</summary>
+    static virtual IReadOnlyList<(string Command, string What)> Examples => [];
 }
 
 /// <summary>
@@ -91,18 +93,20 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
     {
         var defaults = new T();
         var own = SwitchGroup.Of(typeof(T));
+        var columns = HelpLayout.Columns;
         var sb = new StringBuilder();
-        foreach (var line in SwitchGroup.Wrap($"{usage} — {summary ?? T.Summary}", 100)) sb.AppendLine(line);
+        foreach (var line in HelpLayout.Wrap($"{usage} — {summary ?? T.Summary}", columns)) sb.AppendLine(line);
         sb.AppendLine();
         sb.Append("usage: ").Append(usage).Append(own.Arguments is { Length: > 0 } a ? " " + a : "").Append(" [options]").AppendLine(T.Trailing is { Length: > 0 } t ? " " + t : "").AppendLine();
-        foreach (var line in own.HelpLines(defaults)) sb.AppendLine(line);
-        sb.AppendLine($"  {"-h, --help",-28} this text").AppendLine();
+        foreach (var line in own.HelpLines(defaults, columns)) sb.AppendLine(line);
+        sb.AppendLine(HelpLayout.Entry("-h, --help", "this text", columns)).AppendLine();
         foreach (var group in (defaults as ISwitchGroups)?.Groups ?? [])
         {
-            sb.Append(group.Title).AppendLine(":");
-            foreach (var line in group.Switches.HelpLines(group.Target)) sb.AppendLine(line);
+            foreach (var line in HelpLayout.Wrap(group.Title + ":", columns)) sb.AppendLine(line);
+            foreach (var line in group.Switches.HelpLines(group.Target, columns)) sb.AppendLine(line);
             sb.AppendLine();
         }
+        sb.Append(HelpLayout.Examples(T.Examples, columns));
         return sb.ToString();
     }
 }

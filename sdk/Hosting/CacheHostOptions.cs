@@ -14,6 +14,12 @@ public sealed class CacheHostOptions : IProgramOptions
     public static string Assembly => "Hpc.CacheHost";
     public static string Summary => "in-memory segment store of the cache tier, speaking a RESP2 subset (redis-cli and redis-benchmark work against it)";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata cache-host --port 6380 --max-memory 64GB --users-file /etc/hpcdata/secrets/users",
+         "a cache host with accounts, as its service runs it"),
+    ];
+
     /// <summary>IP address (or host name) to listen on; 0.0.0.0 or :: for all interfaces.</summary>
     [Switch("--address", "address to listen on; 0.0.0.0 or :: for all interfaces", Meta = "ADDR")]
     public string Address { get; set; } = "127.0.0.1";

@@ -16,6 +16,12 @@ public sealed class NodeAgentOptions : IProgramOptions
     public static string Assembly => "Hpc.NodeAgent";
     public static string Summary => "keeps verified local copies of datasets on this node and serves them to local workers over a pipe";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata agent --data-dir /var/lib/hpcdata --budget 200GB --cache-hosts cache1:6380",
+         "this node's agent, as its service runs it"),
+    ];
+
     /// <summary>Pipe name (or, on Linux, an absolute socket path). Keep it short: Unix socket paths are limited to ~100 bytes.</summary>
     [Switch("--pipe", "pipe name, or on Linux an absolute socket path", Environment = AgentClient.PipeVariable, Meta = "NAME")]
     public string Pipe { get; set; } = AgentClient.DefaultPipe;

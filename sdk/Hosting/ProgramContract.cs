@@ -17,6 +17,8 @@ public interface IProgramOptions
     /// <summary>The program's assembly (<c>Hpc.CacheHost</c>), which launchers start with <see cref="ComponentProcess.Start{T}"/>.</summary>
     static abstract string Assembly { get; }
     static abstract string Summary { get; }
+    /// <summary>Command lines the help shows last, each under what it does.</summary>
+    static virtual IReadOnlyList<(string Command, string What)> Examples => [];
     /// <summary>Problems with the values, each a sentence naming the switch; empty when the options are usable.</summary>
     IEnumerable<string> Validate();
 }
@@ -155,8 +157,9 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     {
         var defaults = new T();
         var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
+        var columns = HelpLayout.Columns;
         var sb = new StringBuilder();
-        sb.AppendLine(string.Join("\n", SwitchGroup.Wrap($"{T.ProgramName} — {T.Summary}", 100))).AppendLine();
+        sb.AppendLine(string.Join("\n", HelpLayout.Wrap($"{T.ProgramName} — {T.Summary}", columns))).AppendLine();
         sb.AppendLine($"usage: {T.ProgramName}{(positional is null ? "" : " " + positional.Switch.Meta)} [options]").AppendLine();
         foreach (var e in Entries)
         {
@@ -168,13 +171,11 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             var saysDefault = help.Contains("(default", StringComparison.Ordinal) || help.Contains("the default)", StringComparison.Ordinal);
             if (!e.Switch.Secret && !saysDefault && SettingValues.Format(Read(e, defaults)) is { Length: > 0 } d && e.Property.PropertyType != typeof(bool)) help += $" (default: {d})";
             if (e.Switch.Environment is { } env) help += $" [{env}]";
-            // Wrapped under itself to 100 columns, as the verbs' help is.
-            // A switch too long for the column takes its own line, its help starting under the others'.
-            var indent = new string(' ', 31);
-            sb.AppendLine((left.Length > 28 ? $"  {left}\n{indent}" : $"  {left,-28} ") + string.Join("\n" + indent, SwitchGroup.Wrap(help, 69)));
+            sb.AppendLine(HelpLayout.Entry(left, help, columns));
         }
-        sb.AppendLine($"  {"--help",-28} this text");
-        sb.AppendLine().AppendLine($"Settings can also come from appsettings.json beside the program (section \"{T.SectionName}\").");
+        sb.AppendLine(HelpLayout.Entry("-h, --help", "this text", columns));
+        sb.AppendLine().AppendLine(string.Join("\n", HelpLayout.Wrap($"Settings can also come from appsettings.json beside the program (section \"{T.SectionName}\"); arguments from a file with @FILE (one a line).", columns)));
+        sb.AppendLine().Append(HelpLayout.Examples(T.Examples, columns));
         return sb.ToString();
     }
 

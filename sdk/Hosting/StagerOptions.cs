@@ -11,6 +11,14 @@ public sealed class StagerOptions : IProgramOptions
     public static string Assembly => "Hpc.Stager";
     public static string Summary => "chunk, compress, checksum and upload a file, a directory or standard input as a new dataset version";
 
+    public static IReadOnlyList<(string Command, string What)> Examples =>
+    [
+        ("hpcdata stage ./prices.csv --name risk/prices --cache-hosts cache1:6380,cache2:6380",
+         "a new version of risk/prices (only the segments the tier lacks are sent)"),
+        ("tar c ./env | hpcdata stage - --name sw/env --lifetime 7d",
+         "standard input as a dataset that expires after a week"),
+    ];
+
     [Switch("", "File or directory to stage, or - for standard input.", Meta = "PATH")]
     public string Path { get; set; } = "";
 

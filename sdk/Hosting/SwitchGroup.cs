@@ -100,10 +100,10 @@ public sealed class SwitchGroup
 
     /// <summary>
     /// One entry per positional argument and switch (name, value placeholder, help, the default
-    /// <paramref name="defaults"/> holds, variable), for a verb's help: the help wraps under itself so no line is wider
-    /// than <paramref name="columns"/>.
+    /// <paramref name="defaults"/> holds, variable), for help in <see cref="HelpLayout"/>'s layout, no line wider than
+    /// <paramref name="columns"/>.
     /// </summary>
-    public IEnumerable<string> HelpLines(object? defaults = null, int width = 28, int columns = 100) =>
+    public IEnumerable<string> HelpLines(object? defaults, int columns) =>
         _positionals.Concat(_switches).Select(x =>
         {
             var name = x.Switch.Alias is { } alias ? $"{alias}, {x.Switch.Name}" : x.Switch.Name;
@@ -113,22 +113,8 @@ public sealed class SwitchGroup
             var shown = defaults is null || x.Switch.Secret || x.Switch.Name.Length == 0 || x.Property.PropertyType == typeof(bool)
                         || x.Switch.Help.Contains("(default", StringComparison.Ordinal) || x.Switch.Help.Contains("the default)", StringComparison.Ordinal) ? null
                 : SettingValues.Format(x.Property.GetValue(defaults));
-            var text = $"{x.Switch.Help}{(shown is { Length: > 0 } ? $" (default: {shown})" : "")}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}";
-            return $"  {left.PadRight(width)} " + string.Join("\n" + new string(' ', width + 3), Wrap(text, Math.Max(20, columns - width - 3)));
+            return HelpLayout.Entry(left, $"{x.Switch.Help}{(shown is { Length: > 0 } ? $" (default: {shown})" : "")}{(x.Switch.Environment is { } env ? $" [{env}]" : "")}", columns);
         });
-
-    /// <summary>Words of <paramref name="text"/> as lines of at most <paramref name="columns"/> characters (a longer word stands alone).</summary>
-    public static IEnumerable<string> Wrap(string text, int columns)
-    {
-        var line = new System.Text.StringBuilder();
-        foreach (var word in text.Split(' ', StringSplitOptions.RemoveEmptyEntries))
-        {
-            if (line.Length > 0 && line.Length + 1 + word.Length > columns) { yield return line.ToString(); line.Clear(); }
-            if (line.Length > 0) line.Append(' ');
-            line.Append(word);
-        }
-        if (line.Length > 0) yield return line.ToString();
-    }
 
     private static string? Set(object target, PropertyInfo property, string value)
     {

@@ -27,12 +27,16 @@ public sealed class CommandLineTableTests : IDisposable
         /// <summary>The options the arguments, variables and settings file give, or the problem with them.</summary>
         public abstract (object? Options, string? Problem) Read(string[] args, IReadOnlyDictionary<string, string> variables, string? fileSwitch, string? fileValue, string dir);
         public abstract IEnumerable<(SwitchAttribute Switch, PropertyInfo Property)> Switches { get; }
+        public abstract IReadOnlyList<(string Command, string What)> Examples { get; }
+        public abstract string Help { get; }
         public override string ToString() => Name;
     }
 
     private sealed class Verb<T>(string name) : Program(name) where T : class, IVerbOptions, new()
     {
         public override Type OptionsType => typeof(T);
+        public override IReadOnlyList<(string Command, string What)> Examples => T.Examples;
+        public override string Help => VerbContract<T>.Help(Name);
 
         public override IEnumerable<(SwitchAttribute, PropertyInfo)> Switches =>
             Declared(typeof(T)).Concat(((new T() as ISwitchGroups)?.Groups ?? []).SelectMany(g => Declared(g.Target.GetType()).Where(s => g.Only is null || g.Only.Contains(s.Item1.Name))));
@@ -56,6 +60,8 @@ public sealed class CommandLineTableTests : IDisposable
     private sealed class Daemon<T>(string name) : Program(name) where T : class, IProgramOptions, new()
     {
         public override Type OptionsType => typeof(T);
+        public override IReadOnlyList<(string Command, string What)> Examples => T.Examples;
+        public override string Help => ProgramContract<T>.Help();
 
         public override IEnumerable<(SwitchAttribute, PropertyInfo)> Switches => Declared(typeof(T), nested: true);
 
@@ -179,6 +185,28 @@ public sealed class CommandLineTableTests : IDisposable
         Assert.Contains($"{s.Name} needs a value", Problem(s.Name, "--", "x"));
         var suggestion = Problem(s.Name.Remove(3, 1));
         Assert.Contains($"did you mean {s.Name}", suggestion);
+    }
+
+    [Theory]
+    [MemberData(nameof(Programs))]
+    public void The_help_s_examples_are_command_lines_the_program_accepts_and_no_help_line_is_wider_than_a_hundred_columns(Program program)
+    {
+        var help = program.Help;
+        Assert.All(help.Split('\n'), line => Assert.True(line.Length <= 100, $"{program}: {line.Length} columns: {line}"));
+        Assert.Equal(program.Examples.Count > 0, help.Contains("Examples:\n", StringComparison.Ordinal));
+        foreach (var (command, what) in program.Examples)
+        {
+            Assert.Contains(command, help);
+            Assert.Contains(what.Split(' ')[0], help);
+            // The words after "hpcdata VERB" (or the daemon's "hpcdata stage"), up to a shell pipe's end; a job's command after "--" is the job's.
+            var words = command.Split(' ', StringSplitOptions.RemoveEmptyEntries).ToList();
+            var me = program.Name.Split(' ')[0] == "hpcdata" ? program.Name.Split(' ') : program.Name.Split('(', ')')[1].Split(' ');
+            var at = Enumerable.Range(0, words.Count - 1).First(i => words[i] == me[0] && words[i + 1] == me[1]);
+            var args = words.Skip(at + 2).ToList();
+            if (args.IndexOf("--") is var dashes and >= 0 && program is Verb<Commands.PrestageOptions>) args = args[..dashes];
+            var (_, problem) = program.Read([.. args], new Dictionary<string, string>(), null, null, _dir);
+            Assert.True(problem is null, $"{program}: example '{command}': {problem}");
+        }
     }
 
     /// <summary>The switch a program's rows are about.</summary>
