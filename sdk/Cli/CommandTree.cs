@@ -74,10 +74,15 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
     {
         // The longest of the verbs and "completion SHELL", so every summary starts in one column after two spaces.
         var width = Math.Max(Shown.Max(v => v.Name.Length), "completion SHELL".Length) + 2;
-        var lines = Shown.Select(v => $"  {v.Name.PadRight(width)}{v.Summary}");
-        return $"{Program} — {summary}\n\nusage: {Program} COMMAND [options]   ({Program} help COMMAND for its options)\n\ncommands:\n" +
-               string.Join('\n', lines) + $"\n\n  {"completion SHELL".PadRight(width)}print a completion script: bash, zsh or fish (source <({Program} completion bash))\n" +
-               $"  {"man".PadRight(width)}print the manual page ({Program} man > /usr/local/share/man/man1/{Program}.1)\n";
+        var columns = HelpLayout.Columns;
+        // Each summary wrapped under itself, as a verb's switches are.
+        string Entry(string name, string text) =>
+            $"  {name.PadRight(width)}" + string.Join("\n" + new string(' ', width + 2), HelpLayout.Wrap(text, Math.Max(20, columns - width - 2)));
+        var lines = Shown.Select(v => Entry(v.Name, v.Summary));
+        return string.Join('\n', HelpLayout.Wrap($"{Program} — {summary}", columns)) +
+               $"\n\nusage: {Program} COMMAND [options]   ({Program} help COMMAND for its options)\n\ncommands:\n" +
+               string.Join('\n', lines) + "\n\n" + Entry("completion SHELL", $"print a completion script: bash, zsh or fish (source <({Program} completion bash))") + "\n" +
+               Entry("man", $"print the manual page ({Program} man > /usr/local/share/man/man1/{Program}.1)") + "\n";
     }
 
     /// <summary>

@@ -86,7 +86,8 @@ public sealed class CliTests
     {
         var help = await s.HpcdataAsync(["--help"]);
         Assert.Equal(0, help.Code);
-        return help.Stdout.SkipWhile(l => l != "commands:").Skip(1).Where(l => l.StartsWith("  ", StringComparison.Ordinal))
+        // A verb's line starts two spaces in; its summary's further lines, further in.
+        return help.Stdout.SkipWhile(l => l != "commands:").Skip(1).Where(l => l.Length > 2 && l.StartsWith("  ", StringComparison.Ordinal) && l[2] != ' ')
             .Select(l => l.Trim().Split(' ')[0]).ToList();
     }
 

@@ -69,7 +69,7 @@ public sealed partial class DocsSwitchTests
     private async Task<List<string[]>> CommandsAsync(Sandbox s)
     {
         List<string[]> Listed(string help, string[] prefix) => help.Split('\n').SkipWhile(l => l != "commands:").Skip(1)
-            .Where(l => l.StartsWith("  ", StringComparison.Ordinal)).Select(l => (string[])[.. prefix, l.Trim().Split(' ')[0]]).ToList();
+            .Where(l => l.Length > 2 && l.StartsWith("  ", StringComparison.Ordinal) && l[2] != ' ').Select(l => (string[])[.. prefix, l.Trim().Split(' ')[0]]).ToList();
         var top = await s.HpcdataAsync(["--help"]);
         var commands = Listed(top.Out, []);
         commands.AddRange(Listed(await HelpAsync(s, "bench"), ["bench"]));
