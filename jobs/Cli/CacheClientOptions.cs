@@ -19,6 +19,13 @@ public abstract class CacheClientOptions : ISwitchGroups
 
     private bool _hostsDefaulted, _exposureSaid;
 
+    [Switch(VerboseSwitch.Name, VerboseSwitch.Help + ".", Alias = VerboseSwitch.Alias)]
+    public bool Verbose { get; set; }
+
+    /// <summary>What the cache tier's client says as it goes: everything, on stderr, with --verbose; nothing otherwise (the verb says what failed itself).</summary>
+    public Microsoft.Extensions.Logging.ILogger TierLog =>
+        Verbose ? new StderrLogger("hpcdata", Microsoft.Extensions.Logging.LogLevel.Debug) : Microsoft.Extensions.Logging.Abstractions.NullLogger.Instance;
+
     /// <summary>The switches of the groups that were on the command line (e.g. <c>--cache-hosts</c>).</summary>
     public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
 

@@ -67,18 +67,18 @@ public static class DoctorCommand
                 ? new Check("password file", Result.Warn, exposed, $"chmod 600 {tier.PasswordFile}")
                 : new Check("password file", Result.Ok, $"{tier.PasswordFile}, readable by its owner alone"));
 
-        await CheckHostsAsync(tier, checks, ct);
+        await CheckHostsAsync(tier, checks, o.TierLog, ct);
         if (!o.NoAgent) await CheckAgentAsync(o, checks, ct);
         return Report(o, checks);
     }
 
-    private static async Task CheckHostsAsync(CacheTierOptions options, List<Check> checks, CancellationToken ct)
+    private static async Task CheckHostsAsync(CacheTierOptions options, List<Check> checks, Microsoft.Extensions.Logging.ILogger log, CancellationToken ct)
     {
         // One quick attempt per host: a health check that waits out retries on a dead host is no quick answer.
         options.MaxAttempts = 1;
         options.ConnectionsPerHost = 1;
         options.OperationTimeout = TimeSpan.FromSeconds(3);
-        await using var client = new CacheTierClient(options);
+        await using var client = new CacheTierClient(options, log);
         var hosts = await client.GetHostStatusAsync(ct);
         var answered = -1;
         for (var i = 0; i < hosts.Length; i++)

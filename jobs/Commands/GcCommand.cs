@@ -33,7 +33,7 @@ public static class GcCommand
         var options = o.CacheTier();
         try
         {
-            await using var tier = new CacheTierClient(options);
+            await using var tier = new CacheTierClient(options, o.TierLog);
             var collector = new SegmentCollector(tier) { BreakLeasesOf = o.BreakLeases };
             var gc = await collector.CollectAsync(ct, o.DropUnreadable);
             if (collector.LeasesBroken > 0) Console.Error.WriteLine($"hpcdata gc: deleted {collector.LeasesBroken} staging lease(s) of {o.BreakLeases}");

@@ -54,7 +54,7 @@ public static class GetCommand
         try
         {
             // Without an agent the fetch is this process's own, and reports to the line itself.
-            var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get"), CacheTier = tier, Progress = progress?.Fetching($"fetching {name}") };
+            var options = new DatasetOptions { Version = version, Logger = new StderrLogger("hpcdata get", o.Verbose ? Microsoft.Extensions.Logging.LogLevel.Debug : Microsoft.Extensions.Logging.LogLevel.Warning), CacheTier = tier, Progress = progress?.Fetching($"fetching {name}") };
             await using var data = await OpenAsync(name, options, progress, ct);
             // A mapped copy was verified by the agent when it was published; the bytes this process sees are checked again,
             // so what lands at DEST is exactly the staged content whatever happened to the node's copy since.

@@ -38,7 +38,7 @@ public static class ListCommand
         try
         {
             options.MaxAttempts = 2;
-            await using var tier = new CacheTierClient(options);
+            await using var tier = new CacheTierClient(options, o.TierLog);
             entries = await tier.Catalog.ListAsync(ct);
         }
         catch (Exception e) when (e is IOException or ArgumentException or FormatException or CommonDataException)

@@ -314,7 +314,7 @@ public static class NodePrepCommand
         TimeSpan stallTimeout, CancellationToken ct)
     {
         var tierOptions = o.CacheTier();
-        var tier = new CacheTierClient(tierOptions);
+        var tier = new CacheTierClient(tierOptions, o.TierLog);
         TcpRing? ring = null;
         FanoutSummary summary;
         try

@@ -248,7 +248,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     /// <summary>The cost model's choice for this job; the link rate as given, else measured against the tier from here.</summary>
     private async Task<FanoutChoice> ChooseFanoutAsync(CacheTierOptions tierOptions, string name, string version, int cacheHosts, CancellationToken ct)
     {
-        await using var tier = new CacheTierClient(tierOptions);
+        await using var tier = new CacheTierClient(tierOptions, o.TierLog);
         var manifest = (await tier.ResolveAsync(name, version, ct)).Manifest;
         var (rate, source) = o.Staging.LinkRate is { IsUnlimited: false } given
             ? (given.BytesPerSecond, "--link-rate")
@@ -265,9 +265,9 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         _ => null, // slurm: the srun step launches the ranks; a node without MPI fetches directly
     };
 
-    private static async Task<string> LatestAsync(string name, CacheTierOptions options, CancellationToken ct)
+    private async Task<string> LatestAsync(string name, CacheTierOptions options, CancellationToken ct)
     {
-        await using var tier = new CacheTierClient(options);
+        await using var tier = new CacheTierClient(options, o.TierLog);
         return await tier.GetLatestAsync(name, ct)
                ?? throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' has not been staged on {string.Join(", ", tier.Hosts)} (and '{name}' is not a path here)");
     }
@@ -334,9 +334,9 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     private (string, object?)[] Fields(JobSpec job) =>
         [("scheduler", o.Scheduler), ("dataset", job.Dataset), ("version", job.Version), ("fanout", job.FanoutMpi ? "mpi" : "none"), ("nodes", o.Nodes)];
 
-    private static async Task WithTier(CacheTierOptions options, Func<CacheTierClient, Task> action)
+    private async Task WithTier(CacheTierOptions options, Func<CacheTierClient, Task> action)
     {
-        await using var tier = new CacheTierClient(options);
+        await using var tier = new CacheTierClient(options, o.TierLog);
         await action(tier);
     }
 

@@ -40,7 +40,7 @@ public static class RemoveCommand
         var options = o.CacheTier();
         try
         {
-            await using var tier = new CacheTierClient(options);
+            await using var tier = new CacheTierClient(options, o.TierLog);
             // A prefix as status and list print ids is resolved first, so the job reference and the output name the whole id.
             var version = given is null ? await tier.GetLatestAsync(name, ct)
                 : VersionPrefix.IsPrefix(given) ? await tier.Catalog.ResolveVersionPrefixAsync(name, given, ct) : given;

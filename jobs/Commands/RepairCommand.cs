@@ -30,7 +30,7 @@ public static class RepairCommand
         var options = o.CacheTier();
         try
         {
-            await using var tier = new CacheTierClient(options);
+            await using var tier = new CacheTierClient(options, o.TierLog);
             if (!o.DryRun && await new SegmentCollector(tier).MayCollectAsync(ct) is { } denial)
                 throw CommandException.Failed($"repair needs an account with the admin role on the cache tier; {tier.Hosts[0]} refused it: {denial}", ErrorCode.AccessDenied);
             var repair = new TierRepair(tier);

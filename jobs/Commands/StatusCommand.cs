@@ -72,7 +72,7 @@ public static class StatusCommand
             options.MaxAttempts = 1;
             options.ConnectionsPerHost = 1;
             options.OperationTimeout = TimeSpan.FromSeconds(5);
-            await using var tier = new CacheTierClient(options);
+            await using var tier = new CacheTierClient(options, o.TierLog);
             hosts = await tier.GetHostStatusAsync(ct);
             if (!o.Json && hosts.All(h => h.Error is null)) disagree = await tier.Catalog.DisagreementsAsync(ct);
             if (!o.Json && !tier.IsCluster && hosts.Any(h => h.Error is null))

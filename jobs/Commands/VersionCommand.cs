@@ -39,7 +39,7 @@ public static class VersionCommand
         options.ConnectionsPerHost = 1;
         options.OperationTimeout = TimeSpan.FromSeconds(3);
         CacheHostStatus[] hosts;
-        await using (var tier = new CacheTierClient(options))
+        await using (var tier = new CacheTierClient(options, o.TierLog))
             hosts = await tier.GetHostStatusAsync(ct);
 
         if (o.Json)

@@ -93,6 +93,25 @@ public sealed class StatusListTests
     }
 
     [Fact]
+    public async Task Verbose_says_on_stderr_which_cache_host_was_connected_and_how_and_leaves_stdout_as_it_was()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(10_000)), "risk/verbose");
+
+        var plain = await s.HpcdataAsync(["list", "--cache-hosts", s.HostList]);
+        var verbose = await s.HpcdataAsync(["list", "-v", "--cache-hosts", s.HostList]);
+        Assert.True(plain.Code == 0 && verbose.Code == 0, plain.Stderr + verbose.Stderr);
+        Assert.DoesNotContain("Connected to", plain.Stderr);
+        Assert.Matches($@"hpcdata: debug: Connected to {System.Text.RegularExpressions.Regex.Escape(s.HostList)} in \d+\.\d ms", verbose.Stderr);
+        Assert.Equal(plain.Out, verbose.Out);
+        var copy = Path.Combine(s.Root, "copy.bin");
+        var get = await s.HpcdataAsync(["get", "risk/verbose", copy, "--verbose", "--cache-hosts", s.HostList], new Dictionary<string, string?> { ["HPCDATA_AGENT_PIPE"] = s.NewPipe() });
+        Assert.True(get.Code == 0, get.Stderr);
+        Assert.Contains("Connected to", get.Stderr);
+    }
+
+    [Fact]
     public async Task List_shows_every_version_with_sizes_latest_lifetime_and_the_jobs_keeping_it()
     {
         await using var s = new Sandbox();

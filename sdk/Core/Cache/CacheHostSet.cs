@@ -30,7 +30,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
         Topology = options.Cluster ? new RedisClusterSlots(this, options, logger) : new IndependentHosts(this, new RendezvousPlacement(_hosts, options.Replicas));
     }
 
-    private HostPool NewPool(CacheEndpoint h) => new(h, _options, _tls, RateLimit, readOnlyReplicas: _options.Cluster);
+    private HostPool NewPool(CacheEndpoint h) => new(h, _options, _tls, RateLimit, readOnlyReplicas: _options.Cluster, _logger);
 
     /// <summary>
     /// Every host known: the configured ones, then (on a Redis Cluster) each node discovered, in the order found.
@@ -274,7 +274,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
         foreach (var p in _pools) await p.DisposeAsync();
     }
 
-    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls, TokenBucket? rateLimit, bool readOnlyReplicas) : IAsyncDisposable
+    private sealed class HostPool(CacheEndpoint endpoint, CacheTierOptions options, CacheTls? tls, TokenBucket? rateLimit, bool readOnlyReplicas, ILogger logger) : IAsyncDisposable
     {
         public CacheEndpoint Endpoint => endpoint;
         /// <summary>When (Environment.TickCount64) the host was last found silent; 0 once it answers again.</summary>
@@ -290,7 +290,12 @@ internal sealed class CacheHostSet : IAsyncDisposable
                 while (_idle.TryTake(out var c))
                     if (!c.IsBroken) return c;
                     else await c.DisposeAsync();
+                var started = System.Diagnostics.Stopwatch.GetTimestamp();
                 var fresh = await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls, rateLimit);
+                // What an operator asks first when a command is slow or refused (hpcdata -v): where, how long, as whom.
+                if (logger.IsEnabled(LogLevel.Debug))
+                    logger.LogDebug("Connected to {Host} in {Ms:0.0} ms{Tls}{Account}", endpoint, System.Diagnostics.Stopwatch.GetElapsedTime(started).TotalMilliseconds,
+                        tls is null ? "" : " over TLS", options.User is { } user ? $" as {user}" : "");
                 if (!readOnlyReplicas) return fresh;
                 // A cluster node serves reads of its master's slots only after READONLY; a master ignores it.
                 fresh.ThrowsRoutingErrors = true;
