@@ -24,7 +24,10 @@ public class WorkerProbeTests
             var flag = option.Name is "--wait-go" or "--verify";
             string[] args = flag ? [option.Name] : [option.Name, option.Name switch { "--reopens" => "7", "--mode" => "map", "--pipe" => "/run/a.sock", _ => "all" }];
             Assert.Null(Parse(args).Problem);
-            Assert.Contains(option.Help.Split(' ')[0], Assert.Single(help.Split('\n'), l => l.Contains($" {option.Name}")));
+            // Its help starts on its line, or on the next when the switch and its placeholder fill the column.
+            var lines = help.Split('\n');
+            var at = Array.IndexOf(lines, Assert.Single(lines, l => l.Contains($" {option.Name}")));
+            Assert.Contains(option.Help.Split(' ')[0], lines[at] + " " + lines[at + 1]);
         }
         var (s, _) = Parse("risk/a", "--mode", "map", "--wait-go", "--verify", "--touch", "all", "--reopens", "0", "--pipe", "/run/a.sock");
         Assert.Equal(("risk/a", "map", true, true, "all", 0, "/run/a.sock"), (s.Dataset, s.Mode, s.WaitGo, s.Verify, s.Touch, s.Reopens, s.Pipe));
