@@ -35,15 +35,19 @@ public static class HelpLayout
         return left.Length > LeftWidth ? $"  {left}\n{indent}{lines}" : $"  {left.PadRight(LeftWidth)} {lines}";
     }
 
-    /// <summary>An "Examples:" section: each command on its own line under what it does; nothing when there are none.</summary>
+    /// <summary>
+    /// An "Examples:" section: each command on its own line under what it does, a blank line between two; nothing when
+    /// there are none. It ends with its last line's newline, so help ends as it did without it.
+    /// </summary>
     public static string Examples(IReadOnlyList<(string Command, string What)> examples, int columns)
     {
         if (examples.Count == 0) return "";
         var sb = new StringBuilder("Examples:\n");
-        foreach (var (command, what) in examples)
+        for (var i = 0; i < examples.Count; i++)
         {
-            foreach (var line in Wrap(what, columns - 4)) sb.Append("  # ").AppendLine(line);
-            sb.Append("  ").AppendLine(command).AppendLine();
+            if (i > 0) sb.Append('\n');
+            foreach (var line in Wrap(examples[i].What, columns - 4)) sb.Append("  # ").Append(line).Append('\n');
+            sb.Append("  ").Append(examples[i].Command).Append('\n');
         }
         return sb.ToString();
     }

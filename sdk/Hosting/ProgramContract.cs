@@ -175,7 +175,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         }
         sb.AppendLine(HelpLayout.Entry("-h, --help", "this text", columns));
         sb.AppendLine().AppendLine(string.Join("\n", HelpLayout.Wrap($"Settings can also come from appsettings.json beside the program (section \"{T.SectionName}\"); arguments from a file with @FILE (one a line).", columns)));
-        sb.AppendLine().Append(HelpLayout.Examples(T.Examples, columns));
+        if (T.Examples.Count > 0) sb.AppendLine().Append(HelpLayout.Examples(T.Examples, columns));
         return sb.ToString();
     }
 
