@@ -3,7 +3,7 @@
 param(
     [string]$Configuration = "Release",
     [switch]$SkipTests,
-    # The cache host, node agent, stager and the sample worker compiled to native code (needs clang on Linux, the MSVC
+    # hpcdata (with the cache host, node agent and stager in it) and the sample worker compiled to native code (needs clang on Linux, the MSVC
     # build tools on Windows): no runtime start-up and no JIT (docs/benchmarks.md has what it changes).
     [switch]$Native
 )
@@ -33,12 +33,12 @@ foreach ($project in "jobs/Hpc.Jobs.csproj", "cachehost/Hpc.CacheHost.csproj", "
     Invoke-Step "publish $project" { dotnet publish $project -c $Configuration -r $rid --self-contained false -p:PublishReadyToRun=true -o artifacts/publish/hpcdata }
 }
 if ($Native) {
-    foreach ($project in "cachehost/Hpc.CacheHost.csproj", "nodeagent/Hpc.NodeAgent.csproj", "stager/Hpc.Stager.csproj", "samples/native/Hpc.Samples.Native.csproj") {
-        Invoke-Step "publish $project (native)" { dotnet publish $project -c $Configuration -r $rid -p:PublishAot=true -o artifacts/publish/hpcdata }
-        # hpcdata finds a program beside itself: the native one only when no assembly and runtime configuration of it are left there.
-        $name = [IO.Path]::GetFileNameWithoutExtension($project)
-        Remove-Item -ErrorAction SilentlyContinue (Join-Path artifacts/publish/hpcdata "$name.dll"), (Join-Path artifacts/publish/hpcdata "$name.runtimeconfig.json"),
-            (Join-Path artifacts/publish/hpcdata "$name.deps.json")
-    }
+    # hpcdata compiled to native code, with the cache host, node agent and stager in it, where an installed tool keeps
+    # it (native/<rid>/): the hpcdata of this folder starts it for every program it carries.
+    Invoke-Step "publish jobs/Hpc.Jobs.csproj (native)" { dotnet publish jobs/Hpc.Jobs.csproj -c $Configuration -r $rid -p:PublishAot=true -p:NativePrograms=false -o artifacts/publish/hpcdata/native/$rid }
+    Invoke-Step "publish samples/native/Hpc.Samples.Native.csproj (native)" { dotnet publish samples/native/Hpc.Samples.Native.csproj -c $Configuration -r $rid -p:PublishAot=true -o artifacts/publish/hpcdata }
+    # hpcdata finds a program beside itself: the native one only when no assembly and runtime configuration of it are left there.
+    Remove-Item -ErrorAction SilentlyContinue artifacts/publish/hpcdata/Hpc.Samples.Native.dll, artifacts/publish/hpcdata/Hpc.Samples.Native.runtimeconfig.json,
+        artifacts/publish/hpcdata/Hpc.Samples.Native.deps.json
 }
 Write-Host "done: packages in artifacts/packages, programs in artifacts/publish/hpcdata"

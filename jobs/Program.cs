@@ -5,6 +5,8 @@ using Hpc.Jobs.Commands;
 
 // hpcdata: what users type. Each verb hands off to its command; CommandTree owns help, usage errors and exit codes.
 const string Me = "hpcdata";
+// hpcdata compiled to native code is also the cache host, node agent and stager: `hpcdata Hpc.NodeAgent …` runs one here.
+if (args is [var program, ..] && LinkedPrograms.Find(program) is { } linked) return await linked(args[1..]);
 return await new CommandTree(Me, "get a shared read-only dataset onto every compute node once, verified, and share it with every worker", [
     new("stage", "Stage a file, a directory or stdin as a new dataset version (runs the stager).", StageVerb.RunAsync,
         Switches: [.. ProgramContract<StagerOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)], HelpText: ProgramContract<StagerOptions>.Help),

@@ -1,13 +1,2 @@
-using Hpc.CommonData.Hosting;
-using Hpc.Stager;
-using Microsoft.Extensions.Configuration;
-using Contract = Hpc.CommonData.Hosting.ProgramContract<Hpc.CommonData.Hosting.StagerOptions>;
-
-// --help answered, an unknown switch or a bad value refused (exit 2), before anything is read or sent.
-if (Contract.Handle(args, out var settings) is { } exit) return exit;
-// appsettings.json beside the program, as the other programs read it (their help and this one's say so), then the command line.
-var configuration = new ConfigurationBuilder()
-    .AddJsonFile(Path.Combine(AppContext.BaseDirectory, "appsettings.json"), optional: true, reloadOnChange: false)
-    .AddInMemoryCollection(settings).Build();
-if (Contract.Bind(configuration, settings, out var options) is { } refused) return refused;
-return await StageCommand.RunAsync(options);
+// The whole program is StagerProgram: a native hpcdata, compiled with every program in it, runs it too.
+return await Hpc.Stager.StagerProgram.RunAsync(args);

@@ -10,7 +10,7 @@ public static class StageCommand
 {
     public static async Task<int> RunAsync(StagerOptions o)
     {
-        ILogger log = new LineLogger(StagerOptions.ProgramName);
+        ILogger log = new LineLogger(StagerOptions.ProgramName, o.Verbose ? LogLevel.Debug : LogLevel.Warning);
         using var cancel = new CancellationTokenSource();
         // SIGTERM as Ctrl-C: a scheduler's stop, or `hpcdata stage` passing a Ctrl-C on, ends the stage with its line and 130.
         using var signals = Signals.CancelOn(cancel);

@@ -19,7 +19,7 @@ public abstract class CacheClientOptions : ISwitchGroups
 
     private bool _hostsDefaulted, _exposureSaid;
 
-    [Switch(VerboseSwitch.Name, VerboseSwitch.Help + ".", Alias = VerboseSwitch.Alias)]
+    [Switch(VerboseSwitch.Name, VerboseSwitch.Help + ".", Alias = VerboseSwitch.Alias, Environment = VerboseSwitch.Variable)]
     public bool Verbose { get; set; }
 
     /// <summary>What the cache tier's client says as it goes: everything, on stderr, with --verbose; nothing otherwise (the verb says what failed itself).</summary>

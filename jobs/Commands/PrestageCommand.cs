@@ -106,6 +106,7 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
         stager.Name = name;
         stager.CacheTier = CacheTierFor(hosts);
         stager.Json = true;
+        stager.Verbose = Verbose;
         stager.Lifetime = Lifetime is { } l && l != "job" ? l : null;
         return stager;
     }
@@ -161,7 +162,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             // The nodes get the cache tier whole, as this command was given it (files by full path), on the hosts used here.
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, o.CacheTierFor(hosts), o.Nodes, o.HostsPerNode, command,
                 o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi,
-                NodePrep: o.NodePrep.Copy());
+                NodePrep: o.NodePrep.Copy(), Verbose: o.Verbose);
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 

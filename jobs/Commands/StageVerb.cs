@@ -15,6 +15,9 @@ public static class ProgramVerb
     /// </param>
     public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args, bool quiet = false, bool keepOutput = true)
     {
+        // Compiled into this executable (native hpcdata): run here, a process less; quiet needs the program's own
+        // process, whose output it connects.
+        if (!quiet && LinkedPrograms.Find(assembly) is { } linked) return await linked([.. args]);
         var command = ComponentLocator.Command(assembly);
         var info = new System.Diagnostics.ProcessStartInfo(command[0])
         {

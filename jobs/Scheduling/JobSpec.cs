@@ -1,5 +1,6 @@
 using Hpc.CommonData.Cli;
 using Hpc.CommonData.Cache;
+using Hpc.CommonData.Hosting;
 using Hpc.Jobs.Cli;
 
 namespace Hpc.Jobs.Scheduling;
@@ -13,6 +14,7 @@ namespace Hpc.Jobs.Scheduling;
 /// <param name="Hpcdata">How nodes invoke hpcdata (e.g. "hpcdata" on PATH, or "dotnet /opt/hpcdata/hpcdata.dll").</param>
 /// <param name="AgentPipe">The node agent's pipe on every node (null: the agent default or the node's own setting).</param>
 /// <param name="NodePrep">Node prep's settings on every node (null: node prep's defaults).</param>
+/// <param name="Verbose">Node prep on every node says what it does on stderr (<c>--verbose</c>, as prestage was given it).</param>
 public sealed record JobSpec(
     string JobName,
     string Dataset,
@@ -28,7 +30,8 @@ public sealed record JobSpec(
     bool LifetimeJob = false,
     string? WorkDirectory = null,
     bool FanoutMpi = false,
-    NodePrepSwitches? NodePrep = null)
+    NodePrepSwitches? NodePrep = null,
+    bool Verbose = false)
 {
     /// <summary>
     /// Node prep's own arguments: with the fan-out, one MPI rank per node shares the fetching; without it, a direct fetch
@@ -50,9 +53,10 @@ public sealed record JobSpec(
 
     /// <summary>
     /// Node prep's settings as the job's variables, those that differ from node prep's defaults: node prep reads them on
-    /// every node, in the fan-out step and in the direct one alike.
+    /// every node, in the fan-out step and in the direct one alike; <c>--verbose</c> when prestage was given it.
     /// </summary>
-    public IReadOnlyList<KeyValuePair<string, string>> NodePrepVariables => NodePrepSwitches.Group.ToVariables(NodePrep ?? new NodePrepSwitches());
+    public IReadOnlyList<KeyValuePair<string, string>> NodePrepVariables =>
+        [.. NodePrepSwitches.Group.ToVariables(NodePrep ?? new NodePrepSwitches()), .. Verbose ? [new(VerboseSwitch.Variable, "true")] : Array.Empty<KeyValuePair<string, string>>()];
 
     /// <summary>The cache tier's secrets that were given (the password), as the variables that carry them.</summary>
     public IReadOnlyList<KeyValuePair<string, string>> CacheTierSecrets => Hpc.Jobs.Cli.CacheClientOptions.Group.SecretVariables(CacheTier);

@@ -209,8 +209,38 @@ public static class ComponentLocator
 {
     public const string BinVariable = "HPCDATA_BIN";
 
-    /// <summary>The command line that runs <paramref name="assembly"/>: <c>dotnet &lt;path&gt;.dll</c>, or a native program's path.</summary>
-    public static string[] Command(string assembly) => Find(assembly) is var path && IsNative(path) ? [path] : [ComponentProcess.DotnetHost(), path];
+    /// <summary>
+    /// The command line that runs <paramref name="assembly"/>: <c>dotnet &lt;path&gt;.dll</c>, a native program's path, or
+    /// a native hpcdata that carries the program (<see cref="LinkedIntoHpcdata"/>) with the program's name after it.
+    /// </summary>
+    public static string[] Command(string assembly) => CommandFor(Find(assembly), assembly);
+
+    internal static string[] CommandFor(string path, string assembly) => IsNative(path)
+        ? (Carries(path, assembly) ? [path, assembly] : [path])
+        : [ComponentProcess.DotnetHost(), path];
+
+    /// <summary>
+    /// The programs that hpcdata, compiled to native code, carries compiled into it (and runs as
+    /// <c>hpcdata &lt;assembly&gt; ARGS</c>): one executable instead of four, the runtime and libraries they share in it once.
+    /// A program's own native build, where a folder has one, is still preferred.
+    /// </summary>
+    public static IReadOnlyList<string> LinkedIntoHpcdata { get; } = [CacheHostOptions.Assembly, NodeAgentOptions.Assembly, StagerOptions.Assembly];
+
+    private const string Hpcdata = "hpcdata";
+
+    private static bool Carries(string nativePath, string assembly) =>
+        assembly != Hpcdata && ProgramName(Path.GetFileName(nativePath)) == Hpcdata;
+
+    /// <summary>The executables that can run <paramref name="assembly"/> natively, its own first.</summary>
+    private static string[] NativeNames(string assembly) => LinkedIntoHpcdata.Contains(assembly)
+        ? [Executable(assembly), Executable(Hpcdata)]
+        : [Executable(assembly)];
+
+    private static string Executable(string name) => OperatingSystem.IsWindows() ? name + ".exe" : name;
+
+    // Not Path.GetFileNameWithoutExtension: "Hpc.Stager" has no extension.
+    private static string ProgramName(string executable) =>
+        OperatingSystem.IsWindows() && executable.EndsWith(".exe", StringComparison.OrdinalIgnoreCase) ? executable[..^4] : executable;
 
     /// <summary>True for a program compiled to native code rather than an assembly run by <c>dotnet</c>.</summary>
     public static bool IsNative(string path) => !path.EndsWith(".dll", StringComparison.OrdinalIgnoreCase);
@@ -325,14 +355,17 @@ public static class ComponentLocator
 
     internal static string? FindIn(string dir, string assembly, bool wideVectors)
     {
-        var executable = OperatingSystem.IsWindows() ? assembly + ".exe" : assembly;
-        if (wideVectors && Path.Combine(NativeFolder(dir), WideVectorLevel, executable) is var wide && File.Exists(wide) && Runnable(wide)) return wide;
-        if (Path.Combine(NativeFolder(dir), executable) is var forPlatform && File.Exists(forPlatform)
-            && Runnable(forPlatform)) return forPlatform;
+        foreach (var executable in NativeNames(assembly))
+        {
+            if (wideVectors && Path.Combine(NativeFolder(dir), WideVectorLevel, executable) is var wide && File.Exists(wide) && Runnable(wide)) return wide;
+            if (Path.Combine(NativeFolder(dir), executable) is var forPlatform && File.Exists(forPlatform)
+                && Runnable(forPlatform)) return forPlatform;
+        }
         if (Path.Combine(dir, assembly + ".dll") is var path && File.Exists(path)) return path;
         // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
-        if (Path.Combine(dir, OperatingSystem.IsWindows() ? assembly + ".exe" : assembly) is var native && File.Exists(native)
-            && !File.Exists(Path.Combine(dir, assembly + ".runtimeconfig.json"))) return native;
+        foreach (var executable in NativeNames(assembly))
+            if (Path.Combine(dir, executable) is var native && File.Exists(native)
+                && !File.Exists(Path.Combine(dir, ProgramName(executable) + ".runtimeconfig.json"))) return native;
         return null;
     }
 
@@ -409,13 +442,13 @@ public static class ComponentLocator
         // Under the project's name, which is the program's own except for hpcdata (project Hpc.Jobs).
         var publish = new DirectoryInfo(Path.Combine(artifacts.FullName, "publish"));
         if (!publish.Exists) return null;
-        var executable = OperatingSystem.IsWindows() ? assembly + ".exe" : assembly;
         var pivot = $"{configDir.Name}_{RuntimeInformation.RuntimeIdentifier}";
         string[] pivots = wideVectors ? [$"{pivot}_{WideVectorLevel}", pivot] : [pivot];
         var projects = publish.EnumerateDirectories().ToList();
-        return projects
-            .SelectMany(project => pivots.Select(p => Path.Combine(project.FullName, p, executable)))
-            .FirstOrDefault(native => File.Exists(native) && !File.Exists(Path.Combine(Path.GetDirectoryName(native)!, assembly + ".runtimeconfig.json"))
+        return NativeNames(assembly)
+            .SelectMany(executable => projects.SelectMany(project => pivots.Select(p => Path.Combine(project.FullName, p, executable))))
+            .FirstOrDefault(native => File.Exists(native)
+                                      && !File.Exists(Path.Combine(Path.GetDirectoryName(native)!, ProgramName(Path.GetFileName(native)) + ".runtimeconfig.json"))
                                       && File.GetLastWriteTimeUtc(native) >= File.GetLastWriteTimeUtc(builtAssembly))
             ?? projects.Select(project => Path.Combine(project.FullName, $"{pivot}_{ReadyToRunPivot}", assembly + ".dll"))
                 .FirstOrDefault(precompiled => File.Exists(precompiled) && File.Exists(Path.ChangeExtension(precompiled, ".runtimeconfig.json"))

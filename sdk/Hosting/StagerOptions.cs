@@ -94,6 +94,9 @@ public sealed class StagerOptions : IProgramOptions
     [Switch(QuietSwitch.Name, QuietSwitch.Help + " (--json still prints its line).", Alias = QuietSwitch.Alias)]
     public bool Quiet { get; set; }
 
+    [Switch(VerboseSwitch.Name, VerboseSwitch.Help + ".", Alias = VerboseSwitch.Alias, Environment = VerboseSwitch.Variable)]
+    public bool Verbose { get; set; }
+
     public IEnumerable<string> Validate()
     {
         foreach (var problem in Metrics.Validate()) yield return problem;

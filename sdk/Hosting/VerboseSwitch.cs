@@ -12,6 +12,12 @@ public static class VerboseSwitch
     /// <summary>The short form, as curl, ssh and rsync spell it.</summary>
     public const string Alias = "-v";
 
+    /// <summary>
+    /// The switch's variable: set by the jobs prestage writes when it was given (node prep on every node is verbose
+    /// too), and by a user who wants every command verbose.
+    /// </summary>
+    public const string Variable = "HPCDATA_VERBOSE";
+
     public const string Help = "Say on stderr what happens on the way: each cache host connected (how long, over TLS or not, as which account), " +
                                "each retry and its reason; stdout and the exit code stay the same";
 }

@@ -219,4 +219,68 @@ public sealed class ComponentLocatorTests : IDisposable
         Assert.Equal(newer, ComponentLocator.NewestBuilt([own, newer], "Hpc.NodeAgent"));
         Assert.Null(ComponentLocator.NewestBuilt([Path.Combine(_dir, "nowhere", "Hpc.NodeAgent.dll")], "Hpc.NodeAgent"));
     }
+
+    private static readonly string Hpcdata = OperatingSystem.IsWindows() ? "hpcdata.exe" : "hpcdata";
+
+    private static string Executable(string path)
+    {
+        File.WriteAllText(path, "");
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        return path;
+    }
+
+    [Theory]
+    [InlineData("Hpc.CacheHost")]
+    [InlineData("Hpc.NodeAgent")]
+    [InlineData("Hpc.Stager")]
+    public void An_installed_native_hpcdata_runs_the_daemons_compiled_into_it_with_the_programs_name_after_it(string assembly)
+    {
+        Touch(assembly + ".dll");
+        Touch(assembly + ".runtimeconfig.json");
+        var hpcdata = Executable(Path.Combine(Directory.CreateDirectory(ComponentLocator.NativeFolder(_dir)).FullName, Hpcdata));
+        var wide = Executable(Path.Combine(Directory.CreateDirectory(Path.Combine(ComponentLocator.NativeFolder(_dir), ComponentLocator.WideVectorLevel)).FullName, Hpcdata));
+        Assert.Equal(wide, ComponentLocator.FindIn(_dir, assembly, wideVectors: true));
+        Assert.Equal(hpcdata, ComponentLocator.FindIn(_dir, assembly, wideVectors: false));
+        Assert.Equal([hpcdata, assembly], ComponentLocator.CommandFor(hpcdata, assembly));
+        // hpcdata itself is started without a program's name, and a program that is not compiled into it is not found there.
+        Assert.Equal([hpcdata], ComponentLocator.CommandFor(hpcdata, "hpcdata"));
+        Assert.Null(ComponentLocator.FindIn(_dir, "Hpc.Samples", wideVectors: false));
+    }
+
+    [Fact]
+    public void A_programs_own_native_build_is_preferred_to_the_hpcdata_that_carries_it()
+    {
+        var folder = Directory.CreateDirectory(ComponentLocator.NativeFolder(_dir)).FullName;
+        Executable(Path.Combine(folder, Hpcdata));
+        var own = Executable(Path.Combine(folder, Native));
+        Assert.Equal(own, ComponentLocator.FindIn(_dir, "Hpc.Stager", wideVectors: false));
+        Assert.Equal([own], ComponentLocator.CommandFor(own, "Hpc.Stager"));
+    }
+
+    [Fact]
+    public void A_folder_of_native_programs_runs_the_daemons_through_its_native_hpcdata_but_not_through_an_apphost()
+    {
+        var hpcdata = Touch(Hpcdata);
+        Assert.Equal(hpcdata, ComponentLocator.FindIn(_dir, "Hpc.NodeAgent", wideVectors: false));
+        // An ordinary build's apphost has its runtime configuration beside it: it is the portable hpcdata, which carries none.
+        Touch("hpcdata.runtimeconfig.json");
+        Assert.Null(ComponentLocator.FindIn(_dir, "Hpc.NodeAgent", wideVectors: false));
+    }
+
+    [Fact]
+    public void In_a_build_tree_a_daemon_without_a_native_build_of_its_own_runs_in_hpcdatas_when_that_is_as_new()
+    {
+        var (dll, native) = BuildTree();
+        var publish = Directory.CreateDirectory(Path.Combine(_dir, "artifacts", "publish", "Hpc.Jobs",
+            "release_" + System.Runtime.InteropServices.RuntimeInformation.RuntimeIdentifier)).FullName;
+        var hpcdata = Path.Combine(publish, Hpcdata);
+        File.WriteAllText(hpcdata, "");
+        File.SetLastWriteTimeUtc(dll, DateTime.UtcNow.AddMinutes(-1));
+        Assert.Equal(hpcdata, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager", wideVectors: false));
+        File.WriteAllText(native, "");
+        Assert.Equal(native, ComponentLocator.NativeBuildOf(dll, "Hpc.Stager", wideVectors: false));
+        File.Delete(native);
+        File.SetLastWriteTimeUtc(hpcdata, DateTime.UtcNow.AddMinutes(-2));
+        Assert.Null(ComponentLocator.NativeBuildOf(dll, "Hpc.Stager", wideVectors: false));
+    }
 }

@@ -197,6 +197,38 @@ public sealed class SettingsTravelTests : IDisposable
     }
 
     [Theory]
+    [InlineData("-v")]
+    [InlineData("--verbose")]
+    public void Prestage_verbose_makes_the_stager_it_runs_and_node_prep_on_every_node_verbose(string verbose)
+    {
+        var (prestage, problem) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x", verbose], NoVariables);
+        Assert.Null(problem);
+        var stager = ProgramContract<StagerOptions>.ToArguments(prestage.Stager("/data.bin", "risk/x", ["cache1:6380"])).ToList();
+        var at = stager.IndexOf(VerboseSwitch.Name);
+        Assert.True(at >= 0 && (at == stager.Count - 1 || stager[at + 1] != "false"), string.Join(' ', stager));
+
+        var job = new JobSpec("j", "risk/x", new string('a', 64), prestage.CacheTierFor(["cache1:6380"]), 3, 1, ["hpcdata", "worker"],
+            NodePrep: prestage.NodePrep.Copy(), Verbose: prestage.Verbose);
+        var environments = new Dictionary<string, IReadOnlyDictionary<string, string?>>
+        {
+            ["slurm"] = Exports(SlurmScript.Generate(job)),
+            ["hpcpack"] = JobEnv(HpcPackCommands.Generate(job)),
+            ["local"] = LocalScheduler.JobEnvironment(job, "job-1", "pipe-1"),
+        };
+        foreach (var (scheduler, environment) in environments)
+        {
+            var (nodePrep, nodeProblem) = VerbContract<NodePrepOptions>.Parse([.. job.NodePrepArguments.Skip(1)], v => environment.GetValueOrDefault(v));
+            Assert.Null(nodeProblem);
+            Assert.True(nodePrep.Verbose, $"{scheduler}: node prep was not verbose");
+        }
+
+        // Without it, neither is.
+        var (quiet, _) = VerbContract<PrestageOptions>.Parse(["data.bin", "--name", "risk/x"], NoVariables);
+        Assert.False(quiet.Stager("/data.bin", "risk/x", ["cache1:6380"]).Verbose);
+        Assert.DoesNotContain(VerboseSwitch.Variable, SlurmScript.Generate(job with { Verbose = false }));
+    }
+
+    [Theory]
     [InlineData(new[] { "--link-probe", "off" }, false)]
     [InlineData(new[] { "--link-probe", "on" }, true)]
     [InlineData(new[] { "--link-probe=off" }, false)]

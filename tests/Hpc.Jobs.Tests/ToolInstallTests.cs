@@ -95,6 +95,8 @@ public sealed class ToolInstallTests
                 string[] args = ["pack", Path.Combine(root, "jobs", "Hpc.Jobs.csproj"), "-c", configuration, "--no-restore", "-o", output, .. (noBuild ? new[] { "--no-build" } : [])];
                 var pack = await RunAsync("dotnet", args, root, env, TimeSpan.FromMinutes(5));
                 Assert.True(pack.Code == 0, $"dotnet {string.Join(' ', args)}:\n{pack.Output}");
+                // Each file once: NuGet warns (NU5118) for every copy of a path it drops.
+                Assert.DoesNotContain("warning NU", pack.Output);
                 using var zip = System.IO.Compression.ZipFile.OpenRead(Assert.Single(Directory.GetFiles(output, "hpcdata.*.nupkg")));
                 var entries = zip.Entries.Select(e => e.FullName).ToHashSet();
                 foreach (var program in new[] { "hpcdata", "Hpc.NodeAgent", "Hpc.CacheHost", "Hpc.Stager", "Hpc.Samples" })
