@@ -5,6 +5,8 @@ using Hpc.Jobs.Commands;
 
 // hpcdata: what users type. Each verb hands off to its command; CommandTree owns help, usage errors and exit codes.
 const string Me = "hpcdata";
+// The installed tool's launcher runs this assembly: where the package carries hpcdata compiled for this machine, that serves.
+NativeHandoff.ExecInstalledNative(args);
 // hpcdata compiled to native code is also the cache host, node agent and stager: `hpcdata Hpc.NodeAgent …` runs one here.
 if (args is [var program, ..] && LinkedPrograms.Find(program) is { } linked) return await linked(args[1..]);
 return await new CommandTree(Me, "get a shared read-only dataset onto every compute node once, verified, and share it with every worker", [

@@ -341,7 +341,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         await action(tier);
     }
 
-    private string Hpcdata() => o.Hpcdata ?? InstalledHpcdata(Environment.ProcessPath, ComponentLocator.IsBuildTree(AppContext.BaseDirectory), FindOnPath) ?? Quote.Sh(ComponentLocator.Command("hpcdata"));
+    private string Hpcdata() => o.Hpcdata ?? InstalledHpcdata(NativeHandoff.LauncherPath, ComponentLocator.IsBuildTree(AppContext.BaseDirectory), FindOnPath) ?? Quote.Sh(ComponentLocator.Command("hpcdata"));
 
     /// <summary>
     /// How a job's nodes run hpcdata when --hpcdata does not say: the installed tool, never a build tree, when there is

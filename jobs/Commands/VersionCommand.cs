@@ -69,8 +69,9 @@ public static class VersionCommand
         }
 
         var table = new TextTable("PART", "WHERE", "VERSION");
-        // Run by dotnet (a build's output, an installed tool's assembly), the program is the assembly, not the host.
-        var self = Environment.ProcessPath is { } process && Path.GetFileNameWithoutExtension(process) != "dotnet"
+        // On the runtime (a build's output, an installed tool's assembly run by its launcher) the program is the assembly,
+        // not the host or the launcher; compiled to native code it is this executable.
+        var self = !System.Runtime.CompilerServices.RuntimeFeature.IsDynamicCodeSupported && Environment.ProcessPath is { } process
             ? process : Path.Combine(AppContext.BaseDirectory, "hpcdata.dll");
         table.Add("hpcdata", self, $"{client} ({ComponentLocator.BuildKind(self)})");
         table.Add("agent", pipe, agent ?? "not answering");

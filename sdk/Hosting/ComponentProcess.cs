@@ -356,11 +356,7 @@ public static class ComponentLocator
     internal static string? FindIn(string dir, string assembly, bool wideVectors)
     {
         foreach (var executable in NativeNames(assembly))
-        {
-            if (wideVectors && Path.Combine(NativeFolder(dir), WideVectorLevel, executable) is var wide && File.Exists(wide) && Runnable(wide)) return wide;
-            if (Path.Combine(NativeFolder(dir), executable) is var forPlatform && File.Exists(forPlatform)
-                && Runnable(forPlatform)) return forPlatform;
-        }
+            if (InstalledNative(dir, executable, wideVectors) is { } native) return native;
         if (Path.Combine(dir, assembly + ".dll") is var path && File.Exists(path)) return path;
         // A native build has no runtime configuration beside it; an apphost (any ordinary build copies one) has.
         foreach (var executable in NativeNames(assembly))
@@ -376,6 +372,19 @@ public static class ComponentLocator
     private static bool IsExecutable(string path) => OperatingSystem.IsWindows() || Posix.Access(path, Posix.X_OK) == 0;
 
     private static readonly HashSet<string> Said = [];
+
+    /// <summary>
+    /// The native build of <paramref name="program"/> that an installed folder carries for this platform and CPU
+    /// (<c>native/&lt;rid&gt;/</c>, its wide-vector build on a CPU that has AVX-512), when this user may run it; else null.
+    /// </summary>
+    public static string? InstalledNative(string dir, string program) => InstalledNative(dir, Executable(program), CpuRunsWideVectorBuilds);
+
+    private static string? InstalledNative(string dir, string executable, bool wideVectors)
+    {
+        if (wideVectors && Path.Combine(NativeFolder(dir), WideVectorLevel, executable) is var wide && File.Exists(wide) && Runnable(wide)) return wide;
+        if (Path.Combine(NativeFolder(dir), executable) is var forPlatform && File.Exists(forPlatform) && Runnable(forPlatform)) return forPlatform;
+        return null;
+    }
 
     /// <summary>
     /// Whether an installed native build can be started, said once when it cannot. <c>dotnet tool install</c> run by
