@@ -37,7 +37,7 @@ public sealed class MpiNodePrepTests
              "--data-dir", Path.Combine(s.Root, "node{rank}"), "--cache-hosts", s.HostList],
             new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" }, name: "mpi nodeprep",
             launcher: Launcher(launcher));
-        var code = await job.WaitForExitAsync(TimeSpan.FromMinutes(3));
+        var code = await EndsWithinAsync(job, TimeSpan.FromMinutes(3));
         var lines = job.StandardOutput.Where(l => l.Contains("node=")).ToList();
 
         Assert.True(code == 0, $"exit {code}: {job.StandardErrorTail}");
@@ -75,7 +75,7 @@ public sealed class MpiNodePrepTests
             NodePrep("--fanout", "mpi", "--stall-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")),
             env, name: "mpi nodeprep", launcher: Launcher(launcher));
         await Sandbox.KillRankOnceTheExchangeMovesAsync("job-k", rank: 1, ranks: 3, TimeSpan.FromSeconds(60), job);
-        var code = await job.WaitForExitAsync(TimeSpan.FromMinutes(2));
+        var code = await EndsWithinAsync(job, TimeSpan.FromMinutes(2));
 
         // What every node holds now was verified by its agent; the plain node prep the job runs next keeps it. A fetch
         // the killed rank had asked its agent for may still be running: what is kept is read once every agent is at rest.
@@ -130,7 +130,7 @@ public sealed class MpiNodePrepTests
              "--peer-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")],
             env, name: "mpi nodeprep", launcher: ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "mpi_yield_when_idle", "1", "-n", $"{ranks}"]);
         await Sandbox.KillRankOnceTheExchangeMovesAsync("job8-kill", rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
-        await job.WaitForExitAsync(TimeSpan.FromMinutes(4));
+        await EndsWithinAsync(job, TimeSpan.FromMinutes(4));
 
         // Every other node is ready by the ring itself, not by the direct fetch that follows a failed exchange.
         var lines = job.StandardOutput.Where(l => l.StartsWith("node=", StringComparison.Ordinal)).ToList();
@@ -163,5 +163,19 @@ public sealed class MpiNodePrepTests
         Assert.True(r.Code == 0, r.Stderr);
         Assert.Contains("no MPI for the fan-out here", r.Stderr);
         Assert.Contains($"version={staged.Version}", r.Out);
+    }
+
+    /// <summary>The job's exit code; a job still running after <paramref name="limit"/> fails the test with what its ranks said.</summary>
+    private static async Task<int> EndsWithinAsync(ComponentProcess job, TimeSpan limit)
+    {
+        try
+        {
+            return await job.WaitForExitAsync(limit);
+        }
+        catch (TimeoutException)
+        {
+            Assert.Fail($"the job was still running after {limit.TotalMinutes:0} min; its output:\n{string.Join("\n", job.StandardOutput)}\n{job.StandardErrorTail}");
+            throw;
+        }
     }
 }
