@@ -75,6 +75,11 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--peer-timeout", "--fanout mpi --ring tcp: how long a ring neighbour may take nothing while a block waits for it before it counts as dead or hung and the ring closes around it (the member after it must have heard nothing from it for half as long).", Meta = "DURATION")]
     public string PeerTimeout { get; set; } = "5s";
 
+    [Switch("--ring-groups", "--fanout mpi --ring tcp: auto, off, or a group size G. With groups, consecutive ranks form rings of about G " +
+        "and the ranks at one place in every group form rings across them, so a block crosses about G + N/G links instead of N - 1 " +
+        "(the tier still sends each byte once). auto: groups of about the square root of N from 64 ranks on; off: one ring.", Meta = "SIZE")]
+    public string RingGroups { get; set; } = "auto";
+
     [Switch("--json", "Print the result as one JSON object (node, dataset, version, bytes, seconds, source, the fan-out's figures, path) instead of the key=value line.")]
     public bool Json { get; set; }
 
@@ -109,6 +114,8 @@ public static class NodePrepCommand
         }
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
         if (peerTimeout <= TimeSpan.Zero) throw CommandException.Usage($"--peer-timeout must be more than 0 (got {o.PeerTimeout})");
+        try { FanoutGrid.ParseGroupSize(o.RingGroups); }
+        catch (FormatException e) { throw CommandException.Usage(e.Message); }
         if (o.Fanout is not ("auto" or "none" or "mpi")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi");
         // The cache tier's settings are checked before anything starts (a missing password file, a bad host).
         try { o.CacheTier(); }
@@ -150,7 +157,8 @@ public static class NodePrepCommand
                     var (summary, served) = await ExchangeAsync(ranks, o, pipe, name, version, stallTimeout, fetchTimer.Token);
                     version = summary.Version;
                     // The line below is this node's time; the process still waits at the end for the other ranks.
-                    ranks.ClosingLimit = summary.Route != "ring" ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
+                    // Leaves take their own link's time, so the ranks may wait that long for each other at the end.
+                    ranks.ClosingLimit = summary.Route.StartsWith("leaves", StringComparison.Ordinal) ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
                     leavesServed = served;
                     fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
                              $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} " +
@@ -321,9 +329,10 @@ public static class NodePrepCommand
         {
             await using var ingest = new AgentIngest(pipe);
             var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
-            ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, TcpRing.LocalAddressToward(first.Host, first.Port), stallTimeout, ct) : null;
+            var local = TcpRing.LocalAddressToward(first.Host, first.Port);
+            ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, local, stallTimeout, ct) : null;
             summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.NodePrep.LinkProbe,
-                peerSilence: Durations.Parse(o.PeerTimeout));
+                peerSilence: Durations.Parse(o.PeerTimeout), grid: ring is null ? null : new GridRings(o.RingGroups, local));
         }
         catch
         {

@@ -31,6 +31,10 @@ public interface INodeIngest : IAsyncDisposable
     Task<(int Accepted, int AlreadyHeld, int Rejected)> EndAsync(CancellationToken ct);
 }
 
+/// <summary>How a fan-out may run as a grid of rings (<see cref="FanoutGrid"/>): <c>--ring-groups</c>'s value, and the
+/// address this rank's ring links listen on.</summary>
+public sealed record GridRings(string Setting, System.Net.IPAddress Local);
+
 /// <summary>What one rank's exchange did, for the node-prep line and the report.</summary>
 /// <param name="Ring">Its <see cref="RingResult.LeavesServed"/> completes once this member has sent the leaves its
 /// share: the rank's process must not leave before, though its node is ready.</param>
@@ -55,8 +59,11 @@ public static class FanoutExchange
     /// (<see cref="RingAllGather.PeerSilence"/> by default); over links that can (<see cref="IRingRepair"/>).</param>
     /// <param name="probeLinks">Measure the ring's links first and leave ranks with a slow link out of the ring
     /// (<see cref="FanoutRoute"/>); only over links that reach every rank (<see cref="IPeerLinks"/>).</param>
+    /// <param name="grid">Where one ring would be deep, the rings of a <see cref="FanoutGrid"/> instead: <c>--ring-groups</c>'s
+    /// value and how this rank listens for a ring's links (<see cref="TcpRing.Listen"/>); the grid is used only where the
+    /// route has no leaves.</param>
     public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct,
-        TimeSpan? stallTimeout = null, IRingLink? ring = null, bool probeLinks = true, TimeSpan? peerSilence = null)
+        TimeSpan? stallTimeout = null, IRingLink? ring = null, bool probeLinks = true, TimeSpan? peerSilence = null, GridRings? grid = null)
     {
         var clock = Stopwatch.StartNew();
         // Before the ring runs, the ranks wait for each other in collectives; one that died would keep them waiting.
@@ -122,6 +129,14 @@ public static class FanoutExchange
             else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
+        if (grid is not null && !route.HasLeaves && FanoutGrid.For(group.Size, grid.Setting) is { } layout)
+        {
+            var overGrid = await ExchangeOverGridAsync(group, layout, grid, tier, node, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
+            await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
+            var (gotten, had, refused) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
+            return new FanoutSummary(group.Size, resolved, overGrid, gotten, had, refused, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),
+                layout.ToString(), probeSeconds);
+        }
         var plan = new FanoutPlan(manifest, route.Members.Count, needed: needed);
         var fetcher = new BlockFetcher(tier, plan, resolved);
         // A node that already holds the version still fetches its share and forwards: the ring needs every link.
@@ -132,6 +147,47 @@ public static class FanoutExchange
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
         return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),
             route.ToString(), probeSeconds);
+    }
+
+    /// <summary>The grid's two rings for this rank: every rank listens for both (a rank beyond the grid's positions
+    /// for its group's only), the addresses travel in one all-gather, and each ring connects among its own members.</summary>
+    private static async Task<RingResult> ExchangeOverGridAsync(IRankGroup group, FanoutGrid layout, GridRings grid, CacheTierClient tier, INodeIngest node,
+        Manifest manifest, string version, bool[] needed, bool wanted, TimeSpan limit, TimeSpan? stallTimeout, TimeSpan? peerSilence, CancellationToken ct)
+    {
+        var (g, position) = layout.PlaceOf(group.Rank);
+        var (groupPlan, columnPlans) = layout.Plans(manifest, g, needed);
+        var inColumn = position < layout.Positions;
+        using var groupEnd = TcpRing.Listen(grid.Local);
+        using var columnEnd = inColumn ? TcpRing.Listen(grid.Local) : null;
+        var mine = new byte[2 * TcpRing.EntryBytes];
+        groupEnd.Entry.CopyTo(mine, 0);
+        columnEnd?.Entry.CopyTo(mine, TcpRing.EntryBytes);
+        var all = await Within(group.AllGatherAsync(mine, ct), limit, "the grid's addresses");
+        var connectLimit = limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit;
+        var groupMembers = layout.GroupMembers(g);
+        TcpRing? groupRing = null, columnRing = null;
+        try
+        {
+            // Both rings at once: a rank waiting to be accepted into one ring must not hold up its neighbours' other ring.
+            var connectGroup = groupEnd.ConnectAsync(position, groupMembers.Select(r => all[r][..TcpRing.EntryBytes]).ToArray(), connectLimit, ct);
+            Task<TcpRing>? connectColumn = null;
+            if (columnEnd is not null)
+            {
+                var columnMembers = layout.ColumnMembers(position);
+                connectColumn = columnEnd.ConnectAsync(g, columnMembers.Select(r => all[r][TcpRing.EntryBytes..]).ToArray(), connectLimit, ct);
+            }
+            try { groupRing = await connectGroup; }
+            finally { if (connectColumn is not null) columnRing = await connectColumn; }
+            var fetchers = columnPlans.Append(groupPlan).ToDictionary(p => p, p => new BlockFetcher(tier, p, version));
+            return await GridAllGather.RunAsync(layout, group.Rank, groupPlan, columnPlans, groupRing, columnRing,
+                (plan, block, message, token) => fetchers[plan].FetchAsync(block, message, token),
+                (message, plan, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, peerSilence);
+        }
+        finally
+        {
+            if (groupRing is not null) await groupRing.DisposeAsync();
+            if (columnRing is not null) await columnRing.DisposeAsync();
+        }
     }
 
     private static async Task<T> Within<T>(Task<T> step, TimeSpan limit, string what)

@@ -71,6 +71,16 @@ public sealed class FanoutPlan
         Manifest = manifest;
     }
 
+    /// <summary>A plan whose shares are given (every rank must give the same): blocks keep their runs of segments,
+    /// and their share is their place in <paramref name="shares"/>.</summary>
+    internal FanoutPlan(Manifest manifest, IReadOnlyList<IReadOnlyList<Block>> shares)
+    {
+        Manifest = manifest;
+        Ranks = shares.Count;
+        Shares = shares.Select((share, k) => (IReadOnlyList<Block>)share.Select(b => b with { Share = k }).ToArray()).ToArray();
+        MaxBlockBytes = (int)Math.Max(1, Shares.SelectMany(s => s).Select(b => b.StoredBytes).DefaultIfEmpty(1).Max());
+    }
+
     public Manifest Manifest { get; }
     public int Ranks { get; }
     public int MaxBlockBytes { get; }

@@ -52,28 +52,71 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
     public static async Task<TcpRing> ConnectAsync(IRankGroup group, IPAddress local, TimeSpan timeout, CancellationToken ct)
     {
         if (group.Size == 1) return new TcpRing(0, 1, null, [], []);
+        using var mine = Listen(local);
+        var all = await group.AllGatherAsync(mine.Entry, ct);
+        return await mine.ConnectAsync(group.Rank, all, timeout, ct);
+    }
+
+    /// <summary>
+    /// Listens on <paramref name="local"/> for a ring whose ranks learn each other's <see cref="Listening.Entry"/> in a
+    /// collective of the caller's (<see cref="ConnectAsync(IRankGroup, IPAddress, TimeSpan, CancellationToken)"/> does
+    /// it in one all-gather; rings of parts of a group gather theirs in one too).
+    /// </summary>
+    public static Listening Listen(IPAddress local)
+    {
         var listener = new Socket(local.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
         try
         {
             listener.Bind(new IPEndPoint(local, 0));
             listener.Listen(16);
             var secret = RandomNumberGenerator.GetBytes(SecretLength);
-            var mine = new byte[EntryLength];
-            local.MapToIPv6().TryWriteBytes(mine, out _);
-            BinaryPrimitives.WriteUInt16BigEndian(mine.AsSpan(16), (ushort)((IPEndPoint)listener.LocalEndPoint!).Port);
-            secret.CopyTo(mine, 18);
-            var all = await group.AllGatherAsync(mine, ct);
-            var ring = new TcpRing(group.Rank, group.Size, listener, all, secret);
-            var right = (group.Rank + 1) % group.Size;
-            var left = (group.Rank - 1 + group.Size) % group.Size;
-            await ring.OpenAsync([right], [left], timeout, ct);
-            return ring;
+            var entry = new byte[EntryLength];
+            local.MapToIPv6().TryWriteBytes(entry, out _);
+            BinaryPrimitives.WriteUInt16BigEndian(entry.AsSpan(16), (ushort)((IPEndPoint)listener.LocalEndPoint!).Port);
+            secret.CopyTo(entry, 18);
+            return new Listening(listener, secret, entry);
         }
         catch
         {
             listener.Dispose();
             throw;
         }
+    }
+
+    /// <summary>Bytes of one rank's <see cref="Listening.Entry"/>.</summary>
+    public const int EntryBytes = EntryLength;
+
+    /// <summary>A ring's listening socket and what the other ranks need to reach it, until it is connected.</summary>
+    public sealed class Listening : IDisposable
+    {
+        private Socket? _listener;
+        private readonly byte[] _secret;
+
+        internal Listening(Socket listener, byte[] secret, byte[] entry) => (_listener, _secret, Entry) = (listener, secret, entry);
+
+        /// <summary>Address, port and secret: what every other rank of the ring must be given.</summary>
+        public byte[] Entry { get; }
+
+        /// <summary>Connects to the right neighbour and accepts the left one, as rank <paramref name="rank"/> of the
+        /// ranks whose entries are <paramref name="entries"/> (this one's among them); the ring owns the socket then.</summary>
+        public async Task<TcpRing> ConnectAsync(int rank, IReadOnlyList<byte[]> entries, TimeSpan timeout, CancellationToken ct)
+        {
+            var listener = Interlocked.Exchange(ref _listener, null) ?? throw new InvalidOperationException("this ring is already connected");
+            if (entries.Count < 2) { listener.Dispose(); return new TcpRing(0, 1, null, [], []); }
+            var ring = new TcpRing(rank, entries.Count, listener, entries.ToArray(), _secret);
+            try
+            {
+                await ring.OpenAsync([(rank + 1) % entries.Count], [(rank - 1 + entries.Count) % entries.Count], timeout, ct);
+                return ring;
+            }
+            catch
+            {
+                await ring.DisposeAsync();
+                throw;
+            }
+        }
+
+        public void Dispose() => Interlocked.Exchange(ref _listener, null)?.Dispose();
     }
 
     /// <summary>Connects to the ranks in <paramref name="sendTo"/> and accepts those in <paramref name="receiveFrom"/>

@@ -109,6 +109,38 @@ public sealed class MpiNodePrepTests
     }
 
     [Fact]
+    public async Task Four_ranks_in_groups_of_two_exchange_over_a_grid_of_rings_and_the_tier_sends_the_data_about_once()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(8 << 20, seed: 13)), "risk/grid");
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await Sandbox.BytesSentAsync(tier);
+        var pipe = s.NewPipe() + "r{rank}";
+
+        await using var job = ComponentProcess.Start("hpcdata",
+            ["nodeprep", "--fanout", "mpi", "--ring-groups", "2", "risk/grid", "--job", "job-g", "--pipe", pipe,
+             "--data-dir", Path.Combine(s.Root, "node{rank}"), "--cache-hosts", s.HostList],
+            new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" }, name: "mpi nodeprep",
+            launcher: ["mpiexec.hydra", "-n", "4"]);
+        var code = await EndsWithinAsync(job, TimeSpan.FromMinutes(3));
+        var lines = job.StandardOutput.Where(l => l.Contains("node=")).ToList();
+
+        Assert.True(code == 0, $"exit {code}: {job.StandardErrorTail}");
+        Assert.Equal(4, lines.Count);
+        // Two groups of two (ranks 0-1 and 2-3) and two columns across them (0 and 2, 1 and 3).
+        Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
+        Assert.All(lines, l => Assert.Contains(" source=fanout fanout=mpi ranks=4 ring=tcp route=grid:2x2 ", l));
+        for (var r = 0; r < 4; r++)
+        {
+            var copy = Assert.Single((await s.StatusAsync(pipe.Replace("{rank}", r.ToString()))).Copies);
+            Assert.Equal(("complete", staged.Version), (copy.State, copy.Version));
+        }
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
+        Assert.InRange(sent, 8L << 20, (8L << 20) * 13 / 10);
+    }
+
+    [Fact]
     public async Task Of_eight_ranks_one_killed_mid_exchange_costs_the_others_only_its_share_and_they_finish_by_the_ring()
     {
         await using var s = new Sandbox();

@@ -1,0 +1,213 @@
+using System.Collections.Concurrent;
+using System.Net;
+using Hpc.CommonData.Format;
+using Hpc.Jobs.Fanout;
+using static Hpc.Jobs.Tests.RingData;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// The fan-out as a grid of rings: groups of consecutive ranks and columns across them. Every rank ends with every
+/// segment once, the tier sends each once, a block crosses about G + N/G links, and a member that dies is routed
+/// around in both of its rings.
+/// </summary>
+public sealed class GridAllGatherTests
+{
+    [Theory]
+    [InlineData(10, 3, 4, 2)]    // groups of 3, 3, 2, 2: the first two have a member beyond the positions
+    [InlineData(9, 3, 3, 3)]
+    [InlineData(1000, 32, 32, 31)]
+    [InlineData(10000, 100, 100, 100)]
+    public void Consecutive_ranks_form_groups_and_each_position_a_column_with_one_member_per_group(int ranks, int groupSize, int groups, int positions)
+    {
+        var grid = FanoutGrid.Of(ranks, groupSize)!;
+        Assert.Equal((groups, positions), (grid.Groups, grid.Positions));
+        var members = Enumerable.Range(0, groups).SelectMany(grid.GroupMembers).ToList();
+        Assert.Equal(Enumerable.Range(0, ranks), members);
+        Assert.All(Enumerable.Range(0, groups), g => Assert.InRange(grid.GroupMembers(g).Count, positions, positions + 1));
+        for (var p = 0; p < positions; p++)
+        {
+            var column = grid.ColumnMembers(p);
+            Assert.Equal(Enumerable.Range(0, groups).Select(g => (g, p)), column.Select(grid.PlaceOf));
+        }
+        Assert.All(Enumerable.Range(0, ranks), r => Assert.Equal(grid.GroupMembers(grid.PlaceOf(r).Group)[grid.PlaceOf(r).Position], r));
+        Assert.Equal(groups - 1 + positions, grid.Depth);
+    }
+
+    [Fact]
+    public void Auto_keeps_one_ring_below_sixty_four_ranks_and_takes_groups_of_about_the_square_root_beyond()
+    {
+        Assert.Null(FanoutGrid.For(63, "auto"));
+        Assert.Equal((8, 8), (FanoutGrid.For(64, "auto")!.Groups, FanoutGrid.For(64, "auto")!.Positions));
+        Assert.Equal((32, 31), (FanoutGrid.For(1000, "auto")!.Groups, FanoutGrid.For(1000, "auto")!.Positions));
+        Assert.Null(FanoutGrid.For(10000, "off"));
+        Assert.Equal(5, FanoutGrid.For(8, "4")!.Depth);                // two groups of four: 1 + 4 hops, one ring 7
+        Assert.Null(FanoutGrid.For(3, "2"));                          // fewer than two groups of two
+        var error = Assert.Throws<FormatException>(() => FanoutGrid.ParseGroupSize("1"));
+        Assert.Contains("auto, off or a group size of at least 2", error.Message);
+        Assert.Throws<FormatException>(() => FanoutGrid.ParseGroupSize("many"));
+    }
+
+    [Theory]
+    [InlineData(10, 3, 300)]
+    [InlineData(16, 4, 40)]
+    [InlineData(12, 5, 7)]       // fewer segments than some columns have members: empty shares
+    public void Every_group_plan_carries_every_needed_segment_once_and_a_members_share_is_its_columns_part(int ranks, int groupSize, int segments)
+    {
+        var manifest = ManifestOf(segments);
+        var needed = Enumerable.Range(0, segments).Select(i => i % 7 != 3).ToArray();
+        var grid = FanoutGrid.Of(ranks, groupSize)!;
+        for (var g = 0; g < grid.Groups; g++)
+        {
+            var (group, columns) = grid.Plans(manifest, g, needed);
+            Assert.Equal(grid.GroupMembers(g).Count, group.Ranks);
+            var carried = group.Shares.SelectMany(s => s).SelectMany(b => Enumerable.Range(b.First, b.Count)).Order();
+            Assert.Equal(Enumerable.Range(0, segments).Where(i => needed[i]), carried);
+            for (var p = 0; p < grid.Positions; p++)
+                Assert.Equal(columns[p].Shares.SelectMany(s => s).Select(b => (b.First, b.Count)), group.Shares[p].Select(b => (b.First, b.Count)));
+            Assert.All(group.Shares.Skip(grid.Positions), extra => Assert.Empty(extra));
+        }
+    }
+
+    [Theory]
+    [InlineData(10, 3, 400)]
+    [InlineData(16, 4, 200)]
+    [InlineData(4, 2, 30)]
+    public async Task Every_rank_gets_every_segment_once_and_the_tier_sends_each_once(int ranks, int groupSize, int segments)
+    {
+        var manifest = ManifestOf(segments);
+        var grid = FanoutGrid.Of(ranks, groupSize)!;
+        var groupLinks = Enumerable.Range(0, grid.Groups).Select(g => InProcessRing.Create(grid.GroupMembers(g).Count)).ToArray();
+        var columnLinks = Enumerable.Range(0, grid.Positions).Select(_ => InProcessRing.Create(grid.Groups)).ToArray();
+        var fetched = new ConcurrentBag<int>();
+        var delivered = Enumerable.Range(0, ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
+
+        var results = await Task.WhenAll(Enumerable.Range(0, ranks).Select(rank => Task.Run(() =>
+        {
+            var (g, p) = grid.PlaceOf(rank);
+            var (groupPlan, columnPlans) = grid.Plans(manifest, g);
+            return GridAllGather.RunAsync(grid, rank, groupPlan, columnPlans, groupLinks[g][p], p < grid.Positions ? columnLinks[p][g] : null,
+                (plan, block, message, _) => Fetch(plan, block, message, fetched),
+                (message, plan, _) => Deliver(message, plan, delivered[rank], rank), timeout.Token, stallTimeout: TimeSpan.FromSeconds(30));
+        })));
+
+        Assert.Equal(Enumerable.Range(0, segments), fetched.Order());
+        foreach (var got in delivered)
+        {
+            Assert.Equal(Enumerable.Range(0, segments), got.Keys.Order());
+            Assert.All(got, kv => Assert.Equal(StoredBytes(manifest, kv.Key), kv.Value));
+        }
+        // What a rank counts as fetched is what came from the tier: its blocks of its column's part, not the blocks its
+        // group ring took from the column.
+        var columnBlocks = grid.Plans(manifest, 0).Columns.Sum(c => c.Shares.Sum(s => s.Count));
+        Assert.Equal(columnBlocks, results.Sum(r => r.BlocksFetched));
+    }
+
+    [Fact]
+    public async Task A_member_killed_mid_exchange_is_routed_around_in_its_group_and_its_column_and_the_others_get_everything()
+    {
+        const int ranks = 9, victim = 4;   // three groups of three; the victim is in the middle of both its rings
+        var manifest = ManifestOf(1500, seed: 5, minStored: 16000);
+        var grid = FanoutGrid.Of(ranks, 3)!;
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
+        var (groupRings, columnRings) = await ConnectAsync(grid, timeout.Token);
+        var delivered = Enumerable.Range(0, ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
+        var fetched = new ConcurrentBag<int>();
+        var victimCancel = CancellationTokenSource.CreateLinkedTokenSource(timeout.Token);
+        var struck = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var results = new RingResult?[ranks];
+        try
+        {
+            var runs = Enumerable.Range(0, ranks).Select(rank => Task.Run(async () =>
+            {
+                var (g, p) = grid.PlaceOf(rank);
+                var (groupPlan, columnPlans) = grid.Plans(manifest, g);
+                try
+                {
+                    results[rank] = await GridAllGather.RunAsync(grid, rank, groupPlan, columnPlans, groupRings[rank], columnRings[rank],
+                        async (plan, block, message, ct) =>
+                        {
+                            await Task.Delay(3, ct);
+                            return await Fetch(plan, block, message, fetched);
+                        },
+                        async (message, plan, _) =>
+                        {
+                            await Deliver(message, plan, delivered[rank], rank);
+                            // A process that dies: its work stops and the kernel closes its connections.
+                            if (rank == victim && delivered[victim].Count >= 300 && struck.TrySetResult())
+                            {
+                                victimCancel.Cancel();
+                                await groupRings[victim].DisposeAsync();
+                                await columnRings[victim]!.DisposeAsync();
+                            }
+                        }, rank == victim ? victimCancel.Token : timeout.Token, stallTimeout: TimeSpan.FromSeconds(60), peerSilence: TimeSpan.FromSeconds(2));
+                }
+                catch (Exception) when (rank == victim) { }
+            })).ToArray();
+            await Task.WhenAll(runs.Where((_, r) => r != victim)).WaitAsync(timeout.Token);
+            await runs[victim];
+        }
+        finally
+        {
+            victimCancel.Cancel();
+            foreach (var ring in groupRings.Concat(columnRings)) if (ring is not null) await ring.DisposeAsync();
+            victimCancel.Dispose();
+        }
+
+        Assert.True(struck.Task.IsCompleted, "the victim was not struck: the exchange ended first");
+        for (var r = 0; r < ranks; r++)
+        {
+            if (r == victim) continue;
+            Assert.Equal(Enumerable.Range(0, manifest.Segments.Count), delivered[r].Keys.Order());
+            Assert.All(delivered[r], kv => Assert.Equal(StoredBytes(manifest, kv.Key), kv.Value));
+        }
+        // The member before the victim in its group and in its column each closed their ring around it.
+        Assert.Equal(1, results[3]!.Bypassed);   // group 1: ranks 3, 4, 5
+        Assert.Equal(1, results[1]!.Bypassed);   // column 1: ranks 1, 4, 7
+        // The tier sent the data once, plus at most what only the victim held: its column's part (a third) and what
+        // its sockets' buffers swallowed (loopback's, 16 MiB, on each of its two rings).
+        var stored = manifest.StoredLength;
+        var sent = fetched.Sum(i => (long)manifest.Segments[i].StoredLength);
+        Assert.InRange(sent, stored, stored + stored / grid.Positions + (32L << 20));
+    }
+
+    private static async Task<(TcpRing[] Groups, TcpRing?[] Columns)> ConnectAsync(FanoutGrid grid, CancellationToken ct)
+    {
+        var groupEnds = Enumerable.Range(0, grid.Ranks).Select(_ => TcpRing.Listen(IPAddress.Loopback)).ToArray();
+        var columnEnds = Enumerable.Range(0, grid.Ranks).Select(r => grid.PlaceOf(r).Position < grid.Positions ? TcpRing.Listen(IPAddress.Loopback) : null).ToArray();
+        var groups = Task.WhenAll(Enumerable.Range(0, grid.Ranks).Select(r =>
+        {
+            var (g, p) = grid.PlaceOf(r);
+            return groupEnds[r].ConnectAsync(p, grid.GroupMembers(g).Select(m => groupEnds[m].Entry).ToArray(), TimeSpan.FromSeconds(20), ct);
+        }));
+        var columns = Task.WhenAll(Enumerable.Range(0, grid.Ranks).Select(r =>
+        {
+            var (g, p) = grid.PlaceOf(r);
+            return p < grid.Positions
+                ? columnEnds[r]!.ConnectAsync(g, grid.ColumnMembers(p).Select(m => columnEnds[m]!.Entry).ToArray(), TimeSpan.FromSeconds(20), ct)!
+                : Task.FromResult<TcpRing>(null!);
+        }));
+        return (await groups, await columns);
+    }
+
+    private static async Task<int> Fetch(FanoutPlan plan, Block block, Memory<byte> message, ConcurrentBag<int> fetched)
+    {
+        var at = BlockMessage.HeaderLength;
+        for (var i = block.First; i < block.First + block.Count; i++)
+        {
+            fetched.Add(i);
+            at += BlockMessage.WriteRecord(message.Span[at..], i, StoredBytes(plan.Manifest, i));
+        }
+        BlockMessage.WriteHeader(message.Span, block, at);
+        await Task.Yield();
+        return at;
+    }
+
+    private static ValueTask Deliver(ReadOnlyMemory<byte> message, FanoutPlan plan, ConcurrentDictionary<int, byte[]> delivered, int rank)
+    {
+        foreach (var (index, stored) in BlockMessage.Records(message, plan))
+            Assert.True(delivered.TryAdd(index, stored.ToArray()), $"rank {rank} got segment {index} twice");
+        return ValueTask.CompletedTask;
+    }
+}
