@@ -18,8 +18,10 @@ public enum Delivery { Direct, Fanout }
 /// <param name="PeerTimeout">With a death: the ring closes around the dead member after this long (nodeprep
 /// --peer-timeout over the TCP ring); null: the survivors wait the stall timeout and fetch directly (the MPI link,
 /// and every run made before the ring could close).</param>
+/// <param name="RingGroups">nodeprep --ring-groups: auto (node prep's default: a grid of rings from
+/// <see cref="RingGrid.AutoFromRanks"/> ranks on), off (one ring) or a group size.</param>
 public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long StoredBytes, double? FailAfter = null, int FailRank = 0,
-    double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null, double? PeerTimeout = null);
+    double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null, double? PeerTimeout = null, string RingGroups = "auto");
 
 /// <summary>What a job took. Seconds: from the common start until its last surviving node held the data.</summary>
 /// <param name="Leaves">Ranks the probe routed out of the ring (empty without a probe or with no slow node).</param>
@@ -61,7 +63,7 @@ public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events,
 /// (<see cref="RingFinish"/>). On a uniform ring that is the cost model's S/(η·B) + (N−1)·b/B; behind a slow link it is
 /// that link's time plus the hops after it.
 /// </summary>
-public sealed class Simulator
+public sealed partial class Simulator
 {
     private readonly ClusterSpec _spec;
     private readonly Calibration _cal;
@@ -132,8 +134,8 @@ public sealed class Simulator
 
     /// <summary>One job on its own cluster of its size.</summary>
     public static SimulationResult Run(ClusterSpec spec, Calibration cal, Delivery delivery, long storedBytes, double? failAfter = null, double stallTimeout = 120,
-        bool probe = false, double? shortestTelling = null, double? peerTimeout = null) =>
-        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout)]);
+        bool probe = false, double? shortestTelling = null, double? peerTimeout = null, string ringGroups = "auto") =>
+        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout, ringGroups)]);
 
     private interface IJobRun
     {
@@ -247,7 +249,7 @@ public sealed class Simulator
         public JobResult Result() => new(Delivery.Direct, job.Nodes, _done.Max(), _done, _tierBytes, null, 0);
     }
 
-    private sealed class FanoutRun(Simulator sim, JobSpec job) : IJobRun
+    private sealed partial class FanoutRun(Simulator sim, JobSpec job) : IJobRun
     {
         private readonly int _n = job.Nodes;
         private readonly double _s = job.StoredBytes;
@@ -273,7 +275,7 @@ public sealed class Simulator
         private int M => _members.Length;
 
         /// <summary>FanoutPlan's block: a share over 8, within 128 KB and 1 MB; a share is S over the ring's members.</summary>
-        private double Block => Math.Clamp(_s / M / 8, 128 << 10, 1 << 20);
+        private double Block => _grid is not null ? _gridBlock : Math.Clamp(_s / M / 8, 128 << 10, 1 << 20);
 
         private int Node(int rank) => job.FirstNode + rank;
 
@@ -403,6 +405,11 @@ public sealed class Simulator
         private void Exchange()
         {
             _exchangeStart = sim._net.Now;
+            if (_leaves.Length == 0 && RingGrid.For(_n, job.RingGroups) is { } grid)
+            {
+                ExchangeOverGrid(grid);
+                return;
+            }
             var m = M;
             _fetch = new Flow?[m];
             _edge = new Flow?[m];
@@ -523,6 +530,11 @@ public sealed class Simulator
             if (_stopped || !double.IsNaN(_exchangeEnd)) return;
             _stopped = true;
             _dead = Math.Clamp(job.FailRank, 0, _n - 1);
+            if (_grid is not null)
+            {
+                FailOverGrid();
+                return;
+            }
             if (job.PeerTimeout is { } peerTimeout && M > 2 && _leaves.Length == 0 && _members.Contains(_dead))
             {
                 CloseRing(peerTimeout);
@@ -536,6 +548,12 @@ public sealed class Simulator
             }
             for (var i = 0; i < _leaves.Length; i++)
                 if (_toLeaf[i] is { } l) { sim._net.Cancel(l); received[_leaves[i]] += l.Moved; }
+            FallBack(received);
+        }
+
+        /// <summary>After the stall timeout every survivor fetches directly what it did not receive.</summary>
+        private void FallBack(double[] received)
+        {
             sim._net.After(job.StallTimeout, () =>
             {
                 for (var r = 0; r < _n; r++)

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using System.Diagnostics;
 using SwitchAttribute = Hpc.CommonData.Hosting.SwitchAttribute;
 using System.Runtime.InteropServices;
@@ -114,7 +115,7 @@ public static class NodePrepCommand
         }
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
         if (peerTimeout <= TimeSpan.Zero) throw CommandException.Usage($"--peer-timeout must be more than 0 (got {o.PeerTimeout})");
-        try { FanoutGrid.ParseGroupSize(o.RingGroups); }
+        try { RingGrid.ParseGroupSize(o.RingGroups); }
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
         if (o.Fanout is not ("auto" or "none" or "mpi")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi");
         // The cache tier's settings are checked before anything starts (a missing password file, a bad host).

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using System.Diagnostics;
 using System.Globalization;
 using Hpc.CommonData.Cache;
@@ -74,10 +75,13 @@ public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutS
         var payload = RingEfficiency * linkBytesPerSecond;
         var direct = DirectStartSeconds + DirectStartCpuSeconds / nodeCores
                      + Math.Max(s / payload * Math.Max(1.0, (double)nodes / cacheHosts), s / (DirectBytesPerSecond * nodeCores));
+        // The last block crosses N − 1 links of one ring, or a column's and a group's of the grid node prep makes by default.
+        var grid = RingGrid.For(nodes, "auto");
         var block = Math.Clamp(storedBytes / nodes / FanoutPlan.BlocksPerShare, FanoutPlan.SmallestBlockBytes, FanoutPlan.LargestBlockBytes);
+        var hops = grid?.Depth ?? nodes - 1;
         var launch = LaunchPerDoubling * Math.Max(0, Math.Log2(nodes / 4.0));
         var start = startUp?.TotalSeconds ?? StartSeconds + StartCpuSeconds / nodeCores;
-        var fanout = start + launch + s / Math.Min(payload, IngestBytesPerSecond * nodeCores) + (nodes - 1) * (double)block / linkBytesPerSecond;
+        var fanout = start + launch + s / Math.Min(payload, IngestBytesPerSecond * nodeCores) + hops * (double)block / linkBytesPerSecond;
         var facts = string.Create(CultureInfo.InvariantCulture,
             $"{nodes} node(s) of {nodeCores} core(s), {cacheHosts} cache host(s), {ByteSize.Format(storedBytes)} stored, links {new ByteRate((long)linkBytesPerSecond)} ({linkSource}): " +
             $"direct ≈ {direct:0.0} s, fan-out ≈ {fanout:0.0} s");

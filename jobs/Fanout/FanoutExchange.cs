@@ -31,7 +31,7 @@ public interface INodeIngest : IAsyncDisposable
     Task<(int Accepted, int AlreadyHeld, int Rejected)> EndAsync(CancellationToken ct);
 }
 
-/// <summary>How a fan-out may run as a grid of rings (<see cref="FanoutGrid"/>): <c>--ring-groups</c>'s value, and the
+/// <summary>How a fan-out may run as a grid of rings (<see cref="RingGrid"/>): <c>--ring-groups</c>'s value, and the
 /// address this rank's ring links listen on.</summary>
 public sealed record GridRings(string Setting, System.Net.IPAddress Local);
 
@@ -59,7 +59,7 @@ public static class FanoutExchange
     /// (<see cref="RingAllGather.PeerSilence"/> by default); over links that can (<see cref="IRingRepair"/>).</param>
     /// <param name="probeLinks">Measure the ring's links first and leave ranks with a slow link out of the ring
     /// (<see cref="FanoutRoute"/>); only over links that reach every rank (<see cref="IPeerLinks"/>).</param>
-    /// <param name="grid">Where one ring would be deep, the rings of a <see cref="FanoutGrid"/> instead: <c>--ring-groups</c>'s
+    /// <param name="grid">Where one ring would be deep, the rings of a <see cref="RingGrid"/> instead: <c>--ring-groups</c>'s
     /// value and how this rank listens for a ring's links (<see cref="TcpRing.Listen"/>); the grid is used only where the
     /// route has no leaves.</param>
     public static async Task<FanoutSummary> RunAsync(IRankGroup group, CacheTierClient tier, INodeIngest node, string name, string? version, CancellationToken ct,
@@ -129,7 +129,7 @@ public static class FanoutExchange
             else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
-        if (grid is not null && !route.HasLeaves && FanoutGrid.For(group.Size, grid.Setting) is { } layout)
+        if (grid is not null && !route.HasLeaves && RingGrid.For(group.Size, grid.Setting) is { } layout)
         {
             var overGrid = await ExchangeOverGridAsync(group, layout, grid, tier, node, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
             await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
@@ -151,7 +151,7 @@ public static class FanoutExchange
 
     /// <summary>The grid's two rings for this rank: every rank listens for both (a rank beyond the grid's positions
     /// for its group's only), the addresses travel in one all-gather, and each ring connects among its own members.</summary>
-    private static async Task<RingResult> ExchangeOverGridAsync(IRankGroup group, FanoutGrid layout, GridRings grid, CacheTierClient tier, INodeIngest node,
+    private static async Task<RingResult> ExchangeOverGridAsync(IRankGroup group, RingGrid layout, GridRings grid, CacheTierClient tier, INodeIngest node,
         Manifest manifest, string version, bool[] needed, bool wanted, TimeSpan limit, TimeSpan? stallTimeout, TimeSpan? peerSilence, CancellationToken ct)
     {
         var (g, position) = layout.PlaceOf(group.Rank);

@@ -1,10 +1,11 @@
+using Hpc.CommonData.Fanout;
 using System.Buffers;
 using System.Diagnostics;
 
 namespace Hpc.Jobs.Fanout;
 
 /// <summary>
-/// One rank's side of the grid exchange (<see cref="FanoutGrid"/>): its column's ring and its group's ring, run at once.
+/// One rank's side of the grid exchange (<see cref="RingGrid"/>): its column's ring and its group's ring, run at once.
 /// What the column ring brings this node is kept until the group ring takes it as this member's own blocks, so the
 /// group ring starts on the first block the column delivers; everything else reaches the node over the group ring.
 /// Each ring is a <see cref="RingAllGather"/> of its own, and is repaired as one: a member that dies is routed around
@@ -15,7 +16,7 @@ public static class GridAllGather
     /// <param name="columnLink">This rank's link in its column's ring; null for a member beyond the grid's positions.</param>
     /// <param name="fetch">Fills a message with a block of the given plan from the cache tier (see <see cref="BlockFetcher"/>).</param>
     /// <param name="deliver">Hands one block message of the given plan to this node; called one at a time.</param>
-    public static async Task<RingResult> RunAsync(FanoutGrid grid, int rank, FanoutPlan groupPlan, IReadOnlyList<FanoutPlan> columnPlans,
+    public static async Task<RingResult> RunAsync(RingGrid grid, int rank, FanoutPlan groupPlan, IReadOnlyList<FanoutPlan> columnPlans,
         IRingLink groupLink, IRingLink? columnLink, Func<FanoutPlan, Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, FanoutPlan, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null,
         TimeSpan? peerSilence = null)

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using System.Collections.Concurrent;
 using System.Net;
 using Hpc.CommonData.Format;
@@ -20,7 +21,7 @@ public sealed class GridAllGatherTests
     [InlineData(10000, 100, 100, 100)]
     public void Consecutive_ranks_form_groups_and_each_position_a_column_with_one_member_per_group(int ranks, int groupSize, int groups, int positions)
     {
-        var grid = FanoutGrid.Of(ranks, groupSize)!;
+        var grid = RingGrid.Of(ranks, groupSize)!;
         Assert.Equal((groups, positions), (grid.Groups, grid.Positions));
         var members = Enumerable.Range(0, groups).SelectMany(grid.GroupMembers).ToList();
         Assert.Equal(Enumerable.Range(0, ranks), members);
@@ -37,15 +38,15 @@ public sealed class GridAllGatherTests
     [Fact]
     public void Auto_keeps_one_ring_below_sixty_four_ranks_and_takes_groups_of_about_the_square_root_beyond()
     {
-        Assert.Null(FanoutGrid.For(63, "auto"));
-        Assert.Equal((8, 8), (FanoutGrid.For(64, "auto")!.Groups, FanoutGrid.For(64, "auto")!.Positions));
-        Assert.Equal((32, 31), (FanoutGrid.For(1000, "auto")!.Groups, FanoutGrid.For(1000, "auto")!.Positions));
-        Assert.Null(FanoutGrid.For(10000, "off"));
-        Assert.Equal(5, FanoutGrid.For(8, "4")!.Depth);                // two groups of four: 1 + 4 hops, one ring 7
-        Assert.Null(FanoutGrid.For(3, "2"));                          // fewer than two groups of two
-        var error = Assert.Throws<FormatException>(() => FanoutGrid.ParseGroupSize("1"));
+        Assert.Null(RingGrid.For(63, "auto"));
+        Assert.Equal((8, 8), (RingGrid.For(64, "auto")!.Groups, RingGrid.For(64, "auto")!.Positions));
+        Assert.Equal((32, 31), (RingGrid.For(1000, "auto")!.Groups, RingGrid.For(1000, "auto")!.Positions));
+        Assert.Null(RingGrid.For(10000, "off"));
+        Assert.Equal(5, RingGrid.For(8, "4")!.Depth);                // two groups of four: 1 + 4 hops, one ring 7
+        Assert.Null(RingGrid.For(3, "2"));                          // fewer than two groups of two
+        var error = Assert.Throws<FormatException>(() => RingGrid.ParseGroupSize("1"));
         Assert.Contains("auto, off or a group size of at least 2", error.Message);
-        Assert.Throws<FormatException>(() => FanoutGrid.ParseGroupSize("many"));
+        Assert.Throws<FormatException>(() => RingGrid.ParseGroupSize("many"));
     }
 
     [Theory]
@@ -56,7 +57,7 @@ public sealed class GridAllGatherTests
     {
         var manifest = ManifestOf(segments);
         var needed = Enumerable.Range(0, segments).Select(i => i % 7 != 3).ToArray();
-        var grid = FanoutGrid.Of(ranks, groupSize)!;
+        var grid = RingGrid.Of(ranks, groupSize)!;
         for (var g = 0; g < grid.Groups; g++)
         {
             var (group, columns) = grid.Plans(manifest, g, needed);
@@ -76,7 +77,7 @@ public sealed class GridAllGatherTests
     public async Task Every_rank_gets_every_segment_once_and_the_tier_sends_each_once(int ranks, int groupSize, int segments)
     {
         var manifest = ManifestOf(segments);
-        var grid = FanoutGrid.Of(ranks, groupSize)!;
+        var grid = RingGrid.Of(ranks, groupSize)!;
         var groupLinks = Enumerable.Range(0, grid.Groups).Select(g => InProcessRing.Create(grid.GroupMembers(g).Count)).ToArray();
         var columnLinks = Enumerable.Range(0, grid.Positions).Select(_ => InProcessRing.Create(grid.Groups)).ToArray();
         var fetched = new ConcurrentBag<int>();
@@ -109,7 +110,7 @@ public sealed class GridAllGatherTests
     {
         const int ranks = 9, victim = 4;   // three groups of three; the victim is in the middle of both its rings
         var manifest = ManifestOf(1500, seed: 5, minStored: 16000);
-        var grid = FanoutGrid.Of(ranks, 3)!;
+        var grid = RingGrid.Of(ranks, 3)!;
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
         var (groupRings, columnRings) = await ConnectAsync(grid, timeout.Token);
         var delivered = Enumerable.Range(0, ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
@@ -172,7 +173,7 @@ public sealed class GridAllGatherTests
         Assert.InRange(sent, stored, stored + stored / grid.Positions + (32L << 20));
     }
 
-    private static async Task<(TcpRing[] Groups, TcpRing?[] Columns)> ConnectAsync(FanoutGrid grid, CancellationToken ct)
+    private static async Task<(TcpRing[] Groups, TcpRing?[] Columns)> ConnectAsync(RingGrid grid, CancellationToken ct)
     {
         var groupEnds = Enumerable.Range(0, grid.Ranks).Select(_ => TcpRing.Listen(IPAddress.Loopback)).ToArray();
         var columnEnds = Enumerable.Range(0, grid.Ranks).Select(r => grid.PlaceOf(r).Position < grid.Positions ? TcpRing.Listen(IPAddress.Loopback) : null).ToArray();

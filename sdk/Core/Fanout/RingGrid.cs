@@ -1,7 +1,6 @@
 using System.Globalization;
-using Hpc.CommonData.Format;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>
 /// The ranks as a grid, so that no block crosses more than about 2·√N links. Consecutive ranks form groups (a job's
@@ -15,7 +14,7 @@ namespace Hpc.Jobs.Fanout;
 /// the cache tier still sends every byte once.
 /// </para>
 /// </summary>
-public sealed class FanoutGrid
+public sealed class RingGrid
 {
     /// <summary>Below this many ranks <c>auto</c> keeps one ring: N − 1 hops of a block are a few percent of the
     /// transfer there, and a second ring would only add connections.</summary>
@@ -26,7 +25,7 @@ public sealed class FanoutGrid
 
     private readonly int _extra;
 
-    private FanoutGrid(int ranks, int groups)
+    private RingGrid(int ranks, int groups)
     {
         Ranks = ranks;
         Groups = groups;
@@ -37,25 +36,28 @@ public sealed class FanoutGrid
     public int Ranks { get; }
     /// <summary>K: groups of consecutive ranks, and so members of each column.</summary>
     public int Groups { get; }
-    /// <summary>Positions in a group, one column and one part of the data each; the first <c>N mod K</c> groups have one
-    /// member more, who puts no part in and is in no column.</summary>
+    /// <summary>Positions in a group, one column and one part of the data each; the first <see cref="LargerGroups"/>
+    /// groups have one member more, who puts no part in and is in no column.</summary>
     public int Positions { get; }
+
+    /// <summary>Groups with a member beyond the positions: the first <c>N mod K</c>.</summary>
+    public int LargerGroups => _extra;
 
     /// <summary>The grid for <paramref name="ranks"/> in groups of about <paramref name="groupSize"/>; null where that
     /// makes fewer than two groups or columns of two.</summary>
-    public static FanoutGrid? Of(int ranks, int groupSize)
+    public static RingGrid? Of(int ranks, int groupSize)
     {
         if (groupSize < SmallestGroup || ranks < 2 * SmallestGroup) return null;
         var groups = (ranks + groupSize - 1) / groupSize;
         if (groups < 2 || ranks / groups < SmallestGroup) return null;
-        return new FanoutGrid(ranks, groups);
+        return new RingGrid(ranks, groups);
     }
 
     /// <summary>
     /// What <c>--ring-groups</c> asks for: <c>off</c> (one ring), <c>auto</c> (groups of about √N from
     /// <see cref="AutoFromRanks"/> ranks on) or a group size. Null: one ring.
     /// </summary>
-    public static FanoutGrid? For(int ranks, string setting)
+    public static RingGrid? For(int ranks, string setting)
     {
         if (setting.Equals("off", StringComparison.OrdinalIgnoreCase)) return null;
         if (setting.Equals("auto", StringComparison.OrdinalIgnoreCase))
@@ -80,7 +82,8 @@ public sealed class FanoutGrid
         return rank < large ? (rank / (Positions + 1), rank % (Positions + 1)) : (_extra + (rank - large) / Positions, (rank - large) % Positions);
     }
 
-    private int FirstOf(int group) => group * Positions + Math.Min(group, _extra);
+    /// <summary>The group's first rank.</summary>
+    public int FirstOf(int group) => group * Positions + Math.Min(group, _extra);
 
     /// <summary>Ranks of a group, in ring order.</summary>
     public IReadOnlyList<int> GroupMembers(int group) =>
@@ -93,26 +96,6 @@ public sealed class FanoutGrid
 
     /// <summary>Hops the last block crosses at most: one ring is N − 1.</summary>
     public int Depth => Groups - 1 + Positions;
-
-    /// <summary>
-    /// Every column's plan (its part of the data over its K members) and the plan of <paramref name="group"/>'s ring
-    /// (share q: column q's blocks, as the column cut them; a member beyond the positions has an empty share). Every
-    /// rank computes the same from the manifest alone.
-    /// </summary>
-    public (FanoutPlan Group, IReadOnlyList<FanoutPlan> Columns) Plans(Manifest manifest, int group, IReadOnlyList<bool>? needed = null)
-    {
-        var parts = new FanoutPlan(manifest, Positions, needed: needed);
-        var columns = parts.Shares.Select(part =>
-        {
-            var inPart = new bool[manifest.Segments.Count];
-            foreach (var block in part)
-                for (var i = block.First; i < block.First + block.Count; i++) inPart[i] = true;
-            return new FanoutPlan(manifest, Groups, needed: inPart);
-        }).ToArray();
-        var shares = columns.Select(c => (IReadOnlyList<Block>)c.Shares.SelectMany(s => s).ToArray()).ToList();
-        if (group < _extra) shares.Add([]);
-        return (new FanoutPlan(manifest, shares), columns);
-    }
 
     /// <summary>For the summary line: "grid:K×G" (groups × positions).</summary>
     public override string ToString() => string.Create(CultureInfo.InvariantCulture, $"grid:{Groups}x{Positions}{(_extra > 0 ? "+" : "")}");
