@@ -112,6 +112,11 @@ public sealed partial class ClusterSession : IAsyncDisposable
 
     /// <param name="warmAgents">Before the clock starts, every agent fetches a tiny dataset once, so the timed fetch
     /// measures a running daemon rather than a fresh process's JIT and first connections.</param>
+    /// <summary>"mpi-grid4": the fan-out as a grid of rings in groups of 4 (nodeprep --ring-groups 4); null for other modes.</summary>
+    public static int? GridGroupSize(string fanout) =>
+        fanout.StartsWith("mpi-grid", StringComparison.Ordinal) && int.TryParse(fanout.AsSpan("mpi-grid".Length), System.Globalization.NumberStyles.None,
+            System.Globalization.CultureInfo.InvariantCulture, out var g) && g >= 2 ? g : null;
+
     /// <param name="fanout">"none": every agent prefetches directly. "mpi": hpcdata nodeprep --fanout mpi runs as one Open
     /// MPI rank per node namespace, each rank talking to its own node's agent; "mpich": the same under MPICH's hydra.</param>
     /// <param name="tls">The cache hosts serve TLS with a certificate from a site CA made for this session; the stager
@@ -119,7 +124,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
         string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4")
     {
-        if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring")) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich or mpi-ring");
+        if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring") && GridGroupSize(fanout) is null) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich, mpi-ring or mpi-grid<G>");
         if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
         var config = Config(size, compress, workers, data);
         if (compress && codec != "lz4") config.Codec = codec;
@@ -193,7 +198,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
             try
             {
                 if (fanout != "none")
-                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring");
+                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring",
+                        ringGroups: GridGroupSize(fanout)?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "auto");
                 else
                 {
                 // Every connection is open before the clock starts, so the start is common to all nodes.
@@ -272,7 +278,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// clock starts as mpiexec is started; a node's time is when its rank's line arrived.
     /// </summary>
     private async Task<List<NodeTime>> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
-        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true)
+        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true, string ringGroups = "auto")
     {
         var agent = Path.Combine(_scratch, "netns-rsh");
         if (!File.Exists(agent) && !OperatingSystem.IsWindows())
@@ -308,7 +314,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
         var start = Stopwatch.StartNew();
         var mpi = Track(processes, ComponentProcess.Start("hpcdata",
             ["nodeprep", "--fanout", "mpi", $"{name}@{stage.Version}", "--job", run, "--pipe", pipePattern,
-             "--cache-hosts", hostList, "--no-start", "--timeout", "20m", "--link-probe", probe ? "on" : "off"],
+             "--cache-hosts", hostList, "--no-start", "--timeout", "20m", "--link-probe", probe ? "on" : "off", "--ring-groups", ringGroups],
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
         // Lines are stamped as they arrive: the process keeps them, but not when each came.
         var arrived = new Dictionary<string, double>();

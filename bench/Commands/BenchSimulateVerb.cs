@@ -12,7 +12,7 @@ public sealed class BenchSimulateOptions : IVerbOptions
 {
     public static string Verb => "simulate";
 
-    public static string Summary => "Flow-level simulation of direct fetch and the MPI fan-out: replays the lab cells recorded in --records and the slow-node runs in --slow-records (simulated beside measured), " +
+    public static string Summary => "Flow-level simulation of direct fetch and the MPI fan-out: replays the lab cells recorded in --records, the slow-node runs in --slow-records and the grid's in --grid-records (simulated beside measured), " +
     "then predicts the reference's 190 nodes on GigE and 1,000 / 10,000 nodes at 10 and 100 Gbit/s (slow nodes, a failure, concurrent jobs, cache hosts needed).";
 
     [Switch("--records", "Recorded lab runs (bench cluster --scheduler slurm): the cells replayed and the calibration's source.")]
@@ -20,6 +20,9 @@ public sealed class BenchSimulateOptions : IVerbOptions
 
     [Switch("--slow-records", "Recorded lab runs with a slow node (bench cluster --slow-nodes), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
     public string SlowRecords { get; set; } = "docs/results/slow-node.jsonl";
+
+    [Switch("--grid-records", "Recorded lab runs of the fan-out as a grid of rings (bench cluster --fanout mpi,mpi-grid<G>), replayed with a calibration read from the same file's runs over one ring; skipped when the file is absent.")]
+    public string GridRecords { get; set; } = "docs/results/grid.jsonl";
 
     [Switch("--out", "Directory to write simulate.jsonl, simulate.md and simulate-time-vs-nodes.svg to (replaced: the simulation is deterministic).")]
     public string? Out { get; set; }
@@ -86,26 +89,28 @@ public static class BenchSimulateVerb
                 storedBytes = v.Cell.StoredBytes, delivery = Name(v.Cell.Delivery), simulatedSeconds = v.Simulated, measuredSeconds = v.Cell.Runs, measuredMedian = v.Cell.Median, error = v.Error,
             }));
 
-        // The slow-node runs come from another session of the lab (bench cluster under mpiexec, one cache host), so they
-        // are calibrated from their own file's runs without a slow node, by the same rule as above.
-        if (File.Exists(o.SlowRecords))
+        // The slow-node runs and the grid's come from other sessions of the lab (bench cluster under mpiexec), so each
+        // file is calibrated from its own runs of the fan-out over one ring without a slow node, by the same rule as above.
+        foreach (var (file, scenario) in new[] { (o.SlowRecords, "lab, slow node"), (o.GridRecords, "lab, grid of rings") })
         {
-            var slowData = ResultReader.Read(o.SlowRecords);
-            Calibration slowCal;
-            try { slowCal = Calibration.FromRecords(slowData.Records, o.SlowRecords); }
+            if (!File.Exists(file)) continue;
+            var ownData = ResultReader.Read(file);
+            Calibration ownCal;
+            try { ownCal = Calibration.FromRecords(ownData.Records, file); }
             catch (InvalidOperationException e) { Console.Error.WriteLine($"hpcdata bench simulate: {e.Message}"); return Task.FromResult(2); }
-            var slowRows = Experiments.Cells(slowData.Records).Select(c => Experiments.Replay(c, slowCal)).ToList();
-            md.AppendLine(CalibrationText(slowCal)).AppendLine();
-            md.AppendLine(SlowNodeTable(slowRows));
-            foreach (var v in slowRows)
+            var ownRows = Experiments.Cells(ownData.Records).Select(c => Experiments.Replay(c, ownCal)).ToList();
+            md.AppendLine(CalibrationText(ownCal)).AppendLine();
+            md.AppendLine(SlowNodeTable(ownRows));
+            foreach (var v in ownRows)
                 lines.Add(Json(new
                 {
-                    kind = "simulation", scenario = "lab, slow node", nodes = v.Cell.Nodes, hosts = v.Cell.Hosts, rateMbit = v.Cell.RateMbit, sizeBytes = v.Cell.SizeBytes,
-                    storedBytes = v.Cell.StoredBytes, delivery = Name(v.Cell.Delivery), probe = v.Cell.Probe, slowNodes = v.Cell.SlowNodes.Order().ToArray(), slowRateMbit = v.Cell.SlowRateMbit,
+                    kind = "simulation", scenario, nodes = v.Cell.Nodes, hosts = v.Cell.Hosts, rateMbit = v.Cell.RateMbit, sizeBytes = v.Cell.SizeBytes,
+                    storedBytes = v.Cell.StoredBytes, delivery = Name(v.Cell.Delivery), probe = v.Cell.Probe, ringGroups = v.Cell.GridGroupSize,
+                    slowNodes = v.Cell.SlowNodes.Order().ToArray(), slowRateMbit = v.Cell.SlowRateMbit,
                     nodesTimed = v.Cell.Group.ToString().ToLowerInvariant(), simulatedLeaves = v.Leaves, simulatedProbeSeconds = v.ProbeSeconds,
                     simulatedSeconds = v.Simulated, measuredSeconds = v.Cell.Runs, measuredMedian = v.Cell.Median, error = v.Error,
                 }));
-            validation.AddRange(slowRows);
+            validation.AddRange(ownRows);
         }
 
         if (!o.ValidateOnly)

@@ -63,7 +63,7 @@ public sealed class BenchClusterOptions : IVerbOptions
 
     [Switch("--fanout", "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
         "per node namespace (mpiexec.openmpi), the nodes sharing the fetching and passing the data on to each other. " +
-        "mpich: the same under MPICH (mpiexec.hydra). mpi-ring: mpi with nodeprep --link-probe off (every node in the ring, however slow its link). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
+        "mpich: the same under MPICH (mpiexec.hydra). mpi-ring: mpi with nodeprep --link-probe off (every node in the ring, however slow its link). mpi-grid<G>: mpi with nodeprep --ring-groups G (a grid of rings in groups of G). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
     public string Fanout { get; set; } = "none";
 
     [Switch("--scheduler", "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
@@ -182,8 +182,9 @@ public static class BenchVerb
             var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
             if (o.Scheduler is not ("none" or "slurm")) throw new FormatException("--scheduler must be none or slurm");
             if (o.Scheduler == "slurm") return await SlurmAsync(o, fanouts, rate, delay, ct);
-            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich" or "mpi-ring"))) throw new FormatException("--fanout must be none, mpi, mpich, mpi-ring or a list of them");
-            if ((fanouts.Contains("mpi") || fanouts.Contains("mpi-ring")) && !Shell.Exists("mpiexec.openmpi"))
+            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich" or "mpi-ring") && ClusterSession.GridGroupSize(f) is null))
+                throw new FormatException("--fanout must be none, mpi, mpich, mpi-ring, mpi-grid<G> or a list of them");
+            if (fanouts.Any(f => f is "mpi" or "mpi-ring" || ClusterSession.GridGroupSize(f) is not null) && !Shell.Exists("mpiexec.openmpi"))
                 throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
             if (fanouts.Contains("mpich") && !Shell.Exists("mpiexec.hydra"))
                 throw new BenchRefusedException("--fanout mpich needs MPICH's mpiexec.hydra (apt-get install mpich)", 2);

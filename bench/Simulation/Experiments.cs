@@ -15,12 +15,15 @@ public sealed record LabCell(int Nodes, int Hosts, int RateMbit, long SizeBytes,
     /// <summary>Fan-out: the ranks probed their links and could route slow nodes out of the ring (the records carry a probe time).</summary>
     public bool Probe { get; init; }
     public NodeGroup Group { get; init; } = NodeGroup.All;
+    /// <summary>Fan-out as a grid of rings in groups of this size (<c>mpi-grid&lt;G&gt;</c>: nodeprep --ring-groups G); null: node prep's default.</summary>
+    public int? GridGroupSize { get; init; }
 
     public double Median => Calibration.Median(Runs);
     public string Describe() => string.Create(CultureInfo.InvariantCulture,
         $"{RateMbit} Mbit/s, {SizeBytes / (1 << 20)} MB, N = {Nodes}, {Mode}{(SlowNodes.Count > 0 ? $", {SlowNodes.Count} node(s) at {SlowRateMbit:0.##} Mbit/s, {Group.ToString().ToLowerInvariant()} nodes" : "")}");
 
-    public string Mode => Delivery == Delivery.Direct ? "direct" : Probe ? "fan-out, probe" : SlowNodes.Count > 0 ? "fan-out, probe off" : "fan-out";
+    public string Mode => Delivery == Delivery.Direct ? "direct" : GridGroupSize is { } g ? string.Create(CultureInfo.InvariantCulture, $"fan-out, groups of {g}")
+        : Probe ? "fan-out, probe" : SlowNodes.Count > 0 ? "fan-out, probe off" : "fan-out";
 }
 
 /// <summary>A lab cell beside what the simulation gives for it.</summary>
@@ -53,7 +56,7 @@ public static class Experiments
     public static List<LabCell> Cells(IEnumerable<BenchRecord> records) =>
         records.Where(r => r.Kind == "cluster" && r.Dataset is not null && CellDelivery(r) is not null && r.MeasuredSeconds > 0)
             .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.RateMbit, r.Config.SizeBytes, r.Dataset!.StoredBytes, Delivery: CellDelivery(r)!.Value,
-                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0))
+                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0, Grid: ClusterSession.GridGroupSize(r.Config.Fanout ?? "")))
             .SelectMany(g =>
             {
                 var slow = SlowIndices(g.First());
@@ -61,13 +64,14 @@ public static class Experiments
                 return groups.Select(group => new LabCell(g.Key.Nodes, g.Key.Hosts, g.Key.RateMbit, g.Key.SizeBytes, g.Key.StoredBytes, g.Key.Delivery,
                     g.Select(r => Time(r, slow, group)).ToList())
                 {
-                    SlowNodes = slow, SlowRateMbit = g.Key.SlowRate, Probe = g.Key.Probe, Group = group,
+                    SlowNodes = slow, SlowRateMbit = g.Key.SlowRate, Probe = g.Key.Probe, Group = group, GridGroupSize = g.Key.Grid,
                 });
             })
-            .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
+            .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.GridGroupSize ?? 0).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
             .ToList();
 
-    private static Delivery? CellDelivery(BenchRecord r) => r.Config.Fanout == "mpi-ring" ? Delivery.Fanout : Calibration.Mode(r) switch
+    private static Delivery? CellDelivery(BenchRecord r) => r.Config.Fanout == "mpi-ring" || ClusterSession.GridGroupSize(r.Config.Fanout ?? "") is not null
+        ? Delivery.Fanout : Calibration.Mode(r) switch
     {
         "mpi" => Delivery.Fanout,
         "none" => Delivery.Direct,
@@ -97,7 +101,8 @@ public static class Experiments
 
     public static ValidationRow Replay(LabCell cell, Calibration cal)
     {
-        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe).Jobs[0];
+        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe,
+            ringGroups: cell.GridGroupSize?.ToString(CultureInfo.InvariantCulture) ?? "auto").Jobs[0];
         var simulated = cell.Group switch
         {
             NodeGroup.All => job.Seconds,

@@ -279,6 +279,43 @@ public class SimulationTests
     }
 
     [Fact]
+    public void A_grid_of_rings_cuts_the_last_blocks_hops_from_N_minus_1_to_about_twice_the_square_root_and_the_tier_still_sends_once()
+    {
+        const long stored = 448L << 20;
+        var spec = new ClusterSpec { Nodes = 4096, CacheHosts = 8, LinkBitsPerSecond = 10e9 };
+        var ring = Simulator.Run(spec, Wire, Delivery.Fanout, stored, ringGroups: "off").Jobs[0];
+        var grid = Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0];
+        // 128 KB blocks at 10 Gbit/s: one ring's 4,095 hops against the grid's 63 + 63. Each node sends and receives
+        // what it would in one ring (its column's part, and the other parts over its group), so that is all it saves.
+        var hop = (128 << 10) / (10e9 / 8 * Wire.Efficiency);
+        var saved = (4095 - 126) * hop;
+        Assert.InRange(ring.Seconds - grid.Seconds, 0.8 * saved, 1.2 * saved);
+        Assert.Equal(stored, ring.TierBytes, 0);
+        Assert.Equal(stored, grid.TierBytes, 0);
+        // Below 64 nodes node prep keeps one ring, and so does the simulation.
+        var small = spec with { Nodes = 32 };
+        Assert.Equal(Simulator.Run(small, Wire, Delivery.Fanout, stored, ringGroups: "off").Seconds, Simulator.Run(small, Wire, Delivery.Fanout, stored).Seconds, 9);
+    }
+
+    [Fact]
+    public void A_node_that_dies_in_a_grid_is_closed_out_of_its_group_and_its_column_and_the_tier_sends_at_most_its_parts_again()
+    {
+        const long stored = 256L << 20;
+        var spec = new ClusterSpec { Nodes = 64, CacheHosts = 2, LinkBitsPerSecond = 1e9 };
+        var clean = Simulator.Run(spec, Wire, Delivery.Fanout, stored).Jobs[0];
+        var closed = Simulator.Run(spec, Wire, Delivery.Fanout, stored, failAfter: clean.ExchangeSeconds!.Value / 2, stallTimeout: 30, peerTimeout: 2).Jobs[0];
+        Assert.Equal(0, closed.FellBack);
+        Assert.InRange(closed.Seconds, clean.Seconds + 2, clean.Seconds + 2 + clean.ExchangeSeconds!.Value / 4);
+        Assert.True(double.IsNaN(closed.NodeSeconds[spec.Nodes / 2]));
+        // Its column's part in its group (S/8) and its share of that part in its column (S/64), at most.
+        Assert.InRange(closed.TierBytes / stored, 1, 1 + 1.0 / 8 + 1.0 / 64);
+        // Without a peer timeout the survivors wait out the stall and fetch what they lack directly, as with one ring.
+        var stalled = Simulator.Run(spec, Wire, Delivery.Fanout, stored, failAfter: clean.ExchangeSeconds!.Value / 2, stallTimeout: 30).Jobs[0];
+        Assert.Equal(63, stalled.FellBack);
+        Assert.True(stalled.Seconds > 30 + clean.Seconds / 2, $"{stalled.Seconds:0.00} s");
+    }
+
+    [Fact]
     public void On_a_uniform_ring_the_last_block_arrives_N_minus_2_hops_after_the_edges_end()
     {
         var finish = Simulator.RingFinish(Enumerable.Repeat(10.0, 6).ToArray(), new double[6], 0.5);

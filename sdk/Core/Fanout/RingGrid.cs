@@ -10,8 +10,8 @@ namespace Hpc.CommonData.Fanout;
 /// its ring, each member putting in its column's part as that arrives. Both rings run at once on every node.
 /// <para>
 /// A block crosses at most K − 1 column links and G − 1 group links (K groups of about G), where one ring over every
-/// rank takes N − 1; each node sends about S·(1 + 1/G) (a column's part, S/G, besides the group ring's share of S), and
-/// the cache tier still sends every byte once.
+/// rank takes N − 1; each node still sends and receives about S (most of its column's part over the column, the other
+/// parts over its group), and the cache tier still sends every byte once.
 /// </para>
 /// </summary>
 public sealed class RingGrid
