@@ -172,6 +172,13 @@ public static class Experiments
             var needed = HostsNeeded(x => Simulator.Run(Cluster(nodes, x, rateGbit, a), cal, d, stored).Seconds, nodes);
             yield return new("baseline", nodes, h, rateGbit, d, stored, r.Seconds, r.Jobs[0].TierBytes, needed, net.Seconds, r.Events, r.WallMilliseconds);
         }
+        {
+            // What the grid of rings (node prep's default here) saves against the one ring of every rank.
+            var r = Simulator.Run(Cluster(nodes, h, rateGbit, a), cal, Delivery.Fanout, stored, ringGroups: "off");
+            var net = Simulator.Run(Cluster(nodes, h, rateGbit, a, network: true), cal, Delivery.Fanout, stored, ringGroups: "off");
+            yield return new("one ring of every rank (--ring-groups off)", nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, net.Seconds,
+                r.Events, r.WallMilliseconds);
+        }
 
         // Slow nodes spread evenly (every 100th node at 1%): a NIC that came up at a tenth of the rate.
         var every = Math.Max(1, (int)Math.Round(1 / a.SlowFraction));

@@ -76,9 +76,10 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--peer-timeout", "--fanout mpi --ring tcp: how long a ring neighbour may take nothing while a block waits for it before it counts as dead or hung and the ring closes around it (the member after it must have heard nothing from it for half as long).", Meta = "DURATION")]
     public string PeerTimeout { get; set; } = "5s";
 
-    [Switch("--ring-groups", "--fanout mpi --ring tcp: auto, off, or a group size G. With groups, consecutive ranks form rings of about G " +
-        "and the ranks at one place in every group form rings across them, so a block crosses about G + N/G links instead of N - 1 " +
-        "(the tier still sends each byte once). auto: groups of about the square root of N from 64 ranks on; off: one ring.", Meta = "SIZE")]
+    [Switch("--ring-groups", "--fanout mpi --ring tcp: auto, off, or a group size G (3 or more). With groups, consecutive ranks form rings of " +
+        "at least G and the ranks at one place in every group form rings across them, so a block crosses about G + N/G links instead of N - 1 " +
+        "(each node still sends about the data once, and the tier sends each byte once). auto: groups of about the square root of N from 64 ranks on; " +
+        "off: one ring. Fewer than three groups: one ring.", Meta = "SIZE")]
     public string RingGroups { get; set; } = "auto";
 
     [Switch("--json", "Print the result as one JSON object (node, dataset, version, bytes, seconds, source, the fan-out's figures, path) instead of the key=value line.")]

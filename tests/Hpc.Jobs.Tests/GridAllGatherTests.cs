@@ -15,9 +15,9 @@ namespace Hpc.Jobs.Tests;
 public sealed class GridAllGatherTests
 {
     [Theory]
-    [InlineData(10, 3, 4, 2)]    // groups of 3, 3, 2, 2: the first two have a member beyond the positions
+    [InlineData(10, 3, 3, 3)]    // groups of 4, 3, 3: the first has a member beyond the positions
     [InlineData(9, 3, 3, 3)]
-    [InlineData(1000, 32, 32, 31)]
+    [InlineData(1000, 32, 31, 32)]
     [InlineData(10000, 100, 100, 100)]
     public void Consecutive_ranks_form_groups_and_each_position_a_column_with_one_member_per_group(int ranks, int groupSize, int groups, int positions)
     {
@@ -40,19 +40,19 @@ public sealed class GridAllGatherTests
     {
         Assert.Null(RingGrid.For(63, "auto"));
         Assert.Equal((8, 8), (RingGrid.For(64, "auto")!.Groups, RingGrid.For(64, "auto")!.Positions));
-        Assert.Equal((32, 31), (RingGrid.For(1000, "auto")!.Groups, RingGrid.For(1000, "auto")!.Positions));
+        Assert.Equal((31, 32), (RingGrid.For(1000, "auto")!.Groups, RingGrid.For(1000, "auto")!.Positions));
         Assert.Null(RingGrid.For(10000, "off"));
-        Assert.Equal(5, RingGrid.For(8, "4")!.Depth);                // two groups of four: 1 + 4 hops, one ring 7
-        Assert.Null(RingGrid.For(3, "2"));                          // fewer than two groups of two
-        var error = Assert.Throws<FormatException>(() => RingGrid.ParseGroupSize("1"));
-        Assert.Contains("auto, off or a group size of at least 2", error.Message);
+        Assert.Equal(6, RingGrid.For(12, "4")!.Depth);               // three groups of four: 2 + 4 hops, one ring 11
+        Assert.Null(RingGrid.For(8, "4"));                           // two groups: a ring that lost one member would be one
+        var error = Assert.Throws<FormatException>(() => RingGrid.ParseGroupSize("2"));
+        Assert.Contains("auto, off or a group size of at least 3", error.Message);
         Assert.Throws<FormatException>(() => RingGrid.ParseGroupSize("many"));
     }
 
     [Theory]
     [InlineData(10, 3, 300)]
     [InlineData(16, 4, 40)]
-    [InlineData(12, 5, 7)]       // fewer segments than some columns have members: empty shares
+    [InlineData(15, 5, 7)]       // fewer segments than some columns have members: empty shares
     public void Every_group_plan_carries_every_needed_segment_once_and_a_members_share_is_its_columns_part(int ranks, int groupSize, int segments)
     {
         var manifest = ManifestOf(segments);
@@ -73,7 +73,7 @@ public sealed class GridAllGatherTests
     [Theory]
     [InlineData(10, 3, 400)]
     [InlineData(16, 4, 200)]
-    [InlineData(4, 2, 30)]
+    [InlineData(9, 3, 30)]
     public async Task Every_rank_gets_every_segment_once_and_the_tier_sends_each_once(int ranks, int groupSize, int segments)
     {
         var manifest = ManifestOf(segments);

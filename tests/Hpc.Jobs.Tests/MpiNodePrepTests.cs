@@ -109,7 +109,7 @@ public sealed class MpiNodePrepTests
     }
 
     [Fact]
-    public async Task Four_ranks_in_groups_of_two_exchange_over_a_grid_of_rings_and_the_tier_sends_the_data_about_once()
+    public async Task Nine_ranks_in_groups_of_three_exchange_over_a_grid_of_rings_and_the_tier_sends_the_data_about_once()
     {
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
@@ -119,19 +119,19 @@ public sealed class MpiNodePrepTests
         var pipe = s.NewPipe() + "r{rank}";
 
         await using var job = ComponentProcess.Start("hpcdata",
-            ["nodeprep", "--fanout", "mpi", "--ring-groups", "2", "risk/grid", "--job", "job-g", "--pipe", pipe,
+            ["nodeprep", "--fanout", "mpi", "--ring-groups", "3", "risk/grid", "--job", "job-g", "--pipe", pipe,
              "--data-dir", Path.Combine(s.Root, "node{rank}"), "--cache-hosts", s.HostList],
             new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" }, name: "mpi nodeprep",
-            launcher: ["mpiexec.hydra", "-n", "4"]);
+            launcher: ["mpiexec.hydra", "-n", "9"]);
         var code = await EndsWithinAsync(job, TimeSpan.FromMinutes(3));
         var lines = job.StandardOutput.Where(l => l.Contains("node=")).ToList();
 
         Assert.True(code == 0, $"exit {code}: {job.StandardErrorTail}");
-        Assert.Equal(4, lines.Count);
-        // Two groups of two (ranks 0-1 and 2-3) and two columns across them (0 and 2, 1 and 3).
+        Assert.Equal(9, lines.Count);
+        // Three groups of three (ranks 0-2, 3-5, 6-8) and three columns across them (0, 3, 6; 1, 4, 7; 2, 5, 8).
         Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
-        Assert.All(lines, l => Assert.Contains(" source=fanout fanout=mpi ranks=4 ring=tcp route=grid:2x2 ", l));
-        for (var r = 0; r < 4; r++)
+        Assert.All(lines, l => Assert.Contains(" source=fanout fanout=mpi ranks=9 ring=tcp route=grid:3x3 ", l));
+        for (var r = 0; r < 9; r++)
         {
             var copy = Assert.Single((await s.StatusAsync(pipe.Replace("{rank}", r.ToString()))).Copies);
             Assert.Equal(("complete", staged.Version), (copy.State, copy.Version));

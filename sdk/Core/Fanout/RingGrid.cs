@@ -20,8 +20,8 @@ public sealed class RingGrid
     /// transfer there, and a second ring would only add connections.</summary>
     public const int AutoFromRanks = 64;
 
-    /// <summary>Groups are at least this large, and so are columns (at least two groups of two).</summary>
-    public const int SmallestGroup = 2;
+    /// <summary>Groups and columns are at least this large: a ring that loses one member must still have two.</summary>
+    public const int SmallestGroup = 3;
 
     private readonly int _extra;
 
@@ -43,13 +43,13 @@ public sealed class RingGrid
     /// <summary>Groups with a member beyond the positions: the first <c>N mod K</c>.</summary>
     public int LargerGroups => _extra;
 
-    /// <summary>The grid for <paramref name="ranks"/> in groups of about <paramref name="groupSize"/>; null where that
-    /// makes fewer than two groups or columns of two.</summary>
+    /// <summary>The grid for <paramref name="ranks"/> in groups of at least <paramref name="groupSize"/> (N mod K of
+    /// them one larger); null where that makes fewer than <see cref="SmallestGroup"/> groups or positions.</summary>
     public static RingGrid? Of(int ranks, int groupSize)
     {
-        if (groupSize < SmallestGroup || ranks < 2 * SmallestGroup) return null;
-        var groups = (ranks + groupSize - 1) / groupSize;
-        if (groups < 2 || ranks / groups < SmallestGroup) return null;
+        if (groupSize < SmallestGroup) return null;
+        var groups = ranks / groupSize;
+        if (groups < SmallestGroup) return null;
         return new RingGrid(ranks, groups);
     }
 
