@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using System.Globalization;
 using System.Text;
 using System.Text.Json;
@@ -204,7 +205,8 @@ public static class BenchSimulateVerb
             var c = v.Cell;
             var flag = Math.Abs(v.Error) > 0.10 ? " **outside ±10%**" : "";
             var slow = c.SlowNodes.Count == 0 ? "none" : string.Create(Inv, $"{string.Join(",", c.SlowNodes.Order().Select(n => $"node{n + 1}"))} at {c.SlowRateMbit:0.##} Mbit/s");
-            var route = !c.Probe ? "" : v.Leaves.Count == 0 ? string.Create(Inv, $"ring, probe {v.ProbeSeconds:0.00} s")
+            var rings = RingGrid.For(c.Nodes, c.GridGroupSize?.ToString(Inv) ?? "auto")?.ToString() ?? "ring";
+            var route = !c.Probe ? "" : v.Leaves.Count == 0 ? string.Create(Inv, $"{rings}, probe {v.ProbeSeconds:0.00} s")
                 : string.Create(Inv, $"leaves:{string.Join(",", v.Leaves)}, probe {v.ProbeSeconds:0.00} s");
             sb.AppendLine(string.Create(Inv,
                 $"| {c.RateMbit} Mbit/s | {slow} | {c.Mode} | {c.Nodes} | {c.Hosts} | {c.Group.ToString().ToLowerInvariant()} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {v.Error:+0.0%;-0.0%}{flag} | {route} |"));

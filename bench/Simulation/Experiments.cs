@@ -194,7 +194,7 @@ public static class Experiments
         }
         // The fan-out with the probe off (every node in the ring), with it on (node prep's rule decides the leaves), and
         // with the rule's 20 ms floor taken away: what leaves would buy where the probe is too short to judge.
-        foreach (var (route, probe, floor) in new (string, bool, double?)[] { ("ring, probe off", false, null), ("probe on", true, null), ("leaves without the probe's 20 ms floor", true, 0) })
+        foreach (var (route, probe, floor) in new (string, bool, double?)[] { ("probe off, every node in the rings", false, null), ("probe on", true, null), ("leaves without the probe's 20 ms floor", true, 0) })
         {
             SimulationResult Run(int hosts) => Simulator.Run(Cluster(nodes, hosts, rateGbit, a, slow: slow), cal, Delivery.Fanout, stored, probe: probe, shortestTelling: floor);
             var r = Run(h);
@@ -219,8 +219,8 @@ public static class Experiments
         }
         // The same death over the TCP ring, which closes around the dead node: at once when its process died (its
         // kernel closes its connections), after the peer timeout when the node went silent (hung, powered off).
-        foreach (var (what, peer) in new[] { ("a rank's process dies mid-exchange, the ring closes around it at once", 0.0),
-                                             ("one node goes silent mid-exchange, the ring closes around it (--peer-timeout 2 s)", 2.0) })
+        foreach (var (what, peer) in new[] { ("a rank's process dies mid-exchange, its rings close around it at once", 0.0),
+                                             ("one node goes silent mid-exchange, its rings close around it (--peer-timeout 2 s)", 2.0) })
         {
             SimulationResult Closing(int hosts) => Simulator.Run(Cluster(nodes, hosts, rateGbit, a), cal, Delivery.Fanout, stored, failAfter: exchange / 2, peerTimeout: peer);
             var r = Closing(h);

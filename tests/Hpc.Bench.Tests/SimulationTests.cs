@@ -8,6 +8,7 @@ public class SimulationTests
 {
     private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
     private static readonly string SlowRecords = Path.Combine(RepoRoot(), "docs", "results", "slow-node.jsonl");
+    private static readonly string GridRecords = Path.Combine(RepoRoot(), "docs", "results", "grid.jsonl");
 
     /// <summary>Costs beyond the wire set to nothing, so a test sees the links alone.</summary>
     private static readonly Calibration Wire = new();
@@ -46,6 +47,26 @@ public class SimulationTests
         var cal = Calibration.FromRecords(records, SlowRecords);
         var cells = Experiments.Cells(records);
         Assert.Equal(8, cells.Count);
+        Assert.All(cells, cell =>
+        {
+            var row = Experiments.Replay(cell, cal);
+            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
+        });
+    }
+
+    /// <summary>
+    /// The lab's runs of sixteen ranks in four groups of four (bench cluster --fanout mpi-grid4) beside one ring: the
+    /// grid is replayed with node prep's own layout, calibrated from the same file's runs over one ring.
+    /// </summary>
+    [Fact]
+    public void Reproduces_the_recorded_grid_of_rings_within_ten_percent()
+    {
+        var records = ResultReader.Read(GridRecords).Records;
+        var cal = Calibration.FromRecords(records, GridRecords);
+        var cells = Experiments.Cells(records);
+        var grid = Assert.Single(cells, c => c.GridGroupSize == 4);
+        Assert.Equal(16, grid.Nodes);
+        Assert.Contains(records, r => r.Config.Fanout == "mpi-grid4" && r.Nodes.Count == 16);
         Assert.All(cells, cell =>
         {
             var row = Experiments.Replay(cell, cal);
