@@ -183,6 +183,45 @@ public sealed class MpiNodePrepTests
     }
 
     [Fact]
+    public async Task Of_nine_ranks_in_groups_of_three_one_killed_mid_exchange_is_routed_around_in_its_group_and_its_column()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const int size = 16 << 20, ranks = 9, victim = 4;
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 29)), "risk/kill9");
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await Sandbox.BytesSentAsync(tier);
+        await using var slowLink = new ThrottledRelay(s.HostList, 512 << 10);
+        var pipe = s.NewPipe() + "r";
+        var env = new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" };
+
+        // Rank 4 is in the middle of group 1 (ranks 3, 4, 5) and of column 1 (ranks 1, 4, 7).
+        await using var job = ComponentProcess.Start("hpcdata",
+            ["nodeprep", "--fanout", "mpi", "--ring-groups", "3", "risk/kill9", "--job", "job9-kill", "--cache-hosts", slowLink.Address,
+             "--stall-timeout", "90s", "--peer-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")],
+            env, name: "mpi nodeprep", launcher: ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "mpi_yield_when_idle", "1", "-n", $"{ranks}"]);
+        await Sandbox.KillRankOnceTheExchangeMovesAsync("job9-kill", rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
+        await EndsWithinAsync(job, TimeSpan.FromMinutes(4));
+
+        var lines = job.StandardOutput.Where(l => l.StartsWith("node=", StringComparison.Ordinal)).ToList();
+        Assert.True(lines.Count == ranks - 1, $"{lines.Count} nodes ready:\n{string.Join("\n", job.StandardOutput)}\n{job.StandardErrorTail}");
+        Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
+        Assert.True(lines.All(l => l.Contains(" source=fanout ") && l.Contains(" route=grid:3x3 ")), $"not all by the grid:\n{string.Join("\n", lines)}\n{job.StandardErrorTail}");
+        // The member before the dead one in its group (rank 3) and in its column (rank 1) each closed their ring around it.
+        Assert.Equal(2, lines.Count(l => l.Contains(" bypassed=1 ")));
+        for (var r = 0; r < ranks; r++)
+        {
+            if (r == victim) continue;
+            var copy = Assert.Single((await s.StatusAsync(pipe + r)).Copies);
+            Assert.Equal(("complete", staged.Version), (copy.State, copy.Version));
+        }
+        // The tier sent the data once and at most what only the dead member held again: its column's part in its
+        // group (a third) and its share of that part in its column (a ninth).
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
+        Assert.InRange(sent, (long)size, size + size / 3 + size / 9 + (1L << 20));
+    }
+
+    [Fact]
     public async Task Without_an_mpi_launcher_node_prep_fetches_directly_and_says_so()
     {
         await using var s = new Sandbox();
