@@ -1,6 +1,7 @@
 using Hpc.CommonData.Fanout;
 using System.Buffers;
 using System.Diagnostics;
+using System.Threading.Channels;
 
 namespace Hpc.Jobs.Fanout;
 
@@ -26,7 +27,7 @@ public static class GridAllGather
         var columnPlan = position < grid.Positions ? columnPlans[position] : null;
         if ((columnPlan is null) != (columnLink is null)) throw new ArgumentException("a rank at a grid position needs its column's link, and only such a rank", nameof(columnLink));
         using var failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
-        using var column = new ColumnBlocks(columnPlan);
+        using var column = new ColumnBlocks(columnPlan is null ? null : groupPlan.Shares[position]);
         using var writes = new SemaphoreSlim(1);
         long tierBytes = 0;
         var tierBlocks = 0;
@@ -60,86 +61,128 @@ public static class GridAllGather
             }
         }
 
+        // The column ring fetches its share from the tier only while few of its blocks wait for the group ring: it
+        // moves a G-th of what the group ring moves and would otherwise run ahead of it, keeping the whole column's
+        // part in memory.
         var columnRing = columnPlan is null
             ? Task.FromResult(new RingResult(0, 0, 0, 0, 0, 0))
-            : Run(() => RingAllGather.RunAsync(columnPlan, columnLink!, (block, message, token) => FromTier(columnPlan, block, message, token),
+            : Run(() => RingAllGather.RunAsync(columnPlan, columnLink!, async (block, message, token) =>
+                {
+                    await column.WaitForRoomAsync(token);
+                    return await FromTier(columnPlan, block, message, token);
+                },
                 async (message, token) =>
                 {
                     column.Keep(message);
                     await Deliver(message, columnPlan, token);
                 }, failed.Token, stallTimeout, peerSilence: peerSilence));
-        var groupRing = Run(() => RingAllGather.RunAsync(groupPlan, groupLink,
-            async (block, message, token) => await column.TakeAsync(block, message, token) is var length and > 0 ? length : await FromTier(groupPlan, block, message, token),
-            // This member's own blocks reached the node over the column; a resent one too.
+        // The group ring puts in the column's blocks as they arrive, in any order; a block it resends past a dead
+        // member, its own or another's, comes from the tier.
+        var groupRing = Run(() => RingAllGather.RunAsync(groupPlan, groupLink, (block, message, token) => FromTier(groupPlan, block, message, token),
+            // This member's own blocks reached the node over the column.
             (message, token) => column.Holds(message) ? ValueTask.CompletedTask : Deliver(message, groupPlan, token),
-            failed.Token, stallTimeout, peerSilence: peerSilence));
+            failed.Token, stallTimeout, peerSilence: peerSilence, ownInAnyOrder: columnPlan is null ? null : column.NextAsync));
         var results = await Task.WhenAll(columnRing, groupRing);
         var (c, g) = (results[0], results[1]);
         return new RingResult(tierBlocks, c.BlocksReceived + g.BlocksReceived, c.BlocksSent + g.BlocksSent, Interlocked.Read(ref tierBytes),
             c.BytesReceived + g.BytesReceived, c.BytesSent + g.BytesSent, clock.Elapsed.TotalSeconds,
-            ShareSeconds: columnPlan is null ? 0 : c.ShareSeconds, Bypassed: c.Bypassed + g.Bypassed, RepairBytesFetched: c.RepairBytesFetched + g.RepairBytesFetched);
+            ShareSeconds: columnPlan is null ? 0 : c.ShareSeconds, Bypassed: c.Bypassed + g.Bypassed, RepairBytesFetched: c.RepairBytesFetched + g.RepairBytesFetched,
+            HeldBytesAtMost: column.HeldBytesAtMost);
     }
 
     /// <summary>
-    /// The blocks of this member's column, as the column ring brings them, until the group ring takes each once (a
-    /// block the group ring asks for again, to resend it past a dead member, comes from the tier).
+    /// The blocks of this member's column, as the column ring brings them, until the group ring takes each once as one
+    /// of this member's own blocks there (whichever arrived first).
     /// </summary>
     private sealed class ColumnBlocks : IDisposable
     {
-        private readonly Dictionary<int, TaskCompletionSource<(byte[] Buffer, int Length)>> _byFirst = [];
-        private readonly HashSet<int> _taken = [];
-        private readonly Lock _lock = new();
+        /// <summary>Bytes kept for the group ring at most before this member fetches more of its column's share from the
+        /// tier: about what the ring's own buffers hold (a few blocks of up to 1 MB each way).</summary>
+        public const long KeptBytes = 8 << 20;
 
-        public ColumnBlocks(FanoutPlan? plan)
+        private readonly Dictionary<int, Block> _asGroupBlock = [];
+        private readonly Channel<(int First, byte[] Buffer, int Length)> _ready =
+            Channel.CreateUnbounded<(int, byte[], int)>(new UnboundedChannelOptions { SingleReader = true });
+        private readonly HashSet<int> _kept = [];
+        private readonly Lock _lock = new();
+        private readonly SemaphoreSlim _room = new(0);
+        private int _waiting, _roomWaiters;
+        private long _held, _heldAtMost;
+
+        public long HeldBytesAtMost => Interlocked.Read(ref _heldAtMost);
+        private volatile bool _failed;
+
+        /// <param name="share">This member's share of its group's ring: its column's blocks, as the group plan has them.</param>
+        public ColumnBlocks(IReadOnlyList<Block>? share)
         {
-            if (plan is null) return;
-            foreach (var block in plan.Shares.SelectMany(s => s))
-                _byFirst[block.First] = new TaskCompletionSource<(byte[], int)>(TaskCreationOptions.RunContinuationsAsynchronously);
+            foreach (var block in share ?? []) _asGroupBlock[block.First] = block;
         }
 
         /// <summary>Whether a block message is one of this column's (its first segment starts one of the column's blocks).</summary>
-        public bool Holds(ReadOnlyMemory<byte> message) => _byFirst.ContainsKey(FirstOf(message.Span));
+        public bool Holds(ReadOnlyMemory<byte> message) => _asGroupBlock.ContainsKey(FirstOf(message.Span));
 
         private static int FirstOf(ReadOnlySpan<byte> message) => System.Buffers.Binary.BinaryPrimitives.ReadInt32LittleEndian(message[8..]);
 
         public void Keep(ReadOnlyMemory<byte> message)
         {
-            if (!_byFirst.TryGetValue(FirstOf(message.Span), out var slot)) return;
+            var first = FirstOf(message.Span);
+            if (!_asGroupBlock.ContainsKey(first)) return;
+            lock (_lock)
+                if (!_kept.Add(first)) return;
             var copy = ArrayPool<byte>.Shared.Rent(message.Length);
             message.CopyTo(copy);
-            if (!slot.TrySetResult((copy, message.Length))) ArrayPool<byte>.Shared.Return(copy);
+            Interlocked.Increment(ref _waiting);
+            var held = Interlocked.Add(ref _held, message.Length);
+            for (long most; held > (most = Interlocked.Read(ref _heldAtMost)) && Interlocked.CompareExchange(ref _heldAtMost, held, most) != most;) { }
+            if (!_ready.Writer.TryWrite((first, copy, message.Length))) ArrayPool<byte>.Shared.Return(copy);
         }
 
-        /// <summary>Writes the column's block into <paramref name="message"/> as a block of the group ring; 0 when it is
-        /// not this column's, or was taken before.</summary>
-        public async Task<int> TakeAsync(Block block, Memory<byte> message, CancellationToken ct)
+        /// <summary>Writes the next column block that arrived into <paramref name="message"/>, as a block of the group ring.</summary>
+        public async Task<int> NextAsync(Memory<byte> message, CancellationToken ct)
         {
-            if (!_byFirst.TryGetValue(block.First, out var slot)) return 0;
-            lock (_lock)
-                if (!_taken.Add(block.First)) return 0;
-            var (buffer, length) = await slot.Task.WaitAsync(ct);
+            var (first, buffer, length) = await _ready.Reader.ReadAsync(ct);
             try
             {
                 buffer.AsSpan(0, length).CopyTo(message.Span);
-                BlockMessage.WriteHeader(message.Span, block, length);
+                BlockMessage.WriteHeader(message.Span, _asGroupBlock[first], length);
                 return length;
             }
             finally
             {
                 ArrayPool<byte>.Shared.Return(buffer);
+                Interlocked.Add(ref _held, -length);
+                Interlocked.Decrement(ref _waiting);
+                if (Volatile.Read(ref _roomWaiters) > 0) _room.Release();
             }
+        }
+
+        /// <summary>Returns once less than <see cref="KeptBytes"/> wait for the group ring (or fewer than two blocks, whatever their size).</summary>
+        public async Task WaitForRoomAsync(CancellationToken ct)
+        {
+            while (Interlocked.Read(ref _held) >= KeptBytes && Volatile.Read(ref _waiting) >= 2 && !_failed)
+            {
+                Interlocked.Increment(ref _roomWaiters);
+                try
+                {
+                    // Re-checked after a short wait too: a release meant for no one is not lost, one missed is.
+                    await _room.WaitAsync(TimeSpan.FromMilliseconds(50), ct);
+                }
+                finally { Interlocked.Decrement(ref _roomWaiters); }
+            }
+            if (_failed) throw new OperationCanceledException("the exchange failed", ct);
         }
 
         public void Fail()
         {
-            foreach (var slot in _byFirst.Values) slot.TrySetCanceled();
+            _failed = true;
+            _ready.Writer.TryComplete(new OperationCanceledException("the column's ring failed"));
         }
 
         public void Dispose()
         {
-            lock (_lock)
-                foreach (var (first, slot) in _byFirst)
-                    if (slot.Task.IsCompletedSuccessfully && !_taken.Contains(first)) ArrayPool<byte>.Shared.Return(slot.Task.Result.Buffer);
+            _ready.Writer.TryComplete();
+            while (_ready.Reader.TryRead(out var left)) ArrayPool<byte>.Shared.Return(left.Buffer);
+            _room.Dispose();
         }
     }
 }

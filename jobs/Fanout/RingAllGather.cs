@@ -73,8 +73,10 @@ public interface IRingRepair : IPeerLinks
 /// <param name="Bypassed">Members this rank routed around (its right neighbour died or hung).</param>
 /// <param name="RepairBytesFetched">Of <paramref name="BytesFetched"/>, what it fetched for the member after the dead
 /// one: the dead member's blocks no one had, and those lost with it.</param>
+/// <param name="HeldBytesAtMost">The grid's: the most bytes of its column's blocks this rank kept at once for its group's ring.</param>
 public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
-    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0, int Bypassed = 0, long RepairBytesFetched = 0);
+    long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0, int Bypassed = 0, long RepairBytesFetched = 0,
+    long HeldBytesAtMost = 0);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -124,15 +126,19 @@ public static class RingAllGather
     /// <param name="awaitLeaves">False: return once this node has everything and the ring is done, and leave the
     /// sends to the leaves running (<see cref="RingResult.LeavesServed"/>): a leaf takes as long as its link does, and
     /// this node need not wait for it to be ready.</param>
+    /// <param name="ownInAnyOrder">Fills a message with the next of this rank's own blocks, whichever is ready (each
+    /// once); the ring then takes its own share in that order instead of asking <paramref name="fetch"/> for each in
+    /// turn, which it still does for blocks it resends. Not with leaves.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null,
-        bool awaitLeaves = true, TimeSpan? peerSilence = null)
+        bool awaitLeaves = true, TimeSpan? peerSilence = null, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder = null)
     {
         var clock = System.Diagnostics.Stopwatch.StartNew();
         route ??= FanoutRoute.Ring(link.Size);
         if (route.Members.Count != plan.Ranks) throw new ArgumentException($"the plan has {plan.Ranks} shares for {route.Members.Count} ring members", nameof(route));
         var peers = link as IPeerLinks;
         if (route.HasLeaves && peers is null) throw new ArgumentException("routing around slow members needs links to every rank", nameof(link));
+        if (route.HasLeaves && ownInAnyOrder is not null) throw new ArgumentException("leaves are sent a member's own blocks in order", nameof(ownInAnyOrder));
         var rank = link.Rank;
         var leaf = route.IsLeaf(rank);
         var position = route.PositionOf(rank);
@@ -186,8 +192,10 @@ public static class RingAllGather
                         if (leaves.Count > 0 && !keep) Interlocked.Decrement(ref retained);
                         var m = Message.Rent(size, holders: (plan.Ranks > 1 ? 2 : 1) + (keep ? leaves.Count : 0));
                         m.LeafHolders = keep ? leaves.Count : 0;
-                        m.Length = await fetch(blocks[i], m.Buffer, token);
-                        (m.Share, m.First) = (position, blocks[i].First);
+                        m.Length = ownInAnyOrder is null ? await fetch(blocks[i], m.Buffer, token) : await ownInAnyOrder(m.Buffer, token);
+                        // The block is whichever the message holds: taken in any order, it need not be the i-th.
+                        var first = ownInAnyOrder is null ? blocks[i].First : BlockMessage.ReadHeader(m.Buffer.Span[..m.Length], plan).First;
+                        (m.Share, m.First) = (position, first);
                         Interlocked.Increment(ref fetched);
                         Interlocked.Increment(ref progress);
                         Interlocked.Add(ref fetchedBytes, m.Length);
