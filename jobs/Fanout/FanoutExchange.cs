@@ -129,24 +129,27 @@ public static class FanoutExchange
             else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
+        RingResult exchanged;
+        string routeName;
         if (grid is not null && !route.HasLeaves && RingGrid.For(group.Size, grid.Setting) is { } layout)
         {
-            var overGrid = await ExchangeOverGridAsync(group, layout, grid, tier, node, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
-            await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
-            var (gotten, had, refused) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
-            return new FanoutSummary(group.Size, resolved, overGrid, gotten, had, refused, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),
-                layout.ToString(), probeSeconds);
+            exchanged = await ExchangeOverGridAsync(group, layout, grid, tier, node, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
+            routeName = layout.ToString();
         }
-        var plan = new FanoutPlan(manifest, route.Members.Count, needed: needed);
-        var fetcher = new BlockFetcher(tier, plan, resolved);
-        // A node that already holds the version still fetches its share and forwards: the ring needs every link.
-        var exchanged = await RingAllGather.RunAsync(plan, link, fetcher.FetchAsync,
-            (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route, awaitLeaves: false,
-            peerSilence: peerSilence);
+        else
+        {
+            var plan = new FanoutPlan(manifest, route.Members.Count, needed: needed);
+            var fetcher = new BlockFetcher(tier, plan, resolved);
+            // A node that already holds the version still fetches its share and forwards: the ring needs every link.
+            exchanged = await RingAllGather.RunAsync(plan, link, fetcher.FetchAsync,
+                (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route, awaitLeaves: false,
+                peerSilence: peerSilence);
+            routeName = route.ToString();
+        }
         await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
         return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),
-            route.ToString(), probeSeconds);
+            routeName, probeSeconds);
     }
 
     /// <summary>The grid's two rings for this rank: every rank listens for both (a rank beyond the grid's positions
