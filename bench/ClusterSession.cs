@@ -122,8 +122,10 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// <param name="tls">The cache hosts serve TLS with a certificate from a site CA made for this session; the stager
     /// and the agents verify it.</param>
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
-        string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4")
+        string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4", int? killRank = null)
     {
+        if (killRank is { } victim && (fanout != "mpi" || victim < 0 || victim >= Nodes))
+            throw new ArgumentException($"--kill-rank {victim}: a rank of 0-{Nodes - 1}, with --fanout mpi (Open MPI, which leaves the others running)");
         if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring") && GridGroupSize(fanout) is null) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich, mpi-ring or mpi-grid<G>");
         if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
         var config = Config(size, compress, workers, data);
@@ -133,6 +135,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
         _infoTls = certificates is null ? null : CacheTls.Create(certificates.CaFile);
         config.WarmAgents = warmAgents;
         if (fanout != "none") config.Fanout = fanout;
+        config.KillRank = killRank;
         if (workers > 0) config.WorkerMode = workerMode;
         var file = Dataset(size, data);
         var run = $"{_runId}-c{DateTime.UtcNow:HHmmssfff}";
@@ -198,8 +201,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
             try
             {
                 if (fanout != "none")
-                    nodes = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring",
-                        ringGroups: GridGroupSize(fanout)?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "auto");
+                    (nodes, config.KillSeconds) = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring",
+                        ringGroups: GridGroupSize(fanout)?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "auto", killRank: killRank);
                 else
                 {
                 // Every connection is open before the clock starts, so the start is common to all nodes.
@@ -231,7 +234,9 @@ public sealed partial class ClusterSession : IAsyncDisposable
             var machineBusy = (CpuClock.MachineBusySeconds() - busyBefore) / (timed.Elapsed.TotalSeconds * Environment.ProcessorCount);
             var after = await InfoAsync(ct);
             var linksAfter = LinkCounters();
-            nodes = nodes.Select((n, i) => n with { LinkRxBytes = linksAfter[i].Rx - linksBefore[i].Rx, LinkTxBytes = linksAfter[i].Tx - linksBefore[i].Tx }).ToList();
+            // By name: a killed rank's node has no entry.
+            nodes = nodes.Select(n => int.Parse(n.Node.AsSpan("node".Length), System.Globalization.CultureInfo.InvariantCulture) - 1)
+                .Zip(nodes, (i, n) => n with { LinkRxBytes = linksAfter[i].Rx - linksBefore[i].Rx, LinkTxBytes = linksAfter[i].Tx - linksBefore[i].Tx }).ToList();
             var cacheHosts = _topology.Hosts.Select((h, i) => new HostBytes($"{h.Address}:{CachePort}",
                 after[i].Output - before[i].Output, after[i].Used)).ToList();
 
@@ -277,8 +282,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// transport are held to the cluster's subnet, so the exchange between ranks crosses the shaped veth links. The
     /// clock starts as mpiexec is started; a node's time is when its rank's line arrived.
     /// </summary>
-    private async Task<List<NodeTime>> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
-        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true, string ringGroups = "auto")
+    private async Task<(List<NodeTime> Nodes, double? KilledAt)> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
+        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true, string ringGroups = "auto", int? killRank = null)
     {
         var agent = Path.Combine(_scratch, "netns-rsh");
         if (!File.Exists(agent) && !OperatingSystem.IsWindows())
@@ -310,12 +315,16 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 // The host names are namespace names no resolver knows: with 8 of them mpiexec spent 5 s trying to resolve
                 // them before launching anything (7: none).
                 "--mca", "if_base_do_not_resolve", "1",
+                // A killed rank leaves the others running (as srun does), so the ring can close around it.
+                .. (killRank is null ? Array.Empty<string>() : ["--enable-recovery"]),
             ];
         var start = Stopwatch.StartNew();
         var mpi = Track(processes, ComponentProcess.Start("hpcdata",
             ["nodeprep", "--fanout", "mpi", $"{name}@{stage.Version}", "--job", run, "--pipe", pipePattern,
              "--cache-hosts", hostList, "--no-start", "--timeout", "20m", "--link-probe", probe ? "on" : "off", "--ring-groups", ringGroups],
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
+        var kill = killRank is { } victim ? KillOnceExchangingAsync(pipePattern.Replace("{rank}", victim.ToString(System.Globalization.CultureInfo.InvariantCulture)),
+            run, victim, stage.Version, start, mpi, ct) : Task.FromResult<double?>(null);
         // Lines are stamped as they arrive: the process keeps them, but not when each came.
         var arrived = new Dictionary<string, double>();
         var seen = 0;
@@ -333,7 +342,9 @@ public sealed partial class ClusterSession : IAsyncDisposable
         }
         var code = await exited;
         var total = start.Elapsed.TotalSeconds;
-        if (code != 0 || arrived.Count != Nodes)
+        var killedAt = await kill;
+        // With a rank killed, mpiexec reports the death in its exit code; the others' lines are the result.
+        if ((code != 0 && killRank is null) || arrived.Count != Nodes - (killRank is null ? 0 : 1))
             throw new InvalidOperationException($"mpiexec exited {code} with {arrived.Count} of {Nodes} ranks' lines " +
                 $"({string.Join(",", arrived.Keys.Select(k => k.Split(' ')[0][5..]).Order())}); other output: " +
                 $"{string.Join(" | ", mpi.StandardOutput.Where(l => !l.StartsWith("node=", StringComparison.Ordinal)).TakeLast(5))}\n{mpi.StandardErrorTail}");
@@ -354,9 +365,38 @@ public sealed partial class ClusterSession : IAsyncDisposable
         }).ToList();
         // In node order, so the link counters (read per namespace, in order) line up with them.
         var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
-        if (!order.Order().SequenceEqual(nodes.Select(n => n.Node).Order()))
+        if (!order.Where((_, i) => i != killRank).Order().SequenceEqual(nodes.Select(n => n.Node).Order()))
             throw new InvalidDataException($"ranks reported nodes {string.Join(",", nodes.Select(n => n.Node))}");
-        return [.. nodes.OrderBy(n => order.IndexOf(n.Node))];
+        return ([.. nodes.OrderBy(n => order.IndexOf(n.Node))], killedAt);
+    }
+
+    /// <summary>
+    /// Kills rank <paramref name="rank"/>'s node prep (SIGKILL, as a crash or the OOM killer would) once its node's agent
+    /// holds part of the version: mid-exchange. Returns when that was, from the launch.
+    /// </summary>
+    private static async Task<double?> KillOnceExchangingAsync(string pipe, string run, int rank, string version, Stopwatch start, ComponentProcess launcher, CancellationToken ct)
+    {
+        await using var agent = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(10), ct);
+        while (!launcher.HasExited)
+        {
+            if ((await agent.StatusAsync(ct)).Copies.FirstOrDefault(c => c.Version == version) is { BytesDone: > 0 })
+                foreach (var pid in Directory.EnumerateDirectories("/proc").Select(Path.GetFileName).Where(d => d!.All(char.IsAsciiDigit)))
+                {
+                    try
+                    {
+                        var args = File.ReadAllText($"/proc/{pid}/cmdline").Split('\0');
+                        if (!args.Contains("nodeprep") || !args.Contains(run)) continue;
+                        if (!File.ReadAllText($"/proc/{pid}/environ").Split('\0').Contains($"OMPI_COMM_WORLD_RANK={rank}")) continue;
+                        System.Diagnostics.Process.GetProcessById(int.Parse(pid!, System.Globalization.CultureInfo.InvariantCulture)).Kill();
+                        var at = start.Elapsed.TotalSeconds;
+                        Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture, $"  rank {rank} (pid {pid}) killed at {at:0.00} s"));
+                        return at;
+                    }
+                    catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException or InvalidOperationException) { }
+                }
+            await Task.Delay(20, ct);
+        }
+        return null;
     }
 
     /// <summary>Bytes received and sent so far by every node namespace's own interface (its end of the shaped veth).</summary>

@@ -36,6 +36,9 @@ public sealed class BenchClusterOptions : IVerbOptions
     [Switch("--slow-rate", "The rate of the --slow-nodes' links (e.g. 6.25mbit: a quarter of 25mbit).")]
     public string SlowRate { get; set; } = "";
 
+    [Switch("--kill-rank", "With --fanout mpi: kill this rank's node prep (numbered from 0; SIGKILL) once its agent holds part of the data; the run is timed by the other nodes, and Open MPI leaves them running (--enable-recovery). -1: none.")]
+    public int KillRank { get; set; } = -1;
+
     [Switch("--delay", "One-way delay added on every link egress (netem).")]
     public string Delay { get; set; } = "0ms";
 
@@ -202,7 +205,8 @@ public static class BenchVerb
                 foreach (var fanout in fanouts)
                     foreach (var transport in transports)
                         Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls",
-                            agentMaxRate, stagerMaxRate, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString()));
+                            agentMaxRate, stagerMaxRate, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(),
+                            killRank: o.KillRank >= 0 && fanout == "mpi" ? o.KillRank : null));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct, o.CalibrateTool == "iperf3"));

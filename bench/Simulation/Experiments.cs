@@ -17,12 +17,17 @@ public sealed record LabCell(int Nodes, int Hosts, int RateMbit, long SizeBytes,
     public NodeGroup Group { get; init; } = NodeGroup.All;
     /// <summary>Fan-out as a grid of rings in groups of this size (<c>mpi-grid&lt;G&gt;</c>: nodeprep --ring-groups G); null: node prep's default.</summary>
     public int? GridGroupSize { get; init; }
+    /// <summary>Fan-out: the rank whose process was killed mid-exchange (bench cluster --kill-rank), and when (the runs'
+    /// median, from the launch); the cell is timed by the other nodes.</summary>
+    public int? KillRank { get; init; }
+    public double KillSeconds { get; init; }
 
     public double Median => Calibration.Median(Runs);
     public string Describe() => string.Create(CultureInfo.InvariantCulture,
         $"{RateMbit} Mbit/s, {SizeBytes / (1 << 20)} MB, N = {Nodes}, {Mode}{(SlowNodes.Count > 0 ? $", {SlowNodes.Count} node(s) at {SlowRateMbit:0.##} Mbit/s, {Group.ToString().ToLowerInvariant()} nodes" : "")}");
 
-    public string Mode => Delivery == Delivery.Direct ? "direct" : GridGroupSize is { } g ? string.Create(CultureInfo.InvariantCulture, $"fan-out, groups of {g}")
+    public string Mode => Delivery == Delivery.Direct ? "direct" : KillRank is { } k ? string.Create(CultureInfo.InvariantCulture, $"fan-out, rank {k} killed at {KillSeconds:0.0} s")
+        : GridGroupSize is { } g ? string.Create(CultureInfo.InvariantCulture, $"fan-out, groups of {g}")
         : Probe ? "fan-out, probe" : SlowNodes.Count > 0 ? "fan-out, probe off" : "fan-out";
 }
 
@@ -56,7 +61,7 @@ public static class Experiments
     public static List<LabCell> Cells(IEnumerable<BenchRecord> records) =>
         records.Where(r => r.Kind == "cluster" && r.Dataset is not null && CellDelivery(r) is not null && r.MeasuredSeconds > 0)
             .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.RateMbit, r.Config.SizeBytes, r.Dataset!.StoredBytes, Delivery: CellDelivery(r)!.Value,
-                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0, Grid: ClusterSession.GridGroupSize(r.Config.Fanout ?? "")))
+                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0, Grid: ClusterSession.GridGroupSize(r.Config.Fanout ?? ""), Kill: r.Config.KillRank))
             .SelectMany(g =>
             {
                 var slow = SlowIndices(g.First());
@@ -65,9 +70,10 @@ public static class Experiments
                     g.Select(r => Time(r, slow, group)).ToList())
                 {
                     SlowNodes = slow, SlowRateMbit = g.Key.SlowRate, Probe = g.Key.Probe, Group = group, GridGroupSize = g.Key.Grid,
+                    KillRank = g.Key.Kill, KillSeconds = g.Key.Kill is null ? 0 : Calibration.Median(g.Select(r => r.Config.KillSeconds ?? 0).ToList()),
                 });
             })
-            .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.GridGroupSize ?? 0).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
+            .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.GridGroupSize ?? 0).ThenBy(c => c.KillRank ?? -1).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
             .ToList();
 
     private static Delivery? CellDelivery(BenchRecord r) => r.Config.Fanout == "mpi-ring" || ClusterSession.GridGroupSize(r.Config.Fanout ?? "") is not null
@@ -101,8 +107,16 @@ public static class Experiments
 
     public static ValidationRow Replay(LabCell cell, Calibration cal)
     {
-        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe,
-            ringGroups: cell.GridGroupSize?.ToString(CultureInfo.InvariantCulture) ?? "auto").Jobs[0];
+        var groups = cell.GridGroupSize?.ToString(CultureInfo.InvariantCulture) ?? "auto";
+        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe, ringGroups: groups).Jobs[0];
+        if (cell.KillRank is { } victim)
+        {
+            // Killed when the lab killed it, counted from the launch as the bench counts; its kernel closes its
+            // connections, so its neighbours know at once (no peer timeout).
+            var failAfter = Math.Max(0, cell.KillSeconds - job.ExchangeStart);
+            job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, failAfter: failAfter, probe: cell.Probe, peerTimeout: 0, ringGroups: groups,
+                failRank: victim).Jobs[0];
+        }
         var simulated = cell.Group switch
         {
             NodeGroup.All => job.Seconds,

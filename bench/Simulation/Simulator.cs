@@ -27,8 +27,9 @@ public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long S
 /// <param name="Leaves">Ranks the probe routed out of the ring (empty without a probe or with no slow node).</param>
 /// <param name="ProbeSeconds">From the probe's start until the exchange began (the probe, the all-gather of its rates,
 /// the connections to the leaves); 0 without a probe.</param>
+/// <param name="ExchangeStart">Fan-out: when the exchange began (after the start-up, the launch and the probe), from the common start.</param>
 public sealed record JobResult(Delivery Delivery, int Nodes, double Seconds, double[] NodeSeconds, double TierBytes, double? ExchangeSeconds, int FellBack,
-    IReadOnlyList<int>? Leaves = null, double ProbeSeconds = 0);
+    IReadOnlyList<int>? Leaves = null, double ProbeSeconds = 0, double ExchangeStart = double.NaN);
 
 /// <summary>A run of one or more jobs on one <see cref="ClusterSpec"/>.</summary>
 public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events, double WallMilliseconds)
@@ -134,8 +135,8 @@ public sealed partial class Simulator
 
     /// <summary>One job on its own cluster of its size.</summary>
     public static SimulationResult Run(ClusterSpec spec, Calibration cal, Delivery delivery, long storedBytes, double? failAfter = null, double stallTimeout = 120,
-        bool probe = false, double? shortestTelling = null, double? peerTimeout = null, string ringGroups = "auto") =>
-        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout, ringGroups)]);
+        bool probe = false, double? shortestTelling = null, double? peerTimeout = null, string ringGroups = "auto", int? failRank = null) =>
+        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, failRank ?? spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout, ringGroups)]);
 
     private interface IJobRun
     {
@@ -632,7 +633,7 @@ public sealed partial class Simulator
             var survivors = _done.Where((_, r) => r != _dead).ToArray();
             return new(Delivery.Fanout, _n, survivors.Max(), _done, _tierBytes,
                 double.IsNaN(_exchangeEnd) ? null : _exchangeEnd - _exchangeStart, _fellBack, _leaves,
-                double.IsNaN(_probeStart) ? 0 : _exchangeStart - _probeStart);
+                double.IsNaN(_probeStart) ? 0 : _exchangeStart - _probeStart, _exchangeStart);
         }
     }
 

@@ -78,6 +78,10 @@ public sealed class RunConfig
     /// <summary>Nodes whose link (both ends) was shaped to <see cref="SlowRateMbit"/> instead of the rate; absent when none was.</summary>
     public List<string>? SlowNodes { get; set; }
     public double? SlowRateMbit { get; set; }
+    /// <summary>Fan-out runs: the rank whose process was killed once the exchange moved (its node has no line), and when,
+    /// from the launch; absent when none was.</summary>
+    public int? KillRank { get; set; }
+    public double? KillSeconds { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);

@@ -9,6 +9,7 @@ public class SimulationTests
     private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
     private static readonly string SlowRecords = Path.Combine(RepoRoot(), "docs", "results", "slow-node.jsonl");
     private static readonly string GridRecords = Path.Combine(RepoRoot(), "docs", "results", "grid.jsonl");
+    private static readonly string KillRecords = Path.Combine(RepoRoot(), "docs", "results", "kill.jsonl");
 
     /// <summary>Costs beyond the wire set to nothing, so a test sees the links alone.</summary>
     private static readonly Calibration Wire = new();
@@ -72,6 +73,27 @@ public class SimulationTests
             var row = Experiments.Replay(cell, cal);
             Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
         });
+    }
+
+    /// <summary>
+    /// The lab's runs with a rank killed mid-exchange are replayed with the death at the lab's moment (from the launch),
+    /// the rank's neighbours told at once: the others take longer than without it, the dead node has no time, and the
+    /// tier sends more than the data once. (docs/benchmarks.md: the model gives the death less than the lab lost.)
+    /// </summary>
+    [Fact]
+    public void Replays_the_recorded_kill_at_the_labs_moment_and_the_others_finish_later_than_without_it()
+    {
+        var records = ResultReader.Read(KillRecords).Records;
+        var cal = Calibration.FromRecords(records, KillRecords);
+        var cells = Experiments.Cells(records);
+        var killed = Assert.Single(cells, c => c.KillRank is not null);
+        var healthy = Assert.Single(cells, c => c.KillRank is null && c.Delivery == Delivery.Fanout && c.Nodes == killed.Nodes);
+        Assert.Equal(3, killed.KillRank);
+        Assert.InRange(killed.KillSeconds, 1, healthy.Median);
+        Assert.True(killed.Median > healthy.Median, "the lab's kill cost nothing");
+        var withKill = Experiments.Replay(killed, cal);
+        var without = Experiments.Replay(healthy, cal);
+        Assert.True(withKill.Simulated > without.Simulated, $"simulated {withKill.Simulated:0.00} s with the kill, {without.Simulated:0.00} s without");
     }
 
     [Fact]
