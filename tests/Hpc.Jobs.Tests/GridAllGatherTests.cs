@@ -89,7 +89,7 @@ public sealed class GridAllGatherTests
             var (g, p) = grid.PlaceOf(rank);
             var (groupPlan, columnPlans) = grid.Plans(manifest, g);
             return GridAllGather.RunAsync(grid, rank, groupPlan, columnPlans, groupLinks[g][p], p < grid.Positions ? columnLinks[p][g] : null,
-                (plan, block, message, _) => Fetch(plan, block, message, fetched),
+                (plan, block, message, _) => FetchAsync(plan, block, message, fetched),
                 (message, plan, _) => Deliver(message, plan, delivered[rank], rank), timeout.Token, stallTimeout: TimeSpan.FromSeconds(30));
         })));
 
@@ -129,7 +129,7 @@ public sealed class GridAllGatherTests
             var (g, p) = grid.PlaceOf(rank);
             var (groupPlan, columnPlans) = grid.Plans(manifest, g);
             return GridAllGather.RunAsync(grid, rank, groupPlan, columnPlans, groupLinks[g][p], columnLinks[p][g],
-                (plan, block, message, _) => Fetch(plan, block, message, fetched),
+                (plan, block, message, _) => FetchAsync(plan, block, message, fetched),
                 (message, plan, _) =>
                 {
                     foreach (var (index, _, _) in BlockMessage.Layout(message, plan))
@@ -179,7 +179,7 @@ public sealed class GridAllGatherTests
                         async (plan, block, message, ct) =>
                         {
                             await Task.Delay(3, ct);
-                            return await Fetch(plan, block, message, fetched);
+                            return await FetchAsync(plan, block, message, fetched);
                         },
                         async (message, plan, _) =>
                         {
@@ -239,19 +239,6 @@ public sealed class GridAllGatherTests
                 : Task.FromResult<TcpRing>(null!);
         }));
         return (await groups, await columns);
-    }
-
-    private static async Task<int> Fetch(FanoutPlan plan, Block block, Memory<byte> message, ConcurrentBag<int> fetched)
-    {
-        var at = BlockMessage.HeaderLength;
-        for (var i = block.First; i < block.First + block.Count; i++)
-        {
-            fetched.Add(i);
-            at += BlockMessage.WriteRecord(message.Span[at..], i, StoredBytes(plan.Manifest, i));
-        }
-        BlockMessage.WriteHeader(message.Span, block, at);
-        await Task.Yield();
-        return at;
     }
 
     private static ValueTask Deliver(ReadOnlyMemory<byte> message, FanoutPlan plan, ConcurrentDictionary<int, byte[]> delivered, int rank)

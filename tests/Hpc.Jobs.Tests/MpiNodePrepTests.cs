@@ -143,10 +143,44 @@ public sealed class MpiNodePrepTests
     [Fact]
     public async Task Of_eight_ranks_one_killed_mid_exchange_costs_the_others_only_its_share_and_they_finish_by_the_ring()
     {
+        const int size = 16 << 20;
+        var run = await KillOneMidExchangeAsync(ranks: 8, victim: 3, size, seed: 23, []);
+
+        Assert.True(run.Lines.All(l => l.Contains(" source=fanout ")), $"not all by the ring:\n{string.Join("\n", run.Lines)}\n{run.Errors}");
+        // The member before the dead one closed the ring around it.
+        Assert.Single(run.Lines, l => l.Contains(" bypassed=1 "));
+        // The tier sent the data once and the dead member's share again at most: not each survivor what it lacked.
+        Assert.InRange(run.Sent, (long)size, size * 12L / 10);
+    }
+
+    [Fact]
+    public async Task Of_nine_ranks_in_groups_of_three_one_killed_mid_exchange_is_routed_around_in_its_group_and_its_column()
+    {
+        const int size = 16 << 20;
+        // Rank 4 is in the middle of group 1 (ranks 3, 4, 5) and of column 1 (ranks 1, 4, 7).
+        var run = await KillOneMidExchangeAsync(ranks: 9, victim: 4, size, seed: 29, ["--ring-groups", "3"]);
+
+        Assert.True(run.Lines.All(l => l.Contains(" source=fanout ") && l.Contains(" route=grid:3x3 ")), $"not all by the grid:\n{string.Join("\n", run.Lines)}\n{run.Errors}");
+        // The member before the dead one in its group (rank 3) and in its column (rank 1) each closed their ring around it.
+        Assert.Equal(2, run.Lines.Count(l => l.Contains(" bypassed=1 ")));
+        // The tier sent the data once and at most what only the dead member held again: its column's part in its
+        // group (a third) and its share of that part in its column (a ninth).
+        Assert.InRange(run.Sent, (long)size, size + size / 3 + size / 9 + (1L << 20));
+    }
+
+    private sealed record KilledRun(List<string> Lines, long Sent, string Errors);
+
+    /// <summary>
+    /// Node prep over <paramref name="ranks"/> ranks under Open MPI, one of them killed once the exchange moves; every
+    /// other node must end ready with the version. Returns the survivors' lines and what the tier sent.
+    /// </summary>
+    private static async Task<KilledRun> KillOneMidExchangeAsync(int ranks, int victim, int size, int seed, string[] switches)
+    {
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
-        const int size = 16 << 20, ranks = 8, victim = 3;
-        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 23)), "risk/kill8");
+        var name = $"risk/kill{ranks}";
+        var jobId = $"job{ranks}-kill";
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: seed)), name);
         await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
         var before = await Sandbox.BytesSentAsync(tier);
         // A slow cache tier (512 KB/s per connection) keeps the exchange going long enough to kill a rank in the middle of it.
@@ -156,69 +190,25 @@ public sealed class MpiNodePrepTests
 
         // The launcher leaves the other ranks running when one dies (Open MPI's --enable-recovery; srun does so by
         // itself; MPICH's hydra 4.0 ends them all even with -disable-auto-cleanup). A neighbour silent for 5 s is
-        // routed around (2 s by default: eight ranks and their agents share this machine's cores).
+        // routed around (2 s by default: the ranks and their agents share this machine's cores).
         await using var job = ComponentProcess.Start("hpcdata",
-            ["nodeprep", "--fanout", "mpi", "risk/kill8", "--job", "job8-kill", "--cache-hosts", slowLink.Address, "--stall-timeout", "90s",
+            ["nodeprep", "--fanout", "mpi", .. switches, name, "--job", jobId, "--cache-hosts", slowLink.Address, "--stall-timeout", "90s",
              "--peer-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")],
             env, name: "mpi nodeprep", launcher: ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "mpi_yield_when_idle", "1", "-n", $"{ranks}"]);
-        await Sandbox.KillRankOnceTheExchangeMovesAsync("job8-kill", rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
+        await Sandbox.KillRankOnceTheExchangeMovesAsync(jobId, rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
         await EndsWithinAsync(job, TimeSpan.FromMinutes(4));
 
-        // Every other node is ready by the ring itself, not by the direct fetch that follows a failed exchange.
+        // Every other node is ready by the exchange itself, not by the direct fetch that follows a failed one (the caller checks the source).
         var lines = job.StandardOutput.Where(l => l.StartsWith("node=", StringComparison.Ordinal)).ToList();
         Assert.True(lines.Count == ranks - 1, $"{lines.Count} nodes ready:\n{string.Join("\n", job.StandardOutput)}\n{job.StandardErrorTail}");
         Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
-        Assert.True(lines.All(l => l.Contains(" source=fanout ")), $"not all by the ring:\n{string.Join("\n", lines)}\n{job.StandardErrorTail}");
-        // The member before the dead one closed the ring around it.
-        Assert.Single(lines, l => l.Contains(" bypassed=1 "));
         for (var r = 0; r < ranks; r++)
         {
             if (r == victim) continue;
             var copy = Assert.Single((await s.StatusAsync(pipe + r)).Copies);
             Assert.Equal(("complete", staged.Version), (copy.State, copy.Version));
         }
-        // The tier sent the data once and the dead member's share again at most: not each survivor what it lacked.
-        var sent = await Sandbox.BytesSentAsync(tier) - before;
-        Assert.InRange(sent, (long)size, size * 12L / 10);
-    }
-
-    [Fact]
-    public async Task Of_nine_ranks_in_groups_of_three_one_killed_mid_exchange_is_routed_around_in_its_group_and_its_column()
-    {
-        await using var s = new Sandbox();
-        await s.StartCacheHostAsync();
-        const int size = 16 << 20, ranks = 9, victim = 4;
-        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 29)), "risk/kill9");
-        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
-        var before = await Sandbox.BytesSentAsync(tier);
-        await using var slowLink = new ThrottledRelay(s.HostList, 512 << 10);
-        var pipe = s.NewPipe() + "r";
-        var env = new Dictionary<string, string?> { ["HPCDATA_STATE_DIR"] = s.StateDirectory, ["TERM"] = "dumb" };
-
-        // Rank 4 is in the middle of group 1 (ranks 3, 4, 5) and of column 1 (ranks 1, 4, 7).
-        await using var job = ComponentProcess.Start("hpcdata",
-            ["nodeprep", "--fanout", "mpi", "--ring-groups", "3", "risk/kill9", "--job", "job9-kill", "--cache-hosts", slowLink.Address,
-             "--stall-timeout", "90s", "--peer-timeout", "5s", "--pipe", pipe + "{rank}", "--data-dir", Path.Combine(s.Root, "node{rank}")],
-            env, name: "mpi nodeprep", launcher: ["mpiexec.openmpi", "--allow-run-as-root", "--oversubscribe", "--enable-recovery", "--mca", "mpi_yield_when_idle", "1", "-n", $"{ranks}"]);
-        await Sandbox.KillRankOnceTheExchangeMovesAsync("job9-kill", rank: victim, ranks: ranks, TimeSpan.FromSeconds(90), job);
-        await EndsWithinAsync(job, TimeSpan.FromMinutes(4));
-
-        var lines = job.StandardOutput.Where(l => l.StartsWith("node=", StringComparison.Ordinal)).ToList();
-        Assert.True(lines.Count == ranks - 1, $"{lines.Count} nodes ready:\n{string.Join("\n", job.StandardOutput)}\n{job.StandardErrorTail}");
-        Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
-        Assert.True(lines.All(l => l.Contains(" source=fanout ") && l.Contains(" route=grid:3x3 ")), $"not all by the grid:\n{string.Join("\n", lines)}\n{job.StandardErrorTail}");
-        // The member before the dead one in its group (rank 3) and in its column (rank 1) each closed their ring around it.
-        Assert.Equal(2, lines.Count(l => l.Contains(" bypassed=1 ")));
-        for (var r = 0; r < ranks; r++)
-        {
-            if (r == victim) continue;
-            var copy = Assert.Single((await s.StatusAsync(pipe + r)).Copies);
-            Assert.Equal(("complete", staged.Version), (copy.State, copy.Version));
-        }
-        // The tier sent the data once and at most what only the dead member held again: its column's part in its
-        // group (a third) and its share of that part in its column (a ninth).
-        var sent = await Sandbox.BytesSentAsync(tier) - before;
-        Assert.InRange(sent, (long)size, size + size / 3 + size / 9 + (1L << 20));
+        return new KilledRun(lines, await Sandbox.BytesSentAsync(tier) - before, job.StandardErrorTail);
     }
 
     [Fact]

@@ -9,19 +9,6 @@ namespace Hpc.Jobs.Tests;
 public sealed class RingAllGatherTests
 {
 
-    private static async Task<int> FakeFetch(FanoutPlan plan, Block block, Memory<byte> message, ConcurrentBag<int> fetched)
-    {
-        var at = BlockMessage.HeaderLength;
-        for (var i = block.First; i < block.First + block.Count; i++)
-        {
-            fetched.Add(i);
-            at += BlockMessage.WriteRecord(message.Span[at..], i, StoredBytes(plan.Manifest, i));
-        }
-        BlockMessage.WriteHeader(message.Span, block, at);
-        await Task.Yield();
-        return at;
-    }
-
     [Theory]
     [InlineData(1, 40)]
     [InlineData(2, 40)]
@@ -38,7 +25,7 @@ public sealed class RingAllGatherTests
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
 
         var results = await Task.WhenAll(links.Select(link => Task.Run(() => RingAllGather.RunAsync(plan, link,
-            (block, message, _) => FakeFetch(plan, block, message, fetched),
+            (block, message, _) => FetchAsync(plan, block, message, fetched),
             (message, _) =>
             {
                 foreach (var (index, stored) in BlockMessage.Records(message, plan))
@@ -72,7 +59,7 @@ public sealed class RingAllGatherTests
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
 
         await Task.WhenAll(InProcessRing.Create(ranks).Select(link => Task.Run(() => RingAllGather.RunAsync(plan, link,
-            (block, message, _) => FakeFetch(plan, block, message, fetched),
+            (block, message, _) => FetchAsync(plan, block, message, fetched),
             (message, _) =>
             {
                 Interlocked.Add(ref delivered[link.Rank], BlockMessage.Records(message, plan).Count());
@@ -91,7 +78,7 @@ public sealed class RingAllGatherTests
         foreach (var block in plan.Shares.SelectMany(s => s).Take(4))
         {
             var message = new byte[plan.MaxMessageBytes];
-            seeds.Add(message[..await FakeFetch(plan, block, message, [])]);
+            seeds.Add(message[..await FetchAsync(plan, block, message, [])]);
         }
         int read = 0, refused = 0;
         await Hpc.Fuzzing.Mutator.RunAsync("block message", seeds, input =>
@@ -152,7 +139,7 @@ public sealed class RingAllGatherTests
         var links = InProcessRing.Create(2);
         var fetched = new ConcurrentBag<int>();
         // Rank 0 runs; rank 1 never starts, as if its node had died before the exchange.
-        var lonely = RingAllGather.RunAsync(plan, links[0], (block, message, _) => FakeFetch(plan, block, message, fetched),
+        var lonely = RingAllGather.RunAsync(plan, links[0], (block, message, _) => FetchAsync(plan, block, message, fetched),
             (_, _) => ValueTask.CompletedTask, CancellationToken.None, stallTimeout: TimeSpan.FromSeconds(1));
         var e = await Assert.ThrowsAsync<TimeoutException>(() => lonely.WaitAsync(TimeSpan.FromSeconds(20)));
         Assert.Contains("stalled on rank 0", e.Message);
@@ -193,7 +180,7 @@ public sealed class RingAllGatherTests
             async (block, message, t) =>
             {
                 if (link.Rank == 1) await ownFetch.Task.WaitAsync(t);
-                var length = await FakeFetch(plan, block, message, fetched);
+                var length = await FetchAsync(plan, block, message, fetched);
                 if (link.Rank == 1) ownFetched.TrySetResult();
                 return length;
             },

@@ -1,4 +1,5 @@
 using Hpc.CommonData.Format;
+using Hpc.Jobs.Fanout;
 
 namespace Hpc.Jobs.Tests;
 
@@ -21,4 +22,18 @@ internal static class RingData
     }
 
     public static byte[] StoredBytes(Manifest m, int index) => Enumerable.Repeat((byte)(index * 7 + 3), m.Segments[index].StoredLength).ToArray();
+
+    /// <summary>A cache tier that fills a block message with the stand-in segments and notes each index it sent.</summary>
+    public static async Task<int> FetchAsync(FanoutPlan plan, Block block, Memory<byte> message, System.Collections.Concurrent.ConcurrentBag<int> fetched)
+    {
+        var at = BlockMessage.HeaderLength;
+        for (var i = block.First; i < block.First + block.Count; i++)
+        {
+            fetched.Add(i);
+            at += BlockMessage.WriteRecord(message.Span[at..], i, StoredBytes(plan.Manifest, i));
+        }
+        BlockMessage.WriteHeader(message.Span, block, at);
+        await Task.Yield();
+        return at;
+    }
 }
