@@ -12,7 +12,7 @@ public sealed partial class Simulator
         private int _ringsLeft;
 
         /// <summary>
-        /// One ring of the grid (jobs/Fanout GridAllGather): its members in ring order, what each puts in, and its flows.
+        /// One ring of the grid (sdk/Fanout GridAllGather): its members in ring order, what each puts in, and its flows.
         /// A column's members fetch their share from the tier; a group's members put in their column's part, which is
         /// theirs once their column has finished (their "fetch" is that column's finish, plus the tier's repair of a
         /// dead member's part where they closed the ring around one).

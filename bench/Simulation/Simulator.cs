@@ -43,7 +43,7 @@ public sealed record SimulationResult(IReadOnlyList<JobResult> Jobs, int Events,
 /// <item>Direct fetch (the node agent's prefetch): after its start-up a node fetches every stored segment from the H
 /// cache hosts at once, its segments spread over the hosts by rendezvous placement. Replicas are read only when the
 /// first copy fails, so with every host up the bytes are those of the first copies.</item>
-/// <item>Fan-out (<c>nodeprep --fanout mpi</c>, jobs/Fanout): every rank starts (the launch, MPI's start, the agent);
+/// <item>Fan-out (<c>nodeprep --fanout mpi</c>, sdk/Fanout): every rank starts (the launch, MPI's start, the agent);
 /// the ranks wait for each other (manifest broadcast, agreeing on what is missing); rank r fetches share r (S/N) from
 /// the tier and the pipelined ring all-gather sends every block on to r+1 until it has crossed N−1 links. So each
 /// node's link receives S (its share plus the ring) and sends (N−1)/N·S, and the cache tier sends S once.</item>

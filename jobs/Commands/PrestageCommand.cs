@@ -5,6 +5,7 @@ using Hpc.CommonData;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 using Hpc.Jobs.Scheduling;
 

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using System.Buffers.Binary;
 using System.Collections.Concurrent;
 using Hpc.Mpi;

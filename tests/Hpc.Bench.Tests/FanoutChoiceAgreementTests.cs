@@ -1,5 +1,6 @@
 using System.Globalization;
 using Hpc.Bench.Simulation;
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 
 namespace Hpc.Bench.Tests;

@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 
 namespace Hpc.Jobs.Tests;

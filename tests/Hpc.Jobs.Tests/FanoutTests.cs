@@ -1,6 +1,7 @@
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 
 namespace Hpc.Jobs.Tests;

@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 using static Hpc.Jobs.Tests.RingData;
 

@@ -1,4 +1,5 @@
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 
 namespace Hpc.Jobs.Tests;

@@ -1,6 +1,7 @@
 using System.Collections.Concurrent;
 using System.Net;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 using static Hpc.Jobs.Tests.RingData;
 

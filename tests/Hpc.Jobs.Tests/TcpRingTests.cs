@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Net;
 using System.Net.Sockets;
 using Hpc.CommonData.Format;
+using Hpc.CommonData.Fanout;
 using Hpc.Jobs.Fanout;
 using static Hpc.Jobs.Tests.RingData;
 

@@ -1,6 +1,6 @@
 using Hpc.CommonData.Format;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>A run of consecutive segments that travels the ring as one message.</summary>
 public readonly record struct Block(int Share, int First, int Count, long StoredBytes);

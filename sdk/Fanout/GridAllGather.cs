@@ -1,9 +1,8 @@
-using Hpc.CommonData.Fanout;
 using System.Buffers;
 using System.Diagnostics;
 using System.Threading.Channels;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>
 /// One rank's side of the grid exchange (<see cref="RingGrid"/>): its column's ring and its group's ring, run at once.

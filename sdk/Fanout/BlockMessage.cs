@@ -1,6 +1,6 @@
 using System.Buffers.Binary;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>
 /// One block on the ring: <c>"HCB1"</c>, share, first segment index, record count, message length (int32 LE each), then per

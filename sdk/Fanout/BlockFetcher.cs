@@ -1,7 +1,7 @@
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>Fills a block message with this rank's own segments, straight from the cache tier.</summary>
 public sealed class BlockFetcher(CacheTierClient tier, FanoutPlan plan, string version)

@@ -1,10 +1,9 @@
 using System.Diagnostics;
 using System.Text;
 using Hpc.CommonData.Cache;
-using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Format;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>The ranks of a fan-out, one per node: who we are, a way to agree on the manifest, and the ring.</summary>
 public interface IRankGroup

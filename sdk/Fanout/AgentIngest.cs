@@ -1,6 +1,6 @@
 using Hpc.CommonData.Agent;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>The node's agent as the end of the exchange: blocks go to it over its pipe as an ingest, only the segments it lacks.</summary>
 public sealed class AgentIngest(string pipe) : INodeIngest

@@ -1,6 +1,6 @@
 using System.Threading.Channels;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>
 /// N ranks in one process, a channel that holds one message between every two of them (a send completes only when

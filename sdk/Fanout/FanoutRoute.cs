@@ -1,7 +1,6 @@
 using System.Globalization;
-using Hpc.CommonData.Fanout;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>
 /// Which ranks form the ring and which are leaves, computed alike by every rank from the same gathered link rates.

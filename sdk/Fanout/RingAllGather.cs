@@ -1,7 +1,7 @@
 using System.Buffers;
 using System.Threading.Channels;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>
 /// One rank's link in the ring: messages go to the right neighbour and come from the left one, in order. Sends

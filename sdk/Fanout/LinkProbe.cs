@@ -1,10 +1,9 @@
 using System.Buffers;
 using System.Buffers.Binary;
 using System.Diagnostics;
-using Hpc.CommonData.Fanout;
 using static Hpc.CommonData.Fanout.LeafRule;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>
 /// A short measurement of the ring's links before the exchange, in rounds that every rank runs in lockstep: in a round

@@ -1,7 +1,6 @@
-using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Format;
 
-namespace Hpc.Jobs.Fanout;
+namespace Hpc.CommonData.Fanout;
 
 /// <summary>What each ring of a <see cref="RingGrid"/> carries, in <see cref="FanoutPlan"/>s.</summary>
 public static class GridPlans
