@@ -60,6 +60,7 @@ public static class NodeAgentProgram
         builder.Services.AddSingleton<ISegmentSource, CacheTierSource>();
         builder.Services.AddSingleton(sp => new DatasetStore(options, sp.GetRequiredService<ISegmentSource>(), sp.GetRequiredService<ILoggerFactory>()));
         builder.Services.AddHostedService<PipeServer>();
+        builder.Services.AddHostedService<Fanout.PeerService>();
         builder.AddServiceManagers("hpcdata-agent");
         try
         {

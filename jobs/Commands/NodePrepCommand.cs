@@ -55,11 +55,21 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--timeout", "How long fetching may take.", Meta = "DURATION")]
     public string Timeout { get; set; } = "60m";
 
-    [Switch("--fanout", "auto, none, or mpi: run as one MPI rank per node (mpiexec -ppn 1, srun --ntasks-per-node=1); " +
+    [Switch("--fanout", "auto, none, mpi or agents. mpi: run as one MPI rank per node (mpiexec -ppn 1, srun --ntasks-per-node=1); " +
         "the ranks share the fetching and pass the data on to each other, so the cache tier sends each byte about once. " +
         "Without MPI, or when the exchange fails, the node fetches what it lacks directly. {rank} in --pipe and --data-dir is the rank. " +
+        "agents: run once, anywhere: the agents already running on the nodes of --agents (each with --peer-listen) do the same among themselves, " +
+        "started in a few round trips instead of a job step; one line per node, then a summary. " +
         "auto: mpi when a launcher started this node prep as one of several ranks, else none (prestage --fanout auto makes that choice for a job).", Meta = "MODE")]
     public string Fanout { get; set; } = "auto";
+
+    [Switch("--agents", "--fanout agents: the nodes' agents, host[:port],… (port " + "6390 by default) or a file of them, one per line (a Slurm job: " +
+        "scontrol show hostnames > FILE); their order makes the ranks.", Meta = "LIST|FILE")]
+    public string? Agents { get; set; }
+
+    [Switch("--peer-key-file", "--fanout agents: file whose first line is the secret the agents share (their --peer-key-file).",
+        Environment = NodeAgentOptions.PeerKeyFileVariable, Meta = "PATH")]
+    public string? PeerKeyFile { get; set; }
 
     [Switch("--ring", "--fanout mpi: what carries the blocks between neighbours. tcp: a TCP connection per " +
         "neighbour, set up through MPI, at the link's rate on Ethernet; mpi: the MPI library's own sends (for RDMA fabrics such as InfiniBand).", Meta = "KIND")]
@@ -118,7 +128,10 @@ public static class NodePrepCommand
         if (peerTimeout <= TimeSpan.Zero) throw CommandException.Usage($"--peer-timeout must be more than 0 (got {o.PeerTimeout})");
         try { RingGrid.ParseGroupSize(o.RingGroups); }
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
-        if (o.Fanout is not ("auto" or "none" or "mpi")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi");
+        if (o.Fanout is not ("auto" or "none" or "mpi" or "agents")) throw CommandException.Usage($"--fanout '{o.Fanout}' is not one of auto, none, mpi, agents");
+        if (o.Fanout == "agents")
+            return await AgentsNodePrep.RunAsync(o, name, version, job, new ExchangeSettings(stallTimeout, peerTimeout, o.NodePrep.LinkProbe, o.RingGroups), fetchTimeout, cancel.Token);
+        if (o.Agents is not null) throw CommandException.Usage("--agents is for --fanout agents");
         // The cache tier's settings are checked before anything starts (a missing password file, a bad host).
         try { o.CacheTier(); }
         catch (ArgumentException e) { throw CommandException.Usage(e.Message); }
@@ -162,9 +175,7 @@ public static class NodePrepCommand
                     // Leaves take their own link's time, so the ranks may wait that long for each other at the end.
                     ranks.ClosingLimit = summary.Route.StartsWith("leaves", StringComparison.Ordinal) ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
                     leavesServed = served;
-                    fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
-                             $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} " +
-                             $"received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
+                    fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} {NodeExchange.Fields(summary)}";
                 }
                 catch (Exception e) when (!cancel.IsCancellationRequested)
                 {
@@ -325,33 +336,22 @@ public static class NodePrepCommand
     {
         var tierOptions = o.CacheTier();
         var tier = new CacheTierClient(tierOptions, o.TierLog);
-        TcpRing? ring = null;
-        FanoutSummary summary;
         try
         {
-            await using var ingest = new AgentIngest(pipe);
-            var first = CacheEndpoint.ParseList(string.Join(",", tierOptions.Hosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
-            var local = TcpRing.LocalAddressToward(first.Host, first.Port);
-            ring = o.Ring == "tcp" ? await TcpRing.ConnectAsync(ranks, local, stallTimeout, ct) : null;
-            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, stallTimeout, ring, probeLinks: o.NodePrep.LinkProbe,
-                peerSilence: Durations.Parse(o.PeerTimeout), grid: ring is null ? null : new GridRings(o.RingGroups, local));
+            var (summary, served) = await NodeExchange.RunAsync(ranks, tier, tierOptions.Hosts, pipe, name, version,
+                new ExchangeSettings(stallTimeout, Durations.Parse(o.PeerTimeout), o.NodePrep.LinkProbe, o.RingGroups, TcpRing: o.Ring == "tcp"), ct);
+            return (summary, CloseAfter(served));
         }
         catch
         {
-            if (ring is not null) await ring.DisposeAsync();
             await tier.DisposeAsync();
             throw;
         }
-        return (summary, CloseAfter(summary.Ring.LeavesServed ?? Task.CompletedTask));
 
-        async Task CloseAfter(Task leaves)
+        async Task CloseAfter(Task served)
         {
-            try { await leaves; }
-            finally
-            {
-                if (ring is not null) await ring.DisposeAsync();
-                await tier.DisposeAsync();
-            }
+            try { await served; }
+            finally { await tier.DisposeAsync(); }
         }
     }
 

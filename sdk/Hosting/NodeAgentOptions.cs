@@ -132,11 +132,40 @@ public sealed class NodeAgentOptions : IProgramOptions
     /// <summary>The pin quota in force: <see cref="PinQuota"/>, or a quarter of the budget.</summary>
     public ByteSize EffectivePinQuota => PinQuota ?? new ByteSize(Budget.Bytes / 4);
 
+    /// <summary>
+    /// Where the agent listens for node prep requested of the running agents (<c>hpcdata nodeprep --fanout agents</c>)
+    /// and for the other agents forwarding it: host:port or :port; empty (the default): it takes no such requests.
+    /// Requires <see cref="PeerKeyFile"/>: a request makes the agent fetch and pin data.
+    /// </summary>
+    [Switch("--peer-listen", "address (host:port or :port) where node prep requested of the running agents reaches this agent; empty: off. Needs --peer-key-file",
+        Environment = "HPCDATA_AGENT_PEER_LISTEN", Meta = "HOST:PORT")]
+    public string PeerListen { get; set; } = "";
+
+    /// <summary>A file whose first line is the secret every agent of the cluster and node prep share (16 characters or more, e.g. from <c>openssl rand -hex 32</c>).</summary>
+    [Switch("--peer-key-file", "file whose first line is the secret the cluster's agents and node prep share (16 characters or more)",
+        Environment = PeerKeyFileVariable, Meta = "PATH")]
+    public string? PeerKeyFile { get; set; }
+
+    public const string PeerKeyFileVariable = "HPCDATA_PEER_KEY_FILE";
+
+    /// <summary>The port agents listen on for requests when a member is given without one.</summary>
+    public const int DefaultPeerPort = 6390;
+
     /// <summary>Where the meter is exported (--prometheus, --otlp); off by default.</summary>
     public MetricsOptions Metrics { get; set; } = new();
 
     /// <summary>How the agent reaches the cache tier (its switches: --cache-hosts, --replicas, --cache-password-file).</summary>
     public CacheTierOptions CacheTier { get; set; } = new();
+
+    /// <summary>Where <see cref="PeerListen"/> listens (any address for ":port"), or null when it does not read.</summary>
+    public System.Net.IPEndPoint? PeerEndpoint()
+    {
+        var colon = PeerListen.LastIndexOf(':');
+        if (colon < 0 || !ushort.TryParse(PeerListen.AsSpan(colon + 1), out var port)) return null;
+        var host = PeerListen[..colon].Trim('[', ']');
+        if (host.Length == 0) return new System.Net.IPEndPoint(System.Net.IPAddress.IPv6Any, port);
+        return System.Net.IPAddress.TryParse(host, out var address) ? new System.Net.IPEndPoint(address, port) : null;
+    }
 
     /// <summary>Longest Unix socket path the kernel accepts (sun_path is 108 bytes including the terminator).</summary>
     private const int MaxSocketPath = 107;
@@ -161,6 +190,12 @@ public sealed class NodeAgentOptions : IProgramOptions
         {
             if (!OperatingSystem.IsLinux()) yield return "--admin-group is for Linux nodes (file groups and socket credentials)";
             else if (AdminGroupId() is null) yield return $"--admin-group: '{AdminGroup}' is not a group on this node";
+        }
+        if (!string.IsNullOrEmpty(PeerListen))
+        {
+            if (PeerEndpoint() is null) yield return $"--peer-listen: '{PeerListen}' is not host:port or :port";
+            if (string.IsNullOrEmpty(PeerKeyFile)) yield return "--peer-listen needs --peer-key-file: a request makes the agent fetch and pin data";
+            else if (!File.Exists(PeerKeyFile)) yield return $"--peer-key-file: '{PeerKeyFile}' does not exist";
         }
         if (CacheTier is null) { yield return "no cache-tier settings"; yield break; }
         foreach (var problem in CacheTier.Validate()) yield return problem;

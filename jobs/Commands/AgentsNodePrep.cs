@@ -1,0 +1,79 @@
+using System.Security.Cryptography;
+using Hpc.CommonData;
+using Hpc.CommonData.Cli;
+using Hpc.CommonData.Fanout;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Jobs.Commands;
+
+/// <summary>
+/// <c>hpcdata nodeprep NAME --fanout agents --agents …</c>: node prep for every listed node as one request to their running
+/// agents (<see cref="AgentsRequest"/>). Prints each node's line as it answers and a summary; exits 0 only when every
+/// node holds the verified copy, pinned for the job.
+/// </summary>
+internal static class AgentsNodePrep
+{
+    public static async Task<int> RunAsync(NodePrepOptions o, string name, string? version, string job, ExchangeSettings settings, TimeSpan timeout, CancellationToken ct)
+    {
+        if (string.IsNullOrWhiteSpace(o.Agents)) throw CommandException.Usage("--fanout agents needs --agents: the nodes' agents, host[:port],… or a file of them");
+        if (string.IsNullOrEmpty(o.PeerKeyFile)) throw CommandException.Usage($"--fanout agents needs --peer-key-file (or {NodeAgentOptions.PeerKeyFileVariable}): the secret the agents share");
+        IReadOnlyList<string> members;
+        PeerKey key;
+        try
+        {
+            members = Members(o.Agents);
+            key = PeerKey.Load(o.PeerKeyFile, "--peer-key-file");
+        }
+        catch (Exception e) when (e is ArgumentException or FormatException) { throw CommandException.Usage(e.Message); }
+        var request = new PrepRequest
+        {
+            Id = Convert.ToHexString(RandomNumberGenerator.GetBytes(8)).ToLowerInvariant(), Name = name, Version = version ?? "", Job = job,
+            Members = members, Requester = "", RingGroups = settings.RingGroups, LinkProbe = settings.LinkProbe, PeerTimeout = settings.PeerTimeout,
+            StallTimeout = settings.StallTimeout, Timeout = timeout,
+        };
+        AgentsReport report;
+        try
+        {
+            report = await AgentsRequest.RunAsync(request, key, outcome =>
+            {
+                if (o.Quiet) return;
+                var line = $"node={outcome.Node} position={outcome.Position} dataset={name} version={outcome.Version} seconds={outcome.Seconds:0.000} {outcome.Detail}";
+                if (!outcome.Ready) Console.Error.WriteLine($"hpcdata nodeprep: node {outcome.Node} (position {outcome.Position}) is not ready: {outcome.Detail}");
+                else LineOutput.WriteLine(o.Json ? JsonFields.Object([("node", outcome.Node), ("position", outcome.Position), ("dataset", name), ("version", outcome.Version),
+                    ("seconds", Math.Round(outcome.Seconds, 3)), .. JsonFields.Parse(" " + outcome.Detail)]) : line);
+            }, ct);
+        }
+        catch (UnauthorizedAccessException e) { throw CommandException.Failed($"{e.Message} (--peer-key-file)", ErrorCode.AccessDenied); }
+        catch (CommonDataException e) { throw CommandException.Failed(e.Message, e.Code); }
+        var failed = report.Outcomes.Select((x, i) => (Outcome: x, Member: report.Members[i])).Where(x => x.Outcome is not { Ready: true }).ToList();
+        var versions = report.Outcomes.Where(x => x is { Ready: true }).Select(x => x!.Version).Distinct().ToList();
+        if (!o.Quiet)
+        {
+            var summary = $"nodes={report.Members.Count} ready={report.Ready} failed={failed.Count} dataset={name} version={(versions.Count == 1 ? versions[0] : string.Join(",", versions))} " +
+                          $"joined={report.Joined} launch-seconds={report.LaunchSeconds:0.000} seconds={report.Seconds:0.000}";
+            LineOutput.WriteLine(o.Json ? JsonFields.Object([("summary", true), .. JsonFields.Parse(" " + summary)]) : summary);
+        }
+        if (failed.Count == 0) return 0;
+        foreach (var (outcome, member) in failed.Where(f => f.Outcome is null).Take(20))
+            Console.Error.WriteLine($"hpcdata nodeprep: no answer from the agent at {member}");
+        var first = failed.FirstOrDefault(f => f.Outcome is not null).Outcome;
+        throw CommandException.Failed($"{failed.Count} of {report.Members.Count} nodes are not ready",
+            first is null ? ErrorCode.Unavailable : (ErrorCode)first.Code);
+    }
+
+    /// <summary>host[:port],… or a file of them (one per line, # comments); a member without a port gets the agents' default.</summary>
+    internal static IReadOnlyList<string> Members(string agents)
+    {
+        var entries = File.Exists(agents)
+            ? File.ReadAllLines(agents).Select(l => l.Split('#')[0].Trim()).Where(l => l.Length > 0)
+            : agents.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+        var members = entries.Select(e => HasPort(e) ? e : $"{e}:{NodeAgentOptions.DefaultPeerPort}").ToList();
+        foreach (var m in members) AgentTree.Endpoint(m);
+        if (members.Count == 0) throw new ArgumentException($"--agents '{agents}' names no agent");
+        if (members.Distinct(StringComparer.OrdinalIgnoreCase).Count() != members.Count) throw new ArgumentException("--agents names an agent twice");
+        return members;
+    }
+
+    private static bool HasPort(string entry) =>
+        entry.StartsWith('[') ? entry.Contains("]:", StringComparison.Ordinal) : entry.Count(c => c == ':') == 1;
+}

@@ -1,0 +1,182 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Net.Sockets;
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Fanout;
+using Hpc.CommonData.Format;
+using Hpc.CommonData.Hosting;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+
+namespace Hpc.NodeAgent.Fanout;
+
+/// <summary>
+/// Node prep requested of the running agents (<c>--peer-listen</c>): takes a request from node prep or from the agent
+/// above it in the tree (<see cref="AgentTree"/>), forwards it, runs this node's exchange with the others, then has the
+/// copy verified, published and pinned for the job through its own pipe, as node prep would, and tells the requester.
+/// Without a job launch in between, a request reaches 10,000 agents in a few round trips.
+/// </summary>
+public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, ILogger<PeerService> log) : BackgroundService
+{
+    /// <summary>Requests worked on at once; more are refused (their nodes fetch directly).</summary>
+    private const int MaxRequests = 4;
+    private static readonly TimeSpan HandshakeLimit = TimeSpan.FromSeconds(5);
+    private readonly ConcurrentDictionary<string, byte> _active = new(StringComparer.Ordinal);
+    private readonly TaskCompletionSource _listening = new(TaskCreationOptions.RunContinuationsAsynchronously);
+
+    public override async Task StartAsync(CancellationToken cancellationToken)
+    {
+        await base.StartAsync(cancellationToken);
+        await Task.WhenAny(_listening.Task, ExecuteTask ?? Task.CompletedTask).WaitAsync(cancellationToken);
+        if (!_listening.Task.IsCompleted) await (ExecuteTask ?? Task.CompletedTask);
+    }
+
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        var endpoint = options.PeerEndpoint();
+        if (endpoint is null) { _listening.TrySetResult(); return; }
+        var key = PeerKey.Load(options.PeerKeyFile!, "--peer-key-file");
+        using var listener = new Socket(endpoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
+        if (endpoint.AddressFamily == AddressFamily.InterNetworkV6) listener.DualMode = true;
+        listener.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.ReuseAddress, true);
+        try
+        {
+            listener.Bind(endpoint);
+            listener.Listen(512);
+        }
+        catch (SocketException e)
+        {
+            log.LogError("cannot listen for node prep requests on {Endpoint} (--peer-listen): {Error}", options.PeerListen, e.Message);
+            Environment.ExitCode = 1;
+            throw new IOException($"--peer-listen {options.PeerListen}: {e.Message}");
+        }
+        log.LogInformation("taking node prep requests on {Endpoint}", listener.LocalEndPoint);
+        _listening.TrySetResult();
+        var running = new List<Task>();
+        while (!stoppingToken.IsCancellationRequested)
+        {
+            Socket accepted;
+            try { accepted = await listener.AcceptAsync(stoppingToken); }
+            catch (OperationCanceledException) { break; }
+            running.RemoveAll(t => t.IsCompleted);
+            running.Add(ServeAsync(accepted, key, stoppingToken));
+        }
+        await Task.WhenAll(running);
+    }
+
+    private async Task ServeAsync(Socket accepted, PeerKey key, CancellationToken stop)
+    {
+        PeerLink link;
+        PrepRequest request;
+        try
+        {
+            link = await PeerLink.AcceptAsync(accepted, key, HandshakeLimit, stop);
+        }
+        catch (Exception e) when (e is not OperationCanceledException || !stop.IsCancellationRequested)
+        {
+            log.LogWarning("refused a node prep connection: {Error}", e.Message);
+            accepted.Dispose();
+            return;
+        }
+        await using var _ = link;
+        try
+        {
+            var (type, payload) = await link.ReadAnyAsync(stop).WaitAsync(HandshakeLimit, stop);
+            if (type == PeerFrame.Ping) return;
+            if (type != PeerFrame.Prep) throw new InvalidDataException($"a {type} frame where a request was expected");
+            request = PrepRequest.Decode(payload);
+            if (!DatasetName.TryValidate(request.Name, out var nameError)) throw new InvalidDataException(nameError);
+        }
+        catch (Exception e) when (e is InvalidDataException or IOException or EndOfStreamException or TimeoutException or ArgumentException)
+        {
+            log.LogWarning("a malformed node prep request from {Remote}: {Error}", link.Remote, e.Message);
+            return;
+        }
+        // A node passed over as unreachable may still have taken the request from its own parent: the first one counts.
+        if (_active.Count >= MaxRequests || !_active.TryAdd(request.Id, 0)) return;
+        try { await PrepareAsync(request, link, key, stop); }
+        finally { _active.TryRemove(request.Id, out byte _); }
+    }
+
+    private async Task PrepareAsync(PrepRequest request, PeerLink parent, PeerKey key, CancellationToken stop)
+    {
+        var clock = Stopwatch.StartNew();
+        var outcome = new NodeOutcome(request.Position, options.NodeName, (int)ErrorCode.Internal, "", 0, "");
+        using var limit = CancellationTokenSource.CreateLinkedTokenSource(stop);
+        limit.CancelAfter(request.Timeout);
+        var ct = limit.Token;
+        Task served = Task.CompletedTask;
+        string? version = request.Version.Length == 0 ? null : request.Version;
+        var fanout = "fanout=failed";
+        try
+        {
+            TreeRankGroup? group = null;
+            try
+            {
+                group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct);
+                var joined = clock.Elapsed.TotalSeconds;
+                var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, options.Pipe, request.Name, version,
+                    new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups), ct);
+                version = summary.Version;
+                served = s;
+                fanout = $"fanout=agents ranks={summary.Ranks} join-seconds={joined:0.000} {NodeExchange.Fields(summary)}";
+            }
+            catch (Exception e) when (!stop.IsCancellationRequested && e is not OperationCanceledException)
+            {
+                // The copy is still made: what the exchange did not bring, the agent fetches from the tier.
+                log.LogWarning("node prep {Id}: the exchange stopped on position {Position} ({Error}); completing by direct fetch", request.Id, request.Position, e.Message);
+            }
+            finally
+            {
+                if (group is not null)
+                    _ = served.ContinueWith(_ => group.DisposeAsync().AsTask(), TaskScheduler.Default);
+            }
+
+            // Verified and published by the agent's ordinary fetch, which takes whatever the exchange missed from the tier.
+            await using var agent = await AgentClient.ConnectAsync(options.Pipe, TimeSpan.FromSeconds(5), ct);
+            var fetched = await agent.PrefetchAsync(request.Name, version, pin: null, ct);
+            var local = await agent.PrefetchAsync(request.Name, fetched.Version, pin: request.Job, ct);
+            var source = fanout.StartsWith("fanout=agents", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
+            outcome = outcome with { Code = 0, Version = local.Version, Detail = $"bytes={local.Length} source={source} {fanout} path={local.Path}" };
+        }
+        catch (CommonDataException e) { outcome = outcome with { Code = (int)e.Code, Detail = e.Message }; }
+        catch (OperationCanceledException) when (!stop.IsCancellationRequested)
+        {
+            outcome = outcome with { Code = (int)ErrorCode.Timeout, Detail = $"not done within {request.Timeout.TotalMinutes:0.#} min" };
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or UnauthorizedAccessException or InvalidDataException)
+        {
+            outcome = outcome with { Code = (int)ErrorCode.Unavailable, Detail = e.Message };
+        }
+        outcome = outcome with { Seconds = clock.Elapsed.TotalSeconds };
+        if (!outcome.Ready) log.LogWarning("node prep {Id} of {Dataset} failed on this node: {Error}", request.Id, request.Name, outcome.Detail);
+        await ReportAsync(request, key, outcome, stop);
+        // The leaves still get this node's share before its links close.
+        try { await served.WaitAsync(request.Timeout, stop); }
+        catch (Exception e) when (e is not OperationCanceledException || !stop.IsCancellationRequested)
+        {
+            log.LogWarning("node prep {Id}: sending this node's share to the slow nodes stopped ({Error})", request.Id, e.Message);
+        }
+    }
+
+    private async Task ReportAsync(PrepRequest request, PeerKey key, NodeOutcome outcome, CancellationToken stop)
+    {
+        var (host, port) = AgentTree.Endpoint(request.Requester);
+        for (var attempt = 0; attempt < 3; attempt++)
+        {
+            try
+            {
+                await using var link = await PeerLink.ConnectAsync(host, port, key, TimeSpan.FromSeconds(5), stop);
+                await link.WriteAsync(PeerFrame.Outcome, outcome.Encode(), stop);
+                return;
+            }
+            catch (Exception e) when (e is IOException or SocketException or TimeoutException or UnauthorizedAccessException)
+            {
+                if (attempt == 2) log.LogWarning("node prep {Id}: the requester at {Requester} took no outcome: {Error}", request.Id, request.Requester, e.Message);
+                else await Task.Delay(TimeSpan.FromMilliseconds(200 << attempt), stop);
+            }
+        }
+    }
+}

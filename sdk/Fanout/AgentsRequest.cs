@@ -1,0 +1,169 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
+
+namespace Hpc.CommonData.Fanout;
+
+/// <summary>What a node prep requested of the running agents came to.</summary>
+/// <param name="Members">The request's members, in position order (unreachable first members dropped before it was sent).</param>
+/// <param name="LaunchSeconds">From the request to the root's word that every reachable node joined.</param>
+/// <param name="Joined">How many nodes joined the exchange.</param>
+/// <param name="Outcomes">One per member, null where no answer came.</param>
+/// <param name="Seconds">From the request to the last answer: the last node holding the verified copy.</param>
+public sealed record AgentsReport(IReadOnlyList<string> Members, double LaunchSeconds, int Joined, IReadOnlyList<NodeOutcome?> Outcomes, double Seconds)
+{
+    public int Ready => Outcomes.Count(o => o is { Ready: true });
+}
+
+/// <summary>
+/// Node prep as one request to the running agents (<c>hpcdata nodeprep --fanout agents</c>): sends it to the first
+/// agent that answers, which becomes the tree's root, and collects every node's <see cref="NodeOutcome"/> on a port
+/// of its own. The time counted is the requester's, from the request to the last node's answer.
+/// </summary>
+public static class AgentsRequest
+{
+    /// <summary>How often the members that have not answered are asked whether they still run.</summary>
+    private static readonly TimeSpan LivenessInterval = TimeSpan.FromSeconds(2);
+
+    /// <summary>Whether the agent at <paramref name="member"/> still takes a connection (one that proves the key).</summary>
+    private static async Task<bool> AnswersAsync(string member, PeerKey key, TimeSpan timeout, CancellationToken ct)
+    {
+        var (host, port) = AgentTree.Endpoint(member);
+        try
+        {
+            await using var link = await PeerLink.ConnectAsync(host, port, key, timeout, ct);
+            await link.WriteAsync(PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, ct);
+            return true;
+        }
+        catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException) { return false; }
+    }
+
+    /// <param name="request">The request; its <see cref="PrepRequest.Requester"/> and position are set here.</param>
+    /// <param name="onOutcome">Called as each node answers (on a thread-pool thread, one at a time).</param>
+    public static async Task<AgentsReport> RunAsync(PrepRequest request, PeerKey key, Action<NodeOutcome>? onOutcome, CancellationToken ct)
+    {
+        var clock = Stopwatch.StartNew();
+        var members = request.Members.ToList();
+        // The root must answer: the first members that do not are dropped (and reported as not reached).
+        var dropped = new List<string>();
+        PeerLink? root = null;
+        string? lastError = null;
+        while (members.Count > 0)
+        {
+            var (host, port) = AgentTree.Endpoint(members[0]);
+            try
+            {
+                root = await PeerLink.ConnectAsync(host, port, key, request.JoinTimeout, ct);
+                break;
+            }
+            catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException)
+            {
+                if (e is UnauthorizedAccessException) throw;
+                lastError = $"{members[0]}: {e.Message}";
+                dropped.Add(members[0]);
+                members.RemoveAt(0);
+            }
+        }
+        if (root is null) throw new CommonDataException(ErrorCode.Unavailable, $"no agent answered on any of the {request.Members.Count} members (the last, {lastError})");
+        await using var _ = root;
+
+        var (rootHost, rootPort) = AgentTree.Endpoint(members[0]);
+        var local = TcpRing.LocalAddressToward(rootHost, rootPort);
+        using var listener = new Socket(local.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
+        listener.Bind(new IPEndPoint(local, 0));
+        listener.Listen(4096);
+        var requester = (IPEndPoint)listener.LocalEndPoint!;
+        var sent = request with
+        {
+            Members = members, Position = 0,
+            Requester = local.AddressFamily == AddressFamily.InterNetworkV6 ? $"[{requester.Address}]:{requester.Port}" : $"{requester.Address}:{requester.Port}",
+        };
+        var outcomes = new NodeOutcome?[members.Count];
+        var answered = 0;
+        var lastAnswer = 0.0;
+        var all = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var gate = new object();
+        using var stopCollecting = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        var collecting = CollectAsync(stopCollecting.Token);
+        try
+        {
+            await root.WriteAsync(PeerFrame.Prep, sent.Encode(), ct);
+            var launchLimit = request.JoinTimeout * (sent.HeightOf(0) + 2) + TimeSpan.FromSeconds(5);
+            int[] launched;
+            try { launched = AgentTree.Positions(await root.ReadAsync(PeerFrame.Launched, ct).WaitAsync(launchLimit, ct)); }
+            catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException)
+            {
+                throw new CommonDataException(ErrorCode.Unavailable, $"the first agent ({members[0]}) took the request but did not start it ({e.Message})");
+            }
+            var launchSeconds = clock.Elapsed.TotalSeconds;
+            // Those that joined answer once their copy is pinned; those left out fetch on their own after the stall
+            // timeout and answer too. A member whose agent no longer takes connections is not waited for: it is gone.
+            using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct);
+            limit.CancelAfter(request.Timeout + request.StallTimeout);
+            var gone = new bool[outcomes.Length];
+            try
+            {
+                while (!all.Task.IsCompleted)
+                {
+                    await Task.WhenAny(all.Task, Task.Delay(LivenessInterval, limit.Token));
+                    limit.Token.ThrowIfCancellationRequested();
+                    int[] waiting;
+                    lock (gate) waiting = Enumerable.Range(0, outcomes.Length).Where(p => outcomes[p] is null && !gone[p]).ToArray();
+                    var alive = await Task.WhenAll(waiting.Select(p => AnswersAsync(members[p], key, request.JoinTimeout, limit.Token)));
+                    lock (gate)
+                    {
+                        for (var i = 0; i < waiting.Length; i++) gone[waiting[i]] |= !alive[i];
+                        if (Enumerable.Range(0, outcomes.Length).All(p => outcomes[p] is not null || gone[p])) all.TrySetResult();
+                    }
+                }
+            }
+            catch (OperationCanceledException) when (!ct.IsCancellationRequested) { }
+            double seconds;
+            lock (gate) seconds = all.Task.IsCompleted ? lastAnswer : clock.Elapsed.TotalSeconds;
+            return new AgentsReport([.. dropped, .. members], launchSeconds, launched.Length, [.. dropped.Select(_ => (NodeOutcome?)null), .. outcomes], seconds);
+        }
+        finally
+        {
+            stopCollecting.Cancel();
+            listener.Close();
+            try { await collecting; } catch (OperationCanceledException) { } catch (SocketException) { } catch (ObjectDisposedException) { }
+        }
+
+        async Task CollectAsync(CancellationToken stop)
+        {
+            var reading = new ConcurrentBag<Task>();
+            try
+            {
+                while (!stop.IsCancellationRequested)
+                {
+                    var socket = await listener.AcceptAsync(stop);
+                    reading.Add(ReadOneAsync(socket, stop));
+                }
+            }
+            finally { await Task.WhenAll(reading); }
+        }
+
+        async Task ReadOneAsync(Socket socket, CancellationToken stop)
+        {
+            try
+            {
+                await using var link = await PeerLink.AcceptAsync(socket, key, TimeSpan.FromSeconds(5), stop);
+                var outcome = NodeOutcome.Decode(await link.ReadAsync(PeerFrame.Outcome, stop).WaitAsync(TimeSpan.FromSeconds(5), stop));
+                lock (gate)
+                {
+                    if ((uint)outcome.Position >= (uint)outcomes.Length || outcomes[outcome.Position] is not null) return;
+                    outcomes[outcome.Position] = outcome;
+                    answered++;
+                    lastAnswer = clock.Elapsed.TotalSeconds;
+                    onOutcome?.Invoke(outcome);
+                    if (answered == outcomes.Length) all.TrySetResult();
+                }
+            }
+            catch (Exception e) when (e is IOException or SocketException or TimeoutException or UnauthorizedAccessException or InvalidDataException or OperationCanceledException)
+            {
+                socket.Dispose();
+            }
+        }
+    }
+}

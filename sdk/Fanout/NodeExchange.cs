@@ -1,0 +1,51 @@
+using Hpc.CommonData.Cache;
+
+namespace Hpc.CommonData.Fanout;
+
+/// <summary>How one node's exchange runs: the settings node prep's switches (or a request to the agents) give.</summary>
+/// <param name="TcpRing">The blocks travel on TCP connections of their own (else on the rank group's link, MPI's).</param>
+public sealed record ExchangeSettings(TimeSpan StallTimeout, TimeSpan PeerTimeout, bool LinkProbe, string RingGroups, bool TcpRing = true);
+
+/// <summary>
+/// One node's exchange as node prep runs it, whoever its ranks are (an MPI job's, or the running agents'): the ring's
+/// TCP links from the address that reaches the cache tier, the exchange into the agent on <c>pipe</c>, and the links
+/// kept open until the slow nodes that are leaves have this node's share.
+/// </summary>
+public static class NodeExchange
+{
+    /// <returns>The summary, and a task that ends once the leaves have this member's share and the ring's links are
+    /// closed: they outlive the exchange while slow nodes are still being served.</returns>
+    public static async Task<(FanoutSummary Summary, Task Served)> RunAsync(IRankGroup ranks, CacheTierClient tier, IReadOnlyList<string> cacheHosts,
+        string pipe, string name, string? version, ExchangeSettings settings, CancellationToken ct)
+    {
+        TcpRing? ring = null;
+        FanoutSummary summary;
+        try
+        {
+            await using var ingest = new AgentIngest(pipe);
+            var first = CacheEndpoint.ParseList(string.Join(",", cacheHosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
+            var local = TcpRing.LocalAddressToward(first.Host, first.Port);
+            ring = settings.TcpRing ? await TcpRing.ConnectAsync(ranks, local, settings.StallTimeout, ct) : null;
+            summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, settings.StallTimeout, ring, probeLinks: settings.LinkProbe,
+                peerSilence: settings.PeerTimeout, grid: ring is null ? null : new GridRings(settings.RingGroups, local));
+        }
+        catch
+        {
+            if (ring is not null) await ring.DisposeAsync();
+            throw;
+        }
+        return (summary, CloseAfter(summary.Ring.LeavesServed ?? Task.CompletedTask));
+
+        async Task CloseAfter(Task leaves)
+        {
+            try { await leaves; }
+            finally { if (ring is not null) await ring.DisposeAsync(); }
+        }
+    }
+
+    /// <summary>The node prep line's fields for an exchange (after <c>fanout=… ranks=…</c>).</summary>
+    public static string Fields(FanoutSummary summary) =>
+        $"route={summary.Route} probe-seconds={summary.ProbeSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} " +
+        $"share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
+        $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
+}

@@ -1,0 +1,118 @@
+using System.Text;
+
+namespace Hpc.CommonData.Fanout;
+
+/// <summary>
+/// Node prep requested of the running agents: which dataset, pinned for which job, on which agents (their peer
+/// endpoints, in the order that makes their ranks), and how the exchange runs. It travels down a tree of the agents
+/// themselves (<see cref="AgentTree"/>), each forwarding it to its children with their <see cref="Position"/>, so
+/// starting 10,000 nodes takes a few hops, not a job launch.
+/// </summary>
+public sealed record PrepRequest
+{
+    public required string Id { get; init; }
+    public required string Name { get; init; }
+    /// <summary>A version id or its start; empty for the latest.</summary>
+    public string Version { get; init; } = "";
+    public required string Job { get; init; }
+    /// <summary>Every agent's peer endpoint (host:port); a node's position is its index here.</summary>
+    public required IReadOnlyList<string> Members { get; init; }
+    /// <summary>Where each node sends its <see cref="NodeOutcome"/> (host:port of the requester).</summary>
+    public required string Requester { get; init; }
+    /// <summary>The recipient's position in <see cref="Members"/>.</summary>
+    public int Position { get; init; }
+    /// <summary>Children per node in the tree that carries the request and the collectives.</summary>
+    public int Degree { get; init; } = 8;
+    public string RingGroups { get; init; } = "auto";
+    public bool LinkProbe { get; init; } = true;
+    /// <summary>How long a ring neighbour may take nothing before the ring closes around it.</summary>
+    public TimeSpan PeerTimeout { get; init; } = TimeSpan.FromSeconds(2);
+    /// <summary>How long a node may take to accept the request and answer for its subtree, per level below it.</summary>
+    public TimeSpan JoinTimeout { get; init; } = TimeSpan.FromSeconds(2);
+    /// <summary>How long the collectives, or the exchange, may go without anything moving before a node fetches the rest directly.</summary>
+    public TimeSpan StallTimeout { get; init; } = TimeSpan.FromSeconds(30);
+    /// <summary>How long the whole fetch may take.</summary>
+    public TimeSpan Timeout { get; init; } = TimeSpan.FromMinutes(60);
+
+    public PrepRequest At(int position) => this with { Position = position };
+
+    /// <summary>The positions whose parent is <paramref name="position"/> in the tree.</summary>
+    public IEnumerable<int> ChildrenOf(int position)
+    {
+        for (var c = position * Degree + 1; c <= position * Degree + Degree && c < Members.Count; c++) yield return c;
+    }
+
+    /// <summary>Levels of the tree below <paramref name="position"/> (0 for a leaf).</summary>
+    public int HeightOf(int position)
+    {
+        var height = 0;
+        for (long first = position; first * Degree + 1 < Members.Count; first = first * Degree + 1) height++;
+        return height;
+    }
+
+    public byte[] Encode()
+    {
+        using var stream = new MemoryStream();
+        using var w = new BinaryWriter(stream, Encoding.UTF8);
+        w.Write((byte)1);
+        w.Write(Id); w.Write(Name); w.Write(Version); w.Write(Job); w.Write(Requester);
+        w.Write(Position); w.Write(Degree); w.Write(RingGroups); w.Write(LinkProbe);
+        w.Write(PeerTimeout.Ticks); w.Write(JoinTimeout.Ticks); w.Write(StallTimeout.Ticks); w.Write(Timeout.Ticks);
+        w.Write(Members.Count);
+        foreach (var m in Members) w.Write(m);
+        w.Flush();
+        return stream.ToArray();
+    }
+
+    public static PrepRequest Decode(byte[] bytes)
+    {
+        try
+        {
+            using var r = new BinaryReader(new MemoryStream(bytes), Encoding.UTF8);
+            if (r.ReadByte() != 1) throw new InvalidDataException("a node prep request of an unknown format");
+            var (id, name, version, job, requester) = (r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString());
+            var (position, degree, groups, probe) = (r.ReadInt32(), r.ReadInt32(), r.ReadString(), r.ReadBoolean());
+            var (peer, join, stall, timeout) = (r.ReadInt64(), r.ReadInt64(), r.ReadInt64(), r.ReadInt64());
+            var count = r.ReadInt32();
+            if (count is < 1 or > 1_000_000) throw new InvalidDataException($"a node prep request for {count} members");
+            var members = new string[count];
+            for (var i = 0; i < count; i++) members[i] = r.ReadString();
+            if (position < 0 || position >= count || degree < 2) throw new InvalidDataException($"position {position} of {count} members, degree {degree}");
+            return new PrepRequest
+            {
+                Id = id, Name = name, Version = version, Job = job, Requester = requester, Position = position, Degree = degree,
+                RingGroups = groups, LinkProbe = probe, PeerTimeout = TimeSpan.FromTicks(peer), JoinTimeout = TimeSpan.FromTicks(join),
+                StallTimeout = TimeSpan.FromTicks(stall), Timeout = TimeSpan.FromTicks(timeout), Members = members,
+            };
+        }
+        catch (EndOfStreamException) { throw new InvalidDataException("a truncated node prep request"); }
+    }
+}
+
+/// <summary>What one node's part of a requested node prep came to, sent by its agent to the requester.</summary>
+/// <param name="Seconds">From the request reaching this agent to its copy verified and pinned.</param>
+/// <param name="Code">0 ready; else the failure's <see cref="ErrorCode"/> as a number.</param>
+/// <param name="Detail">The node prep line's fields (key=value …) when ready, else why not.</param>
+public sealed record NodeOutcome(int Position, string Node, int Code, string Version, double Seconds, string Detail)
+{
+    public bool Ready => Code == 0;
+
+    public byte[] Encode()
+    {
+        using var stream = new MemoryStream();
+        using var w = new BinaryWriter(stream, Encoding.UTF8);
+        w.Write(Position); w.Write(Node); w.Write(Code); w.Write(Version); w.Write(Seconds); w.Write(Detail);
+        w.Flush();
+        return stream.ToArray();
+    }
+
+    public static NodeOutcome Decode(byte[] bytes)
+    {
+        try
+        {
+            using var r = new BinaryReader(new MemoryStream(bytes), Encoding.UTF8);
+            return new NodeOutcome(r.ReadInt32(), r.ReadString(), r.ReadInt32(), r.ReadString(), r.ReadDouble(), r.ReadString());
+        }
+        catch (EndOfStreamException) { throw new InvalidDataException("a truncated node outcome"); }
+    }
+}

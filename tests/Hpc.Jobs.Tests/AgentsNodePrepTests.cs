@@ -1,0 +1,168 @@
+using System.Net;
+using System.Net.Sockets;
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Fanout;
+using Hpc.CommonData.Hosting;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// Node prep requested of the running agents (<c>hpcdata nodeprep --fanout agents</c>): real agents, each taking
+/// requests on a port of its own (<c>--peer-listen</c>) with the cluster's key, one cache host. The request goes down a
+/// tree of the agents, they exchange the data among themselves, and every node ends with the verified copy pinned.
+/// </summary>
+public sealed class AgentsNodePrepTests
+{
+    private sealed record Agent(string Pipe, string Peer, ComponentProcess Process);
+
+    private static async Task<List<Agent>> StartAgentsAsync(Sandbox s, int n, string keyFile, string? cacheHosts = null)
+    {
+        var agents = new List<Agent>();
+        for (var i = 0; i < n; i++)
+        {
+            var pipe = s.NewPipe();
+            var peer = $"127.0.0.1:{FreePort()}";
+            var process = s.Track(ComponentProcess.Start(new NodeAgentOptions
+            {
+                Pipe = pipe, DataDirectory = Path.Combine(s.Root, $"node{i}"), NodeName = $"node{i}", PeerListen = peer, PeerKeyFile = keyFile,
+                CacheTier = { Hosts = [.. (cacheHosts ?? s.HostList).Split(',')] },
+            }, name: $"agent{i}"));
+            agents.Add(new Agent(pipe, peer, process));
+        }
+        foreach (var a in agents) await a.Process.WaitReadyAsync(Sandbox.Ready);
+        return agents;
+    }
+
+    private static int FreePort()
+    {
+        using var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        probe.Bind(new IPEndPoint(IPAddress.Loopback, 0));
+        return ((IPEndPoint)probe.LocalEndPoint!).Port;
+    }
+
+    private static string KeyFile(Sandbox s, string secret = "a-cluster-secret-of-some-length")
+    {
+        var path = s.WriteFile($"peer-{Guid.NewGuid():n}.key", System.Text.Encoding.UTF8.GetBytes(secret + "\n"));
+        File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        return path;
+    }
+
+    [Fact]
+    public async Task One_request_prepares_every_node_and_the_cache_tier_sends_the_data_about_once()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(8 << 20, seed: 23)), "risk/agents");
+        var key = KeyFile(s);
+        var agents = await StartAgentsAsync(s, 4, key);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await Sandbox.BytesSentAsync(tier);
+
+        var r = await s.HpcdataAsync(["nodeprep", "risk/agents", "--fanout", "agents", "--agents", string.Join(",", agents.Select(a => a.Peer)),
+            "--peer-key-file", key, "--job", "job-a", "--cache-hosts", s.HostList], timeout: TimeSpan.FromMinutes(2));
+
+        Assert.True(r.Code == 0, $"exit {r.Code}\n{r.Out}\n{r.Stderr}");
+        var lines = r.Stdout.Where(l => l.StartsWith("node=")).ToList();
+        Assert.Equal(4, lines.Count);
+        Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
+        Assert.All(lines, l => Assert.Contains(" source=fanout fanout=agents ranks=4 ", l));
+        Assert.Contains($"nodes=4 ready=4 failed=0 dataset=risk/agents version={staged.Version} joined=4 ", r.Stdout.Last());
+        foreach (var a in agents)
+        {
+            var copy = Assert.Single((await s.StatusAsync(a.Pipe)).Copies);
+            Assert.Equal(("complete", staged.Version), (copy.State, copy.Version));
+            Assert.Contains("job-a", copy.Pins);
+        }
+        // 8 MB to four nodes: each segment left the cache tier about once, not four times.
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
+        Assert.InRange(sent, 8L << 20, (8L << 20) * 13 / 10);
+    }
+
+    [Fact]
+    public async Task A_node_whose_agent_is_down_is_passed_over_and_the_nodes_below_it_in_the_tree_still_get_the_data()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(4 << 20, seed: 29)), "risk/tree");
+        var key = KeyFile(s);
+        var agents = await StartAgentsAsync(s, 6, key);
+        // In a tree of degree 2, position 1 is the parent of 3 and 4: its agent is gone before the request.
+        await agents[1].Process.KillAsync();
+
+        var request = new PrepRequest
+        {
+            Id = "t1", Name = "risk/tree", Job = "job-t", Members = agents.Select(a => a.Peer).ToList(), Requester = "", Degree = 2,
+            JoinTimeout = TimeSpan.FromSeconds(2), StallTimeout = TimeSpan.FromSeconds(20), Timeout = TimeSpan.FromMinutes(2),
+        };
+        var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(3));
+
+        Assert.Equal(5, report.Joined);
+        Assert.Null(report.Outcomes[1]);
+        foreach (var p in new[] { 0, 2, 3, 4, 5 })
+        {
+            var outcome = report.Outcomes[p];
+            Assert.True(outcome is { Ready: true }, $"position {p}: {outcome?.Detail ?? "no answer"}");
+            Assert.Equal(staged.Version, outcome!.Version);
+            Assert.Contains("fanout=agents ranks=5 ", outcome.Detail);
+        }
+    }
+
+    [Fact]
+    public async Task An_agent_killed_mid_exchange_costs_the_others_only_its_part_and_the_tier_little_more_than_one_copy()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const int size = 12 << 20;
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 31)), "risk/agentkill");
+        // A slow cache tier (1 MB/s per connection) keeps the exchange going long enough to kill an agent in the middle of it.
+        await using var slowLink = new ThrottledRelay(s.HostList, 1 << 20);
+        var key = KeyFile(s);
+        var agents = await StartAgentsAsync(s, 4, key, slowLink.Address);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await Sandbox.BytesSentAsync(tier);
+
+        var request = new PrepRequest
+        {
+            Id = "k1", Name = "risk/agentkill", Job = "job-k", Members = agents.Select(a => a.Peer).ToList(), Requester = "",
+            PeerTimeout = TimeSpan.FromSeconds(2), StallTimeout = TimeSpan.FromSeconds(20), Timeout = TimeSpan.FromMinutes(2), LinkProbe = false,
+        };
+        var running = AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None);
+        var deadline = DateTime.UtcNow.AddSeconds(60);
+        var killed = false;
+        while (!killed && DateTime.UtcNow < deadline && !running.IsCompleted)
+        {
+            try
+            {
+                if ((await s.StatusAsync(agents[2].Pipe)).Copies.Any(c => c.SegmentsDone > 0)) { await agents[2].Process.KillAsync(); killed = true; }
+            }
+            catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
+            await Task.Delay(50);
+        }
+        Assert.True(killed, "position 2 never held a segment before the exchange ended");
+        var report = await running.WaitAsync(TimeSpan.FromMinutes(3));
+
+        foreach (var p in new[] { 0, 1, 3 })
+            Assert.True(report.Outcomes[p] is { Ready: true }, $"position {p}: {report.Outcomes[p]?.Detail ?? "no answer"}");
+        Assert.All(new[] { 0, 1, 3 }, p => Assert.Contains("source=fanout", report.Outcomes[p]!.Detail));
+        Assert.Null(report.Outcomes[2]);
+        // The survivors fetched again only what the dead one alone held (a quarter), plus what was in flight.
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
+        Assert.InRange(sent, (long)size, (long)size * 3 / 2);
+    }
+
+    [Fact]
+    public async Task A_request_without_the_cluster_key_is_refused_and_no_agent_fetches_anything()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(1 << 20, seed: 37)), "risk/key");
+        var agents = await StartAgentsAsync(s, 2, KeyFile(s));
+
+        var r = await s.HpcdataAsync(["nodeprep", "risk/key", "--fanout", "agents", "--agents", string.Join(",", agents.Select(a => a.Peer)),
+            "--peer-key-file", KeyFile(s, "somebody-elses-secret-entirely"), "--job", "job-x", "--cache-hosts", s.HostList], timeout: TimeSpan.FromMinutes(1));
+
+        Assert.Equal(ExitCodes.For(ErrorCode.AccessDenied), r.Code);
+        Assert.Contains("holds a different peer key", r.Stderr);
+        foreach (var a in agents) Assert.Empty((await s.StatusAsync(a.Pipe)).Copies);
+    }
+}
