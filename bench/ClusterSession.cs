@@ -124,9 +124,9 @@ public sealed partial class ClusterSession : IAsyncDisposable
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
         string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4", int? killRank = null)
     {
-        if (killRank is { } victim && (fanout != "mpi" || victim < 0 || victim >= Nodes))
-            throw new ArgumentException($"--kill-rank {victim}: a rank of 0-{Nodes - 1}, with --fanout mpi (Open MPI, which leaves the others running)");
-        if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring") && GridGroupSize(fanout) is null) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich, mpi-ring or mpi-grid<G>");
+        if (killRank is { } victim && (fanout is not ("mpi" or "agents") || victim < 0 || victim >= Nodes))
+            throw new ArgumentException($"--kill-rank {victim}: a rank of 0-{Nodes - 1}, with --fanout mpi (Open MPI, which leaves the others running) or agents");
+        if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring" or "agents") && GridGroupSize(fanout) is null) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich, mpi-ring, mpi-grid<G> or agents");
         if (tls && fanout != "none") throw new ArgumentException("TLS cells run with --fanout none");
         var config = Config(size, compress, workers, data);
         if (compress && codec != "lz4") config.Codec = codec;
@@ -177,11 +177,14 @@ public sealed partial class ClusterSession : IAsyncDisposable
             // Numbered from 0 like MPI ranks, so one {rank} pattern names every node's pipe for nodeprep --fanout mpi.
             var pipePattern = Path.Combine(Path.GetTempPath(), $"CoreFxPipe_{Topology.Prefix}{Environment.ProcessId}n{{rank}}");
             var pipes = _topology.Nodes.Select((_, i) => pipePattern.Replace("{rank}", i.ToString(System.Globalization.CultureInfo.InvariantCulture))).ToList();
+            // With --fanout agents each agent takes node prep requests on its node's address, with a key made for the session.
+            var peerKey = fanout == "agents" ? PeerKeyFile() : null;
             var agents = _topology.Nodes.Select((n, i) => Start(processes, new NodeAgentOptions
             {
                 Pipe = pipes[i], DataDirectory = Path.Combine(_scratch, run, $"node{i + 1}"),
                 CacheTier = { Hosts = [hostList], TlsCaFile = certificates?.CaFile, MaxRate = agentMaxRate },
                 NodeName = $"node{i + 1}", Budget = budget * 2,
+                PeerListen = peerKey is null ? "" : $"{n.Address}:{NodeAgentOptions.DefaultPeerPort}", PeerKeyFile = peerKey,
             }, $"agent{i + 1}", n)).ToList();
             await Task.WhenAll(agents.Select(a => a.WaitReadyAsync(ReadyTimeout, ct)));
 
@@ -200,7 +203,10 @@ public sealed partial class ClusterSession : IAsyncDisposable
             var link = agentMaxRate.IsUnlimited ? null : new TrafficSampler(_ => Task.FromResult(LinkCounters()[0].Rx), SampleEvery);
             try
             {
-                if (fanout != "none")
+                if (fanout == "agents")
+                    (nodes, config.KillSeconds) = await RunAgentsFanoutAsync(processes, name, stage, hostList, run, peerKey!, ct,
+                        killRank is { } k ? (agents[k], pipes[k]) : null);
+                else if (fanout != "none")
                     (nodes, config.KillSeconds) = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring",
                         ringGroups: GridGroupSize(fanout)?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "auto", killRank: killRank);
                 else
@@ -325,21 +331,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
         var kill = killRank is { } victim ? KillOnceExchangingAsync(pipePattern.Replace("{rank}", victim.ToString(System.Globalization.CultureInfo.InvariantCulture)),
             run, victim, stage.Version, start, mpi, ct) : Task.FromResult<double?>(null);
-        // Lines are stamped as they arrive: the process keeps them, but not when each came.
-        var arrived = new Dictionary<string, double>();
-        var seen = 0;
-        var exited = mpi.WaitForExitAsync(TimeSpan.FromMinutes(20), ct);
-        while (true)
-        {
-            var done = exited.IsCompleted;
-            var lines = mpi.StandardOutput.ToList();
-            for (; seen < lines.Count; seen++)
-                // With 32 ranks Open MPI's output forwarding once ran two ranks' lines together: split them apart.
-                foreach (var line in System.Text.RegularExpressions.Regex.Split(lines[seen], @"(?=node=\S+ dataset=)"))
-                    if (line.StartsWith("node=", StringComparison.Ordinal)) arrived[line.TrimEnd()] = start.Elapsed.TotalSeconds;
-            if (done) break;
-            await Task.WhenAny(exited, Task.Delay(10, ct));
-        }
+        var (arrived, exited) = await StampLinesAsync(mpi, start, ct);
         var code = await exited;
         var total = start.Elapsed.TotalSeconds;
         var killedAt = await kill;
@@ -349,10 +341,98 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 $"({string.Join(",", arrived.Keys.Select(k => k.Split(' ')[0][5..]).Order())}); other output: " +
                 $"{string.Join(" | ", mpi.StandardOutput.Where(l => !l.StartsWith("node=", StringComparison.Ordinal)).TakeLast(5))}\n{mpi.StandardErrorTail}");
         Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture, $"  mpiexec: every rank's line by {arrived.Values.Max():0.00} s, exited at {total:0.00} s"));
+        var nodes = NodeTimes(arrived, stage, "mpi");
+        // In node order, so the link counters (read per namespace, in order) line up with them.
+        var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
+        if (!order.Where((_, i) => i != killRank).Order().SequenceEqual(nodes.Select(n => n.Node).Order()))
+            throw new InvalidDataException($"ranks reported nodes {string.Join(",", nodes.Select(n => n.Node))}");
+        return ([.. nodes.OrderBy(n => order.IndexOf(n.Node))], killedAt);
+    }
+
+
+    /// <summary>Node prep requested of the running agents: one <c>hpcdata nodeprep --fanout agents</c> in the root namespace,
+    /// the request's tree among the agents in the node namespaces; a node's time is when its line arrived.</summary>
+    /// <param name="kill">An agent to kill (SIGKILL) once it holds part of the version, and its pipe; the run is timed by the others.</param>
+    private async Task<(List<NodeTime> Nodes, double? KilledAt)> RunAgentsFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList, string run,
+        string peerKey, CancellationToken ct, (ComponentProcess Agent, string Pipe)? kill = null)
+    {
+        var members = string.Join(",", _topology.Nodes.Select(n => $"{n.Address}:{NodeAgentOptions.DefaultPeerPort}"));
+        var start = Stopwatch.StartNew();
+        var request = Track(processes, ComponentProcess.Start("hpcdata",
+            ["nodeprep", "--fanout", "agents", $"{name}@{stage.Version}", "--job", run, "--agents", members, "--peer-key-file", peerKey,
+             "--cache-hosts", hostList, "--timeout", "20m"],
+            new Dictionary<string, string?> { ["TERM"] = "dumb" }, "nodeprep-agents"));
+        var killing = kill is { } victim ? KillAgentOnceExchangingAsync(victim.Agent, victim.Pipe, stage.Version, start, request, ct) : Task.FromResult<double?>(null);
+        var (arrived, exited) = await StampLinesAsync(request, start, ct);
+        var code = await exited;
+        var killedAt = await killing;
+        // With an agent killed, the request reports its node as not ready; the others' lines are the result.
+        if ((code != 0 && kill is null) || arrived.Count != Nodes - (kill is null ? 0 : 1))
+            throw new InvalidOperationException($"nodeprep --fanout agents exited {code} with {arrived.Count} of {Nodes} nodes' lines; " +
+                $"{string.Join(" | ", request.StandardOutput.Where(l => !l.StartsWith("node=", StringComparison.Ordinal)).TakeLast(5))}\n{request.StandardErrorTail}");
+        var summary = request.StandardOutput.LastOrDefault(l => l.StartsWith("nodes=", StringComparison.Ordinal)) ?? "";
+        Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture, $"  nodeprep --fanout agents: every node's line by {arrived.Values.Max():0.00} s; {summary}"));
+        var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
+        return ([.. NodeTimes(arrived, stage, "agents").OrderBy(n => order.IndexOf(n.Node))], killedAt);
+    }
+
+    private static async Task<double?> KillAgentOnceExchangingAsync(ComponentProcess agent, string pipe, string version, Stopwatch start, ComponentProcess request,
+        CancellationToken ct)
+    {
+        await using var client = await AgentClient.ConnectAsync(pipe, TimeSpan.FromSeconds(10), ct);
+        while (!request.HasExited)
+        {
+            if ((await client.StatusAsync(ct)).Copies.FirstOrDefault(c => c.Version == version) is { BytesDone: > 0 })
+            {
+                await agent.KillAsync();
+                var at = start.Elapsed.TotalSeconds;
+                Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture, $"  {agent.Name} killed at {at:0.00} s"));
+                return at;
+            }
+            await Task.Delay(20, ct);
+        }
+        return null;
+    }
+
+    private string PeerKeyFile()
+    {
+        var path = Path.Combine(_scratch, "peer.key");
+        if (!File.Exists(path))
+        {
+            File.WriteAllText(path, Convert.ToHexString(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32)) + "\n");
+            if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        }
+        return path;
+    }
+
+    /// <summary>Reads <paramref name="p"/>'s node lines as they come, each stamped with its arrival on <paramref name="start"/>.</summary>
+    private static async Task<(Dictionary<string, double> Arrived, Task<int> Exited)> StampLinesAsync(ComponentProcess p, Stopwatch start, CancellationToken ct)
+    {
+        // Lines are stamped as they arrive: the process keeps them, but not when each came.
+        var arrived = new Dictionary<string, double>();
+        var seen = 0;
+        var exited = p.WaitForExitAsync(TimeSpan.FromMinutes(20), ct);
+        while (true)
+        {
+            var done = exited.IsCompleted;
+            var lines = p.StandardOutput.ToList();
+            for (; seen < lines.Count; seen++)
+                // With 32 ranks Open MPI's output forwarding once ran two ranks' lines together: split them apart.
+                foreach (var line in System.Text.RegularExpressions.Regex.Split(lines[seen], @"(?=node=\S+ dataset=)"))
+                    if (line.StartsWith("node=", StringComparison.Ordinal)) arrived[line.TrimEnd()] = start.Elapsed.TotalSeconds;
+            if (done) break;
+            await Task.WhenAny(exited, Task.Delay(10, ct));
+        }
+        return (arrived, exited);
+    }
+
+    /// <summary>Each node's figures from its node prep line, which must say it took part in the fan-out (<paramref name="mode"/>).</summary>
+    private static List<NodeTime> NodeTimes(Dictionary<string, double> arrived, StageResult stage, string mode)
+    {
         var nodes = arrived.Select(a =>
         {
             var f = a.Key.Split(' ', StringSplitOptions.RemoveEmptyEntries).Select(kv => kv.Split('=', 2)).Where(kv => kv.Length == 2).ToDictionary(kv => kv[0], kv => kv[1]);
-            if (f.GetValueOrDefault("fanout") != "mpi") throw new InvalidDataException($"a rank did not take part in the fan-out: {a.Key}");
+            if (f.GetValueOrDefault("fanout") != mode) throw new InvalidDataException($"a rank did not take part in the fan-out: {a.Key}");
             if (f["version"] != stage.Version || long.Parse(f["bytes"], System.Globalization.CultureInfo.InvariantCulture) != stage.RawBytes)
                 throw new InvalidDataException($"a rank reported another copy: {a.Key}");
             var own = double.Parse(f["seconds"], System.Globalization.CultureInfo.InvariantCulture);
@@ -363,11 +443,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 Route: f.GetValueOrDefault("route"), ProbeSeconds: Seconds("probe-seconds"), JoinSeconds: Seconds("join-seconds"),
                 ShareSeconds: Seconds("share-seconds"));
         }).ToList();
-        // In node order, so the link counters (read per namespace, in order) line up with them.
-        var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
-        if (!order.Where((_, i) => i != killRank).Order().SequenceEqual(nodes.Select(n => n.Node).Order()))
-            throw new InvalidDataException($"ranks reported nodes {string.Join(",", nodes.Select(n => n.Node))}");
-        return ([.. nodes.OrderBy(n => order.IndexOf(n.Node))], killedAt);
+        return nodes;
     }
 
     /// <summary>

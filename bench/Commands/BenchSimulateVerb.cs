@@ -25,6 +25,9 @@ public sealed class BenchSimulateOptions : IVerbOptions
     [Switch("--grid-records", "Recorded lab runs of the fan-out as a grid of rings (bench cluster --fanout mpi,mpi-grid<G>), replayed with a calibration read from the same file's runs over one ring; skipped when the file is absent.")]
     public string GridRecords { get; set; } = "docs/results/grid.jsonl";
 
+    [Switch("--agents-records", "Recorded lab runs of the fan-out requested of the running agents beside MPI's (bench cluster --fanout mpi,agents), replayed with a calibration read from the same file's MPI and direct runs; skipped when the file is absent.")]
+    public string AgentsRecords { get; set; } = "docs/results/agents.jsonl";
+
     [Switch("--kill-records", "Recorded lab runs with a rank killed mid-exchange (bench cluster --fanout mpi --kill-rank R), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
     public string KillRecords { get; set; } = "docs/results/kill.jsonl";
 
@@ -95,7 +98,7 @@ public static class BenchSimulateVerb
 
         // The slow-node runs and the grid's come from other sessions of the lab (bench cluster under mpiexec), so each
         // file is calibrated from its own runs of the fan-out over one ring without a slow node, by the same rule as above.
-        foreach (var (file, scenario) in new[] { (o.SlowRecords, "lab, slow node"), (o.GridRecords, "lab, grid of rings"), (o.KillRecords, "lab, rank killed") })
+        foreach (var (file, scenario) in new[] { (o.SlowRecords, "lab, slow node"), (o.GridRecords, "lab, grid of rings"), (o.KillRecords, "lab, rank killed"), (o.AgentsRecords, "lab, requested of the agents") })
         {
             if (!File.Exists(file)) continue;
             var ownData = ResultReader.Read(file);

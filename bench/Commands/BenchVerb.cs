@@ -36,7 +36,7 @@ public sealed class BenchClusterOptions : IVerbOptions
     [Switch("--slow-rate", "The rate of the --slow-nodes' links (e.g. 6.25mbit: a quarter of 25mbit).")]
     public string SlowRate { get; set; } = "";
 
-    [Switch("--kill-rank", "With --fanout mpi: kill this rank's node prep (numbered from 0; SIGKILL) once its agent holds part of the data; the run is timed by the other nodes, and Open MPI leaves them running (--enable-recovery). -1: none.")]
+    [Switch("--kill-rank", "With --fanout mpi: kill this rank's node prep (numbered from 0; SIGKILL) once its agent holds part of the data; the run is timed by the other nodes, and Open MPI leaves them running (--enable-recovery). With --fanout agents: kill that node's agent. -1: none.")]
     public int KillRank { get; set; } = -1;
 
     [Switch("--delay", "One-way delay added on every link egress (netem).")]
@@ -66,7 +66,7 @@ public sealed class BenchClusterOptions : IVerbOptions
 
     [Switch("--fanout", "none (every agent prefetches directly) or mpi: hpcdata nodeprep --fanout mpi as one Open MPI rank " +
         "per node namespace (mpiexec.openmpi), the nodes sharing the fetching and passing the data on to each other. " +
-        "mpich: the same under MPICH (mpiexec.hydra). mpi-ring: mpi with nodeprep --link-probe off (every node in the ring, however slow its link). mpi-grid<G>: mpi with nodeprep --ring-groups G (a grid of rings in groups of G). A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
+        "mpich: the same under MPICH (mpiexec.hydra). mpi-ring: mpi with nodeprep --link-probe off (every node in the ring, however slow its link). mpi-grid<G>: mpi with nodeprep --ring-groups G (a grid of rings in groups of G). agents: the agents already running on the nodes (each with --peer-listen) do the same, started by one hpcdata nodeprep --fanout agents request from outside the nodes instead of a launcher. A list (none,mpi) runs each in turn in the same cluster, alternating when repeated.")]
     public string Fanout { get; set; } = "none";
 
     [Switch("--scheduler", "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
@@ -185,8 +185,8 @@ public static class BenchVerb
             var fanouts = o.Fanout.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
             if (o.Scheduler is not ("none" or "slurm")) throw new FormatException("--scheduler must be none or slurm");
             if (o.Scheduler == "slurm") return await SlurmAsync(o, fanouts, rate, delay, ct);
-            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich" or "mpi-ring") && ClusterSession.GridGroupSize(f) is null))
-                throw new FormatException("--fanout must be none, mpi, mpich, mpi-ring, mpi-grid<G> or a list of them");
+            if (fanouts.Count == 0 || fanouts.Any(f => f is not ("none" or "mpi" or "mpich" or "mpi-ring" or "agents") && ClusterSession.GridGroupSize(f) is null))
+                throw new FormatException("--fanout must be none, mpi, mpich, mpi-ring, mpi-grid<G>, agents or a list of them");
             if (fanouts.Any(f => f is "mpi" or "mpi-ring" || ClusterSession.GridGroupSize(f) is not null) && !Shell.Exists("mpiexec.openmpi"))
                 throw new BenchRefusedException("--fanout mpi needs Open MPI's mpiexec.openmpi (apt-get install openmpi-bin)", 2);
             if (fanouts.Contains("mpich") && !Shell.Exists("mpiexec.hydra"))
@@ -206,7 +206,7 @@ public static class BenchVerb
                     foreach (var transport in transports)
                         Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls",
                             agentMaxRate, stagerMaxRate, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(),
-                            killRank: o.KillRank >= 0 && fanout == "mpi" ? o.KillRank : null));
+                            killRank: o.KillRank >= 0 && fanout is ("mpi" or "agents") ? o.KillRank : null));
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct, o.CalibrateTool == "iperf3"));

@@ -43,6 +43,8 @@ public sealed record ClusterSpec
     /// <summary>Extra start-up per doubling of the rank count beyond 4 (the launcher's tree, MPI's start); 0 in the lab,
     /// whose start-up growth is its shared cores, which <see cref="CpuModel.Shared"/> models.</summary>
     public double LaunchPerDoubling { get; init; }
+    /// <summary>A fan-out requested of the running agents: how their tree starts it (<see cref="JobSpec.Agents"/>).</summary>
+    public AgentTreeModel AgentTree { get; init; } = new();
     /// <summary>Nodes whose link runs at <see cref="SlowFactor"/> of the rate, both directions.</summary>
     public IReadOnlySet<int> SlowNodes { get; init; } = new HashSet<int>();
     public double SlowFactor { get; init; } = 0.1;
@@ -70,6 +72,11 @@ public sealed record Calibration
     public double DirectStartCpu { get; init; }
     public double DirectCpuPerByte { get; init; }
     public double DirectIngestCpuPerByte { get; init; }
+    /// <summary>A fan-out requested of the running agents (runs of <c>--fanout agents</c>, where recorded): the agent's
+    /// CPU per stored byte (it runs the exchange and the ingest), and the wall start-up of the N = 4 runs (the requester's
+    /// start and the fresh agents' first request: the run's time less the longest ring and probe). Null without such runs.</summary>
+    public double? AgentsCpuPerByte { get; init; }
+    public double? AgentsStartSeconds { get; init; }
     /// <summary>Cores of the machine the records were made on.</summary>
     public double LabCores { get; init; } = 2;
     public string Source { get; init; } = "";
@@ -94,8 +101,13 @@ public sealed record Calibration
         // The link probe is simulated in its own right, so where the ranks probed, its time is not start-up.
         var fanStart = Median(small.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => (n.RingSeconds ?? n.FetchSeconds) + (n.ProbeSeconds ?? 0))));
         var dirStart = Median(smallDirect.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => n.FetchSeconds)));
+        var agents = cells.Where(r => r.Config.Fanout == "agents" && r.Config.KillRank is null && r.Nodes.All(n => n.AgentCpuSeconds is not null)).ToList();
+        var smallAgents = agents.Where(r => r.Config.Nodes == 4).ToList();
         return new Calibration
         {
+            AgentsCpuPerByte = agents.Count == 0 ? null : Line(agents, n => n.AgentCpuSeconds ?? 0).Slope,
+            AgentsStartSeconds = smallAgents.Count == 0 ? null
+                : Math.Max(0, Median(smallAgents.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => (n.RingSeconds ?? n.FetchSeconds) + (n.ProbeSeconds ?? 0))))),
             FanoutStartCpu = Math.Max(0, fanStartCpu),
             FanoutCpuPerByte = fanPerByte,
             FanoutIngestCpuPerByte = fanIngest,

@@ -21,12 +21,16 @@ public sealed record LabCell(int Nodes, int Hosts, int RateMbit, long SizeBytes,
     /// median, from the launch); the cell is timed by the other nodes.</summary>
     public int? KillRank { get; init; }
     public double KillSeconds { get; init; }
+    /// <summary>Fan-out requested of the running agents (<c>bench cluster --fanout agents</c>) rather than launched as MPI ranks.</summary>
+    public bool Agents { get; init; }
 
     public double Median => Calibration.Median(Runs);
     public string Describe() => string.Create(CultureInfo.InvariantCulture,
         $"{RateMbit} Mbit/s, {SizeBytes / (1 << 20)} MB, N = {Nodes}, {Mode}{(SlowNodes.Count > 0 ? $", {SlowNodes.Count} node(s) at {SlowRateMbit:0.##} Mbit/s, {Group.ToString().ToLowerInvariant()} nodes" : "")}");
 
-    public string Mode => Delivery == Delivery.Direct ? "direct" : KillRank is { } k ? string.Create(CultureInfo.InvariantCulture, $"fan-out, rank {k} killed at {KillSeconds:0.0} s")
+    public string Mode => Delivery == Delivery.Direct ? "direct"
+        : KillRank is { } k ? string.Create(CultureInfo.InvariantCulture, $"fan-out, {(Agents ? "requested of the agents, agent" : "rank")} {k} killed at {KillSeconds:0.0} s")
+        : Agents ? "fan-out, requested of the agents"
         : GridGroupSize is { } g ? string.Create(CultureInfo.InvariantCulture, $"fan-out, groups of {g}")
         : Probe ? "fan-out, probe" : SlowNodes.Count > 0 ? "fan-out, probe off" : "fan-out";
 }
@@ -61,7 +65,7 @@ public static class Experiments
     public static List<LabCell> Cells(IEnumerable<BenchRecord> records) =>
         records.Where(r => r.Kind == "cluster" && r.Dataset is not null && CellDelivery(r) is not null && r.MeasuredSeconds > 0)
             .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.RateMbit, r.Config.SizeBytes, r.Dataset!.StoredBytes, Delivery: CellDelivery(r)!.Value,
-                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0, Grid: ClusterSession.GridGroupSize(r.Config.Fanout ?? ""), Kill: r.Config.KillRank))
+                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0, Grid: ClusterSession.GridGroupSize(r.Config.Fanout ?? ""), Kill: r.Config.KillRank, Agents: r.Config.Fanout == "agents"))
             .SelectMany(g =>
             {
                 var slow = SlowIndices(g.First());
@@ -70,13 +74,13 @@ public static class Experiments
                     g.Select(r => Time(r, slow, group)).ToList())
                 {
                     SlowNodes = slow, SlowRateMbit = g.Key.SlowRate, Probe = g.Key.Probe, Group = group, GridGroupSize = g.Key.Grid,
-                    KillRank = g.Key.Kill, KillSeconds = g.Key.Kill is null ? 0 : Calibration.Median(g.Select(r => r.Config.KillSeconds ?? 0).ToList()),
+                    KillRank = g.Key.Kill, Agents = g.Key.Agents, KillSeconds = g.Key.Kill is null ? 0 : Calibration.Median(g.Select(r => r.Config.KillSeconds ?? 0).ToList()),
                 });
             })
-            .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.GridGroupSize ?? 0).ThenBy(c => c.KillRank ?? -1).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
+            .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.Agents).ThenBy(c => c.GridGroupSize ?? 0).ThenBy(c => c.KillRank ?? -1).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
             .ToList();
 
-    private static Delivery? CellDelivery(BenchRecord r) => r.Config.Fanout == "mpi-ring" || ClusterSession.GridGroupSize(r.Config.Fanout ?? "") is not null
+    private static Delivery? CellDelivery(BenchRecord r) => r.Config.Fanout is "mpi-ring" or "agents" || ClusterSession.GridGroupSize(r.Config.Fanout ?? "") is not null
         ? Delivery.Fanout : Calibration.Mode(r) switch
     {
         "mpi" => Delivery.Fanout,
@@ -101,21 +105,27 @@ public static class Experiments
     /// process on the lab machine's cores.</summary>
     public static ClusterSpec Lab(LabCell cell, Calibration cal) => new()
     {
+        AgentTree = new AgentTreeModel { RequesterSeconds = cal.AgentsStartSeconds ?? new AgentTreeModel().RequesterSeconds },
         Nodes = cell.Nodes, CacheHosts = cell.Hosts, LinkBitsPerSecond = cell.RateMbit * 1e6, Cpu = CpuModel.Shared, Cores = cal.LabCores,
         SlowNodes = cell.SlowNodes, SlowFactor = cell.SlowNodes.Count > 0 ? cell.SlowRateMbit / cell.RateMbit : 1,
     };
 
     public static ValidationRow Replay(LabCell cell, Calibration cal)
     {
+        if (cell.Agents)
+        {
+            // The agent carries the exchange and the ingest alone; the start is the lab's own (a fresh requester and agents).
+            cal = cal with { FanoutCpuPerByte = cal.AgentsCpuPerByte ?? cal.FanoutCpuPerByte };
+        }
         var groups = cell.GridGroupSize?.ToString(CultureInfo.InvariantCulture) ?? "auto";
-        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe, ringGroups: groups).Jobs[0];
+        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe, ringGroups: groups, agents: cell.Agents).Jobs[0];
         if (cell.KillRank is { } victim)
         {
             // Killed when the lab killed it, counted from the launch as the bench counts; its kernel closes its
             // connections, so its neighbours know at once (no peer timeout).
             var failAfter = Math.Max(0, cell.KillSeconds - job.ExchangeStart);
             job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, failAfter: failAfter, probe: cell.Probe, peerTimeout: 0, ringGroups: groups,
-                failRank: victim).Jobs[0];
+                failRank: victim, agents: cell.Agents).Jobs[0];
         }
         var simulated = cell.Group switch
         {
@@ -132,6 +142,8 @@ public static class Experiments
         public double Oversubscription { get; init; } = 3;
         public double HopLatency { get; init; } = 25e-6;
         public double LaunchPerDoubling { get; init; } = 0.1;
+        /// <summary>How the running agents start a fan-out requested of them: measured on the lab machine (docs/benchmarks.md).</summary>
+        public AgentTreeModel AgentTree { get; init; } = new();
         /// <summary>
         /// Cores a node's agent can keep busy, for a direct fetch and for a fan-out's ingest alike (both verify, decode
         /// and write on every core: the ingest's --ingest-threads); not measured: the lab has 2 for all its nodes.
@@ -147,7 +159,7 @@ public static class Experiments
     public static ClusterSpec Cluster(int nodes, int hosts, double rateGbit, Assumptions a, bool network = false, IReadOnlySet<int>? slow = null) => new()
     {
         Nodes = nodes, CacheHosts = hosts, LinkBitsPerSecond = rateGbit * 1e9, RackSize = a.RackSize, Oversubscription = a.Oversubscription,
-        HopLatency = a.HopLatency, LaunchPerDoubling = a.LaunchPerDoubling, Cpu = network ? CpuModel.None : CpuModel.PerNode, Cores = a.DirectCores,
+        HopLatency = a.HopLatency, LaunchPerDoubling = a.LaunchPerDoubling, AgentTree = a.AgentTree, Cpu = network ? CpuModel.None : CpuModel.PerNode, Cores = a.DirectCores,
         FanoutIngestCores = a.DirectCores, SlowNodes = slow ?? new HashSet<int>(), SlowFactor = a.SlowFactor,
     };
 
@@ -192,6 +204,23 @@ public static class Experiments
             var net = Simulator.Run(Cluster(nodes, h, rateGbit, a, network: true), cal, Delivery.Fanout, stored, ringGroups: "off");
             yield return new("one ring of every rank (--ring-groups off)", nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, net.Seconds,
                 r.Events, r.WallMilliseconds);
+        }
+
+        // Requested of the running agents: the same exchange, started by the request's tree instead of a launch.
+        var agentsExchange = 0.0;
+        {
+            var r = Simulator.Run(Cluster(nodes, h, rateGbit, a), cal, Delivery.Fanout, stored, agents: true);
+            var net = Simulator.Run(Cluster(nodes, h, rateGbit, a, network: true), cal, Delivery.Fanout, stored, agents: true);
+            agentsExchange = r.Jobs[0].ExchangeSeconds ?? 0;
+            yield return new(string.Create(CultureInfo.InvariantCulture,
+                $"requested of the running agents (--fanout agents; start {a.AgentTree.Seconds(nodes, a.HopLatency, rateGbit * 1e9 / 8) * 1e3:0} ms)"),
+                nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, net.Seconds, r.Events, r.WallMilliseconds);
+        }
+        foreach (var (what, peer) in new[] { ("requested of the agents, one agent dies mid-exchange", 0.0),
+                                             ("requested of the agents, one node goes silent mid-exchange (--peer-timeout 2 s)", 2.0) })
+        {
+            var r = Simulator.Run(Cluster(nodes, h, rateGbit, a), cal, Delivery.Fanout, stored, failAfter: agentsExchange / 2, peerTimeout: peer, agents: true);
+            yield return new(what, nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, null, r.Events, r.WallMilliseconds);
         }
 
         // Slow nodes spread evenly (every 100th node at 1%): a NIC that came up at a tenth of the rate.

@@ -16,6 +16,7 @@ internal static class AgentsNodePrep
     public static async Task<int> RunAsync(NodePrepOptions o, string name, string? version, string job, ExchangeSettings settings, TimeSpan timeout, CancellationToken ct)
     {
         if (string.IsNullOrWhiteSpace(o.Agents)) throw CommandException.Usage("--fanout agents needs --agents: the nodes' agents, host[:port],… or a file of them");
+        if (o.TreeDegree < 2) throw CommandException.Usage($"--tree-degree must be 2 or more (got {o.TreeDegree})");
         if (string.IsNullOrEmpty(o.PeerKeyFile)) throw CommandException.Usage($"--fanout agents needs --peer-key-file (or {NodeAgentOptions.PeerKeyFileVariable}): the secret the agents share");
         IReadOnlyList<string> members;
         PeerKey key;
@@ -28,7 +29,7 @@ internal static class AgentsNodePrep
         var request = new PrepRequest
         {
             Id = Convert.ToHexString(RandomNumberGenerator.GetBytes(8)).ToLowerInvariant(), Name = name, Version = version ?? "", Job = job,
-            Members = members, Requester = "", RingGroups = settings.RingGroups, LinkProbe = settings.LinkProbe, PeerTimeout = settings.PeerTimeout,
+            Members = members, Requester = "", Degree = o.TreeDegree, RingGroups = settings.RingGroups, LinkProbe = settings.LinkProbe, PeerTimeout = settings.PeerTimeout,
             StallTimeout = settings.StallTimeout, Timeout = timeout,
         };
         AgentsReport report;

@@ -67,6 +67,9 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
         "scontrol show hostnames > FILE); their order makes the ranks.", Meta = "LIST|FILE")]
     public string? Agents { get; set; }
 
+    [Switch("--tree-degree", "--fanout agents: children per agent in the tree that carries the request (2 or more): fewer levels against more sends per agent.", Meta = "D")]
+    public int TreeDegree { get; set; } = 8;
+
     [Switch("--peer-key-file", "--fanout agents: file whose first line is the secret the agents share (their --peer-key-file).",
         Environment = NodeAgentOptions.PeerKeyFileVariable, Meta = "PATH")]
     public string? PeerKeyFile { get; set; }

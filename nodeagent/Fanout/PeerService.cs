@@ -103,6 +103,8 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
     private async Task PrepareAsync(PrepRequest request, PeerLink parent, PeerKey key, CancellationToken stop)
     {
         var clock = Stopwatch.StartNew();
+        // The agent's CPU over the request (the exchange and the ingest both run in it), for the line and the lab.
+        var cpu = Environment.CpuUsage.TotalTime;
         var outcome = new NodeOutcome(request.Position, options.NodeName, (int)ErrorCode.Internal, "", 0, "");
         using var limit = CancellationTokenSource.CreateLinkedTokenSource(stop);
         limit.CancelAfter(request.Timeout);
@@ -139,7 +141,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             var fetched = await agent.PrefetchAsync(request.Name, version, pin: null, ct);
             var local = await agent.PrefetchAsync(request.Name, fetched.Version, pin: request.Job, ct);
             var source = fanout.StartsWith("fanout=agents", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
-            outcome = outcome with { Code = 0, Version = local.Version, Detail = $"bytes={local.Length} source={source} {fanout} path={local.Path}" };
+            outcome = outcome with { Code = 0, Version = local.Version, Detail = $"bytes={local.Length} source={source} {fanout} agent-cpu-seconds={(Environment.CpuUsage.TotalTime - cpu).TotalSeconds:0.000} path={local.Path}" };
         }
         catch (CommonDataException e) { outcome = outcome with { Code = (int)e.Code, Detail = e.Message }; }
         catch (OperationCanceledException) when (!stop.IsCancellationRequested)

@@ -166,3 +166,67 @@ public sealed class AgentsNodePrepTests
         foreach (var a in agents) Assert.Empty((await s.StatusAsync(a.Pipe)).Copies);
     }
 }
+
+/// <summary>The request and the answers between agents, as bytes: what one side writes the other reads, and what is
+/// malformed is refused with a clear error rather than read as something else.</summary>
+public sealed class PrepRequestTests
+{
+    private static PrepRequest Sample(int members = 20) => new()
+    {
+        Id = "r1", Name = "risk/prices", Version = "abcd1234", Job = "job-9", Members = Enumerable.Range(0, members).Select(i => $"10.0.{i / 250}.{i % 250}:6390").ToList(),
+        Requester = "10.9.9.9:40000", Degree = 4, RingGroups = "off", LinkProbe = false, PeerTimeout = TimeSpan.FromSeconds(3), JoinTimeout = TimeSpan.FromSeconds(1),
+        StallTimeout = TimeSpan.FromSeconds(40), Timeout = TimeSpan.FromMinutes(5),
+    };
+
+    [Fact]
+    public void A_request_reads_back_as_it_was_written_at_any_position()
+    {
+        var request = Sample().At(7);
+        var read = PrepRequest.Decode(request.Encode());
+        Assert.Equal(request with { Members = [] }, read with { Members = [] });
+        Assert.Equal(request.Members, read.Members);
+    }
+
+    [Fact]
+    public void The_tree_gives_each_position_its_children_and_every_position_one_parent()
+    {
+        var request = Sample(20);
+        Assert.Equal([1, 2, 3, 4], request.ChildrenOf(0));
+        Assert.Equal([17, 18, 19], request.ChildrenOf(4));
+        Assert.Empty(request.ChildrenOf(5));
+        var parents = Enumerable.Range(0, 20).SelectMany(p => request.ChildrenOf(p)).ToList();
+        Assert.Equal(Enumerable.Range(1, 19), parents.Order());
+        Assert.Equal(2, request.HeightOf(0));
+        Assert.Equal(0, request.HeightOf(19));
+    }
+
+    [Fact]
+    public void A_truncated_or_inconsistent_request_is_refused()
+    {
+        var bytes = Sample().Encode();
+        Assert.Throws<InvalidDataException>(() => PrepRequest.Decode(bytes[..(bytes.Length / 2)]));
+        Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Degree = 1 }).Encode()));
+        var wrongFormat = (byte[])bytes.Clone();
+        wrongFormat[0] = 9;
+        Assert.Throws<InvalidDataException>(() => PrepRequest.Decode(wrongFormat));
+        Assert.Throws<InvalidDataException>(() => NodeOutcome.Decode([1, 2, 3]));
+    }
+
+    [Fact]
+    public void A_node_outcome_reads_back_as_it_was_written()
+    {
+        var outcome = new NodeOutcome(12, "node13", 0, "abcd", 1.25, "bytes=10 source=fanout fanout=agents ranks=20");
+        Assert.Equal(outcome, NodeOutcome.Decode(outcome.Encode()));
+    }
+
+    [Fact]
+    public void Members_come_from_a_list_or_a_file_and_get_the_agents_port_when_they_name_none()
+    {
+        Assert.Equal(["n1:6390", "n2:7000", "[fe80::1]:6390"], Hpc.Jobs.Commands.AgentsNodePrep.Members("n1, n2:7000,[fe80::1]"));
+        var file = Path.Combine(Path.GetTempPath(), $"members-{Guid.NewGuid():n}.txt");
+        File.WriteAllLines(file, ["# the job's nodes", "node1", "node2  # rack 2", ""]);
+        try { Assert.Equal(["node1:6390", "node2:6390"], Hpc.Jobs.Commands.AgentsNodePrep.Members(file)); }
+        finally { File.Delete(file); }
+        Assert.Throws<ArgumentException>(() => Hpc.Jobs.Commands.AgentsNodePrep.Members("n1,n1"));
+    }
+}
