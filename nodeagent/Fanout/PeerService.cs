@@ -26,8 +26,21 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
     private readonly ConcurrentDictionary<string, byte> _active = new(StringComparer.Ordinal);
     private readonly TaskCompletionSource _listening = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
+    private PeerKey? _key;
+
     public override async Task StartAsync(CancellationToken cancellationToken)
     {
+        if (options.PeerEndpoint() is not null)
+        {
+            // Read before serving: a key file that cannot be read stops the start with its reason, not a later request.
+            try { _key = PeerKey.Load(options.PeerKeyFile!, "--peer-key-file"); }
+            catch (ArgumentException e)
+            {
+                log.LogError("{Error}", e.Message);
+                Environment.ExitCode = 1;
+                throw new IOException(e.Message);
+            }
+        }
         await base.StartAsync(cancellationToken);
         await Task.WhenAny(_listening.Task, ExecuteTask ?? Task.CompletedTask).WaitAsync(cancellationToken);
         if (!_listening.Task.IsCompleted) await (ExecuteTask ?? Task.CompletedTask);
@@ -37,7 +50,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
     {
         var endpoint = options.PeerEndpoint();
         if (endpoint is null) { _listening.TrySetResult(); return; }
-        var key = PeerKey.Load(options.PeerKeyFile!, "--peer-key-file");
+        var key = _key!;
         using var listener = new Socket(endpoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
         if (endpoint.AddressFamily == AddressFamily.InterNetworkV6) listener.DualMode = true;
         listener.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.ReuseAddress, true);
@@ -95,7 +108,13 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             return;
         }
         // A node passed over as unreachable may still have taken the request from its own parent: the first one counts.
-        if (_active.Count >= MaxRequests || !_active.TryAdd(request.Id, 0)) return;
+        if (_active.ContainsKey(request.Id)) return;
+        if (_active.Count >= MaxRequests)
+        {
+            log.LogWarning("node prep {Id} of {Dataset} refused: {Count} requests are already being worked on; this node fetches on its own", request.Id, request.Name, MaxRequests);
+            return;
+        }
+        if (!_active.TryAdd(request.Id, 0)) return;
         try { await PrepareAsync(request, link, key, stop); }
         finally { _active.TryRemove(request.Id, out byte _); }
     }

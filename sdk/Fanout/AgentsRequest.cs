@@ -23,8 +23,9 @@ public sealed record AgentsReport(IReadOnlyList<string> Members, double LaunchSe
 /// </summary>
 public static class AgentsRequest
 {
-    /// <summary>How often the members that have not answered are asked whether they still run.</summary>
-    private static readonly TimeSpan LivenessInterval = TimeSpan.FromSeconds(2);
+    /// <summary>How soon, and at most how often, the members that have not answered are asked whether they still run
+    /// (the wait doubles between asks): once half the members have answered, those left are stragglers or gone.</summary>
+    private static readonly TimeSpan FirstLivenessCheck = TimeSpan.FromSeconds(2), LongestLivenessInterval = TimeSpan.FromSeconds(30);
 
     /// <summary>Whether the agent at <paramref name="member"/> still takes a connection (one that proves the key).</summary>
     private static async Task<bool> AnswersAsync(string member, PeerKey key, TimeSpan timeout, CancellationToken ct)
@@ -102,14 +103,21 @@ public static class AgentsRequest
             using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct);
             limit.CancelAfter(request.Timeout + request.StallTimeout);
             var gone = new bool[outcomes.Length];
+            var interval = FirstLivenessCheck;
             try
             {
                 while (!all.Task.IsCompleted)
                 {
-                    await Task.WhenAny(all.Task, Task.Delay(LivenessInterval, limit.Token));
+                    await Task.WhenAny(all.Task, Task.Delay(interval, limit.Token));
                     limit.Token.ThrowIfCancellationRequested();
                     int[] waiting;
-                    lock (gate) waiting = Enumerable.Range(0, outcomes.Length).Where(p => outcomes[p] is null && !gone[p]).ToArray();
+                    lock (gate)
+                    {
+                        // While most are still at work, asking every one of thousands of agents would only load them.
+                        if (2 * answered < outcomes.Length) continue;
+                        waiting = Enumerable.Range(0, outcomes.Length).Where(p => outcomes[p] is null && !gone[p]).ToArray();
+                    }
+                    interval = TimeSpan.FromTicks(Math.Min(interval.Ticks * 2, LongestLivenessInterval.Ticks));
                     var alive = await Task.WhenAll(waiting.Select(p => AnswersAsync(members[p], key, request.JoinTimeout, limit.Token)));
                     lock (gate)
                     {

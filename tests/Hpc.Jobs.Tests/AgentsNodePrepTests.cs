@@ -151,6 +151,46 @@ public sealed class AgentsNodePrepTests
     }
 
     [Fact]
+    public async Task A_malformed_frame_or_a_stranger_closes_only_its_own_connection_and_the_agent_keeps_taking_requests()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(1 << 20, seed: 41)), "risk/frames");
+        var key = KeyFile(s);
+        var agents = await StartAgentsAsync(s, 2, key);
+        var (host, port) = AgentTree.Endpoint(agents[0].Peer);
+
+        // Past the key's challenge, a frame of no known type, then one that claims more than any request may be.
+        await using (var link = await PeerLink.ConnectAsync(host, port, PeerKey.Load(key, "key"), TimeSpan.FromSeconds(5), CancellationToken.None))
+            await link.WriteAsync((PeerFrame)200, new byte[] { 1, 2, 3 }, CancellationToken.None);
+        await using (var link = await PeerLink.ConnectAsync(host, port, PeerKey.Load(key, "key"), TimeSpan.FromSeconds(5), CancellationToken.None))
+            await link.WriteAsync(PeerFrame.Prep, new byte[] { 1, 0, 0 }, CancellationToken.None);
+        // No challenge answered at all: bytes from something that is not node prep.
+        using (var stranger = new TcpClient())
+        {
+            await stranger.ConnectAsync(host, port);
+            await stranger.GetStream().WriteAsync("GET / HTTP/1.1\r\nHost: x\r\n\r\n"u8.ToArray());
+        }
+
+        var r = await s.HpcdataAsync(["nodeprep", "risk/frames", "--fanout", "agents", "--agents", string.Join(",", agents.Select(a => a.Peer)),
+            "--peer-key-file", key, "--job", "job-f", "--cache-hosts", s.HostList], timeout: TimeSpan.FromMinutes(1));
+
+        Assert.True(r.Code == 0, $"exit {r.Code}\n{r.Out}\n{r.Stderr}");
+        Assert.Contains($"nodes=2 ready=2 failed=0 dataset=risk/frames version={staged.Version}", r.Stdout.Last());
+        Assert.False(agents[0].Process.HasExited);
+    }
+
+    [Fact]
+    public async Task An_agent_asked_to_take_requests_without_a_key_refuses_to_start_and_says_why()
+    {
+        await using var s = new Sandbox();
+        var r = await s.RunAsync("Hpc.NodeAgent", ["--pipe", s.NewPipe(), "--data-dir", Path.Combine(s.Root, "n"), "--peer-listen", $"127.0.0.1:{FreePort()}"],
+            timeout: TimeSpan.FromSeconds(30));
+        Assert.NotEqual(0, r.Code);
+        Assert.Contains("--peer-listen needs --peer-key-file", r.Stderr);
+    }
+
+    [Fact]
     public async Task A_request_without_the_cluster_key_is_refused_and_no_agent_fetches_anything()
     {
         await using var s = new Sandbox();
