@@ -17,7 +17,7 @@ namespace Hpc.NodeAgent.Pipe;
 /// version whose readers do not include the worker are refused with <see cref="ErrorCode.AccessDenied"/>; a pin is
 /// recorded with the uid that made it and only that user, root, the agent's user or a member of its admin group may
 /// release it or evict its copy; status lists only the copies the caller may read (all to those administrators).</para>
-public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILogger<PipeServer> log) : BackgroundService
+public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, IHostApplicationLifetime lifetime, ILogger<PipeServer> log) : BackgroundService
 {
     private readonly NodeAgentOptions _options = options;
     private readonly AccessPolicy _access = AccessPolicy.ForThisProcess(options.AdminGroupId());
@@ -87,9 +87,13 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, ILo
         // exists only while some server instance does, so a gap between instances makes connects fail with ENOENT.
         var server = CreateInstance(first: true);
         OpenSocketToAllUsers();
-        // The listening socket exists once the first instance is created: announce readiness to launchers.
-        Console.Out.WriteLine($"READY {_options.Pipe}");
-        Console.Out.Flush();
+        // The listening socket exists once the first instance is created. Launchers are told the agent is ready only
+        // once every service started, so the peer port (--peer-listen) already listens too when they hear it.
+        lifetime.ApplicationStarted.Register(() =>
+        {
+            Console.Out.WriteLine($"READY {_options.Pipe}");
+            Console.Out.Flush();
+        });
         _serving.TrySetResult();
         log.Serving(_options.NodeName, _options.Pipe, store.DataDirectory, _options.Budget.ToString());
         if (Hpc.CommonData.Security.SecretFiles.Exposure((_options.CacheTier.PasswordFile, "--cache-password-file")) is { } exposed) log.SecretsExposed(exposed);

@@ -64,6 +64,6 @@ public sealed class FanoutChoiceAgreementTests
         Assert.InRange(FanoutChoice.StartSeconds - cal.FanoutStartSeconds, -0.01, 0.01);
         Assert.InRange(FanoutChoice.DirectStartSeconds - cal.DirectStartSeconds, -0.01, 0.01);
         Assert.InRange(FanoutChoice.RingEfficiency / cal.Efficiency, 0.995, 1.005);
-        Assert.Equal(new Experiments.Assumptions().LaunchPerDoubling, FanoutChoice.LaunchPerDoubling);
+        Assert.Equal(FanoutChoice.LaunchPerDoubling, new Experiments.Assumptions().LaunchPerDoubling);
     }
 }

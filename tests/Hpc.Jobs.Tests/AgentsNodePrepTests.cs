@@ -43,7 +43,7 @@ public sealed class AgentsNodePrepTests
     private static string KeyFile(Sandbox s, string secret = "a-cluster-secret-of-some-length")
     {
         var path = s.WriteFile($"peer-{Guid.NewGuid():n}.key", System.Text.Encoding.UTF8.GetBytes(secret + "\n"));
-        File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite);
         return path;
     }
 

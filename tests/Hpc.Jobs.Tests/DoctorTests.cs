@@ -39,11 +39,11 @@ public sealed class DoctorTests
         await using var s = new Sandbox();
         var users = Path.Combine(s.Root, "users");
         File.WriteAllText(users, "node reader node-pass\n");
-        File.SetUnixFileMode(users, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(users, UnixFileMode.UserRead | UnixFileMode.UserWrite);
         await s.StartCacheHostAsync(configure: o => o.UsersFile = users);
         var password = Path.Combine(s.Root, "password");
         File.WriteAllText(password, "not-the-password\n");
-        File.SetUnixFileMode(password, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(password, UnixFileMode.UserRead | UnixFileMode.UserWrite);
 
         var r = await s.HpcdataAsync(["doctor", "--pipe", s.NewPipe(), "--cache-hosts", $"{s.HostList},127.0.0.1:1", "--cache-user", "node", "--cache-password-file", password]);
 

@@ -22,7 +22,7 @@ public sealed class NativeHandoffTests : IDisposable
         foreach (var file in Directory.GetFiles(built)) File.Copy(file, Path.Combine(_installed, Path.GetFileName(file)));
         var native = Path.Combine(Directory.CreateDirectory(ComponentLocator.NativeFolder(_installed)).FullName, "hpcdata");
         File.WriteAllText(native, "#!/bin/sh\necho \"native pid=$$ args=$* launcher=$HPCDATA_LAUNCHER\"\n");
-        File.SetUnixFileMode(native, (UnixFileMode)0b111_101_101);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(native, (UnixFileMode)0b111_101_101);
         return native;
     }
 

@@ -31,7 +31,7 @@ public sealed class UsersReloadTests : IDisposable
         // Path.GetTempFileName makes the file 0600: nothing to say.
         Assert.DoesNotContain("holds passwords", _host.Log);
 
-        File.SetUnixFileMode(_usersFile, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(_usersFile, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
         using (var ops = Login("ops", "ops-pass")) Assert.Equal("OK", ops.Call("ACL", "LOAD"));
         Assert.Contains($"--users-file {_usersFile} is readable by every user of this machine (mode 0644): it holds passwords; " +
                         $"make it readable by its owner alone (chmod 600 {_usersFile})", LogOnceItSays(_host, "holds passwords"));
