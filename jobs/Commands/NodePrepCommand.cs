@@ -341,7 +341,7 @@ public static class NodePrepCommand
         var tier = new CacheTierClient(tierOptions, o.TierLog);
         try
         {
-            var (summary, served) = await NodeExchange.RunAsync(ranks, tier, tierOptions.Hosts, pipe, name, version,
+            var (summary, served) = await NodeExchange.RunAsync(ranks, tier, tierOptions.Hosts, new AgentIngest(pipe), name, version,
                 new ExchangeSettings(stallTimeout, Durations.Parse(o.PeerTimeout), o.NodePrep.LinkProbe, o.RingGroups, TcpRing: o.Ring == "tcp"), ct);
             return (summary, CloseAfter(served));
         }

@@ -14,11 +14,12 @@ namespace Hpc.NodeAgent.Fanout;
 
 /// <summary>
 /// Node prep requested of the running agents (<c>--peer-listen</c>): takes a request from node prep or from the agent
-/// above it in the tree (<see cref="AgentTree"/>), forwards it, runs this node's exchange with the others, then has the
-/// copy verified, published and pinned for the job through its own pipe, as node prep would, and tells the requester.
+/// above it in the tree (<see cref="AgentTree"/>), forwards it, runs this node's exchange with the others (the blocks go
+/// straight into the store, <see cref="StoreIngest"/>), then has the copy completed, published and pinned for the job
+/// through its own pipe, as node prep would, and tells the requester.
 /// Without a job launch in between, a request reaches 10,000 agents in a few round trips.
 /// </summary>
-public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, ILogger<PeerService> log) : BackgroundService
+public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, DatasetStore store, ILogger<PeerService> log) : BackgroundService
 {
     /// <summary>Requests worked on at once; more are refused (their nodes fetch directly).</summary>
     private const int MaxRequests = 4;
@@ -138,7 +139,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             {
                 group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct);
                 var joined = clock.Elapsed.TotalSeconds;
-                var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, options.Pipe, request.Name, version,
+                var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount), request.Name, version,
                     new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups), ct);
                 version = summary.Version;
                 served = s;

@@ -7,7 +7,8 @@ using Hpc.CommonData.Agent;
 namespace Hpc.NodeAgent.Pipe;
 
 /// <summary>
-/// Verifies, decodes and writes an ingest's segments on several threads while its connection goes on receiving. Each
+/// Verifies, decodes and writes an ingest's segments on several threads while its connection (or the agent's own
+/// exchange, <see cref="Hpc.NodeAgent.Fanout.StoreIngest"/>) goes on receiving. Each
 /// data frame is copied once out of the pipe's buffers into a pooled buffer, split into its records on the receiving
 /// thread (a malformed frame is refused there, before any of it is written), and its records are queued for the
 /// workers, which hand each to <see cref="SegmentIngest.Accept"/>; the buffer goes back to the pool when its last record
@@ -61,7 +62,13 @@ internal sealed class IngestWorkers : IAsyncDisposable
             throw;
         }
         if (_split.Count == 0) { ArrayPool<byte>.Shared.Return(bytes); return; }
-        var frame = new Frame(bytes, _split.Count);
+        await QueueAsync(new Frame(bytes, _split.Count), ct);
+    }
+
+    /// <summary>Queues the records of <see cref="_split"/>, which lie in <paramref name="frame"/>.</summary>
+    private async ValueTask QueueAsync(Frame frame, CancellationToken ct)
+    {
+        var bytes = frame.Bytes;
         for (var k = 0; k < _split.Count; k++)
         {
             var (index, offset, size) = _split[k];
@@ -78,6 +85,29 @@ internal sealed class IngestWorkers : IAsyncDisposable
             }
         }
         _failure?.Throw();
+    }
+
+    /// <summary>
+    /// Queues segments that lie in a buffer the caller keeps (an exchange's block, in the agent's own process): the
+    /// <paramref name="records"/> (index, offset, length in <paramref name="source"/>) are copied into one pooled buffer
+    /// first, so the caller may reuse its buffer once this returns. Waits while the queue is full.
+    /// </summary>
+    public async ValueTask PostAsync(ReadOnlyMemory<byte> source, ReadOnlyMemory<(int Index, int Offset, int Length)> records, CancellationToken ct)
+    {
+        _failure?.Throw();
+        if (records.Length == 0) return;
+        var total = 0;
+        foreach (var r in records.Span) total += r.Length;
+        var bytes = ArrayPool<byte>.Shared.Rent(total);
+        _split.Clear();
+        var at = 0;
+        foreach (var (index, offset, length) in records.Span)
+        {
+            source.Span.Slice(offset, length).CopyTo(bytes.AsSpan(at));
+            _split.Add((index, at, length));
+            at += length;
+        }
+        await QueueAsync(new Frame(bytes, _split.Count), ct);
     }
 
     /// <summary>Waits until every queued record is done; throws the first worker failure.</summary>

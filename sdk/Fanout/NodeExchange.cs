@@ -8,21 +8,23 @@ public sealed record ExchangeSettings(TimeSpan StallTimeout, TimeSpan PeerTimeou
 
 /// <summary>
 /// One node's exchange as node prep runs it, whoever its ranks are (an MPI job's, or the running agents'): the ring's
-/// TCP links from the address that reaches the cache tier, the exchange into the agent on <c>pipe</c>, and the links
-/// kept open until the slow nodes that are leaves have this node's share.
+/// TCP links from the address that reaches the cache tier, the exchange into the node's agent (<c>ingest</c>: over its
+/// pipe from a job's rank, or straight into its store where the agent runs the exchange itself), and the links kept
+/// open until the slow nodes that are leaves have this node's share.
 /// </summary>
 public static class NodeExchange
 {
     /// <returns>The summary, and a task that ends once the leaves have this member's share and the ring's links are
     /// closed: they outlive the exchange while slow nodes are still being served.</returns>
+    /// <param name="ingest">Where this node's blocks go; disposed here once the exchange ends.</param>
     public static async Task<(FanoutSummary Summary, Task Served)> RunAsync(IRankGroup ranks, CacheTierClient tier, IReadOnlyList<string> cacheHosts,
-        string pipe, string name, string? version, ExchangeSettings settings, CancellationToken ct)
+        INodeIngest ingest, string name, string? version, ExchangeSettings settings, CancellationToken ct)
     {
         TcpRing? ring = null;
         FanoutSummary summary;
         try
         {
-            await using var ingest = new AgentIngest(pipe);
+            await using var _ = ingest;
             var first = CacheEndpoint.ParseList(string.Join(",", cacheHosts)).FirstOrDefault() ?? throw new ArgumentException("no cache hosts for the fan-out (--cache-hosts or HPCDATA_CACHE_HOSTS)");
             var local = TcpRing.LocalAddressToward(first.Host, first.Port);
             ring = settings.TcpRing ? await TcpRing.ConnectAsync(ranks, local, settings.StallTimeout, ct) : null;

@@ -1,0 +1,67 @@
+using Hpc.CommonData;
+using Hpc.CommonData.Agent;
+using Hpc.CommonData.Fanout;
+using Hpc.NodeAgent.Pipe;
+
+namespace Hpc.NodeAgent.Fanout;
+
+/// <summary>
+/// The end of an exchange that runs inside the agent (node prep requested of the running agents): the blocks that
+/// arrive on the ring's links go straight to the ingest's workers, which verify, decode and write them on the node's
+/// cores, as a direct fetch's segments are. Nothing crosses the agent's pipe, so the data is not copied through a socket
+/// into and out of the same process (what an exchange run by a job's rank needs, <see cref="AgentIngest"/>).
+/// </summary>
+public sealed class StoreIngest(DatasetStore store, int threads) : INodeIngest
+{
+    private SegmentIngest? _ingest;
+    private IngestReport? _begun;
+    private IngestWorkers? _workers;
+    private (int Index, int Offset, int Length)[] _records = [];
+
+    public async Task<bool> BeginAsync(string name, string version, ReadOnlyMemory<byte> manifest, CancellationToken ct)
+    {
+        // The tier vouches for the manifest as for any ingest: the exchange's blocks came from other nodes.
+        _ingest = await store.BeginIngestAsync(name, version, manifest, ct);
+        _begun = _ingest.Begun();
+        if (_ingest.Complete) return false;
+        _workers = new IngestWorkers(_ingest, threads);
+        return true;
+    }
+
+    public bool Lacks(int index) => (_begun ?? throw new InvalidOperationException("ingest not begun")).IsMissing(index);
+
+    public async ValueTask WriteAsync(ReadOnlyMemory<byte> blockMessage, FanoutPlan plan, CancellationToken ct)
+    {
+        var (ingest, workers) = (_ingest!, _workers ?? throw new InvalidOperationException("ingest not begun"));
+        if (ingest.Abandoned.IsCancellationRequested) throw Abandoned(ingest);
+        var count = 0;
+        foreach (var record in BlockMessage.Layout(blockMessage, plan))
+        {
+            if (!_begun!.IsMissing(record.Index)) continue;
+            if (count == _records.Length) Array.Resize(ref _records, Math.Max(16, count * 2));
+            _records[count++] = record;
+        }
+        if (count == 0) return;
+        using var feeding = CancellationTokenSource.CreateLinkedTokenSource(ct, ingest.Abandoned);
+        try { await workers.PostAsync(blockMessage, _records.AsMemory(0, count), feeding.Token); }
+        catch (OperationCanceledException) when (ingest.Abandoned.IsCancellationRequested && !ct.IsCancellationRequested) { throw Abandoned(ingest); }
+    }
+
+    public async Task<(int Accepted, int AlreadyHeld, int Rejected)> EndAsync(CancellationToken ct)
+    {
+        var ingest = _ingest ?? throw new InvalidOperationException("ingest not begun");
+        if (_workers is not null) await _workers.CompleteAsync();
+        var report = ingest.Finish();
+        return (report.Accepted, report.AlreadyHad, report.Rejected);
+    }
+
+    /// <summary>A fetch of the same version waited on this ingest and gave up on it; that fetch completes the copy.</summary>
+    private static CommonDataException Abandoned(SegmentIngest ingest) =>
+        new(ErrorCode.Timeout, $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned: a fetch of that version waited on it and it made too little progress");
+
+    public async ValueTask DisposeAsync()
+    {
+        if (_workers is not null) await _workers.DisposeAsync();
+        _ingest?.Dispose();
+    }
+}
