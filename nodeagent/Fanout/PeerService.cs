@@ -1,6 +1,7 @@
 using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Net.Sockets;
+using System.Threading.Channels;
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
@@ -24,7 +25,14 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
     /// <summary>Requests worked on at once; more are refused (their nodes fetch directly).</summary>
     private const int MaxRequests = 4;
     private static readonly TimeSpan HandshakeLimit = TimeSpan.FromSeconds(5);
-    private readonly ConcurrentDictionary<string, byte> _active = new(StringComparer.Ordinal);
+    private readonly ConcurrentDictionary<string, Active> _active = new(StringComparer.Ordinal);
+
+    /// <summary>A request this agent works on: later connections carrying its id are adoptions (<see cref="AgentTree.JoinAsync"/>).</summary>
+    private sealed class Active
+    {
+        public readonly Channel<(PrepRequest Request, PeerLink Link)> Adoptions = Channel.CreateUnbounded<(PrepRequest, PeerLink)>();
+        public readonly TaskCompletionSource Ended = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    }
     private readonly TaskCompletionSource _listening = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
     private PeerKey? _key;
@@ -108,19 +116,30 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             log.LogWarning("a malformed node prep request from {Remote}: {Error}", link.Remote, e.Message);
             return;
         }
-        // A node passed over as unreachable may still have taken the request from its own parent: the first one counts.
-        if (_active.ContainsKey(request.Id)) return;
+        // The same request again: an ancestor adopting this node around a parent that went silent, or a late copy. The
+        // join decides which; the connection stays open while the request is worked on, since it may become the parent.
+        if (_active.TryGetValue(request.Id, out var running))
+        {
+            if (running.Adoptions.Writer.TryWrite((request, link))) await running.Ended.Task.WaitAsync(stop);
+            return;
+        }
         if (_active.Count >= MaxRequests)
         {
             log.LogWarning("node prep {Id} of {Dataset} refused: {Count} requests are already being worked on; this node fetches on its own", request.Id, request.Name, MaxRequests);
             return;
         }
-        if (!_active.TryAdd(request.Id, 0)) return;
-        try { await PrepareAsync(request, link, key, stop); }
-        finally { _active.TryRemove(request.Id, out byte _); }
+        var active = new Active();
+        if (!_active.TryAdd(request.Id, active)) return;
+        try { await PrepareAsync(request, link, key, active.Adoptions.Reader, stop); }
+        finally
+        {
+            _active.TryRemove(request.Id, out Active? ended);
+            active.Adoptions.Writer.TryComplete();
+            active.Ended.TrySetResult();
+        }
     }
 
-    private async Task PrepareAsync(PrepRequest request, PeerLink parent, PeerKey key, CancellationToken stop)
+    private async Task PrepareAsync(PrepRequest request, PeerLink parent, PeerKey key, ChannelReader<(PrepRequest, PeerLink)> adoptions, CancellationToken stop)
     {
         var clock = Stopwatch.StartNew();
         // The agent's CPU over the request (the exchange and the ingest both run in it), for the line and the lab.
@@ -137,7 +156,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             TreeRankGroup? group = null;
             try
             {
-                group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct);
+                group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct, adoptions);
                 var joined = clock.Elapsed.TotalSeconds;
                 var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount), request.Name, version,
                     new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups), ct);

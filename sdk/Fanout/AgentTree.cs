@@ -1,4 +1,6 @@
 using System.Buffers.Binary;
+using System.Diagnostics;
+using System.Threading.Channels;
 
 namespace Hpc.CommonData.Fanout;
 
@@ -6,7 +8,9 @@ namespace Hpc.CommonData.Fanout;
 /// The running agents as the ranks of an exchange, joined through a tree of their own connections: the request goes
 /// down (each node forwards it to its <see cref="PrepRequest.Degree"/> children), the positions that took it come back
 /// up, and the root sends down who takes part — each node's rank is its place among them. A child that cannot be
-/// reached is passed over: its parent forwards the request to that child's children itself. The same connections then
+/// reached is passed over: its parent forwards the request to that child's children itself; so are the children of one
+/// that took the request and then went silent (no answer, nor a sign it is still gathering, for JoinTimeout), which
+/// answer to the adopting ancestor instead. The same connections then
 /// carry the exchange's collectives (<see cref="TreeRankGroup"/>); its blocks travel on rings of their own.
 /// Joining 10,000 nodes takes three passes over a tree of depth ⌈log₈ N⌉ ≈ 5: round trips, not a job launch.
 /// </summary>
@@ -16,37 +20,47 @@ public static class AgentTree
     /// This node's part of the join: forwards <paramref name="request"/>, answers its parent (<paramref name="parent"/>;
     /// for the root, the requester, which is told how many joined), and returns once the root's start came.
     /// </summary>
+    /// <param name="adoptions">The same request from an ancestor that found this node's parent silent and adopts its
+    /// children (the agent hands over every further connection carrying this request's id): this node answers that
+    /// ancestor for its subtree and takes its start from it instead.</param>
     public static async Task<TreeRankGroup> JoinAsync(PrepRequest request, PeerLink parent, Func<string, int, TimeSpan, CancellationToken, Task<PeerLink>> connect,
-        CancellationToken ct)
+        CancellationToken ct, ChannelReader<(PrepRequest Request, PeerLink Link)>? adoptions = null)
     {
         var position = request.Position;
         var children = new List<(PeerLink Link, int Position)>();
+        var pending = new List<(PeerLink Link, int Position, Task<int[]?> Answer)>();
+        using var gathering = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        // A parent gives up on a child after JoinTimeout of silence, however deep the child's subtree: while this node
+        // gathers its own children's answers it says it is alive (the root, to the requester), so only a node that
+        // really stopped is adopted around.
+        var alive = KeepAliveAsync(parent, request.JoinTimeout / 2, gathering.Token);
+        // An adoption can come while this node still gathers: the adopter is told it is alive too, and is answered after.
+        var early = new List<(PrepRequest Request, PeerLink Link)>();
+        var watching = adoptions is null ? Task.CompletedTask : WatchAsync(adoptions);
         try
         {
-            await Task.WhenAll(request.ChildrenOf(position).Select(c => ForwardAsync(c)));
-
-            // Each child answers for its subtree; how long that may take grows with the levels below it.
             var present = new List<int> { position };
-            var answers = await Task.WhenAll(children.ToArray().Select(async child =>
+            await ForwardAllAsync(request.ChildrenOf(position));
+            while (pending.Count > 0)
             {
-                try
+                var answered = await Task.WhenAny(pending.Select(p => p.Answer));
+                var i = pending.FindIndex(p => p.Answer == answered);
+                var (link, child, _) = pending[i];
+                pending.RemoveAt(i);
+                if (await answered is { } joined)
                 {
-                    var wait = request.JoinTimeout * (request.HeightOf(child.Position) + 1);
-                    return Positions(await child.Link.ReadAsync(PeerFrame.Joined, ct).WaitAsync(wait, ct));
+                    present.AddRange(joined);
+                    children.Add((link, child));
+                    continue;
                 }
-                catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException or InvalidDataException)
-                {
-                    return null;
-                }
-            }));
-            for (var i = answers.Length - 1; i >= 0; i--)
-            {
-                if (answers[i] is { } joined) { present.AddRange(joined); continue; }
-                // A child that never answered is left out with its subtree: they time out waiting for the start and
-                // fetch directly, which costs the tier, never the others.
-                await children[i].Link.DisposeAsync();
-                children.RemoveAt(i);
+                // Silent or gone: it is left out, and its children — which may have taken the request from it and now
+                // wait for a start it will never send — are adopted, as an unreachable child's are.
+                await link.DisposeAsync();
+                await ForwardAllAsync(request.ChildrenOf(child));
             }
+            await gathering.CancelAsync();
+            await alive;
+            await watching;
 
             int[] all;
             if (position == 0)
@@ -57,7 +71,7 @@ public static class AgentTree
             else
             {
                 await parent.WriteAsync(PeerFrame.Joined, PositionsBytes(present), ct);
-                all = Positions(await parent.ReadAsync(PeerFrame.Start, ct).WaitAsync(request.StallTimeout, ct));
+                (all, parent) = await AwaitStartAsync(PositionsBytes(present));
             }
             var start = PositionsBytes(all);
             await Task.WhenAll(children.Select(c => c.Link.WriteAsync(PeerFrame.Start, start, ct)));
@@ -67,27 +81,119 @@ public static class AgentTree
         }
         catch
         {
+            await gathering.CancelAsync();
             foreach (var (link, _) in children) await link.DisposeAsync();
+            foreach (var (link, _, _) in pending) await link.DisposeAsync();
             throw;
         }
 
-        async Task ForwardAsync(int child)
+        async Task WatchAsync(ChannelReader<(PrepRequest, PeerLink)> offers)
         {
-            var (host, port) = Endpoint(request.Members[child]);
-            PeerLink link;
+            var keepers = new List<Task>();
             try
             {
-                link = await connect(host, port, request.JoinTimeout, ct);
-                await link.WriteAsync(PeerFrame.Prep, request.At(child).Encode(), ct);
+                while (await offers.WaitToReadAsync(gathering.Token))
+                    while (offers.TryRead(out var offer))
+                    {
+                        early.Add(offer);
+                        keepers.Add(KeepAliveAsync(offer.Item2, request.JoinTimeout / 2, gathering.Token));
+                    }
+            }
+            catch (OperationCanceledException) { }
+            await Task.WhenAll(keepers);
+        }
+
+        async Task ForwardAllAsync(IEnumerable<int> positions)
+        {
+            foreach (var (link, child) in (await Task.WhenAll(positions.Select(ForwardAsync))).SelectMany(c => c))
+                pending.Add((link, child, AnswerAsync(link)));
+        }
+
+        // The forwarded links: the child's own, or, for a child that cannot be reached, those of its children in turn.
+        async Task<List<(PeerLink, int)>> ForwardAsync(int child)
+        {
+            var (host, port) = Endpoint(request.Members[child]);
+            try
+            {
+                var link = await connect(host, port, request.JoinTimeout, ct);
+                try { await link.WriteAsync(PeerFrame.Prep, request.At(child).Encode(), ct); }
+                catch
+                {
+                    await link.DisposeAsync();
+                    throw;
+                }
+                return [(link, child)];
             }
             catch (Exception e) when (e is TimeoutException or IOException or System.Net.Sockets.SocketException or UnauthorizedAccessException)
             {
                 // Passed over: its children become this node's.
-                await Task.WhenAll(request.ChildrenOf(child).Select(ForwardAsync));
-                return;
+                return [.. (await Task.WhenAll(request.ChildrenOf(child).Select(ForwardAsync))).SelectMany(c => c)];
             }
-            lock (children) children.Add((link, child));
         }
+
+        // A child's answer for its subtree, or null once it went silent for JoinTimeout, closed, or sent nonsense.
+        async Task<int[]?> AnswerAsync(PeerLink link)
+        {
+            try
+            {
+                var limit = Stopwatch.StartNew();
+                while (true)
+                {
+                    var (type, payload) = await link.ReadAnyAsync(ct).WaitAsync(request.JoinTimeout, ct);
+                    if (type == PeerFrame.Joined) return Positions(payload);
+                    if (type != PeerFrame.Alive) throw new InvalidDataException($"a {type} frame where a join's answer was expected");
+                    if (limit.Elapsed > request.StallTimeout) throw new TimeoutException("a subtree still gathering after the stall timeout");
+                }
+            }
+            catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException or InvalidDataException)
+            {
+                return null;
+            }
+        }
+
+        // The start from the parent, or from an ancestor above it that adopted this node because the parent went silent.
+        async Task<(int[] All, PeerLink From)> AwaitStartAsync(byte[] joined)
+        {
+            var above = request.From;
+            var from = parent;
+            var start = from.ReadAsync(PeerFrame.Start, ct);
+            var wait = Stopwatch.StartNew();
+            var queued = new Queue<(PrepRequest, PeerLink)>(early);
+            while (true)
+            {
+                var adoption = queued.TryDequeue(out var offered) ? Task.FromResult(offered)
+                    : adoptions?.ReadAsync(ct).AsTask() ?? Task.Delay(Timeout.Infinite, ct).ContinueWith(_ => default((PrepRequest, PeerLink)), TaskScheduler.Default);
+                var left = request.StallTimeout - wait.Elapsed;
+                if (left <= TimeSpan.Zero) throw new TimeoutException($"no start within {request.StallTimeout.TotalSeconds:0.#} s of answering for this subtree");
+                var first = await Task.WhenAny(start, adoption).WaitAsync(left, ct);
+                if (first == start) return (Positions(await start), from);
+                var (offer, link) = await adoption;
+                if (!request.IsAncestor(offer.From, above))
+                {
+                    await link.DisposeAsync(); // not from above the current parent: a late copy of the request
+                    continue;
+                }
+                await link.WriteAsync(PeerFrame.Joined, joined, ct);
+                _ = start.ContinueWith(t => t.Exception, TaskContinuationOptions.OnlyOnFaulted | TaskContinuationOptions.ExecuteSynchronously);
+                (from, above) = (link, offer.From);
+                start = from.ReadAsync(PeerFrame.Start, ct);
+            }
+        }
+    }
+
+    /// <summary>Sends <see cref="PeerFrame.Alive"/> every <paramref name="interval"/> until cancelled; never in the middle of a frame.</summary>
+    private static async Task KeepAliveAsync(PeerLink parent, TimeSpan interval, CancellationToken stop)
+    {
+        try
+        {
+            while (true)
+            {
+                await Task.Delay(interval, stop);
+                await parent.WriteAsync(PeerFrame.Alive, ReadOnlyMemory<byte>.Empty, CancellationToken.None);
+            }
+        }
+        catch (OperationCanceledException) { }
+        catch (Exception e) when (e is IOException or ObjectDisposedException) { } // the parent is gone: its own wait tells
     }
 
     public static (string Host, int Port) Endpoint(string member)

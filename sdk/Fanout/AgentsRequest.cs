@@ -92,8 +92,8 @@ public static class AgentsRequest
             await root.WriteAsync(PeerFrame.Prep, sent.Encode(), ct);
             var launchLimit = request.JoinTimeout * (sent.HeightOf(0) + 2) + TimeSpan.FromSeconds(5);
             int[] launched;
-            try { launched = AgentTree.Positions(await root.ReadAsync(PeerFrame.Launched, ct).WaitAsync(launchLimit, ct)); }
-            catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException)
+            try { launched = AgentTree.Positions(await LaunchedAsync(root, launchLimit, ct)); }
+            catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException or InvalidDataException)
             {
                 throw new CommonDataException(ErrorCode.Unavailable, $"the first agent ({members[0]}) took the request but did not start it ({e.Message})");
             }
@@ -172,6 +172,17 @@ public static class AgentsRequest
             {
                 socket.Dispose();
             }
+        }
+    }
+
+    /// <summary>The root's count of who joined; it says it is alive while it gathers, so only its silence is a timeout.</summary>
+    private static async Task<byte[]> LaunchedAsync(PeerLink root, TimeSpan silence, CancellationToken ct)
+    {
+        while (true)
+        {
+            var (type, payload) = await root.ReadAnyAsync(ct).WaitAsync(silence, ct);
+            if (type == PeerFrame.Launched) return payload;
+            if (type != PeerFrame.Alive) throw new InvalidDataException($"a {type} frame where the start was expected");
         }
     }
 }

@@ -23,6 +23,8 @@ public enum PeerFrame : byte
     Launched = 6,
     /// <summary>Nothing: the requester asking whether an agent that has not answered still runs.</summary>
     Ping = 7,
+    /// <summary>Nothing: a child telling its parent it is still gathering its subtree's answers (<see cref="AgentTree"/>).</summary>
+    Alive = 8,
 }
 
 /// <summary>

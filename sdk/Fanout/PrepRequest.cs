@@ -21,6 +21,8 @@ public sealed record PrepRequest
     public required string Requester { get; init; }
     /// <summary>The recipient's position in <see cref="Members"/>.</summary>
     public int Position { get; init; }
+    /// <summary>The sender's position: its parent in the tree, or an ancestor adopting it; -1 from the requester.</summary>
+    public int From { get; init; } = -1;
     /// <summary>Children per node in the tree that carries the request and the collectives.</summary>
     public int Degree { get; init; } = 8;
     public string RingGroups { get; init; } = "auto";
@@ -34,7 +36,19 @@ public sealed record PrepRequest
     /// <summary>How long the whole fetch may take.</summary>
     public TimeSpan Timeout { get; init; } = TimeSpan.FromMinutes(60);
 
-    public PrepRequest At(int position) => this with { Position = position };
+    /// <summary>The request as this node (<see cref="Position"/>) sends it to <paramref name="position"/>.</summary>
+    public PrepRequest At(int position) => this with { Position = position, From = Position };
+
+    /// <summary>The position above <paramref name="position"/> in the tree; -1 for the root.</summary>
+    public int ParentOf(int position) => position == 0 ? -1 : (position - 1) / Degree;
+
+    /// <summary>Whether <paramref name="ancestor"/> lies on the path from <paramref name="position"/> up to the root (itself excluded).</summary>
+    public bool IsAncestor(int ancestor, int position)
+    {
+        for (var p = ParentOf(position); p >= 0; p = ParentOf(p))
+            if (p == ancestor) return true;
+        return false;
+    }
 
     /// <summary>The positions whose parent is <paramref name="position"/> in the tree.</summary>
     public IEnumerable<int> ChildrenOf(int position)
@@ -50,13 +64,16 @@ public sealed record PrepRequest
         return height;
     }
 
+    /// <summary>The encoding's format: 2 names the sender (<see cref="From"/>).</summary>
+    private const byte Format = 2;
+
     public byte[] Encode()
     {
         using var stream = new MemoryStream();
         using var w = new BinaryWriter(stream, Encoding.UTF8);
-        w.Write((byte)1);
+        w.Write(Format);
         w.Write(Id); w.Write(Name); w.Write(Version); w.Write(Job); w.Write(Requester);
-        w.Write(Position); w.Write(Degree); w.Write(RingGroups); w.Write(LinkProbe);
+        w.Write(Position); w.Write(From); w.Write(Degree); w.Write(RingGroups); w.Write(LinkProbe);
         w.Write(PeerTimeout.Ticks); w.Write(JoinTimeout.Ticks); w.Write(StallTimeout.Ticks); w.Write(Timeout.Ticks);
         w.Write(Members.Count);
         foreach (var m in Members) w.Write(m);
@@ -69,18 +86,18 @@ public sealed record PrepRequest
         try
         {
             using var r = new BinaryReader(new MemoryStream(bytes), Encoding.UTF8);
-            if (r.ReadByte() != 1) throw new InvalidDataException("a node prep request of an unknown format");
+            if (r.ReadByte() is var format && format != Format) throw new InvalidDataException($"a node prep request of format {format}; this agent takes format {Format}");
             var (id, name, version, job, requester) = (r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString());
-            var (position, degree, groups, probe) = (r.ReadInt32(), r.ReadInt32(), r.ReadString(), r.ReadBoolean());
+            var (position, from, degree, groups, probe) = (r.ReadInt32(), r.ReadInt32(), r.ReadInt32(), r.ReadString(), r.ReadBoolean());
             var (peer, join, stall, timeout) = (r.ReadInt64(), r.ReadInt64(), r.ReadInt64(), r.ReadInt64());
             var count = r.ReadInt32();
             if (count is < 1 or > 1_000_000) throw new InvalidDataException($"a node prep request for {count} members");
             var members = new string[count];
             for (var i = 0; i < count; i++) members[i] = r.ReadString();
-            if (position < 0 || position >= count || degree < 2) throw new InvalidDataException($"position {position} of {count} members, degree {degree}");
+            if (position < 0 || position >= count || from < -1 || from >= count || degree < 2) throw new InvalidDataException($"position {position} (from {from}) of {count} members, degree {degree}");
             return new PrepRequest
             {
-                Id = id, Name = name, Version = version, Job = job, Requester = requester, Position = position, Degree = degree,
+                Id = id, Name = name, Version = version, Job = job, Requester = requester, Position = position, From = from, Degree = degree,
                 RingGroups = groups, LinkProbe = probe, PeerTimeout = TimeSpan.FromTicks(peer), JoinTimeout = TimeSpan.FromTicks(join),
                 StallTimeout = TimeSpan.FromTicks(stall), Timeout = TimeSpan.FromTicks(timeout), Members = members,
             };

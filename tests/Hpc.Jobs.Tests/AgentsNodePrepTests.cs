@@ -107,6 +107,84 @@ public sealed class AgentsNodePrepTests
         }
     }
 
+    /// <summary>
+    /// Stands at one position of the tree as an agent that hangs: it takes the request, forwards it to its children
+    /// (who answer it and then wait for its start), and then says nothing more, to its parent or to them.
+    /// </summary>
+    private static async Task<Hanging> HangingAgentAsync(string peer, PeerKey key)
+    {
+        var (host, port) = AgentTree.Endpoint(peer);
+        var listener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        listener.Bind(new IPEndPoint(IPAddress.Parse(host), port));
+        listener.Listen(16);
+        var links = new List<PeerLink>();
+        var hung = Task.Run(async () =>
+        {
+            using (listener)
+            {
+                var parent = await PeerLink.AcceptAsync(await listener.AcceptAsync(), key, TimeSpan.FromSeconds(5), CancellationToken.None);
+                links.Add(parent);
+            }
+            var request = PrepRequest.Decode(await links[0].ReadAsync(PeerFrame.Prep, CancellationToken.None));
+            foreach (var child in request.ChildrenOf(request.Position))
+            {
+                var (h, p) = AgentTree.Endpoint(request.Members[child]);
+                var link = await PeerLink.ConnectAsync(h, p, key, TimeSpan.FromSeconds(5), CancellationToken.None);
+                links.Add(link);
+                await link.WriteAsync(PeerFrame.Prep, request.At(child).Encode(), CancellationToken.None);
+                while ((await link.ReadAnyAsync(CancellationToken.None)).Type != PeerFrame.Joined) { }
+            }
+        });
+        await Task.Yield();
+        return new Hanging(hung, links);
+    }
+
+    private sealed class Hanging(Task hung, List<PeerLink> links) : IAsyncDisposable
+    {
+        /// <summary>Completes once the hanging agent has its children's answers: they now wait on it.</summary>
+        public Task Hung => hung;
+
+        public async ValueTask DisposeAsync()
+        {
+            foreach (var link in links) await link.DisposeAsync();
+        }
+    }
+
+    [Fact]
+    public async Task An_agent_that_hangs_after_taking_the_request_is_left_out_and_its_children_join_through_the_node_above_it()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(4 << 20, seed: 43)), "risk/hang");
+        var key = KeyFile(s);
+        // In a tree of degree 2, position 1 is the parent of 3 and 4; the agent there takes the request, forwards it,
+        // and hangs. Its children would wait for its start for the whole stall timeout (ten minutes here).
+        var agents = await StartAgentsAsync(s, 6, key);
+        var members = agents.Select(a => a.Peer).ToList();
+        var hangingPeer = $"127.0.0.1:{FreePort()}";
+        members.Insert(1, hangingPeer);
+        await using var hanging = await HangingAgentAsync(hangingPeer, PeerKey.Load(key, "key"));
+
+        var request = new PrepRequest
+        {
+            Id = "h1", Name = "risk/hang", Job = "job-h", Members = members, Requester = "", Degree = 2,
+            JoinTimeout = TimeSpan.FromSeconds(2), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
+        };
+        var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2));
+
+        Assert.True(hanging.Hung.IsCompletedSuccessfully, "the hanging agent never had its children's answers");
+        Assert.Equal(6, report.Joined);
+        Assert.Null(report.Outcomes[1]);
+        foreach (var p in new[] { 0, 2, 3, 4, 5, 6 })
+        {
+            var outcome = report.Outcomes[p];
+            Assert.True(outcome is { Ready: true }, $"position {p}: {outcome?.Detail ?? "no answer"}");
+            Assert.Equal(staged.Version, outcome!.Version);
+            // 3 and 4 took part in the exchange through position 0, not by fetching on their own after a timeout.
+            Assert.Contains("source=fanout fanout=agents ranks=6 ", outcome.Detail);
+        }
+    }
+
     [Fact]
     public async Task An_agent_killed_mid_exchange_costs_the_others_only_its_part_and_the_tier_little_more_than_one_copy()
     {
@@ -238,6 +316,14 @@ public sealed class PrepRequestTests
         Assert.Equal(Enumerable.Range(1, 19), parents.Order());
         Assert.Equal(2, request.HeightOf(0));
         Assert.Equal(0, request.HeightOf(19));
+        // Only a node above a position's parent may adopt it; the requester (-1) is above no one.
+        Assert.Equal((-1, 0, 4), (request.ParentOf(0), request.ParentOf(4), request.ParentOf(19)));
+        Assert.True(request.IsAncestor(0, 19));
+        Assert.True(request.IsAncestor(4, 19));
+        Assert.False(request.IsAncestor(19, 19));
+        Assert.False(request.IsAncestor(3, 19));
+        Assert.False(request.IsAncestor(-1, 4));
+        Assert.Equal((4, 19), (request.At(4).At(19).From, request.At(4).At(19).Position));
     }
 
     [Fact]
