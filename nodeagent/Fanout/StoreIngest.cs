@@ -20,8 +20,10 @@ public sealed class StoreIngest(DatasetStore store, int threads) : INodeIngest
 
     public async Task<bool> BeginAsync(string name, string version, ReadOnlyMemory<byte> manifest, CancellationToken ct)
     {
-        // The tier vouches for the manifest as for any ingest: the exchange's blocks came from other nodes.
-        _ingest = await store.BeginIngestAsync(name, version, manifest, ct);
+        // The manifest came down the tree from rank 0's agent, which resolved it from its tier; every link of the tree is
+        // authenticated by the cluster's key, and the manifest hashes to the version (checked by the exchange and again
+        // here). Each block's segments are still verified against it.
+        _ingest = await store.BeginIngestAsync(name, version, manifest, ct, vouched: true);
         _begun = _ingest.Begun();
         if (_ingest.Complete) return false;
         _workers = new IngestWorkers(_ingest, threads);
