@@ -158,7 +158,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             {
                 group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct, adoptions);
                 var joined = clock.Elapsed.TotalSeconds;
-                var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount), request.Name, version,
+                var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount, request.PeerTimeout), request.Name, version,
                     new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups), ct);
                 version = summary.Version;
                 served = s;

@@ -11,7 +11,10 @@ namespace Hpc.NodeAgent.Fanout;
 /// cores, as a direct fetch's segments are. Nothing crosses the agent's pipe, so the data is not copied through a socket
 /// into and out of the same process (what an exchange run by a job's rank needs, <see cref="AgentIngest"/>).
 /// </summary>
-public sealed class StoreIngest(DatasetStore store, int threads) : INodeIngest
+/// <param name="turnWait">How long to wait for the version's writer turn: while a fetch of the version already runs on
+/// this node, the ingest could begin only once it ended, and every other node's exchange would wait for this one. Past
+/// it the node only forwards the others' blocks, and its own copy comes from that fetch.</param>
+public sealed class StoreIngest(DatasetStore store, int threads, TimeSpan turnWait) : INodeIngest
 {
     private SegmentIngest? _ingest;
     private IngestReport? _begun;
@@ -23,7 +26,10 @@ public sealed class StoreIngest(DatasetStore store, int threads) : INodeIngest
         // The manifest came down the tree from rank 0's agent, which resolved it from its tier; every link of the tree is
         // authenticated by the cluster's key, and the manifest hashes to the version (checked by the exchange and again
         // here). Each block's segments are still verified against it.
-        _ingest = await store.BeginIngestAsync(name, version, manifest, ct, vouched: true);
+        using var bounded = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        bounded.CancelAfter(turnWait);
+        try { _ingest = await store.BeginIngestAsync(name, version, manifest, bounded.Token, vouched: true); }
+        catch (OperationCanceledException) when (!ct.IsCancellationRequested) { return false; }
         _begun = _ingest.Begun();
         if (_ingest.Complete) return false;
         _workers = new IngestWorkers(_ingest, threads);

@@ -48,7 +48,7 @@ public class IngestingTheAgentsOwnExchange
         // The manifest came from another agent of the cluster, which resolved it: the tier is not asked again (with the
         // tier down, an ingest from a process on the node would be refused).
         node.Source.Down = true;
-        await using (var ingest = new StoreIngest(node.Store, threads: 2))
+        await using (var ingest = new StoreIngest(node.Store, threads: 2, TimeSpan.FromSeconds(5)))
         {
             Assert.True(await ingest.BeginAsync("ring/a", version, manifest, CancellationToken.None));
             node.Source.Down = false;
@@ -75,8 +75,30 @@ public class IngestingTheAgentsOwnExchange
         var version = node.Source.Stage("ring/b", FakeSegmentSource.Bytes(4 * Seg, seed: 6));
         await node.Prefetch("ring/b");
 
-        await using var ingest = new StoreIngest(node.Store, threads: 2);
+        await using var ingest = new StoreIngest(node.Store, threads: 2, TimeSpan.FromSeconds(5));
         Assert.False(await ingest.BeginAsync("ring/b", version, node.Source.ManifestBytes(version), CancellationToken.None));
         Assert.False(ingest.Lacks(0));
+    }
+
+    [Fact]
+    public async Task While_the_agent_is_already_fetching_the_version_the_ingest_does_not_wait_for_that_fetch_and_takes_nothing()
+    {
+        using var node = new Node();
+        var data = FakeSegmentSource.Bytes(8 * Seg, seed: 7);
+        var version = node.Source.Stage("ring/c", data);
+        // A worker's open started a fetch of the version, which holds its writer turn (paused after one segment).
+        node.Source.PauseAfter = 1;
+        var fetching = node.Prefetch("ring/c");
+        await node.Source.Paused;
+
+        await using (var ingest = new StoreIngest(node.Store, threads: 2, turnWait: TimeSpan.FromMilliseconds(300)))
+        {
+            // The exchange's other nodes would wait on this one: it gives up the turn and only forwards.
+            Assert.False(await ingest.BeginAsync("ring/c", version, node.Source.ManifestBytes(version), CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(30)));
+            Assert.False(fetching.IsCompleted);
+        }
+        node.Source.Resume();
+        var fetched = await fetching;
+        Assert.Equal(data, File.ReadAllBytes(fetched.Dataset.Path));
     }
 }
