@@ -216,6 +216,12 @@ public static class Experiments
                 $"requested of the running agents (--fanout agents; start {a.AgentTree.Seconds(nodes, a.HopLatency, rateGbit * 1e9 / 8) * 1e3:0} ms)"),
                 nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, net.Seconds, r.Events, r.WallMilliseconds);
         }
+        {
+            // The others start without a member that is down or wedged when the request comes, a reach timeout later.
+            var r = Simulator.Run(Cluster(nodes - 1, h, rateGbit, a), cal, Delivery.Fanout, stored, agents: true, oneDownAtRequest: true);
+            yield return new(string.Create(CultureInfo.InvariantCulture, $"requested of the agents, one agent down or wedged at the request (left out after {a.AgentTree.ReachSeconds:0.0#} s)"),
+                nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, null, r.Events, r.WallMilliseconds);
+        }
         foreach (var (what, peer) in new[] { ("requested of the agents, one agent dies mid-exchange", 0.0),
                                              ("requested of the agents, one node goes silent mid-exchange (--peer-timeout 2 s)", 2.0) })
         {

@@ -22,8 +22,11 @@ public enum Delivery { Direct, Fanout }
 /// <see cref="RingGrid.AutoFromRanks"/> ranks on), off (one ring) or a group size.</param>
 /// <param name="Agents">Fan-out: requested of the running agents (<c>nodeprep --fanout agents</c>) rather than launched as
 /// ranks: no process starts, and the start is the request's tree (<see cref="AgentTreeModel"/>).</param>
+/// <param name="OneDownAtRequest">Agents: one more member of the request, not among <paramref name="Nodes"/>, is down or
+/// wedged when the request comes (<see cref="AgentTreeModel.Seconds"/>).</param>
 public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long StoredBytes, double? FailAfter = null, int FailRank = 0,
-    double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null, double? PeerTimeout = null, string RingGroups = "auto", bool Agents = false);
+    double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null, double? PeerTimeout = null, string RingGroups = "auto", bool Agents = false,
+    bool OneDownAtRequest = false);
 
 /// <summary>
 /// The start of a fan-out requested of the running agents (sdk/Fanout AgentTree): the requester's own start, then three
@@ -51,10 +54,16 @@ public sealed record AgentTreeModel
         return height;
     }
 
-    public double Seconds(int nodes, double hopLatency, double linkBytesPerSecond)
+    /// <summary>How long a parent waits for a child to take its connection before it passes over it (PrepRequest's
+    /// ReachTimeout, 0.5 s by default).</summary>
+    public double ReachSeconds { get; init; } = 0.5;
+
+    /// <param name="oneDown">One member, a child of the root (the largest subtree), is down or wedged when the request
+    /// comes: the root waits <see cref="ReachSeconds"/> for it, then forwards to its children, a level later.</param>
+    public double Seconds(int nodes, double hopLatency, double linkBytesPerSecond, bool oneDown = false)
     {
         var perLevel = 7 * hopLatency + Degree * (nodes * MemberBytes + 4.0 * nodes) / linkBytesPerSecond + 3 * StepSeconds;
-        return RequesterSeconds + Height(nodes, Degree) * perLevel;
+        return RequesterSeconds + Height(nodes, Degree) * perLevel + (oneDown ? ReachSeconds + perLevel : 0);
     }
 }
 
@@ -170,8 +179,10 @@ public sealed partial class Simulator
 
     /// <summary>One job on its own cluster of its size.</summary>
     public static SimulationResult Run(ClusterSpec spec, Calibration cal, Delivery delivery, long storedBytes, double? failAfter = null, double stallTimeout = 120,
-        bool probe = false, double? shortestTelling = null, double? peerTimeout = null, string ringGroups = "auto", int? failRank = null, bool agents = false) =>
-        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, failRank ?? spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout, ringGroups, agents)]);
+        bool probe = false, double? shortestTelling = null, double? peerTimeout = null, string ringGroups = "auto", int? failRank = null, bool agents = false,
+        bool oneDownAtRequest = false) =>
+        Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, failRank ?? spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout, ringGroups, agents,
+            oneDownAtRequest)]);
 
     private interface IJobRun
     {
@@ -323,7 +334,7 @@ public sealed partial class Simulator
             {
                 // No process starts: the agents run. The request's tree is the whole start, the same for every node
                 // (each waits for the root's start); the collectives that follow are counted below as for the ranks.
-                var tree = sim._spec.AgentTree.Seconds(_n, sim._spec.HopLatency, sim._nodeRate);
+                var tree = sim._spec.AgentTree.Seconds(job.OneDownAtRequest ? _n + 1 : _n, sim._spec.HopLatency, sim._nodeRate, job.OneDownAtRequest);
                 for (var r = 0; r < _n; r++) sim._net.After(tree, Joined);
                 return;
             }

@@ -133,7 +133,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         try { await PrepareAsync(request, link, key, active.Adoptions.Reader, stop); }
         finally
         {
-            _active.TryRemove(request.Id, out Active? ended);
+            _active.TryRemove(request.Id, out Active? _);
             active.Adoptions.Writer.TryComplete();
             active.Ended.TrySetResult();
         }
@@ -156,6 +156,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             TreeRankGroup? group = null;
             try
             {
+                if (request.Alone) throw new LeftOutException(request.Position);
                 group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct, adoptions);
                 var joined = clock.Elapsed.TotalSeconds;
                 var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount, request.PeerTimeout), request.Name, version,
@@ -163,6 +164,11 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
                 version = summary.Version;
                 served = s;
                 fanout = $"fanout=agents ranks={summary.Ranks} join-seconds={joined:0.000} {NodeExchange.Fields(summary)}";
+            }
+            catch (LeftOutException e) when (!stop.IsCancellationRequested)
+            {
+                fanout = "fanout=left-out";
+                log.LogWarning("node prep {Id}: {Reason}", request.Id, e.Message);
             }
             catch (Exception e) when (!stop.IsCancellationRequested && e is not OperationCanceledException)
             {

@@ -24,11 +24,16 @@ public static class AgentTree
     /// children (the agent hands over every further connection carrying this request's id): this node answers that
     /// ancestor for its subtree and takes its start from it instead.</param>
     public static async Task<TreeRankGroup> JoinAsync(PrepRequest request, PeerLink parent, Func<string, int, TimeSpan, CancellationToken, Task<PeerLink>> connect,
-        CancellationToken ct, ChannelReader<(PrepRequest Request, PeerLink Link)>? adoptions = null)
+        CancellationToken cancellation, ChannelReader<(PrepRequest Request, PeerLink Link)>? adoptions = null)
     {
         var position = request.Position;
         var children = new List<(PeerLink Link, int Position)>();
         var pending = new List<(PeerLink Link, int Position, Task<int[]?> Answer)>();
+        // The requester's word that this node was left out (it answered too late, or its parent was lost) ends the join
+        // wherever it is: the node then prepares on its own at once instead of waiting out the stall timeout.
+        var leftOut = false;
+        using var joining = CancellationTokenSource.CreateLinkedTokenSource(cancellation);
+        var ct = joining.Token;
         using var gathering = CancellationTokenSource.CreateLinkedTokenSource(ct);
         // A parent gives up on a child after JoinTimeout of silence, however deep the child's subtree: while this node
         // gathers its own children's answers it says it is alive (the root, to the requester), so only a node that
@@ -79,11 +84,12 @@ public static class AgentTree
             if (rank < 0) throw new InvalidDataException($"position {position} is not among the {all.Length} that take part");
             return new TreeRankGroup(rank, all, position == 0 ? null : parent, children.Select(c => c.Link).ToList());
         }
-        catch
+        catch (Exception e)
         {
             await gathering.CancelAsync();
             foreach (var (link, _) in children) await link.DisposeAsync();
             foreach (var (link, _, _) in pending) await link.DisposeAsync();
+            if (leftOut && !cancellation.IsCancellationRequested) throw new LeftOutException(position, e);
             throw;
         }
 
@@ -95,6 +101,13 @@ public static class AgentTree
                 while (await offers.WaitToReadAsync(gathering.Token))
                     while (offers.TryRead(out var offer))
                     {
+                        if (offer.Item1.Alone)
+                        {
+                            await offer.Item2.DisposeAsync();
+                            leftOut = true;
+                            await joining.CancelAsync();
+                            break;
+                        }
                         early.Add(offer);
                         keepers.Add(KeepAliveAsync(offer.Item2, request.JoinTimeout / 2, gathering.Token));
                     }
@@ -115,7 +128,8 @@ public static class AgentTree
             var (host, port) = Endpoint(request.Members[child]);
             try
             {
-                var link = await connect(host, port, request.JoinTimeout, ct);
+                // A running agent answers in a round trip; one down or wedged costs the others only ReachTimeout.
+                var link = await connect(host, port, request.ReachTimeout, ct);
                 try { await link.WriteAsync(PeerFrame.Prep, request.At(child).Encode(), ct); }
                 catch
                 {
@@ -168,6 +182,12 @@ public static class AgentTree
                 var first = await Task.WhenAny(start, adoption).WaitAsync(left, ct);
                 if (first == start) return (Positions(await start), from);
                 var (offer, link) = await adoption;
+                if (offer.Alone)
+                {
+                    await link.DisposeAsync();
+                    leftOut = true;
+                    throw new LeftOutException(position);
+                }
                 if (!request.IsAncestor(offer.From, above))
                 {
                     await link.DisposeAsync(); // not from above the current parent: a late copy of the request
@@ -220,6 +240,10 @@ public static class AgentTree
         return positions;
     }
 }
+
+/// <summary>The requester said this node is not in the exchange (<see cref="PrepRequest.Alone"/>): it prepares on its own.</summary>
+public sealed class LeftOutException(int position, Exception? inner = null)
+    : IOException($"position {position} was left out of the exchange (the others started without it); it prepares on its own", inner);
 
 /// <summary>
 /// The ranks of an exchange among running agents (<see cref="AgentTree"/>): rank 0's broadcast goes down the tree,

@@ -6,7 +6,7 @@ using System.Net.Sockets;
 namespace Hpc.CommonData.Fanout;
 
 /// <summary>What a node prep requested of the running agents came to.</summary>
-/// <param name="Members">The request's members, in position order (unreachable first members dropped before it was sent).</param>
+/// <param name="Members">The request's members, in position order (first members that did not answer in time moved to the end).</param>
 /// <param name="LaunchSeconds">From the request to the root's word that every reachable node joined.</param>
 /// <param name="Joined">How many nodes joined the exchange.</param>
 /// <param name="Outcomes">One per member, null where no answer came.</param>
@@ -40,22 +40,36 @@ public static class AgentsRequest
         catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException) { return false; }
     }
 
+    /// <summary>Tells a member left out of the exchange to prepare on its own; false where it cannot be reached.</summary>
+    private static async Task<bool> TellAloneAsync(string member, PrepRequest alone, PeerKey key, TimeSpan timeout, CancellationToken ct)
+    {
+        var (host, port) = AgentTree.Endpoint(member);
+        try
+        {
+            await using var link = await PeerLink.ConnectAsync(host, port, key, timeout, ct);
+            await link.WriteAsync(PeerFrame.Prep, alone.Encode(), ct);
+            return true;
+        }
+        catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException or OperationCanceledException) { return false; }
+    }
+
     /// <param name="request">The request; its <see cref="PrepRequest.Requester"/> and position are set here.</param>
     /// <param name="onOutcome">Called as each node answers (on a thread-pool thread, one at a time).</param>
     public static async Task<AgentsReport> RunAsync(PrepRequest request, PeerKey key, Action<NodeOutcome>? onOutcome, CancellationToken ct)
     {
         var clock = Stopwatch.StartNew();
         var members = request.Members.ToList();
-        // The root must answer: the first members that do not are dropped (and reported as not reached).
+        // The root must answer: a first member that does not within the reach timeout goes to the end of the list,
+        // where it is one more leaf its parent may pass over, and is told to prepare on its own if it was not reached.
         var dropped = new List<string>();
         PeerLink? root = null;
         string? lastError = null;
-        while (members.Count > 0)
+        while (dropped.Count < request.Members.Count)
         {
             var (host, port) = AgentTree.Endpoint(members[0]);
             try
             {
-                root = await PeerLink.ConnectAsync(host, port, key, request.JoinTimeout, ct);
+                root = await PeerLink.ConnectAsync(host, port, key, request.ReachTimeout, ct);
                 break;
             }
             catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException)
@@ -68,6 +82,7 @@ public static class AgentsRequest
         }
         if (root is null) throw new CommonDataException(ErrorCode.Unavailable, $"no agent answered on any of the {request.Members.Count} members (the last, {lastError})");
         await using var _ = root;
+        members.AddRange(dropped);
 
         var (rootHost, rootPort) = AgentTree.Endpoint(members[0]);
         var local = TcpRing.LocalAddressToward(rootHost, rootPort);
@@ -98,11 +113,21 @@ public static class AgentsRequest
                 throw new CommonDataException(ErrorCode.Unavailable, $"the first agent ({members[0]}) took the request but did not start it ({e.Message})");
             }
             var launchSeconds = clock.Elapsed.TotalSeconds;
-            // Those that joined answer once their copy is pinned; those left out fetch on their own after the stall
-            // timeout and answer too. A member whose agent no longer takes connections is not waited for: it is gone.
+            // Those that joined answer once their copy is pinned. Those left out (not reached in time, or cut off with a
+            // parent that went silent) are told so now and prepare on their own from the tier, rather than after the
+            // stall timeout. A member that cannot be told, or whose agent later stops taking connections, is gone.
             using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct);
             limit.CancelAfter(request.Timeout + request.StallTimeout);
             var gone = new bool[outcomes.Length];
+            var telling = Task.WhenAll(Enumerable.Range(0, outcomes.Length).Except(launched).Select(async p =>
+            {
+                var told = await TellAloneAsync(sent.Members[p], sent with { Position = p, Alone = true }, key, request.JoinTimeout, limit.Token);
+                lock (gate)
+                {
+                    gone[p] |= !told;
+                    if (Enumerable.Range(0, outcomes.Length).All(q => outcomes[q] is not null || gone[q])) all.TrySetResult();
+                }
+            }));
             var interval = FirstLivenessCheck;
             try
             {
@@ -127,9 +152,10 @@ public static class AgentsRequest
                 }
             }
             catch (OperationCanceledException) when (!ct.IsCancellationRequested) { }
+            await telling;
             double seconds;
             lock (gate) seconds = all.Task.IsCompleted ? lastAnswer : clock.Elapsed.TotalSeconds;
-            return new AgentsReport([.. dropped, .. members], launchSeconds, launched.Length, [.. dropped.Select(_ => (NodeOutcome?)null), .. outcomes], seconds);
+            return new AgentsReport(members, launchSeconds, launched.Length, outcomes, seconds);
         }
         finally
         {

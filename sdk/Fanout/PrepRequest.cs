@@ -29,8 +29,15 @@ public sealed record PrepRequest
     public bool LinkProbe { get; init; } = true;
     /// <summary>How long a ring neighbour may take nothing before the ring closes around it.</summary>
     public TimeSpan PeerTimeout { get; init; } = TimeSpan.FromSeconds(2);
-    /// <summary>How long a node may take to accept the request and answer for its subtree, per level below it.</summary>
+    /// <summary>How long a node that took the request may go silent before its parent leaves it out and takes its children.</summary>
     public TimeSpan JoinTimeout { get; init; } = TimeSpan.FromSeconds(2);
+    /// <summary>How long a node may take to accept a connection and prove the key before its parent passes over it and
+    /// forwards to its children itself. A running agent answers in a round trip and a millisecond or two; one that is
+    /// down or wedged is then left out at this cost to the others, not <see cref="JoinTimeout"/>'s.</summary>
+    public TimeSpan ReachTimeout { get; init; } = TimeSpan.FromMilliseconds(500);
+    /// <summary>This node is not in the exchange (it was not reached in time, or was left out): it prepares on its own,
+    /// fetching from the cache tier, and answers the requester. Sent by the requester once the others have started.</summary>
+    public bool Alone { get; init; }
     /// <summary>How long the collectives, or the exchange, may go without anything moving before a node fetches the rest directly.</summary>
     public TimeSpan StallTimeout { get; init; } = TimeSpan.FromSeconds(30);
     /// <summary>How long the whole fetch may take.</summary>
@@ -64,8 +71,8 @@ public sealed record PrepRequest
         return height;
     }
 
-    /// <summary>The encoding's format: 2 names the sender (<see cref="From"/>).</summary>
-    private const byte Format = 2;
+    /// <summary>The encoding's format: 2 names the sender (<see cref="From"/>); 3 carries <see cref="ReachTimeout"/> and <see cref="Alone"/>.</summary>
+    private const byte Format = 3;
 
     public byte[] Encode()
     {
@@ -75,6 +82,7 @@ public sealed record PrepRequest
         w.Write(Id); w.Write(Name); w.Write(Version); w.Write(Job); w.Write(Requester);
         w.Write(Position); w.Write(From); w.Write(Degree); w.Write(RingGroups); w.Write(LinkProbe);
         w.Write(PeerTimeout.Ticks); w.Write(JoinTimeout.Ticks); w.Write(StallTimeout.Ticks); w.Write(Timeout.Ticks);
+        w.Write(ReachTimeout.Ticks); w.Write(Alone);
         w.Write(Members.Count);
         foreach (var m in Members) w.Write(m);
         w.Flush();
@@ -90,16 +98,18 @@ public sealed record PrepRequest
             var (id, name, version, job, requester) = (r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString());
             var (position, from, degree, groups, probe) = (r.ReadInt32(), r.ReadInt32(), r.ReadInt32(), r.ReadString(), r.ReadBoolean());
             var (peer, join, stall, timeout) = (r.ReadInt64(), r.ReadInt64(), r.ReadInt64(), r.ReadInt64());
+            var (reach, alone) = (r.ReadInt64(), r.ReadBoolean());
             var count = r.ReadInt32();
             if (count is < 1 or > 1_000_000) throw new InvalidDataException($"a node prep request for {count} members");
             var members = new string[count];
             for (var i = 0; i < count; i++) members[i] = r.ReadString();
             if (position < 0 || position >= count || from < -1 || from >= count || degree < 2) throw new InvalidDataException($"position {position} (from {from}) of {count} members, degree {degree}");
+            if (reach <= 0) throw new InvalidDataException($"a node prep request with a reach timeout of {reach} ticks");
             return new PrepRequest
             {
                 Id = id, Name = name, Version = version, Job = job, Requester = requester, Position = position, From = from, Degree = degree,
                 RingGroups = groups, LinkProbe = probe, PeerTimeout = TimeSpan.FromTicks(peer), JoinTimeout = TimeSpan.FromTicks(join),
-                StallTimeout = TimeSpan.FromTicks(stall), Timeout = TimeSpan.FromTicks(timeout), Members = members,
+                StallTimeout = TimeSpan.FromTicks(stall), Timeout = TimeSpan.FromTicks(timeout), ReachTimeout = TimeSpan.FromTicks(reach), Alone = alone, Members = members,
             };
         }
         catch (EndOfStreamException) { throw new InvalidDataException("a truncated node prep request"); }

@@ -186,6 +186,45 @@ public sealed class AgentsNodePrepTests
     }
 
     [Fact]
+    public async Task Agents_that_are_wedged_or_slow_to_answer_when_the_request_comes_cost_the_others_only_the_reach_timeout_and_a_late_one_prepares_on_its_own_at_once()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(4 << 20, seed: 47)), "risk/reach");
+        var key = KeyFile(s);
+        // Degree 2: position 1 (parent of 3 and 4) takes connections and never proves the key, a wedged agent; position 2
+        // (parent of 5 and 6) is a real agent whose connections go through only after 4 s. Both would hold every node's
+        // start for the join timeout (10 s here) or the 4 s.
+        var agents = await StartAgentsAsync(s, 6, key);
+        await using var late = new ThrottledRelay(agents[1].Peer, long.MaxValue, holdEachConnection: TimeSpan.FromSeconds(4));
+        using var wedged = new TcpListener(IPAddress.Loopback, 0);
+        wedged.Start();
+        List<string> members = [agents[0].Peer, $"127.0.0.1:{((IPEndPoint)wedged.LocalEndpoint).Port}", late.Address, .. agents.Skip(2).Select(a => a.Peer)];
+
+        var request = new PrepRequest
+        {
+            Id = "r1", Name = "risk/reach", Job = "job-r", Members = members, Requester = "", Degree = 2, ReachTimeout = TimeSpan.FromSeconds(1),
+            JoinTimeout = TimeSpan.FromSeconds(10), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
+        };
+        var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2));
+
+        Assert.Equal(5, report.Joined);
+        Assert.True(report.LaunchSeconds < 4, $"the others started after {report.LaunchSeconds:0.00} s");
+        Assert.Null(report.Outcomes[1]);
+        foreach (var p in new[] { 0, 3, 4, 5, 6 })
+        {
+            var outcome = report.Outcomes[p];
+            Assert.True(outcome is { Ready: true }, $"position {p}: {outcome?.Detail ?? "no answer"}");
+            Assert.Contains("source=fanout fanout=agents ranks=5 ", outcome!.Detail);
+        }
+        // The late one was told it was left out and fetched its copy itself, not after the ten-minute stall timeout.
+        var alone = report.Outcomes[2];
+        Assert.True(alone is { Ready: true }, $"position 2: {alone?.Detail ?? "no answer"}");
+        Assert.Equal(staged.Version, alone!.Version);
+        Assert.Contains("source=fetched fanout=left-out", alone.Detail);
+    }
+
+    [Fact]
     public async Task An_agent_killed_mid_exchange_costs_the_others_only_its_part_and_the_tier_little_more_than_one_copy()
     {
         await using var s = new Sandbox();
@@ -293,6 +332,7 @@ public sealed class PrepRequestTests
     {
         Id = "r1", Name = "risk/prices", Version = "abcd1234", Job = "job-9", Members = Enumerable.Range(0, members).Select(i => $"10.0.{i / 250}.{i % 250}:6390").ToList(),
         Requester = "10.9.9.9:40000", Degree = 4, RingGroups = "off", LinkProbe = false, PeerTimeout = TimeSpan.FromSeconds(3), JoinTimeout = TimeSpan.FromSeconds(1),
+        ReachTimeout = TimeSpan.FromMilliseconds(300), Alone = true,
         StallTimeout = TimeSpan.FromSeconds(40), Timeout = TimeSpan.FromMinutes(5),
     };
 

@@ -15,7 +15,9 @@ internal sealed class ThrottledRelay : IAsyncDisposable
     private readonly Task _accepting;
     private readonly List<Task> _pumps = [];
 
-    public ThrottledRelay(string target, long bytesPerSecond)
+    /// <param name="holdEachConnection">How long each connection waits before the relay connects it through: a server
+    /// that takes connections and answers late.</param>
+    public ThrottledRelay(string target, long bytesPerSecond, TimeSpan holdEachConnection = default)
     {
         var colon = target.LastIndexOf(':');
         var (host, port) = (target[..colon], int.Parse(target[(colon + 1)..]));
@@ -27,31 +29,27 @@ internal sealed class ThrottledRelay : IAsyncDisposable
                 TcpClient client;
                 try { client = await _listener.AcceptTcpClientAsync(_stop.Token); }
                 catch (Exception e) when (e is OperationCanceledException or SocketException or ObjectDisposedException) { return; }
-                var upstream = new TcpClient();
-                try
-                {
-                    await upstream.ConnectAsync(host, port, _stop.Token);
-                }
-                catch (SocketException)
-                {
-                    // The host behind is gone: the client sees its connection closed, as it would without the relay.
-                    upstream.Dispose();
-                    client.Dispose();
-                    continue;
-                }
-                catch (OperationCanceledException)
-                {
-                    upstream.Dispose();
-                    client.Dispose();
-                    return;
-                }
-                lock (_pumps)
-                {
-                    _pumps.Add(PumpAsync(client, upstream, long.MaxValue));
-                    _pumps.Add(PumpAsync(upstream, client, bytesPerSecond));
-                }
+                lock (_pumps) _pumps.Add(ConnectThroughAsync(client));
             }
         });
+
+        async Task ConnectThroughAsync(TcpClient client)
+        {
+            var upstream = new TcpClient();
+            try
+            {
+                if (holdEachConnection > TimeSpan.Zero) await Task.Delay(holdEachConnection, _stop.Token);
+                await upstream.ConnectAsync(host, port, _stop.Token);
+            }
+            catch (Exception e) when (e is SocketException or OperationCanceledException)
+            {
+                // The host behind is gone (or the relay stops): the client sees its connection closed, as it would without the relay.
+                upstream.Dispose();
+                client.Dispose();
+                return;
+            }
+            await Task.WhenAll(PumpAsync(client, upstream, long.MaxValue), PumpAsync(upstream, client, bytesPerSecond));
+        }
     }
 
     public string Address => $"127.0.0.1:{((IPEndPoint)_listener.LocalEndpoint).Port}";
