@@ -24,8 +24,10 @@ public sealed record AgentsReport(IReadOnlyList<string> Members, double LaunchSe
 public static class AgentsRequest
 {
     /// <summary>How soon, and at most how often, the members that have not answered are asked whether they still run
-    /// (the wait doubles between asks): once half the members have answered, those left are stragglers or gone.</summary>
-    private static readonly TimeSpan FirstLivenessCheck = TimeSpan.FromSeconds(2), LongestLivenessInterval = TimeSpan.FromSeconds(30);
+    /// (the wait doubles between asks): once half the members have answered and no answer has come for that long, those
+    /// left are stragglers or gone. An exchange of 10,000 nodes answers within a fraction of a second, so a dead member
+    /// is found a quarter of a second after the last answer, not seconds.</summary>
+    private static readonly TimeSpan FirstLivenessCheck = TimeSpan.FromMilliseconds(250), LongestLivenessInterval = TimeSpan.FromSeconds(30);
 
     /// <summary>Whether the agent at <paramref name="member"/> still takes a connection (one that proves the key).</summary>
     private static async Task<bool> AnswersAsync(string member, PeerKey key, TimeSpan timeout, CancellationToken ct)
@@ -138,8 +140,8 @@ public static class AgentsRequest
                     int[] waiting;
                     lock (gate)
                     {
-                        // While most are still at work, asking every one of thousands of agents would only load them.
-                        if (2 * answered < outcomes.Length) continue;
+                        // While most are still at work, or answers still come, asking thousands of agents would only load them.
+                        if (2 * answered < outcomes.Length || clock.Elapsed.TotalSeconds - lastAnswer < interval.TotalSeconds) continue;
                         waiting = Enumerable.Range(0, outcomes.Length).Where(p => outcomes[p] is null && !gone[p]).ToArray();
                     }
                     interval = TimeSpan.FromTicks(Math.Min(interval.Ticks * 2, LongestLivenessInterval.Ticks));
