@@ -140,9 +140,39 @@ public sealed class DatasetFilesTests : IDisposable
         Assert.Contains(big, e.Message);
         Assert.Contains($"{4 << 20} bytes", e.Message);
 
-        // The room a copy takes is held from the start: a second one that would not fit beside it is refused too.
+        // The room a small copy takes is held from the start: a second one that would not fit beside it is refused too.
         using (DatasetFiles.Create(Path.Combine(fs.Path, "a.data"), Of(600 << 10)))
             Assert.Throws<IOException>(() => DatasetFiles.Create(Path.Combine(fs.Path, "b.data"), Of(600 << 10)));
         Assert.Equal(600 << 10, new FileInfo(Path.Combine(fs.Path, "a.data")).Length);
+    }
+
+    [Fact]
+    public async Task On_Linux_a_large_copy_reserves_its_first_32_MB_at_once_and_the_rest_beside_the_writes_which_fail_as_disk_full_once_the_room_is_gone()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        static Manifest Of(long length) => new()
+        {
+            Name = "t/file", RawLength = length, StoredLength = length, Hash = new string('0', 32), SegmentSize = 4096,
+            Segments = [new ManifestSegment(SegmentId.Of(new byte[1]).ToString(), (int)Math.Min(length, int.MaxValue), (int)Math.Min(length, int.MaxValue))],
+        };
+        await using var fs = await SmallFileSystem.MountAsync(Path.Combine(_root, "medium"), "48m");
+        var big = Path.Combine(fs.Path, "big.data");
+        // More than the file system holds, but its first 32 MB fit: the copy is created without waiting for the rest.
+        using var files = DatasetFiles.Create(big, Of(96L << 20));
+        Assert.Equal(96L << 20, new FileInfo(big).Length);
+
+        // The reservation beside the writes meets the end of the room, and from then on the copy fails as disk full,
+        // even where its bytes would still fit: it cannot be completed, and fails before its last segment is fetched.
+        var block = new byte[1 << 20];
+        IOException? full = null;
+        for (var tries = 0; full is null && tries < 1000; tries++)
+        {
+            try { files.Write(block, 0); }
+            catch (IOException e) { full = e; }
+            if (full is null) await Task.Delay(10);
+        }
+        Assert.NotNull(full);
+        Assert.True(CommonDataException.IsDiskFull(full), full.Message);
+        Assert.Contains(big, full.Message);
     }
 }
