@@ -105,7 +105,7 @@ public static class Experiments
     /// process on the lab machine's cores.</summary>
     public static ClusterSpec Lab(LabCell cell, Calibration cal) => new()
     {
-        AgentTree = new AgentTreeModel { RequesterSeconds = cal.AgentsStartSeconds ?? new AgentTreeModel().RequesterSeconds },
+        AgentTree = new AgentTreeModel { RequesterSeconds = cal.AgentsStartSeconds ?? new AgentTreeModel().RequesterSeconds, NodeSeconds = 0 },
         Nodes = cell.Nodes, CacheHosts = cell.Hosts, LinkBitsPerSecond = cell.RateMbit * 1e6, Cpu = CpuModel.Shared, Cores = cal.LabCores,
         SlowNodes = cell.SlowNodes, SlowFactor = cell.SlowNodes.Count > 0 ? cell.SlowRateMbit / cell.RateMbit : 1,
     };

@@ -57,13 +57,19 @@ public sealed record AgentTreeModel
     /// <summary>How long a parent waits for a child to take its connection before it passes over it (PrepRequest's
     /// ReachTimeout, 0.5 s by default).</summary>
     public double ReachSeconds { get; init; } = 0.5;
+    /// <summary>Each node's own work around its ring, which every node does at once: beginning the ingest (the copy's
+    /// files, its first 32 MB reserved) and the local part of the collectives before the ring, 0.037–0.080 s (median
+    /// 0.045), and completing, publishing and pinning the copy after it, 0.005–0.010 s. Measured with the native programs
+    /// on the lab machine (2 nodes, 256 MiB, docs/benchmarks.md "Reserved beside the writes"), its 2 cores shared by both
+    /// agents and the cache host, so likely more than a node of its own takes. The lab's replay has it in its measured start.</summary>
+    public double NodeSeconds { get; init; } = 0.052;
 
     /// <param name="oneDown">One member, a child of the root (the largest subtree), is down or wedged when the request
     /// comes: the root waits <see cref="ReachSeconds"/> for it, then forwards to its children, a level later.</param>
     public double Seconds(int nodes, double hopLatency, double linkBytesPerSecond, bool oneDown = false)
     {
         var perLevel = 7 * hopLatency + Degree * (nodes * MemberBytes + 4.0 * nodes) / linkBytesPerSecond + 3 * StepSeconds;
-        return RequesterSeconds + Height(nodes, Degree) * perLevel + (oneDown ? ReachSeconds + perLevel : 0);
+        return RequesterSeconds + Height(nodes, Degree) * perLevel + (oneDown ? ReachSeconds + perLevel : 0) + NodeSeconds;
     }
 }
 
