@@ -144,11 +144,13 @@ public sealed class GridAllGatherTests
         Assert.All(delivered, got => Assert.All(got, Assert.True));
         Assert.Equal(manifest.Segments.Count, fetched.Count);
         // What a member keeps for its group: 8 MiB before it stops fetching, plus the blocks its column's members fetched
-        // meanwhile (four ahead each, itself among them, and as many in the links) — whatever the size of the part. Left to
-        // run ahead, the columns held 49-52 MiB of their 77 MiB parts here.
+        // meanwhile (four ahead each, itself among them, and as many in the links) — whatever the size of the part. Each
+        // member stops by what it holds itself, and its group ring may run behind another member's by scheduling alone, so
+        // it can also hold up to that member's 8 MiB (a loaded CI machine measured 26–28 MiB against the bound without it).
+        // Left to run ahead, the columns held 49-52 MiB of their 77 MiB parts here.
         var part = manifest.StoredLength / grid.Positions;
         var block = grid.Plans(manifest, 0).Columns.Max(c => c.MaxMessageBytes);
-        var bound = (8L << 20) + (grid.Groups + 1) * 4L * block + 2L * block;
+        var bound = 2 * (8L << 20) + (grid.Groups + 1) * 4L * block + 2L * block;
         Assert.True(part > 2 * bound, $"a part of {part >> 20} MiB does not tell");
         Assert.All(results, r => Assert.True(r.HeldBytesAtMost <= bound,
             $"held {r.HeldBytesAtMost >> 20} MiB of its column's {part >> 20} MiB part at once (bound {bound >> 20} MiB); share in hand at {r.ShareSeconds:0.00} s of {r.Seconds:0.00} s"));
