@@ -89,7 +89,7 @@ public static class AgentTree
             await gathering.CancelAsync();
             foreach (var (link, _) in children) await link.DisposeAsync();
             foreach (var (link, _, _) in pending) await link.DisposeAsync();
-            if (leftOut && !cancellation.IsCancellationRequested) throw new LeftOutException(position, e);
+            if (leftOut && e is not LeftOutException && !cancellation.IsCancellationRequested) throw new LeftOutException(position, e);
             throw;
         }
 
