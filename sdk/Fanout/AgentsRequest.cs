@@ -29,27 +29,18 @@ public static class AgentsRequest
     /// is found a quarter of a second after the last answer, not seconds.</summary>
     private static readonly TimeSpan FirstLivenessCheck = TimeSpan.FromMilliseconds(250), LongestLivenessInterval = TimeSpan.FromSeconds(30);
 
-    /// <summary>Whether the agent at <paramref name="member"/> still takes a connection (one that proves the key).</summary>
-    private static async Task<bool> AnswersAsync(string member, PeerKey key, TimeSpan timeout, CancellationToken ct)
+    /// <summary>
+    /// Sends one frame to the agent at <paramref name="member"/> on a connection of its own: a ping asks whether it still
+    /// takes connections (ones that prove the key), a request marked <see cref="PrepRequest.Alone"/> tells a member left
+    /// out of the exchange to prepare on its own. False where it cannot be reached in <paramref name="timeout"/>.
+    /// </summary>
+    private static async Task<bool> SendsAsync(string member, PeerFrame frame, ReadOnlyMemory<byte> payload, PeerKey key, TimeSpan timeout, CancellationToken ct)
     {
         var (host, port) = AgentTree.Endpoint(member);
         try
         {
             await using var link = await PeerLink.ConnectAsync(host, port, key, timeout, ct);
-            await link.WriteAsync(PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, ct);
-            return true;
-        }
-        catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException) { return false; }
-    }
-
-    /// <summary>Tells a member left out of the exchange to prepare on its own; false where it cannot be reached.</summary>
-    private static async Task<bool> TellAloneAsync(string member, PrepRequest alone, PeerKey key, TimeSpan timeout, CancellationToken ct)
-    {
-        var (host, port) = AgentTree.Endpoint(member);
-        try
-        {
-            await using var link = await PeerLink.ConnectAsync(host, port, key, timeout, ct);
-            await link.WriteAsync(PeerFrame.Prep, alone.Encode(), ct);
+            await link.WriteAsync(frame, payload, ct);
             return true;
         }
         catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException or OperationCanceledException) { return false; }
@@ -123,7 +114,7 @@ public static class AgentsRequest
             var gone = new bool[outcomes.Length];
             var telling = Task.WhenAll(Enumerable.Range(0, outcomes.Length).Except(launched).Select(async p =>
             {
-                var told = await TellAloneAsync(sent.Members[p], sent with { Position = p, Alone = true }, key, request.JoinTimeout, limit.Token);
+                var told = await SendsAsync(sent.Members[p], PeerFrame.Prep, (sent with { Position = p, Alone = true }).Encode(), key, request.JoinTimeout, limit.Token);
                 lock (gate)
                 {
                     gone[p] |= !told;
@@ -145,7 +136,7 @@ public static class AgentsRequest
                         waiting = Enumerable.Range(0, outcomes.Length).Where(p => outcomes[p] is null && !gone[p]).ToArray();
                     }
                     interval = TimeSpan.FromTicks(Math.Min(interval.Ticks * 2, LongestLivenessInterval.Ticks));
-                    var alive = await Task.WhenAll(waiting.Select(p => AnswersAsync(members[p], key, request.JoinTimeout, limit.Token)));
+                    var alive = await Task.WhenAll(waiting.Select(p => SendsAsync(members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, key, request.JoinTimeout, limit.Token)));
                     lock (gate)
                     {
                         for (var i = 0; i < waiting.Length; i++) gone[waiting[i]] |= !alive[i];

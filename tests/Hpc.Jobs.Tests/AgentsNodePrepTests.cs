@@ -33,6 +33,19 @@ public sealed class AgentsNodePrepTests
         return agents;
     }
 
+    /// <summary>Each of <paramref name="positions"/> answered ready with <paramref name="version"/>, its copy made by the
+    /// exchange among <paramref name="ranks"/> nodes.</summary>
+    private static void AssertPreparedInTheExchange(AgentsReport report, int[] positions, int ranks, string version)
+    {
+        foreach (var p in positions)
+        {
+            var outcome = report.Outcomes[p];
+            Assert.True(outcome is { Ready: true }, $"position {p}: {outcome?.Detail ?? "no answer"}");
+            Assert.Equal(version, outcome!.Version);
+            Assert.Contains($"source=fanout fanout=agents ranks={ranks} ", outcome.Detail);
+        }
+    }
+
     private static int FreePort()
     {
         using var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
@@ -98,13 +111,7 @@ public sealed class AgentsNodePrepTests
 
         Assert.Equal(5, report.Joined);
         Assert.Null(report.Outcomes[1]);
-        foreach (var p in new[] { 0, 2, 3, 4, 5 })
-        {
-            var outcome = report.Outcomes[p];
-            Assert.True(outcome is { Ready: true }, $"position {p}: {outcome?.Detail ?? "no answer"}");
-            Assert.Equal(staged.Version, outcome!.Version);
-            Assert.Contains("fanout=agents ranks=5 ", outcome.Detail);
-        }
+        AssertPreparedInTheExchange(report, [0, 2, 3, 4, 5], ranks: 5, staged.Version);
     }
 
     /// <summary>
@@ -175,14 +182,8 @@ public sealed class AgentsNodePrepTests
         Assert.True(hanging.Hung.IsCompletedSuccessfully, "the hanging agent never had its children's answers");
         Assert.Equal(6, report.Joined);
         Assert.Null(report.Outcomes[1]);
-        foreach (var p in new[] { 0, 2, 3, 4, 5, 6 })
-        {
-            var outcome = report.Outcomes[p];
-            Assert.True(outcome is { Ready: true }, $"position {p}: {outcome?.Detail ?? "no answer"}");
-            Assert.Equal(staged.Version, outcome!.Version);
-            // 3 and 4 took part in the exchange through position 0, not by fetching on their own after a timeout.
-            Assert.Contains("source=fanout fanout=agents ranks=6 ", outcome.Detail);
-        }
+        // 3 and 4 took part in the exchange through position 0, not by fetching on their own after a timeout.
+        AssertPreparedInTheExchange(report, [0, 2, 3, 4, 5, 6], ranks: 6, staged.Version);
     }
 
     [Fact]
@@ -211,12 +212,7 @@ public sealed class AgentsNodePrepTests
         Assert.Equal(5, report.Joined);
         Assert.True(report.LaunchSeconds < 4, $"the others started after {report.LaunchSeconds:0.00} s");
         Assert.Null(report.Outcomes[1]);
-        foreach (var p in new[] { 0, 3, 4, 5, 6 })
-        {
-            var outcome = report.Outcomes[p];
-            Assert.True(outcome is { Ready: true }, $"position {p}: {outcome?.Detail ?? "no answer"}");
-            Assert.Contains("source=fanout fanout=agents ranks=5 ", outcome!.Detail);
-        }
+        AssertPreparedInTheExchange(report, [0, 3, 4, 5, 6], ranks: 5, staged.Version);
         // The late one was told it was left out and fetched its copy itself, not after the ten-minute stall timeout.
         var alone = report.Outcomes[2];
         Assert.True(alone is { Ready: true }, $"position 2: {alone?.Detail ?? "no answer"}");
