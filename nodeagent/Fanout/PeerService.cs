@@ -62,7 +62,9 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         var key = _key!;
         using var listener = new Socket(endpoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
         if (endpoint.AddressFamily == AddressFamily.InterNetworkV6) listener.DualMode = true;
-        listener.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.ReuseAddress, true);
+        // Not ReuseAddress: on Unix .NET sets SO_REUSEPORT with it, and a second agent could then listen on this port
+        // beside this one, the kernel splitting requests between the two without a word. Bind sets SO_REUSEADDR itself,
+        // which is what a restarted agent needs to bind past its old connections in TIME_WAIT.
         try
         {
             listener.Bind(endpoint);

@@ -1,3 +1,4 @@
+using Hpc.Jobs.Tests;
 using Hpc.CommonData.Hosting;
 using System.Buffers.Binary;
 using System.IO.Pipes;
@@ -170,7 +171,7 @@ public class BadInputTests
     [Fact]
     public async Task An_unreachable_cache_host_is_retried_then_named_in_the_error()
     {
-        var port = FreePort();
+        var port = FreePorts.Next();
         var options = new CacheTierOptions { Hosts = [$"127.0.0.1:{port}"], MaxAttempts = 3, RetryBaseDelay = TimeSpan.FromMilliseconds(20) };
         await using var tier = new CacheTierClient(options);
         var started = DateTime.UtcNow;
@@ -202,15 +203,6 @@ public class BadInputTests
         Assert.Equal(DataAccessMode.Direct, data.Mode);
         Assert.Equal(bytes, data.GetSpan(0, bytes.Length).ToArray());
         Assert.Contains(log.Messages, m => m.Contains("no node agent answers", StringComparison.OrdinalIgnoreCase));
-    }
-
-    internal static int FreePort()
-    {
-        var l = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
-        l.Start();
-        var port = ((System.Net.IPEndPoint)l.LocalEndpoint).Port;
-        l.Stop();
-        return port;
     }
 
     private sealed class ListLogger : Microsoft.Extensions.Logging.ILogger

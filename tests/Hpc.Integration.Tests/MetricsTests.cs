@@ -1,3 +1,4 @@
+using Hpc.Jobs.Tests;
 using System.Diagnostics.Metrics;
 using System.Globalization;
 using System.Net;
@@ -16,10 +17,10 @@ public sealed class MetricsTests
     public async Task A_cache_host_and_an_agent_serve_their_meters_to_a_prometheus_scrape()
     {
         await using var c = new Cluster();
-        var hostPort = FreePort();
+        var hostPort = FreePorts.Next();
         await c.StartCacheHostAsync(o => o.Metrics.Prometheus = hostPort.ToString(CultureInfo.InvariantCulture));
         var staged = await c.StageAsync(Cluster.WriteFile(c.Root, "d.bin", Cluster.RandomBytes(12 * 65536 + 10)), "m/scraped");
-        var agentPort = FreePort();
+        var agentPort = FreePorts.Next();
         var pipe = $"hcd{Environment.ProcessId}m";
         var agent = c.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
         {
@@ -53,7 +54,7 @@ public sealed class MetricsTests
     public async Task A_stager_side_client_counts_what_it_uploads_and_a_refused_write_is_counted_by_the_host()
     {
         await using var c = new Cluster();
-        var hostPort = FreePort();
+        var hostPort = FreePorts.Next();
         await c.StartCacheHostAsync(o => { o.MaxMemoryBytes = new ByteSize(1 << 20); o.Metrics.Prometheus = hostPort.ToString(CultureInfo.InvariantCulture); });
         using var metrics = new ComponentMetrics(HpcMetrics.StagerMeter);
         long sent = 0, segments = 0;
@@ -94,7 +95,7 @@ public sealed class MetricsTests
     {
         await using var c = new Cluster();
         await c.StartCacheHostAsync();
-        var port = FreePort();
+        var port = FreePorts.Next();
         using var collector = new HttpListener();
         collector.Prefixes.Add($"http://localhost:{port}/");
         collector.Start();
@@ -152,12 +153,5 @@ public sealed class MetricsTests
         if (brace < 0) return key;
         var labels = key[(brace + 1)..^1].Split(',').Where(l => l.StartsWith("reason=", StringComparison.Ordinal) || l.StartsWith("result=", StringComparison.Ordinal)).ToArray();
         return labels.Length == 0 ? key[..brace] : $"{key[..brace]}{{{string.Join(",", labels)}}}";
-    }
-
-    private static int FreePort()
-    {
-        using var l = new TcpListener(IPAddress.Loopback, 0);
-        l.Start();
-        return ((IPEndPoint)l.LocalEndpoint).Port;
     }
 }

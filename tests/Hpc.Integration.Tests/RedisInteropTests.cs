@@ -1,3 +1,4 @@
+using Hpc.Jobs.Tests;
 using System.Diagnostics;
 using Hpc.CommonData;
 using Hpc.CommonData.Cache;
@@ -14,7 +15,7 @@ public sealed class RedisInteropTests : IAsyncLifetime
     {
         var exe = new[] { "/usr/bin/redis-server", "/usr/local/bin/redis-server" }.FirstOrDefault(File.Exists)
                   ?? throw new InvalidOperationException("redis-server is not installed: apt-get install redis-server (.ci/run does this)");
-        _port = BadInputTests.FreePort();
+        _port = FreePorts.Next();
         _redis = Process.Start(new ProcessStartInfo(exe, ["--port", _port.ToString(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             { RedirectStandardOutput = true, UseShellExecute = false })!;
         var deadline = DateTime.UtcNow.AddSeconds(15);

@@ -126,7 +126,7 @@ public sealed class SystemdUnitTests(Xunit.Abstractions.ITestOutputHelper output
         var usersFile = Path.Combine(site.Etc, "cache-users");
         File.WriteAllText(usersFile, "ops admin ops-pass\nnode reader node-pass\n");
         File.Copy(Path.Combine(Cluster.RepositoryRoot, "deploy", "config", "cache.env"), Path.Combine(site.Etc, "cache.env"));
-        var port = BadInputTests.FreePort();
+        var port = FreePorts.Next();
         File.WriteAllText(Path.Combine(site.Etc, "cache.json"), JsonSerializer.Serialize(new
         {
             CacheHost = new { Address = "127.0.0.1", Port = port, MaxMemoryBytes = "256MB" },

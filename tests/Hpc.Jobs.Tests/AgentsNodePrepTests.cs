@@ -21,7 +21,7 @@ public sealed class AgentsNodePrepTests
         for (var i = 0; i < n; i++)
         {
             var pipe = s.NewPipe();
-            var peer = $"127.0.0.1:{FreePort()}";
+            var peer = $"127.0.0.1:{FreePorts.Next()}";
             var process = s.Track(ComponentProcess.Start(new NodeAgentOptions
             {
                 Pipe = pipe, DataDirectory = Path.Combine(s.Root, $"node{i}"), NodeName = $"node{i}", PeerListen = peer, PeerKeyFile = keyFile,
@@ -44,13 +44,6 @@ public sealed class AgentsNodePrepTests
             Assert.Equal(version, outcome!.Version);
             Assert.Contains($"source=fanout fanout=agents ranks={ranks} ", outcome.Detail);
         }
-    }
-
-    private static int FreePort()
-    {
-        using var probe = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-        probe.Bind(new IPEndPoint(IPAddress.Loopback, 0));
-        return ((IPEndPoint)probe.LocalEndPoint!).Port;
     }
 
     private static string KeyFile(Sandbox s, string secret = "a-cluster-secret-of-some-length")
@@ -168,7 +161,7 @@ public sealed class AgentsNodePrepTests
         // and hangs. Its children would wait for its start for the whole stall timeout (ten minutes here).
         var agents = await StartAgentsAsync(s, 6, key);
         var members = agents.Select(a => a.Peer).ToList();
-        var hangingPeer = $"127.0.0.1:{FreePort()}";
+        var hangingPeer = $"127.0.0.1:{FreePorts.Next()}";
         members.Insert(1, hangingPeer);
         await using var hanging = await HangingAgentAsync(hangingPeer, PeerKey.Load(key, "key"));
 
@@ -297,10 +290,28 @@ public sealed class AgentsNodePrepTests
     public async Task An_agent_asked_to_take_requests_without_a_key_refuses_to_start_and_says_why()
     {
         await using var s = new Sandbox();
-        var r = await s.RunAsync("Hpc.NodeAgent", ["--pipe", s.NewPipe(), "--data-dir", Path.Combine(s.Root, "n"), "--peer-listen", $"127.0.0.1:{FreePort()}"],
+        var r = await s.RunAsync("Hpc.NodeAgent", ["--pipe", s.NewPipe(), "--data-dir", Path.Combine(s.Root, "n"), "--peer-listen", $"127.0.0.1:{FreePorts.Next()}"],
             timeout: TimeSpan.FromSeconds(30));
         Assert.NotEqual(0, r.Code);
         Assert.Contains("--peer-listen needs --peer-key-file", r.Stderr);
+    }
+
+    [Fact]
+    public async Task A_second_agent_told_to_take_requests_on_a_port_another_agent_holds_refuses_to_start_and_the_first_keeps_it()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var key = KeyFile(s);
+        var first = Assert.Single(await StartAgentsAsync(s, 1, key));
+
+        var r = await s.RunAsync("Hpc.NodeAgent", ["--pipe", s.NewPipe(), "--data-dir", Path.Combine(s.Root, "second"), "--peer-listen", first.Peer, "--peer-key-file", key,
+            "--cache-hosts", s.HostList],
+            timeout: TimeSpan.FromSeconds(30));
+
+        // Sharing the port would have the kernel split requests between two agents, each answering for the other's node.
+        Assert.NotEqual(0, r.Code);
+        Assert.Contains($"cannot listen for node prep requests on {first.Peer} (--peer-listen)", r.Stderr);
+        Assert.False(first.Process.HasExited);
     }
 
     [Fact]

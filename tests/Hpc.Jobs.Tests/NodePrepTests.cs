@@ -196,7 +196,7 @@ public class NodePrepTests
     public async Task A_cache_tier_down_during_node_prep_is_named_and_the_next_run_works()
     {
         await using var s = new Sandbox();
-        var port = FreePort();
+        var port = FreePorts.Next();
         await s.StartCacheHostAsync(port);
         var data = s.WriteFile("d.bin", Sandbox.RandomBytes(500_000));
         await s.StageAsync(data, "risk/down");
@@ -261,14 +261,5 @@ public class NodePrepTests
         var noData = await s.HpcdataAsync(["nodeprep"], Node(s.NewPipe()));
         Assert.Equal(2, noData.Code);
         Assert.Contains("no dataset", noData.Stderr);
-    }
-
-    internal static int FreePort()
-    {
-        var l = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
-        l.Start();
-        var port = ((System.Net.IPEndPoint)l.LocalEndpoint).Port;
-        l.Stop();
-        return port;
     }
 }

@@ -80,20 +80,13 @@ public sealed class ServiceNotifyTests
         }
     }
 
-    private static int FreePort()
-    {
-        using var probe = new TcpListener(IPAddress.Loopback, 0);
-        probe.Start();
-        return ((IPEndPoint)probe.LocalEndpoint).Port;
-    }
-
     [Fact]
     public async Task Cache_host_reports_ready_only_with_its_port_accepting_and_stopping_on_SIGTERM()
     {
         if (OperatingSystem.IsWindows()) return;
         await using var s = new Sandbox();
         using var manager = new NotifySocket(s.Root);
-        var port = FreePort();
+        var port = FreePorts.Next();
         var host = s.Track(ComponentProcess.Start("Hpc.CacheHost", ["--address", "127.0.0.1", "--port", port.ToString()],
             new Dictionary<string, string?> { ["NOTIFY_SOCKET"] = manager.Path }, name: "cachehost"));
 

@@ -95,8 +95,8 @@ public class SlurmTests
                     SlurmdPidFile={dir}/slurmd.pid
                     SlurmctldLogFile={dir}/slurmctld.log
                     SlurmdLogFile={dir}/slurmd.log
-                    SlurmctldPort={NodePrepTests.FreePort()}
-                    SlurmdPort={NodePrepTests.FreePort()}
+                    SlurmctldPort={FreePorts.Next()}
+                    SlurmdPort={FreePorts.Next()}
                     ProctrackType=proctrack/linuxproc
                     TaskPlugin=task/none
                     SelectType=select/cons_tres
