@@ -259,6 +259,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 SlowNodeLimitSeconds = config.SlowRateMbit is { } slow ? stage.StoredBytes / (slow * 1e6 / 8) : null,
                 Nodes = nodes, CacheHosts = cacheHosts, Processes = samples, Workers = workerTimes, Machine = BenchJson.Machine(),
                 MachineBusy = double.IsFinite(machineBusy) ? Math.Round(machineBusy, 3) : null,
+                Programs = ComponentLocator.BuildKind(ComponentLocator.Find(NodeAgentOptions.Assembly)),
                 RateLimit = RateLimitOf(agentMaxRate, stagerMaxRate, stage, nodes) is { } limits ? limits with
                 {
                     AgentSteadyBytesPerSecond = agentsSteady, StagerSteadyBytesPerSecond = stagerSteady, NodeLinkPeakBytesPerSecond = linkPeak,

@@ -29,6 +29,9 @@ public sealed class BenchRecord
     public MachineInfo? Machine { get; set; }
     /// <summary>Share of all cores busy (user, system, interrupts) over the timed part: near 1, the emulator itself limited the run.</summary>
     public double? MachineBusy { get; set; }
+    /// <summary>How the node agent the run started was compiled: native, ReadyToRun or JIT (a Debug build's is JIT and
+    /// unoptimised, several times the CPU per byte); absent in records from before it was recorded.</summary>
+    public string? Programs { get; set; }
     /// <summary>Runs with --agent-max-rate or --stager-max-rate: what the token buckets held.</summary>
     public RateLimitResult? RateLimit { get; set; }
     /// <summary>Bytes the cache tier sent to the nodes in this run, where the nodes reported it (Slurm steps).</summary>
