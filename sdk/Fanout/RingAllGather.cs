@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Buffers;
 using System.Threading.Channels;
 
@@ -96,6 +97,10 @@ public static class RingAllGather
 
     /// <summary>Own blocks being fetched from the cache tier at once.</summary>
     private const int FetchConcurrency = 1;
+
+    /// <summary>The first wait before a member that refused a bypass is asked again; doubled each time up to half the
+    /// peer timeout.</summary>
+    private static readonly TimeSpan FirstBypassRetry = TimeSpan.FromMilliseconds(25);
 
     /// <summary>Receives kept posted on each link.</summary>
     public const int ReceiveWindow = 4;
@@ -367,6 +372,8 @@ public static class RingAllGather
 
         async Task<bool> BypassOnce(int gone, bool failed)
         {
+            var asking = Stopwatch.StartNew();
+            var wait = FirstBypassRetry;
             for (var attempt = 0; ; attempt++)
             {
                 // The sender and the report watcher may both find the neighbour gone: the second finds it passed.
@@ -402,8 +409,11 @@ public static class RingAllGather
                 if (!failed) return false;
                 // The neighbour's link failed, yet the next member still hears it: it has just died and its last
                 // bytes are still arriving there, or this rank was the one routed around. A few looks tell which.
-                if (attempt >= 4) throw new IOException($"rank {gone} closed the ring's link and the next member still hears it: this rank was routed around");
-                await Task.Delay(ring.Silence / 2, token);
+                // Asked again soon, since the usual case is a death the next member has not yet read to the end; given up
+                // on only after as long as the peer timeout, as a rank routed around is heard no more than that.
+                if (asking.Elapsed >= 2 * ring.Silence) throw new IOException($"rank {gone} closed the ring's link and the next member still hears it: this rank was routed around");
+                await Task.Delay(wait, token);
+                wait = TimeSpan.FromTicks(Math.Min(wait.Ticks * 2, (ring.Silence / 2).Ticks));
             }
         }
 
