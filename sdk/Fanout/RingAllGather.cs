@@ -1,5 +1,5 @@
-using System.Diagnostics;
 using System.Buffers;
+using System.Diagnostics;
 using System.Threading.Channels;
 
 namespace Hpc.CommonData.Fanout;
@@ -374,7 +374,7 @@ public static class RingAllGather
         {
             var asking = Stopwatch.StartNew();
             var wait = FirstBypassRetry;
-            for (var attempt = 0; ; attempt++)
+            while (true)
             {
                 // The sender and the report watcher may both find the neighbour gone: the second finds it passed.
                 if (ring!.RightRank != gone) return true;
@@ -410,7 +410,8 @@ public static class RingAllGather
                 // The neighbour's link failed, yet the next member still hears it: it has just died and its last
                 // bytes are still arriving there, or this rank was the one routed around. A few looks tell which.
                 // Asked again soon, since the usual case is a death the next member has not yet read to the end; given up
-                // on only after as long as the peer timeout, as a rank routed around is heard no more than that.
+                // on only after twice the silence that marks a peer gone, as before, since a rank that was itself routed
+                // around stops being heard within that.
                 if (asking.Elapsed >= 2 * ring.Silence) throw new IOException($"rank {gone} closed the ring's link and the next member still hears it: this rank was routed around");
                 await Task.Delay(wait, token);
                 wait = TimeSpan.FromTicks(Math.Min(wait.Ticks * 2, (ring.Silence / 2).Ticks));
