@@ -192,7 +192,7 @@ public static class BenchSimulateVerb
             var c = v.Cell;
             var flag = Math.Abs(v.Error) > 0.10 ? " **outside ±10%**" : "";
             sb.AppendLine(string.Create(Inv,
-                $"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {(c.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {c.Nodes} | {c.Hosts} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {v.Error:+0.0%;-0.0%}{flag} |"));
+                $"| {c.RateMbit} Mbit/s | {ByteSize.Format(c.SizeBytes)} | {(c.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {c.Nodes} | {c.Hosts} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {SignedPercent(v.Error)}{flag} |"));
         }
         var abs = rows.Select(r => Math.Abs(r.Error)).ToList();
         if (abs.Count > 0)
@@ -215,7 +215,7 @@ public static class BenchSimulateVerb
             var route = !c.Probe ? "" : v.Leaves.Count == 0 ? string.Create(Inv, $"{rings}, probe {v.ProbeSeconds:0.00} s")
                 : string.Create(Inv, $"leaves:{string.Join(",", v.Leaves)}, probe {v.ProbeSeconds:0.00} s");
             sb.AppendLine(string.Create(Inv,
-                $"| {c.RateMbit} Mbit/s | {slow} | {c.Mode} | {c.Nodes} | {c.Hosts} | {c.Group.ToString().ToLowerInvariant()} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {v.Error:+0.0%;-0.0%}{flag} | {route} |"));
+                $"| {c.RateMbit} Mbit/s | {slow} | {c.Mode} | {c.Nodes} | {c.Hosts} | {c.Group.ToString().ToLowerInvariant()} | {string.Join(", ", c.Runs.Select(r => r.ToString("0.00", Inv)))} | {c.Median:0.00} | {v.Simulated:0.00} | {SignedPercent(v.Error)}{flag} | {route} |"));
         }
         var abs = rows.Select(r => Math.Abs(r.Error)).ToList();
         if (abs.Count > 0)
@@ -236,5 +236,12 @@ public static class BenchSimulateVerb
             sb.AppendLine(string.Create(Inv,
                 $"| {r.Scenario} | {r.Nodes} | {(r.RateGbit >= 1 ? $"{r.RateGbit:0} Gbit/s" : $"{r.RateGbit * 1000:0} Mbit/s")} | {r.Hosts} | {(r.Delivery == Delivery.Direct ? "direct" : "fan-out")} | {r.Seconds:0.00} | {(r.HealthySeconds is { } healthy ? healthy.ToString("0.00", Inv) : "")} | {(r.NetworkOnlySeconds is { } n ? n.ToString("0.00", Inv) : "")} | {r.TierCopies:0.0} | {r.HostsNeeded} | {r.Events} / {r.WallMilliseconds:0} |"));
         return sb.ToString();
+    }
+
+    /// <summary>An error as "+1.2%" or "-0.4%"; one that rounds to nothing is "0.0%" (the format alone writes "-+0.0%").</summary>
+    private static string SignedPercent(double error)
+    {
+        var rounded = Math.Round(error, 3);
+        return rounded == 0 ? "0.0%" : rounded.ToString("+0.0%;-0.0%", CultureInfo.InvariantCulture);
     }
 }
