@@ -442,7 +442,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 LaunchSeconds: Math.Max(0, a.Value - own), ExchangeSeconds: Seconds("exchange-seconds"),
                 RingSeconds: Seconds("ring-seconds"), PublishSeconds: Seconds("publish-seconds"), RankCpuSeconds: Seconds("cpu-seconds"), AgentCpuSeconds: Seconds("agent-cpu-seconds"),
                 Route: f.GetValueOrDefault("route"), ProbeSeconds: Seconds("probe-seconds"), JoinSeconds: Seconds("join-seconds"),
-                ShareSeconds: Seconds("share-seconds"));
+                ShareSeconds: Seconds("share-seconds"), ManifestSeconds: Seconds("manifest-seconds"), AgreeSeconds: Seconds("agree-seconds"),
+                EndSeconds: Seconds("end-seconds"));
         }).ToList();
         return nodes;
     }

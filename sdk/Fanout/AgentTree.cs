@@ -246,8 +246,8 @@ public sealed class LeftOutException(int position, Exception? inner = null)
     : IOException($"position {position} was left out of the exchange (the others started without it); it prepares on its own", inner);
 
 /// <summary>
-/// The ranks of an exchange among running agents (<see cref="AgentTree"/>): rank 0's broadcast goes down the tree,
-/// an all-gather goes up to the root and its whole result down. Collectives are called in the same order on every
+/// The ranks of an exchange among running agents (<see cref="AgentTree"/>): rank 0's broadcast goes down the tree in
+/// pieces, an all-gather goes up to the root and its whole result down, a union is reduced on the way up. Collectives are called in the same order on every
 /// rank, so each connection carries one at a time. The blocks travel on a <see cref="TcpRing"/>; the tree has no ring.
 /// </summary>
 public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
@@ -266,11 +266,59 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
 
     public IRingLink Ring => throw new NotSupportedException("an exchange among agents carries its blocks on a TcpRing");
 
+    /// <summary>
+    /// Bytes of a broadcast per frame. A node forwards each piece to its children as it arrives, so a manifest (about
+    /// 38 bytes a segment: 39 KB for 64 MB, 0.6 MB for 1 GB) crosses a level in the time of one piece rather than of the
+    /// whole: at N = 16 on 25 Mbit/s links the second level no longer waits 0.1 s for the first.
+    /// </summary>
+    internal const int BroadcastPiece = 16 << 10;
+
+    /// <summary>Rank 0's bytes down the tree in pieces: the first frame says the whole length.</summary>
     public async Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct)
     {
-        var bytes = _parent is null ? fromRoot ?? throw new ArgumentNullException(nameof(fromRoot)) : await _parent.ReadAsync(PeerFrame.Collective, ct);
-        await Task.WhenAll(_children.Select(c => c.WriteAsync(PeerFrame.Collective, bytes, ct)));
-        return bytes;
+        if (_parent is null)
+        {
+            var bytes = fromRoot ?? throw new ArgumentNullException(nameof(fromRoot));
+            var first = new byte[4 + Math.Min(bytes.Length, BroadcastPiece)];
+            BinaryPrimitives.WriteInt32LittleEndian(first, bytes.Length);
+            bytes.AsSpan(0, first.Length - 4).CopyTo(first.AsSpan(4));
+            await ForwardAsync(first, ct);
+            for (var at = first.Length - 4; at < bytes.Length; at += BroadcastPiece)
+                await ForwardAsync(bytes.AsMemory(at, Math.Min(BroadcastPiece, bytes.Length - at)), ct);
+            return bytes;
+        }
+        var head = await _parent.ReadAsync(PeerFrame.Collective, ct);
+        var length = head.Length >= 4 ? BinaryPrimitives.ReadInt32LittleEndian(head) : -1;
+        if (length < 0 || length > PeerLink.MaxFrame || head.Length - 4 > length)
+            throw new InvalidDataException($"a malformed broadcast from {_parent.Remote} ({head.Length} bytes saying {length})");
+        var received = new byte[length];
+        head.AsSpan(4).CopyTo(received);
+        await ForwardAsync(head, ct);
+        for (var at = head.Length - 4; at < length;)
+        {
+            var piece = await _parent.ReadAsync(PeerFrame.Collective, ct);
+            if (piece.Length == 0 || piece.Length > length - at)
+                throw new InvalidDataException($"a broadcast piece of {piece.Length} bytes from {_parent.Remote} with {length - at} left");
+            piece.CopyTo(received, at);
+            at += piece.Length;
+            await ForwardAsync(piece, ct);
+        }
+        return received;
+    }
+
+    private Task ForwardAsync(ReadOnlyMemory<byte> frame, CancellationToken ct) =>
+        Task.WhenAll(_children.Select(c => c.WriteAsync(PeerFrame.Collective, frame, ct)));
+
+    /// <summary>Reduced on the way up: each link carries one set, not a subtree's worth (at 10,000 nodes and 16,384
+    /// segments the all-gather's result is 20 MB, which the root would send to each child).</summary>
+    public async Task<byte[]> AllOrAsync(byte[] mine, CancellationToken ct)
+    {
+        var union = (byte[])mine.Clone();
+        foreach (var below in await Task.WhenAll(_children.Select(c => c.ReadAsync(PeerFrame.Collective, ct)))) Bits.Or(union, below);
+        if (_parent is not null) await _parent.WriteAsync(PeerFrame.Collective, union, ct);
+        var all = await BroadcastAsync(_parent is null ? union : null, ct);
+        if (all.Length != mine.Length) throw new InvalidDataException($"a union of {all.Length} bytes, expected {mine.Length}");
+        return all;
     }
 
     public async Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct)

@@ -14,7 +14,25 @@ public interface IRankGroup
     Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct);
     /// <summary>Every rank's <paramref name="mine"/> (all the same length), in rank order, on every rank.</summary>
     Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct);
+    /// <summary>Every rank's <paramref name="mine"/> (all the same length) OR-ed together, on every rank. A group whose
+    /// all-gather moves N times the bytes over some link (a tree's root) reduces on the way instead.</summary>
+    async Task<byte[]> AllOrAsync(byte[] mine, CancellationToken ct)
+    {
+        var union = new byte[mine.Length];
+        foreach (var other in await AllGatherAsync(mine, ct)) Bits.Or(union, other);
+        return union;
+    }
     IRingLink Ring { get; }
+}
+
+internal static class Bits
+{
+    /// <summary><paramref name="into"/> |= <paramref name="other"/>, which must be as long.</summary>
+    public static void Or(Span<byte> into, ReadOnlySpan<byte> other)
+    {
+        if (other.Length != into.Length) throw new InvalidDataException($"a bit set of {other.Length} bytes where {into.Length} were expected");
+        for (var i = 0; i < into.Length; i++) into[i] |= other[i];
+    }
 }
 
 /// <summary>This node's side of an exchange: hands stored segments to the node's agent, which verifies and keeps them.</summary>
@@ -39,8 +57,13 @@ public sealed record GridRings(string Setting, System.Net.IPAddress Local);
 /// share: the rank's process must not leave before, though its node is ready.</param>
 /// <param name="Route">Who formed the ring and who was a leaf (<see cref="FanoutRoute.ToString"/>).</param>
 /// <param name="ProbeSeconds">What the link probe took on this rank, up to the agreed route; 0 without one.</param>
+/// <param name="ManifestSeconds">From the exchange's start until this rank held the checked manifest (rank 0's look-up
+/// and its broadcast).</param>
+/// <param name="AgreeSeconds">Then until the ranks agreed what travels (the node's ingest begun, the all-gather of what
+/// each lacks).</param>
+/// <param name="EndSeconds">From the ring's end until the exchange's (the probe's drain, the ingest's end).</param>
 public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt,
-    int SegmentsCarried = 0, string Route = "ring", double ProbeSeconds = 0);
+    int SegmentsCarried = 0, string Route = "ring", double ProbeSeconds = 0, double ManifestSeconds = 0, double AgreeSeconds = 0, double EndSeconds = 0);
 
 /// <summary>
 /// One rank's whole fan-out: rank 0 resolves the version and hands its manifest to all (each checks it hashes to the
@@ -93,6 +116,7 @@ public static class FanoutExchange
         if (Manifest.VersionOf(manifestBytes.Span) != resolved)
             throw new CommonDataException(ErrorCode.Integrity, $"the manifest rank 0 sent does not hash to version {resolved}");
         var manifest = Manifest.Parse(manifestBytes.Span);
+        var manifestSeconds = clock.Elapsed.TotalSeconds;
         if (manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version {resolved} belongs to '{manifest.Name}', not '{name}'");
 
         var wanted = await node.BeginAsync(name, resolved, manifestBytes, ct);
@@ -102,10 +126,10 @@ public static class FanoutExchange
         if (wanted)
             for (var i = 0; i < manifest.Segments.Count; i++)
                 if (node.Lacks(i)) lacking[i >> 3] |= (byte)(1 << (i & 7));
-        var union = new byte[lacking.Length];
-        foreach (var other in await Within(group.AllGatherAsync(lacking, ct), limit, "agreeing on the missing segments"))
-            for (var b = 0; b < union.Length; b++) union[b] |= other[b];
+        var union = await Within(group.AllOrAsync(lacking, ct), limit, "agreeing on the missing segments");
+        if (union.Length != lacking.Length) throw new InvalidDataException($"a union of {union.Length} bytes, expected {lacking.Length}");
         var needed = Enumerable.Range(0, manifest.Segments.Count).Select(i => (union[i >> 3] & (1 << (i & 7))) != 0).ToArray();
+        var agreeSeconds = clock.Elapsed.TotalSeconds - manifestSeconds;
         var link = ring ?? group.Ring;
         var route = FanoutRoute.Ring(group.Size);
         var probeClock = Stopwatch.StartNew();
@@ -145,10 +169,12 @@ public static class FanoutExchange
                 peerSilence: peerSilence);
             routeName = route.ToString();
         }
+        var ringEnd = clock.Elapsed.TotalSeconds;
         await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
-        return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, clock.Elapsed.TotalSeconds, !wanted, needed.Count(n => n),
-            routeName, probeSeconds);
+        var seconds = clock.Elapsed.TotalSeconds;
+        return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, seconds, !wanted, needed.Count(n => n),
+            routeName, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd);
     }
 
     /// <summary>The grid's two rings for this rank: every rank listens for both (a rank beyond the grid's positions

@@ -71,8 +71,11 @@ public sealed record PrepRequest
         return height;
     }
 
-    /// <summary>The encoding's format: 2 names the sender (<see cref="From"/>); 3 carries <see cref="ReachTimeout"/> and <see cref="Alone"/>.</summary>
-    private const byte Format = 3;
+    /// <summary>The encoding's format: 2 names the sender (<see cref="From"/>); 3 carries <see cref="ReachTimeout"/> and <see cref="Alone"/>;
+    /// 4 has the same fields, and says the tree's collectives are those of this build: a broadcast in pieces, and the
+    /// union of what the nodes lack reduced on the way up (<see cref="TreeRankGroup"/>). An agent of format 3 would wait
+    /// for whole frames that never come, so it is refused by name instead.</summary>
+    private const byte Format = 4;
 
     public byte[] Encode()
     {

@@ -94,11 +94,14 @@ public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes
 /// the fetch (all of it for an agent node prep started). Route/ProbeSeconds (fan-out runs): "ring", or the leaves and
 /// the ring's members the ranks agreed on after probing their links, and what the probe took on this rank.
 /// JoinSeconds (fan-out runs): from the rank's clock starting until MPI was up on it (the agent is reached meanwhile).
-/// ShareSeconds (fan-out runs): from the exchange's start until the rank held its own share from the cache tier.</summary>
+/// ShareSeconds (fan-out runs): from the exchange's start until the rank held its own share from the cache tier.
+/// ManifestSeconds/AgreeSeconds/EndSeconds (fan-out runs): the exchange's steps before and after its ring (the
+/// manifest's look-up and broadcast; agreeing what travels; the probe's drain and the ingest's end).</summary>
 public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null,
     long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null,
     double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null, double? AgentCpuSeconds = null,
-    string? Route = null, double? ProbeSeconds = null, double? JoinSeconds = null, double? ShareSeconds = null);
+    string? Route = null, double? ProbeSeconds = null, double? JoinSeconds = null, double? ShareSeconds = null,
+    double? ManifestSeconds = null, double? AgreeSeconds = null, double? EndSeconds = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>
