@@ -111,6 +111,28 @@ public sealed class RingAllGatherTests
     }
 
     [Fact]
+    public void A_shares_first_blocks_grow_from_an_eighth_of_the_largest_so_the_ring_starts_on_a_small_fetch()
+    {
+        // 64 MB of segments of 27 KB stored (the market history's ratio) over 16 ranks: blocks of 215 KB.
+        var segments = Enumerable.Range(0, 1024).Select(i => new ManifestSegment(SegmentId.Of(BitConverter.GetBytes(i)).ToString(), 65536, 27_000)).ToList();
+        var manifest = new Manifest
+        {
+            Name = "test/ramp", Hash = new string('0', 32), Segments = segments,
+            RawLength = segments.Sum(s => (long)s.RawLength), StoredLength = segments.Sum(s => (long)s.StoredLength),
+        };
+        var plan = new FanoutPlan(manifest, 16);
+        Assert.Equal(27_000L * 1024 / 16 / FanoutPlan.BlocksPerShare, plan.MaxBlockBytes);
+        Assert.All(plan.Shares, share =>
+        {
+            Assert.Equal([1, 2, 4], share.Take(FanoutPlan.RampBlocks).Select(b => b.Count));
+            Assert.All(share.Skip(FanoutPlan.RampBlocks).SkipLast(1), b => Assert.Equal(8, b.Count));
+        });
+        // One segment larger than an eighth still travels as a block of its own.
+        var large = new FanoutPlan(RingData.ManifestOf(40, seed: 5, minStored: 60_000), 2, maxBlockBytes: 128 << 10);
+        Assert.All(large.Shares, share => Assert.Equal(1, share[0].Count));
+    }
+
+    [Fact]
     public async Task A_rank_whose_fetch_fails_stops_at_once_with_that_error()
     {
         var plan = new FanoutPlan(ManifestOf(30), 3, maxBlockBytes: 128 << 10);
