@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using System.Globalization;
 using System.Text;
 using System.Text.Json;
@@ -165,7 +166,7 @@ public sealed partial class ClusterSession
             var limit = mode == "none" ? Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit) : Limits.Fanout(stage.StoredBytes, RateMbit);
             records.Add(new BenchRecord
             {
-                Kind = "cluster", Run = $"{run}-{index}", Config = config,
+                Kind = "cluster", Run = $"{run}-{index}", Config = config, BlockRamp = BlockSizing.RampBlocks,
                 Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
                 LimitSeconds = limit, MeasuredSeconds = seconds, Efficiency = limit / seconds, Nodes = nodes, Machine = BenchJson.Machine(),
                 // A direct fetch's line says where the copy came from, not how much: a node that fetched took every stored byte.

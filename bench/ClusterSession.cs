@@ -1,3 +1,4 @@
+using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Security;
 using System.Diagnostics;
@@ -260,6 +261,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 Nodes = nodes, CacheHosts = cacheHosts, Processes = samples, Workers = workerTimes, Machine = BenchJson.Machine(),
                 MachineBusy = double.IsFinite(machineBusy) ? Math.Round(machineBusy, 3) : null,
                 Programs = ComponentLocator.BuildKind(ComponentLocator.Find(NodeAgentOptions.Assembly)),
+                BlockRamp = BlockSizing.RampBlocks,
                 RateLimit = RateLimitOf(agentMaxRate, stagerMaxRate, stage, nodes) is { } limits ? limits with
                 {
                     AgentSteadyBytesPerSecond = agentsSteady, StagerSteadyBytesPerSecond = stagerSteady, NodeLinkPeakBytesPerSecond = linkPeak,

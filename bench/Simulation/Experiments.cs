@@ -23,6 +23,8 @@ public sealed record LabCell(int Nodes, int Hosts, int RateMbit, long SizeBytes,
     public double KillSeconds { get; init; }
     /// <summary>Fan-out requested of the running agents (<c>bench cluster --fanout agents</c>) rather than launched as MPI ranks.</summary>
     public bool Agents { get; init; }
+    /// <summary>The small first blocks of each share in the build that ran (<see cref="BenchRecord.BlockRamp"/>; 0 before the ramp).</summary>
+    public int RampBlocks { get; init; }
 
     public double Median => Calibration.Median(Runs);
     public string Describe() => string.Create(CultureInfo.InvariantCulture,
@@ -65,7 +67,8 @@ public static class Experiments
     public static List<LabCell> Cells(IEnumerable<BenchRecord> records) =>
         records.Where(r => r.Kind == "cluster" && r.Dataset is not null && CellDelivery(r) is not null && r.MeasuredSeconds > 0)
             .GroupBy(r => (r.Config.Nodes, r.Config.Hosts, r.Config.RateMbit, r.Config.SizeBytes, r.Dataset!.StoredBytes, Delivery: CellDelivery(r)!.Value,
-                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0, Grid: ClusterSession.GridGroupSize(r.Config.Fanout ?? ""), Kill: r.Config.KillRank, Agents: r.Config.Fanout == "agents"))
+                Probe: Probed(r), Slow: string.Join(",", r.Config.SlowNodes ?? []), SlowRate: r.Config.SlowRateMbit ?? 0, Grid: ClusterSession.GridGroupSize(r.Config.Fanout ?? ""), Kill: r.Config.KillRank, Agents: r.Config.Fanout == "agents",
+                Ramp: r.BlockRamp ?? 0))
             .SelectMany(g =>
             {
                 var slow = SlowIndices(g.First());
@@ -74,7 +77,7 @@ public static class Experiments
                     g.Select(r => Time(r, slow, group)).ToList())
                 {
                     SlowNodes = slow, SlowRateMbit = g.Key.SlowRate, Probe = g.Key.Probe, Group = group, GridGroupSize = g.Key.Grid,
-                    KillRank = g.Key.Kill, Agents = g.Key.Agents, KillSeconds = g.Key.Kill is null ? 0 : Calibration.Median(g.Select(r => r.Config.KillSeconds ?? 0).ToList()),
+                    KillRank = g.Key.Kill, Agents = g.Key.Agents, RampBlocks = g.Key.Ramp, KillSeconds = g.Key.Kill is null ? 0 : Calibration.Median(g.Select(r => r.Config.KillSeconds ?? 0).ToList()),
                 });
             })
             .OrderBy(c => c.SlowNodes.Count).ThenBy(c => c.Agents).ThenBy(c => c.GridGroupSize ?? 0).ThenBy(c => c.KillRank ?? -1).ThenBy(c => c.RateMbit).ThenBy(c => c.SizeBytes).ThenBy(c => c.Delivery).ThenBy(c => c.Probe).ThenBy(c => c.Nodes).ThenBy(c => c.Group)
@@ -118,14 +121,15 @@ public static class Experiments
             cal = cal with { FanoutCpuPerByte = cal.AgentsCpuPerByte ?? cal.FanoutCpuPerByte };
         }
         var groups = cell.GridGroupSize?.ToString(CultureInfo.InvariantCulture) ?? "auto";
-        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe, ringGroups: groups, agents: cell.Agents).Jobs[0];
+        var job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, probe: cell.Probe, ringGroups: groups, agents: cell.Agents,
+            rampBlocks: cell.RampBlocks).Jobs[0];
         if (cell.KillRank is { } victim)
         {
             // Killed when the lab killed it, counted from the launch as the bench counts; its kernel closes its
             // connections, so its neighbours know at once (no peer timeout).
             var failAfter = Math.Max(0, cell.KillSeconds - job.ExchangeStart);
             job = Simulator.Run(Lab(cell, cal), cal, cell.Delivery, cell.StoredBytes, failAfter: failAfter, probe: cell.Probe, peerTimeout: 0, ringGroups: groups,
-                failRank: victim, agents: cell.Agents).Jobs[0];
+                failRank: victim, agents: cell.Agents, rampBlocks: cell.RampBlocks).Jobs[0];
         }
         var simulated = cell.Group switch
         {

@@ -38,14 +38,15 @@ public sealed partial class Simulator
         /// <summary>
         /// The exchange as a grid of rings (<see cref="RingGrid"/>, the same layout node prep computes): P columns of K
         /// members all-gather a part of S/P each, every member fetching S/(P·K) from the tier; K groups all-gather the P
-        /// parts, every member putting in its column's part. All rings start together; a group's edges one block later
-        /// than a column's, since a member's first own block there is its column's first.
+        /// parts, every member putting in its column's part. All rings start together, a column's edges once its
+        /// members' first blocks are in; a group's edges as long again later, since a member's first own block there is
+        /// its column's first.
         /// </summary>
         private void ExchangeOverGrid(RingGrid grid)
         {
             _grid = grid;
             var (k, p) = (grid.Groups, grid.Positions);
-            _gridBlock = Math.Clamp(_s / p / k / 8, 128 << 10, 1 << 20);
+            _gridBlock = BlockSizing.For(_s / p / k);
             _columns = Enumerable.Range(0, p).Select(c => new SubRing([.. grid.ColumnMembers(c)], Enumerable.Repeat(_s / p / k, k).ToArray(), fromTier: true)).ToArray();
             _groups = Enumerable.Range(0, k).Select(g =>
             {
@@ -53,7 +54,7 @@ public sealed partial class Simulator
                 return new SubRing(members, members.Select((_, q) => q < p ? _s / p : 0).ToArray(), fromTier: false);
             }).ToArray();
             _ringsLeft = _columns.Length + _groups.Length;
-            var firstBlock = _gridBlock / sim._nodeRate + sim._spec.HopLatency;
+            var firstBlock = FirstSend(Node(0), _gridBlock, _n);
             foreach (var column in _columns) StartRing(column, firstBlock);
             foreach (var group in _groups) StartRing(group, 2 * firstBlock);
             if (job.FailAfter is { } after) sim._net.After(after, Fail);

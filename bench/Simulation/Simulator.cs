@@ -24,9 +24,11 @@ public enum Delivery { Direct, Fanout }
 /// ranks: no process starts, and the start is the request's tree (<see cref="AgentTreeModel"/>).</param>
 /// <param name="OneDownAtRequest">Agents: one more member of the request, not among <paramref name="Nodes"/>, is down or
 /// wedged when the request comes (<see cref="AgentTreeModel.Seconds"/>).</param>
+/// <param name="RampBlocks">Fan-out: the small first blocks each share begins with (<see cref="BlockSizing.RampBlocks"/>;
+/// 0 replays the builds before them, whose shares began with a whole block).</param>
 public sealed record JobSpec(Delivery Delivery, int FirstNode, int Nodes, long StoredBytes, double? FailAfter = null, int FailRank = 0,
     double StallTimeout = 120, bool Probe = false, double? ShortestTelling = null, double? PeerTimeout = null, string RingGroups = "auto", bool Agents = false,
-    bool OneDownAtRequest = false);
+    bool OneDownAtRequest = false, int RampBlocks = BlockSizing.RampBlocks);
 
 /// <summary>
 /// The start of a fan-out requested of the running agents (sdk/Fanout AgentTree): the requester's own start, then three
@@ -122,7 +124,7 @@ public sealed partial class Simulator
     private readonly int[] _up, _down, _cpu, _rack;
     private readonly int[] _rackUp = [], _rackDown = [];
     private readonly int _tierOut, _tierRacks = -1, _sharedCpu = -1;
-    private readonly double _nodeRate, _slowRate;
+    private readonly double _nodeRate, _slowRate, _tierRate;
 
     public Simulator(ClusterSpec spec, Calibration cal)
     {
@@ -142,10 +144,12 @@ public sealed partial class Simulator
         // carries 1/H of every node's fetch: one link of H hosts' capacity gives the same max-min rates as H links,
         // without N·H flows at 10,000 nodes.
         _tierOut = _net.AddLink(spec.CacheHosts * hostRate);
+        _tierRate = spec.CacheHosts * hostRate;
         if (spec.RackSize > 0)
         {
             var tierRacks = (spec.CacheHosts + spec.RackSize - 1) / spec.RackSize;
             _tierRacks = _net.AddLink(tierRacks * spec.RackSize * hostRate / spec.TierOversubscription);
+            _tierRate = Math.Min(_tierRate, tierRacks * spec.RackSize * hostRate / spec.TierOversubscription);
             var racks = (n + spec.RackSize - 1) / spec.RackSize;
             _rackUp = new int[racks];
             _rackDown = new int[racks];
@@ -186,9 +190,9 @@ public sealed partial class Simulator
     /// <summary>One job on its own cluster of its size.</summary>
     public static SimulationResult Run(ClusterSpec spec, Calibration cal, Delivery delivery, long storedBytes, double? failAfter = null, double stallTimeout = 120,
         bool probe = false, double? shortestTelling = null, double? peerTimeout = null, string ringGroups = "auto", int? failRank = null, bool agents = false,
-        bool oneDownAtRequest = false) =>
+        bool oneDownAtRequest = false, int rampBlocks = BlockSizing.RampBlocks) =>
         Run(spec, cal, [new JobSpec(delivery, 0, spec.Nodes, storedBytes, failAfter, failRank ?? spec.Nodes / 2, stallTimeout, probe, shortestTelling, peerTimeout, ringGroups, agents,
-            oneDownAtRequest)]);
+            oneDownAtRequest, rampBlocks)]);
 
     private interface IJobRun
     {
@@ -327,10 +331,18 @@ public sealed partial class Simulator
 
         private int M => _members.Length;
 
-        /// <summary>FanoutPlan's block: a share over 8, within 128 KB and 1 MB; a share is S over the ring's members.</summary>
-        private double Block => _grid is not null ? _gridBlock : Math.Clamp(_s / M / 8, 128 << 10, 1 << 20);
+        /// <summary>The largest block (<see cref="BlockSizing.For"/>) of a share: S over the ring's members.</summary>
+        private double Block => _grid is not null ? _gridBlock : BlockSizing.For(_s / M);
 
         private int Node(int rank) => job.FirstNode + rank;
+
+        /// <summary>
+        /// When a member may first send: once the first block of its share is in. With the ramp that block is the
+        /// smallest (<see cref="BlockSizing.RampBlocks"/>: an eighth of a block), and it comes from the tier at this
+        /// node's part of the tier's rate among the <paramref name="fetching"/> nodes that fetch at once, not at its link's.
+        /// </summary>
+        private double FirstSend(int node, double block, int fetching) =>
+            block / (1 << job.RampBlocks) / Math.Min(sim.LinkRate(node), sim._tierRate / fetching) + sim._spec.HopLatency;
 
         private double LatencyOfTree => 2 * Math.Ceiling(Math.Log2(Math.Max(2, _n))) * sim._spec.HopLatency;
 
@@ -491,8 +503,7 @@ public sealed partial class Simulator
                 var rank = _members[k];
                 var right = _members[(k + 1) % m];
                 _fetch[k] = sim.FromTier(Node(rank), _s / m, Delivery.Fanout, f => { _tierBytes += f.Size; _fetchEnd[position] = sim._net.Now; EdgeOrFetchDone(); });
-                // A member sends once its first own block is in: one block at its link's rate.
-                sim._net.After(Block / sim.LinkRate(Node(rank)) + sim._spec.HopLatency, () =>
+                sim._net.After(FirstSend(Node(rank), Block, m), () =>
                 {
                     if (_stopped) return;
                     void Send() => _edge[position] = sim.Between(Node(rank), Node(right), _s * (m - 1) / m, _ => { _edgeEnd[position] = sim._net.Now; EdgeOrFetchDone(); });
@@ -505,7 +516,7 @@ public sealed partial class Simulator
             if (_leaves.Length > 0)
             {
                 // Each member queues its blocks for the leaves as it fetches them: the sends start with the first block.
-                var firstBlock = _members.Max(r => Block / sim.LinkRate(Node(r))) + sim._spec.HopLatency;
+                var firstBlock = _members.Max(r => FirstSend(Node(r), Block, m));
                 var members = _members.Select(Node).ToArray();
                 sim._net.After(firstBlock, () =>
                 {

@@ -77,7 +77,7 @@ public sealed record FanoutChoice(bool Mpi, double DirectSeconds, double FanoutS
                      + Math.Max(s / payload * Math.Max(1.0, (double)nodes / cacheHosts), s / (DirectBytesPerSecond * nodeCores));
         // The last block crosses N − 1 links of one ring, or a column's and a group's of the grid node prep makes by default.
         var grid = RingGrid.For(nodes, "auto");
-        var block = Math.Clamp(storedBytes / nodes / FanoutPlan.BlocksPerShare, FanoutPlan.SmallestBlockBytes, FanoutPlan.LargestBlockBytes);
+        var block = BlockSizing.For((double)storedBytes / nodes);
         var hops = grid?.Depth ?? nodes - 1;
         var launch = LaunchPerDoubling * Math.Max(0, Math.Log2(nodes / 4.0));
         var start = startUp?.TotalSeconds ?? StartSeconds + StartCpuSeconds / nodeCores;

@@ -13,24 +13,8 @@ public readonly record struct Block(int Share, int First, int Count, long Stored
 /// </summary>
 public sealed class FanoutPlan
 {
-    /// <summary>Blocks are at most 1 MB (per-message costs are long gone by then) ...</summary>
-    public const int LargestBlockBytes = 1 << 20;
-
-    /// <summary>... and at least 128 KB, whatever the dataset and rank count.</summary>
-    public const int SmallestBlockBytes = 128 << 10;
-
-    /// <summary>Each share is cut into about this many blocks, so the pipeline fills and drains in a fraction of the whole.</summary>
-    public const int BlocksPerShare = 8;
-
-    /// <summary>
-    /// A share's first blocks are smaller: an eighth of <see cref="MaxBlockBytes"/>, a quarter, a half (each at least one
-    /// segment). A rank's own blocks come from the cache tier at the tier's rate over N, not its link's, and nothing
-    /// moves on the ring until the first one is in: with blocks of 215 KB at N = 16 on the lab's 2 × 25 Mbit/s tier
-    /// that was 0.55 s of idle links, an eighth of a block takes a few hundredths.
-    /// </summary>
-    public const int RampBlocks = 3;
-
-    /// <param name="maxBlockBytes">Default: a share's stored size over <see cref="BlocksPerShare"/>, within the bounds above.
+    /// <param name="maxBlockBytes">Default: <see cref="BlockSizing.For"/> a share's stored size (a share's first blocks are
+    /// smaller: <see cref="BlockSizing.RampBlocks"/>).
     /// The last block of the exchange crosses N−1 links one after another, each in a block's time; small blocks keep
     /// that tail short at many ranks, large ones keep per-message costs small at few.</param>
     /// <param name="needed">Which segments travel (those some node lacks); null: all. A block is a run of needed
@@ -44,7 +28,7 @@ public sealed class FanoutPlan
         bool Needed(int i) => needed is null || needed[i];
         long StoredIfNeeded(int i) => Needed(i) ? segments[i].StoredLength : 0;
         var total = Enumerable.Range(0, segments.Count).Sum(StoredIfNeeded);
-        var block = maxBlockBytes ?? (int)Math.Clamp(total / ranks / BlocksPerShare, SmallestBlockBytes, LargestBlockBytes);
+        var block = maxBlockBytes ?? (int)BlockSizing.For((double)total / ranks);
         MaxBlockBytes = Math.Max(block, segments.Count == 0 ? 1 : segments.Max(s => s.StoredLength));
         var shares = new List<Block>[ranks];
         var start = 0;
@@ -68,7 +52,7 @@ public sealed class FanoutPlan
                 if (!Needed(first)) { first++; continue; }
                 long bytes = 0;
                 var count = 0;
-                var cap = MaxBlockBytes >> Math.Max(0, RampBlocks - shares[k].Count);
+                var cap = BlockSizing.Cap(MaxBlockBytes, shares[k].Count);
                 while (first + count < end && Needed(first + count) && (count == 0 || bytes + segments[first + count].StoredLength <= cap))
                     bytes += segments[first + count++].StoredLength;
                 shares[k].Add(new Block(k, first, count, bytes));

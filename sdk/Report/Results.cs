@@ -32,6 +32,9 @@ public sealed class BenchRecord
     /// <summary>How the node agent the run started was compiled: native, ReadyToRun or JIT (a Debug build's is JIT and
     /// unoptimised, several times the CPU per byte); absent in records from before it was recorded.</summary>
     public string? Programs { get; set; }
+    /// <summary>Fan-out: how many small first blocks each share began with (BlockSizing.RampBlocks in the build that
+    /// ran); absent in records from before the ramp, whose shares began with a whole block.</summary>
+    public int? BlockRamp { get; set; }
     /// <summary>Runs with --agent-max-rate or --stager-max-rate: what the token buckets held.</summary>
     public RateLimitResult? RateLimit { get; set; }
     /// <summary>Bytes the cache tier sent to the nodes in this run, where the nodes reported it (Slurm steps).</summary>

@@ -121,11 +121,11 @@ public sealed class RingAllGatherTests
             RawLength = segments.Sum(s => (long)s.RawLength), StoredLength = segments.Sum(s => (long)s.StoredLength),
         };
         var plan = new FanoutPlan(manifest, 16);
-        Assert.Equal(27_000L * 1024 / 16 / FanoutPlan.BlocksPerShare, plan.MaxBlockBytes);
+        Assert.Equal(27_000L * 1024 / 16 / BlockSizing.BlocksPerShare, plan.MaxBlockBytes);
         Assert.All(plan.Shares, share =>
         {
-            Assert.Equal([1, 2, 4], share.Take(FanoutPlan.RampBlocks).Select(b => b.Count));
-            Assert.All(share.Skip(FanoutPlan.RampBlocks).SkipLast(1), b => Assert.Equal(8, b.Count));
+            Assert.Equal([1, 2, 4], share.Take(BlockSizing.RampBlocks).Select(b => b.Count));
+            Assert.All(share.Skip(BlockSizing.RampBlocks).SkipLast(1), b => Assert.Equal(8, b.Count));
         });
         // One segment larger than an eighth still travels as a block of its own.
         var large = new FanoutPlan(RingData.ManifestOf(40, seed: 5, minStored: 60_000), 2, maxBlockBytes: 128 << 10);
