@@ -347,6 +347,20 @@ public class SimulationTests
     }
 
     [Fact]
+    public void A_ring_starts_once_a_shares_first_block_is_in_at_the_tiers_rate_over_N_so_the_ramps_small_first_block_starts_it_sooner()
+    {
+        // The lab's N = 16: 27.5 MB stored, two cache hosts, 25 Mbit/s. Each node's part of the tier is 2 × 25 / 16
+        // Mbit/s, its blocks 215 KB: a whole first block takes 0.55 s to come, an eighth of one 0.07 s.
+        const long stored = 27_518_642;
+        var spec = new ClusterSpec { Nodes = 16, CacheHosts = 2, LinkBitsPerSecond = 25e6 };
+        double Seconds(int ramp) => Simulator.Run(spec, Wire, [new JobSpec(Delivery.Fanout, 0, 16, stored, RampBlocks: ramp)]).Seconds;
+        var tierPerNode = 2 * 25e6 / 8 * Wire.Efficiency / 16;
+        var block = BlockSizing.For(stored / 16.0);
+        var expected = (block - block / 8.0) / tierPerNode;
+        Assert.InRange(Seconds(0) - Seconds(BlockSizing.RampBlocks), 0.8 * expected, 1.2 * expected);
+    }
+
+    [Fact]
     public void Each_byte_leaves_the_tier_once_with_the_fan_out_and_once_per_node_with_direct_fetch()
     {
         const long stored = 64L << 20;
