@@ -72,6 +72,16 @@ public sealed class AgentsNodePrepTests
         Assert.Equal(4, lines.Count);
         Assert.All(lines, l => Assert.Contains($"version={staged.Version}", l));
         Assert.All(lines, l => Assert.Contains(" source=fanout fanout=agents ranks=4 ", l));
+        // Each line times the exchange's steps, and they fit inside the exchange it reports.
+        Assert.All(lines, l =>
+        {
+            var f = l.Split(' ').Select(kv => kv.Split('=', 2)).Where(kv => kv.Length == 2).ToDictionary(kv => kv[0], kv => kv[1]);
+            double Seconds(string key) => double.Parse(f[key], System.Globalization.CultureInfo.InvariantCulture);
+            var steps = new[] { "manifest-seconds", "agree-seconds", "probe-seconds", "ring-seconds", "end-seconds" }.Select(Seconds).ToList();
+            Assert.All(steps, t => Assert.True(t >= 0, l));
+            Assert.True(Seconds("ring-seconds") > 0, l);
+            Assert.True(steps.Sum() <= Seconds("exchange-seconds") + 0.005, l);
+        });
         Assert.Contains($"nodes=4 ready=4 failed=0 dataset=risk/agents version={staged.Version} joined=4 ", r.Stdout.Last());
         foreach (var a in agents)
         {
