@@ -22,8 +22,8 @@ public sealed class BenchSimulateOptions : IVerbOptions
     [Switch("--slow-records", "Recorded lab runs with a slow node (bench cluster --slow-nodes), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
     public string SlowRecords { get; set; } = "docs/results/slow-node.jsonl";
 
-    [Switch("--grid-records", "Recorded lab runs of the fan-out as a grid of rings (bench cluster --fanout mpi,mpi-grid<G>), replayed with a calibration read from the same file's runs over one ring; skipped when the file is absent.")]
-    public string GridRecords { get; set; } = "docs/results/grid.jsonl";
+    [Switch("--grid-records", "Recorded lab runs of the fan-out as a grid of rings (bench cluster --fanout mpi,mpi-grid<G>), comma-separated files, each replayed with a calibration read from its own runs over one ring; a file that is absent is skipped.")]
+    public string GridRecords { get; set; } = "docs/results/grid.jsonl,docs/results/grid-native.jsonl,docs/results/grid-fast-tier.jsonl";
 
     [Switch("--agents-records", "Recorded lab runs of the fan-out requested of the running agents beside MPI's (bench cluster --fanout mpi,agents), replayed with a calibration read from the same file's MPI and direct runs; skipped when the file is absent.")]
     public string AgentsRecords { get; set; } = "docs/results/agents.jsonl";
@@ -57,6 +57,9 @@ public sealed class BenchSimulateOptions : IVerbOptions
 
     [Switch("--jobs", "Predictions: concurrent jobs in the 'jobs at once' scenario.")]
     public int Jobs { get; set; } = 10;
+
+    [Switch("--hop-latency", "Predictions: microseconds a block waits at each hop beyond its own transmission (the network's latency plus what queues ahead of it in a switch port).")]
+    public double HopLatencyMicroseconds { get; set; } = 25;
 }
 
 public static class BenchSimulateVerb
@@ -77,6 +80,7 @@ public static class BenchSimulateVerb
             rates = o.Rates.Split(',').Select(s => double.Parse(s, Inv)).ToArray();
         }
         catch (FormatException) { Console.Error.WriteLine("hpcdata bench simulate: --nodes and --rates are comma-separated numbers"); return Task.FromResult(2); }
+        if (!(o.HopLatencyMicroseconds >= 0)) { Console.Error.WriteLine($"hpcdata bench simulate: --hop-latency {o.HopLatencyMicroseconds.ToString(Inv)} is not a number of microseconds (0 or more)"); return Task.FromResult(2); }
 
         Calibration cal;
         try { cal = Calibration.FromRecords(data.Records, o.Records); }
@@ -98,7 +102,10 @@ public static class BenchSimulateVerb
 
         // The slow-node runs and the grid's come from other sessions of the lab (bench cluster under mpiexec), so each
         // file is calibrated from its own runs of the fan-out over one ring without a slow node, by the same rule as above.
-        foreach (var (file, scenario) in new[] { (o.SlowRecords, "lab, slow node"), (o.GridRecords, "lab, grid of rings"), (o.KillRecords, "lab, rank killed"), (o.AgentsRecords, "lab, requested of the agents") })
+        var files = new[] { (o.SlowRecords, "lab, slow node") }
+            .Concat(o.GridRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, grid of rings")))
+            .Concat([(o.KillRecords, "lab, rank killed"), (o.AgentsRecords, "lab, requested of the agents")]);
+        foreach (var (file, scenario) in files)
         {
             if (!File.Exists(file)) continue;
             var ownData = ResultReader.Read(file);
@@ -125,7 +132,7 @@ public static class BenchSimulateVerb
             ct.ThrowIfCancellationRequested();
             var ratio = cells.Count > 0 ? cells.Average(c => (double)c.StoredBytes / c.SizeBytes) : 0.4;
             var stored = (long)(size.Bytes * ratio);
-            var a = new Experiments.Assumptions { CacheHosts = o.CacheHosts, RackSize = o.RackSize, Oversubscription = o.Oversubscription, Jobs = o.Jobs };
+            var a = new Experiments.Assumptions { CacheHosts = o.CacheHosts, RackSize = o.RackSize, Oversubscription = o.Oversubscription, Jobs = o.Jobs, HopLatency = o.HopLatencyMicroseconds * 1e-6 };
             var rows = Experiments.Seed(cal, ratio).ToList();
             foreach (var n in nodeCounts)
                 foreach (var rate in rates)
