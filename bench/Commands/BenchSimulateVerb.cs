@@ -25,8 +25,8 @@ public sealed class BenchSimulateOptions : IVerbOptions
     [Switch("--grid-records", "Recorded lab runs of the fan-out as a grid of rings (bench cluster --fanout mpi,mpi-grid<G>), comma-separated files, each replayed with a calibration read from its own runs over one ring; a file that is absent is skipped.")]
     public string GridRecords { get; set; } = "docs/results/grid.jsonl,docs/results/grid-native.jsonl,docs/results/grid-fast-tier.jsonl";
 
-    [Switch("--agents-records", "Recorded lab runs of the fan-out requested of the running agents beside MPI's (bench cluster --fanout mpi,agents), replayed with a calibration read from the same file's MPI and direct runs; skipped when the file is absent.")]
-    public string AgentsRecords { get; set; } = "docs/results/agents.jsonl";
+    [Switch("--agents-records", "Recorded lab runs of the fan-out requested of the running agents beside MPI's (bench cluster --fanout mpi,agents), comma-separated files, each replayed with a calibration read from its own MPI and direct runs; a file that is absent is skipped.")]
+    public string AgentsRecords { get; set; } = "docs/results/agents.jsonl,docs/results/agents-1gbit.jsonl";
 
     [Switch("--kill-records", "Recorded lab runs with a rank killed mid-exchange (bench cluster --fanout mpi --kill-rank R), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
     public string KillRecords { get; set; } = "docs/results/kill.jsonl";
@@ -104,7 +104,8 @@ public static class BenchSimulateVerb
         // file is calibrated from its own runs of the fan-out over one ring without a slow node, by the same rule as above.
         var files = new[] { (o.SlowRecords, "lab, slow node") }
             .Concat(o.GridRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, grid of rings")))
-            .Concat([(o.KillRecords, "lab, rank killed"), (o.AgentsRecords, "lab, requested of the agents")]);
+            .Append((o.KillRecords, "lab, rank killed"))
+            .Concat(o.AgentsRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, requested of the agents")));
         foreach (var (file, scenario) in files)
         {
             if (!File.Exists(file)) continue;
