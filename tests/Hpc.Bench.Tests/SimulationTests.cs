@@ -37,6 +37,14 @@ public class SimulationTests
         Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
     }
 
+    /// <summary>Every cell, replayed with the calibration, within ±10% of its measured median.</summary>
+    private static void AssertReplayedWithinTenPercent(IEnumerable<LabCell> cells, Calibration cal) =>
+        Assert.All(cells, cell =>
+        {
+            var row = Experiments.Replay(cell, cal);
+            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
+        });
+
     /// <summary>
     /// The slow-node runs were recorded with the host queues the Slurm cells have (ACKs ahead of bulk data, as a NIC's
     /// fq_codel gives them): every cell of them — direct, the ring with and without the probe, healthy and slow
@@ -50,11 +58,7 @@ public class SimulationTests
         var cal = Calibration.FromRecords(records, SlowRecords);
         var cells = Experiments.Cells(records);
         Assert.Equal(8, cells.Count);
-        Assert.All(cells, cell =>
-        {
-            var row = Experiments.Replay(cell, cal);
-            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
-        });
+        AssertReplayedWithinTenPercent(cells, cal);
     }
 
     /// <summary>
@@ -70,11 +74,7 @@ public class SimulationTests
         var grid = Assert.Single(cells, c => c.GridGroupSize == 4);
         Assert.Equal(16, grid.Nodes);
         Assert.Contains(records, r => r.Config.Fanout == "mpi-grid4" && r.Nodes.Count == 16);
-        Assert.All(cells, cell =>
-        {
-            var row = Experiments.Replay(cell, cal);
-            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
-        });
+        AssertReplayedWithinTenPercent(cells, cal);
     }
 
     /// <summary>
@@ -92,11 +92,7 @@ public class SimulationTests
         var ring = Assert.Single(cells, c => c.GridGroupSize is null && c.Delivery == Delivery.Fanout && c.Nodes == 16);
         Assert.All(cells, c => Assert.Equal(8, c.Hosts));
         Assert.True(grid.Median <= ring.Median * 1.02, $"grid {grid.Median:0.00} s, one ring {ring.Median:0.00} s");
-        Assert.All(cells, cell =>
-        {
-            var row = Experiments.Replay(cell, cal);
-            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
-        });
+        AssertReplayedWithinTenPercent(cells, cal);
     }
 
     /// <summary>
@@ -135,11 +131,7 @@ public class SimulationTests
         Assert.Equal([4, 8, 8, 16, 16], cells.Select(c => c.Nodes).Order());
         Assert.Single(cells, c => c.KillRank is not null);
         Assert.Equal([25, 100], cells.Where(c => c.Nodes == 16).Select(c => c.RateMbit).Order());
-        Assert.All(cells, cell =>
-        {
-            var row = Experiments.Replay(cell, cal);
-            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
-        });
+        AssertReplayedWithinTenPercent(cells, cal);
     }
 
     /// <summary>
@@ -193,11 +185,7 @@ public class SimulationTests
         var withKill = Experiments.Replay(killed, cal);
         var without = Experiments.Replay(healthy, cal);
         Assert.True(withKill.Simulated > without.Simulated, $"simulated {withKill.Simulated:0.00} s with the kill, {without.Simulated:0.00} s without");
-        Assert.All(cells, cell =>
-        {
-            var row = Experiments.Replay(cell, cal);
-            Assert.True(Math.Abs(row.Error) <= 0.10, $"{cell.Describe()}: simulated {row.Simulated:0.00} s, measured median {cell.Median:0.00} s ({row.Error:P1})");
-        });
+        AssertReplayedWithinTenPercent(cells, cal);
     }
 
     [Fact]
