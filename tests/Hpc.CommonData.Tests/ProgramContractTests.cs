@@ -55,6 +55,11 @@ public sealed class SampleOptions : IProgramOptions
     }
 }
 
+/// <summary>Console.Error is one per process: these tests read what they wrote to it while no other test in the run writes there.</summary>
+[CollectionDefinition(nameof(ProcessConsole), DisableParallelization = true)]
+public sealed class ProcessConsole;
+
+[Collection(nameof(ProcessConsole))]
 public class ProgramContractTests
 {
     private static SampleOptions Bind(IReadOnlyDictionary<string, string?> settings) =>
