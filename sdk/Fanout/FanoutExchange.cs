@@ -147,17 +147,18 @@ public static class FanoutExchange
             var oldLeft = (group.Rank - 1 + group.Size) % group.Size;
             if (route.ReceivesFrom(group.Rank).Contains(oldLeft)) await drained;
             probeDone = Task.WhenAll(drained, sent);
-            if (route.HasLeaves)
+            // Over the grid the leaves are served in their groups' rings, and this ring carries nothing more.
+            if (route.HasLeaves && GridOf(grid, route) is null)
                 await peers.ConnectPeersAsync(route.SendsTo(group.Rank), route.ReceivesFrom(group.Rank), limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit, ct);
             else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
         RingResult exchanged;
         string routeName;
-        if (grid is not null && !route.HasLeaves && RingGrid.For(group.Size, grid.Setting) is { } layout)
+        if (GridOf(grid, route) is { } gridRoute)
         {
-            exchanged = await ExchangeOverGridAsync(group, layout, grid, tier, node, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
-            routeName = layout.ToString();
+            exchanged = await ExchangeOverGridAsync(group, gridRoute, grid!, tier, node, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
+            routeName = gridRoute.ToString();
         }
         else
         {
@@ -177,14 +178,22 @@ public static class FanoutExchange
             routeName, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd);
     }
 
+    /// <summary>The grid over the route's members, where the setting and their number make one.</summary>
+    private static GridRoute? GridOf(GridRings? grid, FanoutRoute route) =>
+        grid is not null && RingGrid.For(route.Members.Count, grid.Setting) is { } layout ? new GridRoute(layout, route) : null;
+
     /// <summary>The grid's two rings for this rank: every rank listens for both (a rank beyond the grid's positions
-    /// for its group's only), the addresses travel in one all-gather, and each ring connects among its own members.</summary>
-    private static async Task<RingResult> ExchangeOverGridAsync(IRankGroup group, RingGrid layout, GridRings grid, CacheTierClient tier, INodeIngest node,
+    /// or a leaf for its group's only), the addresses travel in one all-gather, and each ring connects among its own
+    /// ranks. A leaf only receives, over its group's ring.</summary>
+    private static async Task<RingResult> ExchangeOverGridAsync(IRankGroup group, GridRoute route, GridRings grid, CacheTierClient tier, INodeIngest node,
         Manifest manifest, string version, bool[] needed, bool wanted, TimeSpan limit, TimeSpan? stallTimeout, TimeSpan? peerSilence, CancellationToken ct)
     {
-        var (g, position) = layout.PlaceOf(group.Rank);
+        var layout = route.Layout;
+        var (g, position) = route.PlaceOf(group.Rank);
         var (groupPlan, columnPlans) = layout.Plans(manifest, g, needed);
-        var inColumn = position < layout.Positions;
+        var leaf = route.Route.IsLeaf(group.Rank);
+        var inColumn = !leaf && position < layout.Positions;
+        var groupRoute = route.GroupRoute(g);
         using var groupEnd = TcpRing.Listen(grid.Local);
         using var columnEnd = inColumn ? TcpRing.Listen(grid.Local) : null;
         var mine = new byte[2 * TcpRing.EntryBytes];
@@ -192,29 +201,40 @@ public static class FanoutExchange
         columnEnd?.Entry.CopyTo(mine, TcpRing.EntryBytes);
         var all = await Within(group.AllGatherAsync(mine, ct), limit, "the grid's addresses");
         var connectLimit = limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit;
-        var groupMembers = layout.GroupMembers(g);
         TcpRing? groupRing = null, columnRing = null;
+        var leavesKeepGroup = false;
         try
         {
             // Both rings at once: a rank waiting to be accepted into one ring must not hold up its neighbours' other ring.
-            var connectGroup = groupEnd.ConnectAsync(position, groupMembers.Select(r => all[r][..TcpRing.EntryBytes]).ToArray(), connectLimit, ct);
+            var connectGroup = groupEnd.ConnectAsync(position, route.GroupRanks(g).Select(r => all[r][..TcpRing.EntryBytes]).ToArray(), connectLimit, ct, groupRoute);
             Task<TcpRing>? connectColumn = null;
             if (columnEnd is not null)
-            {
-                var columnMembers = layout.ColumnMembers(position);
-                connectColumn = columnEnd.ConnectAsync(g, columnMembers.Select(r => all[r][TcpRing.EntryBytes..]).ToArray(), connectLimit, ct);
-            }
+                connectColumn = columnEnd.ConnectAsync(g, route.ColumnRanks(position).Select(r => all[r][TcpRing.EntryBytes..]).ToArray(), connectLimit, ct);
             try { groupRing = await connectGroup; }
             finally { if (connectColumn is not null) columnRing = await connectColumn; }
             var fetchers = columnPlans.Append(groupPlan).ToDictionary(p => p, p => new BlockFetcher(tier, p, version));
-            return await GridAllGather.RunAsync(layout, group.Rank, groupPlan, columnPlans, groupRing, columnRing,
-                (plan, block, message, token) => fetchers[plan].FetchAsync(block, message, token),
-                (message, plan, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, peerSilence);
+            ValueTask Deliver(ReadOnlyMemory<byte> message, FanoutPlan plan, CancellationToken token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask;
+            if (leaf)
+                return await RingAllGather.RunAsync(groupPlan, groupRing, fetchers[groupPlan].FetchAsync, (message, token) => Deliver(message, groupPlan, token),
+                    ct, stallTimeout, groupRoute, peerSilence: peerSilence);
+            var result = await GridAllGather.RunAsync(layout, route.Route.PositionOf(group.Rank), groupPlan, columnPlans, groupRing, columnRing,
+                (plan, block, message, token) => fetchers[plan].FetchAsync(block, message, token), Deliver, ct, stallTimeout, peerSilence, groupRoute);
+            if (result.LeavesServed is not { IsCompleted: false } serving) return result;
+            // The leaves still take this member's share over the group's ring: it closes once they have it.
+            leavesKeepGroup = true;
+            var ring = groupRing;
+            return result with { LeavesServed = CloseAfter(serving, ring) };
         }
         finally
         {
-            if (groupRing is not null) await groupRing.DisposeAsync();
+            if (groupRing is not null && !leavesKeepGroup) await groupRing.DisposeAsync();
             if (columnRing is not null) await columnRing.DisposeAsync();
+        }
+
+        static async Task CloseAfter(Task serving, TcpRing ring)
+        {
+            try { await serving; }
+            finally { await ring.DisposeAsync(); }
         }
     }
 

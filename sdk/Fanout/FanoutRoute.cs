@@ -30,6 +30,11 @@ public sealed class FanoutRoute
     /// <summary>Every rank in the ring, in rank order: today's plan.</summary>
     public static FanoutRoute Ring(int size) => new(size, Enumerable.Range(0, size).ToArray(), [], null);
 
+    /// <summary>The ranks of a ring whose last <paramref name="leaves"/> are leaves: a group's ring of the grid with the
+    /// leaves it serves after its members (<see cref="GridRoute"/>).</summary>
+    public static FanoutRoute WithLeavesAfter(int members, int leaves) =>
+        new(members + leaves, Enumerable.Range(0, members).ToArray(), Enumerable.Range(members, leaves).ToArray(), null);
+
     /// <summary>
     /// The route from every rank's probe of the link from its left neighbour (<paramref name="incoming"/>[r]: bytes per
     /// second from r−1 into r, with the bytes it measured over). Node r's rate is the faster of its two probed links

@@ -16,10 +16,14 @@ public static class GridAllGather
     /// <param name="columnLink">This rank's link in its column's ring; null for a member beyond the grid's positions.</param>
     /// <param name="fetch">Fills a message with a block of the given plan from the cache tier (see <see cref="BlockFetcher"/>).</param>
     /// <param name="deliver">Hands one block message of the given plan to this node; called one at a time.</param>
+    /// <param name="groupRoute">The group's ring with the leaves it serves (<see cref="GridRoute.GroupRoute"/>); null:
+    /// no leaves. This member then returns once its node has everything, and its
+    /// <see cref="RingResult.LeavesServed"/> completes when the leaves have its share: the group's link must stay open
+    /// until then.</param>
     public static async Task<RingResult> RunAsync(RingGrid grid, int rank, FanoutPlan groupPlan, IReadOnlyList<FanoutPlan> columnPlans,
         IRingLink groupLink, IRingLink? columnLink, Func<FanoutPlan, Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, FanoutPlan, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null,
-        TimeSpan? peerSilence = null)
+        TimeSpan? peerSilence = null, FanoutRoute? groupRoute = null, long leafRetainBytes = RingAllGather.LeafRetainBytes)
     {
         var clock = Stopwatch.StartNew();
         var (_, position) = grid.PlaceOf(rank);
@@ -80,11 +84,13 @@ public static class GridAllGather
         var groupRing = Run(() => RingAllGather.RunAsync(groupPlan, groupLink, (block, message, token) => FromTier(groupPlan, block, message, token),
             // This member's own blocks reached the node over the column.
             (message, token) => column.Holds(message) ? ValueTask.CompletedTask : Deliver(message, groupPlan, token),
-            failed.Token, stallTimeout, peerSilence: peerSilence, ownInAnyOrder: columnPlan is null ? null : column.NextAsync));
+            failed.Token, stallTimeout, groupRoute, awaitLeaves: false, peerSilence: peerSilence, ownInAnyOrder: columnPlan is null ? null : column.NextAsync,
+            leafRetainBytes: leafRetainBytes));
         var results = await Task.WhenAll(columnRing, groupRing);
         var (c, g) = (results[0], results[1]);
         return new RingResult(tierBlocks, c.BlocksReceived + g.BlocksReceived, c.BlocksSent + g.BlocksSent, Interlocked.Read(ref tierBytes),
             c.BytesReceived + g.BytesReceived, c.BytesSent + g.BytesSent, clock.Elapsed.TotalSeconds,
+            g.LeafBytesSent, g.BlocksRefetched, g.LeavesServed,
             ShareSeconds: columnPlan is null ? 0 : c.ShareSeconds, Bypassed: c.Bypassed + g.Bypassed, RepairBytesFetched: c.RepairBytesFetched + g.RepairBytesFetched,
             HeldBytesAtMost: column.HeldBytesAtMost);
     }

@@ -66,9 +66,10 @@ public interface IRingRepair : IPeerLinks
 /// <summary>What the exchange did on one rank.</summary>
 /// <param name="LeafBytesSent">Of <paramref name="BytesSent"/>, what went to leaves.</param>
 /// <param name="BlocksRefetched">Own blocks fetched a second time for the leaves, because more than
-/// <see cref="RingAllGather.LeafRetainBlocks"/> were already waiting for them.</param>
-/// <param name="LeavesServed">With <c>awaitLeaves: false</c>: completes when this member has sent the leaves its share
-/// (the counts above are final then); otherwise already complete.</param>
+/// <see cref="RingAllGather.LeafRetainBlocks"/> and the bytes allowed were already waiting for them.</param>
+/// <param name="LeavesServed">With <c>awaitLeaves: false</c>: completes when this member has sent the leaves its share;
+/// otherwise already complete. The counts are as of the return: with leaves still being served, what they are sent
+/// after it is not in them.</param>
 /// <param name="ShareSeconds">When this rank held the last block of its own share, from the exchange's start: against
 /// <paramref name="Seconds"/>, whether the tier or the ring set the pace.</param>
 /// <param name="Bypassed">Members this rank routed around (its right neighbour died or hung).</param>
@@ -107,10 +108,19 @@ public static class RingAllGather
 
 
     /// <summary>
-    /// Own blocks kept in memory for the leaves at most; beyond that a block is fetched again when a leaf's turn comes,
-    /// so a slow leaf holds neither the ring nor more than this much memory.
+    /// Own blocks kept in memory for the leaves however large they are; beyond this and
+    /// <see cref="LeafRetainBytes"/> a block is fetched again when a leaf's turn comes, so a slow leaf holds neither the
+    /// ring nor more than that much memory.
     /// </summary>
     public const int LeafRetainBlocks = 16;
+
+    /// <summary>
+    /// Bytes of own blocks kept for the leaves at most beyond <see cref="LeafRetainBlocks"/> blocks. A share of one
+    /// ring is a few blocks; a share of a grid's group ring (a column's part, S/G) is many, and a leaf at a tenth of the
+    /// rate takes it long after the member has it: without room to keep it the tier would send the leaf its copy
+    /// again. 64 MB keeps a leaf's whole copy up to S = 64 MB × G (6.4 GB at 10,000 nodes).
+    /// </summary>
+    public const long LeafRetainBytes = 64L << 20;
 
     /// <summary>
     /// How long a right neighbour may take nothing while a block waits for it before it counts as dead or hung and is
@@ -133,17 +143,19 @@ public static class RingAllGather
     /// this node need not wait for it to be ready.</param>
     /// <param name="ownInAnyOrder">Fills a message with the next of this rank's own blocks, whichever is ready (each
     /// once); the ring then takes its own share in that order instead of asking <paramref name="fetch"/> for each in
-    /// turn, which it still does for blocks it resends. Not with leaves.</param>
+    /// turn, which it still does for blocks it resends (and for a leaf, those it no longer keeps).</param>
+    /// <param name="leafRetainBytes">Bytes of own blocks kept for the leaves beyond <see cref="LeafRetainBlocks"/>
+    /// blocks; default <see cref="LeafRetainBytes"/>.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null,
-        bool awaitLeaves = true, TimeSpan? peerSilence = null, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder = null)
+        bool awaitLeaves = true, TimeSpan? peerSilence = null, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder = null,
+        long leafRetainBytes = LeafRetainBytes)
     {
         var clock = System.Diagnostics.Stopwatch.StartNew();
         route ??= FanoutRoute.Ring(link.Size);
         if (route.Members.Count != plan.Ranks) throw new ArgumentException($"the plan has {plan.Ranks} shares for {route.Members.Count} ring members", nameof(route));
         var peers = link as IPeerLinks;
         if (route.HasLeaves && peers is null) throw new ArgumentException("routing around slow members needs links to every rank", nameof(link));
-        if (route.HasLeaves && ownInAnyOrder is not null) throw new ArgumentException("leaves are sent a member's own blocks in order", nameof(ownInAnyOrder));
         var rank = link.Rank;
         var leaf = route.IsLeaf(rank);
         var position = route.PositionOf(rank);
@@ -163,6 +175,7 @@ public static class RingAllGather
         var fetchSlots = new SemaphoreSlim(FetchAhead);
         long fetchedBytes = 0, receivedBytes = 0, sentBytes = 0, leafBytes = 0;
         int fetched = 0, received = 0, sent = 0, refetched = 0, retained = 0;
+        long retainedBytes = 0;
         long progress = 0;
         double shareSeconds = 0;
         var expected = leaf ? plan.Shares.Sum(s => s.Count) : plan.BlocksReceivedBy(position);
@@ -184,6 +197,8 @@ public static class RingAllGather
         async Task FetchShare()
         {
             var blocks = plan.Shares[position];
+            // Taken in any order, a block a leaf is sent again is found by its first segment.
+            var byFirst = ownInAnyOrder is not null && leaves.Count > 0 ? blocks.ToDictionary(b => b.First) : null;
             var next = -1;
             try
             {
@@ -193,8 +208,14 @@ public static class RingAllGather
                     {
                         await fetchSlots.WaitAsync(token);
                         // Kept for the leaves while few are waiting; otherwise their senders fetch it again in turn.
-                        var keep = leaves.Count > 0 && Interlocked.Increment(ref retained) <= LeafRetainBlocks;
-                        if (leaves.Count > 0 && !keep) Interlocked.Decrement(ref retained);
+                        var keep = false;
+                        if (leaves.Count > 0)
+                        {
+                            var blocksKept = Interlocked.Increment(ref retained);
+                            var bytesKept = Interlocked.Add(ref retainedBytes, size);
+                            keep = blocksKept <= LeafRetainBlocks || bytesKept <= leafRetainBytes;
+                            if (!keep) { Interlocked.Decrement(ref retained); Interlocked.Add(ref retainedBytes, -size); }
+                        }
                         var m = Message.Rent(size, holders: (plan.Ranks > 1 ? 2 : 1) + (keep ? leaves.Count : 0));
                         m.LeafHolders = keep ? leaves.Count : 0;
                         m.Length = ownInAnyOrder is null ? await fetch(blocks[i], m.Buffer, token) : await ownInAnyOrder(m.Buffer, token);
@@ -206,7 +227,8 @@ public static class RingAllGather
                         Interlocked.Add(ref fetchedBytes, m.Length);
                         m.Own = true;
                         await toNode.Writer.WriteAsync(m, token);
-                        foreach (var queue in toLeaves) await queue.Writer.WriteAsync(new LeafItem(keep ? m : null, blocks[i]), token);
+                        var own = byFirst is null ? blocks[i] : byFirst[first];
+                        foreach (var queue in toLeaves) await queue.Writer.WriteAsync(new LeafItem(keep ? m : null, own), token);
                         if (plan.Ranks > 1) outgoing.Add(m, own: true);
                         else fetchSlots.Release();
                     }
@@ -514,7 +536,7 @@ public static class RingAllGather
                     {
                         length = m.Length;
                         await peers!.SendToAsync(leafRank, m.Buffer[..length], token);
-                        if (Interlocked.Decrement(ref m.LeafHolders) == 0) Interlocked.Decrement(ref retained);
+                        if (Interlocked.Decrement(ref m.LeafHolders) == 0) { Interlocked.Decrement(ref retained); Interlocked.Add(ref retainedBytes, -size); }
                         m.Release();
                     }
                     else

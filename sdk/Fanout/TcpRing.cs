@@ -98,15 +98,18 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
         public byte[] Entry { get; }
 
         /// <summary>Connects to the right neighbour and accepts the left one, as rank <paramref name="rank"/> of the
-        /// ranks whose entries are <paramref name="entries"/> (this one's among them); the ring owns the socket then.</summary>
-        public async Task<TcpRing> ConnectAsync(int rank, IReadOnlyList<byte[]> entries, TimeSpan timeout, CancellationToken ct)
+        /// ranks whose entries are <paramref name="entries"/> (this one's among them); the ring owns the socket then.
+        /// With a <paramref name="route"/> that has leaves, the links are those the route sends and receives over instead.</summary>
+        public async Task<TcpRing> ConnectAsync(int rank, IReadOnlyList<byte[]> entries, TimeSpan timeout, CancellationToken ct, FanoutRoute? route = null)
         {
+            if (route is not null && route.Size != entries.Count) throw new ArgumentException($"a route of {route.Size} ranks for {entries.Count} entries", nameof(route));
             var listener = Interlocked.Exchange(ref _listener, null) ?? throw new InvalidOperationException("this ring is already connected");
             if (entries.Count < 2) { listener.Dispose(); return new TcpRing(0, 1, null, [], []); }
             var ring = new TcpRing(rank, entries.Count, listener, entries.ToArray(), _secret);
             try
             {
-                await ring.OpenAsync([(rank + 1) % entries.Count], [(rank - 1 + entries.Count) % entries.Count], timeout, ct);
+                if (route is { HasLeaves: true }) await ring.OpenAsync(route.SendsTo(rank), route.ReceivesFrom(rank), timeout, ct);
+                else await ring.OpenAsync([(rank + 1) % entries.Count], [(rank - 1 + entries.Count) % entries.Count], timeout, ct);
                 return ring;
             }
             catch

@@ -224,6 +224,106 @@ public sealed class GridAllGatherTests
         Assert.InRange(sent, stored, stored + stored / grid.Positions + (32L << 20));
     }
 
+    [Fact]
+    public void The_leaves_are_dealt_round_the_groups_and_follow_the_members_in_their_groups_rings()
+    {
+        // Ranks 2, 5 and 11 are slow: the grid is over the other 12 (groups of 4: ranks 0 1 3 4 | 6 7 8 9 | 10 12 13 14).
+        var probes = Enumerable.Range(0, 15).Select(r => new ProbeResult(r is 2 or 3 or 5 or 6 or 11 or 12 ? 0.5e6 : 3e6, 0.3)).ToArray();
+        var route = FanoutRoute.FromProbes(probes);
+        Assert.Equal([2, 5, 11], route.Leaves);
+        var grid = new GridRoute(RingGrid.Of(12, 4)!, route);
+        Assert.Equal([0, 1, 3, 4, 2], grid.GroupRanks(0));
+        Assert.Equal([6, 7, 8, 9, 5], grid.GroupRanks(1));
+        Assert.Equal([10, 12, 13, 14, 11], grid.GroupRanks(2));
+        Assert.Equal([1, 7, 12], grid.ColumnRanks(1));
+        Assert.Equal((1, 4), grid.PlaceOf(5));
+        Assert.Equal((2, 1), grid.PlaceOf(12));
+        var ring = grid.GroupRoute(0);
+        Assert.Equal([4], ring.Leaves);
+        Assert.Equal([1, 4], ring.SendsTo(0));
+        Assert.Equal([0, 1, 2, 3], ring.ReceivesFrom(4));
+        Assert.Equal("grid:3x4/leaves:2,5,11", grid.ToString());
+        Assert.Equal("grid:3x4", new GridRoute(RingGrid.Of(12, 4)!, FanoutRoute.Ring(12)).ToString());
+    }
+
+    /// <summary>
+    /// A slow node the probe made a leaf no longer turns the grid into one ring: the other nodes form the grid, and the
+    /// leaf takes each group member's column part over its group's ring. The leaf here takes its blocks slowly.
+    /// </summary>
+    [Theory]
+    [InlineData(RingAllGather.LeafRetainBytes)]
+    [InlineData(0L)]    // no bytes kept beyond the few blocks always kept: the members fetch the rest again, found by the block they arrived as
+    public async Task A_leaf_served_by_its_group_gets_every_segment_once_while_the_members_run_the_grid(long leafRetainBytes)
+    {
+        const int ranks = 10, slow = 2, segments = 1200;
+        var route = FanoutRoute.FromProbes(Enumerable.Range(0, ranks).Select(r => new ProbeResult(r is slow or slow + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
+        Assert.Equal([slow], route.Leaves);
+        var grid = new GridRoute(RingGrid.Of(9, 3)!, route);
+        var manifest = ManifestOf(segments, seed: 7);
+        var (plan0, _) = grid.Layout.Plans(manifest, 0);
+        Assert.All(plan0.Shares, s => Assert.True(s.Count > 2 * RingAllGather.LeafRetainBlocks, $"{s.Count} blocks in a member's share"));
+        var groupLinks = Enumerable.Range(0, grid.Layout.Groups).Select(g => InProcessRing.Create(grid.GroupRanks(g).Count)).ToArray();
+        var columnLinks = Enumerable.Range(0, grid.Layout.Positions).Select(_ => InProcessRing.Create(grid.Layout.Groups)).ToArray();
+        var delivered = Enumerable.Range(0, ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
+        var fetched = new ConcurrentBag<int>();
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
+
+        var results = await Task.WhenAll(Enumerable.Range(0, ranks).Select(rank => Task.Run(async () =>
+        {
+            var (g, p) = grid.PlaceOf(rank);
+            var (groupPlan, columnPlans) = grid.Layout.Plans(manifest, g);
+            if (route.IsLeaf(rank))
+                return await RingAllGather.RunAsync(groupPlan, new SlowReceiving((IPeerLinks)groupLinks[g][p]), (block, message, _) => FetchAsync(groupPlan, block, message, fetched),
+                    (message, _) => Deliver(message, groupPlan, delivered[rank], rank), timeout.Token, TimeSpan.FromSeconds(60), grid.GroupRoute(g));
+            var result = await GridAllGather.RunAsync(grid.Layout, route.PositionOf(rank), groupPlan, columnPlans, groupLinks[g][p], columnLinks[p][g],
+                (plan, block, message, _) => FetchAsync(plan, block, message, fetched),
+                (message, plan, _) => Deliver(message, plan, delivered[rank], rank), timeout.Token, TimeSpan.FromSeconds(60), groupRoute: grid.GroupRoute(g),
+                leafRetainBytes: leafRetainBytes);
+            await result.LeavesServed!.WaitAsync(timeout.Token);
+            return result;
+        })));
+
+        for (var r = 0; r < ranks; r++)
+        {
+            Assert.Equal(Enumerable.Range(0, segments), delivered[r].Keys.Order());
+            Assert.All(delivered[r], kv => Assert.Equal(StoredBytes(manifest, kv.Key), kv.Value));
+        }
+        // The leaf fetches and sends nothing and takes its group's plan once: each member's column part, from that
+        // member. No member of another group sends it anything.
+        Assert.Equal((0, 0), (results[slow].BlocksFetched, results[slow].BlocksSent));
+        Assert.Equal(plan0.Shares.Sum(s => s.Count), results[slow].BlocksReceived);
+        Assert.Equal(plan0.Shares.Sum(s => s.Sum(b => (long)b.StoredBytes + BlockMessage.HeaderLength + BlockMessage.RecordHeaderLength * b.Count)), results[slow].BytesReceived);
+        Assert.All(Enumerable.Range(0, ranks).Where(r => grid.PlaceOf(r).Group != 0), r => Assert.Equal(0, results[r].LeafBytesSent));
+        // The tier sends each segment once; with no room to keep blocks for the slow leaf, again what the members had
+        // stopped keeping for it: at most the leaf's copy once more.
+        Assert.Equal(Enumerable.Range(0, segments), fetched.Distinct().Order());
+        if (leafRetainBytes > 0) Assert.Equal(segments, fetched.Count);
+        else Assert.InRange(fetched.Count, segments + 1, 2 * segments);
+    }
+
+    /// <summary>A node whose link hands it one message every few milliseconds, from whichever sender: it takes the data
+    /// well behind the others.</summary>
+    private sealed class SlowReceiving(IPeerLinks inner) : IPeerLinks
+    {
+        private readonly SemaphoreSlim _link = new(1);
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public int SendWindow => inner.SendWindow;
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => inner.ReceiveAsync(buffer, ct);
+        public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) =>
+            inner.ConnectPeersAsync(sendTo, receiveFrom, timeout, ct);
+        public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendToAsync(rank, message, ct);
+
+        public async Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct)
+        {
+            await _link.WaitAsync(ct);
+            try { await Task.Delay(20, ct); }
+            finally { _link.Release(); }
+            return await inner.ReceiveFromAsync(rank, buffer, ct);
+        }
+    }
+
     private static async Task<(TcpRing[] Groups, TcpRing?[] Columns)> ConnectAsync(RingGrid grid, CancellationToken ct)
     {
         var groupEnds = Enumerable.Range(0, grid.Ranks).Select(_ => TcpRing.Listen(IPAddress.Loopback)).ToArray();
