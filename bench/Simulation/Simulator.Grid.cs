@@ -36,28 +36,47 @@ public sealed partial class Simulator
         }
 
         /// <summary>
-        /// The exchange as a grid of rings (<see cref="RingGrid"/>, the same layout node prep computes): P columns of K
-        /// members all-gather a part of S/P each, every member fetching S/(P·K) from the tier; K groups all-gather the P
-        /// parts, every member putting in its column's part. All rings start together, a column's edges once its
-        /// members' first blocks are in; a group's edges as long again later, since a member's first own block there is
-        /// its column's first.
+        /// The exchange as a grid of rings (<see cref="RingGrid"/>, the same layout node prep computes) over the ring's
+        /// members: P columns of K members all-gather a part of S/P each, every member fetching S/(P·K) from the tier; K
+        /// groups all-gather the P parts, every member putting in its column's part. All rings start together, a
+        /// column's edges once its members' first blocks are in; a group's edges as long again later, since a member's
+        /// first own block there is its column's first. Leaf j is served by group j mod K (<see cref="GridRoute"/>): its
+        /// members' parts to it are one flow (<see cref="ToLeaf"/>) from when the group's edges start.
         /// </summary>
         private void ExchangeOverGrid(RingGrid grid)
         {
             _grid = grid;
             var (k, p) = (grid.Groups, grid.Positions);
             _gridBlock = BlockSizing.For(_s / p / k);
-            _columns = Enumerable.Range(0, p).Select(c => new SubRing([.. grid.ColumnMembers(c)], Enumerable.Repeat(_s / p / k, k).ToArray(), fromTier: true)).ToArray();
+            _columns = Enumerable.Range(0, p).Select(c => new SubRing([.. grid.ColumnMembers(c).Select(m => _members[m])], Enumerable.Repeat(_s / p / k, k).ToArray(), fromTier: true)).ToArray();
             _groups = Enumerable.Range(0, k).Select(g =>
             {
-                var members = grid.GroupMembers(g).ToArray();
+                var members = grid.GroupMembers(g).Select(m => _members[m]).ToArray();
                 return new SubRing(members, members.Select((_, q) => q < p ? _s / p : 0).ToArray(), fromTier: false);
             }).ToArray();
-            _ringsLeft = _columns.Length + _groups.Length;
+            _ringsLeft = _columns.Length + _groups.Length + _leaves.Length;
+            _toLeaf = new Flow?[_leaves.Length];
+            _leafEnd = new double[_leaves.Length];
             var firstBlock = FirstSend(Node(0), _gridBlock, _n);
             foreach (var column in _columns) StartRing(column, firstBlock);
             foreach (var group in _groups) StartRing(group, 2 * firstBlock);
+            sim._net.After(2 * firstBlock, () =>
+            {
+                for (var i = 0; i < _leaves.Length; i++)
+                {
+                    var index = i;
+                    var holders = _groups[i % k].Ranks.Take(p).Select(Node).ToArray();
+                    _toLeaf[i] = sim.ToLeaf(holders, Node(_leaves[i]), _s, _ => { _leafEnd[index] = sim._net.Now; LeafDone(); });
+                }
+            });
             if (job.FailAfter is { } after) sim._net.After(after, Fail);
+        }
+
+        private void LeafDone()
+        {
+            if (--_ringsLeft > 0) return;
+            _exchangeEnd = sim._net.Now;
+            FinishGrid();
         }
 
         private void StartRing(SubRing ring, double edgesAfter)
@@ -107,6 +126,13 @@ public sealed partial class Simulator
                 var finish = RingFinish(group.EdgeEnd, ready, k => Hop(group, k));
                 for (var k = 0; k < group.Count; k++) _done[group.Ranks[k]] = Ingested(Math.Max(finish[k], columnDone[group.Ranks[k]]));
             }
+            // A leaf has everything when its group's parts have crossed its link, and not before the last of them was in
+            // its holder's hands.
+            for (var i = 0; i < _leaves.Length; i++)
+            {
+                var holders = _groups[i % _groups.Length].Ranks.Take(_grid!.Positions);
+                _done[_leaves[i]] = Ingested(Math.Max(_leafEnd[i], holders.Max(r => columnDone[r]) + _gridBlock / sim.LinkRate(Node(_leaves[i])) + sim._spec.HopLatency));
+            }
         }
 
         /// <summary>
@@ -123,6 +149,7 @@ public sealed partial class Simulator
             {
                 _stopped = false;
                 foreach (var ring in rings) CloseSubRing(ring, peerTimeout);
+                StopLeafFlows();
                 return;
             }
             var received = new double[_n];
@@ -133,7 +160,29 @@ public sealed partial class Simulator
                     if (ring.Fetch[k] is { } f) { sim._net.Cancel(f); received[ring.Ranks[k]] += f.Moved; _tierBytes += f.Moved; }
                     if (ring.Edge[k] is { } e) { sim._net.Cancel(e); received[ring.Ranks[(k + 1) % ring.Count]] += e.Moved; }
                 }
+            for (var i = 0; i < _leaves.Length; i++)
+                if (_toLeaf[i] is { } l) { sim._net.Cancel(l); received[_leaves[i]] += l.Moved; }
             FallBack(received);
+        }
+
+        /// <summary>
+        /// A leaf whose group lost a member loses that member's connection (a process that dies closes it): its exchange
+        /// fails and it fetches what it lacks from the tier at once. A leaf that dies is simply gone.
+        /// </summary>
+        private void StopLeafFlows()
+        {
+            for (var i = 0; i < _leaves.Length; i++)
+            {
+                if (_toLeaf[i] is not { } flow || _leafEnd[i] > 0) continue;
+                var leaf = _leaves[i];
+                if (leaf != _dead && !_groups[i % _groups.Length].Ranks.Contains(_dead)) continue;
+                sim._net.Cancel(flow);
+                _toLeaf[i] = null;
+                var index = i;
+                if (leaf == _dead) { LeafDone(); continue; }
+                _fellBack++;
+                sim.FromTier(Node(leaf), Math.Max(0, _s - flow.Moved), Delivery.Direct, f => { _tierBytes += f.Size; _leafEnd[index] = sim._net.Now; LeafDone(); });
+            }
         }
 
         /// <summary>

@@ -478,7 +478,7 @@ public sealed partial class Simulator
         private void Exchange()
         {
             _exchangeStart = sim._net.Now;
-            if (_leaves.Length == 0 && RingGrid.For(_n, job.RingGroups) is { } grid)
+            if (RingGrid.For(M, job.RingGroups) is { } grid)
             {
                 ExchangeOverGrid(grid);
                 return;

@@ -243,6 +243,35 @@ public class SimulationTests
     /// <summary>What the probe's rounds up to and including <paramref name="rounds"/> take on a link of that rate.</summary>
     private static double RoundsSeconds(int rounds, double bytesPerSecond) => Enumerable.Range(0, rounds).Sum(k => LeafRule.RoundBytes(k) / bytesPerSecond);
 
+    /// <summary>
+    /// One node in a hundred at a tenth of the rate, 10,000 nodes on 10 Gbit/s: the probe makes the slow ones leaves and
+    /// the others still run the grid, each leaf served by one group. The healthy nodes lose the probe's time to the slow
+    /// nodes, not the grid: over one ring of the members they took about twice as long.
+    /// </summary>
+    [Fact]
+    public void With_one_node_in_a_hundred_slow_the_members_keep_the_grid_and_the_healthy_lose_only_the_probe()
+    {
+        var cal = Calibration.FromRecords(ResultReader.Read(AgentsRecords).Records, AgentsRecords);
+        const long stored = 448L << 20;
+        const int nodes = 10_000;
+        var a = new Experiments.Assumptions();
+        var slow = Enumerable.Range(0, nodes).Where(i => i % 100 == 50).ToHashSet();
+        var healthy = Simulator.Run(Experiments.Cluster(nodes, 8, 10, a), cal, Delivery.Fanout, stored).Jobs[0];
+        var grid = Simulator.Run(Experiments.Cluster(nodes, 8, 10, a, slow: slow), cal, Delivery.Fanout, stored, probe: true).Jobs[0];
+        var ring = Simulator.Run(Experiments.Cluster(nodes, 8, 10, a, slow: slow), cal, Delivery.Fanout, stored, probe: true, ringGroups: "off").Jobs[0];
+        double Healthiest(JobResult job) => job.NodeSeconds.Where((_, i) => !slow.Contains(i)).Max();
+
+        Assert.Equal(slow.Order(), grid.Leaves!);
+        Assert.InRange(Healthiest(grid), healthy.Seconds, healthy.Seconds + grid.ProbeSeconds + 0.1);
+        Assert.True(Healthiest(ring) > 1.5 * Healthiest(grid), $"one ring of the members {Healthiest(ring):0.00} s, the grid {Healthiest(grid):0.00} s");
+        // Each leaf takes S once, from its group's members (who keep its S/G, 4.5 MB here, under the 64 MB they may keep
+        // for leaves): the tier still sends S once.
+        Assert.InRange(grid.TierBytes, stored * 0.999, stored * 1.01);
+        // A slow node takes its own link's time for S beside the start-up and probe everyone has: it waits for no one.
+        var own = stored / (10e9 * a.SlowFactor / 8 * cal.Efficiency);
+        Assert.InRange(grid.NodeSeconds.Where((_, i) => slow.Contains(i)).Max(), own, own + healthy.Seconds + grid.ProbeSeconds);
+    }
+
     [Theory]
     [InlineData(10e9, 0.25)]
     [InlineData(10e9, 0.1)]
