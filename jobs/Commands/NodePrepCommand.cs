@@ -176,7 +176,7 @@ public static class NodePrepCommand
                     version = summary.Version;
                     // The line below is this node's time; the process still waits at the end for the other ranks.
                     // Leaves take their own link's time, so the ranks may wait that long for each other at the end.
-                    ranks.ClosingLimit = summary.Route.StartsWith("leaves", StringComparison.Ordinal) ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
+                    ranks.ClosingLimit = summary.HadLeaves ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
                     leavesServed = served;
                     fanout = $" fanout=mpi ranks={summary.Ranks} ring={o.Ring} {NodeExchange.Fields(summary)}";
                 }

@@ -55,7 +55,9 @@ public sealed record GridRings(string Setting, System.Net.IPAddress Local);
 /// <summary>What one rank's exchange did, for the node-prep line and the report.</summary>
 /// <param name="Ring">Its <see cref="RingResult.LeavesServed"/> completes once this member has sent the leaves its
 /// share: the rank's process must not leave before, though its node is ready.</param>
-/// <param name="Route">Who formed the ring and who was a leaf (<see cref="FanoutRoute.ToString"/>).</param>
+/// <param name="Route">Who formed the ring or grid and who was a leaf (<see cref="FanoutRoute.ToString"/>,
+/// <see cref="GridRoute.ToString"/>).</param>
+/// <param name="HadLeaves">Whether the probe made leaves: they finish at their own links' pace, long after the members.</param>
 /// <param name="ProbeSeconds">What the link probe took on this rank, up to the agreed route; 0 without one.</param>
 /// <param name="ManifestSeconds">From the exchange's start until this rank held the checked manifest (rank 0's look-up
 /// and its broadcast).</param>
@@ -63,7 +65,8 @@ public sealed record GridRings(string Setting, System.Net.IPAddress Local);
 /// each lacks).</param>
 /// <param name="EndSeconds">From the ring's end until the exchange's (the probe's drain, the ingest's end).</param>
 public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt,
-    int SegmentsCarried = 0, string Route = "ring", double ProbeSeconds = 0, double ManifestSeconds = 0, double AgreeSeconds = 0, double EndSeconds = 0);
+    int SegmentsCarried = 0, string Route = "ring", double ProbeSeconds = 0, double ManifestSeconds = 0, double AgreeSeconds = 0, double EndSeconds = 0,
+    bool HadLeaves = false);
 
 /// <summary>
 /// One rank's whole fan-out: rank 0 resolves the version and hands its manifest to all (each checks it hashes to the
@@ -175,7 +178,7 @@ public static class FanoutExchange
         var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
         var seconds = clock.Elapsed.TotalSeconds;
         return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, seconds, !wanted, needed.Count(n => n),
-            routeName, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd);
+            routeName, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves);
     }
 
     /// <summary>The grid over the route's members, where the setting and their number make one.</summary>
