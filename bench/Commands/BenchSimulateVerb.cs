@@ -19,8 +19,8 @@ public sealed class BenchSimulateOptions : IVerbOptions
     [Switch("--records", "Recorded lab runs (bench cluster --scheduler slurm): the cells replayed and the calibration's source.")]
     public string Records { get; set; } = "docs/results/slurm-native.jsonl";
 
-    [Switch("--slow-records", "Recorded lab runs with a slow node (bench cluster --slow-nodes), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
-    public string SlowRecords { get; set; } = "docs/results/slow-node.jsonl";
+    [Switch("--slow-records", "Recorded lab runs with a slow node (bench cluster --slow-nodes), comma-separated files, each replayed with a calibration read from its own runs without one; a file that is absent is skipped.")]
+    public string SlowRecords { get; set; } = "docs/results/slow-node.jsonl,docs/results/slow-node-grid.jsonl,docs/results/slow-node-grid-fast-tier.jsonl";
 
     [Switch("--grid-records", "Recorded lab runs of the fan-out as a grid of rings (bench cluster --fanout mpi,mpi-grid<G>), comma-separated files, each replayed with a calibration read from its own runs over one ring; a file that is absent is skipped.")]
     public string GridRecords { get; set; } = "docs/results/grid.jsonl,docs/results/grid-native.jsonl,docs/results/grid-fast-tier.jsonl";
@@ -102,7 +102,7 @@ public static class BenchSimulateVerb
 
         // The slow-node runs and the grid's come from other sessions of the lab (bench cluster under mpiexec), so each
         // file is calibrated from its own runs of the fan-out over one ring without a slow node, by the same rule as above.
-        var files = new[] { (o.SlowRecords, "lab, slow node") }
+        var files = o.SlowRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, slow node"))
             .Concat(o.GridRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, grid of rings")))
             .Append((o.KillRecords, "lab, rank killed"))
             .Concat(o.AgentsRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, requested of the agents")));
