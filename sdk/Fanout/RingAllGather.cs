@@ -179,6 +179,10 @@ public static class RingAllGather
         long progress = 0;
         double shareSeconds = 0;
         var expected = leaf ? plan.Shares.Sum(s => s.Count) : plan.BlocksReceivedBy(position);
+        // A leaf counts what each member has sent it, so a member that owes it blocks and has gone silent is found.
+        var fromMember = new int[leaf ? route.Members.Count : 0];
+        var silentMember = leaf && peers is IRingRepair watched ? watched : null;
+        var silence = peerSilence ?? PeerSilence;
         var limit = stallTimeout ?? TimeSpan.FromMinutes(2);
         var repair = !leaf && plan.Ranks > 1 && link.SendWindow == 1 ? link as IRingRepair : null;
         var ring = repair is null ? null : new Repair(plan, route, position, expected, peerSilence ?? PeerSilence);
@@ -263,6 +267,7 @@ public static class RingAllGather
                 var (share, _, _, length) = BlockMessage.ReadHeader(m.Buffer.Span[..m.Length], plan);
                 if (length != m.Length) throw new InvalidDataException($"block message of {m.Length} bytes says {length}");
                 if (onlyShare is { } own && share != own) throw new InvalidDataException($"rank {from} sent a block of share {share}; a leaf gets only share {own} from it");
+                if (onlyShare is { } mine) Interlocked.Increment(ref fromMember[mine]);
                 Interlocked.Increment(ref received);
                 Interlocked.Add(ref receivedBytes, m.Length);
                 Interlocked.Increment(ref progress);
@@ -650,19 +655,36 @@ public static class RingAllGather
         var heartbeat = ring is null ? Task.CompletedTask : Heartbeat(beating.Token);
         try
         {
+            // A leaf looks for a silent member a few times per peer silence; the stall is still no progress for the limit.
+            var tick = silentMember is null ? limit : TimeSpan.FromTicks(Math.Min(limit.Ticks, silence.Ticks / 4));
+            var moved = clock.Elapsed;
             for (var seen = -1L; ;)
             {
-                if (await Task.WhenAny(all, Task.Delay(limit, token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
+                if (await Task.WhenAny(all, Task.Delay(tick, token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
                 if (token.IsCancellationRequested) break;
+                if (silentMember is not null)
+                    for (var k = 0; k < fromMember.Length; k++)
+                        if (Volatile.Read(ref fromMember[k]) < plan.Shares[k].Count && silentMember.SilenceFrom(route.Members[k]) >= silence)
+                        {
+                            // The member hangs or is gone: its share will not come over this ring. The leaf's node fetches
+                            // what it lacks, as a node whose exchange failed; the others do not wait for it.
+                            failed.Cancel();
+                            throw new TimeoutException($"rank {route.Members[k]} sent this leaf (rank {rank}) nothing for {silence.TotalSeconds:0.#} s " +
+                                                       $"with {plan.Shares[k].Count - Volatile.Read(ref fromMember[k])} of its blocks still to come");
+                        }
                 var now = Interlocked.Read(ref progress);
-                if (now == seen)
+                if (now != seen)
+                {
+                    (seen, moved) = (now, clock.Elapsed);
+                    continue;
+                }
+                if (clock.Elapsed - moved >= limit)
                 {
                     failed.Cancel();
                     var from = leaf ? $"ranks {string.Join(",", route.Members)}" : $"rank {leftRank}";
                     throw new TimeoutException($"the fan-out ring stalled on rank {rank}: nothing moved for {limit.TotalSeconds:0} s " +
                                                $"(received {Volatile.Read(ref received)} of {expected} blocks from {from})");
                 }
-                seen = now;
             }
             await all;
         }

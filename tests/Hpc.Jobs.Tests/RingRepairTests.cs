@@ -87,6 +87,88 @@ public sealed class RingRepairTests
     }
 
     /// <summary>
+    /// A member that hangs owes the leaves its own share, which no one else sends them. A leaf gives up on it once it
+    /// has sent nothing for the peer silence (not the stall timeout, minutes): its exchange fails and its node fetches
+    /// what it lacks, as a node whose exchange failed; the members route around the hung one and finish as before.
+    /// </summary>
+    [Fact]
+    public async Task A_leaf_gives_up_on_a_member_that_hangs_after_the_peer_silence_and_the_members_finish_without_both()
+    {
+        const int leaf = 4, victim = 2;
+        var route = FanoutRoute.FromProbes(Enumerable.Range(0, Ranks).Select(r => new ProbeResult(r is leaf or leaf + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
+        Assert.Equal([leaf], route.Leaves);
+        var manifest = ManifestOf(1200);
+        var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 256 << 10);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
+        var ends = Enumerable.Range(0, Ranks).Select(_ => TcpRing.Listen(IPAddress.Loopback)).ToArray();
+        var links = (await Task.WhenAll(Enumerable.Range(0, Ranks).Select(r =>
+            ends[r].ConnectAsync(r, ends.Select(e => e.Entry).ToArray(), TimeSpan.FromSeconds(20), timeout.Token, route)))).Select(l => new Freezable(l)).ToArray();
+        var delivered = Enumerable.Range(0, Ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
+        var victimCancel = CancellationTokenSource.CreateLinkedTokenSource(timeout.Token);
+        var struck = new TaskCompletionSource<TimeSpan>(TaskCreationOptions.RunContinuationsAsynchronously);
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var results = new RingResult?[Ranks];
+        Exception? leafError = null;
+        TimeSpan leafGaveUp = default;
+        try
+        {
+            var runs = links.Select(link => Task.Run(async () =>
+            {
+                try
+                {
+                    results[link.Rank] = await RingAllGather.RunAsync(plan, link,
+                        async (block, message, ct) =>
+                        {
+                            // The victim's own share comes slowly, so it still owes the leaf most of it when it hangs.
+                            await Task.Delay(link.Rank == victim ? 30 : 3, ct);
+                            return await FetchAsync(plan, block, message, []);
+                        },
+                        (message, _) =>
+                        {
+                            foreach (var (index, stored) in BlockMessage.Records(message, plan))
+                                Assert.True(delivered[link.Rank].TryAdd(index, stored.ToArray()), $"rank {link.Rank} got segment {index} twice");
+                            if (link.Rank == victim && delivered[victim].Count >= 150 && struck.TrySetResult(clock.Elapsed)) link.Freeze();
+                            return ValueTask.CompletedTask;
+                        }, link.Rank == victim ? victimCancel.Token : timeout.Token, stallTimeout: TimeSpan.FromSeconds(60), route, awaitLeaves: false,
+                        peerSilence: TimeSpan.FromSeconds(2));
+                }
+                catch (Exception e) when (link.Rank == leaf)
+                {
+                    // As node prep does when its exchange fails: the links close, and the members' sends to it end.
+                    (leafError, leafGaveUp) = (e, clock.Elapsed);
+                    await link.DisposeAsync();
+                }
+                catch (Exception) when (link.Rank == victim) { }
+            })).ToArray();
+            await Task.WhenAll(runs.Where((_, r) => r is not (victim or leaf))).WaitAsync(timeout.Token);
+            await runs[leaf].WaitAsync(timeout.Token);
+            victimCancel.Cancel();
+            await runs[victim];
+        }
+        finally
+        {
+            victimCancel.Cancel();
+            foreach (var link in links) await link.DisposeAsync();
+            foreach (var end in ends) end.Dispose();
+            victimCancel.Dispose();
+        }
+
+        Assert.True(struck.Task.IsCompleted, "the victim was not struck: the exchange ended first");
+        for (var r = 0; r < Ranks; r++)
+        {
+            if (r is victim or leaf) continue;
+            Assert.Equal(Enumerable.Range(0, manifest.Segments.Count), delivered[r].Keys.Order());
+        }
+        Assert.Equal(1, results[1]!.Bypassed);
+        var error = Assert.IsType<TimeoutException>(leafError);
+        Assert.Contains($"rank {victim} sent this leaf (rank {leaf}) nothing for 2 s", error.Message);
+        // Within a few peer silences of the strike, not the 60 s stall timeout.
+        Assert.InRange(leafGaveUp - await struck.Task, TimeSpan.FromSeconds(2), TimeSpan.FromSeconds(20));
+        // What the leaf has is every member's share but the hung one's, less what was still on its way.
+        Assert.DoesNotContain(plan.Shares[route.PositionOf(victim)].Last().First, delivered[leaf].Keys);
+    }
+
+    /// <summary>
     /// Six ranks over TCP on loopback; once the victim's node holds some blocks, <paramref name="strike"/> kills or
     /// freezes it. The tier is a function that counts what it sends and takes a moment per block, so the exchange is
     /// still under way when the victim is struck.
