@@ -26,7 +26,7 @@ public sealed class BenchSimulateOptions : IVerbOptions
     public string GridRecords { get; set; } = "docs/results/grid.jsonl,docs/results/grid-native.jsonl,docs/results/grid-fast-tier.jsonl";
 
     [Switch("--agents-records", "Recorded lab runs of the fan-out requested of the running agents beside MPI's (bench cluster --fanout mpi,agents), comma-separated files, each replayed with a calibration read from its own MPI and direct runs; a file that is absent is skipped.")]
-    public string AgentsRecords { get; set; } = "docs/results/agents.jsonl,docs/results/agents-1gbit.jsonl";
+    public string AgentsRecords { get; set; } = "docs/results/agents.jsonl,docs/results/agents-1gbit.jsonl,docs/results/agents-fast-tier.jsonl,docs/results/agents-fast-tier-100mbit.jsonl";
 
     [Switch("--kill-records", "Recorded lab runs with a rank killed mid-exchange (bench cluster --fanout mpi --kill-rank R), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
     public string KillRecords { get; set; } = "docs/results/kill.jsonl";

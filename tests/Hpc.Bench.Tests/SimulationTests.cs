@@ -13,6 +13,8 @@ public class SimulationTests
     private static readonly string FastTierSlowGridRecords = Path.Combine(RepoRoot(), "docs", "results", "slow-node-grid-fast-tier.jsonl");
     private static readonly string KillRecords = Path.Combine(RepoRoot(), "docs", "results", "kill.jsonl");
     private static readonly string AgentsRecords = Path.Combine(RepoRoot(), "docs", "results", "agents.jsonl");
+    private static readonly string[] FastTierAgentsRecords =
+        [Path.Combine(RepoRoot(), "docs", "results", "agents-fast-tier.jsonl"), Path.Combine(RepoRoot(), "docs", "results", "agents-fast-tier-100mbit.jsonl")];
 
     /// <summary>Costs beyond the wire set to nothing, so a test sees the links alone.</summary>
     private static readonly Calibration Wire = new();
@@ -117,6 +119,24 @@ public class SimulationTests
         foreach (var cell in cells.Where(c => c.SlowNodes.Count > 0))
             Assert.Equal([4], Experiments.Replay(cell, cal).Leaves!);
         AssertReplayedWithinTenPercent(cells, cal);
+    }
+
+    /// <summary>
+    /// The agents asked for the exchange at N = 16 with 8 cache hosts, at 25 and 100 Mbit/s: the model replays them, and
+    /// each file's N = 4 runs it is calibrated from, within ±10%. Not the launched ranks' N = 16 cell at 100 Mbit/s, which
+    /// the model puts 19% under the measured (mpiexec's start of 16 ranks on the lab's 2 cores; docs/benchmarks.md).
+    /// </summary>
+    [Theory]
+    [InlineData(0)]
+    [InlineData(1)]
+    public void Reproduces_the_agents_where_the_tier_is_not_the_limit_within_ten_percent(int file)
+    {
+        var path = FastTierAgentsRecords[file];
+        var records = ResultReader.Read(path).Records;
+        var cal = Calibration.FromRecords(records, path);
+        var cells = Experiments.Cells(records).ToList();
+        Assert.Single(cells, c => c.Agents && c.Nodes == 16);
+        AssertReplayedWithinTenPercent(cells.Where(c => c.Agents || c.Nodes == 4), cal);
     }
 
     /// <summary>
