@@ -149,7 +149,7 @@ public sealed partial class Simulator
             {
                 _stopped = false;
                 foreach (var ring in rings) CloseSubRing(ring, peerTimeout);
-                StopLeafFlows();
+                StopLeafFlows(peerTimeout);
                 return;
             }
             var received = new double[_n];
@@ -166,10 +166,12 @@ public sealed partial class Simulator
         }
 
         /// <summary>
-        /// A leaf whose group lost a member loses that member's connection (a process that dies closes it): its exchange
-        /// fails and it fetches what it lacks from the tier at once. A leaf that dies is simply gone.
+        /// A leaf whose group lost a member gives up on it after the detection (a process that dies closes its
+        /// connection; one that hangs is silent for the peer timeout): its exchange fails and it fetches what it lacks
+        /// from the tier. Its flow stops at the death, so what the group's other members sent it meanwhile is not
+        /// counted (errs slow). A leaf that dies is simply gone.
         /// </summary>
-        private void StopLeafFlows()
+        private void StopLeafFlows(double detection)
         {
             for (var i = 0; i < _leaves.Length; i++)
             {
@@ -181,7 +183,8 @@ public sealed partial class Simulator
                 var index = i;
                 if (leaf == _dead) { LeafDone(); continue; }
                 _fellBack++;
-                sim.FromTier(Node(leaf), Math.Max(0, _s - flow.Moved), Delivery.Direct, f => { _tierBytes += f.Size; _leafEnd[index] = sim._net.Now; LeafDone(); });
+                var rest = Math.Max(0, _s - flow.Moved);
+                sim._net.After(detection, () => sim.FromTier(Node(leaf), rest, Delivery.Direct, f => { _tierBytes += f.Size; _leafEnd[index] = sim._net.Now; LeafDone(); }));
             }
         }
 

@@ -316,6 +316,36 @@ public class SimulationTests
         Assert.InRange(grid.NodeSeconds.Where((_, i) => slow.Contains(i)).Max(), own, own + healthy.Seconds + grid.ProbeSeconds);
     }
 
+    /// <summary>
+    /// A member of a leaf's group dies while the leaf, at a tenth of the rate, still takes its copy: the member's rings
+    /// close around it, and that leaf alone loses its connection and fetches what it lacks from the tier. The other
+    /// leaves and the healthy nodes are not held up.
+    /// </summary>
+    [Fact]
+    public void A_member_that_dies_costs_only_the_leaves_of_its_group_a_fetch_of_what_they_lack()
+    {
+        var cal = Calibration.FromRecords(ResultReader.Read(AgentsRecords).Records, AgentsRecords);
+        const long stored = 448L << 20;
+        const int nodes = 1_000, victim = 5;    // a member of group 0, which serves the first leaf (rank 50)
+        var a = new Experiments.Assumptions();
+        var slow = Enumerable.Range(0, nodes).Where(i => i % 100 == 50).ToHashSet();
+        var spec = Experiments.Cluster(nodes, 8, 10, a, slow: slow);
+        var healthy = Simulator.Run(spec, cal, Delivery.Fanout, stored, probe: true).Jobs[0];
+        // Mid-exchange: the members have long finished their grid, the leaves are a third of the way through.
+        var at = healthy.ExchangeStart + 1.5;
+        Assert.True(healthy.NodeSeconds[50] > at + 1, $"the leaf was done at {healthy.NodeSeconds[50]:0.00} s");
+        var died = Simulator.Run(spec, cal, Delivery.Fanout, stored, failAfter: at, probe: true, peerTimeout: 2, failRank: victim).Jobs[0];
+
+        Assert.Equal(1, died.FellBack);
+        double Last(JobResult job, Func<int, bool> which) => job.NodeSeconds.Where((_, i) => i != victim && which(i)).Max();
+        Assert.Equal(Last(healthy, i => !slow.Contains(i)), Last(died, i => !slow.Contains(i)), 2);
+        Assert.Equal(Last(healthy, i => slow.Contains(i) && i != 50), Last(died, i => slow.Contains(i) && i != 50), 2);
+        // The leaf is done no later than the detection and a whole copy at its own rate after the death.
+        var own = stored / (10e9 * a.SlowFactor / 8 * cal.Efficiency);
+        Assert.InRange(died.NodeSeconds[50], at + 2, at + 2 + own);
+        Assert.InRange(died.TierBytes, stored, 2.0 * stored);
+    }
+
     [Theory]
     [InlineData(10e9, 0.25)]
     [InlineData(10e9, 0.1)]
