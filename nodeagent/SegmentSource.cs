@@ -34,11 +34,11 @@ public interface ISegmentSource
     Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct);
 
     /// <summary>
-    /// As <see cref="GetManifestAsync"/>, the manifest's bytes exactly as stored (they hash to the version id): what an
-    /// offered manifest is compared with. <see cref="ErrorCode.NotFound"/> when the source does not hold the version
-    /// under that name; <see cref="ErrorCode.Unavailable"/> when no host answers.
+    /// Whether the source holds a manifest under <paramref name="version"/> (the id is the manifest's hash, so bytes that
+    /// hash to it are that manifest): what an offered manifest is vouched for by. <see cref="ErrorCode.Unavailable"/>
+    /// when no host answers.
     /// </summary>
-    Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct);
+    Task<bool> HoldsManifestAsync(string version, CancellationToken ct);
 
     /// <summary>Whether the source keeps a record that <paramref name="version"/> of <paramref name="name"/> was removed.</summary>
     Task<bool> WasRemovedAsync(string name, string version, CancellationToken ct);
@@ -65,8 +65,7 @@ public sealed class CacheTierSource(CacheTierClient tier) : ISegmentSource
 
     public async Task<Manifest> GetManifestAsync(string name, string version, CancellationToken ct) => (await tier.ResolveAsync(name, version, ct)).Manifest;
 
-    public async Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct) =>
-        (await tier.Catalog.ResolveWithBytesAsync(name, version, ct)).Bytes;
+    public Task<bool> HoldsManifestAsync(string version, CancellationToken ct) => tier.Catalog.HoldsManifestAsync(version, ct);
 
     public Task<bool> WasRemovedAsync(string name, string version, CancellationToken ct) => tier.Catalog.WasRemovedAsync(name, version, ct);
 

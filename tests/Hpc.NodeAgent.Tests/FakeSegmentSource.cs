@@ -130,12 +130,10 @@ public sealed class FakeSegmentSource : ISegmentSource
         return Task.FromResult(_removed.TryGetValue(version, out var removed) && removed == name);
     }
 
-    public Task<byte[]> GetManifestBytesAsync(string name, string version, CancellationToken ct)
+    public Task<bool> HoldsManifestAsync(string version, CancellationToken ct)
     {
         ThrowIfDown();
-        if (!_versions.TryGetValue(version, out var v) || v.Manifest.Name != name)
-            throw new CommonDataException(ErrorCode.NotFound, $"dataset '{name}' version '{version}' not found");
-        return Task.FromResult(_manifestBytes[version].ToArray());
+        return Task.FromResult(_versions.ContainsKey(version));
     }
 
     public async Task FetchAsync(Manifest manifest, string version, DatasetFiles file, IReadOnlyList<int> wanted, Action<int> onSegment, CancellationToken ct)

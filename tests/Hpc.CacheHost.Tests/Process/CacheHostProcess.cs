@@ -46,6 +46,17 @@ internal sealed partial class CacheHostProcess : IDisposable
         }
     }
 
+    /// <summary>
+    /// The log once it holds <paramref name="text"/>, or after 10 s: the host writes a line on its logger's own thread
+    /// and its output reaches the test a moment after the reply that caused it.
+    /// </summary>
+    public string LogOnceItSays(string text)
+    {
+        for (var wait = System.Diagnostics.Stopwatch.StartNew(); !Log.Contains(text, StringComparison.Ordinal) && wait.Elapsed < TimeSpan.FromSeconds(10);)
+            Thread.Sleep(50);
+        return Log;
+    }
+
     /// <summary>Starts a host on a free port with the defaults, changed by <paramref name="configure"/>.</summary>
     public static CacheHostProcess Start(Action<CacheHostOptions>? configure = null)
     {

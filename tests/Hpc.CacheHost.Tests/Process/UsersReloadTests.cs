@@ -34,10 +34,10 @@ public sealed class UsersReloadTests : IDisposable
         if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(_usersFile, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
         using (var ops = Login("ops", "ops-pass")) Assert.Equal("OK", ops.Call("ACL", "LOAD"));
         Assert.Contains($"--users-file {_usersFile} is readable by every user of this machine (mode 0644): it holds passwords; " +
-                        $"make it readable by its owner alone (chmod 600 {_usersFile})", LogOnceItSays(_host, "holds passwords"));
+                        $"make it readable by its owner alone (chmod 600 {_usersFile})", _host.LogOnceItSays("holds passwords"));
 
         using var restarted = CacheHostProcess.Start(o => o.UsersFile = _usersFile);
-        Assert.Contains("(mode 0644): it holds passwords", LogOnceItSays(restarted, "holds passwords"));
+        Assert.Contains("(mode 0644): it holds passwords", restarted.LogOnceItSays("holds passwords"));
         using (var ops = new RespTestClient(restarted))
             Assert.Equal("OK", ops.Call("AUTH", "ops", "ops-pass")); // a warning, not a refusal: the tier keeps serving
     }
@@ -60,7 +60,7 @@ public sealed class UsersReloadTests : IDisposable
         Assert.Equal(0L, ops.Call("EXISTS", "hcd:staging:mallory:held"));
         Assert.Equal(0L, ops.Call("EXISTS", lockKey));
         Assert.Equal(1L, ops.Call("EXISTS", "hcd:staging:alice:own"));
-        Assert.Contains("2 staging lease(s) and lock(s) of removed accounts dropped", _host.Log);
+        Assert.Contains("2 staging lease(s) and lock(s) of removed accounts dropped", _host.LogOnceItSays("of removed accounts dropped"));
     }
 
     [Fact]
@@ -142,13 +142,6 @@ public sealed class UsersReloadTests : IDisposable
     private static string Refusal(object? reply) => Assert.IsType<RespError>(reply).Message;
 
     /// <summary>The host's log once it holds <paramref name="text"/> (its logger writes a moment after the reply), or after 10 s.</summary>
-    private static string LogOnceItSays(CacheHostProcess host, string text)
-    {
-        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(10);
-        while (!host.Log.Contains(text, StringComparison.Ordinal) && DateTime.UtcNow < deadline) Thread.Sleep(50);
-        return host.Log;
-    }
-
     private RespTestClient Login(string user, string password)
     {
         var client = new RespTestClient(_host);
