@@ -529,27 +529,48 @@ public static class RingAllGather
         }
 
         // One block at a time to each leaf: its own link is the limit, so more in flight would only queue there.
+        // A leaf that fails, or takes nothing for the peer silence, is its own loss: its node fetches what it lacks, and
+        // this member's exchange goes on (its blocks kept for that leaf are let go as they come).
         async Task SendToLeaf(int leafRank, ChannelReader<LeafItem> items)
         {
             byte[]? again = null;
+            var gone = false;
+            using var watching = new CancellationTokenSource();
+            var watch = peers is IRingRepair links ? WatchLeaf(links, leafRank, watching.Token) : Task.CompletedTask;
             try
             {
                 await foreach (var (m, block) in items.ReadAllAsync(token))
                 {
-                    int length;
-                    if (m is not null)
+                    var length = 0;
+                    try
                     {
-                        length = m.Length;
-                        await peers!.SendToAsync(leafRank, m.Buffer[..length], token);
-                        if (Interlocked.Decrement(ref m.LeafHolders) == 0) { Interlocked.Decrement(ref retained); Interlocked.Add(ref retainedBytes, -size); }
-                        m.Release();
+                        if (gone) continue;
+                        if (m is not null)
+                        {
+                            await peers!.SendToAsync(leafRank, m.Buffer[..m.Length], token);
+                            length = m.Length;
+                        }
+                        else
+                        {
+                            again ??= ArrayPool<byte>.Shared.Rent(size);
+                            var fetchedAgain = await fetch(block, again, token);
+                            Interlocked.Increment(ref refetched);
+                            await peers!.SendToAsync(leafRank, again.AsMemory(0, fetchedAgain), token);
+                            length = fetchedAgain;
+                        }
                     }
-                    else
+                    catch (Exception) when (!token.IsCancellationRequested)
                     {
-                        again ??= ArrayPool<byte>.Shared.Rent(size);
-                        length = await fetch(block, again, token);
-                        Interlocked.Increment(ref refetched);
-                        await peers!.SendToAsync(leafRank, again.AsMemory(0, length), token);
+                        gone = true;
+                        continue;
+                    }
+                    finally
+                    {
+                        if (m is not null)
+                        {
+                            if (Interlocked.Decrement(ref m.LeafHolders) == 0) { Interlocked.Decrement(ref retained); Interlocked.Add(ref retainedBytes, -size); }
+                            m.Release();
+                        }
                     }
                     Interlocked.Increment(ref sent);
                     Interlocked.Add(ref sentBytes, length);
@@ -559,8 +580,26 @@ public static class RingAllGather
             }
             finally
             {
+                await watching.CancelAsync();
+                await watch;
                 if (again is not null) ArrayPool<byte>.Shared.Return(again);
             }
+        }
+
+        // A send to a leaf that has taken nothing for the peer silence is given up: its links are closed, so the send fails.
+        async Task WatchLeaf(IRingRepair links, int leafRank, CancellationToken stop)
+        {
+            try
+            {
+                while (true)
+                {
+                    await Task.Delay(silence / 4, stop);
+                    if (links.SilenceTo(leafRank) < silence) continue;
+                    links.Drop(leafRank);
+                    return;
+                }
+            }
+            catch (OperationCanceledException) when (stop.IsCancellationRequested) { }
         }
 
         async Task DeliverAll(Task producers)

@@ -156,10 +156,12 @@ public class ClusterSmokeTests
     }
 
     /// <summary>
-    /// Ten nodes in groups of three, node3's link at a quarter of the rate: the ranks' probe makes it a leaf, the other
-    /// nine still run the grid (3 × 3), and the leaf takes its copy from its group's members. Real processes under
-    /// mpiexec over the shaped links: every node ends with the data, the members well before the leaf, and the tier
-    /// sends the data about once.
+    /// Eleven nodes in groups of three, node3's link at a tenth of the rate: the ranks' probe makes it a leaf, the others
+    /// still run the grid (3 × 3, one group of four) and the leaf takes its copy from its group's members. Real processes under mpiexec over
+    /// the shaped links: every node ends with the data, the members before the leaf, and the tier sends it about once.
+    /// Which rank a node is, and so the route's numbers, is mpiexec's to decide; on a machine whose two cores every
+    /// emulated node shares, the probe may also judge a busy healthy node slow and make it a leaf too (nine members
+    /// still make a grid of 3 × 3).
     /// </summary>
     [Fact]
     public async Task A_slow_node_becomes_a_leaf_of_one_group_and_the_others_keep_the_grid_of_rings()
@@ -169,24 +171,29 @@ public class ClusterSmokeTests
         var instance = OwnInstance();
         try
         {
-            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(240), "bench", "cluster", "--nodes", "10", "--cache-host-count", "1", "--size", "4MB",
-                "--data", "random", "--no-compress", "--rate", "25mbit", "--slow-nodes", "3", "--slow-rate", "6.25mbit", "--fanout", "mpi-grid3",
+            var (code, stderr) = await HpcdataAsync(TimeSpan.FromSeconds(240), "bench", "cluster", "--nodes", "11", "--cache-host-count", "1", "--size", "4MB",
+                "--data", "random", "--no-compress", "--rate", "25mbit", "--slow-nodes", "3", "--slow-rate", "2.5mbit", "--fanout", "mpi-grid3",
                 "--host-queue", "ack-first", "--out", dir, "--instance", $"{instance}");
             Assert.True(code == 0, $"bench cluster exited {code}: {stderr}");
             Assert.Empty(Topology.Leftovers(instance));
             using var run = JsonDocument.Parse(File.ReadAllLines(Path.Combine(dir, "results.jsonl")).Single());
             var r = run.RootElement;
             var nodes = r.GetProperty("nodes").EnumerateArray().ToList();
-            Assert.Equal(10, nodes.Count);
-            Assert.All(nodes, n => Assert.Equal("grid:3x3/leaves:2", n.GetProperty("route").GetString()));
+            Assert.Equal(11, nodes.Count);
+            var route = nodes[0].GetProperty("route").GetString()!;
+            Assert.All(nodes, n => Assert.Equal(route, n.GetProperty("route").GetString()));
+            // The grid of the members, with the leaves beside it.
+            Assert.Matches(@"^grid:3x3\+?/leaves:\d+(,\d+)?$", route);
             var stored = r.GetProperty("dataset").GetProperty("storedBytes").GetInt64();
             Assert.All(nodes, n => Assert.InRange(n.GetProperty("linkRxBytes").GetInt64(), stored, stored * 13 / 10));
-            var leaf = nodes.Single(n => n.GetProperty("node").GetString() == "node3");
-            var members = nodes.Where(n => n.GetProperty("node").GetString() != "node3").ToList();
-            // The leaf forwards nothing; the members did not wait for it.
-            Assert.True(leaf.GetProperty("linkTxBytes").GetInt64() < stored / 4, $"the leaf sent {leaf.GetProperty("linkTxBytes").GetInt64()} bytes");
-            Assert.True(members.Max(n => n.GetProperty("wallSeconds").GetDouble()) < leaf.GetProperty("wallSeconds").GetDouble(),
-                $"members {string.Join(", ", members.Select(n => n.GetProperty("wallSeconds").GetDouble().ToString("0.00")))} s, the leaf {leaf.GetProperty("wallSeconds").GetDouble():0.00} s");
+            // A leaf forwards nothing: node3 is one, and the members did not wait for it.
+            bool Forwards(JsonElement n) => n.GetProperty("linkTxBytes").GetInt64() >= stored / 4;
+            var slow = nodes.Single(n => n.GetProperty("node").GetString() == "node3");
+            Assert.False(Forwards(slow), $"the slow node sent {slow.GetProperty("linkTxBytes").GetInt64()} bytes: it stayed in a ring (route {route})");
+            var members = nodes.Where(Forwards).ToList();
+            Assert.InRange(members.Count, 9, 10);
+            Assert.True(members.Max(n => n.GetProperty("wallSeconds").GetDouble()) < slow.GetProperty("wallSeconds").GetDouble(),
+                $"members {string.Join(", ", members.Select(n => n.GetProperty("wallSeconds").GetDouble().ToString("0.00")))} s, the slow leaf {slow.GetProperty("wallSeconds").GetDouble():0.00} s");
             Assert.InRange(r.GetProperty("cacheHosts")[0].GetProperty("netOutputBytes").GetInt64(), stored, stored * 12 / 10);
         }
         finally

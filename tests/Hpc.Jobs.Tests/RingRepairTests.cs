@@ -162,10 +162,74 @@ public sealed class RingRepairTests
         Assert.Equal(1, results[1]!.Bypassed);
         var error = Assert.IsType<TimeoutException>(leafError);
         Assert.Contains($"rank {victim} sent this leaf (rank {leaf}) nothing for 2 s", error.Message);
-        // Within a few peer silences of the strike, not the 60 s stall timeout.
-        Assert.InRange(leafGaveUp - await struck.Task, TimeSpan.FromSeconds(2), TimeSpan.FromSeconds(20));
+        // Within a few peer silences of the strike, not the 60 s stall timeout (the silence began with the hung
+        // member's last bytes to the leaf, which may precede the moment it was struck).
+        Assert.InRange(leafGaveUp - await struck.Task, TimeSpan.FromSeconds(1), TimeSpan.FromSeconds(20));
         // What the leaf has is every member's share but the hung one's, less what was still on its way.
         Assert.DoesNotContain(plan.Shares[route.PositionOf(victim)].Last().First, delivered[leaf].Keys);
+    }
+
+    /// <summary>
+    /// A leaf whose process dies mid-exchange (its connections closed) costs the members nothing: their sends to it fail
+    /// and stop, what they kept for it is let go, and their ring goes on to the end.
+    /// </summary>
+    [Fact]
+    public async Task A_leaf_that_dies_mid_exchange_leaves_the_members_ring_running_to_the_end()
+    {
+        const int leaf = 4;
+        var route = FanoutRoute.FromProbes(Enumerable.Range(0, Ranks).Select(r => new ProbeResult(r is leaf or leaf + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
+        var manifest = ManifestOf(1200);
+        var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 256 << 10);
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));
+        var ends = Enumerable.Range(0, Ranks).Select(_ => TcpRing.Listen(IPAddress.Loopback)).ToArray();
+        var links = await Task.WhenAll(Enumerable.Range(0, Ranks).Select(r =>
+            ends[r].ConnectAsync(r, ends.Select(e => e.Entry).ToArray(), TimeSpan.FromSeconds(20), timeout.Token, route)));
+        var delivered = Enumerable.Range(0, Ranks).Select(_ => new ConcurrentDictionary<int, byte[]>()).ToArray();
+        using var leafCancel = CancellationTokenSource.CreateLinkedTokenSource(timeout.Token);
+        var struck = false;
+        var results = new RingResult?[Ranks];
+        try
+        {
+            await Task.WhenAll(links.Select(link => Task.Run(async () =>
+            {
+                try
+                {
+                    results[link.Rank] = await RingAllGather.RunAsync(plan, link,
+                        async (block, message, ct) =>
+                        {
+                            await Task.Delay(3, ct);
+                            return await FetchAsync(plan, block, message, []);
+                        },
+                        async (message, _) =>
+                        {
+                            foreach (var (index, stored) in BlockMessage.Records(message, plan))
+                                Assert.True(delivered[link.Rank].TryAdd(index, stored.ToArray()), $"rank {link.Rank} got segment {index} twice");
+                            if (link.Rank == leaf && delivered[leaf].Count >= 100 && !struck)
+                            {
+                                // A process that dies: its work stops and the kernel closes its connections.
+                                struck = true;
+                                await leafCancel.CancelAsync();
+                                await link.DisposeAsync();
+                            }
+                        }, link.Rank == leaf ? leafCancel.Token : timeout.Token, stallTimeout: TimeSpan.FromSeconds(60), route, awaitLeaves: false,
+                        peerSilence: TimeSpan.FromSeconds(2));
+                }
+                catch (Exception) when (link.Rank == leaf) { }
+            }))).WaitAsync(timeout.Token);
+        }
+        finally
+        {
+            foreach (var link in links) await link.DisposeAsync();
+            foreach (var end in ends) end.Dispose();
+        }
+
+        Assert.True(struck, "the leaf was not struck: the exchange ended first");
+        Assert.True(delivered[leaf].Count < manifest.Segments.Count, "the leaf had everything before it died");
+        foreach (var member in route.Members)
+        {
+            Assert.Equal(Enumerable.Range(0, manifest.Segments.Count), delivered[member].Keys.Order());
+            await results[member]!.LeavesServed!.WaitAsync(timeout.Token);
+        }
     }
 
     /// <summary>
