@@ -273,7 +273,7 @@ public sealed class GridAllGatherTests
             var (g, p) = grid.PlaceOf(rank);
             var (groupPlan, columnPlans) = grid.Layout.Plans(manifest, g);
             if (route.IsLeaf(rank))
-                return await RingAllGather.RunAsync(groupPlan, new SlowReceiving((IPeerLinks)groupLinks[g][p]), (block, message, _) => FetchAsync(groupPlan, block, message, fetched),
+                return await RingAllGather.RunAsync(groupPlan, new SlowReceivingLink((IPeerLinks)groupLinks[g][p], TimeSpan.FromMilliseconds(20), oneAtATime: true), (block, message, _) => FetchAsync(groupPlan, block, message, fetched),
                     (message, _) => Deliver(message, groupPlan, delivered[rank], rank), timeout.Token, TimeSpan.FromSeconds(60), grid.GroupRoute(g));
             var result = await GridAllGather.RunAsync(grid.Layout, route.PositionOf(rank), groupPlan, columnPlans, groupLinks[g][p], columnLinks[p][g],
                 (plan, block, message, _) => FetchAsync(plan, block, message, fetched),
@@ -299,29 +299,6 @@ public sealed class GridAllGatherTests
         Assert.Equal(Enumerable.Range(0, segments), fetched.Distinct().Order());
         if (leafRetainBytes > 0) Assert.Equal(segments, fetched.Count);
         else Assert.InRange(fetched.Count, segments + 1, 2 * segments);
-    }
-
-    /// <summary>A node whose link hands it one message every few milliseconds, from whichever sender: it takes the data
-    /// well behind the others.</summary>
-    private sealed class SlowReceiving(IPeerLinks inner) : IPeerLinks
-    {
-        private readonly SemaphoreSlim _link = new(1);
-        public int Rank => inner.Rank;
-        public int Size => inner.Size;
-        public int SendWindow => inner.SendWindow;
-        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
-        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => inner.ReceiveAsync(buffer, ct);
-        public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) =>
-            inner.ConnectPeersAsync(sendTo, receiveFrom, timeout, ct);
-        public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendToAsync(rank, message, ct);
-
-        public async Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct)
-        {
-            await _link.WaitAsync(ct);
-            try { await Task.Delay(20, ct); }
-            finally { _link.Release(); }
-            return await inner.ReceiveFromAsync(rank, buffer, ct);
-        }
     }
 
     private static async Task<(TcpRing[] Groups, TcpRing?[] Columns)> ConnectAsync(RingGrid grid, CancellationToken ct)

@@ -437,26 +437,8 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     {
         public int Rank => inner.Rank;
         public int Size => inner.Size;
-        public IRingLink Ring { get; } = new Link((IPeerLinks)inner.Ring);
+        public IRingLink Ring { get; } = new SlowReceivingLink((IPeerLinks)inner.Ring, TimeSpan.FromMilliseconds(5));
         public Task<byte[]> BroadcastAsync(byte[]? fromRoot, CancellationToken ct) => inner.BroadcastAsync(fromRoot, ct);
         public Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct) => inner.AllGatherAsync(mine, ct);
-
-        private sealed class Link(IPeerLinks inner) : IPeerLinks
-        {
-            public int Rank => inner.Rank;
-            public int Size => inner.Size;
-            public int SendWindow => inner.SendWindow;
-            public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
-            public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => inner.ReceiveAsync(buffer, ct);
-            public Task ConnectPeersAsync(IReadOnlyList<int> sendTo, IReadOnlyList<int> receiveFrom, TimeSpan timeout, CancellationToken ct) =>
-                inner.ConnectPeersAsync(sendTo, receiveFrom, timeout, ct);
-            public Task SendToAsync(int rank, ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendToAsync(rank, message, ct);
-
-            public async Task<int> ReceiveFromAsync(int rank, Memory<byte> buffer, CancellationToken ct)
-            {
-                await Task.Delay(5, ct);
-                return await inner.ReceiveFromAsync(rank, buffer, ct);
-            }
-        }
     }
 }
