@@ -277,26 +277,8 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var encoders = Enumerable.Range(0, parallelism).Select(_ => Task.Factory.StartNew(() =>
         {
             var probe = true;
-            while (WaitToRead(work.Reader, cts.Token))
+            void Encode(Batch batch)
             {
-                if (!work.Reader.TryRead(out var batch)) continue;
-                if (!batch.Cut)
-                {
-                    if (options.ContentDefined) SlabStitch.Guess(batch, region);
-                    foreach (var ready in stitch.Add(batch))
-                    {
-                        if (ready.Count > 0)
-                        {
-                            work.Writer.TryWrite(ready);
-                        }
-                        else
-                        {
-                            pool.Return(ready);
-                            Finished(ready);
-                        }
-                    }
-                    continue;
-                }
                 var at = 0;
                 for (var i = 0; i < batch.Count; i++)
                 {
@@ -309,6 +291,30 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                 }
                 toUpload.Writer.TryWrite(batch);
                 Finished(batch);
+            }
+            while (WaitToRead(work.Reader, cts.Token))
+            {
+                if (!work.Reader.TryRead(out var batch)) continue;
+                if (batch.Cut)
+                {
+                    Encode(batch);
+                    continue;
+                }
+                if (options.ContentDefined) SlabStitch.Guess(batch, region);
+                Batch? encodeHere = null;
+                foreach (var ready in stitch.Add(batch))
+                {
+                    if (ready.Count == 0)
+                    {
+                        pool.Return(ready);
+                        Finished(ready);
+                    }
+                    // The slab this worker has just cut is still in its caches: it encodes it (usually the one
+                    // stitched), and hands any others stitched with it to the workers.
+                    else if (encodeHere is null && ReferenceEquals(ready, batch)) encodeHere = ready;
+                    else work.Writer.TryWrite(ready);
+                }
+                if (encodeHere is not null) Encode(encodeHere);
             }
         }, cts.Token, TaskCreationOptions.LongRunning, TaskScheduler.Default)).ToArray();
         var encodersDone = Task.WhenAll(encoders).ContinueWith(t => toUpload.Writer.Complete(t.Exception?.GetBaseException()), TaskScheduler.Default);

@@ -32,7 +32,7 @@ public sealed class BenchCodecOptions : IVerbOptions
     [Switch("--chunking", "The stager's segment boundaries: content, fixed, or content,fixed (both in the same run, alternating).")]
     public string Chunking { get; set; } = "content";
 
-    [Switch("--baseline-stager", "Folder of another stager build (Hpc.Stager.dll) to run as well in every run, alternating with this one, recorded as the baseline.")]
+    [Switch("--baseline-stager", "Folder of another stager build (Hpc.Stager.dll, or a native Hpc.Stager or hpcdata) to run as well in every run, alternating with this one, recorded as the baseline.")]
     public string? BaselineStager { get; set; }
 
     [Switch("--as-writer", "Also stage, in every run, to cache hosts with accounts as a writer account (the hosts then verify every segment a writer sends); recorded as stager \"as writer\".")]
@@ -89,8 +89,9 @@ public static class BenchCodecVerb
                 Console.Error.WriteLine("hpcdata bench codec: --chunking must be content, fixed or content,fixed");
                 return 2;
             }
-            if (o.BaselineStager is { } b && !File.Exists(Path.Combine(b, "Hpc.Stager.dll")) && !File.Exists(Path.Combine(b, OperatingSystem.IsWindows() ? "Hpc.Stager.exe" : "Hpc.Stager")))
-                throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll and no native Hpc.Stager there");
+            // The stager's assembly, its own native build, or a native hpcdata (which has the stager in it).
+            if (o.BaselineStager is { } b && !new[] { "Hpc.Stager.dll", "Hpc.Stager", "Hpc.Stager.exe", "hpcdata", "hpcdata.exe" }.Any(f => File.Exists(Path.Combine(b, f))))
+                throw new FormatException($"--baseline-stager '{b}': no Hpc.Stager.dll, no native Hpc.Stager and no native hpcdata there");
             var baseline = o.BaselineStager is null ? null : Path.GetFullPath(o.BaselineStager);
             if (o.ToRedis && CacheBenchTools.RedisServer() is { Path: null } redis) throw new FormatException($"--to-redis: redis-server {redis.Missing}");
             var codecs = new List<Hpc.CommonData.Format.SegmentCompression>();
