@@ -65,6 +65,7 @@ public class CodecBenchTests
     [InlineData("--repeat", "0", "--repeat")]
     [InlineData("--size", "10KB", "--size")]
     [InlineData("--stager-cores", "999", "--stager-cores")]
+    [InlineData("--baseline-stager", "/", "no native hpcdata there")]
     public async Task Bad_options_are_named_and_nothing_runs(string option, string value, string message)
     {
         var r = await HpcdataProcess.RunAsync(TimeSpan.FromSeconds(30), "bench", "codec", option, value);
