@@ -57,6 +57,28 @@ public sealed class TcpRingTests
     }
 
     [Fact]
+    public async Task A_send_or_receive_over_a_dropped_link_fails_its_task_instead_of_throwing_past_the_caller()
+    {
+        // A bypass drops the dead neighbour's link a moment before the sender moves on to the next member; a send begun
+        // in that moment must come back as a failed send, which the sender watches, not escape it as an exception.
+        using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        var links = await ConnectAll(InProcessRanks.Create(3), timeout.Token);
+        try
+        {
+            links[0].Drop(1);
+            links[0].Drop(2);
+            var send = links[0].SendToAsync(1, new byte[8], timeout.Token);
+            var receive = links[0].ReceiveFromAsync(2, new byte[8], timeout.Token);
+            Assert.Contains("has no link to rank 1", (await Assert.ThrowsAsync<IOException>(() => send)).Message);
+            Assert.Contains("has no link from rank 2", (await Assert.ThrowsAsync<IOException>(() => receive)).Message);
+        }
+        finally
+        {
+            foreach (var link in links) await link.DisposeAsync();
+        }
+    }
+
+    [Fact]
     public async Task Connections_without_the_ranks_secret_are_closed_and_the_ring_still_forms()
     {
         // Two strangers reach rank 0's port before its left neighbour does: one claims to be rank 1 without the secret,
