@@ -1,3 +1,4 @@
+using Hpc.CommonData.Agent;
 using Hpc.CommonData.Access;
 using Hpc.CommonData.Format;
 
@@ -30,6 +31,26 @@ public sealed class AccessPolicy(uint agentUid, uint? adminGroup = null)
     /// <summary>An administrator, or a process acting with the agent's admin group (also: exempt from the pin quota).</summary>
     public bool IsAgentAdmin(PeerCredentials? peer) =>
         IsAdministrator(peer) || peer is not null && adminGroup is { } group && peer.AllGroups.Contains(group);
+
+    /// <summary>
+    /// The credentials of <paramref name="user"/> as the node's account database gives them, for a prefetch that root
+    /// or the agent's own user makes on that user's behalf (the agents' exchange, for the job's user): the readers are
+    /// then checked against that user and the pin is that user's. Anyone else asking is refused, as is a user the node
+    /// does not know.
+    /// </summary>
+    public PeerCredentials ActingFor(PeerCredentials? caller, string user, string op)
+    {
+        if (!IsAdministrator(caller))
+            throw new CommonDataException(ErrorCode.AccessDenied, $"access denied: only root and the agent's own user may {op} on behalf of another user ('{user}')");
+        if (op != AgentOps.Prefetch) throw new CommonDataException(ErrorCode.BadRequest, $"{op} cannot be made on behalf of a user");
+        if (!OperatingSystem.IsLinux())
+            throw new CommonDataException(ErrorCode.BadRequest, $"a prefetch on behalf of user '{user}' needs the node's account database, which only Linux agents read");
+        var account = uint.TryParse(user, out var uid) && UnixAccounts.UserName(uid) is { } named ? UnixAccounts.Account(named) : UnixAccounts.Account(user);
+        if (account is not { } a)
+            throw new CommonDataException(ErrorCode.AccessDenied, $"access denied: user '{user}' is not known on this node");
+        var name = UnixAccounts.UserName(a.Uid) ?? user;
+        return new PeerCredentials(0, a.Uid, a.Gid, UnixAccounts.GroupsOf(name, a.Gid));
+    }
 
     /// <summary>Whether status shows <paramref name="peer"/> the copy: one it may read, or any to the agent's admins.</summary>
     public bool MaySee(Manifest manifest, PeerCredentials? peer) => MayRead(manifest, peer) || IsAgentAdmin(peer);

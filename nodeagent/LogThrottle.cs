@@ -19,6 +19,9 @@ public sealed class LogThrottle(TimeSpan interval)
         IngestRefused,
         IngestBrokenOff,
         SegmentsRejected,
+        PeerRefused,
+        PeerBadRequest,
+        PeerBusy,
         Count,
     }
 

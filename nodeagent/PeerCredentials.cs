@@ -11,6 +11,10 @@ namespace Hpc.NodeAgent;
 /// </summary>
 public sealed record PeerCredentials(int Pid, uint Uid, uint Gid, IReadOnlyList<uint> Groups)
 {
+    /// <summary>The agent's own process: what it is when it acts for itself (an administrator to <see cref="AccessPolicy"/>).</summary>
+    public static PeerCredentials Agent { get; } = new(Environment.ProcessId, OperatingSystem.IsLinux() ? Hpc.CommonData.Access.UnixAccounts.EffectiveUserId : AccessPolicy.NoOwner,
+        OperatingSystem.IsLinux() ? Hpc.CommonData.Access.UnixAccounts.EffectiveGroupId : AccessPolicy.NoOwner, []);
+
     /// <summary>Every group the process acts with: its primary group and its supplementary groups.</summary>
     public IEnumerable<uint> AllGroups => Groups.Prepend(Gid);
 

@@ -1,6 +1,8 @@
 using System.Security.Cryptography;
 using Hpc.CommonData;
+using Hpc.CommonData.Access;
 using Hpc.CommonData.Cli;
+using Hpc.CommonData.Security;
 using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Hosting;
 
@@ -26,9 +28,10 @@ internal static class AgentsNodePrep
             key = PeerKey.Load(o.PeerKeyFile, "--peer-key-file");
         }
         catch (Exception e) when (e is ArgumentException or FormatException) { throw CommandException.Usage(e.Message); }
+        if (SecretFiles.Exposure("the cluster's peer key", (o.PeerKeyFile, "--peer-key-file")) is { } exposed) Console.Error.WriteLine($"hpcdata: warning: {exposed}");
         var request = new PrepRequest
         {
-            Id = Convert.ToHexString(RandomNumberGenerator.GetBytes(8)).ToLowerInvariant(), Name = name, Version = version ?? "", Job = job,
+            Id = Convert.ToHexString(RandomNumberGenerator.GetBytes(8)).ToLowerInvariant(), Name = name, Version = version ?? "", Job = job, User = UserFor(o.User),
             Members = members, Requester = "", Degree = o.TreeDegree, RingGroups = settings.RingGroups, LinkProbe = settings.LinkProbe, PeerTimeout = settings.PeerTimeout,
             StallTimeout = settings.StallTimeout, Timeout = timeout,
         };
@@ -60,6 +63,15 @@ internal static class AgentsNodePrep
         var first = failed.FirstOrDefault(f => f.Outcome is not null).Outcome;
         throw CommandException.Failed($"{failed.Count} of {report.Members.Count} nodes are not ready",
             first is null ? ErrorCode.Unavailable : (ErrorCode)first.Code);
+    }
+
+    /// <summary>Who the copies are for: --user, else the job's user, else the caller unless the caller is root.</summary>
+    internal static string UserFor(string? user)
+    {
+        if (!string.IsNullOrWhiteSpace(user)) return user.Trim();
+        if (Environment.GetEnvironmentVariable("SLURM_JOB_USER") is { Length: > 0 } jobUser) return jobUser;
+        if (!OperatingSystem.IsLinux() || UnixAccounts.EffectiveUserId == 0) return "";
+        return UnixAccounts.UserName(UnixAccounts.EffectiveUserId) ?? UnixAccounts.EffectiveUserId.ToString(System.Globalization.CultureInfo.InvariantCulture);
     }
 
     /// <summary>host[:port],… or a file of them (one per line, # comments); a member without a port gets the agents' default.</summary>

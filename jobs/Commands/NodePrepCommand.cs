@@ -67,6 +67,11 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
         "scontrol show hostnames > FILE); their order makes the ranks.", Meta = "LIST|FILE")]
     public string? Agents { get; set; }
 
+    [Switch("--user", "--fanout agents: the user the copies are for: each agent checks that user against the dataset's readers before it fetches, " +
+        "and pins the copy as that user's (its pin quota; its noderelease drops it). Default: $SLURM_JOB_USER, else the user running this " +
+        "(none when that is root: an operator's warm-up, pinned as the agents' own).", Meta = "NAME")]
+    public string? User { get; set; }
+
     [Switch("--tree-degree", "--fanout agents: children per agent in the tree that carries the request (2 or more): fewer levels against more sends per agent.", Meta = "D")]
     public int TreeDegree { get; set; } = 8;
 

@@ -1,5 +1,6 @@
 using System.Collections.Concurrent;
 using System.Diagnostics;
+using System.Net;
 using System.Net.Sockets;
 using System.Threading.Channels;
 using Hpc.CommonData;
@@ -8,6 +9,7 @@ using Hpc.CommonData.Cache;
 using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Format;
 using Hpc.CommonData.Hosting;
+using Hpc.CommonData.Security;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 
@@ -22,10 +24,20 @@ namespace Hpc.NodeAgent.Fanout;
 /// </summary>
 public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, DatasetStore store, ILogger<PeerService> log) : BackgroundService
 {
-    /// <summary>Requests worked on at once; more are refused (their nodes fetch directly).</summary>
+    /// <summary>Requests worked on at once; a further one is refused, and the refusal goes to its requester as this
+    /// node's outcome.</summary>
     private const int MaxRequests = 4;
+    /// <summary>Connections open at once, in all and from one address: an agent holds one to its parent per request, a
+    /// few adoptions and the requester's pings, so these are never reached but by a flood.</summary>
+    internal const int MaxConnections = 1024, MaxConnectionsPerAddress = 64;
     private static readonly TimeSpan HandshakeLimit = TimeSpan.FromSeconds(5);
+    /// <summary>What a connection may open with: a request (a few KB to a few MB), or a requester's ping (nothing).</summary>
+    private static readonly PeerFrame[] FirstFrames = [PeerFrame.Prep, PeerFrame.Ping];
     private readonly ConcurrentDictionary<string, Active> _active = new(StringComparer.Ordinal);
+    private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
+    private int _connections;
+    private readonly LogThrottle _throttle = new(TimeSpan.FromSeconds(10));
+    private readonly AccessPolicy _access = AccessPolicy.ForThisProcess(options.AdminGroupId());
 
     /// <summary>A request this agent works on: later connections carrying its id are adoptions (<see cref="AgentTree.JoinAsync"/>).</summary>
     private sealed class Active
@@ -42,6 +54,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         if (options.PeerEndpoint() is not null)
         {
             // Read before serving: a key file that cannot be read stops the start with its reason, not a later request.
+            if (SecretFiles.Exposure("the cluster's peer key", (options.PeerKeyFile, "--peer-key-file")) is { } exposed) log.LogWarning("{Exposure}", exposed);
             try { _key = PeerKey.Load(options.PeerKeyFile!, "--peer-key-file"); }
             catch (ArgumentException e)
             {
@@ -85,9 +98,55 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             try { accepted = await listener.AcceptAsync(stoppingToken); }
             catch (OperationCanceledException) { break; }
             running.RemoveAll(t => t.IsCompleted);
-            running.Add(ServeAsync(accepted, key, stoppingToken));
+            var address = (accepted.RemoteEndPoint as IPEndPoint)?.Address.MapToIPv6() ?? IPAddress.IPv6None;
+            if (!TryAdmit(address, out var refusal))
+            {
+                Warn(LogThrottle.Kind.PeerRefused, "refused a node prep connection from {Remote}: {Reason}", address, refusal);
+                accepted.Dispose();
+                continue;
+            }
+            running.Add(ServeCountedAsync(accepted, address, key, stoppingToken));
         }
         await Task.WhenAll(running);
+    }
+
+    private bool TryAdmit(IPAddress address, out string refusal)
+    {
+        refusal = "";
+        if (Interlocked.Increment(ref _connections) > MaxConnections)
+        {
+            Interlocked.Decrement(ref _connections);
+            refusal = $"{MaxConnections} connections are open";
+            return false;
+        }
+        if (_perAddress.AddOrUpdate(address, 1, (_, n) => n + 1) > MaxConnectionsPerAddress)
+        {
+            Release(address);
+            refusal = $"{MaxConnectionsPerAddress} connections from that address are open";
+            return false;
+        }
+        return true;
+    }
+
+    private void Release(IPAddress address)
+    {
+        Interlocked.Decrement(ref _connections);
+        while (_perAddress.TryGetValue(address, out var n))
+            if (n == 1 ? _perAddress.TryRemove(new KeyValuePair<IPAddress, int>(address, 1)) : _perAddress.TryUpdate(address, n - 1, n)) return;
+    }
+
+    private async Task ServeCountedAsync(Socket accepted, IPAddress address, PeerKey key, CancellationToken stop)
+    {
+        try { await ServeAsync(accepted, key, stop); }
+        finally { Release(address); }
+    }
+
+    /// <summary>A warning someone else can cause at will: once per kind per interval, with how many were held back.</summary>
+    private void Warn(LogThrottle.Kind kind, string message, IPAddress remote, string reason)
+    {
+        if (!_throttle.Allow(kind, out var suppressed)) return;
+        if (suppressed == 0) log.LogWarning(message, remote, reason);
+        else log.LogWarning(message + " ({Suppressed} more of this kind in the last {Interval} s)", remote, reason, suppressed, _throttle.Interval.TotalSeconds);
     }
 
     private async Task ServeAsync(Socket accepted, PeerKey key, CancellationToken stop)
@@ -100,14 +159,15 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         }
         catch (Exception e) when (e is not OperationCanceledException || !stop.IsCancellationRequested)
         {
-            log.LogWarning("refused a node prep connection: {Error}", e.Message);
+            var reason = e is OperationCanceledException or TimeoutException ? $"no proof of the key within {HandshakeLimit.TotalSeconds:0} s" : e.Message;
+            Warn(LogThrottle.Kind.PeerRefused, "refused a node prep connection from {Remote}: {Reason}", RemoteOf(accepted), reason);
             accepted.Dispose();
             return;
         }
         await using var _ = link;
         try
         {
-            var (type, payload) = await link.ReadAnyAsync(stop).WaitAsync(HandshakeLimit, stop);
+            var (type, payload) = await link.ReadAnyAsync(stop, FirstFrames).WaitAsync(HandshakeLimit, stop);
             if (type == PeerFrame.Ping) return;
             if (type != PeerFrame.Prep) throw new InvalidDataException($"a {type} frame where a request was expected");
             request = PrepRequest.Decode(payload);
@@ -115,7 +175,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         }
         catch (Exception e) when (e is InvalidDataException or IOException or EndOfStreamException or TimeoutException or ArgumentException)
         {
-            log.LogWarning("a malformed node prep request from {Remote}: {Error}", link.Remote, e.Message);
+            Warn(LogThrottle.Kind.PeerBadRequest, "a malformed node prep request from {Remote}: {Reason}", RemoteOf(accepted), e.Message);
             return;
         }
         // The same request again: an ancestor adopting this node around a parent that went silent, or a late copy. The
@@ -127,7 +187,15 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         }
         if (_active.Count >= MaxRequests)
         {
-            log.LogWarning("node prep {Id} of {Dataset} refused: {Count} requests are already being worked on; this node fetches on its own", request.Id, request.Name, MaxRequests);
+            // Its parent passes over this node once the link closes; the requester learns why from this node's outcome.
+            var busy = $"node {options.NodeName} refused node prep {request.Id}: it is already working on {MaxRequests} requests; run it again once they end";
+            Warn(LogThrottle.Kind.PeerBusy, "{Remote}: {Reason}", RemoteOf(accepted), busy);
+            var refusal = new NodeOutcome(request.Position, options.NodeName, (int)ErrorCode.Unavailable, "", 0, busy);
+            // The parent reads it as this node gone and passes over it at once; the requester, where it is the parent,
+            // reads the reason.
+            try { await link.WriteAsync(PeerFrame.Outcome, refusal.Encode(), stop); }
+            catch (Exception e) when (e is IOException or SocketException) { }
+            if (request.Position != 0) await ReportAsync(request, key, refusal, stop);
             return;
         }
         var active = new Active();
@@ -155,13 +223,17 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         var fanout = "fanout=failed";
         try
         {
+            // The user the copy is for, as this node knows them: its readers are checked against that user before a byte
+            // of data is fetched (the ingest begins only with the manifest admitted), and the pin is that user's.
+            var user = request.User.Length == 0 ? null : _access.ActingFor(PeerCredentials.Agent, request.User, AgentOps.Prefetch);
+            Action<Manifest>? admit = user is null ? null : manifest => _access.Check(manifest, user);
             TreeRankGroup? group = null;
             try
             {
                 if (request.Alone) throw new LeftOutException(request.Position);
                 group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct, adoptions);
                 var joined = clock.Elapsed.TotalSeconds;
-                var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount, request.PeerTimeout), request.Name, version,
+                var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount, request.PeerTimeout, admit), request.Name, version,
                     new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups), ct);
                 version = summary.Version;
                 served = s;
@@ -185,8 +257,10 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
 
             // Verified and published by the agent's ordinary fetch, which takes whatever the exchange missed from the tier.
             await using var agent = await AgentClient.ConnectAsync(options.Pipe, TimeSpan.FromSeconds(5), ct);
-            var fetched = await agent.PrefetchAsync(request.Name, version, pin: null, ct);
-            var local = await agent.PrefetchAsync(request.Name, fetched.Version, pin: request.Job, ct);
+            var fetched = request.User.Length == 0 ? await agent.PrefetchAsync(request.Name, version, pin: null, ct)
+                : await agent.PrefetchForAsync(request.Name, version, pin: null, request.User, ct);
+            var local = request.User.Length == 0 ? await agent.PrefetchAsync(request.Name, fetched.Version, pin: request.Job, ct)
+                : await agent.PrefetchForAsync(request.Name, fetched.Version, pin: request.Job, request.User, ct);
             var source = fanout.StartsWith("fanout=agents", StringComparison.Ordinal) && fetched.Source == "resumed" ? "fanout" : fetched.Source;
             outcome = outcome with { Code = 0, Version = local.Version, Detail = $"bytes={local.Length} source={source} {fanout} agent-cpu-seconds={(Environment.CpuUsage.TotalTime - cpu).TotalSeconds:0.000} path={local.Path}" };
         }
@@ -208,6 +282,12 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         {
             log.LogWarning("node prep {Id}: sending this node's share to the slow nodes stopped ({Error})", request.Id, e.Message);
         }
+    }
+
+    private static IPAddress RemoteOf(Socket socket)
+    {
+        try { return (socket.RemoteEndPoint as IPEndPoint)?.Address ?? IPAddress.None; }
+        catch (ObjectDisposedException) { return IPAddress.None; }
     }
 
     private async Task ReportAsync(PrepRequest request, PeerKey key, NodeOutcome outcome, CancellationToken stop)

@@ -1,6 +1,7 @@
 using Hpc.CommonData;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Fanout;
+using Hpc.CommonData.Format;
 using Hpc.NodeAgent.Pipe;
 
 namespace Hpc.NodeAgent.Fanout;
@@ -14,7 +15,9 @@ namespace Hpc.NodeAgent.Fanout;
 /// <param name="turnWait">How long to wait for the version's writer turn: while a fetch of the version already runs on
 /// this node, the ingest could begin only once it ended, and every other node's exchange would wait for this one. Past
 /// it the node only forwards the others' blocks, and its own copy comes from that fetch.</param>
-public sealed class StoreIngest(DatasetStore store, int threads, TimeSpan turnWait) : INodeIngest
+/// <param name="admit">Checks the manifest before the ingest begins (the job's user among its readers): a version the
+/// request's user may not read is refused before a block of it is fetched for this node.</param>
+public sealed class StoreIngest(DatasetStore store, int threads, TimeSpan turnWait, Action<Manifest>? admit = null) : INodeIngest
 {
     private SegmentIngest? _ingest;
     private IngestReport? _begun;
@@ -26,6 +29,7 @@ public sealed class StoreIngest(DatasetStore store, int threads, TimeSpan turnWa
         // The manifest came down the tree from rank 0's agent, which resolved it from its tier; every link of the tree is
         // authenticated by the cluster's key, and the manifest hashes to the version (checked by the exchange and again
         // here). Each block's segments are still verified against it.
+        admit?.Invoke(Manifest.Parse(manifest.Span));
         using var bounded = CancellationTokenSource.CreateLinkedTokenSource(ct);
         bounded.CancelAfter(turnWait);
         try { _ingest = await store.BeginIngestAsync(name, version, manifest, bounded.Token, vouched: true); }

@@ -19,10 +19,11 @@ internal static class OpenOperation
             var name = request.Dataset ?? throw new ArgumentException("request names no dataset");
             var lease = request.Op != AgentOps.Prefetch;
             var pin = request.Op == AgentOps.Prefetch ? request.Pin : null;
+            var peer = request.For is { } user ? connection.Access.ActingFor(connection.Peer.Value, user, request.Op) : connection.Peer.Value;
             var ensured = await connection.Store.EnsureAsync(name, request.Version, lease, pin, ct,
-                manifest => { if (manifest.Readers is not null) connection.Access.Check(manifest, connection.Peer.Value); },
-                pin is null ? AccessPolicy.NoOwner : AccessPolicy.OwnerOf(connection.Peer.Value),
-                pin is null || connection.Access.IsAgentAdmin(connection.Peer.Value) ? null : connection.Options.EffectivePinQuota.Bytes);
+                manifest => { if (manifest.Readers is not null) connection.Access.Check(manifest, peer); },
+                pin is null ? AccessPolicy.NoOwner : AccessPolicy.OwnerOf(peer),
+                pin is null || connection.Access.IsAgentAdmin(peer) ? null : connection.Options.EffectivePinQuota.Bytes);
             if (lease) connection.Leases.Add(ensured.Version);
             if (request.Op == AgentOps.Stream) streamed = ensured.Dataset;
             return new AgentResponse { Ok = true, Dataset = ensured.Dataset };

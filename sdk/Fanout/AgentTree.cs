@@ -82,7 +82,7 @@ public static class AgentTree
             await Task.WhenAll(children.Select(c => c.Link.WriteAsync(PeerFrame.Start, start, ct)));
             var rank = Array.BinarySearch(all, position);
             if (rank < 0) throw new InvalidDataException($"position {position} is not among the {all.Length} that take part");
-            return new TreeRankGroup(rank, all, position == 0 ? null : parent, children.Select(c => c.Link).ToList());
+            return new TreeRankGroup(rank, all, position == 0 ? null : parent, children.Select(c => c.Link).ToList(), request.StallTimeout);
         }
         catch (Exception e)
         {
@@ -256,8 +256,24 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
     private readonly IReadOnlyList<PeerLink> _children;
     private readonly int[] _positions;
 
-    internal TreeRankGroup(int rank, int[] positions, PeerLink? parent, IReadOnlyList<PeerLink> children) =>
-        (Rank, _positions, _parent, _children) = (rank, positions, parent, children);
+    private readonly TimeSpan _stall;
+
+    /// <param name="stall">How long one frame of a collective may take to come, or to be taken: a member that joined and
+    /// then went silent fails the collective on its neighbours within this, and every node fetches on its own.</param>
+    internal TreeRankGroup(int rank, int[] positions, PeerLink? parent, IReadOnlyList<PeerLink> children, TimeSpan? stall = null) =>
+        (Rank, _positions, _parent, _children, _stall) = (rank, positions, parent, children, stall ?? Timeout.InfiniteTimeSpan);
+
+    private async Task<byte[]> ReadAsync(PeerLink from, CancellationToken ct)
+    {
+        try { return await from.ReadAsync(PeerFrame.Collective, ct).WaitAsync(_stall, ct); }
+        catch (TimeoutException) { throw new TimeoutException($"{from.Remote} sent nothing of a collective for {_stall.TotalSeconds:0.#} s (the stall timeout): it stalled or died"); }
+    }
+
+    private async Task WriteAsync(PeerLink to, ReadOnlyMemory<byte> frame, CancellationToken ct)
+    {
+        try { await to.WriteAsync(PeerFrame.Collective, frame, ct).WaitAsync(_stall, ct); }
+        catch (TimeoutException) { throw new TimeoutException($"{to.Remote} took nothing of a collective for {_stall.TotalSeconds:0.#} s (the stall timeout): it stalled or died"); }
+    }
 
     public int Rank { get; }
     public int Size => _positions.Length;
@@ -287,7 +303,7 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
                 await ForwardAsync(bytes.AsMemory(at, Math.Min(BroadcastPiece, bytes.Length - at)), ct);
             return bytes;
         }
-        var head = await _parent.ReadAsync(PeerFrame.Collective, ct);
+        var head = await ReadAsync(_parent, ct);
         var length = head.Length >= 4 ? BinaryPrimitives.ReadInt32LittleEndian(head) : -1;
         if (length < 0 || length > PeerLink.MaxFrame || head.Length - 4 > length)
             throw new InvalidDataException($"a malformed broadcast from {_parent.Remote} ({head.Length} bytes saying {length})");
@@ -296,7 +312,7 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
         await ForwardAsync(head, ct);
         for (var at = head.Length - 4; at < length;)
         {
-            var piece = await _parent.ReadAsync(PeerFrame.Collective, ct);
+            var piece = await ReadAsync(_parent, ct);
             if (piece.Length == 0 || piece.Length > length - at)
                 throw new InvalidDataException($"a broadcast piece of {piece.Length} bytes from {_parent.Remote} with {length - at} left");
             piece.CopyTo(received, at);
@@ -307,15 +323,15 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
     }
 
     private Task ForwardAsync(ReadOnlyMemory<byte> frame, CancellationToken ct) =>
-        Task.WhenAll(_children.Select(c => c.WriteAsync(PeerFrame.Collective, frame, ct)));
+        Task.WhenAll(_children.Select(c => WriteAsync(c, frame, ct)));
 
     /// <summary>Reduced on the way up: each link carries one set, not a subtree's worth (at 10,000 nodes and 16,384
     /// segments the all-gather's result is 20 MB, which the root would send to each child).</summary>
     public async Task<byte[]> AllOrAsync(byte[] mine, CancellationToken ct)
     {
         var union = (byte[])mine.Clone();
-        foreach (var below in await Task.WhenAll(_children.Select(c => c.ReadAsync(PeerFrame.Collective, ct)))) Bits.Or(union, below);
-        if (_parent is not null) await _parent.WriteAsync(PeerFrame.Collective, union, ct);
+        foreach (var below in await Task.WhenAll(_children.Select(c => ReadAsync(c, ct)))) Bits.Or(union, below);
+        if (_parent is not null) await WriteAsync(_parent, union, ct);
         var all = await BroadcastAsync(_parent is null ? union : null, ct);
         if (all.Length != mine.Length) throw new InvalidDataException($"a union of {all.Length} bytes, expected {mine.Length}");
         return all;
@@ -324,7 +340,7 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
     public async Task<byte[][]> AllGatherAsync(byte[] mine, CancellationToken ct)
     {
         // Up: each node sends (rank, bytes) for its whole subtree.
-        var below = await Task.WhenAll(_children.Select(c => c.ReadAsync(PeerFrame.Collective, ct)));
+        var below = await Task.WhenAll(_children.Select(c => ReadAsync(c, ct)));
         var entry = 4 + mine.Length;
         var subtree = new byte[entry + below.Sum(b => b.Length)];
         BinaryPrimitives.WriteInt32LittleEndian(subtree, Rank);
@@ -334,8 +350,8 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
         byte[] all;
         if (_parent is not null)
         {
-            await _parent.WriteAsync(PeerFrame.Collective, subtree, ct);
-            all = await _parent.ReadAsync(PeerFrame.Collective, ct);
+            await WriteAsync(_parent, subtree, ct);
+            all = await ReadAsync(_parent, ct);
         }
         else
         {
@@ -348,7 +364,7 @@ public sealed class TreeRankGroup : IRankGroup, IAsyncDisposable
                 subtree.AsSpan(i * entry + 4, mine.Length).CopyTo(all.AsSpan(rank * mine.Length));
             }
         }
-        await Task.WhenAll(_children.Select(c => c.WriteAsync(PeerFrame.Collective, all, ct)));
+        await Task.WhenAll(_children.Select(c => WriteAsync(c, all, ct)));
         if (all.Length != mine.Length * Size) throw new InvalidDataException($"an all-gather of {all.Length} bytes, expected {mine.Length * Size}");
         return Enumerable.Range(0, Size).Select(r => all.AsSpan(r * mine.Length, mine.Length).ToArray()).ToArray();
     }

@@ -201,6 +201,9 @@ public static class AgentsRequest
         {
             var (type, payload) = await root.ReadAnyAsync(ct).WaitAsync(silence, ct);
             if (type == PeerFrame.Launched) return payload;
+            // The root refused the request (it is busy, or the request is not one it takes): its reason, not a closed link.
+            if (type == PeerFrame.Outcome && NodeOutcome.Decode(payload) is { Ready: false } refused)
+                throw new CommonDataException((ErrorCode)refused.Code, $"the first agent ({refused.Node}) refused the request: {refused.Detail}");
             if (type != PeerFrame.Alive) throw new InvalidDataException($"a {type} frame where the start was expected");
         }
     }

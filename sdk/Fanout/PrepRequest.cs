@@ -15,6 +15,10 @@ public sealed record PrepRequest
     /// <summary>A version id or its start; empty for the latest.</summary>
     public string Version { get; init; } = "";
     public required string Job { get; init; }
+    /// <summary>The user the copy is for: every agent checks that user against the dataset's readers before it fetches
+    /// a byte, and pins the copy as that user's (its quota, its <c>noderelease</c>). Empty: the requester's own agent
+    /// account, as an operator's warm-up.</summary>
+    public string User { get; init; } = "";
     /// <summary>Every agent's peer endpoint (host:port); a node's position is its index here.</summary>
     public required IReadOnlyList<string> Members { get; init; }
     /// <summary>Where each node sends its <see cref="NodeOutcome"/> (host:port of the requester).</summary>
@@ -71,18 +75,29 @@ public sealed record PrepRequest
         return height;
     }
 
+    /// <summary>The most members a request may name.</summary>
+    public const int MaxMembers = 1_000_000;
+
+    /// <summary>The longest each timeout may be: a request cannot hold an agent's connections, threads or pins for longer
+    /// than an operator would ever ask (a day for the whole fetch).</summary>
+    public static readonly TimeSpan MaxPeerTimeout = TimeSpan.FromMinutes(10), MaxJoinTimeout = TimeSpan.FromMinutes(5),
+        MaxReachTimeout = TimeSpan.FromMinutes(1), MaxStallTimeout = TimeSpan.FromHours(1), MaxTimeout = TimeSpan.FromDays(1);
+
+    /// <summary>The most children a node forwards to.</summary>
+    public const int MaxDegree = 64;
+
     /// <summary>The encoding's format: 2 names the sender (<see cref="From"/>); 3 carries <see cref="ReachTimeout"/> and <see cref="Alone"/>;
     /// 4 has the same fields, and says the tree's collectives are those of this build: a broadcast in pieces, and the
     /// union of what the nodes lack reduced on the way up (<see cref="TreeRankGroup"/>). An agent of format 3 would wait
-    /// for whole frames that never come, so it is refused by name instead.</summary>
-    private const byte Format = 4;
+    /// for whole frames that never come, so it is refused by name instead. 5 names the <see cref="User"/> the copy is for.</summary>
+    private const byte Format = 5;
 
     public byte[] Encode()
     {
         using var stream = new MemoryStream();
         using var w = new BinaryWriter(stream, Encoding.UTF8);
         w.Write(Format);
-        w.Write(Id); w.Write(Name); w.Write(Version); w.Write(Job); w.Write(Requester);
+        w.Write(Id); w.Write(Name); w.Write(Version); w.Write(Job); w.Write(User); w.Write(Requester);
         w.Write(Position); w.Write(From); w.Write(Degree); w.Write(RingGroups); w.Write(LinkProbe);
         w.Write(PeerTimeout.Ticks); w.Write(JoinTimeout.Ticks); w.Write(StallTimeout.Ticks); w.Write(Timeout.Ticks);
         w.Write(ReachTimeout.Ticks); w.Write(Alone);
@@ -98,24 +113,35 @@ public sealed record PrepRequest
         {
             using var r = new BinaryReader(new MemoryStream(bytes), Encoding.UTF8);
             if (r.ReadByte() is var format && format != Format) throw new InvalidDataException($"a node prep request of format {format}; this agent takes format {Format}");
-            var (id, name, version, job, requester) = (r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString());
+            var (id, name, version, job, user, requester) = (r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString(), r.ReadString());
             var (position, from, degree, groups, probe) = (r.ReadInt32(), r.ReadInt32(), r.ReadInt32(), r.ReadString(), r.ReadBoolean());
             var (peer, join, stall, timeout) = (r.ReadInt64(), r.ReadInt64(), r.ReadInt64(), r.ReadInt64());
             var (reach, alone) = (r.ReadInt64(), r.ReadBoolean());
             var count = r.ReadInt32();
-            if (count is < 1 or > 1_000_000) throw new InvalidDataException($"a node prep request for {count} members");
+            if (count is < 1 or > MaxMembers) throw new InvalidDataException($"a node prep request for {count} members");
             var members = new string[count];
             for (var i = 0; i < count; i++) members[i] = r.ReadString();
             if (position < 0 || position >= count || from < -1 || from >= count || degree < 2) throw new InvalidDataException($"position {position} (from {from}) of {count} members, degree {degree}");
-            if (reach <= 0) throw new InvalidDataException($"a node prep request with a reach timeout of {reach} ticks");
+            if (degree > MaxDegree) throw new InvalidDataException($"a node prep request with degree {degree} (at most {MaxDegree})");
+            Bounded("peer", peer, MaxPeerTimeout);
+            Bounded("join", join, MaxJoinTimeout);
+            Bounded("reach", reach, MaxReachTimeout);
+            Bounded("stall", stall, MaxStallTimeout);
+            Bounded("overall", timeout, MaxTimeout);
             return new PrepRequest
             {
-                Id = id, Name = name, Version = version, Job = job, Requester = requester, Position = position, From = from, Degree = degree,
+                Id = id, Name = name, Version = version, Job = job, User = user, Requester = requester, Position = position, From = from, Degree = degree,
                 RingGroups = groups, LinkProbe = probe, PeerTimeout = TimeSpan.FromTicks(peer), JoinTimeout = TimeSpan.FromTicks(join),
                 StallTimeout = TimeSpan.FromTicks(stall), Timeout = TimeSpan.FromTicks(timeout), ReachTimeout = TimeSpan.FromTicks(reach), Alone = alone, Members = members,
             };
         }
         catch (EndOfStreamException) { throw new InvalidDataException("a truncated node prep request"); }
+
+        static void Bounded(string which, long ticks, TimeSpan max)
+        {
+            if (ticks <= 0 || ticks > max.Ticks)
+                throw new InvalidDataException($"a node prep request with a {which} timeout of {TimeSpan.FromTicks(Math.Max(ticks, 0))} (more than 0 and at most {max} is taken)");
+        }
     }
 }
 

@@ -14,8 +14,11 @@ namespace Hpc.CommonData.Fanout;
 /// library's own link (<c>--ring mpi</c>).
 /// </summary>
 /// <remarks>
-/// Only this job's ranks learn the secrets: a connection to a rank's port that does not open with that rank's secret is
-/// closed without a byte read into the exchange. What does arrive is checked anyway, segment by segment, by the agent.
+/// Only this job's ranks learn the secrets (among agents they travel sealed, <see cref="PeerLink"/>): a connection to a
+/// rank's port that does not open with a proof of that rank's secret over the connection's own two ends is closed
+/// without a byte read into the exchange; the secret never crosses the ring's links. The blocks themselves travel
+/// unsealed, at the link's rate: what arrives is checked segment by segment against the manifest by the agent, and a
+/// dataset that must not be seen on the wire is one for a network the site trusts, as with the cache tier without TLS.
 /// </remarks>
 public sealed class TcpRing : IRingRepair, IAsyncDisposable
 {
@@ -53,7 +56,11 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
     {
         if (group.Size == 1) return new TcpRing(0, 1, null, [], []);
         using var mine = Listen(local);
-        var all = await group.AllGatherAsync(mine.Entry, ct);
+        // Under the same limit as every other collective: a rank that took the request and went silent must not hold
+        // the others here for the whole request's time.
+        IReadOnlyList<byte[]> all;
+        try { all = await group.AllGatherAsync(mine.Entry, ct).WaitAsync(timeout, ct); }
+        catch (TimeoutException) { throw new TimeoutException($"the other ranks did not answer within {timeout.TotalSeconds:0.#} s (the ring's addresses): a rank died or stalled"); }
         return await mine.ConnectAsync(group.Rank, all, timeout, ct);
     }
 
@@ -162,15 +169,18 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
         try
         {
             socket.NoDelay = true;
-            var hello = new byte[SecretLength + 8];
+            var hello = new byte[8];
             await ReadExactlyAsync(socket, hello, limit.Token);
-            var rank = BinaryPrimitives.ReadInt32LittleEndian(hello.AsSpan(SecretLength));
-            var count = BinaryPrimitives.ReadInt32LittleEndian(hello.AsSpan(SecretLength + 4));
-            if (!CryptographicOperations.FixedTimeEquals(hello.AsSpan(0, SecretLength), _secret) || (rank & BypassFlag) == 0 || count < 1 || count >= Size) return;
+            var rank = BinaryPrimitives.ReadInt32LittleEndian(hello);
+            var count = BinaryPrimitives.ReadInt32LittleEndian(hello.AsSpan(4));
+            if ((rank & BypassFlag) == 0 || count < 1 || count >= Size) return;
             rank &= ~BypassFlag;
-            var skipped = new byte[count * 4];
-            await ReadExactlyAsync(socket, skipped, limit.Token);
-            var ranks = Enumerable.Range(0, count).Select(i => BinaryPrimitives.ReadInt32LittleEndian(skipped.AsSpan(i * 4))).ToArray();
+            var signed = new byte[8 + count * 4 + ProofLength];
+            hello.CopyTo(signed, 0);
+            await ReadExactlyAsync(socket, signed.AsMemory(8), limit.Token);
+            if (!Proves(_secret, socket, signed.AsSpan(0, 8 + count * 4), signed.AsSpan(8 + count * 4))) return;
+            var skipped = signed.AsMemory(8, count * 4);
+            var ranks = Enumerable.Range(0, count).Select(i => BinaryPrimitives.ReadInt32LittleEndian(skipped.Span.Slice(i * 4))).ToArray();
             if (rank < 0 || rank >= Size || rank == Rank || ranks.Any(r => r < 0 || r >= Size)) return;
             // Installed before the answer: the receives the handler's caller posts on it wait for the blocks that follow.
             var wire = new Wire(socket) { Answered = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously) };
@@ -209,11 +219,12 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
         try
         {
             await socket.ConnectAsync(new IPEndPoint(address, BinaryPrimitives.ReadUInt16BigEndian(entry.AsSpan(16))), limit.Token);
-            var hello = new byte[SecretLength + 8 + 4 * skipped.Count];
-            entry.AsSpan(18, SecretLength).CopyTo(hello);
-            BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(SecretLength), Rank | BypassFlag);
-            BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(SecretLength + 4), skipped.Count);
-            for (var i = 0; i < skipped.Count; i++) BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(SecretLength + 8 + 4 * i), skipped[i]);
+            var signed = 8 + 4 * skipped.Count;
+            var hello = new byte[signed + ProofLength];
+            BinaryPrimitives.WriteInt32LittleEndian(hello, Rank | BypassFlag);
+            BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(4), skipped.Count);
+            for (var i = 0; i < skipped.Count; i++) BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(8 + 4 * i), skipped[i]);
+            Prove(entry.AsSpan(18, SecretLength), socket, connecting: true, hello.AsSpan(0, signed), hello.AsSpan(signed));
             await SendAllAsync(socket, hello, limit.Token);
             var header = new byte[4];
             await ReadExactlyAsync(socket, header, limit.Token);
@@ -310,10 +321,11 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
         try
         {
             await socket.ConnectAsync(new IPEndPoint(address, port), ct);
-            // The peer's own secret, then who we are: it accepts nobody else on that port.
-            var hello = new byte[SecretLength + 4];
-            entry.AsSpan(18, SecretLength).CopyTo(hello);
-            BinaryPrimitives.WriteInt32LittleEndian(hello.AsSpan(SecretLength), rank);
+            // Who we are, proved with the peer's own secret over this connection's two ends: it accepts nobody else on
+            // that port, and the secret itself never crosses the wire.
+            var hello = new byte[4 + ProofLength];
+            BinaryPrimitives.WriteInt32LittleEndian(hello, rank);
+            Prove(entry.AsSpan(18, SecretLength), socket, connecting: true, hello.AsSpan(0, 4), hello.AsSpan(4));
             await socket.SendAsync(hello, SocketFlags.None, ct);
             return socket;
         }
@@ -362,13 +374,13 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
 
         async Task Check(Socket socket)
         {
-            var hello = new byte[SecretLength + 4];
+            var hello = new byte[4 + ProofLength];
             try
             {
                 socket.NoDelay = true;
                 await ReadExactlyAsync(socket, hello, stop.Token);
-                var rank = BinaryPrimitives.ReadInt32LittleEndian(hello.AsSpan(SecretLength));
-                if (CryptographicOperations.FixedTimeEquals(hello.AsSpan(0, SecretLength), secret) && from.Contains(rank))
+                var rank = BinaryPrimitives.ReadInt32LittleEndian(hello);
+                if (Proves(secret, socket, hello.AsSpan(0, 4), hello.AsSpan(4)) && from.Contains(rank))
                     lock (arrived)
                         if (arrived.TryAdd(rank, socket))
                         {
@@ -380,6 +392,27 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
             // Not a peer this rank waits for: closed, and the listener waits on.
             socket.Dispose();
         }
+    }
+
+    private const int ProofLength = 32;
+
+    /// <summary>The proof a connecting rank sends: <paramref name="message"/> and both ends of <paramref name="socket"/>
+    /// under the listening rank's secret (HMAC-SHA256). A relay sees other ends, and a copied hello proves nothing on
+    /// another connection.</summary>
+    private static void Prove(ReadOnlySpan<byte> secret, Socket socket, bool connecting, ReadOnlySpan<byte> message, Span<byte> proof)
+    {
+        var binding = EndpointBinding.Of(socket, connecting);
+        var signed = new byte[binding.Length + message.Length];
+        binding.CopyTo(signed, 0);
+        message.CopyTo(signed.AsSpan(binding.Length));
+        HMACSHA256.HashData(secret, signed, proof);
+    }
+
+    private static bool Proves(ReadOnlySpan<byte> secret, Socket accepted, ReadOnlySpan<byte> message, ReadOnlySpan<byte> proof)
+    {
+        Span<byte> expected = stackalloc byte[ProofLength];
+        Prove(secret, accepted, connecting: false, message, expected);
+        return CryptographicOperations.FixedTimeEquals(expected, proof);
     }
 
     /// <summary>One direction of one connection: messages go, or are matched, in the order of the calls.</summary>

@@ -13,9 +13,9 @@ namespace Hpc.Jobs.Tests;
 /// </summary>
 public sealed class AgentsNodePrepTests
 {
-    private sealed record Agent(string Pipe, string Peer, ComponentProcess Process);
+    internal sealed record Agent(string Pipe, string Peer, ComponentProcess Process);
 
-    private static async Task<List<Agent>> StartAgentsAsync(Sandbox s, int n, string keyFile, string? cacheHosts = null)
+    internal static async Task<List<Agent>> StartAgentsAsync(Sandbox s, int n, string keyFile, string? cacheHosts = null)
     {
         var agents = new List<Agent>();
         for (var i = 0; i < n; i++)
@@ -46,7 +46,14 @@ public sealed class AgentsNodePrepTests
         }
     }
 
-    private static string KeyFile(Sandbox s, string secret = "a-cluster-secret-of-some-length")
+    internal static void Signal(int pid, string signal)
+    {
+        using var kill = System.Diagnostics.Process.Start(new System.Diagnostics.ProcessStartInfo("kill", [$"-{signal}", pid.ToString()]) { UseShellExecute = false })!;
+        kill.WaitForExit();
+        Assert.Equal(0, kill.ExitCode);
+    }
+
+    internal static string KeyFile(Sandbox s, string secret = "a-cluster-secret-of-some-length")
     {
         var path = s.WriteFile($"peer-{Guid.NewGuid():n}.key", System.Text.Encoding.UTF8.GetBytes(secret + "\n"));
         if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite);
@@ -121,7 +128,7 @@ public sealed class AgentsNodePrepTests
     /// Stands at one position of the tree as an agent that hangs: it takes the request, forwards it to its children
     /// (who answer it and then wait for its start), and then says nothing more, to its parent or to them.
     /// </summary>
-    private static async Task<Hanging> HangingAgentAsync(string peer, PeerKey key)
+    internal static async Task<Hanging> HangingAgentAsync(string peer, PeerKey key)
     {
         var (host, port) = AgentTree.Endpoint(peer);
         var listener = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
@@ -149,7 +156,7 @@ public sealed class AgentsNodePrepTests
         return new Hanging(hung, links);
     }
 
-    private sealed class Hanging(Task hung, List<PeerLink> links) : IAsyncDisposable
+    internal sealed class Hanging(Task hung, List<PeerLink> links) : IAsyncDisposable
     {
         /// <summary>Completes once the hanging agent has its children's answers: they now wait on it.</summary>
         public Task Hung => hung;
@@ -197,20 +204,23 @@ public sealed class AgentsNodePrepTests
         var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(4 << 20, seed: 47)), "risk/reach");
         var key = KeyFile(s);
         // Degree 2: position 1 (parent of 3 and 4) takes connections and never proves the key, a wedged agent; position 2
-        // (parent of 5 and 6) is a real agent whose connections go through only after 4 s. Both would hold every node's
-        // start for the join timeout (10 s here) or the 4 s.
+        // (parent of 5 and 6) is a real agent stopped for 4 s (SIGSTOP: its kernel takes the connection, nothing answers).
+        // Both would hold every node's start for the join timeout (10 s here) or the 4 s.
         var agents = await StartAgentsAsync(s, 6, key);
-        await using var late = new ThrottledRelay(agents[1].Peer, long.MaxValue, holdEachConnection: TimeSpan.FromSeconds(4));
         using var wedged = new TcpListener(IPAddress.Loopback, 0);
         wedged.Start();
-        List<string> members = [agents[0].Peer, $"127.0.0.1:{((IPEndPoint)wedged.LocalEndpoint).Port}", late.Address, .. agents.Skip(2).Select(a => a.Peer)];
+        List<string> members = [agents[0].Peer, $"127.0.0.1:{((IPEndPoint)wedged.LocalEndpoint).Port}", agents[1].Peer, .. agents.Skip(2).Select(a => a.Peer)];
+        Signal(agents[1].Process.Id, "STOP");
+        var resumed = Task.Delay(TimeSpan.FromSeconds(4)).ContinueWith(_ => Signal(agents[1].Process.Id, "CONT"), TaskScheduler.Default);
 
         var request = new PrepRequest
         {
             Id = "r1", Name = "risk/reach", Job = "job-r", Members = members, Requester = "", Degree = 2, ReachTimeout = TimeSpan.FromSeconds(1),
             JoinTimeout = TimeSpan.FromSeconds(10), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
         };
-        var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2));
+        AgentsReport report;
+        try { report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2)); }
+        finally { await resumed; }
 
         Assert.Equal(5, report.Joined);
         Assert.True(report.LaunchSeconds < 4, $"the others started after {report.LaunchSeconds:0.00} s");

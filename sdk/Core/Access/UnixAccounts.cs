@@ -23,6 +23,10 @@ public static partial class UnixAccounts
     public static uint? UserId(string name) =>
         WithBuffer((buffer, size) => (getpwnam_r(name, out var pw, buffer, size, out var found), found == 0 ? null : (uint?)pw.Uid));
 
+    /// <summary>The named user's id and primary group, or null when the node knows no such user.</summary>
+    public static (uint Uid, uint Gid)? Account(string name) =>
+        WithBuffer((buffer, size) => (getpwnam_r(name, out var pw, buffer, size, out var found), found == 0 ? null : ((uint, uint)?)(pw.Uid, pw.Gid)));
+
     /// <summary>The id of the named group, or null when the node knows no such group.</summary>
     public static uint? GroupId(string name) =>
         WithBuffer((buffer, size) => (getgrnam_r(name, out var gr, buffer, size, out var found), found == 0 ? null : (uint?)gr.Gid));

@@ -175,6 +175,11 @@ public sealed class AgentClient : IAsyncDisposable
     public Task<LocalDataset> PrefetchAsync(string name, string? version = null, string? pin = null, CancellationToken ct = default) =>
         DatasetCallAsync(new AgentRequest { Op = AgentOps.Prefetch, Dataset = DatasetName.Validate(name), Version = version, Pin = pin }, ct);
 
+    /// <summary>A prefetch pinned as <paramref name="user"/>'s, with that user's read access checked (root and the
+    /// agent's own user only: <see cref="AgentRequest.For"/>).</summary>
+    public Task<LocalDataset> PrefetchForAsync(string name, string? version, string? pin, string user, CancellationToken ct = default) =>
+        DatasetCallAsync(new AgentRequest { Op = AgentOps.Prefetch, Dataset = DatasetName.Validate(name), Version = version, Pin = pin, For = user }, ct);
+
     public Task ReleaseAsync(string name, string? version, string pin, bool evict = false, CancellationToken ct = default) =>
         ReleasePinAsync(name, version, pin, evict, ct);
 

@@ -138,6 +138,10 @@ public sealed class AgentRequest
     /// <summary>A pin name (e.g. the job id): pinned copies survive eviction until released.</summary>
     [JsonPropertyName("pin")] public string? Pin { get; set; }
     [JsonPropertyName("evict")] public bool Evict { get; set; }
+    /// <summary>A prefetch on behalf of this user (a name the node knows): the readers are checked against that user
+    /// and the pin is that user's (its quota, its release). Only root and the agent's own user may ask it: the agents'
+    /// exchange, which takes the job's user from a request sealed with the cluster's key.</summary>
+    [JsonPropertyName("for")] public string? For { get; set; }
 }
 
 public sealed class AgentResponse

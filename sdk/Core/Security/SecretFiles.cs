@@ -10,7 +10,11 @@ public static class SecretFiles
     /// Which of <paramref name="files"/> (path and the switch that named it; empty paths and absent files skipped) other
     /// users of the machine can read, as one sentence ending in the fix, or null when none can (and on Windows).
     /// </summary>
-    public static string? Exposure(params (string? Path, string Option)[] files)
+    public static string? Exposure(params (string? Path, string Option)[] files) => Exposure("passwords", files);
+
+    /// <summary>As <see cref="Exposure(ValueTuple{string, string}[])"/>, for files that hold <paramref name="holds"/>
+    /// (the agents' peer key: "the cluster's peer key").</summary>
+    public static string? Exposure(string holds, params (string? Path, string Option)[] files)
     {
         if (OperatingSystem.IsWindows()) return null;
         const UnixFileMode others = UnixFileMode.GroupRead | UnixFileMode.OtherRead;
@@ -24,6 +28,6 @@ public static class SecretFiles
             exposed.Add($"{option} {path} is readable by {who} (mode {Convert.ToString((int)mode & 0x1FF, 8).PadLeft(4, '0')})");
         }
         return exposed.Count == 0 ? null
-            : string.Join("; ", exposed) + $": it holds passwords; make it readable by its owner alone (chmod 600 {string.Join(" ", files.Where(f => exposed.Any(e => e.StartsWith($"{f.Option} {f.Path} ", StringComparison.Ordinal))).Select(f => f.Path))})";
+            : string.Join("; ", exposed) + $": it holds {holds}; make it readable by its owner alone (chmod 600 {string.Join(" ", files.Where(f => exposed.Any(e => e.StartsWith($"{f.Option} {f.Path} ", StringComparison.Ordinal))).Select(f => f.Path))})";
     }
 }
