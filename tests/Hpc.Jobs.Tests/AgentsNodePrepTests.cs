@@ -366,7 +366,7 @@ public sealed class PrepRequestTests
     [Fact]
     public void A_request_reads_back_as_it_was_written_at_any_position()
     {
-        var request = Sample().At(7);
+        var request = (Sample() with { User = "u1" }).At(7);
         var read = PrepRequest.Decode(request.Encode());
         Assert.Equal(request with { Members = [] }, read with { Members = [] });
         Assert.Equal(request.Members, read.Members);
@@ -403,6 +403,23 @@ public sealed class PrepRequestTests
         wrongFormat[0] = 9;
         Assert.Throws<InvalidDataException>(() => PrepRequest.Decode(wrongFormat));
         Assert.Throws<InvalidDataException>(() => NodeOutcome.Decode([1, 2, 3]));
+    }
+
+    [Fact]
+    public void A_request_that_asks_for_timeouts_or_a_degree_beyond_what_an_agent_takes_is_refused_naming_the_bound()
+    {
+        Assert.Contains("stall timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { StallTimeout = TimeSpan.FromHours(2) }).Encode())).Message);
+        Assert.Contains("overall timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Timeout = TimeSpan.FromDays(3) }).Encode())).Message);
+        Assert.Contains("peer timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { PeerTimeout = TimeSpan.Zero }).Encode())).Message);
+        Assert.Contains("join timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { JoinTimeout = TimeSpan.FromHours(1) }).Encode())).Message);
+        Assert.Contains("degree 65", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Degree = 65 }).Encode())).Message);
+        // At the bounds it is taken.
+        var longest = Sample() with
+        {
+            PeerTimeout = PrepRequest.MaxPeerTimeout, JoinTimeout = PrepRequest.MaxJoinTimeout, ReachTimeout = PrepRequest.MaxReachTimeout,
+            StallTimeout = PrepRequest.MaxStallTimeout, Timeout = PrepRequest.MaxTimeout, Degree = PrepRequest.MaxDegree,
+        };
+        Assert.Equal(PrepRequest.MaxTimeout, PrepRequest.Decode(longest.Encode()).Timeout);
     }
 
     [Fact]

@@ -104,6 +104,18 @@ public sealed class PeerChannelTests
     }
 
     [Fact]
+    public async Task An_agent_whose_peer_key_file_others_can_read_says_so_at_start()
+    {
+        if (OperatingSystem.IsWindows()) return;
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var key = KeyFile(s);
+        File.SetUnixFileMode(key, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+        var agent = Assert.Single(await StartAgentsAsync(s, 1, key));
+        Assert.Contains($"--peer-key-file {key} is readable by every user of this machine (mode 0644): it holds the cluster's peer key", agent.Process.StandardErrorTail);
+    }
+
+    [Fact]
     public async Task Agents_relayed_to_each_other_by_someone_without_the_key_fetch_and_pin_nothing()
     {
         await using var s = new Sandbox();
