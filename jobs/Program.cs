@@ -15,6 +15,7 @@ return await new CommandTree(Me, "get a shared read-only dataset onto every comp
     new(PrestageOptions.Verb, PrestageOptions.Summary, PrestageCommand.RunAsync, Switches: VerbContract<PrestageOptions>.SwitchNames()),
     VerbEntry.For<NodePrepOptions>(Me, NodePrepCommand.RunAsync),
     VerbEntry.For<NodeReleaseOptions>(Me, NodeReleaseCommand.RunAsync),
+    VerbEntry.For<BurstBufferOptions>(Me, BurstBufferCommand.RunAsync),
     VerbEntry.For<RemoveOptions>(Me, RemoveCommand.RunAsync),
     VerbEntry.For<GcOptions>(Me, GcCommand.RunAsync),
     VerbEntry.For<RepairOptions>(Me, RepairCommand.RunAsync),

@@ -295,7 +295,7 @@ public sealed class PeerChannelTests
         }
     }
 
-    private static void EnsureUser(string name)
+    internal static void EnsureUser(string name)
     {
         if (UnixAccounts.UserId(name) is not null) return;
         using var p = Process.Start(new ProcessStartInfo("useradd", ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name])

@@ -13,7 +13,7 @@ namespace Hpc.Jobs.Tests;
 /// </summary>
 public class SlurmTests
 {
-    private static bool Available(out string why)
+    internal static bool Available(out string why)
     {
         why = !File.Exists("/usr/sbin/slurmctld") || !File.Exists("/usr/sbin/slurmd") || !File.Exists("/usr/sbin/munged") ? "slurm-wlm and munge are not installed"
             : Environment.UserName != "root" ? "not running as root" : "";
@@ -58,7 +58,7 @@ public class SlurmTests
     }
 
     /// <summary>The three daemons in the foreground, on free ports, with state, spool, logs and sockets in one directory.</summary>
-    private sealed class SingleNodeSlurm : IAsyncDisposable
+    internal sealed class SingleNodeSlurm : IAsyncDisposable
     {
         private readonly List<Process> _daemons = [];
         public string Directory { get; }
@@ -68,7 +68,9 @@ public class SlurmTests
 
         public Dictionary<string, string?> Environment(Sandbox s) => new() { ["SLURM_CONF"] = Conf };
 
-        public static async Task<SingleNodeSlurm> StartAsync(Sandbox s)
+        /// <param name="moreConf">Lines added to slurm.conf.</param>
+        /// <param name="prepare">Writes further files into the directory (beside slurm.conf) before the daemons start.</param>
+        public static async Task<SingleNodeSlurm> StartAsync(Sandbox s, string moreConf = "", Action<string>? prepare = null)
         {
             var dir = Path.Combine("/tmp", $"hcd-slurm-{System.Environment.ProcessId}");
             System.IO.Directory.CreateDirectory(dir);
@@ -108,8 +110,10 @@ public class SlurmTests
                     Epilog={dir}/epilog.sh
                     NodeName={host} CPUs={System.Environment.ProcessorCount} RealMemory={long.Parse(memory) / 1024 / 2} State=UNKNOWN
                     PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
+                    {moreConf}
 
                     """);
+                prepare?.Invoke(dir);
                 slurm.Start("/usr/sbin/munged", "-F", "--force", "-S", $"{dir}/munge/munge.socket", "--pid-file", $"{dir}/munge/munged.pid",
                     "--log-file", $"{dir}/munge/munged.log", "--seed-file", $"{dir}/munge/munged.seed");
                 for (var i = 0; i < 50 && !File.Exists($"{dir}/munge/munge.socket"); i++) await Task.Delay(100);
@@ -183,7 +187,7 @@ public class SlurmTests
             }
         }
 
-        private string Logs() => string.Join("\n", new[] { "slurmctld.log", "slurmd.log", "daemons.err", "munge/munged.log" }
+        public string Logs() => string.Join("\n", new[] { "slurmctld.log", "slurmd.log", "daemons.err", "munge/munged.log" }
             .Select(f => Path.Combine(Directory, f)).Where(File.Exists).Select(f => $"--- {f}\n{string.Join("\n", File.ReadLines(f).TakeLast(15))}"));
 
         public async ValueTask DisposeAsync()

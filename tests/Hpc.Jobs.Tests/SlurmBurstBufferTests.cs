@@ -1,0 +1,133 @@
+using Hpc.CommonData.Cache;
+using Hpc.CommonData.Fanout;
+using Hpc.CommonData.Hosting;
+using Hpc.Jobs.Commands;
+
+namespace Hpc.Jobs.Tests;
+
+/// <summary>
+/// Staging inside the scheduler: a real slurmctld with <c>BurstBufferType=burst_buffer/lua</c> runs
+/// deploy/slurm/burst_buffer.lua (only its two site lines set), a user's batch script names its dataset with
+/// <c>#BB_LUA hpcdata NAME</c>, and the node's running agent (with <c>--peer-listen</c>) holds the verified copy before
+/// the script's first line; the script needs nothing of its own. A name that does not resolve, or a malformed
+/// directive, is refused by sbatch with one line.
+/// </summary>
+public sealed class SlurmBurstBufferTests
+{
+    [Fact]
+    public async Task A_batch_script_that_names_its_dataset_starts_with_the_nodes_copy_in_its_environment_and_bad_directives_are_refused_at_submit()
+    {
+        if (!SlurmTests.Available(out var why)) { Console.Error.WriteLine($"Slurm test not run: {why}"); return; }
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var bytes = Sandbox.RandomBytes(3_000_000, seed: 91);
+        var r = await s.RunAsync("Hpc.Stager", [s.WriteFile("prices.bin", bytes), "--name", "risk/bb", "--cache-hosts", s.HostList, "--readers", "all", "--json"]);
+        Assert.True(r.Code == 0, r.Stderr);
+        var version = System.Text.Json.JsonDocument.Parse(r.Stdout.Last()).RootElement.GetProperty("version").GetString()!;
+        var key = AgentsNodePrepTests.KeyFile(s);
+        var port = FreePorts.Next();
+        // Slurm refuses burst buffers to root: the jobs are a user's, as on a cluster.
+        PeerChannelTests.EnsureUser(User);
+        string? agentPipe = null, dataDir = null, jobs = null;
+
+        await using var slurm = await SlurmTests.SingleNodeSlurm.StartAsync(s, "BurstBufferType=burst_buffer/lua", dir =>
+        {
+            dataDir = Path.Combine(dir, "node-data");
+            // The deploy file as a site installs it: only the hpcdata command and the site's switches are its own.
+            var lua = File.ReadAllText(Path.Combine(ToolInstallTests.RepositoryRoot(), "deploy", "slurm", "burst_buffer.lua"));
+            var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
+            var site = $"--peer-key-file {key} --state-dir {dir}/bb --agents-port {port} --agent-data-dir {dataDir} --cache-hosts {s.HostList}";
+            lua = lua.Replace("local hpcdata = \"/usr/bin/hpcdata\"", $"local hpcdata = \"HPCDATA_STATE_DIR={s.StateDirectory} {hpcdata}\"")
+                     .Replace("local site = \"--peer-key-file /etc/hpcdata/peer.key --state-dir /var/spool/hpcdata/burst-buffer\"", $"local site = \"{site}\"");
+            Assert.Contains(site, lua);
+            File.WriteAllText(Path.Combine(dir, "burst_buffer.lua"), lua);
+            File.Copy(Path.Combine(ToolInstallTests.RepositoryRoot(), "deploy", "slurm", "burst_buffer.conf"), Path.Combine(dir, "burst_buffer.conf"));
+            agentPipe = Path.Combine(dir, "agent.sock");
+            // Where the user's scripts and their output live.
+            jobs = Path.Combine(dir, "jobs");
+            Directory.CreateDirectory(jobs);
+            File.SetUnixFileMode(jobs, (UnixFileMode)0b111_111_111 | UnixFileMode.StickyBit);
+        });
+        // The node's agent, running as a site runs it, before any job; the Epilog's noderelease talks to it.
+        var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
+        {
+            Pipe = agentPipe!, DataDirectory = dataDir!, NodeName = "node0", PeerListen = $"0.0.0.0:{port}", PeerKeyFile = key,
+            CacheTier = { Hosts = [.. s.Hosts] },
+        }, name: "agent"));
+        await agent.WaitReadyAsync(Sandbox.Ready);
+
+        // Refused at submit, each with one line naming what is wrong; no job is queued.
+        var unknown = await Submit(slurm, jobs!, "#BB_LUA hpcdata risk/no-such-dataset\necho never\n");
+        Assert.NotEqual(0, unknown.Code);
+        Assert.True(unknown.Output.Contains("risk/no-such-dataset"), unknown.Output);
+        var malformed = await Submit(slurm, jobs!, "#BB_LUA hpcdata risk/bb extra-word\necho never\n");
+        Assert.NotEqual(0, malformed.Code);
+        Assert.True(malformed.Output.Contains("one dataset per line"), malformed.Output);
+
+        // A user's own script: nothing in it but the directive and its work.
+        var submitted = await Submit(slurm, jobs!, "#BB_LUA hpcdata risk/bb\necho \"dataset=$HPCDATA_DATASET path=$HPCDATA_DATASET_PATH\"\necho \"bytes=$(wc -c < \"$HPCDATA_DATASET_PATH\")\"\n");
+        Assert.True(submitted.Code == 0, submitted.Output + slurm.Logs());
+        var job = submitted.Output.Trim().Split(' ').Last();
+        var output = await WaitForJobAsync(slurm, jobs!, job, TimeSpan.FromMinutes(3));
+        Assert.Contains($"dataset=risk/bb@{version} path={Path.Combine(dataDir!, "complete", version + ".data")}", output);
+        Assert.Contains($"bytes={bytes.Length}", output);
+
+        // Teardown dropped the job's reference on the cache tier and its state.
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        for (var i = 0; i < 120 && (await tier.Catalog.JobsAsync(version)).Count > 0; i++) await Task.Delay(250);
+        Assert.Empty(await tier.Catalog.JobsAsync(version));
+        Assert.False(File.Exists(Path.Combine(slurm.Directory, "bb", job + ".datasets")));
+    }
+
+    private const string User = "hpcd-bb-user";
+
+    private static async Task<(int Code, string Output)> Submit(SlurmTests.SingleNodeSlurm slurm, string jobs, string body)
+    {
+        var script = Path.Combine(jobs, $"job-{Guid.NewGuid():n}.sh");
+        File.WriteAllText(script, "#!/bin/sh\n" + body);
+        File.SetUnixFileMode(script, (UnixFileMode)0b110_100_100);
+        return await slurm.RunAsync("runuser", "-u", User, "--", "sbatch", "--chdir", jobs, "--output", Path.Combine(jobs, "slurm-%j.out"), script);
+    }
+
+    /// <summary>Waits until the job has left the queue and returns its output.</summary>
+    private static async Task<string> WaitForJobAsync(SlurmTests.SingleNodeSlurm slurm, string jobs, string job, TimeSpan timeout)
+    {
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var output = Path.Combine(jobs, $"slurm-{job}.out");
+        while (await slurm.RunAsync("squeue", "-h", "-o", "%i %T %r", "-j", job) is var q && (q.Output.Split('\n').Any(l => l.Trim().StartsWith(job + " ")) || !File.Exists(output)))
+        {
+            if (clock.Elapsed > timeout) throw new TimeoutException($"job {job} still queued or running after {timeout} ({q.Output.Trim()}):\n{slurm.Logs()}");
+            await Task.Delay(500);
+        }
+        return await File.ReadAllTextAsync(output);
+    }
+}
+
+/// <summary>The directive a job script names its datasets with, read as the burst buffer hooks read it.</summary>
+public sealed class BurstBufferDirectiveTests
+{
+    [Fact]
+    public void Each_directive_names_one_dataset_and_lines_for_other_tools_are_left_alone()
+    {
+        var found = BurstBufferCommand.Directives(["#!/bin/sh", "#BB_LUA hpcdata risk/prices", "#BB_LUA othertool --size 10G", "#BB_LUA hpcdata ref/curves@3f2a", "echo #BB_LUA hpcdata x/y"]);
+        Assert.Equal([("risk/prices", (string?)null), ("ref/curves", "3f2a")], found.Select(f => (f.Name, f.Version)));
+    }
+
+    [Theory]
+    [InlineData("#BB_LUA hpcdata", "one dataset per line")]
+    [InlineData("#BB_LUA hpcdata a/b c/d", "one dataset per line")]
+    [InlineData("#BB_LUA hpcdata risk/prices@", "no version after @")]
+    [InlineData("#BB_LUA hpcdata ../etc", "line 2")]
+    public void A_malformed_directive_is_refused_naming_its_line(string directive, string error)
+    {
+        var e = Assert.Throws<FormatException>(() => BurstBufferCommand.Directives(["#!/bin/sh", directive]));
+        Assert.Contains(error, e.Message);
+    }
+
+    [Fact]
+    public void A_dataset_named_twice_is_refused()
+    {
+        var e = Assert.Throws<FormatException>(() => BurstBufferCommand.Directives(["#BB_LUA hpcdata a/b", "#BB_LUA hpcdata a/b@1234"]));
+        Assert.Contains("named twice", e.Message);
+    }
+}
