@@ -1,5 +1,8 @@
+using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Net;
+using Hpc.CommonData.Cache;
+using Microsoft.Extensions.Logging;
 using Xunit.Abstractions;
 
 namespace Hpc.CacheHost.Tests.Process;
@@ -168,6 +171,32 @@ public sealed class AccountShareTests : IDisposable
         Assert.DoesNotContain("sent nothing for", host.Log);
     }
 
+    [Fact]
+    public async Task A_pooled_client_connection_the_host_closed_as_idle_is_opened_again_without_a_failure_or_a_retry()
+    {
+        var host = Start(o => { o.UsersFile = _usersFile; o.IdleTimeout = TimeSpan.FromSeconds(1); });
+        var log = new ListLogger();
+        await using var client = new CacheTierClient(new CacheTierOptions
+        {
+            Hosts = [$"{host.Host}:{host.Port}"], User = "node", Password = "node-pass", ConnectionsPerHost = 1,
+        }, log);
+
+        Assert.Single(await client.KeysAsync("none:"));
+        // Until the host has closed the client's connection and counted it gone: then only the one asking is left.
+        using (var admin = new RespTestClient(host))
+        {
+            Assert.Equal("OK", admin.Call("AUTH", "ops", "ops-pass"));
+            var clock = Stopwatch.StartNew();
+            while (!System.Text.Encoding.ASCII.GetString((byte[])admin.Call("INFO", "clients")!).Contains("connected_clients:1\r\n") && clock.Elapsed < TimeSpan.FromSeconds(30))
+                Thread.Sleep(100);
+        }
+        Assert.Contains("(account node) sent nothing for", host.LogOnceItSays("(account node) sent nothing for"));
+
+        Assert.Single(await client.KeysAsync("none:"));
+        var warnings = log.Lines.Where(l => l.Level >= LogLevel.Warning).Select(l => l.Message).ToList();
+        Assert.True(warnings.Count == 0, string.Join("\n", warnings));
+    }
+
     [Theory]
     [InlineData("--max-clients-per-account", "-1", "--max-clients-per-account must be 0 (half of --max-clients) or 1 to --max-clients (10000), not -1")]
     [InlineData("--max-clients-per-account", "20000", "--max-clients-per-account must be 0 (half of --max-clients) or 1 to --max-clients (10000), not 20000")]
@@ -236,5 +265,14 @@ public sealed class AccountShareTests : IDisposable
         foreach (var host in _hosts)
             host.Dispose();
         File.Delete(_usersFile);
+    }
+
+    private sealed class ListLogger : ILogger
+    {
+        public ConcurrentQueue<(LogLevel Level, string Message)> Lines { get; } = new();
+        public IDisposable? BeginScope<TState>(TState state) where TState : notnull => null;
+        public bool IsEnabled(LogLevel logLevel) => true;
+        public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter) =>
+            Lines.Enqueue((logLevel, formatter(state, exception)));
     }
 }
