@@ -1,6 +1,7 @@
 using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Net;
+using System.Net.Sockets;
 using Hpc.CommonData.Cache;
 using Microsoft.Extensions.Logging;
 using Xunit.Abstractions;
@@ -92,6 +93,109 @@ public sealed class AccountShareTests : IDisposable
         _clients[0].Dispose();
         _clients.RemoveAt(0);
         Assert.Equal("OK", LogInWithin(host, "mallory", "m-pass", Flooder, TimeSpan.FromSeconds(10)));
+    }
+
+    [Fact]
+    public async Task At_the_default_max_clients_one_writer_holding_all_it_may_leaves_sixty_node_logins_all_getting_in()
+    {
+        // The default --max-clients is 10,000, so the writer's share is 5,000 connections, each a descriptor here and one
+        // in the host. Where the descriptors allowed are fewer, the same is shown at the size they allow.
+        int maxClients = Math.Min(10_000, 2 * (OpenFilesAllowed() - 1_000));
+        var host = Start(o => { o.UsersFile = _usersFile; if (maxClients != 10_000) o.MaxClients = maxClients; });
+        var clock = Stopwatch.StartNew();
+        var held = new List<Socket>();
+        var writerAddresses = Enumerable.Range(1, 64).Select(i => IPAddress.Parse($"127.0.6.{i}")).ToArray();
+        string? refusal = null;
+        try
+        {
+            while (refusal is null && held.Count < maxClients)
+            {
+                var c = LogInRaw(host, writerAddresses[held.Count % writerAddresses.Length], "mallory", "m-pass", out var reply);
+                if (reply == "+OK") held.Add(c);
+                else { refusal = reply; c.Dispose(); }
+            }
+            var filled = clock.Elapsed;
+            Assert.Equal(maxClients / 2, held.Count);
+            Assert.Equal($"-ERR max number of clients per account reached ({maxClients / 2} of account mallory; --max-clients-per-account)", refusal);
+
+            using var stop = new CancellationTokenSource();
+            var refusedFlood = 0;
+            var flood = Task.Run(() =>
+            {
+                for (var i = 0; !stop.IsCancellationRequested; i++)
+                {
+                    try
+                    {
+                        using var c = LogInRaw(host, writerAddresses[i % writerAddresses.Length], "mallory", "m-pass", out var reply);
+                        if (reply.StartsWith('-')) Interlocked.Increment(ref refusedFlood);
+                    }
+                    catch (SocketException) { }
+                }
+            });
+            for (var wait = Stopwatch.StartNew(); Volatile.Read(ref refusedFlood) == 0 && wait.Elapsed < TimeSpan.FromSeconds(30);)
+                await Task.Delay(50);
+            var logins = 0;
+            var failures = new List<string>();
+            for (var i = 1; i <= 60; i++)
+            {
+                try
+                {
+                    var node = LogInRaw(host, IPAddress.Parse($"127.0.7.{i}"), "node", "node-pass", out var reply);
+                    held.Add(node);
+                    if (reply == "+OK") logins++;
+                    else failures.Add($"node {i}: {reply}");
+                }
+                catch (SocketException e) { failures.Add($"node {i}: {e.Message}"); }
+            }
+            await stop.CancelAsync();
+            await flood;
+
+            _output.WriteLine($"--max-clients {maxClients}: mallory held {held.Count - 60} connections ({filled.TotalSeconds:0.0} s to open), " +
+                              $"then was refused {refusedFlood} more while node logins got in {logins} of 60 (each kept open)");
+            Assert.True(logins == 60, string.Join("; ", failures));
+        }
+        finally
+        {
+            held.ForEach(c => c.Dispose());
+        }
+    }
+
+    /// <summary>Connects from <paramref name="from"/> and sends AUTH, with no buffers beyond the socket's: thousands are held.</summary>
+    private static Socket LogInRaw(CacheHostProcess host, IPAddress from, string user, string password, out string reply)
+    {
+        var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true, ReceiveTimeout = 15_000, SendTimeout = 15_000 };
+        try
+        {
+            socket.Bind(new IPEndPoint(from, 0));
+            socket.Connect(host.Host, host.Port);
+            socket.Send(System.Text.Encoding.ASCII.GetBytes($"*3\r\n$4\r\nAUTH\r\n${user.Length}\r\n{user}\r\n${password.Length}\r\n{password}\r\n"));
+            var line = new System.Text.StringBuilder();
+            var one = new byte[1];
+            while (!line.ToString().EndsWith("\r\n", StringComparison.Ordinal))
+            {
+                if (socket.Receive(one) == 0) break;
+                line.Append((char)one[0]);
+            }
+            reply = line.ToString().TrimEnd();
+            return socket;
+        }
+        catch
+        {
+            socket.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>The soft limit of open files (the runtime raises it to the hard limit at start); the host inherits it.</summary>
+    private static int OpenFilesAllowed()
+    {
+        foreach (var line in File.ReadLines("/proc/self/limits"))
+            if (line.StartsWith("Max open files", StringComparison.Ordinal))
+            {
+                var soft = line["Max open files".Length..].Trim().Split(' ', StringSplitOptions.RemoveEmptyEntries)[0];
+                return soft == "unlimited" ? int.MaxValue / 4 : int.Parse(soft);
+            }
+        return 1024;
     }
 
     [Fact]
