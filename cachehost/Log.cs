@@ -45,6 +45,12 @@ internal static partial class Log
     [LoggerMessage(27, LogLevel.Information, "Client {ClientId} from {Remote} did not authenticate within {Timeout} and was disconnected ({HeldBack} more such lines not written in the minute before)")]
     public static partial void AuthTimedOut(ILogger logger, long clientId, EndPoint? remote, TimeSpan timeout, long heldBack);
 
+    [LoggerMessage(34, LogLevel.Warning, "Client {ClientId} from {Remote} refused at login as {Account} and disconnected: {Refusal} ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void MaxClientsPerAccountReached(ILogger logger, long clientId, EndPoint? remote, string account, string refusal, long heldBack);
+
+    [LoggerMessage(35, LogLevel.Information, "Client {ClientId} from {Remote} (account {Account}) sent nothing for {Timeout} and was disconnected (--idle-timeout) ({HeldBack} more such lines not written in the minute before)")]
+    public static partial void IdleTimedOut(ILogger logger, long clientId, EndPoint? remote, string account, TimeSpan timeout, long heldBack);
+
     [LoggerMessage(14, LogLevel.Debug, "Client {ClientId} closed with {Bytes} bytes of an unfinished request")]
     public static partial void TruncatedRequest(ILogger logger, long clientId, long bytes);
 

@@ -26,6 +26,7 @@ internal sealed class CacheServer(ServerContext server, BoundListener bound, ILo
     private readonly ConcurrentDictionary<long, (ClientSession Session, Task Run)> _sessions = new();
     private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
     private Socket? _listener;
+    private ITimer? _idleSweep;
 
     /// <summary>Binds the host's address and port; a <see cref="SocketException"/> says why it cannot.</summary>
     public static async Task<BoundListener> ListenAsync(Hpc.CommonData.Hosting.CacheHostOptions options, CancellationToken cancellationToken)
@@ -61,7 +62,23 @@ internal sealed class CacheServer(ServerContext server, BoundListener bound, ILo
         Console.Out.WriteLine($"READY {endpoint}");
         Console.Out.Flush();
 
+        if (options.IdleTimeout > TimeSpan.Zero)
+        {
+            // One sweep for all connections rather than a timer per connection reset at every request: a request
+            // then costs a timestamp, and a connection is closed between the limit and a tenth of it (10 s at most) later.
+            var period = TimeSpan.FromTicks(Math.Clamp(options.IdleTimeout.Ticks / 10, TimeSpan.TicksPerMillisecond * 100, TimeSpan.TicksPerSecond * 10));
+            _idleSweep = server.Time.CreateTimer(static s => ((CacheServer)s!).CloseIdleSessions(), this, period, period);
+        }
+
         await base.StartAsync(cancellationToken);
+    }
+
+    private void CloseIdleSessions()
+    {
+        long now = server.Time.GetTimestamp();
+        var limit = server.Options.IdleTimeout;
+        foreach (var (_, entry) in _sessions)
+            entry.Session.CloseIfIdle(now, limit);
     }
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
@@ -96,6 +113,7 @@ internal sealed class CacheServer(ServerContext server, BoundListener bound, ILo
         }
         finally
         {
+            _idleSweep?.Dispose();
             listener.Dispose();
             await CloseSessionsAsync();
         }

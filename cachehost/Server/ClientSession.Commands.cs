@@ -35,6 +35,39 @@ internal sealed partial class ClientSession
 
     internal bool Authenticated => _user is not null;
 
+    /// <summary>
+    /// Makes this connection one of <paramref name="account"/>'s, within the account's share of connections
+    /// (<see cref="AccountShares"/>), at AUTH once the password is right. Null when it may log in; otherwise the refusal
+    /// to reply, and the connection closes after it: it would only hold a place until --auth-timeout.
+    /// </summary>
+    internal string? HoldShare(CacheUser account)
+    {
+        if (_shareAccount == account.Name)
+            return null;
+        if (_server.Shares.TryTake(account) is { } refused)
+        {
+            if (_server.LogGates.MaxClientsPerAccount.TryPass(out long heldBack))
+                Log.MaxClientsPerAccountReached(_logger, Id, Remote, account.Name, refused, heldBack);
+            _quitRequested = true;
+            return refused;
+        }
+        // Logging in again as another account moves the connection to that account's share.
+        ReleaseShare();
+        if (AccountShares.Counts(account))
+            (_shareAccount, _shareWriter) = (account.Name, account.Role == CacheRole.Writer);
+        return null;
+    }
+
+    /// <summary>The connection no longer counts against its account's share (at close, or on logging in as another).</summary>
+    private void ReleaseShare()
+    {
+        if (_shareAccount is { } held)
+        {
+            _shareAccount = null;
+            _server.Shares.Release(held, _shareWriter);
+        }
+    }
+
     /// <summary>ACL LOAD from this connection, logged as the client that asked.</summary>
     internal (bool Loaded, string Message) LoadUsersAgain() => UsersReload.Reload(_server, _logger, $"ACL LOAD from client {Id} ({_user?.Name})");
 

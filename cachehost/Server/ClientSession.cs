@@ -38,6 +38,15 @@ internal sealed partial class ClientSession : IDisposable
     private bool _quitRequested;
     private byte[]? _clientName;
     private int _closed;
+    /// <summary>The account whose share this connection counts against (<see cref="AccountShares"/>), or null.</summary>
+    private string? _shareAccount;
+    private bool _shareWriter;
+    /// <summary>
+    /// When the session began waiting for the client's next bytes (a timestamp); 0 while it has a request in hand or
+    /// replies to send, so a client waiting on a long answer is never idle; <see cref="ClosedForIdleness"/> once closed.
+    /// </summary>
+    private long _idleSince;
+    private const long ClosedForIdleness = -1;
 
     public ClientSession(long id, Socket socket, ServerContext server, ILogger logger)
     {
@@ -155,7 +164,10 @@ internal sealed partial class ClientSession : IDisposable
         var limits = _server.Limits;
         while (true)
         {
+            Volatile.Write(ref _idleSince, _server.Time.GetTimestamp());
             var result = await _reader.ReadAsync(cancellationToken);
+            if (Interlocked.Exchange(ref _idleSince, 0) == ClosedForIdleness)
+                return;
             var buffer = result.Buffer;
             var consumed = buffer.Start;
             var examined = buffer.End;
@@ -397,6 +409,29 @@ internal sealed partial class ClientSession : IDisposable
         Abort();
     }
 
+    /// <summary>
+    /// Closes a logged-in connection that has sent nothing for <paramref name="limit"/> while waiting for a request (the
+    /// server's idle sweep, <c>--idle-timeout</c>), so forgotten connections give back their place and their account's
+    /// share. Not one that is not logged in (<c>--auth-timeout</c> is for those), nor any on an open host. Closed without
+    /// a word, as Redis's <c>timeout</c> does: a client that sent a request the same moment takes the close as a lost
+    /// connection and sends it again on a new one, where a reply would be taken as the answer to its request.
+    /// </summary>
+    internal void CloseIfIdle(long now, TimeSpan limit)
+    {
+        var since = Volatile.Read(ref _idleSince);
+        if (since <= 0 || _server.Time.GetElapsedTime(since, now) < limit)
+            return;
+        var user = Volatile.Read(ref _user);
+        if (user is null || ReferenceEquals(user, ServerContext.OpenAccess))
+            return;
+        // Only if the session is still waiting: one that has just received a request keeps it.
+        if (Interlocked.CompareExchange(ref _idleSince, ClosedForIdleness, since) != since)
+            return;
+        Abort();
+        if (_server.LogGates.IdleTimeouts.TryPass(out long heldBack))
+            Log.IdleTimedOut(_logger, Id, Remote, user.Name, limit, heldBack);
+    }
+
     /// <summary>Closes the connection; safe to call from the server's shutdown while the session is running.</summary>
     public void Abort()
     {
@@ -419,6 +454,7 @@ internal sealed partial class ClientSession : IDisposable
         if (Interlocked.Exchange(ref _closed, 1) != 0)
             return;
         _authDeadline?.Dispose();
+        ReleaseShare();
         Abort();
         _tls?.Dispose();
         ReleaseFrameCharge();

@@ -21,6 +21,13 @@ internal sealed class ConnectionAdmission(TimeProvider time)
     /// <summary>The connections kept for addresses that have logged in before: a tenth of <paramref name="maxClients"/>, at least one.</summary>
     public static int Reserve(int maxClients) => maxClients < 2 ? 0 : Math.Max(1, maxClients / 10);
 
+    /// <summary>
+    /// What writer accounts may hold together (<see cref="AccountShares"/>): all but the last fifth of
+    /// <paramref name="maxClients"/>, so that when writers hold all they may, addresses new to the host still find the
+    /// tenth below <see cref="Reserve"/> open at accept, and readers and administrators a fifth in all.
+    /// </summary>
+    public static int WritersTogether(int maxClients) => Math.Max(1, maxClients - 2 * Reserve(maxClients));
+
     /// <summary>Connections from <paramref name="address"/> not yet logged in.</summary>
     public int Pending(IPAddress address) => _pending.TryGetValue(address, out var n) ? n : 0;
 

@@ -43,7 +43,8 @@ internal static class InfoReport
         new("port", server.Port.ToString(CultureInfo.InvariantCulture)),
         new("bind", server.Options.Address),
         new("databases", "1"),
-        new("timeout", "0"),
+        // Redis's name for the idle limit, in seconds; it applies to logged-in connections, so an open host has none.
+        new("timeout", (server.Users.Required ? (long)server.Options.IdleTimeout.TotalSeconds : 0).ToString(CultureInfo.InvariantCulture)),
         new("proto-max-bulk-len", server.Options.MaxFrameBytes.Bytes.ToString(CultureInfo.InvariantCulture)),
     ];
 
@@ -71,7 +72,9 @@ internal static class InfoReport
             case "clients":
                 text.Append("# Clients\r\n")
                     .Append(invariant, $"connected_clients:{stats.ConnectedClients}\r\n")
-                    .Append(invariant, $"maxclients:{server.Options.MaxClients}\r\n");
+                    .Append(invariant, $"maxclients:{server.Options.MaxClients}\r\n")
+                    .Append(invariant, $"hpc_maxclients_per_account:{server.Shares.PerAccount}\r\n")
+                    .Append(invariant, $"hpc_writer_clients:{server.Shares.Writers}\r\n");
                 break;
             case "memory":
                 text.Append("# Memory\r\n")

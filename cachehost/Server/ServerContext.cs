@@ -22,6 +22,7 @@ internal sealed class ServerContext
         _users = users;
         AuthBudget = new AuthBudget(time);
         Admission = new ConnectionAdmission(time);
+        Shares = new AccountShares(Options.MaxClients, Options.AccountShare, ConnectionAdmission.WritersTogether(Options.MaxClients));
         LogGates = new LogGates(time);
         Locks = new LockLedger(time);
         StartTimestamp = time.GetTimestamp();
@@ -33,6 +34,9 @@ internal sealed class ServerContext
 
     /// <summary>Connections not yet logged in, per address, and the addresses that have logged in (<see cref="ConnectionAdmission"/>).</summary>
     public ConnectionAdmission Admission { get; }
+
+    /// <summary>The logged-in connections each account holds, against its share of --max-clients (<see cref="AccountShares"/>).</summary>
+    public AccountShares Shares { get; }
     public CacheStore Store { get; }
     public TimeProvider Time { get; }
 
@@ -212,6 +216,8 @@ internal sealed class LogGates(TimeProvider time)
     public LogGate MaxClients { get; } = new(time, LogGate.DefaultInterval);
     public LogGate MaxClientsPerAddress { get; } = new(time, LogGate.DefaultInterval);
     public LogGate AuthTimeouts { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate MaxClientsPerAccount { get; } = new(time, LogGate.DefaultInterval);
+    public LogGate IdleTimeouts { get; } = new(time, LogGate.DefaultInterval);
     public LogGate ProtocolErrors { get; } = new(time, LogGate.DefaultInterval);
     public LogGate PlainClients { get; } = new(time, LogGate.DefaultInterval);
     public LogGate TlsHandshakes { get; } = new(time, LogGate.DefaultInterval);

@@ -54,6 +54,27 @@ public sealed class CacheHostOptions : IProgramOptions
     public int MaxClientsPerAddress { get; set; } = 256;
 
     /// <summary>
+    /// With a users file, the logged-in connections one reader or writer account may hold at once; 0 means half of
+    /// <see cref="MaxClients"/>. Without it one account's clients (a writer's leaked password, a runaway job) could take
+    /// every place and keep the nodes out. Administrators are not held to it (with <c>--password</c> alone every client
+    /// is the administrator <c>default</c>); writers together also leave the last fifth of <see cref="MaxClients"/> to
+    /// readers and administrators. The node account that every node logs in as needs nodes × connections per host.
+    /// </summary>
+    [Switch("--max-clients-per-account", "logged-in connections one reader or writer account may hold at once (0: half of --max-clients); administrators are not held to it, and writers together leave the last fifth of --max-clients to readers and administrators")]
+    public int MaxClientsPerAccount { get; set; }
+
+    /// <summary>The share <see cref="MaxClientsPerAccount"/> gives each account, its default resolved.</summary>
+    public int AccountShare => MaxClientsPerAccount > 0 ? MaxClientsPerAccount : Math.Max(1, MaxClients / 2);
+
+    /// <summary>
+    /// On a host that requires authentication, how long a logged-in connection may send nothing before it is closed,
+    /// freeing its place and its account's share: connections a client forgot would otherwise hold them for good. Our
+    /// clients open a pooled connection again when they find it closed. Zero never closes one.
+    /// </summary>
+    [Switch("--idle-timeout", "with --password or --users-file, how long a logged-in connection may send nothing before it is closed (0: never; at most 7d)")]
+    public TimeSpan IdleTimeout { get; set; } = TimeSpan.FromMinutes(5);
+
+    /// <summary>
     /// On a host that requires authentication, connections from one client address that have not logged in yet: our
     /// clients log in at once, so only a flood of connections that never do reaches it.
     /// </summary>
@@ -107,6 +128,10 @@ public sealed class CacheHostOptions : IProgramOptions
             yield return $"--max-unauthenticated-per-address must be positive, not {MaxUnauthenticatedPerAddress}.";
         if (MaxClientsPerAddress <= 0)
             yield return $"--max-clients-per-address must be positive, not {MaxClientsPerAddress}.";
+        if (MaxClientsPerAccount < 0 || (MaxClients > 0 && MaxClientsPerAccount > MaxClients))
+            yield return $"--max-clients-per-account must be 0 (half of --max-clients) or 1 to --max-clients ({MaxClients}), not {MaxClientsPerAccount}.";
+        if (IdleTimeout < TimeSpan.Zero || IdleTimeout > TimeSpan.FromDays(7))
+            yield return $"--idle-timeout must be 0 (never) or at most 7d, not {SettingValues.FormatDuration(IdleTimeout)}.";
         if (AuthTimeout <= TimeSpan.Zero || AuthTimeout > TimeSpan.FromHours(1))
             yield return $"--auth-timeout must be more than 0 and at most 1h, not {SettingValues.FormatDuration(AuthTimeout)}.";
         if (string.IsNullOrWhiteSpace(Address))

@@ -68,6 +68,10 @@ internal static class ConnectionCommands
             return WrongPass;
         }
         s.Server.AuthBudget.Succeeded(address, account.Name, ticket);
+        // The password was right; whether the account may hold one more connection is decided only now, so nobody
+        // without it learns how many the account holds.
+        if (s.HoldShare(account) is { } full)
+            return Encoding.UTF8.GetBytes(full);
         s.User = account;
         s.AuthenticationSucceeded();
         return null;

@@ -288,7 +288,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
             try
             {
                 while (_idle.TryTake(out var c))
-                    if (!c.IsBroken) return c;
+                    if (!c.IsBroken && !c.IsClosedByPeer()) return c;
                     else await c.DisposeAsync();
                 var started = System.Diagnostics.Stopwatch.GetTimestamp();
                 var fresh = await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls, rateLimit);

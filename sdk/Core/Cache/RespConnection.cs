@@ -52,6 +52,24 @@ public sealed class RespConnection : IAsyncDisposable
     /// </summary>
     public bool ThrowsRoutingErrors { get; set; }
 
+    /// <summary>
+    /// Whether the host has closed this connection while it lay in the pool: a host closes connections that send nothing
+    /// for its idle limit (<c>--idle-timeout</c>), and restarts. Between exchanges nothing is owed to us, so a socket
+    /// that reads as ready with no bytes is at its end (or reset). Looked at before reuse, so the next exchange opens a
+    /// new connection at once instead of failing on the old one and waiting out a retry's backoff.
+    /// </summary>
+    internal bool IsClosedByPeer()
+    {
+        try
+        {
+            return _socket.Poll(0, SelectMode.SelectRead) && _socket.Available == 0;
+        }
+        catch (Exception e) when (e is SocketException or ObjectDisposedException)
+        {
+            return true;
+        }
+    }
+
     /// <summary>The exchange was abandoned part-way; replies may still be in flight, so the connection is not reused.</summary>
     public void MarkBroken() => _broken = true;
 

@@ -83,7 +83,16 @@ public static class SettingValues
     /// bare number of seconds, or <c>HH:MM:SS</c> (what .NET's settings files write).
     /// </summary>
     public static TimeSpan ParseDuration(string text) =>
-        text.Contains(':') ? TimeSpan.Parse(text.Trim(), CultureInfo.InvariantCulture) : Durations.Parse(text);
+        text.Contains(':') ? TimeSpan.Parse(text.Trim(), CultureInfo.InvariantCulture) : IsZero(text) ? TimeSpan.Zero : Durations.Parse(text);
+
+    // A zero reads (0, 0s, 0m…), so a switch where it means "never" can take it and one where it does not says so in its
+    // own check, naming itself, rather than failing here as "not a duration".
+    private static bool IsZero(string text)
+    {
+        var t = text.Trim();
+        if (t.Length > 1 && char.IsAsciiLetter(t[^1])) t = t[..^1];
+        return double.TryParse(t, NumberStyles.Float, CultureInfo.InvariantCulture, out var v) && v == 0;
+    }
 
     /// <summary>A duration as <see cref="ParseDuration"/> reads it back: in the largest unit that holds it whole (7d, 12h, 15m, 90s), else in seconds with their fraction (2.5s).</summary>
     public static string FormatDuration(TimeSpan t)

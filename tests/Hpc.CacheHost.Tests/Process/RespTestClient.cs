@@ -18,10 +18,13 @@ internal sealed class RespTestClient : IDisposable
     private readonly BufferedStream _stream;
 
     /// <param name="from">The local address to connect from (any 127.x.y.z on Linux's loopback), so a test can be many clients.</param>
-    public RespTestClient(CacheHostProcess host, System.Net.IPAddress? from = null)
+    /// <param name="receiveBufferBytes">A fixed kernel receive buffer, so a client that stops reading holds the host's
+    /// reply back within a known size, whatever the machine's buffer tuning.</param>
+    public RespTestClient(CacheHostProcess host, System.Net.IPAddress? from = null, int? receiveBufferBytes = null)
     {
         _tcp = from is null ? new TcpClient() : new TcpClient(new System.Net.IPEndPoint(from, 0));
         (_tcp.NoDelay, _tcp.ReceiveTimeout, _tcp.SendTimeout) = (true, (int)IoTimeout.TotalMilliseconds, (int)IoTimeout.TotalMilliseconds);
+        if (receiveBufferBytes is { } size) _tcp.ReceiveBufferSize = size;
         _tcp.Connect(host.Host, host.Port);
         _stream = new BufferedStream(_tcp.GetStream(), 64 * 1024);
     }
