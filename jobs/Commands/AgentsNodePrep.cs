@@ -61,9 +61,13 @@ internal static class AgentsNodePrep
         foreach (var (outcome, member) in failed.Where(f => f.Outcome is null).Take(20))
             Console.Error.WriteLine($"hpcdata nodeprep: no answer from the agent at {member}");
         var first = failed.FirstOrDefault(f => f.Outcome is not null).Outcome;
-        throw CommandException.Failed($"{failed.Count} of {report.Members.Count} nodes are not ready",
+        // The nodes by name in the one line a prolog or the scheduler shows as the reason.
+        var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})" : $"{f.Member} (no answer)")) + (failed.Count > 5 ? ", …" : "");
+        throw CommandException.Failed($"{failed.Count} of {report.Members.Count} nodes are not ready: {named}",
             first is null ? ErrorCode.Unavailable : (ErrorCode)first.Code);
     }
+
+    private static string Brief(string detail) => detail.Length <= 80 ? detail : detail[..77] + "...";
 
     /// <summary>Who the copies are for: --user, else the job's user, else the caller unless the caller is root.</summary>
     internal static string UserFor(string? user)

@@ -32,21 +32,9 @@ public sealed class SlurmBurstBufferTests
 
         await using var slurm = await SlurmTests.SingleNodeSlurm.StartAsync(s, "BurstBufferType=burst_buffer/lua", dir =>
         {
-            dataDir = Path.Combine(dir, "node-data");
-            // The deploy file as a site installs it: only the hpcdata command and the site's switches are its own.
-            var lua = File.ReadAllText(Path.Combine(ToolInstallTests.RepositoryRoot(), "deploy", "slurm", "burst_buffer.lua"));
-            var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
-            var site = $"--peer-key-file {key} --state-dir {dir}/bb --agents-port {port} --agent-data-dir {dataDir} --cache-hosts {s.HostList}";
-            lua = lua.Replace("local hpcdata = \"/usr/bin/hpcdata\"", $"local hpcdata = \"HPCDATA_STATE_DIR={s.StateDirectory} {hpcdata}\"")
-                     .Replace("local site = \"--peer-key-file /etc/hpcdata/peer.key --state-dir /var/spool/hpcdata/burst-buffer\"", $"local site = \"{site}\"");
-            Assert.Contains(site, lua);
-            File.WriteAllText(Path.Combine(dir, "burst_buffer.lua"), lua);
-            File.Copy(Path.Combine(ToolInstallTests.RepositoryRoot(), "deploy", "slurm", "burst_buffer.conf"), Path.Combine(dir, "burst_buffer.conf"));
             agentPipe = Path.Combine(dir, "agent.sock");
-            // Where the user's scripts and their output live.
-            jobs = Path.Combine(dir, "jobs");
-            Directory.CreateDirectory(jobs);
-            File.SetUnixFileMode(jobs, (UnixFileMode)0b111_111_111 | UnixFileMode.StickyBit);
+            dataDir = Path.Combine(dir, "node-data");
+            jobs = Install(s, dir, key, port, dataDir);
         });
         // The node's agent, running as a site runs it, before any job; the Epilog's noderelease talks to it.
         var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
@@ -77,6 +65,54 @@ public sealed class SlurmBurstBufferTests
         for (var i = 0; i < 120 && (await tier.Catalog.JobsAsync(version)).Count > 0; i++) await Task.Delay(250);
         Assert.Empty(await tier.Catalog.JobsAsync(version));
         Assert.False(File.Exists(Path.Combine(slurm.Directory, "bb", job + ".datasets")));
+    }
+
+    [Fact]
+    public async Task A_job_whose_node_has_no_agent_answering_never_starts_and_says_which_node_is_not_ready()
+    {
+        if (!SlurmTests.Available(out var why)) { Console.Error.WriteLine($"Slurm test not run: {why}"); return; }
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var r = await s.RunAsync("Hpc.Stager", [s.WriteFile("prices.bin", Sandbox.RandomBytes(1_000_000, seed: 93)), "--name", "risk/bb-down", "--cache-hosts", s.HostList, "--readers", "all", "--json"]);
+        Assert.True(r.Code == 0, r.Stderr);
+        var key = AgentsNodePrepTests.KeyFile(s);
+        PeerChannelTests.EnsureUser(User);
+        string? jobs = null;
+        // No agent listens on the node's peer port: the node's agent is down.
+        await using var slurm = await SlurmTests.SingleNodeSlurm.StartAsync(s, "BurstBufferType=burst_buffer/lua", dir => jobs = Install(s, dir, key, FreePorts.Next(), Path.Combine(dir, "node-data")));
+
+        var submitted = await Submit(slurm, jobs!, "#BB_LUA hpcdata risk/bb-down\necho started\n");
+        Assert.True(submitted.Code == 0, submitted.Output + slurm.Logs());
+        var job = submitted.Output.Trim().Split(' ').Last();
+        // The job goes back to the queue with the hook's reason, naming the node; its script never runs.
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        string shown;
+        while (!(shown = (await slurm.RunAsync("scontrol", "show", "job", job)).Output).Contains("Reason=Burst_buffer_pre_run_error"))
+        {
+            Assert.True(clock.Elapsed < TimeSpan.FromMinutes(2), $"job {job} never said its node was not ready:\n{shown}\n{slurm.Logs()}");
+            await Task.Delay(500);
+        }
+        Assert.Contains("JobState=PENDING", shown);
+        Assert.Matches($"SystemComment=.*pre_run: hpcdata: no agent answered .*{System.Net.Dns.GetHostName()}:", shown);
+        Assert.False(File.Exists(Path.Combine(jobs!, $"slurm-{job}.out")) && File.ReadAllText(Path.Combine(jobs!, $"slurm-{job}.out")).Contains("started"), shown);
+        await slurm.RunAsync("scancel", job);
+    }
+
+    /// <summary>The deploy files as a site installs them (only the two site lines set) and a folder for the user's jobs.</summary>
+    private static string Install(Sandbox s, string dir, string key, int port, string dataDir)
+    {
+        var lua = File.ReadAllText(Path.Combine(ToolInstallTests.RepositoryRoot(), "deploy", "slurm", "burst_buffer.lua"));
+        var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
+        var site = $"--peer-key-file {key} --state-dir {dir}/bb --agents-port {port} --agent-data-dir {dataDir} --cache-hosts {s.HostList} --peer-timeout 2s --stall-timeout 10s";
+        lua = lua.Replace("local hpcdata = \"/usr/bin/hpcdata\"", $"local hpcdata = \"HPCDATA_STATE_DIR={s.StateDirectory} {hpcdata}\"")
+                 .Replace("local site = \"--peer-key-file /etc/hpcdata/peer.key --state-dir /var/spool/hpcdata/burst-buffer\"", $"local site = \"{site}\"");
+        Assert.Contains(site, lua);
+        File.WriteAllText(Path.Combine(dir, "burst_buffer.lua"), lua);
+        File.Copy(Path.Combine(ToolInstallTests.RepositoryRoot(), "deploy", "slurm", "burst_buffer.conf"), Path.Combine(dir, "burst_buffer.conf"));
+        var jobs = Path.Combine(dir, "jobs");
+        Directory.CreateDirectory(jobs);
+        File.SetUnixFileMode(jobs, (UnixFileMode)0b111_111_111 | UnixFileMode.StickyBit);
+        return jobs;
     }
 
     private const string User = "hpcd-bb-user";
