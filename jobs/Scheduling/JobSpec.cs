@@ -31,7 +31,8 @@ public sealed record JobSpec(
     string? WorkDirectory = null,
     bool FanoutMpi = false,
     NodePrepSwitches? NodePrep = null,
-    bool Verbose = false)
+    bool Verbose = false,
+    bool BurstBuffer = false)
 {
     /// <summary>
     /// Node prep's own arguments: with the fan-out, one MPI rank per node shares the fetching; without it, a direct fetch

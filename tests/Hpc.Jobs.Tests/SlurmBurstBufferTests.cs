@@ -167,3 +167,35 @@ public sealed class BurstBufferDirectiveTests
         Assert.Contains("named twice", e.Message);
     }
 }
+
+/// <summary>prestage where the site's Slurm stages data itself: the job it writes names its data in a directive and runs no
+/// node-prep step; the site says so once, in the client settings file every user's prestage reads.</summary>
+public sealed class PrestageBurstBufferTests
+{
+    [Fact]
+    public async Task Where_the_site_file_says_slurm_stages_the_data_the_job_names_it_in_a_directive_and_runs_no_node_prep_step()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(100_000, seed: 95)), "risk/bbdry");
+        string[] args = ["prestage", "risk/bbdry", "--scheduler", "slurm", "--cache-hosts", s.HostList, "--dry-run", "--", "my-service"];
+        var site = s.WriteFile("client.conf", System.Text.Encoding.UTF8.GetBytes("slurm-staging = burst-buffer\n"));
+
+        var staging = await s.HpcdataAsync(args, new Dictionary<string, string?> { ["HPCDATA_CLIENT_CONFIG"] = site });
+        Assert.True(staging.Code == 0, staging.Stderr);
+        Assert.Contains($"#BB_LUA hpcdata risk/bbdry@{staged.Version}", staging.Out);
+        Assert.DoesNotContain("nodeprep", staging.Out);
+        Assert.Contains("noderelease", staging.Out); // the job still lets go of its pins on every way out
+
+        // Without the setting, the job prepares its nodes in its first step, as before.
+        var step = await s.HpcdataAsync(args);
+        Assert.True(step.Code == 0, step.Stderr);
+        Assert.DoesNotContain("#BB_LUA", step.Out);
+        Assert.Contains("nodeprep", step.Out);
+
+        var bad = await s.HpcdataAsync([.. args[..^2], "--slurm-staging", "lua", "--", "my-service"]);
+        Assert.Equal(2, bad.Code);
+        Assert.Contains("--slurm-staging 'lua' is not one of step, burst-buffer", bad.Stderr);
+    }
+}
+

@@ -105,5 +105,15 @@ public sealed class ClientConfig
             KnownVariables.Add(variable);
             TypeOf[variable] = p.PropertyType;
         }
+        // How the site stages a Slurm job's data (prestage reads it): not a cache-tier setting, but one every user's
+        // prestage must agree on, so it lives in the site's file beside the tier.
+        Known[SlurmStagingKey] = SlurmStagingVariable;
+        KnownVariables.Add(SlurmStagingVariable);
+        TypeOf[SlurmStagingVariable] = typeof(string);
     }
+
+    /// <summary><c>slurm-staging = step|burst-buffer</c>: whether the site's Slurm stages data itself (its controller
+    /// runs deploy/slurm/burst_buffer.lua), so a job names its data with a directive instead of running a node-prep step.</summary>
+    public const string SlurmStagingKey = "slurm-staging";
+    public const string SlurmStagingVariable = "HPCDATA_SLURM_STAGING";
 }
