@@ -1,6 +1,7 @@
 using System.Security.Cryptography;
 using Hpc.CommonData;
 using Hpc.CommonData.Access;
+using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cli;
 using Hpc.CommonData.Security;
 using Hpc.CommonData.Fanout;
@@ -19,36 +20,21 @@ internal static class AgentsNodePrep
     {
         if (string.IsNullOrWhiteSpace(o.Agents)) throw CommandException.Usage("--fanout agents needs --agents: the nodes' agents, host[:port],… or a file of them");
         if (o.TreeDegree < 2) throw CommandException.Usage($"--tree-degree must be 2 or more (got {o.TreeDegree})");
-        if (string.IsNullOrEmpty(o.PeerKeyFile)) throw CommandException.Usage($"--fanout agents needs --peer-key-file (or {NodeAgentOptions.PeerKeyFileVariable}): the secret the agents share");
         IReadOnlyList<string> members;
-        PeerKey key;
-        try
-        {
-            members = Members(o.Agents);
-            key = PeerKey.Load(o.PeerKeyFile, "--peer-key-file");
-        }
+        try { members = Members(o.Agents); }
         catch (Exception e) when (e is ArgumentException or FormatException) { throw CommandException.Usage(e.Message); }
-        if (SecretFiles.Exposure("the cluster's peer key", (o.PeerKeyFile, "--peer-key-file")) is { } exposed) Console.Error.WriteLine($"hpcdata: warning: {exposed}");
-        var request = new PrepRequest
+        void Print(NodeOutcome outcome)
         {
-            Id = Convert.ToHexString(RandomNumberGenerator.GetBytes(8)).ToLowerInvariant(), Name = name, Version = version ?? "", Job = job, User = UserFor(o.User),
-            Members = members, Requester = "", Degree = o.TreeDegree, RingGroups = settings.RingGroups, LinkProbe = settings.LinkProbe, PeerTimeout = settings.PeerTimeout,
-            StallTimeout = settings.StallTimeout, Timeout = timeout,
-        };
-        AgentsReport report;
-        try
-        {
-            report = await AgentsRequest.RunAsync(request, key, outcome =>
-            {
-                if (o.Quiet) return;
-                var line = $"node={outcome.Node} position={outcome.Position} dataset={name} version={outcome.Version} seconds={outcome.Seconds:0.000} {outcome.Detail}";
-                if (!outcome.Ready) Console.Error.WriteLine($"hpcdata nodeprep: node {outcome.Node} (position {outcome.Position}) is not ready: {outcome.Detail}");
-                else LineOutput.WriteLine(o.Json ? JsonFields.Object([("node", outcome.Node), ("position", outcome.Position), ("dataset", name), ("version", outcome.Version),
-                    ("seconds", Math.Round(outcome.Seconds, 3)), .. JsonFields.Parse(" " + outcome.Detail)]) : line);
-            }, ct);
+            if (o.Quiet) return;
+            var line = $"node={outcome.Node} position={outcome.Position} dataset={name} version={outcome.Version} seconds={outcome.Seconds:0.000} {outcome.Detail}";
+            if (!outcome.Ready) Console.Error.WriteLine($"hpcdata nodeprep: node {outcome.Node} (position {outcome.Position}) is not ready: {outcome.Detail}");
+            else LineOutput.WriteLine(o.Json ? JsonFields.Object([("node", outcome.Node), ("position", outcome.Position), ("dataset", name), ("version", outcome.Version),
+                ("seconds", Math.Round(outcome.Seconds, 3)), .. JsonFields.Parse(" " + outcome.Detail)]) : line);
         }
-        catch (UnauthorizedAccessException e) { throw CommandException.Failed($"{e.Message} (--peer-key-file)", ErrorCode.AccessDenied); }
-        catch (CommonDataException e) { throw CommandException.Failed(e.Message, e.Code); }
+        // Without the cluster's key (a user's job step): this node's agent, which holds it, makes the request for this user.
+        var report = string.IsNullOrEmpty(o.PeerKeyFile)
+            ? await ThroughLocalAgentAsync(o, name, version, job, members, Print, ct)
+            : await WithKeyAsync(o, name, version, job, members, settings, timeout, Print, ct);
         var failed = report.Outcomes.Select((x, i) => (Outcome: x, Member: report.Members[i])).Where(x => x.Outcome is not { Ready: true }).ToList();
         var versions = report.Outcomes.Where(x => x is { Ready: true }).Select(x => x!.Version).Distinct().ToList();
         if (!o.Quiet)
@@ -65,6 +51,42 @@ internal static class AgentsNodePrep
         var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})" : $"{f.Member} (no answer)")) + (failed.Count > 5 ? ", …" : "");
         throw CommandException.Failed($"{failed.Count} of {report.Members.Count} nodes are not ready: {named}",
             first is null ? ErrorCode.Unavailable : (ErrorCode)first.Code);
+    }
+
+    private static async Task<AgentsReport> WithKeyAsync(NodePrepOptions o, string name, string? version, string job, IReadOnlyList<string> members, ExchangeSettings settings,
+        TimeSpan timeout, Action<NodeOutcome> print, CancellationToken ct)
+    {
+        PeerKey key;
+        try { key = PeerKey.Load(o.PeerKeyFile!, "--peer-key-file"); }
+        catch (ArgumentException e) { throw CommandException.Usage(e.Message); }
+        if (SecretFiles.Exposure("the cluster's peer key", (o.PeerKeyFile, "--peer-key-file")) is { } exposed) Console.Error.WriteLine($"hpcdata: warning: {exposed}");
+        var request = new PrepRequest
+        {
+            Id = Convert.ToHexString(RandomNumberGenerator.GetBytes(8)).ToLowerInvariant(), Name = name, Version = version ?? "", Job = job, User = UserFor(o.User),
+            Members = members, Requester = "", Degree = o.TreeDegree, RingGroups = settings.RingGroups, LinkProbe = settings.LinkProbe, PeerTimeout = settings.PeerTimeout,
+            StallTimeout = settings.StallTimeout, Timeout = timeout,
+        };
+        try { return await AgentsRequest.RunAsync(request, key, print, ct); }
+        catch (UnauthorizedAccessException e) { throw CommandException.Failed($"{e.Message} (--peer-key-file)", ErrorCode.AccessDenied); }
+        catch (CommonDataException e) { throw CommandException.Failed(e.Message, e.Code); }
+    }
+
+    /// <summary>The request made by this node's agent for the user running this: no key, no launcher; the agent knows who asks.</summary>
+    private static async Task<AgentsReport> ThroughLocalAgentAsync(NodePrepOptions o, string name, string? version, string job, IReadOnlyList<string> members,
+        Action<NodeOutcome> print, CancellationToken ct)
+    {
+        if (!string.IsNullOrEmpty(o.User)) throw CommandException.Usage("--user needs --peer-key-file: through this node's agent the copies are always the caller's");
+        ExchangeReport exchange;
+        try
+        {
+            await using var agent = await AgentClient.ConnectAsync(o.Agent.PipeName, TimeSpan.FromSeconds(5), ct);
+            exchange = await agent.ExchangeAsync(name, version, job, members, ct);
+        }
+        catch (CommonDataException e) { throw CommandException.Failed(e.Message, e.Code); }
+        catch (Exception e) when (e is IOException or TimeoutException) { throw CommandException.From(e, o.Agent.NotAnswering(e)); }
+        var outcomes = exchange.Outcomes.Select(x => x is null ? null : new NodeOutcome(x.Position, x.Node, x.Code, x.Version, x.Seconds, x.Detail)).ToList();
+        foreach (var outcome in outcomes.OfType<NodeOutcome>()) print(outcome);
+        return new AgentsReport(exchange.Members, exchange.LaunchSeconds, exchange.Joined, outcomes, exchange.Seconds);
     }
 
     private static string Brief(string detail) => detail.Length <= 80 ? detail : detail[..77] + "...";

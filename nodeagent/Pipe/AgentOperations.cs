@@ -19,6 +19,7 @@ internal static class AgentOperations
         [AgentOps.Release] = ReleaseOperation.RunAsync,
         [AgentOps.Status] = StatusOperation.RunAsync,
         [AgentOps.Ingest] = IngestOperation.RunAsync,
+        [AgentOps.Exchange] = ExchangeOperation.RunAsync,
     };
 
     /// <summary>

@@ -104,6 +104,37 @@ public sealed class PeerChannelTests
     }
 
     [Fact]
+    public async Task A_job_step_without_the_key_has_its_nodes_agent_make_the_request_for_its_user()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(4 << 20, seed: 97)), "risk/local-ask");
+        var key = KeyFile(s);
+        var agents = await StartAgentsAsync(s, 3, key);
+
+        // No --peer-key-file: the caller cannot read the key, and the agent on its own node asks for it.
+        var r = await s.HpcdataAsync(["nodeprep", "risk/local-ask", "--fanout", "agents", "--agents", string.Join(",", agents.Select(a => a.Peer)),
+            "--pipe", agents[0].Pipe, "--job", "job-ask", "--cache-hosts", s.HostList], timeout: TimeSpan.FromMinutes(2));
+
+        Assert.True(r.Code == 0, $"exit {r.Code}\n{r.Out}\n{r.Stderr}");
+        Assert.Contains($"nodes=3 ready=3 failed=0 dataset=risk/local-ask version={staged.Version}", r.Stdout.Last());
+        Assert.Equal(3, r.Stdout.Count(l => l.StartsWith("node=") && l.Contains(" source=fanout fanout=agents ranks=3 ")));
+        foreach (var a in agents) Assert.Contains("job-ask", Assert.Single((await s.StatusAsync(a.Pipe)).Copies).Pins);
+
+        // An agent that takes no part in exchanges says so, and nothing is fetched.
+        var lone = s.NewPipe();
+        var plain = s.Track(Hpc.CommonData.Hosting.ComponentProcess.Start(new Hpc.CommonData.Hosting.NodeAgentOptions
+        {
+            Pipe = lone, DataDirectory = Path.Combine(s.Root, "lone"), NodeName = "lone", CacheTier = { Hosts = [.. s.Hosts] },
+        }, name: "lone"));
+        await plain.WaitReadyAsync(Sandbox.Ready);
+        var refused = await s.HpcdataAsync(["nodeprep", "risk/local-ask", "--fanout", "agents", "--agents", agents[1].Peer, "--pipe", lone, "--job", "job-lone",
+            "--cache-hosts", s.HostList], timeout: TimeSpan.FromMinutes(1));
+        Assert.NotEqual(0, refused.Code);
+        Assert.Contains("takes no part in exchanges", refused.Stderr);
+    }
+
+    [Fact]
     public async Task An_agent_whose_peer_key_file_others_can_read_says_so_at_start()
     {
         if (OperatingSystem.IsWindows()) return;

@@ -180,6 +180,15 @@ public sealed class AgentClient : IAsyncDisposable
     public Task<LocalDataset> PrefetchForAsync(string name, string? version, string? pin, string user, CancellationToken ct = default) =>
         DatasetCallAsync(new AgentRequest { Op = AgentOps.Prefetch, Dataset = DatasetName.Validate(name), Version = version, Pin = pin, For = user }, ct);
 
+    /// <summary>Asks this node's agent to have the running agents of <paramref name="agents"/> exchange the dataset among
+    /// themselves, pinned for <paramref name="pin"/> as this user's (<see cref="AgentOps.Exchange"/>).</summary>
+    public async Task<ExchangeReport> ExchangeAsync(string name, string? version, string pin, IReadOnlyList<string> agents, CancellationToken ct = default)
+    {
+        var response = await SendAsync(new AgentRequest { Op = AgentOps.Exchange, Dataset = DatasetName.Validate(name), Version = version, Pin = pin, Agents = [.. agents] }, ct);
+        if (!response.Ok) throw response.ToException("the agent refused the exchange");
+        return response.Exchange ?? throw new CommonDataException(ErrorCode.Protocol, "the agent answered an exchange without its report");
+    }
+
     public Task ReleaseAsync(string name, string? version, string pin, bool evict = false, CancellationToken ct = default) =>
         ReleasePinAsync(name, version, pin, evict, ct);
 

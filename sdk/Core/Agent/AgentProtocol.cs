@@ -111,6 +111,10 @@ public static class AgentOps
     public const string Release = "release";
     public const string Status = "status";
     public const string Stream = "stream";
+    /// <summary>Have the running agents of <see cref="AgentRequest.Agents"/> exchange a dataset among themselves, pinned
+    /// for <see cref="AgentRequest.Pin"/> as the caller's (the agent knows the caller from the socket and holds the
+    /// cluster's peer key, which users never do).</summary>
+    public const string Exchange = "exchange";
     /// <summary>Hand the agent stored segments of a version obtained elsewhere (see <see cref="IngestSession"/>).</summary>
     public const string Ingest = "ingest";
 }
@@ -142,6 +146,29 @@ public sealed class AgentRequest
     /// and the pin is that user's (its quota, its release). Only root and the agent's own user may ask it: the agents'
     /// exchange, which takes the job's user from a request sealed with the cluster's key.</summary>
     [JsonPropertyName("for")] public string? For { get; set; }
+    /// <summary>An exchange's members: the agents' peer endpoints (host:port), in the order that makes their ranks.</summary>
+    [JsonPropertyName("agents")] public List<string>? Agents { get; set; }
+}
+
+/// <summary>What an <see cref="AgentOps.Exchange"/> came to: every member's line, null where none answered.</summary>
+public sealed class ExchangeReport
+{
+    [JsonPropertyName("members")] public List<string> Members { get; set; } = [];
+    [JsonPropertyName("launchSeconds")] public double LaunchSeconds { get; set; }
+    [JsonPropertyName("joined")] public int Joined { get; set; }
+    [JsonPropertyName("seconds")] public double Seconds { get; set; }
+    [JsonPropertyName("outcomes")] public List<ExchangeOutcome?> Outcomes { get; set; } = [];
+}
+
+/// <summary>One node's part of an exchange: 0 ready, else the failure's <see cref="ErrorCode"/> as a number.</summary>
+public sealed class ExchangeOutcome
+{
+    [JsonPropertyName("position")] public int Position { get; set; }
+    [JsonPropertyName("node")] public string Node { get; set; } = "";
+    [JsonPropertyName("code")] public int Code { get; set; }
+    [JsonPropertyName("version")] public string Version { get; set; } = "";
+    [JsonPropertyName("seconds")] public double Seconds { get; set; }
+    [JsonPropertyName("detail")] public string Detail { get; set; } = "";
 }
 
 public sealed class AgentResponse
@@ -154,6 +181,7 @@ public sealed class AgentResponse
     [JsonPropertyName("ingest")] public IngestReport? Ingest { get; set; }
     /// <summary>A release's answer: how many pins of that name it dropped (0: the caller held none there). Null from older agents.</summary>
     [JsonPropertyName("released")] public int? Released { get; set; }
+    [JsonPropertyName("exchange")] public ExchangeReport? Exchange { get; set; }
 
     public static AgentResponse Failure(CommonDataException e) => new() { Ok = false, Code = e.Code, Error = e.Message };
 
