@@ -91,6 +91,46 @@ public sealed class OwnershipTests
         Assert.Equal(File.ReadAllBytes(real), data.GetSpan(0, 400_000).ToArray());
     }
 
+    /// <summary>
+    /// A host restarted empty lacks the version's manifest: another writer's removal record for it is refused there
+    /// (it would have kept the owner's removal out), and the owner's <c>hpcdata remove</c> gives that host the manifest
+    /// and its record, and removes the version everywhere.
+    /// </summary>
+    [Fact]
+    public async Task Another_writer_cannot_block_the_owners_removal_on_a_host_restarted_empty_and_the_owners_remove_records_it_on_every_host()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnode reader n-pass\nnames alice risk/*\n"));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var second = await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [Cluster.WriteFile(c.Root, "rb.bin", Cluster.RandomBytes(200_000, seed: 63)), "--name", "risk/rb",
+            "--cache-hosts", c.HostList, "--replicas", "2"], Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        CacheTierOptions As(string user, string password) => new() { Hosts = c.Hosts.ToList(), User = user, Password = password };
+        await using var reader = new CacheTierClient(As("node", "n-pass"));
+        var version = (await reader.GetLatestAsync("risk/rb"))!;
+
+        var port = int.Parse(second[(second.LastIndexOf(':') + 1)..]);
+        await c.Processes[1].KillAsync();
+        await c.Track(ComponentProcess.Start("Hpc.CacheHost", ProgramContract<CacheHostOptions>.ToArguments(new CacheHostOptions { Port = port, UsersFile = users }),
+            name: "cachehost2b")).WaitReadyAsync(Cluster.Ready);
+
+        await using var mallory = new CacheTierClient(As("mallory", "m-pass"));
+        var squat = await mallory.ExecuteOnAsync(1, "SET"u8.ToArray(), [CacheKeys.Removed(version), "mallory/own", "PX", "600000"]);
+        Assert.Equal($"NOPERM this host cannot tell the owner of version {version}: this host holds no manifest hcd:m:{version}; its owner stores the manifest here first, then the record", squat.Text);
+
+        var (removed, output, removeErr) = await c.RunAsync("hpcdata", ["remove", $"risk/rb@{version}", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(removed == 0, $"remove exited {removed}: {removeErr}");
+        Assert.Contains(output, l => l.StartsWith($"removed risk/rb version {version}", StringComparison.Ordinal));
+        for (var h = 0; h < 2; h++)
+        {
+            Assert.Equal("risk/rb", Encoding.UTF8.GetString((await reader.ExecuteOnAsync(h, "GET"u8.ToArray(), [CacheKeys.Removed(version)])).Bulk ?? []));
+            Assert.Equal(0, (await reader.ExecuteOnAsync(h, "EXISTS"u8.ToArray(), [CacheKeys.Manifest(version)])).Integer);
+        }
+        Assert.Null(await reader.GetLatestAsync("risk/rb"));
+        Assert.True(await reader.Catalog.WasRemovedAsync("risk/rb", version));
+    }
+
     [Fact]
     public async Task A_jobs_reference_is_its_accounts_alone_and_the_writer_that_registered_it_ends_it()
     {

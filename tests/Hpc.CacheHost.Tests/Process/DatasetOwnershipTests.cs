@@ -126,6 +126,43 @@ public sealed class DatasetOwnershipTests : IDisposable
         Assert.Equal(1L, ops.Call("DEL", record));
     }
 
+    /// <summary>
+    /// A host restarted empty or newly added lacks the version's manifest, so it cannot tell whose version it is: it
+    /// takes no removal record on trust (one from another writer would keep the owner's removal out), and takes the
+    /// owner's once the owner has stored the manifest there; a record naming another dataset gives way to it then.
+    /// </summary>
+    [Fact]
+    public void A_host_without_the_versions_manifest_takes_no_removal_record_until_it_can_tell_the_owner_and_then_takes_the_owners()
+    {
+        var segment = Segment("book held elsewhere");
+        var version = Version("risk/rb", segment.Entry); // staged on other hosts; this one never had it
+        using var mallory = Login("mallory", "mallory-pass");
+        using var alice = Login("alice", "alice-pass");
+        var record = "hcd:removed:" + version.Version;
+
+        var unknown = $"NOPERM this host cannot tell the owner of version {version.Version}: this host holds no manifest hcd:m:{version.Version}; its owner stores the manifest here first, then the record";
+        Assert.Equal(unknown, Refusal(mallory.Call("SET", record, "mallory/own", "PX", "600000")));
+        Assert.Equal(unknown, Refusal(alice.Call("SET", record, "risk/rb", "PX", "600000")));
+        Assert.Equal(0L, alice.Call("EXISTS", record));
+
+        // A record naming another dataset, whoever left it (here an administrator, who is not limited), gives way to the
+        // owner's once the host holds the manifest; another writer cannot store the owner's manifest.
+        using var ops = Login("ops", "ops-pass");
+        Assert.Equal("OK", ops.Call("SET", record, "mallory/own", "PX", "600000"));
+        Assert.Equal($"NOPERM {record} records the removal of mallory/own: only its owner or an administrator changes it",
+            Refusal(alice.Call("SET", record, "risk/rb", "PX", "600000")));
+        Assert.StartsWith("NOPERM dataset risk/rb is not among the names of account mallory", Refusal(mallory.Call("SET", version.Key, version.Stored, "NX", "PX", "600000")));
+        Assert.Equal("OK", alice.Call("SET", version.Key, version.Stored, "NX", "PX", "600000"));
+        Assert.Equal("OK", alice.Call("SET", record, "risk/rb", "PX", "600000"));
+        Assert.Equal(1L, alice.Call("DEL", version.Key));
+
+        // The owner's record, once there, is hers to renew without the manifest, and no one else's to replace.
+        Assert.Equal("OK", alice.Call("SET", record, "risk/rb", "PX", "600000"));
+        Assert.Equal($"NOPERM {record} records the removal of risk/rb: only its owner or an administrator changes it",
+            Refusal(mallory.Call("SET", record, "mallory/own", "PX", "600000")));
+        Assert.Equal("risk/rb", mallory.ReadStringOf("GET", record));
+    }
+
     [Fact]
     public void The_users_file_names_who_owns_a_dataset_and_a_refused_write_leaves_no_claim_behind()
     {
