@@ -10,7 +10,7 @@ namespace Hpc.Integration.Tests;
 /// under that name is refused before it sends anything, on every host, before and after a restart, and readers keep
 /// getting the owner's bytes. A re-stage repairs what a restarted host lost.
 /// </summary>
-public sealed class OwnershipTests
+public sealed class OwnershipTests(Xunit.Abstractions.ITestOutputHelper output)
 {
     [Fact]
     public async Task A_second_writer_staging_under_a_name_it_does_not_own_is_refused_up_front_and_readers_keep_the_owners_data()
@@ -129,6 +129,53 @@ public sealed class OwnershipTests
         }
         Assert.Null(await reader.GetLatestAsync("risk/rb"));
         Assert.True(await reader.Catalog.WasRemovedAsync("risk/rb", version));
+    }
+
+    /// <summary>
+    /// Another writer takes a version's lock and polls it with its own value every few milliseconds, so that it would
+    /// take it again the moment it expires: the host counts its hold whole and refuses it for a while, and the owner's
+    /// job end step takes the lock after that one hold (15 s at most), well within its 30 s.
+    /// </summary>
+    [Fact]
+    public async Task Another_writer_polling_a_versions_lock_does_not_keep_the_owners_end_step_out()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnames alice risk/*\n"));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [Cluster.WriteFile(c.Root, "polled.bin", Cluster.RandomBytes(100_000, seed: 72)), "--name", "risk/polled",
+            "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        CacheTierOptions As(string user, string password) => new() { Hosts = c.Hosts.ToList(), User = user, Password = password };
+        await using var alice = new CacheTierClient(As("alice", "a-pass"));
+        var version = (await alice.GetLatestAsync("risk/polled"))!;
+        await alice.Catalog.AddJobAsync(version, "job-a");
+
+        await using var mallory = new CacheTierClient(As("mallory", "m-pass"));
+        var lockKey = CacheKeys.Lock(version);
+        Assert.Equal("OK", (await mallory.ExecuteOnAsync(0, "SET"u8.ToArray(), [lockKey, "mallory:x", "NX", "PX", "15000"])).Text);
+        using var stop = new CancellationTokenSource();
+        int takes = 0, refusals = 0;
+        var poller = Task.Run(async () =>
+        {
+            while (!stop.IsCancellationRequested)
+            {
+                var reply = await mallory.ExecuteOnAsync(0, "SET"u8.ToArray(), [lockKey, "mallory:x", "NX", "PX", "15000"]);
+                if (reply.Kind == RespKind.SimpleString) takes++;
+                else if (reply.Kind == RespKind.Error) refusals++;
+                await Task.Delay(5);
+            }
+        });
+
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var (removed, _, removeErr) = await c.RunAsync("hpcdata", ["remove", "risk/polled", "--job", "job-a", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        var took = clock.Elapsed;
+        await stop.CancelAsync();
+        await poller;
+        output.WriteLine($"the owner's end step took {took.TotalSeconds:0.0} s; the poller took the lock again {takes} time(s) and was refused {refusals} time(s)");
+        Assert.True(removed == 0, $"the owner's end step exited {removed} after {took.TotalSeconds:0.0} s: {removeErr}");
+        Assert.Equal(0, takes);
+        Assert.True(refusals > 0);
+        Assert.Null(await alice.GetLatestAsync("risk/polled"));
     }
 
     [Fact]

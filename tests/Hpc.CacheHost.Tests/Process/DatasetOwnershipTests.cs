@@ -314,6 +314,37 @@ public sealed class DatasetOwnershipTests : IDisposable
         Assert.Equal(1L, alice.Call("DEL", lockKey));
     }
 
+    /// <summary>
+    /// A SET NX that finds the lock held takes nothing, even with the holder's own value: polling it while held neither
+    /// restarts the poller's hold nor keeps it from being counted whole when it expires.
+    /// </summary>
+    [Fact]
+    public void Polling_a_held_lock_with_its_holders_value_is_not_a_take_and_the_hold_is_counted_whole()
+    {
+        var staged = StageAsAlice("alice/polled", "wanted by every job");
+        using var alice = Login("alice", "alice-pass");
+        using var mallory = Login("mallory", "mallory-pass");
+        var lockKey = "hcd:lock:" + staged.Version;
+
+        Assert.Equal("OK", mallory.Call("SET", lockKey, "mallory:1", "NX", "PX", "6000"));
+        // While it is held, each poll stores nothing (nil), or, once the hold so far is over the burst, is refused.
+        var polls = 0;
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(30);
+        while (mallory.Call("EXISTS", lockKey) is 1L && DateTime.UtcNow < deadline)
+        {
+            var poll = mallory.Call("SET", lockKey, "mallory:1", "NX", "PX", "6000");
+            if (poll is not null) Assert.StartsWith($"NOPERM account mallory has held {lockKey} too long of late", Refusal(poll));
+            polls++;
+            Thread.Sleep(250);
+        }
+        Assert.True(polls > 0, "the lock was held while polled");
+        Assert.Equal(0L, mallory.Call("EXISTS", lockKey));
+        // Expired after its 6 s, counted whole: over the 5 s burst, so not taken again.
+        Assert.StartsWith($"NOPERM account mallory has held {lockKey} too long of late", Refusal(mallory.Call("SET", lockKey, "mallory:1", "NX", "PX", "6000")));
+        Assert.Equal("OK", alice.Call("SET", lockKey, "alice:end", "NX", "PX", "10000"));
+        Assert.Equal(1L, alice.Call("DEL", lockKey));
+    }
+
     [Fact]
     public void Writers_keys_outside_the_system_namespace_are_refused_past_the_hosts_quota_for_them()
     {
