@@ -109,7 +109,8 @@ public sealed class ReplicaRepairTests
         var dropped = (await tier.KeysAsync(CacheKeys.SegmentPrefix))[1].Where((_, i) => i % 3 == 0).ToList();
         Assert.Equal(dropped.Count, await tier.DeleteAsync(1, dropped));
         var (_, status, _) = await c.RunAsync("hpcdata", ["status", "--cache-tier", "--cache-hosts", c.HostList, "--replicas", "2"], Cluster.As("node", "n-pass"));
-        Assert.Contains(status, l => l.StartsWith("under-replicated risk/zeros@", StringComparison.Ordinal) && l.Contains("on fewer than 2 host(s)"));
+        Assert.Contains(status, l => l.StartsWith("under-replicated risk/zeros@", StringComparison.Ordinal) && l.Contains("on fewer than 2 host(s)")
+            && l.Contains($"{c.Hosts[1]} holds the manifest but lacks {dropped.Count} of the segments placed on it"));
         (repaired, output, repairErr) = await c.RunAsync("hpcdata", repair, Cluster.As("ops", "o-pass"));
         Assert.True(repaired == 0, $"the second repair exited {repaired}: {repairErr}{string.Join("\n", output)}");
         Assert.Contains(output, l => l.StartsWith("repaired in ", StringComparison.Ordinal) && l.Contains($"{dropped.Count} segment copies"));
