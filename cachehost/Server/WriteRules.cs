@@ -260,7 +260,10 @@ internal static class WriteRules
                 : $"NOPERM {CacheKeys.RemovalOwnerUnknown} {version}: this host holds no manifest hcd:m:{version}; its owner stores the manifest here first, then the record";
         var recorded = Encoding.UTF8.GetString(held);
         if (recorded == named || (datasetOfVersion is not null && recorded != datasetOfVersion)) return null;
-        return $"NOPERM {KeyText(key)} records the removal of {recorded}: only its owner or an administrator changes it";
+        // Without the manifest the record here may be a squatter's as well as the owner's: the owner settles it by
+        // storing the manifest, which no one else can.
+        return $"NOPERM {KeyText(key)} records the removal of {recorded}: only its owner or an administrator changes it" +
+               (datasetOfVersion is null ? $" ({CacheKeys.RemovalOwnerUnknown} {version} without its manifest hcd:m:{version}; the owner stores the manifest here first)" : "");
     }
 
     private static string? CheckRecordOwner(CacheStore store, CacheUser user, ReadOnlySpan<byte> key)

@@ -100,7 +100,7 @@ public sealed class OwnershipTests(Xunit.Abstractions.ITestOutputHelper output)
     public async Task Another_writer_cannot_block_the_owners_removal_on_a_host_restarted_empty_and_the_owners_remove_records_it_on_every_host()
     {
         await using var c = new Cluster();
-        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnode reader n-pass\nnames alice risk/*\n"));
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnode reader n-pass\nops admin o-pass\nnames alice risk/*\n"));
         await c.StartCacheHostAsync(o => o.UsersFile = users);
         var second = await c.StartCacheHostAsync(o => o.UsersFile = users);
         var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [Cluster.WriteFile(c.Root, "rb.bin", Cluster.RandomBytes(200_000, seed: 63)), "--name", "risk/rb",
@@ -118,6 +118,10 @@ public sealed class OwnershipTests(Xunit.Abstractions.ITestOutputHelper output)
         await using var mallory = new CacheTierClient(As("mallory", "m-pass"));
         var squat = await mallory.ExecuteOnAsync(1, "SET"u8.ToArray(), [CacheKeys.Removed(version), "mallory/own", "PX", "600000"]);
         Assert.Equal($"NOPERM this host cannot tell the owner of version {version}: this host holds no manifest hcd:m:{version}; its owner stores the manifest here first, then the record", squat.Text);
+        // A record naming another dataset that got there some other way (an administrator's, one left before this
+        // rule) gives way to the owner's.
+        await using (var ops = new CacheTierClient(As("ops", "o-pass")))
+            Assert.Equal("OK", (await ops.ExecuteOnAsync(1, "SET"u8.ToArray(), [CacheKeys.Removed(version), "mallory/own", "PX", "600000"])).Text);
 
         var (removed, output, removeErr) = await c.RunAsync("hpcdata", ["remove", $"risk/rb@{version}", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
         Assert.True(removed == 0, $"remove exited {removed}: {removeErr}");
