@@ -57,7 +57,14 @@ public sealed class StageSource : IDisposable
         var files = _singleStatus is { } single ? [(single.Path, (FileStatus?)single.Status)] : _files.Select(f => (f.FullPath, f.Status));
         foreach (var (path, status) in files)
             if (status is { } before && FileStatus.ChangedSince(path, before) is { } change)
-                throw new SourceChangedException($"'{path}' changed while it was staged: {change}; nothing was published (stage it again once it is complete, or stage a copy)");
+                throw SourceChangedException.For(path, change);
+    }
+
+    /// <summary>Opens a file of a tree for reading; one deleted since it was listed fails the stage as any other change does.</summary>
+    private static T OpenListed<T>(string path, Func<string, T> open)
+    {
+        try { return open(path); }
+        catch (Exception e) when (e is FileNotFoundException or DirectoryNotFoundException) { throw SourceChangedException.For(path, FileStatus.Deleted); }
     }
 
     /// <summary>
@@ -73,7 +80,7 @@ public sealed class StageSource : IDisposable
         var i = _files.FindLastIndex(f => f.Entry.Offset <= offset && f.Entry.Length > 0);
         if (i < 0) return 0;
         var (path, entry, _) = _files[i];
-        using var handle = File.OpenHandle(path);
+        using var handle = OpenListed(path, p => File.OpenHandle(p));
         var within = offset - entry.Offset;
         return RandomAccess.Read(handle, buffer[..(int)Math.Min(buffer.Length, entry.Length - within)], within);
     }
@@ -103,7 +110,7 @@ public sealed class StageSource : IDisposable
     {
         if (_open is not null) return _open;
         if (++_current >= _files.Count) return null;
-        return _open = new FileStream(_files[_current].FullPath, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan);
+        return _open = OpenListed(_files[_current].FullPath, p => new FileStream(p, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan));
     }
 
     public void Dispose()
@@ -114,4 +121,9 @@ public sealed class StageSource : IDisposable
 }
 
 /// <summary>The source was not the same from start to end of a stage (a job still writing it); nothing was published.</summary>
-public sealed class SourceChangedException(string message) : IOException(message);
+public sealed class SourceChangedException(string message) : IOException(message)
+{
+    /// <summary>The one line a change of a source file fails a stage with, whatever the change (deleted, written, replaced).</summary>
+    public static SourceChangedException For(string path, string change) =>
+        new($"'{path}' changed while it was staged: {change}; nothing was published (stage it again once it is complete, or stage a copy)");
+}

@@ -157,28 +157,35 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             // Segments this stage sent belong to no version: left behind they would hold the cache hosts' memory (with
             // no TTL) until some removal collected them, and refuse the next stage. Our staging lease is gone by now,
             // so the collection can run; another running stager makes it wait for the next one.
-            await CollectAfterFailureAsync(sent.Count, options.UnpublishedLifetime);
+            await CollectAfterFailureAsync(sent, options);
             throw;
         }
     }
 
-    /// <summary>How many new segments a stage has sent so far, for the clean-up when it fails.</summary>
-    private sealed class SentSegments { public int Count; }
+    /// <summary>
+    /// How many new segments a stage has sent so far, and whether it had begun giving the version's segments their
+    /// life for publishing, for the clean-up when it fails.
+    /// </summary>
+    private sealed class SentSegments { public int Count; public bool Kept; }
 
-    private async Task CollectAfterFailureAsync(int sent, TimeSpan unpublished)
+    private async Task CollectAfterFailureAsync(SentSegments sent, StageOptions options)
     {
+        // Before publishing, every segment is given the version's life, which a writer cannot shorten again (another
+        // version may hold the same bytes); past that point the unpublished life no longer holds, and saying it would
+        // tell the operator the memory comes back by itself when it does not.
+        var fate = !sent.Kept ? $"they expire within {Durations.Format((long)options.UnpublishedLifetime.TotalSeconds)} unless a stage publishes them"
+            : options.Lifetime is { } life ? $"they had been given the version's life for publishing, so they expire within {Durations.Format((long)life.TotalSeconds)}, not sooner"
+            : "they had been given the version's life for publishing, so they do not expire: an administrator's hpcdata gc frees those no version references";
         using var limit = new CancellationTokenSource(TimeSpan.FromSeconds(60));
         try
         {
             var gc = await new SegmentCollector(tier, logger).CollectAsync(limit.Token);
-            if (gc.Ran) logger.LogWarning("Staging failed after sending {Sent} new segments; freed {Deleted} segments no version references", sent, gc.SegmentsDeleted);
-            else logger.LogWarning("Staging failed after sending {Sent} new segments; they expire within {Life} unless a stage publishes them ({Reason})",
-                sent, Durations.Format((long)unpublished.TotalSeconds), gc.SkippedBecause);
+            if (gc.Ran) logger.LogWarning("Staging failed after sending {Sent} new segments; freed {Deleted} segments no version references", sent.Count, gc.SegmentsDeleted);
+            else logger.LogWarning("Staging failed after sending {Sent} new segments; {Fate} ({Reason})", sent.Count, fate, gc.SkippedBecause);
         }
         catch (Exception e) when (e is IOException or TimeoutException or OperationCanceledException or CommonDataException)
         {
-            logger.LogWarning("Staging failed after sending {Sent} new segments; they expire within {Life} unless a stage publishes them (collecting them now failed: {Error})",
-                sent, Durations.Format((long)unpublished.TotalSeconds), e.Message);
+            logger.LogWarning("Staging failed after sending {Sent} new segments; {Fate} (collecting them now failed: {Error})", sent.Count, fate, e.Message);
         }
     }
 
@@ -404,6 +411,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         if (source.IsStandardInput && rawTotal == 0 && !options.AllowEmpty)
             throw new CommonDataException(ErrorCode.BadRequest, "standard input was empty: nothing was published (--allow-empty stages an empty dataset)");
         var finished = segments.Select(x => x!).ToList();
+        sentSegments.Kept = true;
         var (resent, resentBytes) = await KeepSegmentsAsync(source, options, finished, sendLife, ct);
         if (resent > 0)
         {

@@ -147,6 +147,9 @@ public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, 
             (long)BitConverter.ToUInt64(buffer[40..]), mtime, ctime);
     }
 
+    /// <summary>What <see cref="ChangedSince"/> says of a file that is gone.</summary>
+    public const string Deleted = "it was deleted";
+
     /// <summary>
     /// Why the file at <paramref name="path"/> is no longer what <paramref name="before"/> saw (its size, modification
     /// or change time, or identity), or null when it is the same.
@@ -155,6 +158,7 @@ public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, 
     {
         FileStatus now;
         try { now = Of(path); }
+        catch (IOException) when (!File.Exists(path) && !Directory.Exists(path)) { return Deleted; }
         catch (IOException e) { return $"it can no longer be read ({e.Message})"; }
         if (now.Inode != before.Inode || now.Device != before.Device) return "it was replaced by another file";
         if (now.Size != before.Size) return $"its size went from {before.Size} to {now.Size} bytes";

@@ -272,19 +272,23 @@ internal sealed partial class ClientSession
             KeepLongerLife();
             return;
         }
+        // Whether a writer's lock was free is known only before the command runs: afterwards a refused SET NX and a
+        // take look alike when the poller sends the value the lock holds.
+        var writer = _user is { Role: CacheRole.Writer } w && _command.Count >= 2 && WriteRules.IsLock(_command.Span(1)) ? w : null;
+        var lockWasFree = writer is not null && command.Name == "set" && !Store.Exists(_command.Span(1));
         command.Handler(this);
-        if (_user is { Role: CacheRole.Writer } writer) AccountLock(writer, command);
+        if (writer is not null) AccountLock(writer, command, lockWasFree);
     }
 
     /// <summary>
-    /// A writer's SET of a version's lock that stored it, or DEL of one that is gone now, goes in the lock ledger
-    /// (decided after the command ran: a SET NX that found the lock held took nothing).
+    /// A writer's SET of a version's lock that stored it, or DEL of one that is gone now, goes in the lock ledger. A
+    /// SET NX that found the lock held took nothing, whatever it sent: were each refused poll a new take, a writer
+    /// polling with the holder's value would restart its own hold every time, never accrue it, and never be stopped.
     /// </summary>
-    private void AccountLock(CacheUser writer, CommandInfo command)
+    private void AccountLock(CacheUser writer, CommandInfo command, bool lockWasFree)
     {
-        if (_command.Count < 2 || !WriteRules.IsLock(_command.Span(1))) return;
         var key = _command.Span(1);
-        if (command.Name == "set" && _command.Count >= 3 && Store.TryPeek(key, out var held) && held.AsSpan().SequenceEqual(_command.Span(2)))
+        if (command.Name == "set" && lockWasFree && _command.Count >= 3 && Store.TryPeek(key, out var held) && held.AsSpan().SequenceEqual(_command.Span(2)))
         {
             WriteRules.ReadOptions(_command, 3, out long ttlMs, out _);
             _server.Locks.Taken(writer.Name, Encoding.UTF8.GetString(key), ttlMs);

@@ -58,6 +58,9 @@ internal sealed class LockLedger(TimeProvider time)
                 _holdings[(account, key)] = h = new Holding { SettledAt = now };
             }
             Settle(h, now);
+            // A hold the ledger still counts as open ended by now at the latest (an administrator deleted the lock, or
+            // the store expired it first): it is owed, not forgotten by the new one.
+            if (h.Open) h.DebtMs += now - h.HeldSince;
             (h.Open, h.HeldSince, h.HeldUntil) = (true, now, now + Math.Max(1, ttlMs));
         }
     }

@@ -244,7 +244,9 @@ internal static class WriteRules
     /// the version, and a record already here is replaced only by one naming the same dataset (a record naming another
     /// dataset than the manifest's is a squatter's, and gives way). Without that, any writer could overwrite the
     /// owner's record with one naming a dataset of its own, then delete it, and nodes would serve the removed
-    /// version again.
+    /// version again. A host without the manifest (restarted empty, newly added) cannot tell whose version it is, so
+    /// it takes no new record until it has one: a record it took on trust would keep the owner's own removal out. The
+    /// owner, who may store the manifest, puts it here first (<see cref="CacheKeys.RemovalOwnerUnknown"/>).
     /// </summary>
     private static string? CheckRemoval(CacheStore store, ReadOnlySpan<byte> key, SegmentId version, string named)
     {
@@ -253,10 +255,15 @@ internal static class WriteRules
             datasetOfVersion = parsed!.Name;
         if (datasetOfVersion is not null && datasetOfVersion != named)
             return $"NOPERM version {version} is of dataset {datasetOfVersion}, not {named}: a removal record names its version's dataset";
-        if (!store.TryPeek(key, out var held)) return null;
+        if (!store.TryPeek(key, out var held))
+            return datasetOfVersion is not null ? null
+                : $"NOPERM {CacheKeys.RemovalOwnerUnknown} {version}: this host holds no manifest hcd:m:{version}; its owner stores the manifest here first, then the record";
         var recorded = Encoding.UTF8.GetString(held);
         if (recorded == named || (datasetOfVersion is not null && recorded != datasetOfVersion)) return null;
-        return $"NOPERM {KeyText(key)} records the removal of {recorded}: only its owner or an administrator changes it";
+        // Without the manifest the record here may be a squatter's as well as the owner's: the owner settles it by
+        // storing the manifest, which no one else can.
+        return $"NOPERM {KeyText(key)} records the removal of {recorded}: only its owner or an administrator changes it" +
+               (datasetOfVersion is null ? $" ({CacheKeys.RemovalOwnerUnknown} {version} without its manifest hcd:m:{version}; the owner stores the manifest here first)" : "");
     }
 
     private static string? CheckRecordOwner(CacheStore store, CacheUser user, ReadOnlySpan<byte> key)

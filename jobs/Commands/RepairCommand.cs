@@ -81,6 +81,7 @@ internal static class CacheTierReport
         if (v.UnderReplicated > 0) parts.Add($"{v.UnderReplicated} on fewer than {replicas} host(s)");
         if (v.Misplaced > 0) parts.Add($"{v.Misplaced} not where today's placement looks first");
         if (v.LackManifest.Count > 0) parts.Add($"manifest missing on {string.Join(", ", v.LackManifest)}");
+        foreach (var (host, missing) in v.LackSegments) parts.Add($"{host} holds the manifest but lacks {missing} of the segments placed on it");
         return $"under-replicated {v.Name}@{StatusCommand.Short(v.Version)}: {string.Join("; ", parts)} (of {v.Segments} segments)";
     }
 }

@@ -43,6 +43,17 @@ public sealed class LockLedgerTests
     }
 
     [Fact]
+    public void A_take_while_the_ledger_counts_a_hold_still_open_adds_the_time_held_so_far()
+    {
+        var ledger = new LockLedger(_time);
+        ledger.Taken("mallory", Key, 15_000);
+        _time.Advance(TimeSpan.FromSeconds(4));
+        ledger.Taken("mallory", Key, 15_000); // its first hold was deleted by an administrator, or expired early
+        _time.Advance(TimeSpan.FromSeconds(4));
+        Assert.StartsWith("NOPERM account mallory has held hcd:lock:0123 too long", ledger.Refusal("mallory", Key)); // 8 s held, not 4
+    }
+
+    [Fact]
     public void Holding_counts_from_taking_to_releasing()
     {
         var ledger = new LockLedger(_time);

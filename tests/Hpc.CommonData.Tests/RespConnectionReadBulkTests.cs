@@ -60,6 +60,32 @@ public class RespConnectionReadBulkTests
         await server;
     }
 
+    /// <summary>
+    /// Pipelined PTTLs, an MGET, then another command, as a repair's batch sends them: when their replies are small they
+    /// arrive in one read, and each read of a group leaves the next group's replies to be read, not waited for.
+    /// </summary>
+    [Theory]
+    [InlineData(1000)]  // every reply in the same read
+    [InlineData(3)]     // split anywhere
+    public async Task Replies_that_arrived_with_those_read_before_them_are_read_not_waited_for(int piece)
+    {
+        var (c, server) = await ConnectToScriptAsync(":5\r\n:-1\r\n*2\r\n$3\r\nabc\r\n$-1\r\n:1\r\n", piece);
+        await using (c)
+        {
+            var lives = new long[2];
+            await c.ReadStatusRepliesAsync(lives, default).AsTask().WaitAsync(TimeSpan.FromSeconds(30));
+            Assert.Equal([5L, -1L], lives);
+            var values = new string?[2];
+            await c.ReadBulkArrayAsync(2, (int k, in ReadOnlySequence<byte> value, bool isNull) => values[k] = isNull ? null : Encoding.ASCII.GetString(value.ToArray()), default)
+                .AsTask().WaitAsync(TimeSpan.FromSeconds(30));
+            Assert.Equal(["abc", null], values);
+            var last = new long[1];
+            await c.ReadStatusRepliesAsync(last, default).AsTask().WaitAsync(TimeSpan.FromSeconds(30));
+            Assert.Equal(1L, last[0]);
+        }
+        await server;
+    }
+
     [Fact]
     public async Task A_reply_that_is_not_a_bulk_string_breaks_the_connection()
     {

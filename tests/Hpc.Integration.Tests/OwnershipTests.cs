@@ -10,7 +10,7 @@ namespace Hpc.Integration.Tests;
 /// under that name is refused before it sends anything, on every host, before and after a restart, and readers keep
 /// getting the owner's bytes. A re-stage repairs what a restarted host lost.
 /// </summary>
-public sealed class OwnershipTests
+public sealed class OwnershipTests(Xunit.Abstractions.ITestOutputHelper output)
 {
     [Fact]
     public async Task A_second_writer_staging_under_a_name_it_does_not_own_is_refused_up_front_and_readers_keep_the_owners_data()
@@ -89,6 +89,97 @@ public sealed class OwnershipTests
         var direct = new DatasetOptions { Mode = DataAccessMode.Direct, CacheTier = new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "node", Password = "n-pass", Replicas = 2, MaxAttempts = 1 } };
         await using var data = await Dataset.OpenAsync("risk/ha", direct);
         Assert.Equal(File.ReadAllBytes(real), data.GetSpan(0, 400_000).ToArray());
+    }
+
+    /// <summary>
+    /// A host restarted empty lacks the version's manifest: another writer's removal record for it is refused there
+    /// (it would have kept the owner's removal out), and the owner's <c>hpcdata remove</c> gives that host the manifest
+    /// and its record, and removes the version everywhere.
+    /// </summary>
+    [Fact]
+    public async Task Another_writer_cannot_block_the_owners_removal_on_a_host_restarted_empty_and_the_owners_remove_records_it_on_every_host()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnode reader n-pass\nops admin o-pass\nnames alice risk/*\n"));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var second = await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [Cluster.WriteFile(c.Root, "rb.bin", Cluster.RandomBytes(200_000, seed: 63)), "--name", "risk/rb",
+            "--cache-hosts", c.HostList, "--replicas", "2"], Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        CacheTierOptions As(string user, string password) => new() { Hosts = c.Hosts.ToList(), User = user, Password = password };
+        await using var reader = new CacheTierClient(As("node", "n-pass"));
+        var version = (await reader.GetLatestAsync("risk/rb"))!;
+
+        var port = int.Parse(second[(second.LastIndexOf(':') + 1)..]);
+        await c.Processes[1].KillAsync();
+        await c.Track(ComponentProcess.Start("Hpc.CacheHost", ProgramContract<CacheHostOptions>.ToArguments(new CacheHostOptions { Port = port, UsersFile = users }),
+            name: "cachehost2b")).WaitReadyAsync(Cluster.Ready);
+
+        await using var mallory = new CacheTierClient(As("mallory", "m-pass"));
+        var squat = await mallory.ExecuteOnAsync(1, "SET"u8.ToArray(), [CacheKeys.Removed(version), "mallory/own", "PX", "600000"]);
+        Assert.Equal($"NOPERM this host cannot tell the owner of version {version}: this host holds no manifest hcd:m:{version}; its owner stores the manifest here first, then the record", squat.Text);
+        // A record naming another dataset that got there some other way (an administrator's, one left before this
+        // rule) gives way to the owner's.
+        await using (var ops = new CacheTierClient(As("ops", "o-pass")))
+            Assert.Equal("OK", (await ops.ExecuteOnAsync(1, "SET"u8.ToArray(), [CacheKeys.Removed(version), "mallory/own", "PX", "600000"])).Text);
+
+        var (removed, output, removeErr) = await c.RunAsync("hpcdata", ["remove", $"risk/rb@{version}", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(removed == 0, $"remove exited {removed}: {removeErr}");
+        Assert.Contains(output, l => l.StartsWith($"removed risk/rb version {version}", StringComparison.Ordinal));
+        for (var h = 0; h < 2; h++)
+        {
+            Assert.Equal("risk/rb", Encoding.UTF8.GetString((await reader.ExecuteOnAsync(h, "GET"u8.ToArray(), [CacheKeys.Removed(version)])).Bulk ?? []));
+            Assert.Equal(0, (await reader.ExecuteOnAsync(h, "EXISTS"u8.ToArray(), [CacheKeys.Manifest(version)])).Integer);
+        }
+        Assert.Null(await reader.GetLatestAsync("risk/rb"));
+        Assert.True(await reader.Catalog.WasRemovedAsync("risk/rb", version));
+    }
+
+    /// <summary>
+    /// Another writer takes a version's lock and polls it with its own value every few milliseconds, so that it would
+    /// take it again the moment it expires: the host counts its hold whole and refuses it for a while, and the owner's
+    /// job end step takes the lock after that one hold (15 s at most), well within its 30 s.
+    /// </summary>
+    [Fact]
+    public async Task Another_writer_polling_a_versions_lock_does_not_keep_the_owners_end_step_out()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes("alice writer a-pass\nmallory writer m-pass\nnames alice risk/*\n"));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [Cluster.WriteFile(c.Root, "polled.bin", Cluster.RandomBytes(100_000, seed: 72)), "--name", "risk/polled",
+            "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        CacheTierOptions As(string user, string password) => new() { Hosts = c.Hosts.ToList(), User = user, Password = password };
+        await using var alice = new CacheTierClient(As("alice", "a-pass"));
+        var version = (await alice.GetLatestAsync("risk/polled"))!;
+        await alice.Catalog.AddJobAsync(version, "job-a");
+
+        await using var mallory = new CacheTierClient(As("mallory", "m-pass"));
+        var lockKey = CacheKeys.Lock(version);
+        Assert.Equal("OK", (await mallory.ExecuteOnAsync(0, "SET"u8.ToArray(), [lockKey, "mallory:x", "NX", "PX", "15000"])).Text);
+        using var stop = new CancellationTokenSource();
+        int takes = 0, refusals = 0;
+        var poller = Task.Run(async () =>
+        {
+            while (!stop.IsCancellationRequested)
+            {
+                var reply = await mallory.ExecuteOnAsync(0, "SET"u8.ToArray(), [lockKey, "mallory:x", "NX", "PX", "15000"]);
+                if (reply.Kind == RespKind.SimpleString) takes++;
+                else if (reply.Kind == RespKind.Error) refusals++;
+                await Task.Delay(5);
+            }
+        });
+
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var (removed, _, removeErr) = await c.RunAsync("hpcdata", ["remove", "risk/polled", "--job", "job-a", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        var took = clock.Elapsed;
+        await stop.CancelAsync();
+        await poller;
+        output.WriteLine($"the owner's end step took {took.TotalSeconds:0.0} s; the poller took the lock again {takes} time(s) and was refused {refusals} time(s)");
+        Assert.True(removed == 0, $"the owner's end step exited {removed} after {took.TotalSeconds:0.0} s: {removeErr}");
+        Assert.Equal(0, takes);
+        Assert.True(refusals > 0);
+        Assert.Null(await alice.GetLatestAsync("risk/polled"));
     }
 
     [Fact]

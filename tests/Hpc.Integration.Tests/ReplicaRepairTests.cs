@@ -65,6 +65,68 @@ public sealed class ReplicaRepairTests
         }
     }
 
+    /// <summary>
+    /// Real data repeats itself (zero pages, padding): its segments compress to a few hundred bytes, and its manifest
+    /// lists the zero block's id many times. A host restarted empty gets them back and serves the version alone; a
+    /// repair cut short (the manifest and part of the segments copied) is flagged by status and finished by the next.
+    /// </summary>
+    [Fact]
+    public async Task Repair_of_repeated_content_completes_the_emptied_host_serves_it_again_and_a_repair_cut_short_is_finished_by_the_next()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes(Users));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var hostProcesses = c.Processes.ToArray();
+        // Cut at fixed 64 KB: 100 zero blocks each marked with its number (100 ids, each a few hundred bytes stored),
+        // every other one followed by a plain zero block (one id, 50 times over), then 1 MiB of random data.
+        const int block = 64 << 10;
+        var data = new byte[150 * block + (1 << 20)];
+        for (var b = 0; b < 100; b++) BitConverter.TryWriteBytes(data.AsSpan((b + b / 2) * block), b + 1L);
+        Cluster.RandomBytes(1 << 20, seed: 524).CopyTo(data, 150 * block);
+        var source = Cluster.WriteFile(c.Root, "zeros.bin", data);
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [source, "--name", "risk/zeros", "--cache-hosts", c.HostList, "--replicas", "2",
+            "--chunking", "fixed", "--segment-size", "64KB"], Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        File.Delete(source);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "ops", Password = "o-pass" });
+        var (_, manifest) = await tier.ResolveAsync("risk/zeros");
+        Assert.Equal(166, manifest.SegmentIds.Count);
+        Assert.Equal(117, manifest.SegmentIds.Distinct().Count());
+
+        var port = int.Parse(c.Hosts[1][(c.Hosts[1].LastIndexOf(':') + 1)..]);
+        await hostProcesses[1].KillAsync();
+        await c.Track(ComponentProcess.Start("Hpc.CacheHost", ProgramContract<CacheHostOptions>.ToArguments(new CacheHostOptions { Port = port, UsersFile = users }),
+            name: "cachehost1b")).WaitReadyAsync(Cluster.Ready);
+
+        var repair = new[] { "repair", "--cache-hosts", c.HostList, "--replicas", "2" };
+        var (repaired, output, repairErr) = await c.RunAsync("hpcdata", repair, Cluster.As("ops", "o-pass"));
+        Assert.True(repaired == 0, $"repair exited {repaired}: {repairErr}{string.Join("\n", output)}");
+        Assert.Contains(output, l => l.StartsWith("repaired in ", StringComparison.Ordinal) && l.Contains("117 segment copies") && l.Contains("1 manifest(s)"));
+        await AssertServedByAsync(c.Hosts[1], "after the repair");
+
+        // What a repair stopped part way leaves: the manifest and some segments on the host, not all.
+        var dropped = (await tier.KeysAsync(CacheKeys.SegmentPrefix))[1].Where((_, i) => i % 3 == 0).ToList();
+        Assert.Equal(dropped.Count, await tier.DeleteAsync(1, dropped));
+        var (_, status, _) = await c.RunAsync("hpcdata", ["status", "--cache-tier", "--cache-hosts", c.HostList, "--replicas", "2"], Cluster.As("node", "n-pass"));
+        Assert.Contains(status, l => l.StartsWith("under-replicated risk/zeros@", StringComparison.Ordinal) && l.Contains("on fewer than 2 host(s)")
+            && l.Contains($"{c.Hosts[1]} holds the manifest but lacks {dropped.Count} of the segments placed on it"));
+        (repaired, output, repairErr) = await c.RunAsync("hpcdata", repair, Cluster.As("ops", "o-pass"));
+        Assert.True(repaired == 0, $"the second repair exited {repaired}: {repairErr}{string.Join("\n", output)}");
+        Assert.Contains(output, l => l.StartsWith("repaired in ", StringComparison.Ordinal) && l.Contains($"{dropped.Count} segment copies"));
+        await AssertServedByAsync(c.Hosts[1], "after the second repair");
+        var (_, again, _) = await c.RunAsync("hpcdata", repair, Cluster.As("ops", "o-pass"));
+        Assert.Contains(again, l => l.Contains("nothing to copy"));
+
+        async Task AssertServedByAsync(string host, string when)
+        {
+            var dest = Path.Combine(c.Root, $"got-{Guid.NewGuid():n}");
+            var (got, _, getErr) = await c.RunAsync("hpcdata", ["get", "risk/zeros", dest, "--cache-hosts", host], Cluster.As("node", "n-pass"));
+            Assert.True(got == 0, $"{host} alone {when}: {getErr}");
+            Assert.Equal(data, File.ReadAllBytes(dest));
+        }
+    }
+
     [Fact]
     public async Task A_host_added_after_staging_does_not_hide_the_copies_readers_need_when_an_original_host_is_lost()
     {

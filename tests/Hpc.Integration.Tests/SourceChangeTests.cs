@@ -56,6 +56,27 @@ public sealed class SourceChangeTests
         Assert.Null(await tier.GetLatestAsync("risk/tree"));
     }
 
+    /// <summary>A file deleted while it is read, or before its turn in a tree comes, is a change like any other: the same one line.</summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public async Task A_file_deleted_while_it_is_staged_fails_the_stage_with_the_same_line_as_a_changed_one(bool inTree)
+    {
+        await using var c = new Cluster();
+        await c.StartCacheHostAsync();
+        var tree = Directory.CreateDirectory(Path.Combine(c.Root, "tree")).FullName;
+        if (inTree) Cluster.WriteFile(tree, "a.bin", Cluster.RandomBytes(32 << 20, seed: 535));
+        var doomed = Cluster.WriteFile(tree, "z.bin", Cluster.RandomBytes(32 << 20, seed: 536));
+        var stage = await SlowStageAsync(c, inTree ? tree : doomed, "risk/deleted", "8MB");
+        File.Delete(doomed);
+
+        var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
+        Assert.Equal(ExitCodes.IoError, code);
+        Assert.Contains($"'{doomed}' changed while it was staged: it was deleted; nothing was published (stage it again once it is complete, or stage a copy)", stage.StandardErrorTail);
+        await using var tier = c.Tier();
+        Assert.Null(await tier.GetLatestAsync("risk/deleted"));
+    }
+
     [Fact]
     public async Task An_empty_standard_input_is_refused_unless_an_empty_dataset_is_asked_for()
     {

@@ -99,4 +99,35 @@ public sealed class UnpublishedSegmentsTests(Xunit.Abstractions.ITestOutputHelpe
             lives[key] = (await ops.ExecuteOnAsync(0, "PTTL"u8.ToArray(), [key])).Integer;
         return lives;
     }
+
+    /// <summary>
+    /// A stage that fails at publishing (here: its account lost the name while it ran) has given the version's segments
+    /// their life already, which a writer cannot shorten again; it says so, rather than that they expire within the
+    /// hour, and the hosts hold them as it says.
+    /// </summary>
+    [Fact]
+    public async Task A_stage_failing_at_publish_says_truly_what_becomes_of_the_segments_it_sent()
+    {
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes(Users));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var file = Cluster.WriteFile(c.Root, "late.bin", Cluster.RandomBytes(16 << 20, seed: 73));
+        await using var ops = new CacheTierClient(new CacheTierOptions { Hosts = c.Hosts.ToList(), User = "ops", Password = "o-pass" });
+        var stage = c.Track(ComponentProcess.Start("Hpc.Stager", [file, "--name", "risk/late", "--cache-hosts", c.HostList, "--max-rate", "4MB"],
+            Cluster.As("alice", "a-pass"), name: "stager-late"));
+        for (var clock = Stopwatch.StartNew(); (await ops.KeysAsync(CacheKeys.SegmentPrefix))[0].Count == 0; await Task.Delay(50))
+            Assert.True(clock.Elapsed < TimeSpan.FromSeconds(60), "the stage sent nothing in 60 s");
+        // While it sends, risk/* stops being alice's: the manifest is refused at publishing.
+        File.WriteAllText(users, Users.Replace("names alice risk/*\n", ""));
+        Assert.Equal("OK", (await ops.ExecuteOnAsync(0, "ACL"u8.ToArray(), ["LOAD"])).Text);
+
+        var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
+        Assert.Equal(ExitCodes.Denied, code);
+        Assert.Contains("dataset risk/late is not among the names of account alice", stage.StandardErrorTail);
+        Assert.Contains("they had been given the version's life for publishing, so they do not expire: an administrator's hpcdata gc frees those no version references", stage.StandardErrorTail);
+        Assert.DoesNotContain("expire within", stage.StandardErrorTail);
+        var segments = (await ops.KeysAsync(CacheKeys.SegmentPrefix))[0];
+        Assert.NotEmpty(segments);
+        foreach (var key in segments) Assert.Equal(-1, (await ops.ExecuteOnAsync(0, "PTTL"u8.ToArray(), [key])).Integer);
+    }
 }

@@ -332,12 +332,7 @@ public sealed class CacheCatalog
         if (VersionPrefix.IsPrefix(version)) version = await ResolveVersionPrefixAsync(name, version, ct);
         // A version staged with XXH3-128 ids cannot be read any more but can still be removed.
         if (!SegmentId.TryParse(version, out _) && !SegmentId.IsLegacy(version)) throw new ArgumentException($"'{version}' is not a version id");
-        var removed = CacheKeys.Removed(version);
-        await _hosts.Topology.WriteEverywhereAsync(removed, async (c, token) =>
-        {
-            Check(c, await c.FlushAndReadCommandAsync("SET"u8, [removed, name, "PX", ((long)CacheKeys.RecordLifetime.TotalMilliseconds).ToString()], token));
-            return 0;
-        }, ct);
+        await RecordRemovalAsync(name, version, ct);
         var latestRemoved = false;
         if (await GetLatestAsync(name, ct) == version)
         {
@@ -349,6 +344,61 @@ public sealed class CacheCatalog
         var collector = new SegmentCollector(_tier);
         if (await collector.MayCollectAsync(ct) is not null) return (latestRemoved, null);
         return (latestRemoved, await collector.CollectAsync(ct));
+    }
+
+    /// <summary>
+    /// Leaves the removal record on every host. A host without the version's manifest (restarted empty, added since)
+    /// cannot tell whose version it is and takes no record until it holds the manifest, so it is given the manifest
+    /// from a host that has it — with a short life: the removal deletes it everywhere next — and the record again.
+    /// </summary>
+    private async Task RecordRemovalAsync(string name, string version, CancellationToken ct)
+    {
+        var removed = CacheKeys.Removed(version);
+        var life = ((long)CacheKeys.RecordLifetime.TotalMilliseconds).ToString();
+        var unsure = new System.Collections.Concurrent.ConcurrentBag<CacheEndpoint>();
+        var recorded = 0;
+        await _hosts.Topology.WriteEverywhereAsync(removed, async (c, token) =>
+        {
+            var reply = await c.FlushAndReadCommandAsync("SET"u8, [removed, name, "PX", life], token);
+            if (reply is { Kind: RespKind.Error, Text: { } text } && text.Contains(CacheKeys.RemovalOwnerUnknown, StringComparison.Ordinal)) unsure.Add(c.Endpoint);
+            else { Check(c, reply); Interlocked.Increment(ref recorded); }
+            return 0;
+        }, ct);
+        if (unsure.IsEmpty) return;
+        var manifest = SegmentId.TryParse(version, out var id) ? await GetStoredManifestAsync(version, id, ct) : null;
+        if (manifest is null)
+        {
+            // Nothing of the version is on those hosts, so there is nothing there to stop serving; but with no record
+            // anywhere, nodes holding a copy would go on serving it.
+            if (recorded > 0) return;
+            throw new CommonDataException(ErrorCode.NotFound, $"no cache host holds the manifest of {name} version {version}, so none can tell its owner and none took its removal record " +
+                "(hosts restarted empty since it was staged): an administrator's hpcdata remove records it without one");
+        }
+        var manifestKey = CacheKeys.Manifest(version);
+        foreach (var host in unsure)
+            await _hosts.RunAsync(_hosts.IndexOf(host), async (c, token) =>
+            {
+                c.BeginCommand(6);
+                c.Argument("SET"u8); c.Argument(manifestKey); c.Argument(manifest); c.Argument("NX"u8); c.Argument("PX"u8); c.Argument(ManifestForRemovalMs);
+                Check(c, await c.FlushAndReadAsync(token));
+                Check(c, await c.FlushAndReadCommandAsync("SET"u8, [removed, name, "PX", life], token));
+                return 0;
+            }, ct, bulk: true);
+    }
+
+    /// <summary>How long a manifest given to a host only so that it takes a removal record lives, should the removal stop before deleting it.</summary>
+    private const long ManifestForRemovalMs = 10 * 60_000;
+
+    /// <summary>A version's manifest as stored (the bytes whose hash is its id), from the first host with a good copy.</summary>
+    private async Task<byte[]?> GetStoredManifestAsync(string version, SegmentId versionId, CancellationToken ct)
+    {
+        var key = CacheKeys.Manifest(version);
+        foreach (var reply in await _hosts.Topology.ReadAnywhereAsync(key, (c, token) => GetAsync(c, key, token), ct))
+        {
+            if (reply.Kind != RespKind.Bulk || !SegmentCodec.TryReadRawLength(reply.Bulk!, out var rawLength)) continue;
+            if (SegmentCodec.TryDecode(reply.Bulk!, versionId, new byte[rawLength]) is null) return reply.Bulk;
+        }
+        return null;
     }
 
     /// <summary>Whether some host holds a removal record of <paramref name="version"/> of dataset <paramref name="name"/>.</summary>

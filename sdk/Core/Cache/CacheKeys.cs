@@ -26,6 +26,11 @@ public static class CacheKeys
     public const string StagingPrefix = "hcd:staging:";
     /// <summary><c>hcd:removed:&lt;version&gt;</c> — a removed version's dataset name: nodes holding a copy stop serving it.</summary>
     public const string RemovedPrefix = "hcd:removed:";
+    /// <summary>
+    /// Words of a host's refusal of a removal record for a version whose manifest it lacks (so cannot tell its owner):
+    /// the owner's removal stores the manifest there and sends the record again.
+    /// </summary>
+    public const string RemovalOwnerUnknown = "this host cannot tell the owner of version";
 
     /// <summary>How long a job reference and a removal record live at most (a host refuses longer from a writer).</summary>
     public static readonly TimeSpan RecordLifetime = TimeSpan.FromDays(31);

@@ -439,8 +439,20 @@ public sealed class RespConnection : IAsyncDisposable
             }
             catch (RespErrorException e) { throw ServerError(e, reader.Position); }
             catch (Exception) when (BreaksConnection()) { throw; }
-            _reader.AdvanceTo(reader.Position, buffer.End);
+            AdvancePast(buffer, reader.Position, done: next == results.Length);
         }
+    }
+
+    /// <summary>
+    /// Gives back what a pipelined read used. Only when more of its own replies are still to come is the rest of the
+    /// buffer marked examined: the replies to the commands pipelined after these (an MGET after the PTTLs) may have
+    /// arrived in the same read, and a buffer marked examined makes the next read wait for bytes that never come — the
+    /// hang of a repair whose segments are small enough (zero pages, padding) to arrive all at once.
+    /// </summary>
+    private void AdvancePast(in ReadOnlySequence<byte> buffer, SequencePosition consumed, bool done)
+    {
+        if (done) _reader.AdvanceTo(consumed);
+        else _reader.AdvanceTo(consumed, buffer.End);
     }
 
     /// <summary>Reads an MGET reply of <paramref name="count"/> elements, handing each value over as soon as it is complete.</summary>
@@ -479,7 +491,7 @@ public sealed class RespConnection : IAsyncDisposable
             }
             catch (RespErrorException e) { throw ServerError(e, reader.Position); }
             catch (Exception) when (BreaksConnection()) { throw; }
-            _reader.AdvanceTo(reader.Position, buffer.End);
+            AdvancePast(buffer, reader.Position, done: headerRead && next == count);
         }
     }
 

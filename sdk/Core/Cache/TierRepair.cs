@@ -13,7 +13,14 @@ namespace Hpc.CommonData.Cache;
 public sealed record VersionCopies(string Name, string Version, int Segments, int UnderReplicated, int Misplaced, int Lost,
     IReadOnlyList<CacheEndpoint> LackManifest)
 {
-    public bool Healthy => UnderReplicated == 0 && Misplaced == 0 && Lost == 0 && LackManifest.Count == 0;
+    public bool Healthy => UnderReplicated == 0 && Misplaced == 0 && Lost == 0 && LackManifest.Count == 0 && LackSegments.Count == 0;
+
+    /// <summary>
+    /// Reachable hosts that hold the manifest (so advertise the version) but lack segments placement puts on them, with
+    /// how many: a host restarted empty and given the manifest again, or a repair cut short. Readers asking them look
+    /// further, but they serve less than they seem to.
+    /// </summary>
+    public IReadOnlyList<(CacheEndpoint Host, int Missing)> LackSegments { get; init; } = [];
 }
 
 /// <summary>What a repair did; <paramref name="Failures"/> are the copies a host refused or could not take.</summary>
@@ -91,16 +98,21 @@ public sealed class TierRepair(CacheTierClient tier)
         foreach (var plan in _plans)
         {
             int under = 0, misplaced = 0, lost = 0;
+            var lacking = new int[hosts.Count];
             foreach (var i in plan.Segments.Distinct())
             {
                 var held = Holders(i);
                 if (held == 0) { lost++; continue; }
-                if (held < tier.Replicas) { under++; continue; }
                 tier.Place(_ids[i], placed);
+                foreach (var h in placed) if (plan.ManifestOn[h] && _lives[h] is { } l && l[i] == -2) lacking[h]++;
+                if (held < tier.Replicas) { under++; continue; }
                 foreach (var h in placed) if (_lives[h] is { } l && l[i] == -2) { misplaced++; break; }
             }
             result.Add(new VersionCopies(plan.Name, plan.Version, plan.Segments.Count, under, misplaced, lost,
-                hosts.Where((_, h) => _lives[h] is not null && !plan.ManifestOn[h]).ToList()));
+                hosts.Where((_, h) => _lives[h] is not null && !plan.ManifestOn[h]).ToList())
+            {
+                LackSegments = [.. Enumerable.Range(0, hosts.Count).Where(h => lacking[h] > 0).Select(h => (hosts[h], lacking[h]))],
+            });
         }
         return result;
     }
