@@ -92,9 +92,11 @@ public sealed class PrestageOptions : CacheClientOptions, IVerbOptions
         "slurm, hpcpack: the script submitted, or with --dry-run its text). The job's own commands then print to stderr.")]
     public bool Json { get; set; }
 
-    [Switch("--slurm-staging", "slurm: step (the job's first step prepares its nodes) or burst-buffer (the site's Slurm runs deploy/slurm/burst_buffer.lua: " +
-        "the job names its data with a '#BB_LUA hpcdata NAME@VERSION' line and the controller has the nodes' agents exchange it before the job starts). " +
-        "A site sets it once: slurm-staging = burst-buffer in /etc/hpcdata/client.conf.", Environment = ClientConfig.SlurmStagingVariable, Meta = "step|burst-buffer")]
+    [Switch("--slurm-staging", "slurm: step (the job's first step prepares its nodes), agents (the nodes' agents run as a service with --peer-listen: " +
+        "the batch script asks its node's agent, which has the job's nodes exchange the data as this user, no job step) or burst-buffer (the site's Slurm " +
+        "runs deploy/slurm/burst_buffer.lua: the job names its data with a '#BB_LUA hpcdata NAME@VERSION' line and the controller has the nodes' agents " +
+        "exchange it before the job starts). A site sets it once in /etc/hpcdata/client.conf (slurm-staging = …).",
+        Environment = ClientConfig.SlurmStagingVariable, Meta = "step|agents|burst-buffer")]
     public string SlurmStaging { get; set; } = "step";
 
     [Switch("--dry-run", "slurm, hpcpack: print the job instead of submitting it.")]
@@ -168,7 +170,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             // The nodes get the cache tier whole, as this command was given it (files by full path), on the hosts used here.
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, o.CacheTierFor(hosts), o.Nodes, o.HostsPerNode, command,
                 o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi,
-                NodePrep: o.NodePrep.Copy(), Verbose: o.Verbose, BurstBuffer: o.Scheduler == "slurm" && o.SlurmStaging == "burst-buffer");
+                NodePrep: o.NodePrep.Copy(), Verbose: o.Verbose, SlurmStaging: o.SlurmStaging);
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);
 
@@ -210,7 +212,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         if (o.Scheduler is not ("local" or "slurm" or "hpcpack")) return $"--scheduler '{o.Scheduler}' is not one of local, slurm, hpcpack";
         if (o.Nodes < 1 || o.HostsPerNode < 1) return "--nodes and --hosts-per-node must be at least 1";
         if (o.Fanout is not ("auto" or "none" or "mpi")) return $"--fanout '{o.Fanout}' is not one of auto, none, mpi";
-        if (o.SlurmStaging is not ("step" or "burst-buffer")) return $"--slurm-staging '{o.SlurmStaging}' is not one of step, burst-buffer";
+        if (o.SlurmStaging is not ("step" or "agents" or "burst-buffer")) return $"--slurm-staging '{o.SlurmStaging}' is not one of step, agents, burst-buffer";
         if (o.Fanout == "mpi" && o.Scheduler == "hpcpack") return "--fanout mpi is not available for hpcpack yet: its node-preparation task runs on each node alone";
         if (command.Count == 0) return "no job command: put it after --, e.g. hpcdata prestage data.csv --name risk/prices -- hpcdata worker";
         if (o.Lifetime is not null && o.Lifetime != "job")

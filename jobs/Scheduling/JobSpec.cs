@@ -32,12 +32,15 @@ public sealed record JobSpec(
     bool FanoutMpi = false,
     NodePrepSwitches? NodePrep = null,
     bool Verbose = false,
-    bool BurstBuffer = false)
+    string SlurmStaging = "step")
 {
     /// <summary>
     /// Node prep's own arguments: with the fan-out, one MPI rank per node shares the fetching; without it, a direct fetch
     /// said outright, so node prep's own <c>auto</c> never second-guesses the job's choice (srun's tasks look like ranks).
     /// </summary>
+    /// <summary>The site's Slurm stages the data itself (deploy/slurm/burst_buffer.lua): the job only names it.</summary>
+    public bool BurstBuffer => SlurmStaging == "burst-buffer";
+
     public IReadOnlyList<string> NodePrepArguments => FanoutMpi ? ["nodeprep", "--fanout", "mpi"] : DirectNodePrepArguments;
 
     /// <summary>Node prep fetching directly: the job's choice, or the completion after a fan-out that failed.</summary>

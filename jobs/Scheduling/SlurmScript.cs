@@ -54,7 +54,7 @@ public static class SlurmScript
             trap 'exit 130' INT
 
             # 1. Node preparation: every node fetches, pins and verifies the data before any service host starts.
-            {{(job.BurstBuffer ? "# Done by the site's Slurm before this script started (the #BB_LUA line above): the nodes' agents exchanged it." : NodePrep(job, perNode, hpcdata))}}
+            {{NodePrep(job, perNode, hpcdata)}}
             # Where the copy is ($HPCDATA_DATASET_PATH), and for a software tree what its activation sets (PATH, PYTHONPATH): the nodes
             # share one agent configuration, so this node's answer is every node's.
             exports="$({{hpcdata}} path --shell)" || { echo "hpcdata: cannot find the node's copy" >&2; exit 1; }
@@ -106,6 +106,11 @@ public static class SlurmScript
 
     private static string NodePrep(JobSpec job, string perNode, string hpcdata)
     {
+        if (job.BurstBuffer) return "# Done by the site's Slurm before this script started (the #BB_LUA line above): the nodes' agents exchanged it.";
+        // One request from this script, no job step: this node's agent has the running agents of the job's nodes exchange
+        // the data among themselves, as this job's user.
+        if (job.SlurmStaging == "agents")
+            return $"{hpcdata} nodeprep --fanout agents --agents \"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | paste -sd, -)\" || {{ {Failed}; }}";
         var direct = $"srun {perNode} {hpcdata} {string.Join(" ", JobSpec.DirectNodePrepArguments)}";
         return job.FanoutMpi
             ? $"srun {perNode} --kill-on-bad-exit=0 {hpcdata} {string.Join(" ", job.NodePrepArguments)} || {{ echo \"hpcdata: fan-out failed; completing by direct fetch\" >&2; " +

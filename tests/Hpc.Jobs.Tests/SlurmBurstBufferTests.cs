@@ -191,11 +191,17 @@ public sealed class PrestageBurstBufferTests
         var step = await s.HpcdataAsync(args);
         Assert.True(step.Code == 0, step.Stderr);
         Assert.DoesNotContain("#BB_LUA", step.Out);
-        Assert.Contains("nodeprep", step.Out);
+        Assert.Matches(@"srun[^\n]*nodeprep", step.Out);
+
+        // Where the agents run as a service: one request from the batch script through its node's agent, no job step.
+        var agents = await s.HpcdataAsync([.. args[..^2], "--slurm-staging", "agents", "--", "my-service"]);
+        Assert.True(agents.Code == 0, agents.Stderr);
+        Assert.Contains("nodeprep --fanout agents --agents \"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | paste -sd, -)\"", agents.Out);
+        Assert.DoesNotMatch(@"srun[^\n]*nodeprep", agents.Out);
 
         var bad = await s.HpcdataAsync([.. args[..^2], "--slurm-staging", "lua", "--", "my-service"]);
         Assert.Equal(2, bad.Code);
-        Assert.Contains("--slurm-staging 'lua' is not one of step, burst-buffer", bad.Stderr);
+        Assert.Contains("--slurm-staging 'lua' is not one of step, agents, burst-buffer", bad.Stderr);
     }
 }
 
