@@ -92,9 +92,12 @@ public sealed class SlurmBurstBufferTests
             Assert.True(clock.Elapsed < TimeSpan.FromMinutes(2), $"job {job} never said its node was not ready:\n{shown}\n{slurm.Logs()}");
             await Task.Delay(500);
         }
-        Assert.Contains("JobState=PENDING", shown);
+        // Requeued: pending again (a moment's COMPLETING or REQUEUED on the way), never running, its script never run.
+        Assert.Matches("JobState=(PENDING|REQUEUED|REQUEUE_HOLD|COMPLETING)", shown);
         Assert.Matches($"SystemComment=.*pre_run: hpcdata: no agent answered .*{System.Net.Dns.GetHostName()}:", shown);
+        await Task.Delay(TimeSpan.FromSeconds(3));
         Assert.False(File.Exists(Path.Combine(jobs!, $"slurm-{job}.out")) && File.ReadAllText(Path.Combine(jobs!, $"slurm-{job}.out")).Contains("started"), shown);
+        Assert.DoesNotContain("JobState=RUNNING", (await slurm.RunAsync("scontrol", "show", "job", job)).Output);
         await slurm.RunAsync("scancel", job);
     }
 
