@@ -298,7 +298,9 @@ public sealed class GridAllGatherTests
         // stopped keeping for it: at most the leaf's copy once more.
         Assert.Equal(Enumerable.Range(0, segments), fetched.Distinct().Order());
         if (leafRetainBytes > 0) Assert.Equal(segments, fetched.Count);
-        else Assert.InRange(fetched.Count, segments + 1, 2 * segments);
+        // Whether the members had to fetch any again depends on how far the slow leaf fell behind the few blocks always
+        // kept, which is the machine's speed (a native build on a quiet machine keeps up): only the bound is the promise.
+        else Assert.InRange(fetched.Count, segments, 2 * segments);
     }
 
     private static async Task<(TcpRing[] Groups, TcpRing?[] Columns)> ConnectAsync(RingGrid grid, CancellationToken ct)
