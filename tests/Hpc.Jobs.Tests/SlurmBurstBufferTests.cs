@@ -114,7 +114,7 @@ public sealed class SlurmBurstBufferTests
         File.Copy(Path.Combine(ToolInstallTests.RepositoryRoot(), "deploy", "slurm", "burst_buffer.conf"), Path.Combine(dir, "burst_buffer.conf"));
         var jobs = Path.Combine(dir, "jobs");
         Directory.CreateDirectory(jobs);
-        File.SetUnixFileMode(jobs, (UnixFileMode)0b111_111_111 | UnixFileMode.StickyBit);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(jobs, (UnixFileMode)0b111_111_111 | UnixFileMode.StickyBit);
         return jobs;
     }
 
@@ -124,7 +124,7 @@ public sealed class SlurmBurstBufferTests
     {
         var script = Path.Combine(jobs, $"job-{Guid.NewGuid():n}.sh");
         File.WriteAllText(script, "#!/bin/sh\n" + body);
-        File.SetUnixFileMode(script, (UnixFileMode)0b110_100_100);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(script, (UnixFileMode)0b110_100_100);
         return await slurm.RunAsync("runuser", "-u", User, "--", "sbatch", "--chdir", jobs, "--output", Path.Combine(jobs, "slurm-%j.out"), script);
     }
 
