@@ -12,6 +12,7 @@ namespace Hpc.Jobs.Tests;
 /// the script's first line; the script needs nothing of its own. A name that does not resolve, or a malformed
 /// directive, is refused by sbatch with one line.
 /// </summary>
+[Collection(SlurmTests.Collection)]
 public sealed class SlurmBurstBufferTests
 {
     [Fact]

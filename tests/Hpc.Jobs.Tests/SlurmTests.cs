@@ -11,8 +11,13 @@ namespace Hpc.Jobs.Tests;
 /// own log lines. On a machine without Slurm it returns at once, saying so on stderr.
 /// </para>
 /// </summary>
+[CollectionDefinition(Collection, DisableParallelization = true)]
+[Collection(Collection)]
 public class SlurmTests
 {
+    /// <summary>One Slurm at a time: each test's slurmd registers the same node name on this machine.</summary>
+    public const string Collection = "Slurm";
+
     internal static bool Available(out string why)
     {
         why = !File.Exists("/usr/sbin/slurmctld") || !File.Exists("/usr/sbin/slurmd") || !File.Exists("/usr/sbin/munged") ? "slurm-wlm and munge are not installed"
@@ -72,7 +77,7 @@ public class SlurmTests
         /// <param name="prepare">Writes further files into the directory (beside slurm.conf) before the daemons start.</param>
         public static async Task<SingleNodeSlurm> StartAsync(Sandbox s, string moreConf = "", Action<string>? prepare = null)
         {
-            var dir = Path.Combine("/tmp", $"hcd-slurm-{System.Environment.ProcessId}");
+            var dir = Path.Combine("/tmp", $"hcd-slurm-{System.Environment.ProcessId}-{Guid.NewGuid():N}");
             System.IO.Directory.CreateDirectory(dir);
             var slurm = new SingleNodeSlurm(dir);
             try
