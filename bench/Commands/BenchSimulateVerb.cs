@@ -80,6 +80,10 @@ public static class BenchSimulateVerb
             rates = o.Rates.Split(',').Select(s => double.Parse(s, Inv)).ToArray();
         }
         catch (FormatException) { Console.Error.WriteLine("hpcdata bench simulate: --nodes and --rates are comma-separated numbers"); return Task.FromResult(2); }
+        // A failure scenario leaves one node out and the others must still be a cluster.
+        if (nodeCounts.Where(n => n < 2).Select(n => (int?)n).FirstOrDefault() is { } few) { Console.Error.WriteLine($"hpcdata bench simulate: --nodes {few} is too few (2 or more)"); return Task.FromResult(2); }
+        if (!rates.All(r => r > 0 && double.IsFinite(r))) { Console.Error.WriteLine($"hpcdata bench simulate: --rates '{o.Rates}': link rates are Gbit/s above 0"); return Task.FromResult(2); }
+        if (o.Jobs < 1 || o.CacheHosts < 1) { Console.Error.WriteLine("hpcdata bench simulate: --jobs and --cache-host-count are 1 or more"); return Task.FromResult(2); }
         if (!(o.HopLatencyMicroseconds >= 0)) { Console.Error.WriteLine($"hpcdata bench simulate: --hop-latency {o.HopLatencyMicroseconds.ToString(Inv)} is not a number of microseconds (0 or more)"); return Task.FromResult(2); }
 
         Calibration cal;

@@ -192,8 +192,20 @@ public static class Experiments
             }
     }
 
+    /// <summary>
+    /// Seconds a silent ring neighbour is waited for before the ring closes around it: node prep's default
+    /// --peer-timeout (which it passes to the agents' exchange as well), the exchange's own RingAllGather.PeerSilence.
+    /// The lab does not reference sdk/Fanout, so the value is repeated here and a test holds it equal to the product's.
+    /// </summary>
+    public const double PeerTimeout = 5;
+
+    private static string PeerTimeoutLabel => string.Create(CultureInfo.InvariantCulture, $"{PeerTimeout:0.#} s");
+
+    /// <summary>The predictions' scenarios at one node count (2 or more: one scenario leaves a node out) and link rate.</summary>
     public static IEnumerable<PredictionRow> Scale(Calibration cal, long stored, int nodes, double rateGbit, Assumptions a)
     {
+        ArgumentOutOfRangeException.ThrowIfLessThan(nodes, 2);
+        ArgumentOutOfRangeException.ThrowIfLessThan(a.Jobs, 1);
         var h = a.CacheHosts;
         foreach (var d in new[] { Delivery.Direct, Delivery.Fanout })
         {
@@ -227,7 +239,7 @@ public static class Experiments
                 nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, null, r.Events, r.WallMilliseconds);
         }
         foreach (var (what, peer) in new[] { ("requested of the agents, one agent dies mid-exchange", 0.0),
-                                             ("requested of the agents, one node goes silent mid-exchange (--peer-timeout 2 s)", 2.0) })
+                                             ($"requested of the agents, one node goes silent mid-exchange (--peer-timeout {PeerTimeoutLabel})", PeerTimeout) })
         {
             var r = Simulator.Run(Cluster(nodes, h, rateGbit, a), cal, Delivery.Fanout, stored, failAfter: agentsExchange / 2, peerTimeout: peer, agents: true);
             yield return new(what, nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, null, r.Events, r.WallMilliseconds);
@@ -273,7 +285,7 @@ public static class Experiments
         // The same death over the TCP ring, which closes around the dead node: at once when its process died (its
         // kernel closes its connections), after the peer timeout when the node went silent (hung, powered off).
         foreach (var (what, peer) in new[] { ("a rank's process dies mid-exchange, its rings close around it at once", 0.0),
-                                             ("one node goes silent mid-exchange, its rings close around it (--peer-timeout 2 s)", 2.0) })
+                                             ($"one node goes silent mid-exchange, its rings close around it (--peer-timeout {PeerTimeoutLabel})", PeerTimeout) })
         {
             SimulationResult Closing(int hosts) => Simulator.Run(Cluster(nodes, hosts, rateGbit, a), cal, Delivery.Fanout, stored, failAfter: exchange / 2, peerTimeout: peer);
             var r = Closing(h);
@@ -281,18 +293,20 @@ public static class Experiments
             yield return new(what, nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, needed, null, r.Events, r.WallMilliseconds);
         }
 
-        // Jobs on consecutive nodes, each prestaging a dataset of its own, all at once on the same tier.
+        // Jobs on consecutive nodes, each prestaging a dataset of its own, all at once on the same tier. Each job has two
+        // nodes at least, so that its fan-out has a ring: on fewer than twice as many nodes as jobs, fewer jobs fit.
+        var jobCount = Math.Max(1, Math.Min(a.Jobs, nodes / 2));
+        var perJob = nodes / jobCount;
         foreach (var d in new[] { Delivery.Direct, Delivery.Fanout })
         {
             SimulationResult Together(int hosts)
             {
-                var per = nodes / a.Jobs;
-                var jobs = Enumerable.Range(0, a.Jobs).Select(j => new JobSpec(d, j * per, per, stored)).ToList();
+                var jobs = Enumerable.Range(0, jobCount).Select(j => new JobSpec(d, j * perJob, perJob, stored)).ToList();
                 return Simulator.Run(Cluster(nodes, hosts, rateGbit, a), cal, jobs);
             }
             var r = Together(h);
             var needed = HostsNeeded(x => Together(x).Seconds, nodes);
-            yield return new($"{a.Jobs} jobs × {nodes / a.Jobs} nodes, different datasets", nodes, h, rateGbit, d, stored, r.Seconds, r.Jobs.Sum(j => j.TierBytes),
+            yield return new($"{jobCount} jobs × {perJob} nodes, different datasets", nodes, h, rateGbit, d, stored, r.Seconds, r.Jobs.Sum(j => j.TierBytes),
                 needed, null, r.Events, r.WallMilliseconds);
         }
     }

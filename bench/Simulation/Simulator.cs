@@ -179,6 +179,8 @@ public sealed partial class Simulator
         var sim = new Simulator(spec, cal);
         var runs = jobs.Select(j =>
         {
+            // A job of no nodes has no time of its own to report.
+            if (j.Nodes < 1) throw new ArgumentException($"job at node {j.FirstNode} has {j.Nodes} nodes; a job has one at least");
             if (j.FirstNode < 0 || j.FirstNode + j.Nodes > spec.Nodes) throw new ArgumentException($"job on nodes {j.FirstNode}..{j.FirstNode + j.Nodes - 1} is outside the cluster's {spec.Nodes}");
             return j.Delivery == Delivery.Direct ? (IJobRun)new DirectRun(sim, j) : new FanoutRun(sim, j);
         }).ToList();
@@ -613,10 +615,25 @@ public sealed partial class Simulator
                 return;
             }
             var received = new double[_n];
+            var fetched = new double[M];
             for (var k = 0; k < M; k++)
             {
-                if (_fetch[k] is { } f) { sim._net.Cancel(f); received[_members[k]] += f.Moved; _tierBytes += f.Moved; }
-                if (_edge[k] is { } e) { sim._net.Cancel(e); received[_members[(k + 1) % M]] += e.Moved; }
+                if (_fetch[k] is not { } f) continue;
+                // A fetch that had ended was counted when it ended.
+                if (double.IsNaN(f.Finished)) { sim._net.Cancel(f); _tierBytes += f.Moved; }
+                fetched[k] = f.Moved;
+                received[_members[k]] += f.Moved;
+            }
+            var fetchedByAll = fetched.Sum();
+            for (var k = 0; k < M; k++)
+            {
+                if (_edge[k] is not { } e) continue;
+                sim._net.Cancel(e);
+                // An edge's flow is not held back by the fetches upstream of it and can run ahead of them (a ring of two,
+                // whose edges carry only the sender's share, beside fetches slowed by the rack's uplink): a member can
+                // have been sent only blocks the others had fetched.
+                var to = (k + 1) % M;
+                received[_members[to]] += Math.Min(e.Moved, fetchedByAll - fetched[to]);
             }
             for (var i = 0; i < _leaves.Length; i++)
                 if (_toLeaf[i] is { } l) { sim._net.Cancel(l); received[_leaves[i]] += l.Moved; }
@@ -684,7 +701,8 @@ public sealed partial class Simulator
                 _edgeEnd = new double[n];
                 _pending = 2 * n;
                 _stopped = false;
-                var deadShareLeft = _s / m * (1 - edgeMoved[dead] / load);
+                // Of its own share the dead member can have sent on only what it had fetched.
+                var deadShareLeft = _s / m - Math.Min(fetchMoved[dead], _s / m * edgeMoved[dead] / load);
                 for (var k2 = 0; k2 < n; k2++)
                 {
                     var position = k2;
