@@ -1,4 +1,5 @@
 using Hpc.CommonData.Fanout;
+using System.Diagnostics;
 using System.Globalization;
 using System.Text;
 using System.Text.Json;
@@ -29,10 +30,16 @@ public sealed partial class ClusterSession
     /// The source file sits on the storage every node shares; each copy lands in the node's own /dev/shm and is removed
     /// (our modes: released and evicted) before the next mode. Returns one record per mode and repetition.
     /// </summary>
-    public async Task<List<BenchRecord>> RunSlurmAsync(long size, string data, IReadOnlyList<string> modes, int repeat, string codec, CancellationToken ct)
+    /// <param name="fault">With burst-buffer: after the healthy runs, one more with this fault (see <see cref="NodeFault"/>).</param>
+    public async Task<List<BenchRecord>> RunSlurmAsync(long size, string data, IReadOnlyList<string> modes, int repeat, string codec, CancellationToken ct,
+        NodeFault? fault = null)
     {
         if (modes.FirstOrDefault(m => !SlurmModes.IsKnown(m)) is { } bad) throw new ArgumentException($"Slurm mode '{bad}': use {SlurmModes.Help}");
-        _slurm ??= await SlurmLab.StartAsync(_topology, ct);
+        if (fault is not null && !modes.Contains(SlurmModes.BurstBuffer)) throw new ArgumentException($"a fault with --scheduler slurm is injected into the {SlurmModes.BurstBuffer} mode's jobs");
+        var burstBuffer = modes.Contains(SlurmModes.BurstBuffer);
+        var steps = modes.Where(m => m != SlurmModes.BurstBuffer).ToList();
+        var tier = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
+        _slurm ??= await SlurmLab.StartAsync(_topology, ct, burstBuffer ? new SlurmLab.BurstBufferSite(tier) : null);
         var run = $"{_runId}-s{DateTime.UtcNow:HHmmssfff}";
         const string name = "bench/slurm";
         var processes = new List<ComponentProcess>();
@@ -46,7 +53,9 @@ public sealed partial class ClusterSession
             var hostList = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
             var source = Path.Combine(shared, "data.bin");
             File.Copy(Dataset(size, data), source);
-            var stager = Start(processes, new StagerOptions { Path = source, Name = name, CacheTier = { Hosts = [hostList] }, Json = true, Codec = codec }, "stager", null);
+            // A burst-buffer job is a user's: the lab's job user must be among the readers.
+            var stager = Start(processes, new StagerOptions { Path = source, Name = name, CacheTier = { Hosts = [hostList] }, Json = true, Codec = codec,
+                Readers = burstBuffer ? "all" : null }, "stager", null);
             if (await stager.WaitForExitAsync(TimeSpan.FromMinutes(20), ct) != 0) throw new InvalidOperationException($"staging failed:\n{stager.StandardErrorTail}");
             var stage = JsonSerializer.Deserialize(stager.StandardOutput.Last(), ContractJson.Default.StageResult)!;
 
@@ -60,15 +69,21 @@ public sealed partial class ClusterSession
             }
             if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(program, (UnixFileMode)0b111_101_101);
 
-            var script = Path.Combine(shared, "modes.sh");
-            var order = Enumerable.Range(0, repeat).SelectMany(r => r % 2 == 0 ? modes : modes.Reverse()).ToList();
-            await File.WriteAllTextAsync(script, Script(order, hostList, name, stage.Version, source, program, shared), ct);
-            var submit = await _slurm.RunAsync("sbatch", "--parsable", $"--nodes={Nodes}", "--ntasks-per-node=1", "--exclusive", $"--chdir={shared}",
-                $"--output={shared}/slurm-%j.out", script);
-            if (submit.Code != 0) throw new InvalidOperationException($"sbatch failed: {submit.Output}");
-            var job = submit.Output.Trim().Split(';')[0];
-            var output = await _slurm.WaitForJobAsync(job, shared, TimeSpan.FromMinutes(10 + repeat * modes.Count * Limits.Fanout(stage.StoredBytes, RateMbit) * Nodes / 60), ct);
-            return Records(output, stage, run, codec, data, shared);
+            var records = new List<BenchRecord>();
+            if (steps.Count > 0)
+            {
+                var script = Path.Combine(shared, "modes.sh");
+                var order = Enumerable.Range(0, repeat).SelectMany(r => r % 2 == 0 ? steps : Enumerable.Reverse(steps)).ToList();
+                await File.WriteAllTextAsync(script, Script(order, hostList, name, stage.Version, source, program, shared), ct);
+                var submit = await _slurm.RunAsync("sbatch", "--parsable", $"--nodes={Nodes}", "--ntasks-per-node=1", "--exclusive", $"--chdir={shared}",
+                    $"--output={shared}/slurm-%j.out", script);
+                if (submit.Code != 0) throw new InvalidOperationException($"sbatch failed: {submit.Output}");
+                var job = submit.Output.Trim().Split(';')[0];
+                var output = await _slurm.WaitForJobAsync(job, shared, TimeSpan.FromMinutes(10 + repeat * steps.Count * Limits.Fanout(stage.StoredBytes, RateMbit) * Nodes / 60), ct);
+                records.AddRange(Records(output, stage, run, codec, data, shared));
+            }
+            if (burstBuffer) records.AddRange(await RunBurstBufferJobsAsync(name, stage, repeat, fault, run, codec, data, ct));
+            return records;
         }
         finally
         {
@@ -184,6 +199,142 @@ public sealed partial class ClusterSession
 
         static string? Field(string line, string name) =>
             line.Split(' ').FirstOrDefault(x => x.StartsWith(name + "=", StringComparison.Ordinal))?[(name.Length + 1)..];
+    }
+
+    /// <summary>
+    /// A fault injected into a burst-buffer job: <paramref name="Kind"/> (<see cref="Topology.FaultKinds"/>) on the
+    /// nodes numbered from 0, <paramref name="At"/> times the healthy runs' median after the job's allocation (a third:
+    /// mid-exchange). The nodes are brought back (started again, linked, continued) once the job's fate is known.
+    /// </summary>
+    public sealed record NodeFault(string Kind, IReadOnlyList<int> Nodes, double At);
+
+    /// <summary>
+    /// The burst-buffer mode: per run, a user's own script that names the version with <c>#BB_LUA hpcdata</c> and prints
+    /// the time as its first line, submitted by the lab's job user. The time is from slurmctld's allocation (its log) to
+    /// that line; the nodes' own lines come from the pre-run hook's log; the tier's bytes from the hosts' counters.
+    /// With a fault, one more run after the healthy ones: its record carries the job's fate and the survivors' time (the
+    /// pre-run hook's end).
+    /// </summary>
+    private async Task<List<BenchRecord>> RunBurstBufferJobsAsync(string name, StageResult stage, int repeat, NodeFault? fault, string run, string codec, string data,
+        CancellationToken ct)
+    {
+        var records = new List<BenchRecord>();
+        var healthy = new List<double>();
+        for (var i = 0; i < repeat + (fault is null ? 0 : 1); i++)
+        {
+            var faulty = i == repeat ? fault : null;
+            var record = await RunBurstBufferJobAsync(name, stage, $"{run}-bb{i}", faulty, faulty is null ? null : faulty.At * healthy.Order().ElementAt(healthy.Count / 2), codec, data, ct);
+            if (faulty is null) healthy.Add(record.MeasuredSeconds);
+            records.Add(record);
+        }
+        return records;
+    }
+
+    private async Task<BenchRecord> RunBurstBufferJobAsync(string name, StageResult stage, string id, NodeFault? fault, double? faultAfter, string codec, string data,
+        CancellationToken ct)
+    {
+        var lab = _slurm!;
+        var script = Path.Combine(lab.JobsDirectory, $"{id}.sh");
+        await File.WriteAllTextAsync(script, $$"""
+            #!/bin/sh
+            #BB_LUA hpcdata {{name}}@{{stage.Version}}
+            echo "FIRST $(date +%s.%N)"
+            echo "SIZES $(srun stat -c %s "$HPCDATA_DATASET_PATH" | sort -u | paste -sd,)"
+
+            """, ct);
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(script, (UnixFileMode)0b110_100_100);
+        var before = await InfoAsync(ct);
+        var logFrom = lab.ControllerLogLength;
+        var submit = await lab.RunAsync("runuser", "-u", SlurmLab.JobUser, "--", "sbatch", "--parsable", $"--nodes={Nodes}", "--ntasks-per-node=1", "--exclusive",
+            $"--chdir={lab.JobsDirectory}", $"--output={lab.JobsDirectory}/slurm-%j.out", script);
+        if (submit.Code != 0) throw new InvalidOperationException($"sbatch of a burst-buffer job failed: {submit.Output}");
+        var job = submit.Output.Trim().Split(';')[0];
+        var output = Path.Combine(lab.JobsDirectory, $"slurm-{job}.out");
+        var limit = TimeSpan.FromMinutes(5) + TimeSpan.FromSeconds(20 * Limits.Fanout(stage.StoredBytes, RateMbit));
+        var clock = Stopwatch.StartNew();
+        double? allocated = null, faultAt = null;
+        string? fate = null;
+        while (true)
+        {
+            if (clock.Elapsed > limit) throw new TimeoutException($"burst-buffer job {job} neither ran nor was sent back within {limit}:\n{lab.Logs()}");
+            allocated ??= lab.AllocatedAt(job);
+            if (fault is not null && faultAt is null && allocated is { } a && Now() - a >= faultAfter)
+            {
+                foreach (var n in fault.Nodes) Topology.Fault(_topology.Nodes[n], fault.Kind);
+                faultAt = Now() - a;
+                Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture, $"  fault {fault.Kind} on {string.Join(",", fault.Nodes.Select(SlurmLab.NodeName))} at {faultAt:0.00} s"));
+            }
+            var shown = (await lab.RunAsync("scontrol", "show", "job", "-o", job)).Output;
+            // The hook's failure sends the job back: requeued (or held, as the site configures), never started.
+            if (shown.Contains("Reason=Burst_buffer_pre_run_error", StringComparison.Ordinal) || shown.Contains("JobState=REQUEUE", StringComparison.Ordinal))
+            {
+                fate = $"{Field(shown, "JobState")}: {Field(shown, "Reason")}; {Field(shown, "SystemComment")}";
+                break;
+            }
+            if (shown.Contains("Invalid job id", StringComparison.Ordinal) || Field(shown, "JobState") is "COMPLETED" or "FAILED" or "CANCELLED")
+            {
+                if (File.Exists(output)) break;
+            }
+            await Task.Delay(fault is not null && faultAt is null ? 50 : 250, ct);
+        }
+        if (fate is not null)
+        {
+            await lab.RunAsync("scancel", job);
+            for (var i = 0; i < 100 && (await lab.RunAsync("squeue", "-h", "-j", job)).Output.Contains(job, StringComparison.Ordinal); i++) await Task.Delay(200, ct);
+        }
+        if (fault is not null)
+        {
+            foreach (var n in fault.Nodes)
+                if (fault.Kind == "kill") await lab.StartNodeAsync(n, ct);
+                else Topology.Recover(_topology.Nodes[n], fault.Kind);
+            // As an operator would: the node's unfinished epilog of the cancelled job is written off, the node resumed.
+            foreach (var n in fault.Nodes)
+            {
+                await lab.RunAsync("scontrol", "update", $"NodeName={SlurmLab.NodeName(n)}", "State=DOWN", "Reason=bench-fault");
+                await lab.RunAsync("scontrol", "update", $"NodeName={SlurmLab.NodeName(n)}", "State=RESUME");
+            }
+            await lab.WaitIdleAsync(ct);
+        }
+        var after = await InfoAsync(ct);
+        var log = lab.ControllerLogSince(logFrom).Split('\n');
+        var preRunEnd = log.LastOrDefault(l => l.Contains("hpcdata burst-buffer pre-run: ", StringComparison.Ordinal)) is { } end ? SlurmLab.LogTime(end) : null;
+        var lines = log.Select(l => l.IndexOf("node=", StringComparison.Ordinal) is var k and >= 0 ? l[k..].Trim() : null)
+            .Where(l => l is not null && l.Contains(" seconds=", StringComparison.Ordinal)).Select(l => l!).Distinct().ToList();
+        if (allocated is null) throw new InvalidOperationException($"slurmctld's log has no allocation of job {job}:\n{string.Join("\n", log.Where(l => l.Contains($"JobId={job}", StringComparison.Ordinal)))}");
+        var hook = preRunEnd is { } e2 ? e2 - allocated.Value : double.NaN;
+        var config = Config(stage.RawBytes, true, 0, data);
+        config.Codec = codec == "lz4" ? null : codec;
+        config.Fanout = $"slurm:{SlurmModes.BurstBuffer}";
+        if (fault is not null) (config.Fault, config.FaultNodes, config.FaultSeconds) = (fault.Kind, [.. fault.Nodes.Select(SlurmLab.NodeName)], faultAt);
+        double seconds;
+        if (fate is null)
+        {
+            var text = await File.ReadAllTextAsync(output, ct);
+            var first = text.Split('\n').FirstOrDefault(l => l.StartsWith("FIRST ", StringComparison.Ordinal))
+                ?? throw new InvalidOperationException($"burst-buffer job {job} printed no first line:\n{text}\n{lab.Logs()}");
+            if (!text.Contains($"SIZES {stage.RawBytes}\n", StringComparison.Ordinal))
+                throw new InvalidOperationException($"burst-buffer job {job}: not every node holds the whole copy at $HPCDATA_DATASET_PATH:\n{text}");
+            seconds = double.Parse(first["FIRST ".Length..], CultureInfo.InvariantCulture) - allocated.Value;
+            fate = fault is null ? null : "ran";
+        }
+        else seconds = hook;
+        var nodes = NodeTimes(lines.ToDictionary(l => l, _ => hook), stage, "agents");
+        Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"  slurm:{SlurmModes.BurstBuffer} job {job}: {nodes.Count} of {Nodes} nodes ready, pre-run {hook:0.00} s, first line at {seconds:0.00} s from allocation{(fate is null ? "" : $"; {fate}")}"));
+        return new BenchRecord
+        {
+            Kind = "cluster", Run = id, Config = config, BlockRamp = BlockSizing.RampBlocks,
+            Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
+            LimitSeconds = Limits.Fanout(stage.StoredBytes, RateMbit), MeasuredSeconds = seconds, Efficiency = Limits.Fanout(stage.StoredBytes, RateMbit) / seconds,
+            Nodes = nodes, Machine = BenchJson.Machine(), JobFate = fate,
+            CacheTierBytes = after.Zip(before, (x, y) => x.Output - y.Output).Sum(),
+            Note = string.Create(CultureInfo.InvariantCulture, $"pre-run hook {hook:0.000} s from allocation"),
+        };
+
+        static double Now() => (DateTime.UtcNow - DateTime.UnixEpoch).TotalSeconds;
+        // A value runs to the next ' Key=' (SystemComment holds spaces).
+        static string? Field(string shown, string key) =>
+            System.Text.RegularExpressions.Regex.Match(shown, $@"(?:^| ){key}=(.*?)(?= [A-Za-z:]+=|\s*$)") is { Success: true } m ? m.Groups[1].Value : null;
     }
 
     private async ValueTask DisposeSlurmAsync()

@@ -2,6 +2,7 @@ using System.Diagnostics;
 using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
+using System.Text.RegularExpressions;
 using Hpc.CommonData.Hosting;
 
 namespace Hpc.Bench;
@@ -17,7 +18,10 @@ namespace Hpc.Bench;
 public sealed class SlurmLab : IAsyncDisposable
 {
     private readonly List<Process> _daemons = [];
+    private readonly Dictionary<int, Process> _slurmds = [];
+    private readonly Dictionary<int, ComponentProcess> _agents = [];
     private readonly Topology _topology;
+    private readonly BurstBufferSite? _site;
 
     /// <summary>Configuration, munge socket, spool, logs and job output: shared by every node, outside any node's /tmp.</summary>
     public string Directory { get; }
@@ -31,11 +35,29 @@ public sealed class SlurmLab : IAsyncDisposable
     /// </summary>
     public Dictionary<string, string?> Environment => new() { ["SLURM_CONF"] = Conf, ["UCX_TLS"] = "tcp,self", ["UCX_NET_DEVICES"] = "eth0" };
 
-    private SlurmLab(Topology topology, string directory)
+    private SlurmLab(Topology topology, string directory, BurstBufferSite? site)
     {
         _topology = topology;
         Directory = directory;
+        _site = site;
     }
+
+    /// <summary>
+    /// Staging inside the scheduler as a site runs it: slurmctld with <c>BurstBufferType=burst_buffer/lua</c> and the
+    /// repository's deploy/slurm/burst_buffer.lua (only its two site lines set), and on every node an agent started with
+    /// the lab, before any job, listening for its peers with the key only root holds.
+    /// </summary>
+    /// <param name="CacheHosts">The cache tier (host:port,…) the hooks and agents use.</param>
+    public sealed record BurstBufferSite(string CacheHosts);
+
+    /// <summary>The agents' shared key: root's (mode 0600), where the controller and every node's namespaces see it.</summary>
+    public string PeerKeyFile => Path.Combine(Directory, "peer.key");
+
+    /// <summary>Slurm refuses burst buffers to root: the lab's burst-buffer jobs are this user's, as on a cluster.</summary>
+    public const string JobUser = "hcdlab-user";
+
+    /// <summary>Where a burst-buffer job's script and output live (writable by <see cref="JobUser"/>).</summary>
+    public string JobsDirectory => Path.Combine(Directory, "jobs");
 
     public static string NodeName(int index) => $"n{index + 1}";
 
@@ -57,11 +79,12 @@ public sealed class SlurmLab : IAsyncDisposable
         : null;
 
     /// <summary>Starts the daemons on an existing topology and waits until every node is idle.</summary>
-    public static async Task<SlurmLab> StartAsync(Topology topology, CancellationToken ct = default)
+    /// <param name="site">With a burst buffer site: the plugin configured and every node's agent running.</param>
+    public static async Task<SlurmLab> StartAsync(Topology topology, CancellationToken ct = default, BurstBufferSite? site = null)
     {
         if (Unavailable() is { } why) throw new BenchRefusedException(why, 2);
         var dir = Path.Combine("/var/tmp", $"hcd-slurm-{System.Environment.ProcessId}-{topology.Instance}");
-        var lab = new SlurmLab(topology, dir);
+        var lab = new SlurmLab(topology, dir, site);
         try
         {
             lab.WriteConfiguration();
@@ -69,21 +92,9 @@ public sealed class SlurmLab : IAsyncDisposable
                 "--log-file", $"{dir}/munge/munged.log", "--seed-file", $"{dir}/munge/munged.seed");
             for (var i = 0; i < 50 && !File.Exists($"{dir}/munge/munge.socket"); i++) await Task.Delay(100, ct);
             lab.Start(null, "/usr/sbin/slurmctld", "-D", "-i", "-f", lab.Conf);
-            for (var i = 0; i < topology.Nodes.Count; i++)
-            {
-                System.IO.Directory.CreateDirectory(Path.Combine(dir, "spool", NodeName(i)));
-                lab.Start(topology.Nodes[i], "/usr/sbin/slurmd", "-D", "-N", NodeName(i), "-f", lab.Conf);
-            }
-            var clock = Stopwatch.StartNew();
-            while (true)
-            {
-                var state = await lab.RunAsync("sinfo", "-h", "-N", "-o", "%N %T");
-                var idle = state.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries).Count(l => l.EndsWith(" idle", StringComparison.Ordinal));
-                if (state.Code == 0 && idle == topology.Nodes.Count) return lab;
-                if (clock.Elapsed > TimeSpan.FromSeconds(60) || lab._daemons.Any(d => d.HasExited))
-                    throw new InvalidOperationException($"Slurm did not come up ({idle} of {topology.Nodes.Count} nodes idle; sinfo: {state.Output.Trim()}):\n{lab.Logs()}");
-                await Task.Delay(300, ct);
-            }
+            for (var i = 0; i < topology.Nodes.Count; i++) await lab.StartNodeAsync(i, ct);
+            await lab.WaitIdleAsync(ct);
+            return lab;
         }
         catch
         {
@@ -92,12 +103,84 @@ public sealed class SlurmLab : IAsyncDisposable
         }
     }
 
+    /// <summary>Waits until every node is idle (after the start, or after a node was brought back).</summary>
+    public async Task WaitIdleAsync(CancellationToken ct = default)
+    {
+        var clock = Stopwatch.StartNew();
+        while (true)
+        {
+            var state = await RunAsync("sinfo", "-h", "-N", "-o", "%N %T");
+            var idle = state.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries).Count(l => l.EndsWith(" idle", StringComparison.Ordinal));
+            if (state.Code == 0 && idle == _topology.Nodes.Count) return;
+            if (clock.Elapsed > TimeSpan.FromSeconds(90) || _daemons.Take(2).Any(d => d.HasExited) || _slurmds.Values.Any(d => d.HasExited))
+                throw new InvalidOperationException($"Slurm did not come up ({idle} of {_topology.Nodes.Count} nodes idle; sinfo: {state.Output.Trim()}):\n{Logs()}");
+            await Task.Delay(300, ct);
+        }
+    }
+
+    /// <summary>A node's slurmd, and with a burst buffer site its agent, in the node's namespaces; also to bring back a node
+    /// whose processes were killed.</summary>
+    public async Task StartNodeAsync(int i, CancellationToken ct = default)
+    {
+        System.IO.Directory.CreateDirectory(Path.Combine(Directory, "spool", NodeName(i)));
+        File.Delete(Path.Combine(Directory, $"slurmd-{NodeName(i)}.pid"));
+        _slurmds[i] = Start(_topology.Nodes[i], "/usr/sbin/slurmd", "-D", "-N", NodeName(i), "-f", Conf);
+        if (_site is null) return;
+        // Once slurmd has made the node's mount namespace, the agent joins it: its pipe and copies are the node's own.
+        for (var k = 0; k < 100 && !File.Exists(Path.Combine(Directory, $"slurmd-{NodeName(i)}.pid")); k++) await Task.Delay(100, ct);
+        if (_agents.Remove(i, out var old)) await old.DisposeAsync();
+        var agent = ComponentProcess.Start(new NodeAgentOptions
+        {
+            NodeName = NodeName(i), PeerListen = $"{_topology.Nodes[i].Address}:{NodeAgentOptions.DefaultPeerPort}", PeerKeyFile = PeerKeyFile,
+            CacheTier = { Hosts = [_site.CacheHosts] },
+        }, name: $"agent-{NodeName(i)}", launcher: NodeLauncher(i));
+        _agents[i] = agent;
+        await agent.WaitReadyAsync(TimeSpan.FromSeconds(60), ct);
+    }
+
+    /// <summary>Runs a command inside node <paramref name="i"/>: its network, mount and host-name namespaces, as its slurmd sees them.</summary>
+    public IReadOnlyList<string> NodeLauncher(int i) =>
+        ["/usr/bin/nsenter", "-t", _slurmds[i].Id.ToString(CultureInfo.InvariantCulture), "--net", "--mount", "--uts", "--"];
+
+    /// <summary>
+    /// The time slurmctld allocated the job its nodes, from its own log (milliseconds: <c>LogTimeFormat=iso8601_ms</c>), as
+    /// seconds since the epoch; null until it has.
+    /// </summary>
+    public double? AllocatedAt(string job)
+    {
+        var log = Path.Combine(Directory, "slurmctld.log");
+        if (!File.Exists(log)) return null;
+        using var reader = new StreamReader(new FileStream(log, FileMode.Open, FileAccess.Read, FileShare.ReadWrite));
+        // The main scheduler says "Allocate JobId=N", the backfill scheduler (which starts jobs that waited for stage-in) "Started JobId=N".
+        string[] markers = [$"Allocate JobId={job} ", $"Started JobId={job} "];
+        for (var line = reader.ReadLine(); line is not null; line = reader.ReadLine())
+            if (markers.Any(m => line.Contains(m, StringComparison.Ordinal)) && LogTime(line) is { } at) return at;
+        return null;
+    }
+
+    /// <summary>slurmctld's log from <paramref name="offset"/> on (the lines a job's hooks wrote after it was submitted).</summary>
+    public string ControllerLogSince(long offset)
+    {
+        using var s = new FileStream(Path.Combine(Directory, "slurmctld.log"), FileMode.Open, FileAccess.Read, FileShare.ReadWrite);
+        s.Position = Math.Min(offset, s.Length);
+        return new StreamReader(s).ReadToEnd();
+    }
+
+    public long ControllerLogLength => new FileInfo(Path.Combine(Directory, "slurmctld.log")) is { Exists: true } f ? f.Length : 0;
+
+    /// <summary>A log line's time (<c>[2026-12-06T14:20:01.123]</c>, the machine's local time) as seconds since the epoch.</summary>
+    public static double? LogTime(string line) =>
+        line.StartsWith('[') && line.IndexOf(']') is > 1 and var end &&
+        DateTime.TryParse(line[1..end], CultureInfo.InvariantCulture, DateTimeStyles.AssumeLocal, out var t)
+            ? (t.ToUniversalTime() - DateTime.UnixEpoch).TotalSeconds : null;
+
     private void WriteConfiguration()
     {
         foreach (var d in new[] { "state", "spool", "munge", "jobs" }) System.IO.Directory.CreateDirectory(Path.Combine(Directory, d));
         var hpcdata = string.Join(' ', ComponentLocator.Command("hpcdata"));
         var epilog = Path.Combine(Directory, "epilog.sh");
-        File.WriteAllText(epilog, $"#!/bin/sh\nexec {hpcdata} noderelease --job \"$SLURM_JOB_ID\" >>{Directory}/epilog-$SLURMD_NODENAME.log 2>&1\n");
+        // --evict: each job starts on nodes without the last job's copy, so every run is timed cold.
+        File.WriteAllText(epilog, $"#!/bin/sh\nexec {hpcdata} noderelease --job \"$SLURM_JOB_ID\" --evict >>{Directory}/epilog-$SLURMD_NODENAME.log 2>&1\n");
         if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(epilog, (UnixFileMode)0b111_101_101);
         var cpus = System.Environment.ProcessorCount;
         var nodes = string.Join("\n", _topology.Nodes.Select((n, i) =>
@@ -129,10 +212,36 @@ public sealed class SlurmLab : IAsyncDisposable
             TreeWidth={DefaultTreeWidth}
             ReturnToService=2
             Epilog={epilog}
+            LogTimeFormat=iso8601_ms
+            {(_site is null ? "" : "BurstBufferType=burst_buffer/lua")}
             {nodes}
             PartitionName=lab Nodes=n[1-{_topology.Nodes.Count}] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 
             """);
+        if (_site is not null) WriteBurstBuffer(_site, hpcdata);
+    }
+
+    /// <summary>The deploy files beside slurm.conf, where the plugin looks for them, with the site's two lines set.</summary>
+    private void WriteBurstBuffer(BurstBufferSite site, string hpcdata)
+    {
+        var lua = Resource("burst_buffer.lua");
+        File.WriteAllText(PeerKeyFile, Convert.ToHexString(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32)) + "\n");
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(PeerKeyFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        var line = $"local site = \"--peer-key-file {PeerKeyFile} --state-dir {Directory}/bb --cache-hosts {site.CacheHosts}\"";
+        lua = Regex.Replace(lua, "^local hpcdata = .*$", $"local hpcdata = \"{hpcdata}\"", RegexOptions.Multiline);
+        lua = Regex.Replace(lua, "^local site = .*$", line, RegexOptions.Multiline);
+        if (!lua.Contains(line, StringComparison.Ordinal)) throw new InvalidOperationException("burst_buffer.lua has no 'local site = …' line");
+        File.WriteAllText(Path.Combine(Directory, "burst_buffer.lua"), lua);
+        File.WriteAllText(Path.Combine(Directory, "burst_buffer.conf"), Resource("burst_buffer.conf"));
+        if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(JobsDirectory, (UnixFileMode)0b111_111_111 | UnixFileMode.StickyBit);
+        if (Shell.Run("id", "-u", JobUser).ExitCode != 0 && Shell.Run("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", JobUser) is { ExitCode: not (0 or 9) } r)
+            throw new InvalidOperationException($"useradd {JobUser} failed: {r.Stderr}");
+
+        static string Resource(string name)
+        {
+            using var s = typeof(SlurmLab).Assembly.GetManifestResourceStream(name) ?? throw new InvalidOperationException($"{name} is not built into the bench");
+            return new StreamReader(s).ReadToEnd();
+        }
     }
 
     /// <summary>
@@ -140,7 +249,7 @@ public sealed class SlurmLab : IAsyncDisposable
     /// machine's and slurmd finds its cgroups), under the node's host name, and in a mount namespace of its own with a
     /// fresh /tmp and /dev/shm.
     /// </summary>
-    private void Start(Topology.Member? node, string program, params string[] args)
+    private Process Start(Topology.Member? node, string program, params string[] args)
     {
         var info = node is null
             ? new ProcessStartInfo(program)
@@ -157,6 +266,7 @@ public sealed class SlurmLab : IAsyncDisposable
         p.BeginOutputReadLine();
         p.BeginErrorReadLine();
         _daemons.Add(p);
+        return p;
     }
 
     /// <summary>
@@ -217,11 +327,12 @@ public sealed class SlurmLab : IAsyncDisposable
     public async ValueTask DisposeAsync()
     {
         // Jobs first, so their steps and Epilogs end while the daemons that run them are still there.
-        if (_daemons.Count > 2 && _daemons.All(d => !d.HasExited))
+        if (_daemons.Count > 2 && _daemons.Take(2).All(d => !d.HasExited))
         {
             await RunAsync("scancel", "--full", "--partition", "lab");
             for (var i = 0; i < 50 && (await RunAsync("squeue", "-h")).Output.Trim().Length > 0; i++) await Task.Delay(200);
         }
+        foreach (var a in _agents.Values) await a.DisposeAsync();
         foreach (var p in Enumerable.Reverse(_daemons))
         {
             try { if (!p.HasExited) p.Kill(entireProcessTree: true); } catch (InvalidOperationException) { }

@@ -233,6 +233,39 @@ public sealed partial class Topology
             .Where(n => n.StartsWith(Prefix + "-probe-", StringComparison.Ordinal) && !Directory.Exists($"/proc/{n[(Prefix.Length + 7)..]}"));
 
     /// <summary>Only processes inside our own namespaces: everything there was started by a bench run.</summary>
+    /// <summary>
+    /// A fault on one member, as a node fails: <c>kill</c> (every process in its namespace SIGKILLed, as a crash or power
+    /// loss), <c>down</c> (its link set down: the cable or switch port), <c>stop</c> (its processes SIGSTOPped: a node
+    /// that hangs with its connections open). <see cref="Recover"/> undoes down and stop; a killed member's processes
+    /// are its owner's to start again.
+    /// </summary>
+    public static void Fault(Member m, string kind)
+    {
+        switch (kind)
+        {
+            case "kill": KillNamespace(m.Namespace); break;
+            case "down": Shell.Check("ip", "link", "set", m.Link, "down"); break;
+            case "stop": Signal(m.Namespace, "STOP"); break;
+            default: throw new ArgumentException($"fault '{kind}': use {FaultKinds}");
+        }
+    }
+
+    public const string FaultKinds = "kill, down or stop";
+
+    public static bool IsFault(string kind) => kind is "kill" or "down" or "stop";
+
+    public static void Recover(Member m, string kind)
+    {
+        if (kind == "down") Shell.Check("ip", "link", "set", m.Link, "up");
+        else if (kind == "stop") Signal(m.Namespace, "CONT");
+    }
+
+    private static void Signal(string ns, string signal)
+    {
+        var pids = Shell.Run("ip", "netns", "pids", ns).Stdout.Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+        if (pids.Length > 0) Shell.Run("kill", ["-" + signal, .. pids]);
+    }
+
     private static void KillNamespace(string ns)
     {
         var pids = Shell.Run("ip", "netns", "pids", ns).Stdout.Split('\n', StringSplitOptions.RemoveEmptyEntries);

@@ -72,8 +72,19 @@ public sealed class BenchClusterOptions : IVerbOptions
     [Switch("--scheduler", "none: the bench starts every process in the namespaces itself. slurm: a real Slurm across the node namespaces " +
         "(slurmctld, one slurmd per node), and --fanout's modes run as steps of one allocation: none, mpi (srun hpcdata nodeprep), sbcast " +
         "(sbcast --compress=lz4 at Slurm's defaults), sbcast-f<F>, sbcast-tree<W>, sbcast-f<F>-tree<W> (with --fanout=F, 1-8, and/or TreeWidth=W for " +
-        "the step), srun-bcast (srun --bcast --compress=lz4).")]
+        "the step), srun-bcast (srun --bcast --compress=lz4); burst-buffer: a user's own script with '#BB_LUA hpcdata NAME@VERSION', a job of its own " +
+        "per run, the controller running deploy/slurm/burst_buffer.lua and every node's agent running as a service, timed from the allocation to the script's first line.")]
     public string Scheduler { get; set; } = "none";
+
+    [Switch("--fault", "With --scheduler slurm --fanout burst-buffer: after the healthy runs, one more with a node fault: kill (every process of the node's " +
+        "namespaces SIGKILLed), down (its link set down) or stop (its processes SIGSTOPped); the node is brought back once the job's fate is known.")]
+    public string? Fault { get; set; }
+
+    [Switch("--fault-nodes", "The nodes the fault hits (numbered from 1; a list such as 3 or 3,4).")]
+    public string FaultNodes { get; set; } = "2";
+
+    [Switch("--fault-at", "When the fault hits, as a share of the healthy runs' median time from the allocation (0.33: mid-exchange).")]
+    public double FaultAt { get; set; } = 0.33;
 
     [Switch("--transport", "plain (TCP) or tls (the cache hosts serve TLS, the stager and agents verify it); a list (plain,tls) runs each in turn in the same cluster. Direct fetch only.")]
     public string Transport { get; set; } = "plain";
@@ -243,7 +254,19 @@ public static class BenchVerb
         if (o.Matrix || o.Transport != "plain" || o.Workers > 0) throw new FormatException("--scheduler slurm runs single cells, plain transport, without workers");
         if (SlurmLab.Unavailable() is { } why) throw new BenchRefusedException(why, 2);
         await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
-        foreach (var r in await session.RunSlurmAsync(ByteSize.Parse(o.Size), o.Data, modes, o.Repeat, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(), ct))
+        ClusterSession.NodeFault? fault = null;
+        if (o.Fault is not null)
+        {
+            if (!Topology.IsFault(o.Fault)) throw new FormatException($"--fault must be {Topology.FaultKinds}");
+            if (!modes.Contains(Hpc.CommonData.Report.SlurmModes.BurstBuffer)) throw new FormatException("--fault with --scheduler slurm needs --fanout burst-buffer (the MPI modes take --kill-rank)");
+            if (!(o.FaultAt is > 0 and < 10)) throw new FormatException("--fault-at is a share of the healthy time, above 0 and below 10");
+            var hit = o.FaultNodes.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)
+                .Select(n => int.TryParse(n, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var k) && k >= 1 && k <= o.Nodes ? k - 1
+                    : throw new FormatException($"--fault-nodes: '{n}' is not a node of 1-{o.Nodes}")).Distinct().ToList();
+            if (hit.Count == 0 || hit.Count >= o.Nodes) throw new FormatException("--fault-nodes: at least one node, and not every node");
+            fault = new ClusterSession.NodeFault(o.Fault, hit, o.FaultAt);
+        }
+        foreach (var r in await session.RunSlurmAsync(ByteSize.Parse(o.Size), o.Data, modes, o.Repeat, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(), ct, fault))
             if (r.Kind == "skipped") { BenchJson.Append(o.Out, r); Console.Error.WriteLine($"  N={r.Config.Nodes} {r.Note}"); }
             else Emit(o.Out, r);
         if (o.Calibrate)

@@ -244,7 +244,7 @@ public static class BurstBufferCommand
         return File.ReadAllLines(file).Select(l => l.Split(' ')).Where(p => p.Length == 3).Select(p => new Resolved(p[0], p[1], p[2] == "tree")).ToList();
     }
 
-    /// <summary>The job's nodes (expanded) and its user's name, from <c>scontrol</c>.</summary>
+    /// <summary>The job's nodes (expanded, each as Slurm reaches it) and its user's name, from <c>scontrol</c>.</summary>
     private static async Task<(IReadOnlyList<string> Nodes, string User)> JobNodesAsync(string job, CancellationToken ct)
     {
         var show = await ScontrolAsync(["show", "job", "-o", job], ct);
@@ -255,7 +255,13 @@ public static class BurstBufferCommand
         user = user.Contains('(') ? user[..user.IndexOf('(')] : user;
         var hosts = (await ScontrolAsync(["show", "hostnames", nodeList], ct)).Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
         if (hosts.Length == 0) throw new CommonDataException(ErrorCode.Unavailable, $"job {job} has no nodes yet (NodeList={nodeList})");
-        return (hosts, user);
+        // Slurm reaches a node at its NodeAddr, which a site sets where the name does not resolve to the node's network.
+        var addresses = (await ScontrolAsync(["show", "node", "-o", nodeList], ct)).Split('\n', StringSplitOptions.RemoveEmptyEntries)
+            .Select(l => l.Split(' ')).Select(f => (Name: Value(f, "NodeName"), Address: Value(f, "NodeAddr")))
+            .Where(n => n.Name is not null && !string.IsNullOrEmpty(n.Address)).ToDictionary(n => n.Name!, n => n.Address!);
+        return (hosts.Select(h => addresses.GetValueOrDefault(h, h)).ToList(), user);
+
+        static string? Value(string[] fields, string key) => fields.FirstOrDefault(f => f.StartsWith(key + "=", StringComparison.Ordinal))?[(key.Length + 1)..];
     }
 
     private static async Task<string> ScontrolAsync(string[] args, CancellationToken ct)

@@ -41,6 +41,8 @@ public sealed class BenchRecord
     public long? CacheTierBytes { get; set; }
     /// <summary>Runs with slow nodes (<see cref="RunConfig.SlowNodes"/>): S over the slow link's rate, the least a slow node can take.</summary>
     public double? SlowNodeLimitSeconds { get; set; }
+    /// <summary>Scheduler runs: what became of the job (ran; requeued or held, with Slurm's reason), where a fault made it matter.</summary>
+    public string? JobFate { get; set; }
 }
 
 /// <summary>
@@ -88,6 +90,12 @@ public sealed class RunConfig
     /// from the launch; absent when none was.</summary>
     public int? KillRank { get; set; }
     public double? KillSeconds { get; set; }
+    /// <summary>A node fault injected by the bench: kill (every process of the node's namespaces SIGKILLed), down (its
+    /// link set down) or stop (its processes SIGSTOPped); the nodes (node1…) and when, in seconds from the job's
+    /// allocation. Absent when none was.</summary>
+    public string? Fault { get; set; }
+    public List<string>? FaultNodes { get; set; }
+    public double? FaultSeconds { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
@@ -120,10 +128,14 @@ public sealed record MachineInfo(string Host, int Cores, string Kernel, string R
 public static class SlurmModes
 {
     /// <summary>The named modes. sbcast also takes its own knobs in the name: see <see cref="TryParseSbcast"/>.</summary>
-    public static readonly IReadOnlyList<string> All = ["none", "mpi", "sbcast", "sbcast-tree2", "srun-bcast"];
+    public static readonly IReadOnlyList<string> All = ["none", "mpi", "sbcast", "sbcast-tree2", "srun-bcast", BurstBuffer];
+
+    /// <summary>A user's own job that names its dataset with <c>#BB_LUA hpcdata NAME</c>: the controller's burst buffer
+    /// hooks have the nodes' running agents exchange it before the script starts (a job of its own per run).</summary>
+    public const string BurstBuffer = "burst-buffer";
 
     /// <summary>What a list of modes may hold, for an error message.</summary>
-    public const string Help = "none, mpi, sbcast[-f<F>][-tree<W>], srun-bcast";
+    public const string Help = "none, mpi, sbcast[-f<F>][-tree<W>], srun-bcast, burst-buffer";
 
     /// <summary>sbcast's largest --fanout (Slurm caps it at 8, its default).</summary>
     public const int MaxSbcastFanout = 8;
