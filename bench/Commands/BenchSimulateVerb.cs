@@ -13,7 +13,7 @@ public sealed class BenchSimulateOptions : IVerbOptions
 {
     public static string Verb => "simulate";
 
-    public static string Summary => "Flow-level simulation of direct fetch and the MPI fan-out: replays the lab cells recorded in --records, the slow-node runs in --slow-records and the grid's in --grid-records (simulated beside measured), " +
+    public static string Summary => "Flow-level simulation of direct fetch and the MPI fan-out: replays the lab cells recorded in --records, the slow-node runs in --slow-records and the grid's in --grid-records, the agents' in --agents-records and Slurm's burst buffer's in --burst-buffer-records (simulated beside measured), " +
     "then predicts the reference's 190 nodes on GigE and 1,000 / 10,000 nodes at 10 and 100 Gbit/s (slow nodes, a failure, concurrent jobs, cache hosts needed).";
 
     [Switch("--records", "Recorded lab runs (bench cluster --scheduler slurm): the cells replayed and the calibration's source.")]
@@ -27,6 +27,11 @@ public sealed class BenchSimulateOptions : IVerbOptions
 
     [Switch("--agents-records", "Recorded lab runs of the fan-out requested of the running agents beside MPI's (bench cluster --fanout mpi,agents), comma-separated files, each replayed with a calibration read from its own MPI and direct runs; a file that is absent is skipped.")]
     public string AgentsRecords { get; set; } = "docs/results/agents.jsonl,docs/results/agents-1gbit.jsonl,docs/results/agents-fast-tier.jsonl,docs/results/agents-fast-tier-100mbit.jsonl";
+
+    [Switch("--burst-buffer-records", "Recorded lab runs of Slurm's burst buffer (bench cluster --scheduler slurm --fanout burst-buffer), comma-separated files: " +
+        "their healthy runs give the pre-run hook's cost that the predictions add to the agents' exchange, and each file is replayed (the agents' figures " +
+        "from its own runs, the ranks' and direct fetch's from its own or --records'); a file that is absent is skipped.")]
+    public string BurstBufferRecords { get; set; } = "docs/results/burst-buffer.jsonl";
 
     [Switch("--kill-records", "Recorded lab runs with a rank killed mid-exchange (bench cluster --fanout mpi --kill-rank R), replayed with a calibration read from the same file's runs without one; skipped when the file is absent.")]
     public string KillRecords { get; set; } = "docs/results/kill.jsonl";
@@ -89,6 +94,11 @@ public static class BenchSimulateVerb
         Calibration cal;
         try { cal = Calibration.FromRecords(data.Records, o.Records); }
         catch (InvalidOperationException e) { Console.Error.WriteLine($"hpcdata bench simulate: {e.Message}"); return Task.FromResult(2); }
+        // Slurm's burst buffer: the hook's cost from every healthy run of every file given, for the predictions.
+        var burstBuffer = o.BurstBufferRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Where(File.Exists)
+            .Select(f => (File: f, ResultReader.Read(f).Records)).ToList();
+        if (BurstBufferHook.FromRecords(burstBuffer.SelectMany(b => b.Records), string.Join(", ", burstBuffer.Select(b => b.File))) is { } hook)
+            cal = cal with { BurstBuffer = hook };
         var cells = Experiments.Cells(data.Records);
         var md = new StringBuilder();
         var lines = new List<string>();
@@ -110,6 +120,24 @@ public static class BenchSimulateVerb
             .Concat(o.GridRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, grid of rings")))
             .Append((o.KillRecords, "lab, rank killed"))
             .Concat(o.AgentsRecords.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Select(f => (f, "lab, requested of the agents")));
+        foreach (var (file, records) in burstBuffer)
+        {
+            Calibration ownCal;
+            try { ownCal = Calibration.ForBurstBuffer(records, cal, file); }
+            catch (InvalidOperationException e) { Console.Error.WriteLine($"hpcdata bench simulate: {e.Message}"); return Task.FromResult(2); }
+            var ownRows = Experiments.Cells(records).Select(c => Experiments.Replay(c, ownCal)).ToList();
+            md.AppendLine(CalibrationText(ownCal)).AppendLine();
+            md.AppendLine(SlowNodeTable(ownRows));
+            foreach (var v in ownRows)
+                lines.Add(Json(new
+                {
+                    kind = "simulation", scenario = v.Cell.BurstBuffer ? "lab, staged by Slurm's burst buffer" : "lab, beside Slurm's burst buffer", nodes = v.Cell.Nodes,
+                    hosts = v.Cell.Hosts, rateMbit = v.Cell.RateMbit, sizeBytes = v.Cell.SizeBytes, storedBytes = v.Cell.StoredBytes, delivery = Name(v.Cell.Delivery),
+                    mode = v.Cell.Mode, hookSeconds = v.Cell.BurstBuffer ? ownCal.BurstBuffer!.Seconds : (double?)null,
+                    simulatedSeconds = v.Simulated, measuredSeconds = v.Cell.Runs, measuredMedian = v.Cell.Median, error = v.Error,
+                }));
+            validation.AddRange(ownRows);
+        }
         foreach (var (file, scenario) in files)
         {
             if (!File.Exists(file)) continue;
@@ -192,7 +220,12 @@ public static class BenchSimulateVerb
         $"Calibration from {c.Source}: link efficiency {c.Efficiency:0.000} (TCP payload of a 1500-byte-MTU frame); per node, fan-out start-up {c.FanoutStartSeconds:0.00} s " +
         $"+ {c.FanoutStartCpu:0.000} CPU-s, rank + agent {c.FanoutCpuPerByte * (1 << 30):0.00} CPU-s per GiB stored (agent alone {c.FanoutIngestCpuPerByte * (1 << 30):0.00}); " +
         $"direct start-up {c.DirectStartSeconds:0.00} s + {c.DirectStartCpu:0.000} CPU-s, {c.DirectCpuPerByte * (1 << 30):0.00} CPU-s per GiB stored (agent alone {c.DirectIngestCpuPerByte * (1 << 30):0.00}); " +
-        $"the lab's {c.LabCores:0} cores shared by every emulated node.");
+        $"the lab's {c.LabCores:0} cores shared by every emulated node.") + BurstBufferText(c);
+
+    private static string BurstBufferText(Calibration c) => c.BurstBuffer is not { } b ? "" : string.Create(Inv,
+        $" Slurm's burst buffer ({b.Source}, {b.Runs} healthy runs): allocation to the script's first line {b.Seconds:0.000} s beyond the slowest node's exchange " +
+        $"(the hook before the exchange {b.BeforeExchangeSeconds:0.000} s, the script's start after the hook {b.AfterHookSeconds:0.000} s; medians)") +
+        (c.AgentsStartSeconds is { } s ? string.Create(Inv, $"; the agents' start {s:0.000} s, {c.AgentsCpuPerByte * (1 << 30):0.00} CPU-s per GiB stored.") : ".");
 
     public static string ValidationTable(IReadOnlyList<ValidationRow> rows)
     {

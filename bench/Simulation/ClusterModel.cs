@@ -77,6 +77,9 @@ public sealed record Calibration
     /// start and the fresh agents' first request: the run's time less the longest ring and probe). Null without such runs.</summary>
     public double? AgentsCpuPerByte { get; init; }
     public double? AgentsStartSeconds { get; init; }
+    /// <summary>Slurm's burst buffer (runs of <c>--fanout burst-buffer</c>, where recorded): what its pre-run hook and the
+    /// job's start add to the agents' exchange. Null without such runs.</summary>
+    public BurstBufferHook? BurstBuffer { get; init; }
     /// <summary>Cores of the machine the records were made on.</summary>
     public double LabCores { get; init; } = 2;
     public string Source { get; init; } = "";
@@ -105,6 +108,7 @@ public sealed record Calibration
         var smallAgents = agents.Where(r => r.Config.Nodes == 4).ToList();
         return new Calibration
         {
+            BurstBuffer = BurstBufferHook.FromRecords(records, source),
             AgentsCpuPerByte = agents.Count == 0 ? null : Line(agents, n => n.AgentCpuSeconds ?? 0).Slope,
             AgentsStartSeconds = smallAgents.Count == 0 ? null
                 : Math.Max(0, Median(smallAgents.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => (n.RingSeconds ?? n.FetchSeconds) + (n.ProbeSeconds ?? 0))))),
@@ -129,6 +133,30 @@ public sealed record Calibration
         _ => null,
     };
 
+    /// <summary>
+    /// A calibration for a file of burst-buffer runs: the ranks' and direct fetch's figures from the file's own MPI and
+    /// direct runs where it has them (at N = 4), else <paramref name="fallback"/>'s (the same Slurm lab's); the agents'
+    /// from its healthy burst-buffer runs: their CPU per stored byte, and as their start the part of the slowest node's own
+    /// time outside its ring and probe (the exchange's collectives, the ingest's begin and end) at the smallest N recorded;
+    /// and the hook (<see cref="BurstBufferHook"/>). The request itself, the hook's process and Slurm's are in the hook.
+    /// </summary>
+    public static Calibration ForBurstBuffer(IReadOnlyCollection<BenchRecord> records, Calibration fallback, string source)
+    {
+        var hook = BurstBufferHook.FromRecords(records, source) ?? throw new InvalidOperationException($"{source}: no healthy burst-buffer runs to calibrate from");
+        Calibration own;
+        try { own = FromRecords(records, source); }
+        catch (InvalidOperationException) { own = fallback with { Source = $"{fallback.Source} (ranks and direct fetch) and {source} (the burst buffer's runs)" }; }
+        var runs = records.Where(BurstBufferHook.Healthy).ToList();
+        var smallest = runs.Min(r => r.Config.Nodes);
+        return own with
+        {
+            BurstBuffer = hook,
+            AgentsCpuPerByte = runs.All(r => r.Nodes.All(n => n.AgentCpuSeconds is not null)) ? Line(runs, n => n.AgentCpuSeconds ?? 0).Slope : own.AgentsCpuPerByte,
+            AgentsStartSeconds = Math.Max(0, Median(runs.Where(r => r.Config.Nodes == smallest)
+                .Select(r => r.Nodes.Max(n => n.FetchSeconds) - r.Nodes.Max(n => (n.RingSeconds ?? n.FetchSeconds) + (n.ProbeSeconds ?? 0))))),
+        };
+    }
+
     /// <summary>Least squares of a node's CPU against the run's stored bytes: slope per byte and intercept.</summary>
     private static (double Slope, double Intercept) Line(List<BenchRecord> runs, Func<NodeTime, double> cpu)
     {
@@ -150,5 +178,38 @@ public sealed record Calibration
         var v = values.Order().ToArray();
         if (v.Length == 0) return double.NaN;
         return v.Length % 2 == 1 ? v[v.Length / 2] : (v[v.Length / 2 - 1] + v[v.Length / 2]) / 2;
+    }
+}
+
+/// <summary>
+/// What Slurm's burst buffer adds to the agents' exchange, read from the lab's runs of <c>bench cluster --scheduler slurm
+/// --fanout burst-buffer</c>: slurmctld's allocation to the job script's first line (measuredSeconds) less the slowest
+/// node's own exchange (its fetchSeconds, from the agents' node lines), the median over the healthy runs (no fault
+/// injected, every node ready). That is the pre-run hook's process start, its two <c>scontrol</c> calls and the
+/// request's own start before the nodes' exchange (<see cref="BeforeExchangeSeconds"/>: the hook's end, in its note and
+/// every node's wallSeconds, less the slowest node's time), and slurmctld starting the script after the hook returned
+/// (<see cref="AfterHookSeconds"/>), each the median of its own part. Neither grows with the data; the lab's 8 and 16
+/// nodes show whether either grows with N.
+/// </summary>
+public sealed record BurstBufferHook(double Seconds, double BeforeExchangeSeconds, double AfterHookSeconds, int Runs, string Source)
+{
+    public const string Fanout = "slurm:burst-buffer";
+
+    /// <summary>A burst-buffer run with no fault injected, that ran, every node reporting its exchange.</summary>
+    public static bool Healthy(BenchRecord r) =>
+        r.Kind == "cluster" && r.Config.Fanout == Fanout && r.Config.Fault is null && r.JobFate is null && r.Config.SlowNodes is not { Count: > 0 }
+        && r.MeasuredSeconds > 0 && r.Nodes.Count > 0 && r.Nodes.Count == r.Config.Nodes;
+
+    public static BurstBufferHook? FromRecords(IEnumerable<BenchRecord> records, string source)
+    {
+        var runs = records.Where(Healthy).ToList();
+        if (runs.Count == 0) return null;
+        // Every node's wallSeconds is the hook's end from the allocation (slurmctld's log), where the log had it.
+        var hooked = runs.Where(r => r.Nodes.All(n => double.IsFinite(n.WallSeconds) && n.WallSeconds > 0)).ToList();
+        return new BurstBufferHook(
+            Calibration.Median(runs.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => n.FetchSeconds))),
+            hooked.Count == 0 ? double.NaN : Calibration.Median(hooked.Select(r => r.Nodes.Max(n => n.WallSeconds) - r.Nodes.Max(n => n.FetchSeconds))),
+            hooked.Count == 0 ? double.NaN : Calibration.Median(hooked.Select(r => r.MeasuredSeconds - r.Nodes.Max(n => n.WallSeconds))),
+            runs.Count, source);
     }
 }
