@@ -268,7 +268,13 @@ public sealed partial class ClusterSession
             // The hook's failure sends the job back: requeued (or held, as the site configures), never started.
             if (shown.Contains("Reason=Burst_buffer_pre_run_error", StringComparison.Ordinal) || shown.Contains("JobState=REQUEUE", StringComparison.Ordinal))
             {
-                fate = $"{Field(shown, "JobState")}: {Field(shown, "Reason")}; {Field(shown, "SystemComment")}";
+                // The state it settles in (pending again, or held) once its nodes' epilogs end.
+                for (var k = 0; k < 50 && Field(shown, "JobState") is "COMPLETING" or "REQUEUED"; k++)
+                {
+                    await Task.Delay(200, ct);
+                    shown = (await lab.RunAsync("scontrol", "show", "job", "-o", job)).Output;
+                }
+                fate = $"sent back: JobState={Field(shown, "JobState")} Reason={Field(shown, "Reason")}; {Field(shown, "SystemComment")?.Trim()}";
                 break;
             }
             if (shown.Contains("Invalid job id", StringComparison.Ordinal) || Field(shown, "JobState") is "COMPLETED" or "FAILED" or "CANCELLED")

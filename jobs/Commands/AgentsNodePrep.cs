@@ -16,8 +16,12 @@ namespace Hpc.Jobs.Commands;
 /// </summary>
 internal static class AgentsNodePrep
 {
-    public static async Task<int> RunAsync(NodePrepOptions o, string name, string? version, string job, ExchangeSettings settings, TimeSpan timeout, CancellationToken ct)
+    /// <param name="describe">How a member that never answered is named in the failure (a scheduler's node name beside
+    /// its address); the member itself by default.</param>
+    public static async Task<int> RunAsync(NodePrepOptions o, string name, string? version, string job, ExchangeSettings settings, TimeSpan timeout, CancellationToken ct,
+        Func<string, string>? describe = null)
     {
+        describe ??= m => m;
         if (string.IsNullOrWhiteSpace(o.Agents)) throw CommandException.Usage("--fanout agents needs --agents: the nodes' agents, host[:port],… or a file of them");
         if (o.TreeDegree < 2) throw CommandException.Usage($"--tree-degree must be 2 or more (got {o.TreeDegree})");
         IReadOnlyList<string> members;
@@ -45,10 +49,10 @@ internal static class AgentsNodePrep
         }
         if (failed.Count == 0) return 0;
         foreach (var (outcome, member) in failed.Where(f => f.Outcome is null).Take(20))
-            Console.Error.WriteLine($"hpcdata nodeprep: no answer from the agent at {member}");
+            Console.Error.WriteLine($"hpcdata nodeprep: no answer from the agent at {describe(member)}");
         var first = failed.FirstOrDefault(f => f.Outcome is not null).Outcome;
         // The nodes by name in the one line a prolog or the scheduler shows as the reason.
-        var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})" : $"{f.Member} (no answer)")) + (failed.Count > 5 ? ", …" : "");
+        var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})" : $"{describe(f.Member)} (no answer)")) + (failed.Count > 5 ? ", …" : "");
         throw CommandException.Failed($"{failed.Count} of {report.Members.Count} nodes are not ready: {named}",
             first is null ? ErrorCode.Unavailable : (ErrorCode)first.Code);
     }

@@ -179,11 +179,14 @@ public static class BurstBufferCommand
         catch (FormatException e) { throw CommandException.Usage(e.Message); }
         var prep = new NodePrepOptions
         {
-            Agents = string.Join(",", nodes.Select(n => $"{n}:{o.AgentsPort}")), PeerKeyFile = o.PeerKeyFile, User = user, Quiet = false,
+            Agents = string.Join(",", nodes.Select(n => $"{n.Address}:{o.AgentsPort}")), PeerKeyFile = o.PeerKeyFile, User = user, Quiet = false,
         };
+        // The reason a user reads names Slurm's node, not only the address it was reached at.
+        var names = nodes.Where(n => n.Name != n.Address).ToDictionary(n => $"{n.Address}:{o.AgentsPort}", n => n.Name);
+        string Describe(string member) => names.TryGetValue(member, out var node) ? $"{node} at {member}" : member;
         foreach (var dataset in staged)
         {
-            var code = await AgentsNodePrep.RunAsync(prep, dataset.Name, dataset.Version, job, new ExchangeSettings(stall, peer, prep.NodePrep.LinkProbe, prep.RingGroups), timeout, ct);
+            var code = await AgentsNodePrep.RunAsync(prep, dataset.Name, dataset.Version, job, new ExchangeSettings(stall, peer, prep.NodePrep.LinkProbe, prep.RingGroups), timeout, ct, Describe);
             if (code != 0) return code;
         }
         return 0;
@@ -245,7 +248,7 @@ public static class BurstBufferCommand
     }
 
     /// <summary>The job's nodes (expanded, each as Slurm reaches it) and its user's name, from <c>scontrol</c>.</summary>
-    private static async Task<(IReadOnlyList<string> Nodes, string User)> JobNodesAsync(string job, CancellationToken ct)
+    private static async Task<(IReadOnlyList<(string Name, string Address)> Nodes, string User)> JobNodesAsync(string job, CancellationToken ct)
     {
         var show = await ScontrolAsync(["show", "job", "-o", job], ct);
         string Field(string key) => show.Split(' ').FirstOrDefault(f => f.StartsWith(key + "=", StringComparison.Ordinal))?[(key.Length + 1)..]
@@ -259,7 +262,7 @@ public static class BurstBufferCommand
         var addresses = (await ScontrolAsync(["show", "node", "-o", nodeList], ct)).Split('\n', StringSplitOptions.RemoveEmptyEntries)
             .Select(l => l.Split(' ')).Select(f => (Name: Value(f, "NodeName"), Address: Value(f, "NodeAddr")))
             .Where(n => n.Name is not null && !string.IsNullOrEmpty(n.Address)).ToDictionary(n => n.Name!, n => n.Address!);
-        return (hosts.Select(h => addresses.GetValueOrDefault(h, h)).ToList(), user);
+        return (hosts.Select(h => (h, addresses.GetValueOrDefault(h, h))).ToList(), user);
 
         static string? Value(string[] fields, string key) => fields.FirstOrDefault(f => f.StartsWith(key + "=", StringComparison.Ordinal))?[(key.Length + 1)..];
     }

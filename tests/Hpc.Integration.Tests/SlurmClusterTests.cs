@@ -74,6 +74,42 @@ public sealed class SlurmClusterTests
         Assert.Equal(2, output.Split('\n').Count(l => l.Contains("MPI did not start within 5s (--stall-timeout)")));
     }
 
+    [Fact]
+    public async Task A_users_own_script_that_names_its_dataset_starts_on_three_nodes_each_holding_the_verified_copy_and_a_dead_node_sends_the_job_back_naming_it()
+    {
+        await using var lab = await ThreeNodeLab.StartAsync(burstBuffer: true);
+        if (lab is null) return;
+        var (c, slurm, tier) = (lab.Cluster, lab.Slurm, lab.Tier);
+        var bytes = Cluster.Csvish(6 << 20, seed: 17);
+        var expected = Convert.ToHexStringLower(SHA256.HashData(bytes));
+        var stage = await c.RunStagerAsync([Cluster.WriteFile(c.Root, "curves.csv", bytes), "--name", "lab/bb", "--cache-hosts", tier, "--readers", "all"]);
+        Assert.True(stage.Code == 0, stage.Stderr);
+
+        // Nothing in the script but the directive and the work: every node's copy is there before its first line.
+        var job = await lab.SubmitAsUserAsync("#BB_LUA hpcdata lab/bb\nsrun /bin/sh -c 'echo \"host $SLURMD_NODENAME $(sha256sum < \"$HPCDATA_DATASET_PATH\" | cut -c1-64)\"'\n");
+        var output = await slurm.WaitForJobAsync(job, slurm.JobsDirectory, TimeSpan.FromMinutes(4));
+        foreach (var node in slurm.NodeNames) Assert.True(output.Contains($"host {node} {expected}"), $"{node} read no verified copy:\n{output}\n{slurm.Logs()}");
+        // The nodes' agents exchanged it among themselves: the pre-run hook's request reached all three.
+        Assert.Contains("nodes=3 ready=3 failed=0 dataset=lab/bb", File.ReadAllText(Path.Combine(slurm.Directory, "slurmctld.log")));
+
+        // Node 3 dies (every process of its namespace): the controller still thinks it idle and allocates it; the
+        // exchange finds no agent there, and the job goes back to the queue naming the node and its address, its script never run.
+        Topology.Fault(lab.Node(2), "kill");
+        var second = await lab.SubmitAsUserAsync("#BB_LUA hpcdata lab/bb\necho started\n");
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        string shown;
+        while (!(shown = (await slurm.RunAsync("scontrol", "show", "job", second)).Output).Contains("Reason=Burst_buffer_pre_run_error"))
+        {
+            Assert.True(clock.Elapsed < TimeSpan.FromMinutes(2), $"job {second} never said a node was not ready:\n{shown}\n{slurm.Logs()}");
+            await Task.Delay(300);
+        }
+        Assert.Matches($@"SystemComment=.*pre_run: hpcdata: 1 of 3 nodes are not ready: n3 at {System.Text.RegularExpressions.Regex.Escape(lab.Node(2).Address)}:\d+ \(no answer\)", shown);
+        Assert.DoesNotContain("JobState=RUNNING", shown);
+        await slurm.RunAsync("scancel", second);
+        var never = Path.Combine(slurm.JobsDirectory, $"slurm-{second}.out");
+        Assert.False(File.Exists(never) && File.ReadAllText(never).Contains("started"));
+    }
+
     /// <summary>Three node namespaces with one slurmd each, a cache host in its own namespace, and a scratch folder.</summary>
     private sealed class ThreeNodeLab : IAsyncDisposable
     {
@@ -82,11 +118,13 @@ public sealed class SlurmClusterTests
         public Cluster Cluster { get; } = new();
         public SlurmLab Slurm { get; private set; } = null!;
         public string Tier => $"{_topology.Hosts[0].Address}:6380";
+        public Topology.Member Node(int i) => _topology.Nodes[i];
 
         private ThreeNodeLab(Topology topology) => _topology = topology;
 
         /// <summary>The lab, or null (and why, on stderr) where this machine cannot run Slurm.</summary>
-        public static async Task<ThreeNodeLab?> StartAsync()
+        /// <param name="burstBuffer">With the burst buffer plugin and every node's agent running as a service.</param>
+        public static async Task<ThreeNodeLab?> StartAsync(bool burstBuffer = false)
         {
             if (SlurmLab.Unavailable() is { } why) { Console.Error.WriteLine($"Slurm cluster test not run: {why}"); return null; }
             var lab = new ThreeNodeLab(new Topology(hosts: 1, nodes: 3, rateMbit: 1000, delayMs: 0, instance: Topology.FreeInstance(from: 40)));
@@ -96,7 +134,7 @@ public sealed class SlurmClusterTests
                 var host = lab._topology.Hosts[0];
                 lab._cache = ComponentProcess.Start(new CacheHostOptions { Address = host.Address, Port = 6380 }, name: "cachehost", launcher: Topology.Launcher(host));
                 await lab._cache.WaitReadyAsync(Cluster.Ready);
-                lab.Slurm = await SlurmLab.StartAsync(lab._topology);
+                lab.Slurm = await SlurmLab.StartAsync(lab._topology, site: burstBuffer ? new SlurmLab.BurstBufferSite(lab.Tier) : null);
                 return lab;
             }
             catch
@@ -104,6 +142,18 @@ public sealed class SlurmClusterTests
                 await lab.DisposeAsync();
                 throw;
             }
+        }
+
+        /// <summary>Submits a script as the lab's job user (Slurm refuses burst buffers to root) on all three nodes; its job id.</summary>
+        public async Task<string> SubmitAsUserAsync(string body)
+        {
+            var script = Path.Combine(Slurm.JobsDirectory, $"job-{Guid.NewGuid():n}.sh");
+            await File.WriteAllTextAsync(script, "#!/bin/sh\n" + body);
+            File.SetUnixFileMode(script, (UnixFileMode)0b110_100_100);
+            var submit = await Slurm.RunAsync("runuser", "-u", SlurmLab.JobUser, "--", "sbatch", "--parsable", "--nodes=3", "--ntasks-per-node=1",
+                $"--chdir={Slurm.JobsDirectory}", $"--output={Slurm.JobsDirectory}/slurm-%j.out", script);
+            Assert.True(submit.Code == 0, submit.Output + Slurm.Logs());
+            return submit.Output.Trim().Split(';')[0];
         }
 
         public async ValueTask DisposeAsync()
