@@ -185,11 +185,13 @@ public sealed class AgentsNodePrepTests
         var request = new PrepRequest
         {
             Id = "h1", Name = "risk/hang", Job = "job-h", Members = members, Requester = "", Degree = 2,
-            JoinTimeout = TimeSpan.FromSeconds(2), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
+            // Long enough for the hanging agent to reach both its children first on a loaded machine: otherwise the
+            // node above reaches them itself and the hang is never between them and the exchange.
+            JoinTimeout = TimeSpan.FromSeconds(10), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
         };
         var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2));
 
-        Assert.True(hanging.Hung.IsCompletedSuccessfully, "the hanging agent never had its children's answers");
+        Assert.True(hanging.Hung.IsCompletedSuccessfully, $"the hanging agent never had its children's answers ({hanging.Hung.Status}: {hanging.Hung.Exception?.GetBaseException().Message})");
         Assert.Equal(6, report.Joined);
         Assert.Null(report.Outcomes[1]);
         // 3 and 4 took part in the exchange through position 0, not by fetching on their own after a timeout.
