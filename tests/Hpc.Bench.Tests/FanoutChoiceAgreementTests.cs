@@ -15,14 +15,7 @@ namespace Hpc.Bench.Tests;
 /// </summary>
 public sealed class FanoutChoiceAgreementTests
 {
-    private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
-
-    private static string RepoRoot()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-            if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
-        throw new DirectoryNotFoundException("Hpc.sln not found above the test's directory");
-    }
+    private static readonly string Records = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "slurm-native.jsonl");
 
     [Fact]
     public void The_choice_is_never_a_mode_the_simulation_finds_slower()

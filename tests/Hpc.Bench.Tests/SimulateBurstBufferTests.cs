@@ -11,15 +11,8 @@ public class SimulateBurstBufferTests
     private const long Stored = 448L << 20;
     private const long Raw = 64L << 20;
 
-    private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
-    private static readonly Calibration Lab = Calibration.FromRecords(ResultReader.Read(Records).Records, Records);
-
-    private static string RepoRoot()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-            if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
-        throw new DirectoryNotFoundException("Hpc.sln not found above the test's directory");
-    }
+    private static readonly string Records = LabRecords.SlurmNative;
+    private static readonly Calibration Lab = LabRecords.SlurmNativeCalibration;
 
     /// <summary>
     /// A burst-buffer run as the bench records it: every node's wallSeconds the hook's end from the allocation, its
@@ -92,7 +85,7 @@ public class SimulateBurstBufferTests
     [Fact]
     public void The_labs_burst_buffer_runs_calibrate_from_their_healthy_runs_alone()
     {
-        var file = Path.Combine(RepoRoot(), "docs", "results", "burst-buffer.jsonl");
+        var file = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "burst-buffer.jsonl");
         var records = ResultReader.Read(file).Records;
         var staged = records.Where(r => r.Config.Fanout == BurstBufferHook.Fanout).ToList();
         var faults = staged.Where(r => r.Config.Fault is not null).ToList();

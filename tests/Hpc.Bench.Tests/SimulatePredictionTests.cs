@@ -10,15 +10,8 @@ public class SimulatePredictionTests
 {
     private const long Stored = 448L << 20;
 
-    private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
-    private static readonly Calibration Lab = Calibration.FromRecords(ResultReader.Read(Records).Records, Records);
-
-    private static string RepoRoot()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-            if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
-        throw new DirectoryNotFoundException("Hpc.sln not found above the test's directory");
-    }
+    private static readonly string Records = LabRecords.SlurmNative;
+    private static readonly Calibration Lab = LabRecords.SlurmNativeCalibration;
 
     /// <summary>The fastest any node can hold the data: every stored byte over its own link at the line rate.</summary>
     private static double LinkBound(double rateGbit) => Stored / (rateGbit * 1e9 / 8);

@@ -6,25 +6,18 @@ namespace Hpc.Bench.Tests;
 /// <summary>bench simulate: the flow network's sharing, the protocols' behaviour, and a recorded lab cell reproduced.</summary>
 public class SimulationTests
 {
-    private static readonly string Records = Path.Combine(RepoRoot(), "docs", "results", "slurm-native.jsonl");
-    private static readonly string SlowRecords = Path.Combine(RepoRoot(), "docs", "results", "slow-node.jsonl");
-    private static readonly string GridRecords = Path.Combine(RepoRoot(), "docs", "results", "grid.jsonl");
-    private static readonly string FastTierGridRecords = Path.Combine(RepoRoot(), "docs", "results", "grid-fast-tier.jsonl");
-    private static readonly string FastTierSlowGridRecords = Path.Combine(RepoRoot(), "docs", "results", "slow-node-grid-fast-tier.jsonl");
-    private static readonly string KillRecords = Path.Combine(RepoRoot(), "docs", "results", "kill.jsonl");
-    private static readonly string AgentsRecords = Path.Combine(RepoRoot(), "docs", "results", "agents.jsonl");
+    private static readonly string Records = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "slurm-native.jsonl");
+    private static readonly string SlowRecords = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "slow-node.jsonl");
+    private static readonly string GridRecords = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "grid.jsonl");
+    private static readonly string FastTierGridRecords = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "grid-fast-tier.jsonl");
+    private static readonly string FastTierSlowGridRecords = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "slow-node-grid-fast-tier.jsonl");
+    private static readonly string KillRecords = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "kill.jsonl");
+    private static readonly string AgentsRecords = Path.Combine(LabRecords.RepoRoot(), "docs", "results", "agents.jsonl");
     private static readonly string[] FastTierAgentsRecords =
-        [Path.Combine(RepoRoot(), "docs", "results", "agents-fast-tier.jsonl"), Path.Combine(RepoRoot(), "docs", "results", "agents-fast-tier-100mbit.jsonl")];
+        [Path.Combine(LabRecords.RepoRoot(), "docs", "results", "agents-fast-tier.jsonl"), Path.Combine(LabRecords.RepoRoot(), "docs", "results", "agents-fast-tier-100mbit.jsonl")];
 
     /// <summary>Costs beyond the wire set to nothing, so a test sees the links alone.</summary>
     private static readonly Calibration Wire = new();
-
-    private static string RepoRoot()
-    {
-        for (var dir = new DirectoryInfo(AppContext.BaseDirectory); dir is not null; dir = dir.Parent)
-            if (File.Exists(Path.Combine(dir.FullName, "Hpc.sln"))) return dir.FullName;
-        throw new DirectoryNotFoundException("Hpc.sln not found above the test's directory");
-    }
 
     [Theory]
     [InlineData(25, 8, Delivery.Fanout)]
