@@ -41,6 +41,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     /// <summary>Guards what several accepting threads share: the bitmaps, the counts, the reasons, the journal.</summary>
     private readonly Lock _gate = new();
     private readonly List<string> _reasons = [];
+    private byte[]? _rejectedBits;
     private int _missing, _accepted, _alreadyHad, _rejected;
     private CommonDataException? _failure;
     private bool _disposed;
@@ -207,6 +208,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
             {
                 _rejected++;
                 if (_reasons.Count < MaxReasons) _reasons.Add($"index {index}: {problem}");
+                (_rejectedBits ??= new byte[(_have.Length + 7) / 8])[index >> 3] |= (byte)(1 << (index & 7));
                 return;
             }
             if (_have[index]) { _alreadyHad++; return; }
@@ -233,7 +235,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         return new IngestReport
         {
             Complete = Complete, Segments = Manifest.Segments.Count, Missing = _missing, Accepted = _accepted, AlreadyHad = _alreadyHad,
-            Rejected = _rejected, Rejections = _reasons.Count > 0 ? _reasons.ToList() : null,
+            Rejected = _rejected, Rejections = _reasons.Count > 0 ? _reasons.ToList() : null, RejectedBitmap = _rejectedBits?.ToArray(),
         };
     }
 

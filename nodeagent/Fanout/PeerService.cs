@@ -238,6 +238,9 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
                 version = summary.Version;
                 served = s;
                 fanout = $"fanout=agents ranks={summary.Ranks} join-seconds={joined:0.000} {NodeExchange.Fields(summary)}";
+                var positions = group.Positions;
+                foreach (var warning in NodeExchange.Warnings(summary, r => $"position {positions[r]} ({request.Members[positions[r]]})"))
+                    log.LogWarning("node prep {Id}: {Warning}", request.Id, warning);
             }
             catch (LeftOutException e) when (!stop.IsCancellationRequested)
             {

@@ -59,12 +59,11 @@ public sealed class StoreIngest(DatasetStore store, int threads, TimeSpan turnWa
         catch (OperationCanceledException) when (ingest.Abandoned.IsCancellationRequested && !ct.IsCancellationRequested) { throw Abandoned(ingest); }
     }
 
-    public async Task<(int Accepted, int AlreadyHeld, int Rejected)> EndAsync(CancellationToken ct)
+    public async Task<IngestReport> EndAsync(CancellationToken ct)
     {
         var ingest = _ingest ?? throw new InvalidOperationException("ingest not begun");
         if (_workers is not null) await _workers.CompleteAsync();
-        var report = ingest.Finish();
-        return (report.Accepted, report.AlreadyHad, report.Rejected);
+        return ingest.Finish();
     }
 
     /// <summary>A fetch of the same version waited on this ingest and gave up on it; that fetch completes the copy.</summary>

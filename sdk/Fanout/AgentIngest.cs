@@ -32,11 +32,8 @@ public sealed class AgentIngest(string pipe) : INodeIngest
         return count == 0 ? ValueTask.CompletedTask : session.SendAsync(blockMessage, _slices.AsMemory(0, count), ct);
     }
 
-    public async Task<(int Accepted, int AlreadyHeld, int Rejected)> EndAsync(CancellationToken ct)
-    {
-        var report = await (_session ?? throw new InvalidOperationException("ingest not begun")).CompleteAsync(ct);
-        return (report.Accepted, report.AlreadyHad, report.Rejected);
-    }
+    public Task<IngestReport> EndAsync(CancellationToken ct) =>
+        (_session ?? throw new InvalidOperationException("ingest not begun")).CompleteAsync(ct);
 
     public async ValueTask DisposeAsync()
     {

@@ -1,5 +1,6 @@
 using System.Diagnostics;
 using System.Text;
+using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Format;
 
@@ -44,8 +45,8 @@ public interface INodeIngest : IAsyncDisposable
     bool Lacks(int index);
     /// <summary>One block's records: segment index and stored bytes.</summary>
     ValueTask WriteAsync(ReadOnlyMemory<byte> blockMessage, FanoutPlan plan, CancellationToken ct);
-    /// <summary>Ends the exchange; returns segments accepted, already held, and rejected.</summary>
-    Task<(int Accepted, int AlreadyHeld, int Rejected)> EndAsync(CancellationToken ct);
+    /// <summary>Ends the exchange: segments accepted, already held, and rejected (with which, <see cref="IngestReport.RejectedBitmap"/>).</summary>
+    Task<IngestReport> EndAsync(CancellationToken ct);
 }
 
 /// <summary>How a fan-out may run as a grid of rings (<see cref="RingGrid"/>): <c>--ring-groups</c>'s value, and the
@@ -64,9 +65,36 @@ public sealed record GridRings(string Setting, System.Net.IPAddress Local);
 /// <param name="AgreeSeconds">Then until the ranks agreed what travels (the node's ingest begun, the all-gather of what
 /// each lacks).</param>
 /// <param name="EndSeconds">From the ring's end until the exchange's (the probe's drain, the ingest's end).</param>
+/// <param name="RejectedFrom">Whose blocks the segments this node rejected came in: the member that put each into the
+/// ring it arrived on, most first. Empty when none was rejected.</param>
 public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt,
     int SegmentsCarried = 0, string Route = "ring", double ProbeSeconds = 0, double ManifestSeconds = 0, double AgreeSeconds = 0, double EndSeconds = 0,
-    bool HadLeaves = false);
+    bool HadLeaves = false, IReadOnlyList<MemberRejections>? RejectedFrom = null);
+
+/// <summary><paramref name="Segments"/> segments that came in blocks <paramref name="Rank"/> put into the ring failed
+/// verification on this node.</summary>
+public readonly record struct MemberRejections(int Rank, int Segments);
+
+/// <summary>
+/// Which member put each segment into the ring it reached this node on (a block's share names it), so the segments
+/// the node rejects name whose blocks they were. Blocks reach the node one at a time, in either of a grid's rings.
+/// </summary>
+internal sealed class SegmentOrigins
+{
+    private readonly int[] _rank;
+
+    public SegmentOrigins(int segments) => Array.Fill(_rank = new int[segments], -1);
+
+    public void Note(ReadOnlySpan<byte> message, FanoutPlan plan, IReadOnlyList<int> rankOfShare)
+    {
+        var (share, first, count, _) = BlockMessage.ReadHeader(message, plan);
+        _rank.AsSpan(first, count).Fill(rankOfShare[share]);
+    }
+
+    public IReadOnlyList<MemberRejections> Of(IEnumerable<int> rejected) =>
+        [.. rejected.Where(i => (uint)i < (uint)_rank.Length && _rank[i] >= 0).GroupBy(i => _rank[i])
+            .Select(g => new MemberRejections(g.Key, g.Count())).OrderByDescending(m => m.Segments).ThenBy(m => m.Rank)];
+}
 
 /// <summary>
 /// One rank's whole fan-out: rank 0 resolves the version and hands its manifest to all (each checks it hashes to the
@@ -156,11 +184,12 @@ public static class FanoutExchange
             else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
+        var origins = new SegmentOrigins(manifest.Segments.Count);
         RingResult exchanged;
         string routeName;
         if (GridOf(grid, route) is { } gridRoute)
         {
-            exchanged = await ExchangeOverGridAsync(group, gridRoute, grid!, tier, node, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
+            exchanged = await ExchangeOverGridAsync(group, gridRoute, grid!, tier, node, origins, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
             routeName = gridRoute.ToString();
         }
         else
@@ -169,16 +198,20 @@ public static class FanoutExchange
             var fetcher = new BlockFetcher(tier, plan, resolved);
             // A node that already holds the version still fetches its share and forwards: the ring needs every link.
             exchanged = await RingAllGather.RunAsync(plan, link, fetcher.FetchAsync,
-                (message, token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask, ct, stallTimeout, route, awaitLeaves: false,
-                peerSilence: peerSilence);
+                (message, token) =>
+                {
+                    if (!wanted) return ValueTask.CompletedTask;
+                    origins.Note(message.Span, plan, route.Members);
+                    return node.WriteAsync(message, plan, token);
+                }, ct, stallTimeout, route, awaitLeaves: false, peerSilence: peerSilence);
             routeName = route.ToString();
         }
         var ringEnd = clock.Elapsed.TotalSeconds;
         await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
-        var (accepted, held, rejected) = wanted ? await node.EndAsync(ct) : (0, manifest.Segments.Count, 0);
+        var ended = wanted ? await node.EndAsync(ct) : new IngestReport { Complete = true, AlreadyHad = manifest.Segments.Count };
         var seconds = clock.Elapsed.TotalSeconds;
-        return new FanoutSummary(group.Size, resolved, exchanged, accepted, held, rejected, seconds, !wanted, needed.Count(n => n),
-            routeName, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves);
+        return new FanoutSummary(group.Size, resolved, exchanged, ended.Accepted, ended.AlreadyHad, ended.Rejected, seconds, !wanted, needed.Count(n => n),
+            routeName, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves, origins.Of(ended.RejectedSegments()));
     }
 
     /// <summary>The grid over the route's members, where the setting and their number make one.</summary>
@@ -189,7 +222,7 @@ public static class FanoutExchange
     /// or a leaf for its group's only), the addresses travel in one all-gather, and each ring connects among its own
     /// ranks. A leaf only receives, over its group's ring.</summary>
     private static async Task<RingResult> ExchangeOverGridAsync(IRankGroup group, GridRoute route, GridRings grid, CacheTierClient tier, INodeIngest node,
-        Manifest manifest, string version, bool[] needed, bool wanted, TimeSpan limit, TimeSpan? stallTimeout, TimeSpan? peerSilence, CancellationToken ct)
+        SegmentOrigins origins, Manifest manifest, string version, bool[] needed, bool wanted, TimeSpan limit, TimeSpan? stallTimeout, TimeSpan? peerSilence, CancellationToken ct)
     {
         var layout = route.Layout;
         var (g, position) = route.PlaceOf(group.Rank);
@@ -216,12 +249,20 @@ public static class FanoutExchange
             try { groupRing = await connectGroup; }
             finally { if (connectColumn is not null) columnRing = await connectColumn; }
             var fetchers = columnPlans.Append(groupPlan).ToDictionary(p => p, p => new BlockFetcher(tier, p, version));
-            ValueTask Deliver(ReadOnlyMemory<byte> message, FanoutPlan plan, CancellationToken token) => wanted ? node.WriteAsync(message, plan, token) : ValueTask.CompletedTask;
+            var groupRanks = route.GroupRanks(g).ToArray();
+            var columnRanks = inColumn ? route.ColumnRanks(position).ToArray() : [];
+            ValueTask Deliver(ReadOnlyMemory<byte> message, FanoutPlan plan, CancellationToken token)
+            {
+                if (!wanted) return ValueTask.CompletedTask;
+                origins.Note(message.Span, plan, plan == groupPlan ? groupRanks : columnRanks);
+                return node.WriteAsync(message, plan, token);
+            }
             if (leaf)
                 return await RingAllGather.RunAsync(groupPlan, groupRing, fetchers[groupPlan].FetchAsync, (message, token) => Deliver(message, groupPlan, token),
                     ct, stallTimeout, groupRoute, peerSilence: peerSilence);
             var result = await GridAllGather.RunAsync(layout, route.Route.PositionOf(group.Rank), groupPlan, columnPlans, groupRing, columnRing,
-                (plan, block, message, token) => fetchers[plan].FetchAsync(block, message, token), Deliver, ct, stallTimeout, peerSilence, groupRoute);
+                (plan, block, message, token) => fetchers[plan].FetchAsync(block, message, token), Deliver, ct, stallTimeout, peerSilence, groupRoute,
+                groupRanks: groupRanks, columnRanks: columnRanks);
             if (result.LeavesServed is not { IsCompleted: false } serving) return result;
             // The leaves still take this member's share over the group's ring: it closes once they have it.
             leavesKeepGroup = true;

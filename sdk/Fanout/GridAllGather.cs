@@ -20,10 +20,14 @@ public static class GridAllGather
     /// no leaves. This member then returns once its node has everything, and its
     /// <see cref="RingResult.LeavesServed"/> completes when the leaves have its share: the group's link must stay open
     /// until then.</param>
+    /// <param name="groupRanks">The caller's rank of each rank of the group's ring, for <see cref="RingResult.RoutedAround"/>;
+    /// null: the same.</param>
+    /// <param name="columnRanks">The same for the column's ring.</param>
     public static async Task<RingResult> RunAsync(RingGrid grid, int rank, FanoutPlan groupPlan, IReadOnlyList<FanoutPlan> columnPlans,
         IRingLink groupLink, IRingLink? columnLink, Func<FanoutPlan, Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, FanoutPlan, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null,
-        TimeSpan? peerSilence = null, FanoutRoute? groupRoute = null, long leafRetainBytes = RingAllGather.LeafRetainBytes)
+        TimeSpan? peerSilence = null, FanoutRoute? groupRoute = null, long leafRetainBytes = RingAllGather.LeafRetainBytes,
+        IReadOnlyList<int>? groupRanks = null, IReadOnlyList<int>? columnRanks = null)
     {
         var clock = Stopwatch.StartNew();
         var (_, position) = grid.PlaceOf(rank);
@@ -92,7 +96,10 @@ public static class GridAllGather
             c.BytesReceived + g.BytesReceived, c.BytesSent + g.BytesSent, clock.Elapsed.TotalSeconds,
             g.LeafBytesSent, g.BlocksRefetched, g.LeavesServed,
             ShareSeconds: columnPlan is null ? 0 : c.ShareSeconds, Bypassed: c.Bypassed + g.Bypassed, RepairBytesFetched: c.RepairBytesFetched + g.RepairBytesFetched,
-            HeldBytesAtMost: column.HeldBytesAtMost);
+            HeldBytesAtMost: column.HeldBytesAtMost,
+            RoutedAround: c.RoutedAround is null && g.RoutedAround is null ? null
+                : [.. (c.RoutedAround ?? []).Select(r => columnRanks?[r] ?? r), .. (g.RoutedAround ?? []).Select(r => groupRanks?[r] ?? r)],
+            NeighbourDied: c.NeighbourDied || g.NeighbourDied);
     }
 
     /// <summary>

@@ -50,5 +50,23 @@ public static class NodeExchange
         $"route={summary.Route} manifest-seconds={summary.ManifestSeconds:0.000} agree-seconds={summary.AgreeSeconds:0.000} probe-seconds={summary.ProbeSeconds:0.000} " +
         $"end-seconds={summary.EndSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} " +
         $"share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
-        $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}";
+        $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}" +
+        (summary.Ring.RoutedAround is { Count: > 0 } gone ? $" routed-around={string.Join(',', gone)}" : "") +
+        (summary.Rejected > 0 ? $" rejected={summary.Rejected}" : "") +
+        (summary.RejectedFrom is { Count: > 0 } from ? $" rejected-from={string.Join(',', from.Select(m => $"{m.Rank}:{m.Segments}"))}" : "");
+
+    /// <summary>
+    /// What an operator must hear of an exchange beyond its line, one sentence each: members whose blocks failed
+    /// verification on this node (a member that sends damaged data, or a link that damages it, is named, not only counted),
+    /// and members the ring went on without. <paramref name="describe"/> names a rank (its node and address where known).
+    /// </summary>
+    public static IEnumerable<string> Warnings(FanoutSummary summary, Func<int, string> describe)
+    {
+        foreach (var from in summary.RejectedFrom ?? [])
+            yield return $"{from.Segments} segment(s) in blocks that {describe(from.Rank)} put into the ring failed verification on this node; " +
+                         "they were not written, and the node fetched them from the cache tier";
+        if (summary.Ring.RoutedAround is { Count: > 0 } gone)
+            yield return $"the ring went on without {string.Join(", ", gone.Select(describe))}: " +
+                         (summary.Ring.NeighbourDied ? "its link failed (the process or its node died)" : "it took nothing for the peer timeout (silent or hung)");
+    }
 }

@@ -76,9 +76,12 @@ public interface IRingRepair : IPeerLinks
 /// <param name="RepairBytesFetched">Of <paramref name="BytesFetched"/>, what it fetched for the member after the dead
 /// one: the dead member's blocks no one had, and those lost with it.</param>
 /// <param name="HeldBytesAtMost">The grid's: the most bytes of its column's blocks this rank kept at once for its group's ring.</param>
+/// <param name="RoutedAround">The ranks of the members this rank routed around, in the order it passed them.</param>
+/// <param name="NeighbourDied">Whether a route around began with the neighbour's link failing (its process or node
+/// died), rather than with its silence: a launcher has then seen a rank of the job end.</param>
 public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
     long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0, int Bypassed = 0, long RepairBytesFetched = 0,
-    long HeldBytesAtMost = 0);
+    long HeldBytesAtMost = 0, IReadOnlyList<int>? RoutedAround = null, bool NeighbourDied = false);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -188,6 +191,8 @@ public static class RingAllGather
         var ring = repair is null ? null : new Repair(plan, route, position, expected, peerSilence ?? PeerSilence);
         if (repair is not null) sendRight = (m, t) => repair.SendToAsync(ring!.RightRank, m, t);
         int bypassed = 0;
+        var routedAround = new System.Collections.Concurrent.ConcurrentQueue<int>();
+        var neighbourDied = false;
         long repairBytes = 0;
         var repairs = new System.Collections.Concurrent.ConcurrentBag<Task>();
 
@@ -409,6 +414,8 @@ public static class RingAllGather
                 if (have is not null)
                 {
                     Interlocked.Increment(ref bypassed);
+                    foreach (var k in skipped) routedAround.Enqueue(route!.Members[k]);
+                    if (failed) Volatile.Write(ref neighbourDied, true);
                     Interlocked.Increment(ref progress);
                     // The new right neighbour may have everything already: its map says so, and the left neighbour
                     // must hear it from this rank as it would have from the report.
@@ -733,7 +740,8 @@ public static class RingAllGather
             await heartbeat;
         }
         return new RingResult(fetched, received, sent, fetchedBytes, receivedBytes, sentBytes, clock.Elapsed.TotalSeconds, leafBytes, refetched,
-            awaitLeaves ? Task.CompletedTask : leafSending, shareSeconds, bypassed, repairBytes);
+            awaitLeaves ? Task.CompletedTask : leafSending, shareSeconds, bypassed, repairBytes,
+            RoutedAround: routedAround.IsEmpty ? null : [.. routedAround], NeighbourDied: Volatile.Read(ref neighbourDied));
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
         async Task Guard(Task task)

@@ -64,6 +64,62 @@ public sealed class FanoutTests
         Assert.InRange(await Sandbox.BytesSentAsync(tier) - before - sent, 0, 4 * (64 << 10));
     }
 
+    /// <summary>
+    /// One member damages the blocks it puts into the ring (a bad NIC, memory, or a forged sender). Every other node
+    /// rejects those segments, names that member as the one whose blocks they were, and still ends with the verified
+    /// copy, fetched from the tier.
+    /// </summary>
+    [Fact]
+    public async Task A_member_whose_blocks_fail_verification_is_named_by_every_node_that_rejects_them()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(4 << 20, seed: 5)), "risk/damaged");
+        var pipes = await StartAgentsAsync(s, 4);
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+
+        var ranks = InProcessRanks.Create(4);
+        var summaries = await Task.WhenAll(ranks.Select(async r =>
+        {
+            await using var node = new AgentIngest(pipes[r.Rank]);
+            var ring = r.Rank == 2 ? new DamagingOwnBlocks(r.Ring) : r.Ring;
+            return await FanoutExchange.RunAsync(r, tier, node, "risk/damaged", null, CancellationToken.None, Stall, ring, probeLinks: false);
+        })).WaitAsync(TimeSpan.FromSeconds(60));
+
+        Assert.Equal(0, summaries[2].Rejected);                                   // its own node took its own blocks as fetched
+        foreach (var other in new[] { 0, 1, 3 })
+        {
+            var summary = summaries[other];
+            Assert.True(summary.Rejected > 0, $"rank {other} rejected nothing");
+            Assert.Equal([new MemberRejections(2, summary.Rejected)], summary.RejectedFrom);
+            Assert.Contains($" rejected={summary.Rejected} rejected-from=2:{summary.Rejected}", NodeExchange.Fields(summary));
+            var warning = Assert.Single(NodeExchange.Warnings(summary, r => $"rank {r}"));
+            Assert.StartsWith($"{summary.Rejected} segment(s) in blocks that rank 2 put into the ring failed verification", warning);
+        }
+        foreach (var pipe in pipes)
+        {
+            await using var agent = await AgentClient.ConnectAsync(pipe);
+            Assert.Equal(staged.Hash, (await agent.PrefetchAsync("risk/damaged", staged.Version)).Hash);
+        }
+    }
+
+    /// <summary>A ring link that flips a byte inside the first segment of every block its own rank puts into the ring.</summary>
+    private sealed class DamagingOwnBlocks(IRingLink inner) : IRingLink
+    {
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public int SendWindow => inner.SendWindow;
+        public Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct) => inner.ReceiveAsync(buffer, ct);
+
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct)
+        {
+            if (System.Buffers.Binary.BinaryPrimitives.ReadInt32LittleEndian(message.Span[4..]) != Rank) return inner.SendAsync(message, ct);
+            var damaged = message.ToArray();
+            damaged[BlockMessage.HeaderLength + BlockMessage.RecordHeaderLength + 100] ^= 0x5a;
+            return inner.SendAsync(damaged, ct);
+        }
+    }
+
     [Fact]
     public async Task A_node_that_already_holds_the_version_passes_blocks_on_and_rewrites_nothing()
     {

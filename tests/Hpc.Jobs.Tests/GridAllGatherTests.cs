@@ -193,7 +193,8 @@ public sealed class GridAllGatherTests
                                 await groupRings[victim].DisposeAsync();
                                 await columnRings[victim]!.DisposeAsync();
                             }
-                        }, rank == victim ? victimCancel.Token : timeout.Token, stallTimeout: TimeSpan.FromSeconds(60), peerSilence: TimeSpan.FromSeconds(2));
+                        }, rank == victim ? victimCancel.Token : timeout.Token, stallTimeout: TimeSpan.FromSeconds(60), peerSilence: TimeSpan.FromSeconds(2),
+                        groupRanks: [.. grid.GroupMembers(g)], columnRanks: p < grid.Positions ? [.. grid.ColumnMembers(p)] : null);
                 }
                 catch (Exception) when (rank == victim) { }
             })).ToArray();
@@ -217,6 +218,9 @@ public sealed class GridAllGatherTests
         // The member before the victim in its group and in its column each closed their ring around it.
         Assert.Equal(1, results[3]!.Bypassed);   // group 1: ranks 3, 4, 5
         Assert.Equal(1, results[1]!.Bypassed);   // column 1: ranks 1, 4, 7
+        // Each names the victim by its rank in the grid, not by its place in the ring it was passed in.
+        Assert.Equal([victim], results[3]!.RoutedAround);
+        Assert.Equal([victim], results[1]!.RoutedAround);
         // The tier sent the data once, plus at most what only the victim held: its column's part (a third) and what
         // its sockets' buffers swallowed (loopback's, 16 MiB, on each of its two rings).
         var stored = manifest.StoredLength;

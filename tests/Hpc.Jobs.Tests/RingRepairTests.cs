@@ -32,6 +32,10 @@ public sealed class RingRepairTests
         // The member before the dead one routed around it; no one else had to.
         Assert.Equal(1, run.Results[1]!.Bypassed);
         Assert.Equal([0, 0, 0, 0], run.Results.Select(r => r?.Bypassed ?? -1).Where((_, r) => r is not (1 or 2)));
+        // It names the member it went on without, and knows it died (its link failed): node prep leaves without
+        // waiting for a closing barrier that member can never reach.
+        Assert.Equal([2], run.Results[1]!.RoutedAround);
+        Assert.True(run.Results[1]!.NeighbourDied);
         // The tier sent the data once, plus at most the dead member's share and what was lost in its sockets' buffers.
         Assert.InRange(run.Fetched, run.Stored, run.AtMost);
         Assert.True(run.Results[1]!.RepairBytesFetched > 0);
@@ -49,6 +53,9 @@ public sealed class RingRepairTests
 
         run.AssertSurvivorsHaveEverything(victim: 3);
         Assert.Equal(1, run.Results[2]!.Bypassed);
+        // A hung member is not a dead one: its links never failed, so the closing barrier is still waited for.
+        Assert.Equal([3], run.Results[2]!.RoutedAround);
+        Assert.False(run.Results[2]!.NeighbourDied);
         Assert.InRange(run.Fetched, run.Stored, run.AtMost);
     }
 

@@ -283,6 +283,19 @@ public sealed class IngestReport
     [JsonPropertyName("rejected")] public int Rejected { get; set; }
     /// <summary>Why the first few were rejected.</summary>
     [JsonPropertyName("rejections")] public List<string>? Rejections { get; set; }
+    /// <summary>
+    /// Second answer, when any was rejected: one bit per segment, set when a copy of it failed verification in this
+    /// ingest (as <see cref="MissingBitmap"/>), so the sender can tell whose blocks they were.
+    /// </summary>
+    [JsonPropertyName("rejectedBitmap")] public byte[]? RejectedBitmap { get; set; }
+
+    /// <summary>The segments <see cref="RejectedBitmap"/> marks, in order.</summary>
+    public IEnumerable<int> RejectedSegments()
+    {
+        if (RejectedBitmap is not { } bits) yield break;
+        for (var i = 0; i < Math.Min(Segments, bits.Length * 8); i++)
+            if ((bits[i >> 3] & (1 << (i & 7))) != 0) yield return i;
+    }
 
     /// <summary>Whether segment <paramref name="index"/> is missing according to <see cref="MissingBitmap"/>.</summary>
     public bool IsMissing(int index) =>
