@@ -1,11 +1,11 @@
 using System.Threading.Channels;
+using Hpc.CommonData.Fanout;
 
-namespace Hpc.CommonData.Fanout;
+namespace Hpc.Jobs.Tests;
 
 /// <summary>
 /// N ranks in one process, a channel that holds one message between every two of them (a send completes only when
-/// the receiver has room, as a large MPI send completes only when matched). For running the exchange without MPI, in
-/// tests and on a single node.
+/// the receiver has room, as a large MPI send completes only when matched): the exchange's ranks without MPI or sockets.
 /// </summary>
 public static class InProcessRing
 {
@@ -67,7 +67,7 @@ public static class InProcessRing
     }
 }
 
-/// <summary>N ranks in one process (tests, and a single machine standing in for a cluster).</summary>
+/// <summary>N ranks in one process, with the collectives the exchange needs.</summary>
 public static class InProcessRanks
 {
     /// <param name="bytesPerSecond">Ranks whose link is slowed (see <see cref="InProcessRing.Create"/>).</param>
