@@ -48,7 +48,8 @@ public sealed class SlurmLab : IAsyncDisposable
     /// the lab, before any job, listening for its peers with the key only root holds.
     /// </summary>
     /// <param name="CacheHosts">The cache tier (host:port,…) the hooks and agents use.</param>
-    public sealed record BurstBufferSite(string CacheHosts);
+    /// <param name="DrainSilentNodes">The site drains a job's nodes whose agent did not answer (<c>--drain-silent-nodes</c>).</param>
+    public sealed record BurstBufferSite(string CacheHosts, bool DrainSilentNodes = false);
 
     /// <summary>The agents' shared key: root's (mode 0600), where the controller and every node's namespaces see it.</summary>
     public string PeerKeyFile => Path.Combine(Directory, "peer.key");
@@ -227,7 +228,7 @@ public sealed class SlurmLab : IAsyncDisposable
         var lua = Resource("burst_buffer.lua");
         File.WriteAllText(PeerKeyFile, Convert.ToHexString(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32)) + "\n");
         if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(PeerKeyFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
-        var line = $"local site = \"--peer-key-file {PeerKeyFile} --state-dir {Directory}/bb --cache-hosts {site.CacheHosts}\"";
+        var line = $"local site = \"--peer-key-file {PeerKeyFile} --state-dir {Directory}/bb --cache-hosts {site.CacheHosts}{(site.DrainSilentNodes ? " --drain-silent-nodes" : "")}\"";
         lua = Regex.Replace(lua, "^local hpcdata = .*$", $"local hpcdata = \"{hpcdata}\"", RegexOptions.Multiline);
         lua = Regex.Replace(lua, "^local site = .*$", line, RegexOptions.Multiline);
         if (!lua.Contains(line, StringComparison.Ordinal)) throw new InvalidOperationException("burst_buffer.lua has no 'local site = …' line");

@@ -14,7 +14,9 @@ and Slurm does the rest before the script's first line runs:
   before it runs   the running agents of exactly the job's nodes exchange the data among themselves (no job step, no
                    MPI ranks), each checking the job's user against the readers and pinning the copy as that user's;
                    the script starts only when every node holds the verified copy; otherwise this hook fails with
-                   the nodes that are not ready and Slurm holds the job with that reason;
+                   the nodes that are not ready, and Slurm requeues the job with that reason (and holds it
+                   after its second retry); with --drain-silent-nodes in the site line below, the nodes whose agent
+                   did not answer are drained first, so the requeued job is placed elsewhere;
   in the job       HPCDATA_DATASET, HPCDATA_DATASET_PATH (the node's copy) and HPCDATA_DATASETS are set;
   at teardown      (also of a cancelled, failed or requeued job) the job's references are dropped; the nodes' pins
                    go with the Epilog's `hpcdata noderelease`, as for every job.

@@ -18,8 +18,10 @@ internal static class AgentsNodePrep
 {
     /// <param name="describe">How a member that never answered is named in the failure (a scheduler's node name beside
     /// its address); the member itself by default.</param>
+    /// <param name="silent">Told the members that never answered (their agent down, silent or unreachable) before the
+    /// failure is thrown: a scheduler's hook may take those nodes out of service.</param>
     public static async Task<int> RunAsync(NodePrepOptions o, string name, string? version, string job, ExchangeSettings settings, TimeSpan timeout, CancellationToken ct,
-        Func<string, string>? describe = null)
+        Func<string, string>? describe = null, Func<IReadOnlyList<string>, Task>? silent = null)
     {
         describe ??= m => m;
         if (string.IsNullOrWhiteSpace(o.Agents)) throw CommandException.Usage("--fanout agents needs --agents: the nodes' agents, host[:port],… or a file of them");
@@ -50,6 +52,7 @@ internal static class AgentsNodePrep
         if (failed.Count == 0) return 0;
         foreach (var (outcome, member) in failed.Where(f => f.Outcome is null).Take(20))
             Console.Error.WriteLine($"hpcdata nodeprep: no answer from the agent at {describe(member)}");
+        if (silent is not null && failed.Where(f => f.Outcome is null).Select(f => f.Member).ToList() is { Count: > 0 } unanswered) await silent(unanswered);
         var first = failed.FirstOrDefault(f => f.Outcome is not null).Outcome;
         // The nodes by name in the one line a prolog or the scheduler shows as the reason.
         var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})" : $"{describe(f.Member)} (no answer)")) + (failed.Count > 5 ? ", …" : "");

@@ -59,6 +59,12 @@ public sealed class BurstBufferOptions : CacheClientOptions, IVerbOptions
 
     [Switch("--peer-timeout", "pre-run: how long a node may take nothing before the others route around it.", Meta = "DURATION")]
     public string PeerTimeout { get; set; } = "5s";
+
+    /// <summary>A site's choice: Slurm requeues a job whose pre-run failed (and holds it after two retries); without
+    /// draining, the requeued job may be given the same node again.</summary>
+    [Switch("--drain-silent-nodes", "pre-run: drain the job's nodes whose agent did not answer (scontrol update State=DRAIN, the reason naming " +
+                                    "hpcdata and the job), so the requeued job and the next ones are placed elsewhere; an operator resumes them.")]
+    public bool DrainSilentNodes { get; set; }
 }
 
 /// <summary>
@@ -184,9 +190,19 @@ public static class BurstBufferCommand
         // The reason a user reads names Slurm's node, not only the address it was reached at.
         var names = nodes.Where(n => n.Name != n.Address).ToDictionary(n => $"{n.Address}:{o.AgentsPort}", n => n.Name);
         string Describe(string member) => names.TryGetValue(member, out var node) ? $"{node} at {member}" : member;
+        var byMember = nodes.ToDictionary(n => $"{n.Address}:{o.AgentsPort}", n => n.Name);
+        async Task DrainAsync(IReadOnlyList<string> silent)
+        {
+            var drained = silent.Select(m => byMember.GetValueOrDefault(m)).OfType<string>().Distinct().ToList();
+            if (!o.DrainSilentNodes || drained.Count == 0) return;
+            // Failing to drain must not hide why the job failed: the reason below still goes back to Slurm.
+            try { await ScontrolAsync(["update", $"NodeName={string.Join(',', drained)}", "State=DRAIN", $"Reason=hpcdata: agent did not answer (job {job})"], ct); }
+            catch (CommonDataException e) { Console.Error.WriteLine($"hpcdata burst-buffer: warning: could not drain {string.Join(',', drained)}: {e.Message}"); }
+        }
         foreach (var dataset in staged)
         {
-            var code = await AgentsNodePrep.RunAsync(prep, dataset.Name, dataset.Version, job, new ExchangeSettings(stall, peer, prep.NodePrep.LinkProbe, prep.RingGroups), timeout, ct, Describe);
+            var code = await AgentsNodePrep.RunAsync(prep, dataset.Name, dataset.Version, job, new ExchangeSettings(stall, peer, prep.NodePrep.LinkProbe, prep.RingGroups), timeout, ct, Describe,
+                DrainAsync);
             if (code != 0) return code;
         }
         return 0;

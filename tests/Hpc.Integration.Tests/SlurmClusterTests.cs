@@ -105,6 +105,10 @@ public sealed class SlurmClusterTests
         }
         Assert.Matches($@"SystemComment=.*pre_run: hpcdata: 1 of 3 nodes are not ready: n3 at {System.Text.RegularExpressions.Regex.Escape(lab.Node(2).Address)}:\d+ \(no answer\)", shown);
         Assert.DoesNotContain("JobState=RUNNING", shown);
+        // The site drains a node whose agent did not answer, so the requeued job is not given it again.
+        var n3 = (await slurm.RunAsync("scontrol", "show", "node", "-o", "n3")).Output;
+        Assert.Matches("State=[A-Z+*]*DRAIN", n3);
+        Assert.Contains($"Reason=hpcdata: agent did not answer (job {second})", n3);
         await slurm.RunAsync("scancel", second);
         var never = Path.Combine(slurm.JobsDirectory, $"slurm-{second}.out");
         Assert.False(File.Exists(never) && File.ReadAllText(never).Contains("started"));
@@ -134,7 +138,7 @@ public sealed class SlurmClusterTests
                 var host = lab._topology.Hosts[0];
                 lab._cache = ComponentProcess.Start(new CacheHostOptions { Address = host.Address, Port = 6380 }, name: "cachehost", launcher: Topology.Launcher(host));
                 await lab._cache.WaitReadyAsync(Cluster.Ready);
-                lab.Slurm = await SlurmLab.StartAsync(lab._topology, site: burstBuffer ? new SlurmLab.BurstBufferSite(lab.Tier) : null);
+                lab.Slurm = await SlurmLab.StartAsync(lab._topology, site: burstBuffer ? new SlurmLab.BurstBufferSite(lab.Tier, DrainSilentNodes: true) : null);
                 return lab;
             }
             catch
