@@ -123,8 +123,11 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// <param name="tls">The cache hosts serve TLS with a certificate from a site CA made for this session; the stager
     /// and the agents verify it.</param>
     public async Task<BenchRecord> RunClusterAsync(long size, bool compress, int workers, string data, CancellationToken ct, bool warmAgents = false, string workerMode = "map",
-        string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4", int? killRank = null)
+        string fanout = "none", bool tls = false, ByteRate agentMaxRate = default, ByteRate stagerMaxRate = default, string codec = "lz4", int? killRank = null,
+        NodeFault? fault = null, double faultAfter = 0)
     {
+        if (fault is not null && (killRank is not null || fanout == "none"))
+            throw new ArgumentException("a node fault runs with a fan-out (mpi, mpich, mpi-ring, mpi-grid<G> or agents) and without --kill-rank");
         if (killRank is { } victim && (fanout is not ("mpi" or "agents") || victim < 0 || victim >= Nodes))
             throw new ArgumentException($"--kill-rank {victim}: a rank of 0-{Nodes - 1}, with --fanout mpi (Open MPI, which leaves the others running) or agents");
         if (fanout is not ("none" or "mpi" or "mpich" or "mpi-ring" or "agents") && GridGroupSize(fanout) is null) throw new ArgumentException($"fan-out '{fanout}': use none, mpi, mpich, mpi-ring, mpi-grid<G> or agents");
@@ -137,6 +140,8 @@ public sealed partial class ClusterSession : IAsyncDisposable
         config.WarmAgents = warmAgents;
         if (fanout != "none") config.Fanout = fanout;
         config.KillRank = killRank;
+        if (fault is not null) (config.Fault, config.FaultNodes) = (fault.Kind, [.. fault.Nodes.Select(n => $"node{n + 1}")]);
+        _lastFate = null;
         if (workers > 0) config.WorkerMode = workerMode;
         var file = Dataset(size, data);
         var run = $"{_runId}-c{DateTime.UtcNow:HHmmssfff}";
@@ -204,12 +209,13 @@ public sealed partial class ClusterSession : IAsyncDisposable
             var link = agentMaxRate.IsUnlimited ? null : new TrafficSampler(_ => Task.FromResult(LinkCounters()[0].Rx), SampleEvery);
             try
             {
+                var striking = fault is null ? null : new Strike(fault, faultAfter);
                 if (fanout == "agents")
                     (nodes, config.KillSeconds) = await RunAgentsFanoutAsync(processes, name, stage, hostList, run, peerKey!, ct,
-                        killRank is { } k ? (agents[k], pipes[k]) : null);
+                        killRank is { } k ? (agents[k], pipes[k]) : null, striking);
                 else if (fanout != "none")
                     (nodes, config.KillSeconds) = await RunMpiFanoutAsync(processes, name, stage, hostList, pipePattern, run, fanout == "mpich", ct, probe: fanout != "mpi-ring",
-                        ringGroups: GridGroupSize(fanout)?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "auto", killRank: killRank);
+                        ringGroups: GridGroupSize(fanout)?.ToString(System.Globalization.CultureInfo.InvariantCulture) ?? "auto", killRank: killRank, strike: striking);
                 else
                 {
                 // Every connection is open before the clock starts, so the start is common to all nodes.
@@ -222,6 +228,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
                     return new NodeTime($"node{i + 1}", wall, local.FetchSeconds, local.Length, local.Source);
                 }))).ToList();
                 }
+                if (striking is not null) (config.FaultSeconds, config.KillSeconds) = (config.KillSeconds, null);
             }
             finally
             {
@@ -250,11 +257,13 @@ public sealed partial class ClusterSession : IAsyncDisposable
             List<WorkerTime>? workerTimes = workers > 0 ? await RunWorkersAsync(processes, name, pipes, workers, workerMode, ct) : null;
 
             var samples = processes.Where(p => !p.HasExited).Select(p => ProcStats.Read(p.Name, p.Id)).Append(ProcStats.Self("driver")).ToList();
-            var measured = nodes.Max(n => n.WallSeconds);
+            // Under a fault the survivors' lines are the result; a launcher that ended every rank leaves none, and the
+            // run is then as long as the launcher took.
+            var measured = nodes.Count > 0 ? nodes.Max(n => n.WallSeconds) : timed.Elapsed.TotalSeconds;
             var limit = fanout != "none" ? Limits.Fanout(stage.StoredBytes, RateMbit) : Limits.DirectFetch(Nodes, Hosts, stage.StoredBytes, RateMbit);
             return new BenchRecord
             {
-                Kind = "cluster", Run = run, Config = config,
+                Kind = "cluster", Run = run, Config = config, JobFate = _lastFate,
                 Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
                 LimitSeconds = limit, MeasuredSeconds = measured, Efficiency = limit / measured,
                 SlowNodeLimitSeconds = config.SlowRateMbit is { } slow ? stage.StoredBytes / (slow * 1e6 / 8) : null,
@@ -292,7 +301,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// clock starts as mpiexec is started; a node's time is when its rank's line arrived.
     /// </summary>
     private async Task<(List<NodeTime> Nodes, double? KilledAt)> RunMpiFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList,
-        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true, string ringGroups = "auto", int? killRank = null)
+        string pipePattern, string run, bool mpich, CancellationToken ct, bool probe = true, string ringGroups = "auto", int? killRank = null, Strike? strike = null)
     {
         var agent = Path.Combine(_scratch, "netns-rsh");
         if (!File.Exists(agent) && !OperatingSystem.IsWindows())
@@ -333,11 +342,12 @@ public sealed partial class ClusterSession : IAsyncDisposable
              "--cache-hosts", hostList, "--no-start", "--timeout", "20m", "--link-probe", probe ? "on" : "off", "--ring-groups", ringGroups],
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "mpiexec", launcher));
         var kill = killRank is { } victim ? KillOnceExchangingAsync(pipePattern.Replace("{rank}", victim.ToString(System.Globalization.CultureInfo.InvariantCulture)),
-            run, victim, stage.Version, start, mpi, ct) : Task.FromResult<double?>(null);
-        var (arrived, exited) = await StampLinesAsync(mpi, start, ct);
+            run, victim, stage.Version, start, mpi, ct) : strike is not null ? StrikeAsync(strike, start, mpi, ct) : Task.FromResult<double?>(null);
+        var (arrived, exited) = await StampLinesAsync(mpi, start, ct, strike?.Limit);
         var code = await exited;
         var total = start.Elapsed.TotalSeconds;
         var killedAt = await kill;
+        if (strike is not null) return (Struck(strike, mpi, code, total, arrived, stage, mpich ? "mpiexec.hydra" : "mpiexec.openmpi"), killedAt);
         // With a rank killed, mpiexec reports the death in its exit code; the others' lines are the result.
         if ((code != 0 && killRank is null) || arrived.Count != Nodes - (killRank is null ? 0 : 1))
             throw new InvalidOperationException($"mpiexec exited {code} with {arrived.Count} of {Nodes} ranks' lines " +
@@ -357,7 +367,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
     /// the request's tree among the agents in the node namespaces; a node's time is when its line arrived.</summary>
     /// <param name="kill">An agent to kill (SIGKILL) once it holds part of the version, and its pipe; the run is timed by the others.</param>
     private async Task<(List<NodeTime> Nodes, double? KilledAt)> RunAgentsFanoutAsync(List<ComponentProcess> processes, string name, StageResult stage, string hostList, string run,
-        string peerKey, CancellationToken ct, (ComponentProcess Agent, string Pipe)? kill = null)
+        string peerKey, CancellationToken ct, (ComponentProcess Agent, string Pipe)? kill = null, Strike? strike = null)
     {
         var members = string.Join(",", _topology.Nodes.Select(n => $"{n.Address}:{NodeAgentOptions.DefaultPeerPort}"));
         var start = Stopwatch.StartNew();
@@ -365,10 +375,12 @@ public sealed partial class ClusterSession : IAsyncDisposable
             ["nodeprep", "--fanout", "agents", $"{name}@{stage.Version}", "--job", run, "--agents", members, "--peer-key-file", peerKey,
              "--cache-hosts", hostList, "--timeout", "20m"],
             new Dictionary<string, string?> { ["TERM"] = "dumb" }, "nodeprep-agents"));
-        var killing = kill is { } victim ? KillAgentOnceExchangingAsync(victim.Agent, victim.Pipe, stage.Version, start, request, ct) : Task.FromResult<double?>(null);
-        var (arrived, exited) = await StampLinesAsync(request, start, ct);
+        var killing = kill is { } victim ? KillAgentOnceExchangingAsync(victim.Agent, victim.Pipe, stage.Version, start, request, ct)
+            : strike is not null ? StrikeAsync(strike, start, request, ct) : Task.FromResult<double?>(null);
+        var (arrived, exited) = await StampLinesAsync(request, start, ct, strike?.Limit);
         var code = await exited;
         var killedAt = await killing;
+        if (strike is not null) return (Struck(strike, request, code, start.Elapsed.TotalSeconds, arrived, stage, "nodeprep --fanout agents"), killedAt);
         // With an agent killed, the request reports its node as not ready; the others' lines are the result.
         if ((code != 0 && kill is null) || arrived.Count != Nodes - (kill is null ? 0 : 1))
             throw new InvalidOperationException($"nodeprep --fanout agents exited {code} with {arrived.Count} of {Nodes} nodes' lines; " +
@@ -377,6 +389,48 @@ public sealed partial class ClusterSession : IAsyncDisposable
         Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture, $"  nodeprep --fanout agents: every node's line by {arrived.Values.Max():0.00} s; {summary}"));
         var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
         return ([.. NodeTimes(arrived, stage, "agents").OrderBy(n => order.IndexOf(n.Node))], killedAt);
+    }
+
+    /// <summary>A node fault to strike <paramref name="After"/> seconds into a fan-out, and how long its launcher may then
+    /// run: long enough for the survivors at any sane pace, short enough that a launcher waiting for the dead node for
+    /// ever is recorded as such.</summary>
+    internal sealed record Strike(NodeFault Fault, double After)
+    {
+        public TimeSpan Limit => TimeSpan.FromSeconds(Math.Max(120, 10 * After));
+    }
+
+    /// <summary>What became of the last fault run's launcher or request; null for healthy runs.</summary>
+    private string? _lastFate;
+
+    private async Task<double?> StrikeAsync(Strike strike, Stopwatch start, ComponentProcess launcher, CancellationToken ct)
+    {
+        _lastFate = null;
+        while (start.Elapsed.TotalSeconds < strike.After)
+        {
+            if (launcher.HasExited) return null;
+            await Task.Delay(20, ct);
+        }
+        foreach (var n in strike.Fault.Nodes) Topology.Fault(_topology.Nodes[n], strike.Fault.Kind);
+        var at = start.Elapsed.TotalSeconds;
+        Console.Error.WriteLine(string.Create(System.Globalization.CultureInfo.InvariantCulture,
+            $"  fault {strike.Fault.Kind} on {string.Join(",", strike.Fault.Nodes.Select(n => $"node{n + 1}"))} at {at:0.00} s"));
+        return at;
+    }
+
+    /// <summary>After a fault run: the survivors' node lines as the result, the launcher's fate recorded, the struck nodes'
+    /// links and processes given back (a killed node's processes are gone with it).</summary>
+    private List<NodeTime> Struck(Strike strike, ComponentProcess launcher, int code, double total, Dictionary<string, double> arrived, StageResult stage, string what)
+    {
+        var limit = strike.Limit.TotalSeconds;
+        _lastFate = launcher.HasExited && total < limit
+            ? FormattableString.Invariant($"{what} exited {code} at {total:0.00} s with {arrived.Count} of {Nodes} nodes' lines")
+            : FormattableString.Invariant($"{what} still running at {limit:0} s (ended by the bench) with {arrived.Count} of {Nodes} nodes' lines");
+        foreach (var n in strike.Fault.Nodes) Topology.Recover(_topology.Nodes[n], strike.Fault.Kind);
+        Console.Error.WriteLine($"  {_lastFate}");
+        var order = _topology.Nodes.Select((_, i) => $"node{i + 1}").ToList();
+        var mode = what.Contains("agents", StringComparison.Ordinal) ? "agents" : "mpi";
+        // A survivor that fell back to its own fetch says so; its line still counts, with what it took.
+        return [.. NodeTimes(arrived.Where(a => a.Key.Contains($"fanout={mode}", StringComparison.Ordinal)).ToDictionary(), stage, mode).OrderBy(n => order.IndexOf(n.Node))];
     }
 
     private static async Task<double?> KillAgentOnceExchangingAsync(ComponentProcess agent, string pipe, string version, Stopwatch start, ComponentProcess request,
@@ -409,12 +463,15 @@ public sealed partial class ClusterSession : IAsyncDisposable
     }
 
     /// <summary>Reads <paramref name="p"/>'s node lines as they come, each stamped with its arrival on <paramref name="start"/>.</summary>
-    private static async Task<(Dictionary<string, double> Arrived, Task<int> Exited)> StampLinesAsync(ComponentProcess p, Stopwatch start, CancellationToken ct)
+    /// <param name="limit">How long the process may run before it is ended (a launcher that waits for a dead or hung
+    /// node); 20 minutes by default.</param>
+    private static async Task<(Dictionary<string, double> Arrived, Task<int> Exited)> StampLinesAsync(ComponentProcess p, Stopwatch start, CancellationToken ct,
+        TimeSpan? limit = null)
     {
         // Lines are stamped as they arrive: the process keeps them, but not when each came.
         var arrived = new Dictionary<string, double>();
         var seen = 0;
-        var exited = p.WaitForExitAsync(TimeSpan.FromMinutes(20), ct);
+        var exited = limit is { } l ? EndAfterAsync(p, l, ct) : p.WaitForExitAsync(TimeSpan.FromMinutes(20), ct);
         while (true)
         {
             var done = exited.IsCompleted;
@@ -427,6 +484,16 @@ public sealed partial class ClusterSession : IAsyncDisposable
             await Task.WhenAny(exited, Task.Delay(10, ct));
         }
         return (arrived, exited);
+    }
+
+    private static async Task<int> EndAfterAsync(ComponentProcess p, TimeSpan limit, CancellationToken ct)
+    {
+        try { return await p.WaitForExitAsync(limit, ct); }
+        catch (TimeoutException)
+        {
+            await p.KillAsync();
+            return -1;
+        }
     }
 
     /// <summary>Each node's figures from its node prep line, which must say it took part in the fan-out (<paramref name="mode"/>).</summary>

@@ -76,8 +76,9 @@ public sealed class BenchClusterOptions : IVerbOptions
         "per run, the controller running deploy/slurm/burst_buffer.lua and every node's agent running as a service, timed from the allocation to the script's first line.")]
     public string Scheduler { get; set; } = "none";
 
-    [Switch("--fault", "With --scheduler slurm --fanout burst-buffer: after the healthy runs, one more with a node fault: kill (every process of the node's " +
-        "namespaces SIGKILLed), down (its link set down) or stop (its processes SIGSTOPped); the node is brought back once the job's fate is known.")]
+    [Switch("--fault", "After the healthy runs of each fan-out mode (mpi, mpich, agents, …; with --scheduler slurm: burst-buffer), one more with a node " +
+        "fault: kill (every process of the node's namespaces SIGKILLed), down (its link set down) or stop (its processes SIGSTOPped), struck at --fault-at of " +
+        "their median; the survivors' lines, the launcher's fate and the tier's bytes are recorded, and the node is brought back.")]
     public string? Fault { get; set; }
 
     [Switch("--fault-nodes", "The nodes the fault hits (numbered from 1; a list such as 3 or 3,4).")]
@@ -209,15 +210,32 @@ public static class BenchVerb
             var stagerMaxRate = ByteRate.Parse(o.StagerMaxRate);
             if ((!agentMaxRate.IsUnlimited || !stagerMaxRate.IsUnlimited) && (o.Matrix || fanouts.Any(f => f != "none")))
                 throw new FormatException("--agent-max-rate and --stager-max-rate run single cells with --fanout none");
+            if (o.Matrix && o.Fault is not null) throw new FormatException("--fault runs single cells, not --matrix");
             if (o.Matrix) return await MatrixAsync(o, rate, delay, ct);
             await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance, slow);
             var size = ByteSize.Parse(o.Size);
+            var fault = Fault(o, fanouts.All(f => f != "none") && o.KillRank < 0 && transports.SequenceEqual(["plain"]) ? null
+                : "--fault runs with fan-out modes only (not none), plain transport and without --kill-rank");
+            var healthy = fanouts.ToDictionary(f => f, _ => new List<double>());
             for (var run = 0; run < o.Repeat; run++)
                 foreach (var fanout in fanouts)
                     foreach (var transport in transports)
-                        Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls",
+                    {
+                        var record = await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, transport == "tls",
                             agentMaxRate, stagerMaxRate, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(),
-                            killRank: o.KillRank >= 0 && fanout is ("mpi" or "agents") ? o.KillRank : null));
+                            killRank: o.KillRank >= 0 && fanout is ("mpi" or "agents") ? o.KillRank : null);
+                        healthy[fanout].Add(record.MeasuredSeconds);
+                        Emit(o.Out, record);
+                    }
+            // After the healthy runs of each mode, one more with the fault, struck at its share of their median.
+            if (fault is not null)
+                foreach (var fanout in fanouts)
+                {
+                    var times = healthy[fanout].Order().ToList();
+                    Emit(o.Out, await session.RunClusterAsync(size, !o.NoCompress, o.Workers, o.Data, ct, o.WarmAgents, o.WorkerMode, fanout, false,
+                        agentMaxRate, stagerMaxRate, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(),
+                        fault: fault, faultAfter: fault.At * times[times.Count / 2]));
+                }
             if (o.Calibrate)
             {
                 Emit(o.Out, await session.CalibratePullAsync(size, ct, o.CalibrateTool == "iperf3"));
@@ -247,6 +265,21 @@ public static class BenchVerb
         }
     }
 
+    /// <summary>--fault, --fault-nodes and --fault-at checked; null without --fault. <paramref name="refusal"/>: why these
+    /// modes take no fault, or null when they do.</summary>
+    private static ClusterSession.NodeFault? Fault(BenchClusterOptions o, string? refusal)
+    {
+        if (o.Fault is null) return null;
+        if (!Topology.IsFault(o.Fault)) throw new FormatException($"--fault must be {Topology.FaultKinds}");
+        if (refusal is not null) throw new FormatException(refusal);
+        if (!(o.FaultAt is > 0 and < 10)) throw new FormatException("--fault-at is a share of the healthy time, above 0 and below 10");
+        var hit = o.FaultNodes.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)
+            .Select(n => int.TryParse(n, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var k) && k >= 1 && k <= o.Nodes ? k - 1
+                : throw new FormatException($"--fault-nodes: '{n}' is not a node of 1-{o.Nodes}")).Distinct().ToList();
+        if (hit.Count == 0 || hit.Count >= o.Nodes) throw new FormatException("--fault-nodes: at least one node, and not every node");
+        return new ClusterSession.NodeFault(o.Fault, hit, o.FaultAt);
+    }
+
     private static async Task<int> SlurmAsync(BenchClusterOptions o, List<string> modes, int rate, double delay, CancellationToken ct)
     {
         if (modes.Count == 0 || modes.Any(m => !Hpc.CommonData.Report.SlurmModes.IsKnown(m)))
@@ -254,18 +287,8 @@ public static class BenchVerb
         if (o.Matrix || o.Transport != "plain" || o.Workers > 0) throw new FormatException("--scheduler slurm runs single cells, plain transport, without workers");
         if (SlurmLab.Unavailable() is { } why) throw new BenchRefusedException(why, 2);
         await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
-        ClusterSession.NodeFault? fault = null;
-        if (o.Fault is not null)
-        {
-            if (!Topology.IsFault(o.Fault)) throw new FormatException($"--fault must be {Topology.FaultKinds}");
-            if (!modes.Contains(Hpc.CommonData.Report.SlurmModes.BurstBuffer)) throw new FormatException("--fault with --scheduler slurm needs --fanout burst-buffer (the MPI modes take --kill-rank)");
-            if (!(o.FaultAt is > 0 and < 10)) throw new FormatException("--fault-at is a share of the healthy time, above 0 and below 10");
-            var hit = o.FaultNodes.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries)
-                .Select(n => int.TryParse(n, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var k) && k >= 1 && k <= o.Nodes ? k - 1
-                    : throw new FormatException($"--fault-nodes: '{n}' is not a node of 1-{o.Nodes}")).Distinct().ToList();
-            if (hit.Count == 0 || hit.Count >= o.Nodes) throw new FormatException("--fault-nodes: at least one node, and not every node");
-            fault = new ClusterSession.NodeFault(o.Fault, hit, o.FaultAt);
-        }
+        var fault = Fault(o, modes.Contains(Hpc.CommonData.Report.SlurmModes.BurstBuffer) ? null
+            : "--fault with --scheduler slurm needs --fanout burst-buffer (the MPI modes take --kill-rank)");
         foreach (var r in await session.RunSlurmAsync(ByteSize.Parse(o.Size), o.Data, modes, o.Repeat, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(), ct, fault))
             if (r.Kind == "skipped") { BenchJson.Append(o.Out, r); Console.Error.WriteLine($"  N={r.Config.Nodes} {r.Note}"); }
             else Emit(o.Out, r);
