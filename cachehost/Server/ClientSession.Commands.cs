@@ -274,10 +274,27 @@ internal sealed partial class ClientSession
         }
         // Whether a writer's lock was free is known only before the command runs: afterwards a refused SET NX and a
         // take look alike when the poller sends the value the lock holds.
-        var writer = _user is { Role: CacheRole.Writer } w && _command.Count >= 2 && WriteRules.IsLock(_command.Span(1)) ? w : null;
-        var lockWasFree = writer is not null && command.Name == "set" && !Store.Exists(_command.Span(1));
+        var locks = _command.Count >= 2 && WriteRules.IsLock(_command.Span(1)) && command.Name is "set" or "del";
+        var writer = locks && _user is { Role: CacheRole.Writer } w ? w : null;
+        var lockWasFree = locks && command.Name == "set" && !Store.Exists(_command.Span(1));
+        if (lockWasFree && writer is not null && _server.Locks.HeldBack(writer, _command.Span(1)))
+        {
+            // The version's owner or an administrator is waiting for this lock, so the next take is theirs. The writer
+            // finds it held, as it was a moment ago, and a job step of its own polls on rather than failing.
+            _reply.WriteNullBulk();
+            return;
+        }
         command.Handler(this);
+        // A SET NX that found the lock held: its sender waits for it. An administrator's plain SET took it over instead.
+        if (locks && command.Name == "set" && !lockWasFree && _user is { Role: >= CacheRole.Writer } poller && IsSetNx())
+            _server.Locks.Polled(poller, _command.Span(1));
         if (writer is not null) AccountLock(writer, command, lockWasFree);
+    }
+
+    private bool IsSetNx()
+    {
+        WriteRules.ReadOptions(_command, 3, out _, out bool onlyIfAbsent);
+        return onlyIfAbsent;
     }
 
     /// <summary>
