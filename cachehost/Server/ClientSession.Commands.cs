@@ -274,7 +274,7 @@ internal sealed partial class ClientSession
         }
         // Whether a writer's lock was free is known only before the command runs: afterwards a refused SET NX and a
         // take look alike when the poller sends the value the lock holds.
-        var locks = _command.Count >= 2 && WriteRules.IsLock(_command.Span(1)) && command.Name is "set" or "del";
+        var locks = command.Name is "set" or "del" && _command.Count >= 2 && WriteRules.IsLock(_command.Span(1));
         var writer = locks && _user is { Role: CacheRole.Writer } w ? w : null;
         var lockWasFree = locks && command.Name == "set" && !Store.Exists(_command.Span(1));
         if (writer is not null && command.Name == "set" && (!lockWasFree || _server.Locks.HeldBack(writer, _command.Span(1))))
