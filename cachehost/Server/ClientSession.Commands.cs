@@ -274,10 +274,30 @@ internal sealed partial class ClientSession
         }
         // Whether a writer's lock was free is known only before the command runs: afterwards a refused SET NX and a
         // take look alike when the poller sends the value the lock holds.
-        var writer = _user is { Role: CacheRole.Writer } w && _command.Count >= 2 && WriteRules.IsLock(_command.Span(1)) ? w : null;
-        var lockWasFree = writer is not null && command.Name == "set" && !Store.Exists(_command.Span(1));
+        var locks = command.Name is "set" or "del" && _command.Count >= 2 && WriteRules.IsLock(_command.Span(1));
+        var writer = locks && _user is { Role: CacheRole.Writer } w ? w : null;
+        var lockWasFree = locks && command.Name == "set" && !Store.Exists(_command.Span(1));
+        if (writer is not null && command.Name == "set" && (!lockWasFree || _server.Locks.HeldBack(writer, _command.Span(1))))
+        {
+            // A writer's SET of a lock is always NX, and what it finds is decided here, not again by the handler: a
+            // lock that expires between the two would be stored as a take that neither the ledger nor the waiters saw.
+            // When the version's owner or an administrator is waiting for a free lock, the next take is theirs: the
+            // writer finds it held, as it was a moment ago, and a job step of its own polls on rather than failing.
+            _reply.WriteNullBulk();
+            if (!lockWasFree) _server.Locks.Polled(writer, _command.Span(1));
+            return;
+        }
         command.Handler(this);
+        // An administrator's SET NX that found the lock held: it waits for it. A plain SET took it over instead.
+        if (locks && command.Name == "set" && !lockWasFree && _user is { Role: CacheRole.Admin } admin && IsSetNx())
+            _server.Locks.Polled(admin, _command.Span(1));
         if (writer is not null) AccountLock(writer, command, lockWasFree);
+    }
+
+    private bool IsSetNx()
+    {
+        WriteRules.ReadOptions(_command, 3, out _, out bool onlyIfAbsent);
+        return onlyIfAbsent;
     }
 
     /// <summary>

@@ -1,4 +1,10 @@
+using System.Text;
+using Hpc.CommonData.Cache;
+
 namespace Hpc.CacheHost.Server;
+
+/// <summary>The dataset of the version whose lock is <paramref name="lockKey"/>, from the manifest the host holds; null without one.</summary>
+internal delegate string? DatasetOfLock(ReadOnlySpan<byte> lockKey);
 
 /// <summary>
 /// How long each writer account has held each version's lock (<c>hcd:lock:VERSION</c>). A lock serializes the job
@@ -9,8 +15,15 @@ namespace Hpc.CacheHost.Server;
 /// that version's lock until it has paid it down. Job steps hold a lock for a round trip or two, so thousands of them
 /// pass; an account taking it for the longest life each time holds it about a quarter of the time, and the others take
 /// it in between. The ledger is the host's memory alone: a restart forgets it, as it forgets the locks.
+/// <para>
+/// Each account pays for its own holds, so several accounts taking turns could chain theirs without a gap. So the
+/// version's owners (the accounts owning the dataset of the manifest the host holds) and administrators go first:
+/// while one of them polls a lock another account holds, the next take is theirs, and the owner's job end step waits
+/// only for the hold in progress (at most <see cref="WriteRules.MaxLockMs"/>). A host without the manifest cannot
+/// tell the owners, so there only administrators go first.
+/// </para>
 /// </summary>
-internal sealed class LockLedger(TimeProvider time)
+internal sealed class LockLedger(TimeProvider time, DatasetOfLock? datasetOf = null)
 {
     /// <summary>Debt an account may carry and still take the lock: a burst of short holds.</summary>
     public const long BurstMs = 5_000;
@@ -18,6 +31,14 @@ internal sealed class LockLedger(TimeProvider time)
     public const int Payback = 3;
     /// <summary>Entries kept before paid-off ones are dropped.</summary>
     private const int PruneAbove = 4_096;
+    /// <summary>
+    /// How long after an owner's or administrator's last poll that found the lock held the next take stays theirs: a
+    /// job step polls every 10–50 ms, so a waiter never lapses between its polls, and one that gave up holds no one
+    /// back for longer than this.
+    /// </summary>
+    public const long WaitWindowMs = 1_000;
+    /// <summary>The longest lock key the waiting table looks up without allocating (a version's is 73 characters).</summary>
+    private const int MaxKeyChars = 128;
 
     private sealed class Holding
     {
@@ -27,7 +48,15 @@ internal sealed class LockLedger(TimeProvider time)
         public bool Open;
     }
 
+    /// <summary>Who waits for one version's lock; its dataset is kept, as a version's manifest never changes.</summary>
+    private sealed class Waiters
+    {
+        public string? Dataset;
+        public long OwnersUntil, AdminsUntil, PolledAt;
+    }
+
     private readonly Dictionary<(string Account, string Key), Holding> _holdings = [];
+    private readonly Dictionary<string, Waiters> _waiters = [];
     private readonly Lock _gate = new();
 
     private long Now => (long)time.GetElapsedTime(0).TotalMilliseconds;
@@ -79,6 +108,56 @@ internal sealed class LockLedger(TimeProvider time)
         }
     }
 
+    /// <summary>
+    /// Whether <paramref name="writer"/>'s take of the free lock <paramref name="key"/> is held back: a version's owner
+    /// or an administrator is waiting for it, and the writer is neither.
+    /// </summary>
+    public bool HeldBack(CacheUser writer, ReadOnlySpan<byte> key)
+    {
+        Span<char> chars = stackalloc char[MaxKeyChars];
+        if (key.Length > MaxKeyChars) return false;
+        chars = chars[..Encoding.Latin1.GetChars(key, chars)];
+        lock (_gate)
+        {
+            if (_waiters.Count == 0 || !_waiters.GetAlternateLookup<ReadOnlySpan<char>>().TryGetValue(chars, out var w)) return false;
+            var now = Now;
+            return now < w.AdminsUntil || (now < w.OwnersUntil && w.Dataset is { } dataset && !writer.Owns(dataset));
+        }
+    }
+
+    /// <summary>
+    /// <paramref name="user"/>'s SET NX found the lock <paramref name="key"/> held: an owner of the version or an
+    /// administrator is waiting for it now.
+    /// </summary>
+    public void Polled(CacheUser user, ReadOnlySpan<byte> key)
+    {
+        Span<char> chars = stackalloc char[MaxKeyChars];
+        if (key.Length > MaxKeyChars) return;
+        chars = chars[..Encoding.Latin1.GetChars(key, chars)];
+        var admin = user.Role == CacheRole.Admin;
+        string? dataset;
+        lock (_gate)
+            dataset = _waiters.GetAlternateLookup<ReadOnlySpan<char>>().TryGetValue(chars, out var known) ? known.Dataset : null;
+        // Decoding the manifest is the costly part, done once per version and outside the gate; other accounts polling
+        // a version create its entry too, so their polls find the dataset here and decode nothing.
+        if (dataset is null && !admin) dataset = datasetOf?.Invoke(key);
+        if (dataset is null && !admin) return;
+        var now = Now;
+        lock (_gate)
+        {
+            var waiting = _waiters.GetAlternateLookup<ReadOnlySpan<char>>();
+            if (!waiting.TryGetValue(chars, out var w))
+            {
+                if (_waiters.Count >= PruneAbove) PruneWaiters(now);
+                waiting[chars] = w = new Waiters();
+            }
+            w.Dataset ??= dataset;
+            w.PolledAt = now;
+            if (admin) w.AdminsUntil = now + WaitWindowMs;
+            else if (w.Dataset is { } d && user.Owns(d)) w.OwnersUntil = now + WaitWindowMs;
+        }
+    }
+
     /// <summary>Brings a holding's debt up to <paramref name="now"/>: paid back over time, a hold that expired added whole.</summary>
     private static double Settle(Holding h, long now)
     {
@@ -97,6 +176,12 @@ internal sealed class LockLedger(TimeProvider time)
         if (until <= h.SettledAt) return;
         h.DebtMs = Math.Max(0, h.DebtMs - (double)(until - h.SettledAt) / Payback);
         h.SettledAt = until;
+    }
+
+    private void PruneWaiters(long now)
+    {
+        foreach (var (key, w) in _waiters.ToList())
+            if (now - w.PolledAt > 10 * WaitWindowMs) _waiters.Remove(key);
     }
 
     private void Prune(long now)

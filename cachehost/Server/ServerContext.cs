@@ -24,7 +24,7 @@ internal sealed class ServerContext
         Admission = new ConnectionAdmission(time);
         Shares = new AccountShares(Options.MaxClients, Options.AccountShare, ConnectionAdmission.WritersTogether(Options.MaxClients));
         LogGates = new LogGates(time);
-        Locks = new LockLedger(time);
+        Locks = new LockLedger(time, key => WriteRules.DatasetOfLock(store, key));
         StartTimestamp = time.GetTimestamp();
         Version = typeof(ServerContext).Assembly.GetCustomAttribute<AssemblyInformationalVersionAttribute>()?.InformationalVersion
             ?? typeof(ServerContext).Assembly.GetName().Version?.ToString() ?? "0.0.0";

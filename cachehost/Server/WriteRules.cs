@@ -218,6 +218,17 @@ internal static class WriteRules
     /// <summary>Whether <paramref name="key"/> is a version's lock (what <see cref="LockLedger"/> accounts for).</summary>
     public static bool IsLock(ReadOnlySpan<byte> key) => key.StartsWith(LockKey);
 
+    /// <summary>The dataset of the version whose lock is <paramref name="lockKey"/>, from the manifest this host holds; null without one.</summary>
+    public static string? DatasetOfLock(CacheStore store, ReadOnlySpan<byte> lockKey)
+    {
+        var hex = lockKey[LockKey.Length..];
+        if (!TryId(hex, out var id)) return null;
+        Span<byte> manifestKey = stackalloc byte[ManifestKey.Length + hex.Length];
+        ManifestKey.CopyTo(manifestKey);
+        hex.CopyTo(manifestKey[ManifestKey.Length..]);
+        return store.TryPeek(manifestKey, out var stored) && Decode(stored, id, out var manifest) is null ? manifest!.Name : null;
+    }
+
     private static string? CheckOwner(CacheUser user, string name) => user.Owns(name) ? null
         : $"NOPERM dataset {name} is not among the names of account {user.Name} (users file: names {user.Name} ...): User {user.Name} may read it but not change it";
 

@@ -182,6 +182,50 @@ public sealed class OwnershipTests(Xunit.Abstractions.ITestOutputHelper output)
         Assert.Null(await alice.GetLatestAsync("risk/polled"));
     }
 
+    /// <summary>
+    /// Four other writer accounts take a version's lock in turn, each the moment it is free and for the longest life a
+    /// host gives: each is refused for a while after its hold, but together they could keep it held without a gap. The
+    /// owner's job end step, waiting for it, takes it next, when the hold in progress ends.
+    /// </summary>
+    [Fact]
+    public async Task Four_writer_accounts_taking_turns_at_a_versions_lock_do_not_keep_the_owners_end_step_out()
+    {
+        string[] others = ["mallory", "mallet", "trudy", "eve"];
+        await using var c = new Cluster();
+        var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes(
+            "alice writer a-pass\nnames alice risk/*\n" + string.Concat(others.Select(o => $"{o} writer {o}-pass\n"))));
+        await c.StartCacheHostAsync(o => o.UsersFile = users);
+        var (staged, _, stageErr) = await c.RunAsync("Hpc.Stager", [Cluster.WriteFile(c.Root, "chained.bin", Cluster.RandomBytes(100_000, seed: 73)), "--name", "risk/chained",
+            "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        Assert.True(staged == 0, stageErr);
+        CacheTierOptions As(string user, string password) => new() { Hosts = c.Hosts.ToList(), User = user, Password = password };
+        await using var alice = new CacheTierClient(As("alice", "a-pass"));
+        var version = (await alice.GetLatestAsync("risk/chained"))!;
+        await alice.Catalog.AddJobAsync(version, "job-a");
+
+        var lockKey = CacheKeys.Lock(version);
+        using var stop = new CancellationTokenSource();
+        var takes = 0;
+        var pollers = others.Select(other => Task.Run(async () =>
+        {
+            await using var client = new CacheTierClient(As(other, other + "-pass"));
+            while (!stop.IsCancellationRequested)
+                if ((await client.ExecuteOnAsync(0, "SET"u8.ToArray(), [lockKey, other + ":x", "NX", "PX", "15000"])).Kind == RespKind.SimpleString)
+                    Interlocked.Increment(ref takes);
+        })).ToArray();
+        while (Volatile.Read(ref takes) == 0) await Task.Delay(5);
+
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var (removed, _, removeErr) = await c.RunAsync("hpcdata", ["remove", "risk/chained", "--job", "job-a", "--cache-hosts", c.HostList], Cluster.As("alice", "a-pass"));
+        var took = clock.Elapsed;
+        await stop.CancelAsync();
+        await Task.WhenAll(pollers);
+        output.WriteLine($"the owner's end step took {took.TotalSeconds:0.0} s against {others.Length} accounts polling; they took the lock {takes} time(s)");
+        Assert.True(removed == 0, $"the owner's end step exited {removed} after {took.TotalSeconds:0.0} s: {removeErr}");
+        Assert.True(took < TimeSpan.FromSeconds(20), $"the owner's end step took {took.TotalSeconds:0.0} s");
+        Assert.Null(await alice.GetLatestAsync("risk/chained"));
+    }
+
     [Fact]
     public async Task A_jobs_reference_is_its_accounts_alone_and_the_writer_that_registered_it_ends_it()
     {

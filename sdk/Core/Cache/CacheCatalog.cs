@@ -439,8 +439,9 @@ public sealed class CacheCatalog
 
     /// <summary>
     /// A lock that expires on its own (10 s), so a crashed holder cannot wedge the version. Tried for 30 s: a host lets a
-    /// writer hold a lock at most 15 s and not again at once, so another account holding it delays, never stops, a job
-    /// step; the failure names whoever held it.
+    /// writer hold a lock at most 15 s and not again at once, and gives it next to the version's owner or an
+    /// administrator while one polls for it, so other accounts holding it delay, never stop, the owner's job step; the
+    /// failure names whoever held it.
     /// </summary>
     private async Task LockAsync(string lockKey, string version, string holder, CancellationToken ct)
     {
