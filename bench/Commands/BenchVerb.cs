@@ -371,9 +371,11 @@ public static class BenchVerb
         BenchJson.Append(dir, r);
         var what = r.Kind == "calibration" ? $"tcp {r.Pattern,-9}" : $"cluster {(r.Config.Compress ? r.Config.Codec ?? "lz4" : "raw")}{(r.Config.Fanout is { } f ? " " + f : "")}{(r.Config.Tls == true ? " tls" : "")}  ";
         var nodes = r.Nodes.Select(x => x.WallSeconds).Order().ToList();
+        var spread = nodes.Count == 0 ? "no node's line" : string.Create(CultureInfo.InvariantCulture, $"nodes {nodes[0]:0.00}…{nodes[^1]:0.00}");
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  {what} N={r.Config.Nodes,-2} H={r.Config.Hosts} S={ByteSize.Format(r.Config.SizeBytes),-7} " +
-            $"{r.MeasuredSeconds,7:0.00} s (nodes {nodes[0]:0.00}…{nodes[^1]:0.00}), limit {r.LimitSeconds,7:0.00} s, efficiency {r.Efficiency:P1}"));
+            $"{r.MeasuredSeconds,7:0.00} s ({spread}), limit {r.LimitSeconds,7:0.00} s, efficiency {r.Efficiency:P1}") +
+            (r.JobFate is { } fate ? $"; {fate}" : ""));
         if (r.Config.SlowNodes is { } slow)
         {
             // Each node's own time, the slow ones against their own link's limit, the others against the cell's.
