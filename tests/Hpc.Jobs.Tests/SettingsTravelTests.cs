@@ -103,7 +103,8 @@ public sealed class SettingsTravelTests : IDisposable
         var hpcPack = HpcPackCommands.Generate(job);
         if (attribute.ThisMachine)
         {
-            Assert.DoesNotContain(attribute.Environment!, slurm);
+            Assert.DoesNotContain($"export {attribute.Environment}=", slurm);
+            Assert.Contains($"\nunset {attribute.Environment} ", slurm);   // sbatch would pass the submitting machine's on
             Assert.DoesNotContain(attribute.Environment!, hpcPack);
             Assert.False(LocalScheduler.JobEnvironment(job, "job-1", "pipe-1").ContainsKey(attribute.Environment!));
             // On a node, given there (its own address): node prep → the agent it starts on the same node.
