@@ -62,6 +62,13 @@ public sealed record JobSpec(
     public IReadOnlyList<KeyValuePair<string, string>> NodePrepVariables =>
         [.. NodePrepSwitches.Group.ToVariables(NodePrep ?? new NodePrepSwitches()), .. Verbose ? [new(VerboseSwitch.Variable, "true")] : Array.Empty<KeyValuePair<string, string>>()];
 
+    /// <summary>
+    /// The variables of the cache tier's settings that belong to the machine they are set on (an address of its own):
+    /// a scheduler that passes the submitting environment on (sbatch) must drop them, for the nodes are other machines.
+    /// </summary>
+    public static IReadOnlyList<string> ThisMachineVariables { get; } =
+        [.. Hpc.Jobs.Cli.CacheClientOptions.Group.Switches.Where(s => s.ThisMachine && s.Environment is not null).Select(s => s.Environment!)];
+
     /// <summary>The cache tier's secrets that were given (the password), as the variables that carry them.</summary>
     public IReadOnlyList<KeyValuePair<string, string>> CacheTierSecrets => Hpc.Jobs.Cli.CacheClientOptions.Group.SecretVariables(CacheTier);
 

@@ -36,6 +36,10 @@ public static class SlurmScript
         foreach (var (name, value) in job.CacheTierVariables) s.Append($"export {name}={Quote.Sh(value)}\n");
         foreach (var (name, _) in job.CacheTierSecrets)
             s.Append($"# {name} is not written here: sbatch passes it from the submitting environment (--export=ALL).\n");
+        // sbatch passes the submitting machine's own settings too (an address of its own), which the nodes lack: each
+        // node takes its own from its settings file instead.
+        foreach (var name in JobSpec.ThisMachineVariables)
+            s.Append($"unset {name} # the submitting machine's own; each node's is in its client settings file\n");
         if (job.AgentPipe is not null) s.Append($"export HPCDATA_AGENT_PIPE={Quote.Sh(job.AgentPipe)}\n");
         foreach (var (name, value) in job.NodePrepVariables) s.Append($"export {name}={Quote.Sh(value)}\n");
         s.Append($"""

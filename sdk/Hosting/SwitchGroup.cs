@@ -136,7 +136,8 @@ public sealed class SwitchGroup
     /// <summary>
     /// The group's settings as the variables its switches are read from, for a job's environment: every switch with a
     /// variable whose value differs from the type's default, in declaration order. Secrets are left out (a job script
-    /// must never carry one): <see cref="SecretVariables"/> has them, for an environment that is not written down.
+    /// must never carry one): <see cref="SecretVariables"/> has them, for an environment that is not written down. So
+    /// are a machine's own settings (<see cref="SwitchAttribute.ThisMachine"/>): the job's nodes are other machines.
     /// </summary>
     public IReadOnlyList<KeyValuePair<string, string>> ToVariables(object value) => Variables(value, secret: false);
 
@@ -150,7 +151,7 @@ public sealed class SwitchGroup
         var variables = new List<KeyValuePair<string, string>>();
         foreach (var (s, p) in _switches)
         {
-            if (s.Environment is not { } name || s.Secret != secret) continue;
+            if (s.Environment is not { } name || s.Secret != secret || s.ThisMachine) continue;
             var text = SettingValues.Format(p.GetValue(value));
             if (text is not { Length: > 0 } || text == SettingValues.Format(p.GetValue(defaults))) continue;
             variables.Add(new(name, text));

@@ -7,7 +7,8 @@ using Hpc.Jobs.Fanout;
 namespace Hpc.Jobs.Tests;
 
 /// <summary>
-/// The fan-out against real processes: one cache host, one real node agent per rank, the ranks in this process. The
+/// The fan-out against real processes: one cache host, one real node agent per rank (each node from its own address,
+/// <see cref="Sandbox.NodeTier"/>), the ranks in this process. The
 /// exchange only hands segments to the agents; each node's ordinary prefetch then verifies and publishes.
 /// </summary>
 public sealed class FanoutTests
@@ -22,7 +23,7 @@ public sealed class FanoutTests
             var pipe = s.NewPipe();
             var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
             {
-                Pipe = pipe, DataDirectory = Path.Combine(s.Root, $"node{i}"), CacheTier = { Hosts = [.. s.Hosts] }, NodeName = $"node{i}",
+                Pipe = pipe, DataDirectory = Path.Combine(s.Root, $"node{i}"), CacheTier = s.NodeTier(), NodeName = $"node{i}",
             }));
             await agent.WaitReadyAsync(Sandbox.Ready);
             pipes.Add(pipe);
@@ -37,7 +38,7 @@ public sealed class FanoutTests
         await s.StartCacheHostAsync();
         var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(6 << 20)), "risk/fan");
         var pipes = await StartAgentsAsync(s, 4);
-        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        await using var tier = new CacheTierClient(s.NodeTier());
         var before = await Sandbox.BytesSentAsync(tier);
 
         var ranks = InProcessRanks.Create(4);
@@ -128,7 +129,7 @@ public sealed class FanoutTests
         var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(3 << 20, seed: 9)), "risk/held");
         var pipes = await StartAgentsAsync(s, 3);
         await using (var first = await AgentClient.ConnectAsync(pipes[1])) await first.PrefetchAsync("risk/held", staged.Version);
-        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        await using var tier = new CacheTierClient(s.NodeTier());
 
         var ranks = InProcessRanks.Create(3);
         var summaries = await Task.WhenAll(ranks.Select(async r =>
@@ -165,7 +166,7 @@ public sealed class FanoutTests
         var pipes = await StartAgentsAsync(s, 3);
         foreach (var pipe in pipes)
             await using (var agent = await AgentClient.ConnectAsync(pipe)) await agent.PrefetchAsync("risk/daily", v1.Version);
-        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        await using var tier = new CacheTierClient(s.NodeTier());
         var before = await Sandbox.BytesSentAsync(tier);
 
         var ranks = InProcessRanks.Create(3);
@@ -195,7 +196,7 @@ public sealed class FanoutTests
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
         var pipes = await StartAgentsAsync(s, 2);
-        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        await using var tier = new CacheTierClient(s.NodeTier());
         var ranks = InProcessRanks.Create(2);
         var errors = await Task.WhenAll(ranks.Select(async r =>
         {

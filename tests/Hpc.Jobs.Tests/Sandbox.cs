@@ -1,12 +1,15 @@
 using System.Text.Json;
 using Hpc.CommonData.Agent;
+using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
 
 namespace Hpc.Jobs.Tests;
 
 /// <summary>
 /// Real processes for one test: cache hosts, the stager, and <c>hpcdata</c> itself, with a private state directory
-/// and pipe names so node agents that nodeprep starts are found again and always stopped on dispose.
+/// and pipe names so node agents that nodeprep starts are found again and always stopped on dispose. Each program
+/// started here reaches the cache tier from a node address of its own (<see cref="NodeAddresses"/>), as the nodes of
+/// a cluster do, and so does every agent or job it starts in turn.
 /// </summary>
 public sealed class Sandbox : IAsyncDisposable
 {
@@ -38,6 +41,9 @@ public sealed class Sandbox : IAsyncDisposable
         return address;
     }
 
+    /// <summary>The cache tier as one more node reaches it: these hosts, from a node address of its own.</summary>
+    public CacheTierOptions NodeTier() => new() { Hosts = [.. Hosts], SourceAddress = NodeAddresses.Next() };
+
     public ComponentProcess Track(ComponentProcess p) { lock (_processes) _processes.Add(p); return p; }
 
     public async Task StopCacheHostsAsync()
@@ -62,7 +68,8 @@ public sealed class Sandbox : IAsyncDisposable
     /// <summary>Runs <c>hpcdata</c> with the sandbox's state directory.</summary>
     public Task<Result> HpcdataAsync(string[] args, IDictionary<string, string?>? env = null, TimeSpan? timeout = null)
     {
-        var all = new Dictionary<string, string?>(env ?? new Dictionary<string, string?>()) { ["HPCDATA_STATE_DIR"] = StateDirectory };
+        var all = NodeAddresses.OwnNode(env);
+        all["HPCDATA_STATE_DIR"] = StateDirectory;
         // This machine's client settings files stay out of the tests unless a test names one.
         all.TryAdd(ClientConfig.FileVariable, "/dev/null");
         return RunAsync("hpcdata", args, all, timeout);
@@ -70,14 +77,15 @@ public sealed class Sandbox : IAsyncDisposable
 
     public ComponentProcess StartHpcdata(string[] args, IDictionary<string, string?>? env = null)
     {
-        var all = new Dictionary<string, string?>(env ?? new Dictionary<string, string?>()) { ["HPCDATA_STATE_DIR"] = StateDirectory };
+        var all = NodeAddresses.OwnNode(env);
+        all["HPCDATA_STATE_DIR"] = StateDirectory;
         all.TryAdd(ClientConfig.FileVariable, "/dev/null");
         return Track(ComponentProcess.Start("hpcdata", args, all, name: "hpcdata " + args[0]));
     }
 
     public async Task<Result> RunAsync(string assembly, string[] args, IDictionary<string, string?>? env = null, TimeSpan? timeout = null)
     {
-        await using var p = ComponentProcess.Start(assembly, args, env);
+        await using var p = ComponentProcess.Start(assembly, args, NodeAddresses.OwnNode(env));
         var code = await p.WaitForExitAsync(timeout ?? TimeSpan.FromMinutes(3));
         return new Result(code, p.StandardOutput.ToList(), p.StandardErrorTail);
     }

@@ -96,10 +96,25 @@ public sealed class SettingsTravelTests : IDisposable
         Assert.Equal(expected, Arrived(ProgramContract<StagerOptions>.ToArguments(stager), ProgramContract<StagerOptions>.SecretEnvironment(stager),
             attribute, sample, (args, env) => BindProgram<StagerOptions>(args, env).CacheTier, property));
 
-        // prestage → the job's script: every setting as a variable, a secret nowhere in it.
+        // prestage → the job's script: every setting as a variable, a secret nowhere in it, nor a setting of the
+        // submitting machine's own (an address of its own would be one the job's nodes lack).
         var job = new JobSpec("hpcdata-risk-x", "risk/x", new string('a', 64), prestage.CacheTierFor(hosts), 2, 1, ["hpcdata", "worker"]);
         var slurm = SlurmScript.Generate(job);
         var hpcPack = HpcPackCommands.Generate(job);
+        if (attribute.ThisMachine)
+        {
+            Assert.DoesNotContain($"export {attribute.Environment}=", slurm);
+            Assert.Contains($"\nunset {attribute.Environment} ", slurm);   // sbatch would pass the submitting machine's on
+            Assert.DoesNotContain(attribute.Environment!, hpcPack);
+            Assert.False(LocalScheduler.JobEnvironment(job, "job-1", "pipe-1").ContainsKey(attribute.Environment!));
+            // On a node, given there (its own address): node prep → the agent it starts on the same node.
+            var (onNode, onNodeProblem) = VerbContract<NodePrepOptions>.Parse(["--fanout", "none", name, sample], NoVariables);
+            Assert.Null(onNodeProblem);
+            var nodeAgent = NodePrepCommand.AgentFor(onNode, "pipe-1", Path.Combine(_dir, "node"));
+            Assert.Equal(expected, Arrived(ProgramContract<NodeAgentOptions>.ToArguments(nodeAgent), ProgramContract<NodeAgentOptions>.SecretEnvironment(nodeAgent),
+                attribute, sample, (args, env) => BindProgram<NodeAgentOptions>(args, env).CacheTier, property));
+            return;
+        }
         if (attribute.Secret)
         {
             Assert.DoesNotContain(sample, slurm);
@@ -325,6 +340,7 @@ public sealed class SettingsTravelTests : IDisposable
             "--cache-hosts" => "cacheA:7001,cacheB:7002",
             "--cache-password" => "s3cret-Pw",
             "--cache-password-file" or "--cache-ca" => file,
+            "--cache-source-address" => "127.0.0.2",
             _ when type == typeof(bool) => "true",
             _ when type == typeof(int) => "2",
             _ when type == typeof(ByteRate) => "100mbit",

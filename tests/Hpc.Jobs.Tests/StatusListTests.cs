@@ -36,7 +36,7 @@ public sealed class StatusListTests
         var pipe = s.NewPipe();
         var agent = s.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
         {
-            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = new CacheTierOptions { Hosts = s.Hosts.ToList() },
+            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = s.NodeTier(),
         }), name: "agent"));
         await agent.WaitReadyAsync(Sandbox.Ready);
 
@@ -124,7 +124,7 @@ public sealed class StatusListTests
         var second = JsonSerializer.Deserialize<Sandbox.Staged>(r.Stdout.Last(), JsonSerializerOptions.Web)!;
         var other = await s.StageAsync(s.WriteFile("b.bin", Sandbox.RandomBytes(65536 + 7, seed: 3)), "risk/b");
         int newestSegments;
-        await using (var tier = new CacheTierClient(new CacheTierOptions { Hosts = s.Hosts.ToList() }))
+        await using (var tier = new CacheTierClient(s.NodeTier()))
         {
             await tier.Catalog.AddJobAsync(other.Version, "job-9");
             newestSegments = (await tier.ResolveAsync("risk/a", second.Version)).Manifest.Segments.Count;
@@ -168,7 +168,7 @@ public sealed class StatusListTests
         await s.StartCacheHostAsync();
         var staged = await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(4 * 65536)), "risk/st");
         int segments;
-        await using (var tier = new CacheTierClient(new CacheTierOptions { Hosts = s.Hosts.ToList() }))
+        await using (var tier = new CacheTierClient(s.NodeTier()))
             segments = (await tier.ResolveAsync("risk/st")).Manifest.Segments.Count; // lookups that hit
 
         var r = await s.HpcdataAsync(["status", "--cache-hosts", $"{s.HostList},127.0.0.1:1", "--json"]);
@@ -205,7 +205,7 @@ public sealed class StatusListTests
         var pipe = s.NewPipe();
         var agent = s.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
         {
-            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = new CacheTierOptions { Hosts = s.Hosts.ToList() },
+            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = s.NodeTier(),
         }), name: "agent"));
         await agent.WaitReadyAsync(Sandbox.Ready);
         await using var client = await AgentClient.ConnectAsync(pipe);
@@ -255,7 +255,7 @@ public sealed class StatusListTests
         var pipe = s.NewPipe();
         var agent = s.Track(ComponentProcess.Start("Hpc.NodeAgent", ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
         {
-            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = new CacheTierOptions { Hosts = s.Hosts.ToList() },
+            Pipe = pipe, DataDirectory = Path.Combine(s.Root, "node"), CacheTier = s.NodeTier(),
         }), name: "agent"));
         await agent.WaitReadyAsync(Sandbox.Ready);
         var prep = await s.HpcdataAsync(["nodeprep", $"risk/short@{first.Version[..8]}", "--job", "j1", "--pipe", pipe, "--no-start"]);

@@ -281,6 +281,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
         public long SilentSince;
         private readonly ConcurrentBag<RespConnection> _idle = [];
         private readonly SemaphoreSlim _slots = new(Math.Max(1, options.ConnectionsPerHost));
+        private readonly System.Net.IPAddress? _source = options.SourceIPAddress;
 
         public async Task<RespConnection> RentAsync(CancellationToken ct)
         {
@@ -291,7 +292,7 @@ internal sealed class CacheHostSet : IAsyncDisposable
                     if (!c.IsBroken && !c.IsClosedByPeer()) return c;
                     else await c.DisposeAsync();
                 var started = System.Diagnostics.Stopwatch.GetTimestamp();
-                var fresh = await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls, rateLimit);
+                var fresh = await RespConnection.ConnectAsync(endpoint, options.Password, options.ConnectTimeout, ct, options.User, tls, rateLimit, _source);
                 // What an operator asks first when a command is slow or refused (hpcdata -v): where, how long, as whom.
                 if (logger.IsEnabled(LogLevel.Debug))
                     logger.LogDebug("Connected to {Host} in {Ms:0.0} ms{Tls}{Account}", endpoint, System.Diagnostics.Stopwatch.GetElapsedTime(started).TotalMilliseconds,

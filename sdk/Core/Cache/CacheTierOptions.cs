@@ -1,3 +1,5 @@
+using System.Net;
+using System.Net.Sockets;
 using Hpc.CommonData.Hosting;
 
 namespace Hpc.CommonData.Cache;
@@ -45,6 +47,14 @@ public sealed class CacheTierOptions
     [Switch("--max-rate", "most bytes per second to and from the cache tier, all connections together (e.g. 100MB, 800mbit; 0: unlimited)",
         Environment = MaxRateVariable, Meta = "RATE")]
     public ByteRate MaxRate { get; set; }
+    /// <summary>
+    /// This machine's address that connections to the cache tier leave from: on a node with several interfaces, the one
+    /// on the network the cache hosts are to be reached over. The hosts count connections per client address
+    /// (<c>--max-clients-per-address</c>), so it is also whom they count them against. A setting of the machine it is
+    /// given on, never handed to a job's other nodes. None: the system's routing picks it.
+    /// </summary>
+    [Switch("--cache-source-address", SourceAddressHelp, Environment = SourceAddressVariable, Meta = "ADDR", ThisMachine = true)]
+    public string? SourceAddress { get; set; }
     /// <summary>Connections kept per host; each carries one pipelined batch at a time.</summary>
     public int ConnectionsPerHost { get; set; } = 4;
     /// <summary>Keys per MGET / pipelined SET batch (16 × 64 KB ≈ 1 MB in flight per connection).</summary>
@@ -79,6 +89,7 @@ public sealed class CacheTierOptions
     public const string PasswordFileHelp = "file whose first line is the AUTH password of the cache hosts";
     public const string TlsHelp = "connect to the cache hosts over TLS, checking their certificates";
     public const string ClusterHelp = "the cache hosts are seed nodes of a Redis Cluster (keys go where their hash slot lives)";
+    public const string SourceAddressHelp = "this machine's address to connect to the cache hosts from (a node with several interfaces: the one on the cache tier's network; default: the system's routing picks it); an IP address, never handed to a job's other nodes";
     public const string TlsCaHelp = "PEM file of the CA(s) that sign the cache hosts' certificates (implies --cache-tls; default: the system's roots)";
 
     public const string HostsVariable = "HPCDATA_CACHE_HOSTS";
@@ -90,6 +101,7 @@ public sealed class CacheTierOptions
     public const string MaxRateVariable = "HPCDATA_MAX_RATE";
     public const string ReplicasVariable = "HPCDATA_CACHE_REPLICAS";
     public const string ClusterVariable = "HPCDATA_CACHE_CLUSTER";
+    public const string SourceAddressVariable = "HPCDATA_CACHE_SOURCE_ADDRESS";
 
     /// <summary>Problems with the settings, each a sentence naming the switch; empty when they are usable.</summary>
     public IEnumerable<string> Validate()
@@ -106,6 +118,7 @@ public sealed class CacheTierOptions
             yield return $"--cache-user '{User}' needs a password: give --cache-password-file or set {PasswordVariable}";
         if (MaxRate.BytesPerSecond < 0) yield return "--max-rate must not be negative";
         else if (MaxRate.BytesPerSecond is > 0 and < MinimumRate) yield return $"--max-rate {MaxRate.ToExactString()} is below {MinimumRate >> 10}KB/s: a batch would outwait the exchange timeout";
+        if (!string.IsNullOrEmpty(SourceAddress) && CheckSourceAddress(SourceAddress) is { } source) yield return source;
         if (Replicas < 1) yield return $"--replicas must be at least 1 (got {Replicas})";
         else if (Cluster && Replicas > 1)
             yield return $"--replicas {Replicas} with --cache-cluster: a Redis Cluster keeps its own replicas of every key; leave --replicas at 1";
@@ -120,6 +133,21 @@ public sealed class CacheTierOptions
         if (ResponseTimeout <= TimeSpan.Zero) yield return $"ResponseTimeout must be positive (got {ResponseTimeout})";
         if (StallTimeout <= TimeSpan.Zero) yield return $"StallTimeout must be positive (got {StallTimeout})";
     }
+
+    /// <summary>
+    /// Why <paramref name="text"/> cannot be an address to connect from, or null. A name is not taken: which address it
+    /// resolves to would be the resolver's choice, and the point is the operator's.
+    /// </summary>
+    public static string? CheckSourceAddress(string text) =>
+        !IPAddress.TryParse(text, out var address) ? $"--cache-source-address '{text}' is not an IP address (give the address of the interface to connect from, not a name)"
+        : address.Equals(IPAddress.Any) || address.Equals(IPAddress.IPv6Any) || address.Equals(IPAddress.Broadcast) || address.IsIPv6Multicast
+          || address.AddressFamily == AddressFamily.InterNetwork && address.GetAddressBytes()[0] is >= 224 and <= 239
+            ? $"--cache-source-address {text} is not one address of this machine (leave it out to let the system's routing pick one)"
+        : null;
+
+    /// <summary>The address connections leave from (<see cref="SourceAddress"/>), or null for the system's choice.</summary>
+    public IPAddress? SourceIPAddress => string.IsNullOrEmpty(SourceAddress) ? null
+        : CheckSourceAddress(SourceAddress) is { } problem ? throw new ArgumentException(problem) : IPAddress.Parse(SourceAddress);
 
     /// <summary>
     /// When <see cref="PasswordFile"/> is set and no <see cref="Password"/> is: reads the password from the file's first
@@ -151,6 +179,7 @@ public sealed class CacheTierOptions
     {
         var o = new CacheTierOptions();
         if (SettingValues.ApplyEnvironment(typeof(CacheTierOptions), o, environment) is { } problem) throw new ArgumentException(problem);
+        if (o.SourceAddress is { Length: > 0 } source && CheckSourceAddress(source) is { } bad) throw new ArgumentException($"environment variable {SourceAddressVariable}: {bad}");
         o.Hosts = o.Hosts.Count == 0 ? [$"127.0.0.1:{CacheEndpoint.DefaultPort}"] : CacheEndpoint.ParseList(string.Join(",", o.Hosts)).Select(e => e.ToString()).ToList();
         o.LoadPasswordFile();
         return o;

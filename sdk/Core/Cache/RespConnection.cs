@@ -70,6 +70,35 @@ public sealed class RespConnection : IAsyncDisposable
         }
     }
 
+    private const int IpProtocolIp = 0;
+    private const int IpBindAddressNoPort = 24; // IP_BIND_ADDRESS_NO_PORT in linux/in.h
+
+    /// <summary>
+    /// Binds <paramref name="socket"/> to <paramref name="source"/> before it connects. An address this machine does not
+    /// have is a setting to fix, not a host to retry, so it is not a <see cref="CacheHostUnavailableException"/>.
+    /// </summary>
+    private static void BindSource(Socket socket, IPAddress source, CacheEndpoint endpoint)
+    {
+        if (OperatingSystem.IsLinux())
+        {
+            // The port is then picked at connect, per destination, as without a bind: a bind alone would give every
+            // connection a port of its own across all destinations, and a busy node could run out of them.
+            try { socket.SetRawSocketOption(IpProtocolIp, IpBindAddressNoPort, BitConverter.GetBytes(1)); }
+            catch (SocketException) { }
+        }
+        try
+        {
+            socket.Bind(new IPEndPoint(source, 0));
+        }
+        catch (SocketException e)
+        {
+            socket.Dispose();
+            throw new CommonDataException(ErrorCode.BadRequest,
+                $"cannot connect to {endpoint} from {source} (--cache-source-address, {CacheTierOptions.SourceAddressVariable}): {e.Message}" +
+                (e.SocketErrorCode == SocketError.AddressNotAvailable ? " (it is not an address of this machine)" : ""), e);
+        }
+    }
+
     /// <summary>The exchange was abandoned part-way; replies may still be in flight, so the connection is not reused.</summary>
     public void MarkBroken() => _broken = true;
 
@@ -84,8 +113,12 @@ public sealed class RespConnection : IAsyncDisposable
     }
 
     /// <summary>Connects and, given a password, authenticates as <paramref name="user"/> (Redis 6 form) or as the default user.</summary>
-    public static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct, string? user = null,
-        CacheTls? tls = null, TokenBucket? rateLimit = null)
+    public static Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct, string? user = null,
+        CacheTls? tls = null, TokenBucket? rateLimit = null) => ConnectAsync(endpoint, password, timeout, ct, user, tls, rateLimit, source: null);
+
+    /// <param name="source">This machine's address to connect from (<see cref="CacheTierOptions.SourceAddress"/>); null: the system's routing picks it.</param>
+    internal static async Task<RespConnection> ConnectAsync(CacheEndpoint endpoint, string? password, TimeSpan timeout, CancellationToken ct, string? user,
+        CacheTls? tls, TokenBucket? rateLimit, IPAddress? source)
     {
         using var cts = CancellationTokenSource.CreateLinkedTokenSource(ct);
         cts.CancelAfter(timeout);
@@ -94,7 +127,11 @@ public sealed class RespConnection : IAsyncDisposable
         // would see the average rate as bursts of every connection's megabyte. About 5 ms of the rate (at least 64 KB)
         // per connection keeps the link itself near the rate.
         var buffer = rateLimit is null ? 1 << 20 : (int)Math.Clamp(rateLimit.Rate.BytesPerSecond / 200, 64 << 10, 1 << 20);
-        var socket = new Socket(SocketType.Stream, ProtocolType.Tcp) { NoDelay = true, ReceiveBufferSize = buffer, SendBufferSize = buffer };
+        var socket = source is null ? new Socket(SocketType.Stream, ProtocolType.Tcp) : new Socket(source.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
+        socket.NoDelay = true;
+        socket.ReceiveBufferSize = buffer;
+        socket.SendBufferSize = buffer;
+        if (source is not null) BindSource(socket, source, endpoint);
         try
         {
             if (IPAddress.TryParse(endpoint.Host, out var ip)) await socket.ConnectAsync(new IPEndPoint(ip, endpoint.Port), cts.Token);

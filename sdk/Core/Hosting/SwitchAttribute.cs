@@ -21,4 +21,9 @@ public sealed class SwitchAttribute(string name, string help) : Attribute
     public string? Alias { get; init; }
     /// <summary>The command cannot run without it: missing, it is a usage error naming it.</summary>
     public bool Required { get; init; }
+    /// <summary>
+    /// A setting of the machine it is given on (an address of that machine's own): handed to the programs a command
+    /// starts there, never written into a job's variables for other nodes, where it would name an address they lack.
+    /// </summary>
+    public bool ThisMachine { get; init; }
 }
