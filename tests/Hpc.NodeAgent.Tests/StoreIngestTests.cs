@@ -59,7 +59,9 @@ public class IngestingTheAgentsOwnExchange
                 // The exchange reuses its receive buffers as soon as the block is handed over.
                 Array.Fill(message, (byte)0xEE);
             }
-            Assert.Equal((11, 0, 1), await ingest.EndAsync(CancellationToken.None));
+            var end = await ingest.EndAsync(CancellationToken.None);
+            Assert.Equal((11, 0, 1), (end.Accepted, end.AlreadyHad, end.Rejected));
+            Assert.Equal([7], end.RejectedSegments());   // which one, so the exchange can name whose block it was
         }
         Assert.False(File.Exists(node.Complete(version))); // an exchange never publishes
 
