@@ -53,9 +53,11 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, IHo
         catch (Exception e) when (e is not OperationCanceledException)
         {
             // An operator's mistake (pipe taken, data directory unusable) is one line; anything else keeps its trace.
-            if (e is IOException or UnauthorizedAccessException or CommonDataException or System.Net.Sockets.SocketException) log.CannotServe(_options.Pipe, e.Message);
+            var expected = e is IOException or UnauthorizedAccessException or CommonDataException or System.Net.Sockets.SocketException;
+            if (expected) log.CannotServe(_options.Pipe, e.Message);
             else log.FailedServing(_options.Pipe, e);
-            Environment.ExitCode = 1; // the host stops on a failed service; launchers must see a failure
+            // The host stops on a failed service; launchers see the failure's class (a prolog requeues on 69, not on 77).
+            Environment.ExitCode = expected ? ExitCodes.Of(e) : ExitCodes.Failed;
             throw;
         }
     }
