@@ -36,7 +36,7 @@ public sealed class RespErrorException(string host, string message) : CommonData
     /// MOVED/ASK to a client that takes a Redis Cluster for independent hosts, and refused credentials.
     /// </summary>
     private static string HintFor(string message) => IsUnchecked(message)
-        ? " (rate-limited: the host refuses logins from here for a while after too many failed ones; try again later, and check the password if it keeps failing)"
+        ? " (rate-limited: after too many failed logins the host refuses more for a while without looking at them; try again later)"
         : message.Split(' ', 2)[0] switch
     {
         "MOVED" or "ASK" => $" (the cache hosts are a Redis Cluster: give --cache-cluster or set {CacheTierOptions.ClusterVariable}=1)",
