@@ -25,6 +25,9 @@ public sealed class ClientConfig
     /// <summary>The files that were read, in the order read (the later wins).</summary>
     public IReadOnlyList<string> Files { get; }
 
+    /// <summary>Every setting the files give, by its variable: what a program this one starts must see beneath its own environment.</summary>
+    public IReadOnlyDictionary<string, string> Values => _byVariable;
+
     /// <summary>The value a file gives the setting whose variable is <paramref name="variable"/>, or null.</summary>
     public string? this[string variable] => _byVariable.GetValueOrDefault(variable);
 
