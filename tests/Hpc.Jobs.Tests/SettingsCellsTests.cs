@@ -80,3 +80,35 @@ public class SettingsCellsTests
         Assert.Contains("cache-hostz", list.Stderr);
     }
 }
+
+/// <summary>A value in the client's settings file that reads but cannot be used is reported at its file and line.</summary>
+public class ClientConfigSourceTests
+{
+    [Fact]
+    public void A_value_out_of_range_names_the_file_and_line_that_gave_it()
+    {
+        var file = Path.Combine(Path.GetTempPath(), $"hcd-client-{Environment.ProcessId}-{Guid.NewGuid():N}.conf");
+        File.WriteAllText(file, "# the site's settings\ncache-hosts = cache1:6380\nreplicas = -1\n");
+        try
+        {
+            var e = Assert.Throws<FormatException>(() => Hpc.CommonData.Hosting.ClientConfig.Load(v => v == "HPCDATA_CLIENT_CONFIG" ? file : null));
+            Assert.StartsWith($"{file}:3: ", e.Message);
+            Assert.Contains("replicas must be at least 1", e.Message);
+            Assert.DoesNotContain("--replicas", e.Message);
+        }
+        finally { File.Delete(file); }
+    }
+
+    [Fact]
+    public void Settings_that_depend_on_each_other_or_on_files_elsewhere_are_not_judged_line_by_line()
+    {
+        var file = Path.Combine(Path.GetTempPath(), $"hcd-client-{Environment.ProcessId}-{Guid.NewGuid():N}.conf");
+        File.WriteAllText(file, "cache-user = risk\nreplicas = 2\ncache-password-file = /only/on/the/nodes\n");
+        try
+        {
+            var config = Hpc.CommonData.Hosting.ClientConfig.Load(v => v == "HPCDATA_CLIENT_CONFIG" ? file : null);
+            Assert.Equal("2", config["HPCDATA_CACHE_REPLICAS"]);
+        }
+        finally { File.Delete(file); }
+    }
+}
