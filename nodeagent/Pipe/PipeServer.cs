@@ -56,8 +56,9 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, IHo
             var expected = e is IOException or UnauthorizedAccessException or CommonDataException or System.Net.Sockets.SocketException;
             if (expected) log.CannotServe(_options.Pipe, e.Message);
             else log.FailedServing(_options.Pipe, e);
-            // The host stops on a failed service; launchers see the failure's class (a prolog requeues on 69, not on 77).
-            Environment.ExitCode = expected ? ExitCodes.Of(e) : ExitCodes.Failed;
+            // The host stops on a failed service; launchers see the class of a failure that has one (the tier refused
+            // this agent: 77, not something a prolog would requeue on), 1 for the rest (the pipe taken, a fault).
+            Environment.ExitCode = e is CommonDataException or UnauthorizedAccessException ? ExitCodes.Of(e) : ExitCodes.Failed;
             throw;
         }
     }
