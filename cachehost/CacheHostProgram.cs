@@ -107,9 +107,9 @@ public static class CacheHostProgram
         {
             exporter = Hpc.CommonData.Telemetry.MetricsExport.Start(options.Metrics, Hpc.CommonData.Hosting.HpcMetrics.CacheHostMeter);
         }
-        catch (System.Net.HttpListenerException e)
+        catch (Hpc.CommonData.CommonDataException e)
         {
-            return Contract.Refuse($"--prometheus {options.Metrics.Prometheus}: {e.Message}");
+            return Contract.Fail(e);
         }
         using var metricsExport = exporter;
         try

@@ -21,7 +21,9 @@ public static class AgentConfiguration
         try { Directory.CreateDirectory(options.DataDirectory); }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {
-            return ProgramContract<NodeAgentOptions>.Refuse($"--data-dir '{options.DataDirectory}' cannot be used: {e.Message}");
+            // Not a usage error: the command line was right, the node's file system is not (EX_CANTCREAT, or EX_NOPERM).
+            ProgramContract<NodeAgentOptions>.Refuse($"--data-dir '{options.DataDirectory}' cannot be used: {e.Message}");
+            return e is UnauthorizedAccessException ? ExitCodes.Denied : ExitCodes.NoSpace;
         }
         return null;
     }

@@ -16,6 +16,15 @@ public static class NodeAgentProgram
 {
     public static async Task<int> RunAsync(string[] args)
     {
+        var code = await RunCoreAsync(args);
+        if (Environment.GetEnvironmentVariable(NodeAgentOptions.ExitFileVariable) is { Length: > 0 } exitFile)
+            try { await File.WriteAllTextAsync(exitFile, code.ToString(System.Globalization.CultureInfo.InvariantCulture)); }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException) { } // the launcher then says "exited", without the class
+        return code;
+    }
+
+    private static async Task<int> RunCoreAsync(string[] args)
+    {
         // A launcher that cannot keep our stdout and stderr open (node prep on Windows, which exits while we serve) names a
         // log file instead; everything, the READY line included, is appended there.
         if (Environment.GetEnvironmentVariable(NodeAgentOptions.LogVariable) is { Length: > 0 } logFile)
@@ -45,9 +54,9 @@ public static class NodeAgentProgram
         {
             exporter = Hpc.CommonData.Telemetry.MetricsExport.Start(options.Metrics, HpcMetrics.NodeAgentMeter, options.NodeName);
         }
-        catch (System.Net.HttpListenerException e)
+        catch (Hpc.CommonData.CommonDataException e)
         {
-            return ProgramContract<NodeAgentOptions>.Refuse($"--prometheus {options.Metrics.Prometheus}: {e.Message}");
+            return ProgramContract<NodeAgentOptions>.Fail(e);
         }
         using var metricsExport = exporter;
 
@@ -66,10 +75,10 @@ public static class NodeAgentProgram
         {
             await builder.Build().RunAsync();
         }
-        catch (Exception) when (Environment.ExitCode == 1)
+        catch (Exception) when (Environment.ExitCode != 0)
         {
-            // The pipe could not be served: PipeServer has logged why; a launcher or service manager sees exit code 1.
-            return 1;
+            // The pipe could not be served: PipeServer has logged why and set the exit code of its class.
+            return Environment.ExitCode;
         }
         return Environment.ExitCode;
     }

@@ -19,9 +19,9 @@ public static class StageCommand
         {
             exporter = Hpc.CommonData.Telemetry.MetricsExport.Start(o.Metrics, HpcMetrics.StagerMeter);
         }
-        catch (System.Net.HttpListenerException e)
+        catch (Hpc.CommonData.CommonDataException e)
         {
-            return ProgramContract<StagerOptions>.Refuse($"--prometheus {o.Metrics.Prometheus}: {e.Message}");
+            return ProgramContract<StagerOptions>.Fail(e);
         }
         // Disposed last, after the staging's counts are in: an OTLP push of a short-lived stager happens here.
         using var metricsExport = exporter;

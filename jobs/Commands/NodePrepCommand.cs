@@ -111,7 +111,8 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
 /// <summary>
 /// Exit codes: 0 ready; else the failure's kind (<see cref="ExitCodes"/>), so a prolog can tell the job's fault from the
 /// node's and the tier's: 66 not staged, 69 the cache tier or the agent unreachable, 75 timed out or a limit, 65 the copy
-/// did not verify (released and evicted), 73 no room on the node, 77 denied; 2 bad usage, 130 cancelled.
+/// did not verify (released and evicted), 73 no room on the node or a data directory that cannot be created, 77 denied
+/// (an agent it starts that the tier refuses too: its class, not "unreachable"); 2 bad usage, 130 cancelled.
 /// Safe to run again: a second run finds the copy local and only re-confirms it.
 /// </summary>
 public static class NodePrepCommand

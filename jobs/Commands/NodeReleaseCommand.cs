@@ -12,6 +12,9 @@ public sealed class NodeReleaseOptions : AgentClientOptions, IVerbOptions
 {
     public static string Verb => "noderelease";
 
+    // Slurm's Epilog drains a node whose epilog fails: a typo in client.conf, which release never needs, must not.
+    public static bool WithoutSettingsFile => true;
+
     public static string Summary => "Node release task: drop the job's pin (optionally evict the copy). Never fails because the data is already gone.";
 
     public static IReadOnlyList<(string Command, string What)> Examples =>

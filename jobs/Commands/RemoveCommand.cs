@@ -31,7 +31,7 @@ public sealed class RemoveOptions : CacheClientOptions, IVerbOptions
 
 }
 
-/// <summary>Exit codes: 0 removed, kept for other jobs, or already gone; else the failure's (<see cref="ExitCodes"/>: 77 a reader's account, 69 a host unreachable); 2 bad usage.</summary>
+/// <summary>Exit codes: 0 removed or kept for other jobs; 66 no such dataset or version (as list and get); else the failure's (<see cref="ExitCodes"/>: 77 a reader's account, 69 a host unreachable); 2 bad usage.</summary>
 public static class RemoveCommand
 {
     public static async Task<int> RunAsync(RemoveOptions o, CancellationToken ct)
@@ -44,7 +44,8 @@ public static class RemoveCommand
             // A prefix as status and list print ids is resolved first, so the job reference and the output name the whole id.
             var version = given is null ? await tier.GetLatestAsync(name, ct)
                 : VersionPrefix.IsPrefix(given) ? await tier.Catalog.ResolveVersionPrefixAsync(name, given, ct) : given;
-            if (version is null) return Notice(o, name, null, $"dataset '{name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove");
+            // Nothing to remove is not found, as list and get say it: a script removing a misspelt name must learn of it.
+            if (version is null) return Notice(o, name, null, $"dataset '{name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove", ExitCodes.NotFound);
             if (o.Job is not null)
             {
                 var others = await tier.Catalog.RemoveJobAsync(version, o.Job, ct);
@@ -76,11 +77,11 @@ public static class RemoveCommand
         }
     }
 
-    /// <summary>A line on stderr about what was not done, where that is no failure (exit 0).</summary>
-    private static int Notice(RemoveOptions o, string name, string? version, string message)
+    /// <summary>A line on stderr (with --json, the object) about what was not done, and the exit code that says so.</summary>
+    private static int Notice(RemoveOptions o, string name, string? version, string message, int exitCode = ExitCodes.Ok)
     {
         if (o.Json) Console.WriteLine(JsonFields.Object([("dataset", name), ("version", version), ("removed", false), ("why", message)]));
         else Console.Error.WriteLine($"hpcdata remove: {message}");
-        return ExitCodes.Ok;
+        return exitCode;
     }
 }

@@ -13,8 +13,13 @@ public static class ProgramVerb
     /// every line it writes there (its errors and warnings) still reaches ours; its stdout is dropped unless
     /// <paramref name="keepOutput"/>.
     /// </param>
-    public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args, bool quiet = false, bool keepOutput = true)
+    /// <param name="beneath">Variables the program sees where the environment sets none (the client's settings files).</param>
+    public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args, bool quiet = false, bool keepOutput = true,
+        IReadOnlyDictionary<string, string>? beneath = null)
     {
+        // The program reads its settings from variables; an in-process run reads this process's, so they are set here.
+        foreach (var (variable, value) in beneath ?? new Dictionary<string, string>())
+            if (string.IsNullOrEmpty(Environment.GetEnvironmentVariable(variable))) Environment.SetEnvironmentVariable(variable, value);
         // Compiled into this executable (native hpcdata): run here, a process less; quiet needs the program's own
         // process, whose output it connects.
         if (!quiet && LinkedPrograms.Find(assembly) is { } linked) return await linked([.. args]);
@@ -64,6 +69,15 @@ public static class StageVerb
         var parsed = ProgramContract<StagerOptions>.Parse(args);
         bool On(string property) => parsed.Settings.TryGetValue($"{StagerOptions.SectionName}:{property}", out var text) && SettingValues.TryParseBool(text, out var on) && on;
         var quiet = !parsed.HelpRequested && parsed.Error is null && On(nameof(StagerOptions.Quiet));
-        return ProgramVerb.RunAsync("Hpc.Stager", args, quiet, keepOutput: On(nameof(StagerOptions.Json)));
+        // Every verb reads the client's settings files beneath the environment; the stager reads variables only, so
+        // what the files give reaches it as the variables they stand for.
+        ClientConfig config;
+        try { config = ClientConfig.Load(); }
+        catch (FormatException e)
+        {
+            Console.Error.WriteLine($"hpcdata stage: {e.Message}");
+            return Task.FromResult(ExitCodes.Usage);
+        }
+        return ProgramVerb.RunAsync("Hpc.Stager", args, quiet, keepOutput: On(nameof(StagerOptions.Json)), beneath: config.Values);
     }
 }

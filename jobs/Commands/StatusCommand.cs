@@ -1,3 +1,4 @@
+using Hpc.CommonData;
 using Hpc.CommonData.Hosting;
 using System.Text.Json;
 using Hpc.CommonData.Agent;
@@ -30,7 +31,7 @@ public sealed class StatusOptions : CacheClientOptions, IVerbOptions
     public bool Json { get; set; }
 }
 
-/// <summary>Exit codes: 0 reported; 69 the agent or every cache host could not be reached; 2 bad usage.</summary>
+/// <summary>Exit codes: 0 reported; 69 the agent or every cache host could not be reached; 77 every host refused the login; 2 bad usage.</summary>
 public static class StatusCommand
 {
     public static Task<int> RunAsync(StatusOptions o, CancellationToken ct) =>
@@ -90,7 +91,7 @@ public static class StatusCommand
             var table = new TextTable("HOST", "SERVER", "MEMORY", "MAX", "KEYS", "HITS", "SENT", "RECV", "CLIENTS", "REFUSED");
             foreach (var h in hosts)
             {
-                if (h.Error is not null) { table.Add(h.Host, "unreachable", "-", "-", "-", "-", "-", "-", "-", "-"); continue; }
+                if (h.Error is not null) { table.Add(h.Host, h.ErrorKind == ErrorCode.Unavailable ? "unreachable" : "refused", "-", "-", "-", "-", "-", "-", "-", "-"); continue; }
                 table.Add(h.Host, Server(h.Server), ByteSize.Format(h.UsedMemory), h.MaxMemory == 0 ? "-" : ByteSize.Format(h.MaxMemory),
                     Num(h.Keys),
                     h.HitRate is { } r ? $"{100 * r:0}%" : "-", ByteSize.Format(h.BytesSent), ByteSize.Format(h.BytesReceived), Num(h.Clients), Num(h.RefusedWrites));
@@ -104,7 +105,10 @@ public static class StatusCommand
             // Counted against --replicas: the copies each segment should have on the hosts that answer.
             foreach (var line in unhealthy) Console.WriteLine($"{line}; hpcdata repair --replicas {options.Replicas} copies what the tier still holds");
         }
-        return hosts.All(h => h.Error is not null) ? ExitCodes.Unavailable : ExitCodes.Ok;
+        // Every host failing for one reason (a wrong password) exits with that reason's class, else as unreachable.
+        return hosts.All(h => h.Error is not null)
+            ? hosts.Select(h => h.ErrorKind).Distinct().Count() == 1 ? ExitCodes.For(hosts[0].ErrorKind) : ExitCodes.Unavailable
+            : ExitCodes.Ok;
     }
 
     /// <summary>The server and its version without build metadata; our own host as users call it (hpcdata cache-host).</summary>

@@ -1,3 +1,4 @@
+using Hpc.CommonData;
 using Hpc.CommonData.Cli;
 using System.Diagnostics;
 using System.Runtime.InteropServices;
@@ -55,9 +56,14 @@ public static partial class NodeAgentLauncher
     {
         var (pipe, dataDirectory) = (agent.Pipe, agent.DataDirectory);
         Directory.CreateDirectory(StateDirectory);
-        var log = Path.Combine(StateDirectory, Path.GetFileNameWithoutExtension(StateFile(pipe)) + ".log");
+        var stem = Path.GetFileNameWithoutExtension(StateFile(pipe));
+        var log = Path.Combine(StateDirectory, stem + ".log");
+        var exitFile = Path.Combine(StateDirectory, stem + ".exit");
+        TryDelete(exitFile);
+        // The log is appended to by every agent on this pipe: only what this one writes explains its failure.
+        var logStart = LengthOf(log);
         List<string> command = [.. ComponentLocator.Command(NodeAgentOptions.Assembly), .. ProgramContract<NodeAgentOptions>.ToArguments(agent)];
-        var pid = OperatingSystem.IsWindows() ? StartDetachedOnWindows(command, log, agent) : await StartInNewSessionAsync(command, log, agent, ct);
+        var pid = OperatingSystem.IsWindows() ? StartDetachedOnWindows(command, log, exitFile, agent) : await StartInNewSessionAsync(command, log, exitFile, agent, ct);
 
         var started = new StartedAgent(pid, pipe, dataDirectory, log, DateTimeOffset.UtcNow);
         await File.WriteAllTextAsync(StateFile(pipe), JsonSerializer.Serialize(started, StartedAgentJson.Default.StartedAgent), ct);
@@ -69,7 +75,11 @@ public static partial class NodeAgentLauncher
             if (!IsAlive(pid))
             {
                 TryDelete(StateFile(pipe));
-                throw new IOException($"the node agent exited during start-up (pid {pid}); its log {log} ends:{Environment.NewLine}{Tail(log)}");
+                var message = $"the node agent exited during start-up (pid {pid}); its log {log} ends:{Environment.NewLine}{Tail(log, logStart)}";
+                // Its exit code keeps its class: a refused password or an unusable data directory is no unreachable tier.
+                var code = ExitCodeOf(exitFile);
+                TryDelete(exitFile);
+                throw code is { } exited ? new CommonDataException(ExitCodes.KindOf(exited), message) : new IOException(message);
             }
             // Until its socket file exists there is nothing to connect to, and looking for it costs a stat: polled
             // every 10 ms, a native agent (ready in ~30 ms) is found as soon as it answers.
@@ -87,14 +97,14 @@ public static partial class NodeAgentLauncher
             if (clock.Elapsed > timeout)
             {
                 await StopAsync(started, TimeSpan.FromSeconds(5));
-                throw new TimeoutException($"the node agent did not answer on pipe '{pipe}' within {timeout.TotalSeconds:0} s and was stopped; its log {log} ends:{Environment.NewLine}{Tail(log)}");
+                throw new TimeoutException($"the node agent did not answer on pipe '{pipe}' within {timeout.TotalSeconds:0} s and was stopped; its log {log} ends:{Environment.NewLine}{Tail(log, logStart)}");
             }
             await Task.Delay(listening ? delay : TimeSpan.FromMilliseconds(10), ct);
             if (listening) delay = TimeSpan.FromMilliseconds(Math.Min(500, delay.TotalMilliseconds * 2));
         }
     }
 
-    private static async Task<int> StartInNewSessionAsync(List<string> command, string log, NodeAgentOptions agent, CancellationToken ct)
+    private static async Task<int> StartInNewSessionAsync(List<string> command, string log, string exitFile, NodeAgentOptions agent, CancellationToken ct)
     {
         var info = new ProcessStartInfo("/bin/sh") { UseShellExecute = false, RedirectStandardOutput = true, RedirectStandardError = true, RedirectStandardInput = true };
         // setsid: a new session, so a terminal's Ctrl-C or the end of the scheduler step does not take the agent down.
@@ -104,6 +114,7 @@ public static partial class NodeAgentLauncher
         info.ArgumentList.Add(log);
         foreach (var a in command) info.ArgumentList.Add(a);
         foreach (var (k, v) in ProgramContract<NodeAgentOptions>.SecretEnvironment(agent)) info.Environment[k] = v;
+        info.Environment[NodeAgentOptions.ExitFileVariable] = exitFile;
         KeepInheritedDescriptorsFromChildren();
         using var sh = Process.Start(info) ?? throw new IOException("cannot run /bin/sh to start the node agent");
         sh.StandardInput.Close();
@@ -118,12 +129,13 @@ public static partial class NodeAgentLauncher
     /// without a console window, and writes its own output to the log (<see cref="NodeAgentOptions.LogVariable"/>)
     /// because our redirected pipes would break when node prep exits.
     /// </summary>
-    private static int StartDetachedOnWindows(List<string> command, string log, NodeAgentOptions agent)
+    private static int StartDetachedOnWindows(List<string> command, string log, string exitFile, NodeAgentOptions agent)
     {
         var info = new ProcessStartInfo(command[0]) { UseShellExecute = false, CreateNoWindow = true };
         foreach (var a in command.Skip(1)) info.ArgumentList.Add(a);
         foreach (var (k, v) in ProgramContract<NodeAgentOptions>.SecretEnvironment(agent)) info.Environment[k] = v;
         info.Environment[NodeAgentOptions.LogVariable] = log;
+        info.Environment[NodeAgentOptions.ExitFileVariable] = exitFile;
         using var process = Process.Start(info) ?? throw new IOException($"cannot run {command[0]} to start the node agent");
         return process.Id;
     }
@@ -200,10 +212,35 @@ public static partial class NodeAgentLauncher
         catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return false; }
     }
 
-    private static string Tail(string log)
+    /// <summary>The last lines the log got from <paramref name="from"/> on (what the agent just started wrote).</summary>
+    private static string Tail(string log, long from)
     {
-        try { return string.Join(Environment.NewLine, File.ReadLines(log).TakeLast(15)); }
-        catch (IOException) { return "(no log)"; }
+        try
+        {
+            using var stream = new FileStream(log, FileMode.Open, FileAccess.Read, FileShare.ReadWrite | FileShare.Delete);
+            stream.Position = Math.Min(from, stream.Length);
+            var lines = new StreamReader(stream).ReadToEnd().Split('\n', StringSplitOptions.RemoveEmptyEntries).Select(l => l.TrimEnd('\r')).TakeLast(15).ToList();
+            return lines.Count == 0 ? "(nothing)" : string.Join(Environment.NewLine, lines);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return "(no log)"; }
+    }
+
+    private static long LengthOf(string path)
+    {
+        try { return File.Exists(path) ? new FileInfo(path).Length : 0; }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return 0; }
+    }
+
+    /// <summary>The exit code the agent wrote (<see cref="NodeAgentOptions.ExitFileVariable"/>), or null when it wrote none (killed).</summary>
+    private static int? ExitCodeOf(string exitFile)
+    {
+        // Written before the agent's process ends, so it is there once the process is gone.
+        try
+        {
+            return File.Exists(exitFile) && int.TryParse(File.ReadAllText(exitFile).Trim(), System.Globalization.NumberStyles.Integer,
+                System.Globalization.CultureInfo.InvariantCulture, out var code) ? code : null;
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return null; }
     }
 
     private static void TryDelete(string path)

@@ -53,9 +53,12 @@ public sealed class PipeServer(NodeAgentOptions options, DatasetStore store, IHo
         catch (Exception e) when (e is not OperationCanceledException)
         {
             // An operator's mistake (pipe taken, data directory unusable) is one line; anything else keeps its trace.
-            if (e is IOException or UnauthorizedAccessException or CommonDataException or System.Net.Sockets.SocketException) log.CannotServe(_options.Pipe, e.Message);
+            var expected = e is IOException or UnauthorizedAccessException or CommonDataException or System.Net.Sockets.SocketException;
+            if (expected) log.CannotServe(_options.Pipe, e.Message);
             else log.FailedServing(_options.Pipe, e);
-            Environment.ExitCode = 1; // the host stops on a failed service; launchers must see a failure
+            // The host stops on a failed service; launchers see the class of a failure that has one (the tier refused
+            // this agent: 77, not something a prolog would requeue on), 1 for the rest (the pipe taken, a fault).
+            Environment.ExitCode = e is CommonDataException or UnauthorizedAccessException ? ExitCodes.Of(e) : ExitCodes.Failed;
             throw;
         }
     }

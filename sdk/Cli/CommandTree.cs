@@ -177,8 +177,9 @@ public sealed class CommandTree(string program, string summary, IReadOnlyList<Ve
             foreach (var line in help.TrimEnd().Split('\n')) sb.Append(Troff(line)).Append('\n');
             sb.Append(".fi\n");
         }
-        sb.Append(".SH \"EXIT STATUS\"\n0 done; 2 a usage error; 65 corrupted data; 66 not found; 69 a host or the agent unavailable; 73 no space; " +
-                  "74 an I/O error; 75 try later (a timeout or a limit); 76 a protocol error; 77 denied; 130 interrupted; 1 anything else.\n");
+        sb.Append(".SH \"EXIT STATUS\"\n0 done; 2 a usage error; 65 corrupted data; 66 not found; 69 a host or the agent unavailable; 73 cannot create (no space, a data directory that is a file, a port in use); " +
+                  "74 an I/O error; 75 try later (a timeout, a limit, a login refused by a rate limit); 76 a protocol error; 77 denied; 130 interrupted; 1 anything else " +
+                  "(the table: docs/jobs.md, \"Exit codes\").\n");
         sb.Append($".SH FILES\n.TP\n.I {ClientConfig.SiteFile}\nThe site's client settings (cache hosts, account, password file, CA).\n" +
                   $".TP\n.I ~/.config/{command}/client.conf\nThe user's own, over the site's.\n");
         return sb.ToString();

@@ -19,6 +19,11 @@ public interface IVerbOptions
     static virtual bool Hidden => false;
     /// <summary>Command lines the help shows last, each under what it does.</summary>
     static virtual IReadOnlyList<(string Command, string What)> Examples => [];
+    /// <summary>
+    /// The verb needs nothing from the client's settings files and must not fail on a mistake in them (noderelease, run
+    /// in Slurm's Epilog, where a failure drains the node): it warns and goes on without them.
+    /// </summary>
+    static virtual bool WithoutSettingsFile => false;
 }
 
 /// <summary>
@@ -56,6 +61,11 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
         {
             // The client's settings files (/etc/hpcdata/client.conf, the user's) beneath the process's variables.
             try { environment = ClientConfig.Load().Beneath(Environment.GetEnvironmentVariable); }
+            catch (FormatException e) when (T.WithoutSettingsFile)
+            {
+                Console.Error.WriteLine($"hpcdata {T.Verb}: warning: {e.Message}; going on without the client's settings files");
+                environment = Environment.GetEnvironmentVariable;
+            }
             catch (FormatException e) { return (options, e.Message); }
         }
         var groups = options as ISwitchGroups;

@@ -2,8 +2,12 @@ using System.Globalization;
 
 namespace Hpc.CommonData;
 
-/// <summary>Durations as people write them: 90s, 15m, 12h, 7d (a bare number is seconds).</summary>
-public static class Durations
+/// <summary>
+/// Durations as people write them, one grammar for every timeout of every program: 90s, 15m, 12h, 7d, combined as
+/// <see cref="Format"/> writes them (1h30m), a bare number of seconds, or HH:MM:SS (what .NET's settings files and
+/// Slurm's time limits write).
+/// </summary>
+public static partial class Durations
 {
     public static bool TryParse(string? text, out TimeSpan duration)
     {
@@ -13,22 +17,42 @@ public static class Durations
         catch (FormatException) { return false; }
     }
 
+    /// <summary>A duration of more than zero (<see cref="Durations"/>), or a <see cref="FormatException"/> saying what is taken.</summary>
     public static TimeSpan Parse(string text)
     {
         var t = text.Trim().ToLowerInvariant();
-        var unit = t.Length > 0 && char.IsLetter(t[^1]) ? t[^1] : 's';
-        var number = char.IsLetter(t.LastOrDefault()) ? t[..^1] : t;
-        if (!double.TryParse(number, NumberStyles.Float, CultureInfo.InvariantCulture, out var v) || v <= 0)
-            throw new FormatException($"'{text}' is not a duration (examples: 90s, 15m, 12h, 7d)");
-        return unit switch
+        if (t.Contains(':'))
         {
-            's' => TimeSpan.FromSeconds(v),
-            'm' => TimeSpan.FromMinutes(v),
-            'h' => TimeSpan.FromHours(v),
-            'd' => TimeSpan.FromDays(v),
-            _ => throw new FormatException($"'{text}': unknown unit '{unit}' (use s, m, h or d)"),
-        };
+            if (TimeSpan.TryParse(t, CultureInfo.InvariantCulture, out var clock) && clock > TimeSpan.Zero) return clock;
+            throw new FormatException($"'{text}' is not a duration (examples: 90s, 15m, 1h30m, 12h, 7d, 00:10:00)");
+        }
+        t = t.Replace(" ", "", StringComparison.Ordinal);
+        if (double.TryParse(t, NumberStyles.Float, CultureInfo.InvariantCulture, out var seconds) && seconds > 0) return TimeSpan.FromSeconds(seconds);
+        var parts = Part().Matches(t);
+        if (parts.Count == 0 || parts.Sum(m => m.Length) != t.Length)
+        {
+            if (t.Length > 1 && char.IsLetter(t[^1]) && "smhd".IndexOf(t[^1]) < 0 && double.TryParse(t[..^1], NumberStyles.Float, CultureInfo.InvariantCulture, out _))
+                throw new FormatException($"'{text}': unknown unit '{t[^1]}' (use s, m, h or d)");
+            throw new FormatException($"'{text}' is not a duration (examples: 90s, 15m, 1h30m, 12h, 7d, 00:10:00)");
+        }
+        var total = TimeSpan.Zero;
+        foreach (System.Text.RegularExpressions.Match m in parts)
+        {
+            var v = double.Parse(m.Groups[1].Value, NumberStyles.Float, CultureInfo.InvariantCulture);
+            total += m.Groups[2].Value switch
+            {
+                "s" => TimeSpan.FromSeconds(v),
+                "m" => TimeSpan.FromMinutes(v),
+                "h" => TimeSpan.FromHours(v),
+                _ => TimeSpan.FromDays(v),
+            };
+        }
+        if (total <= TimeSpan.Zero) throw new FormatException($"'{text}' is not a duration (examples: 90s, 15m, 1h30m, 12h, 7d, 00:10:00)");
+        return total;
     }
+
+    [System.Text.RegularExpressions.GeneratedRegex(@"(\d*\.?\d+)([smhd])")]
+    private static partial System.Text.RegularExpressions.Regex Part();
 
     /// <summary>Seconds in the largest whole unit that <see cref="Parse"/> reads back: 7d, 12h, 90m, 45s (minutes and seconds below a day mixed as 1h30m).</summary>
     public static string Format(long seconds) => seconds switch

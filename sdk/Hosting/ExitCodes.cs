@@ -45,6 +45,23 @@ public static class ExitCodes
         _ => Failed,
     };
 
+    /// <summary>
+    /// The kind of failure a program of ours said with <paramref name="code"/>, for a launcher that only sees another
+    /// process's exit (node prep's agent): its class travels on instead of becoming "unreachable".
+    /// </summary>
+    public static ErrorCode KindOf(int code) => code switch
+    {
+        Usage => ErrorCode.BadRequest,
+        NotFound => ErrorCode.NotFound,
+        Integrity => ErrorCode.Integrity,
+        Unavailable => ErrorCode.Unavailable,
+        NoSpace => ErrorCode.NoSpace,
+        Denied => ErrorCode.AccessDenied,
+        TryLater => ErrorCode.Limit,
+        Protocol => ErrorCode.Protocol,
+        _ => ErrorCode.Internal,
+    };
+
     /// <summary>The exit code of <paramref name="e"/>: a malformed value is the command line's fault, the rest by kind.</summary>
     public static int Of(Exception e) => e is FormatException or ArgumentException ? Usage
         : e is CommonDataException c ? For(c.Code)

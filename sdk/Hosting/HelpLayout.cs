@@ -52,16 +52,24 @@ public static class HelpLayout
         return sb.ToString();
     }
 
-    /// <summary>Words of <paramref name="text"/> as lines of at most <paramref name="columns"/> characters (a longer word stands alone).</summary>
+    /// <summary>Words of <paramref name="text"/> as lines at most <paramref name="columns"/> wide (<see cref="Width"/>; a longer word stands alone).</summary>
     public static IEnumerable<string> Wrap(string text, int columns)
     {
         var line = new StringBuilder();
+        var width = 0;
         foreach (var word in text.Split(' ', StringSplitOptions.RemoveEmptyEntries))
         {
-            if (line.Length > 0 && line.Length + 1 + word.Length > columns) { yield return line.ToString(); line.Clear(); }
-            if (line.Length > 0) line.Append(' ');
+            if (line.Length > 0 && width + 1 + Width(word) > columns) { yield return line.ToString(); line.Clear(); width = 0; }
+            if (line.Length > 0) { line.Append(' '); width++; }
             line.Append(word);
+            width += Width(word);
         }
         if (line.Length > 0) yield return line.ToString();
     }
+
+    /// <summary>
+    /// A text's width as its UTF-8 bytes: a dash or an ellipsis is one column in a UTF-8 terminal but three where help is
+    /// read byte by byte (a pager or awk under the C locale, wc -c), and help must fit its columns in both.
+    /// </summary>
+    public static int Width(string text) => Encoding.UTF8.GetByteCount(text);
 }

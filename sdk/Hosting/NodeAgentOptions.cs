@@ -208,6 +208,12 @@ public sealed class NodeAgentOptions : IProgramOptions
     public const string LogVariable = "HPCDATA_AGENT_LOG";
 
     /// <summary>
+    /// Set by a launcher that cannot wait for the agent (node prep starts it in a session of its own): the file the agent
+    /// writes its exit code to, so a start-up that failed is reported by its class (denied, cannot create), not as unreachable.
+    /// </summary>
+    public const string ExitFileVariable = "HPCDATA_AGENT_EXIT_FILE";
+
+    /// <summary>
     /// What is wrong with <paramref name="pipe"/> as the agent's pipe on Windows or on Unix, or null. On Unix a name
     /// becomes a socket file (the kernel's path limit applies) and an absolute path is taken as is; on Windows it is the
     /// part after <c>\\.\pipe\</c>: no backslash, at most 256 characters, and "anonymous" is reserved.

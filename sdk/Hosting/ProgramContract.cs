@@ -260,6 +260,13 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         return 2;
     }
 
+    /// <summary>Cannot start although the command line was right: one line on stderr and the exit code of the failure's class.</summary>
+    public static int Fail(CommonDataException e)
+    {
+        Console.Error.WriteLine($"{T.ProgramName}: {e.Message.ReplaceLineEndings(" ")}");
+        return ExitCodes.For(e.Code);
+    }
+
     private static object? Read(Entry e, object root)
     {
         object? o = root;

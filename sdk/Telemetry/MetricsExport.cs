@@ -17,8 +17,8 @@ public static class MetricsExport
 
     /// <summary>
     /// Starts the configured exporters for <paramref name="meterName"/>; dispose the result at exit (it flushes the
-    /// OTLP push). Null when nothing is configured. A Prometheus prefix that cannot be bound throws
-    /// <see cref="System.Net.HttpListenerException"/> here, before the component starts serving.
+    /// OTLP push). Null when nothing is configured. A Prometheus port that cannot be listened on throws a
+    /// <see cref="CommonDataException"/> naming it here (denied, or no-space: cannot create), before the component starts serving.
     /// </summary>
     public static MeterProvider? Start(MetricsOptions options, string meterName, string? instance = null)
     {
@@ -38,6 +38,28 @@ public static class MetricsExport
                 reader.PeriodicExportingMetricReaderOptions.ExportIntervalMilliseconds = OtlpIntervalMilliseconds;
             });
         }
-        return builder.Build();
+        try
+        {
+            return builder.Build();
+        }
+        catch (Exception e) when (ListenerFailure(e) is { } listener && options.PrometheusEndpoint is { } at)
+        {
+            // The exporter says only "HttpListener could not be started": the operator needs the port, and the class
+            // (denied for a privileged port, cannot create for one in use) for the exit code.
+            var denied = listener.ErrorCode is (int)System.Net.Sockets.SocketError.AccessDenied or 13 or 5;
+            var inUse = listener.ErrorCode is (int)System.Net.Sockets.SocketError.AddressAlreadyInUse or 98 or 48 or 183;
+            var why = denied ? $"not allowed to listen on port {at.Port} of {at.Host} (a port below 1024 takes privileges)"
+                : inUse ? $"port {at.Port} on {at.Host} is already in use (another process listens there; choose another port)"
+                : $"cannot listen on port {at.Port} of {at.Host}";
+            throw new CommonDataException(denied ? ErrorCode.AccessDenied : ErrorCode.NoSpace, $"--prometheus {options.Prometheus}: {why}: {listener.Message}");
+        }
+    }
+
+    /// <summary>The listener's own failure, however deep the exporter wrapped it.</summary>
+    private static System.Net.HttpListenerException? ListenerFailure(Exception? e)
+    {
+        for (; e is not null; e = e.InnerException)
+            if (e is System.Net.HttpListenerException listener) return listener;
+        return null;
     }
 }

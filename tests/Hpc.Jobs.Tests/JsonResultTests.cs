@@ -47,7 +47,10 @@ public sealed class JsonResultTests
         var removed = One(await s.HpcdataAsync(["remove", "risk/json", "--cache-hosts", s.HostList, "--json"], env));
         Assert.True(removed.GetProperty("removed").GetBoolean());
         Assert.True(removed.GetProperty("wasLatest").GetBoolean());
-        var gone = One(await s.HpcdataAsync(["remove", "risk/json", "--cache-hosts", s.HostList, "--json"], env));
+        // Removing it again finds nothing: not found (66), as list and get say it, and the object still says why.
+        var again = await s.HpcdataAsync(["remove", "risk/json", "--cache-hosts", s.HostList, "--json"], env);
+        Assert.True(again.Code == Hpc.CommonData.Hosting.ExitCodes.NotFound, again.Stderr);
+        var gone = JsonDocument.Parse(Assert.Single(again.Stdout)).RootElement;
         Assert.False(gone.GetProperty("removed").GetBoolean());
         Assert.Contains("nothing to remove", gone.GetProperty("why").GetString());
 

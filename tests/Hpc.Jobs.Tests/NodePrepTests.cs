@@ -170,7 +170,8 @@ public class NodePrepTests
         var pipe = s.NewPipe();
         var notADirectory = s.WriteFile("plain-file", [1]);
         var r = await s.HpcdataAsync(["nodeprep", "a/b", "--cache-hosts", s.HostList, "--data-dir", Path.Combine(notADirectory, "data")], Node(pipe));
-        Assert.Equal(ExitCodes.Unavailable, r.Code);
+        // A data directory that cannot be created is the node's problem, not an unreachable tier (a prolog would requeue on 69).
+        Assert.Equal(ExitCodes.NoSpace, r.Code);
         Assert.Contains("exited during start-up", r.Stderr);
         Assert.Contains("plain-file", r.Stderr); // the agent's own error, from its log
         Assert.Empty(Sandbox.ProcessesMentioning(pipe));

@@ -58,7 +58,7 @@ internal static class ConnectionCommands
         if (s.Server.AuthBudget.Admit(address, existing, out var ticket) is { } spent)
         {
             s.AuthenticationFailed();
-            return Encoding.UTF8.GetBytes($"WRONGPASS too many failed AUTH attempts ({spent.Spent}): try again in {Math.Ceiling(spent.RetryAfter.TotalSeconds)} s; the password was not checked");
+            return Encoding.UTF8.GetBytes($"WRONGPASS too many failed AUTH attempts ({spent.Spent}): try again in {Math.Ceiling(spent.RetryAfter.TotalSeconds)} s; {Hpc.CommonData.Cache.RespErrorException.Unchecked}");
         }
         if (users.Authenticate(user, password) is not { } account)
         {

@@ -506,15 +506,23 @@ public sealed class CacheTierClient : IAsyncDisposable
             try
             {
                 var reply = await ExecuteOnAsync(i, "INFO"u8.ToArray(), [], ct);
-                if (reply.Kind == RespKind.Error) return new CacheHostStatus { Host = h.ToString(), Error = reply.Text };
+                if (reply.Kind == RespKind.Error) return Failed(h.ToString(), new RespErrorException(h.ToString(), reply.Text!));
                 return CacheHostStatus.FromInfo(h.ToString(), reply.Kind == RespKind.Bulk ? Encoding.UTF8.GetString(reply.Bulk!) : "");
             }
             catch (Exception e) when (e is CacheHostUnavailableException or CommonDataException or IOException)
             {
-                return new CacheHostStatus { Host = h.ToString(), Error = e.Message };
+                return Failed(h.ToString(), e);
             }
         }));
     }
+
+    /// <summary>A host's row that says why it could not be read: the row names the host, so the reason does not again.</summary>
+    private static CacheHostStatus Failed(string host, Exception e) => new()
+    {
+        Host = host,
+        Error = e.Message.StartsWith(host + ": ", StringComparison.Ordinal) ? e.Message[(host.Length + 2)..] : e.Message,
+        ErrorKind = e is CommonDataException c ? c.Code : CommonDataException.From(e).Code,
+    };
 
     public Task<RespReply> ExecuteOnAsync(int host, ReadOnlyMemory<byte> command, string[] args, CancellationToken ct = default) =>
         RunAsync(host, (c, token) => c.FlushAndReadCommandAsync(command.Span, args, token), ct);

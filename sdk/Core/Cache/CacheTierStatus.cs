@@ -12,6 +12,8 @@ public sealed record CacheHostStatus
     [JsonPropertyName("host")] public required string Host { get; init; }
     /// <summary>Why the host could not be read; the other fields are then zero.</summary>
     [JsonPropertyName("error")] public string? Error { get; init; }
+    /// <summary>The class of <see cref="Error"/>: a host that refused the login is no unreachable host.</summary>
+    [JsonIgnore] public ErrorCode ErrorKind { get; init; } = ErrorCode.Unavailable;
     /// <summary><c>hpc-cachehost VERSION</c>, or <c>redis VERSION</c> for anything else speaking INFO.</summary>
     [JsonPropertyName("server")] public string? Server { get; init; }
     [JsonPropertyName("uptimeSeconds")] public long UptimeSeconds { get; init; }

@@ -24,10 +24,20 @@ public sealed record RespReply(RespKind Kind, string? Text = null, long Integer 
 public sealed class RespErrorException(string host, string message) : CommonDataException(CodeOf(message), $"{host}: {message}{HintFor(message)}")
 {
     /// <summary>
+    /// How our cache host ends a WRONGPASS it gave without checking the password (its failed-login budget was spent):
+    /// Redis clients see a refused login, ours a limit to wait out, not a password to check.
+    /// </summary>
+    public const string Unchecked = "the password was not checked";
+
+    private static bool IsUnchecked(string message) => message.StartsWith("WRONGPASS ", StringComparison.Ordinal) && message.EndsWith(Unchecked, StringComparison.Ordinal);
+
+    /// <summary>
     /// What setting a refusal points at, since the person reading it sets switches and variables, not RESP commands:
     /// MOVED/ASK to a client that takes a Redis Cluster for independent hosts, and refused credentials.
     /// </summary>
-    private static string HintFor(string message) => message.Split(' ', 2)[0] switch
+    private static string HintFor(string message) => IsUnchecked(message)
+        ? " (rate-limited: after too many failed logins the host refuses more for a while without looking at them; try again later)"
+        : message.Split(' ', 2)[0] switch
     {
         "MOVED" or "ASK" => $" (the cache hosts are a Redis Cluster: give --cache-cluster or set {CacheTierOptions.ClusterVariable}=1)",
         "NOAUTH" => $" (the cache hosts want a password: give --cache-password-file PATH or set {CacheTierOptions.PasswordVariable} " +
@@ -37,8 +47,8 @@ public sealed class RespErrorException(string host, string message) : CommonData
         _ => "",
     };
 
-    /// <summary>OOM is a full budget; NOAUTH / WRONGPASS / NOPERM are refused credentials; the rest are refused requests.</summary>
-    private static ErrorCode CodeOf(string message) => message.Split(' ', 2)[0] switch
+    /// <summary>OOM is a full budget; NOAUTH / WRONGPASS / NOPERM are refused credentials (unless refused unchecked: a limit); the rest are refused requests.</summary>
+    private static ErrorCode CodeOf(string message) => IsUnchecked(message) ? ErrorCode.Limit : message.Split(' ', 2)[0] switch
     {
         "OOM" => ErrorCode.NoSpace,
         "NOAUTH" or "WRONGPASS" or "NOPERM" => ErrorCode.AccessDenied,

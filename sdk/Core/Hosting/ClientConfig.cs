@@ -25,6 +25,9 @@ public sealed class ClientConfig
     /// <summary>The files that were read, in the order read (the later wins).</summary>
     public IReadOnlyList<string> Files { get; }
 
+    /// <summary>Every setting the files give, by its variable: what a program this one starts must see beneath its own environment.</summary>
+    public IReadOnlyDictionary<string, string> Values => _byVariable;
+
     /// <summary>The value a file gives the setting whose variable is <paramref name="variable"/>, or null.</summary>
     public string? this[string variable] => _byVariable.GetValueOrDefault(variable);
 
@@ -77,11 +80,30 @@ public sealed class ClientConfig
                 var value = Unquote(line[(equals + 1)..].Trim());
                 if (value.StartsWith("~/", StringComparison.Ordinal) && environment("HOME") is { Length: > 0 } home) value = Path.Combine(home, value[2..]);
                 if (SettingValues.Check(TypeOf[variable], value) is { } problem) throw new FormatException($"{file}:{i + 1}: {key}: {problem}");
+                if (OutOfRange(variable, value) is { } range) throw new FormatException($"{file}:{i + 1}: {range.Replace("--" + key.TrimStart('-'), key, StringComparison.OrdinalIgnoreCase)}");
                 values[variable] = value;
             }
             read.Add(file);
         }
         return new ClientConfig(values, read);
+    }
+
+    /// <summary>
+    /// What the cache tier's own check says of this one value and of nothing else: a value that reads but cannot be
+    /// used (<c>replicas = -1</c>) is reported at the line that gave it, not later as if a switch had.
+    /// </summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "CacheTierOptions is kept whole (DynamicDependency)")]
+    private static string? OutOfRange(string variable, string value)
+    {
+        // A file the settings name may exist only where it is used (a node's password file): that stays the verb's check.
+        if (variable is SlurmStagingVariable or CacheTierOptions.PasswordFileVariable or CacheTierOptions.TlsCaVariable) return null;
+        // No hosts and a password: the checks that tie one setting to another (an account needs a password, replicas
+        // no more than hosts) then stay silent, so what is left is this value's own.
+        static CacheTierOptions Trial() => new() { Hosts = [], Password = "set" };
+        var before = Trial().Validate().ToHashSet(StringComparer.Ordinal);
+        var trial = Trial();
+        if (SettingValues.ApplyEnvironment(typeof(CacheTierOptions), trial, name => name == variable ? value : null) is { } problem) return problem;
+        return trial.Validate().FirstOrDefault(p => !before.Contains(p));
     }
 
     /// <summary>The keys a client's file takes: the cache tier's settings that have a variable, the password itself excepted (name a password file).</summary>

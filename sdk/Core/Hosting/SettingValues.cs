@@ -82,14 +82,14 @@ public static class SettingValues
     /// A duration in the grammar every timeout of every program takes: <c>10s</c>, <c>15m</c>, <c>12h</c>, <c>7d</c>, a
     /// bare number of seconds, or <c>HH:MM:SS</c> (what .NET's settings files write).
     /// </summary>
-    public static TimeSpan ParseDuration(string text) =>
-        text.Contains(':') ? TimeSpan.Parse(text.Trim(), CultureInfo.InvariantCulture) : IsZero(text) ? TimeSpan.Zero : Durations.Parse(text);
+    public static TimeSpan ParseDuration(string text) => IsZero(text) ? TimeSpan.Zero : Durations.Parse(text);
 
     // A zero reads (0, 0s, 0m…), so a switch where it means "never" can take it and one where it does not says so in its
     // own check, naming itself, rather than failing here as "not a duration".
     private static bool IsZero(string text)
     {
         var t = text.Trim();
+        if (t.Contains(':')) return TimeSpan.TryParse(t, CultureInfo.InvariantCulture, out var clock) && clock == TimeSpan.Zero;
         if (t.Length > 1 && char.IsAsciiLetter(t[^1])) t = t[..^1];
         return double.TryParse(t, NumberStyles.Float, CultureInfo.InvariantCulture, out var v) && v == 0;
     }
