@@ -9,9 +9,8 @@ namespace Hpc.NodeAgent;
 /// <summary>
 /// One ingest: stored segments of a version handed to the agent by a process on the node (node preparation receiving
 /// them from other nodes), written into the version's partial copy exactly as a fetch writes it. Each segment is
-/// verified as a fetched one is (<see cref="SegmentFetcher.TryPostSegment"/>: checksum, decode, raw length, content
-/// id) and only then written at its offset — by the copy's one writer thread (<see cref="CopyWriter"/>), so the
-/// accepting threads never contend for the file — and, once written, appended to the journal; a rejected one is neither. The ingest holds the
+/// verified as a fetched one is (<see cref="SegmentFetcher.TryWriteSegment"/>: checksum, decode, raw length, content
+/// id) and only then written at its offset and appended to the journal; a rejected one is neither. The ingest holds the
 /// version's writer turn from <see cref="BeginAsync"/> to <see cref="Dispose"/>, so no fetch writes the same copy
 /// meanwhile, and its copy is marked as ingesting, so it is not evicted. It never publishes: the next fetch of the
 /// version (prefetch or open) resumes from the journal, asks the cache tier only for what is still missing — nothing
@@ -38,8 +37,6 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     private readonly Lock _window = new();
     private readonly DatasetFiles? _file;
     private readonly FileStream? _journal;
-    /// <summary>The copy's one writer: verified segments are queued to it and journaled once written (<see cref="Written"/>).</summary>
-    private readonly CopyWriter? _writer;
     private readonly bool[] _have;
     /// <summary>Guards what several accepting threads share: the bitmaps, the counts, the reasons, the journal.</summary>
     private readonly Lock _gate = new();
@@ -55,7 +52,6 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         _minBytesPerSecond = Math.Max(0, minBytesPerSecond);
         _have = have ?? [];
         _missing = complete ? 0 : _have.Count(h => !h);
-        if (!complete && file is not null) _writer = new CopyWriter(file, Written);
     }
 
     public string Version { get; }
@@ -185,12 +181,11 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
 
     /// <summary>
     /// Takes one stored segment. Rejected (counted, first reasons kept) when it fails verification; counted as already
-    /// had when the node has it (or another thread wrote it first); otherwise queued to the copy's writer, which writes
-    /// and journals it (<see cref="Finish"/> waits for that). Throws
+    /// had when the node has it (or another thread wrote it first); otherwise written and journaled. Throws
     /// <see cref="ErrorCode.BadRequest"/> for an index outside the manifest, and the failure (e.g.
     /// <see cref="ErrorCode.NoSpace"/>) when the file cannot be written; either ends the ingest. Safe to call from several
-    /// threads at once (<see cref="Hpc.NodeAgent.Pipe.IngestWorkers"/>): segments are verified and decoded in parallel,
-    /// written by the copy's one writer, and only the bookkeeping is serialized.
+    /// threads at once (<see cref="Hpc.NodeAgent.Pipe.IngestWorkers"/>): segments are verified and written in parallel,
+    /// only the bookkeeping is serialized.
     /// </summary>
     public void Accept(int index, ReadOnlySpan<byte> stored)
     {
@@ -204,29 +199,24 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         // Two copies of one segment may be verified at once: a damaged one must not keep out a good one behind it, and
         // two good ones write the same bytes (checked against the content id) at the same offset.
         string? problem;
-        try { problem = SegmentFetcher.TryPostSegment(Manifest, index, stored, _writer!); }
+        try { problem = SegmentFetcher.TryWriteSegment(Manifest, index, stored, _file!); }
         catch (Exception e) { throw Fail(e); }
-        if (problem is null) return; // the writer journals it once written (Written)
         lock (_gate)
         {
-            _rejected++;
-            if (_reasons.Count < MaxReasons) _reasons.Add($"index {index}: {problem}");
-        }
-    }
-
-    /// <summary>Segment <paramref name="index"/>, verified, is in the file (on the writer's thread): journaled and counted.</summary>
-    private void Written(int index)
-    {
-        lock (_gate)
-        {
+            if (problem is not null)
+            {
+                _rejected++;
+                if (_reasons.Count < MaxReasons) _reasons.Add($"index {index}: {problem}");
+                return;
+            }
             if (_have[index]) { _alreadyHad++; return; }
             try { DataDirectory.AppendJournal(_journal!, index); }
-            catch (Exception e) { throw FailLocked(e); }
+            catch (Exception e) { throw Fail(e); }
             _have[index] = true;
             _missing--;
             _accepted++;
         }
-        Interlocked.Add(ref _bytes, Manifest.Segments[index].StoredLength);
+        Interlocked.Add(ref _bytes, stored.Length);
         Volatile.Write(ref _lastProgress, Environment.TickCount64);
         _index!.SegmentDone(Version, Manifest.Segments[index].RawLength);
     }
@@ -236,12 +226,8 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     {
         if (!Complete)
         {
-            try
-            {
-                _writer!.Drain();
-                _journal!.Flush();
-            }
-            catch (Exception e) { throw _failure ?? Fail(e); }
+            try { _journal!.Flush(); }
+            catch (Exception e) { throw Fail(e); }
         }
         _log.IngestEnded(Manifest.Name, Version, _accepted, _alreadyHad, _rejected, _missing);
         return new IngestReport
@@ -278,8 +264,6 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         _disposed = true;
         if (!Complete)
         {
-            _writer!.Dispose(); // what was verified and queued is written and journaled first
-            if (_failure is null && _writer.Failure is { } broke) Fail(broke); // e.g. a full disk met after the last Accept
             try { _journal!.Dispose(); }
             catch (IOException e) { _log.JournalCloseFailed(Version, e.Message); }
             _file!.Dispose();

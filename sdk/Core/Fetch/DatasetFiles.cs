@@ -187,30 +187,6 @@ public sealed class DatasetFiles : IDisposable
         }
     }
 
-    /// <summary>
-    /// Writes <paramref name="buffers"/> back to back from dataset offset <paramref name="offset"/> (<paramref name="length"/>
-    /// bytes in all): one vectored write (pwritev) when they fall in one file, as one copy's writer coalesces adjacent segments.
-    /// </summary>
-    public void Write(IReadOnlyList<ReadOnlyMemory<byte>> buffers, long offset, long length)
-    {
-        if (_noRoom is { } full) throw new IOException(full.Message, full.HResult);
-        if (length > int.MaxValue) throw new ArgumentOutOfRangeException(nameof(length));
-        Check(offset, (int)length);
-        var i = Find(offset);
-        if (offset + length <= _starts[i] + _lengths[i])
-        {
-            var h = Acquire(i, out var once);
-            try { RandomAccess.Write(h, buffers, offset - _starts[i]); }
-            finally { if (once) h.Dispose(); }
-            return;
-        }
-        foreach (var b in buffers)
-        {
-            Write(b.Span, offset);
-            offset += b.Length;
-        }
-    }
-
     /// <summary>Fills <paramref name="data"/> from dataset offset <paramref name="offset"/>.</summary>
     public void Read(Span<byte> data, long offset)
     {

@@ -45,8 +45,7 @@ public static class SegmentFetcher
 
     /// <summary>
     /// As <see cref="FetchAsync(CacheTierClient, Manifest, string, nint, IReadOnlyList{int}, Action{int}?, CancellationToken)"/>, but each segment is decoded into a pooled buffer and written at its offset with a
-    /// positional write, by the copy's one writer thread (<see cref="CopyWriter"/>: adjacent segments in one vectored
-    /// write; <paramref name="onSegment"/> is told on that thread, once the segment's bytes are in the file). For files on tmpfs this is cheaper than decoding into a shared mapping: a store through the
+    /// positional write. For files on tmpfs this is cheaper than decoding into a shared mapping: a store through the
     /// mapping faults every 4 KB page in and the kernel zeroes it first, a full-page write needs neither. Writing 1 GiB
     /// in 64 KB blocks on tmpfs (a C program, this project's 2-core VM): 0.26–0.28 CPU-s by positional writes; through a
     /// mapping 1.3–1.6 populated in advance by MADV_POPULATE_WRITE, 1.4–3.7 after fallocate and MAP_POPULATE, 3.7–4.0 faulting page by page.
@@ -62,15 +61,15 @@ public static class SegmentFetcher
     {
         ExceptionDispatchInfo? localFailure = null;
         using var stop = CancellationTokenSource.CreateLinkedTokenSource(ct);
-        // Disposed before returning, also on a failure: what was verified by then is written and told of first.
-        using var writer = new CopyWriter(destination, onSegment ?? (_ => { }));
         try
         {
             await client.FetchSegmentsAsync(manifest.SegmentIds, wanted, (index, stored) =>
             {
                 try
                 {
-                    return TryPostSegment(manifest, index, stored, writer);
+                    var problem = TryWriteSegment(manifest, index, stored, destination);
+                    if (problem is null) onSegment?.Invoke(index);
+                    return problem;
                 }
                 catch (Exception e)
                 {
@@ -79,7 +78,6 @@ public static class SegmentFetcher
                     throw new LocalFailureException(e);
                 }
             }, $"dataset '{manifest.Name}' version {version}", stop.Token);
-            writer.Drain();
         }
         catch (Exception) when (localFailure is not null)
         {
@@ -112,40 +110,6 @@ public static class SegmentFetcher
             return null;
         }
         finally { System.Buffers.ArrayPool<byte>.Shared.Return(buffer); }
-    }
-
-    /// <summary>
-    /// Verifies stored segment <paramref name="index"/> as <see cref="TryWriteSegment"/> does, decoding it into a buffer
-    /// the copy's writer lends, and hands that buffer to the copy's <paramref name="writer"/>, which writes it at its offset and then
-    /// tells of it (a raw segment is copied into the buffer first: the stored bytes are the caller's only for the call).
-    /// Returns null when handed over, otherwise why the segment was rejected (nothing is written). Throws the writer's
-    /// failure (e.g. a full disk) once it failed.
-    /// </summary>
-    public static string? TryPostSegment(Manifest manifest, int index, ReadOnlySpan<byte> stored, CopyWriter writer)
-    {
-        var length = manifest.Segments[index].RawLength;
-        var buffer = writer.Rent(length);
-        var handedOver = false;
-        try
-        {
-            string? problem;
-            ReadOnlySpan<byte> content;
-            try { problem = SegmentCodec.TryVerify(stored, manifest.SegmentIds[index], buffer.AsSpan(0, length), out content); }
-            catch (Exception e) when (e is ArgumentException or InvalidOperationException or IndexOutOfRangeException)
-            {
-                problem = $"segment {manifest.SegmentIds[index]}: payload cannot be decoded ({e.Message})"; // damaged bytes never fail the caller
-                content = default;
-            }
-            if (problem is not null) return problem;
-            if (content.Length != length) return $"segment {manifest.SegmentIds[index]}: raw length {content.Length}, expected {length}";
-            if (length > 0 && !System.Runtime.CompilerServices.Unsafe.AreSame(
-                    ref System.Runtime.InteropServices.MemoryMarshal.GetReference(content), ref buffer[0]))
-                content.CopyTo(buffer);
-            handedOver = true; // the writer returns the buffer from here on, also when Post throws
-            writer.Post(buffer, length, manifest.Offsets[index], index);
-            return null;
-        }
-        finally { if (!handedOver) writer.Return(buffer); }
     }
 
     /// <summary>Carries a local failure through the cache-tier client, which would take an <see cref="IOException"/> for a host's.</summary>
