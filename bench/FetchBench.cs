@@ -19,7 +19,7 @@ public sealed record FetchRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Run,
     double DecodeSeconds, double DecodeCpuSeconds, double FetchSeconds, double AgentUserSeconds, double AgentSystemSeconds,
     double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null, string? Tier = null, double IngestSeconds = 0,
-    double IngestAgentCpuSeconds = 0, double IngestSenderCpuSeconds = 0);
+    double IngestAgentCpuSeconds = 0, double IngestSenderCpuSeconds = 0, double IngestAgentUserSeconds = 0, double IngestAgentSystemSeconds = 0);
 
 /// <summary>
 /// The node agent fetching a version from a real cache host on loopback (its own process, warm, as a node runs it),
@@ -107,7 +107,7 @@ public static class FetchBench
                 ct.ThrowIfCancellationRequested();
                 // Alternate which goes first, so a slow spell of the machine does not always land on the same one.
                 (double Seconds, double Cpu) decode = default;
-                (double Seconds, double Agent, double Sender) ingest = default;
+                (double Seconds, double Agent, double Sender, double User, double System) ingest = default;
                 (double Seconds, double User, double System, double Host) fetch = default;
                 for (var step = 0; step < 2; step++)
                 {
@@ -119,7 +119,8 @@ public static class FetchBench
                         var (a1, s1) = (a0, s0);
                         var seconds = await IngestOnceAsync(client, name, version, manifestBytes, stored, ct,
                             () => (a1, s1) = (ProcStats.Read(agent.Name, agent.Id), Process.GetCurrentProcess().TotalProcessorTime));
-                        ingest = (seconds, a1.UserSeconds + a1.SystemSeconds - a0.UserSeconds - a0.SystemSeconds, (s1 - s0).TotalSeconds);
+                        ingest = (seconds, a1.UserSeconds + a1.SystemSeconds - a0.UserSeconds - a0.SystemSeconds, (s1 - s0).TotalSeconds,
+                            a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds);
                     }
                     if ((step == 0) == (run % 2 == 1))
                     {
@@ -139,13 +140,15 @@ public static class FetchBench
                     }
                 }
                 var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
-                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier, ingest.Seconds, ingest.Agent, ingest.Sender);
+                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier, ingest.Seconds, ingest.Agent, ingest.Sender,
+                    ingest.User, ingest.System);
                 records.Add(r);
                 if (o.Out is not null) BenchJson.Append(o.Out, r);
                 var gb = r.RawBytes / GiB;
                 Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
                     $"  {kind,-6} run {run}: decode {MiBps(r.RawBytes, r.DecodeSeconds),6:0} MiB/s, agent {MiBps(r.RawBytes, r.FetchSeconds),6:0} MiB/s, ingest {MiBps(r.RawBytes, r.IngestSeconds),6:0} MiB/s, " +
-                    $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GiB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel)"));
+                    $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GiB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel), " +
+                    $"ingest agent {r.IngestAgentCpuSeconds / gb:0.00} CPU-s per GiB ({r.IngestAgentUserSeconds / gb:0.00} user, {r.IngestAgentSystemSeconds / gb:0.00} kernel)"));
             }
         }
         return records;
