@@ -265,7 +265,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
             {
                 Kind = "cluster", Run = run, Config = config, JobFate = _lastFate,
                 Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
-                LimitSeconds = limit, MeasuredSeconds = measured, Efficiency = limit / measured,
+                LimitSeconds = limit, MeasuredSeconds = measured, Efficiency = nodes.Count > 0 ? limit / measured : 0,
                 SlowNodeLimitSeconds = config.SlowRateMbit is { } slow ? stage.StoredBytes / (slow * 1e6 / 8) : null,
                 Nodes = nodes, CacheHosts = cacheHosts, Processes = samples, Workers = workerTimes, Machine = BenchJson.Machine(),
                 MachineBusy = double.IsFinite(machineBusy) ? Math.Round(machineBusy, 3) : null,
