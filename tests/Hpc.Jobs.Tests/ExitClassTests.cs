@@ -98,7 +98,8 @@ public class ExitClassTests
         });
         await spent.Task.WaitAsync(TimeSpan.FromSeconds(60));
 
-        var list = await s.HpcdataAsync(["list", "--cache-hosts", s.HostList, "--cache-password-file", PasswordFile(s, "tier-secret")]);
+        // The limit is per address: the verb logs in from the guesses' own (the sandbox gives each program one of its own).
+        var list = await s.HpcdataAsync(["list", "--cache-hosts", s.HostList, "--cache-password-file", PasswordFile(s, "tier-secret"), "--cache-source-address", "127.0.0.1"]);
         stop.Cancel();
         await guessing;
 
