@@ -192,6 +192,11 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             if (parsed.Settings.Keys.Any(k => k.Equals(e.Key, StringComparison.OrdinalIgnoreCase) || k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)))
                 foreach (var k in merged.Keys.Where(k => k.Equals(e.Key, StringComparison.OrdinalIgnoreCase) || k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)).ToList())
                     merged.Remove(k);
+        // A secret's file on the command line outranks the secret a variable gave, although it fills another key: the
+        // command line wins over the environment for the password as for every setting, and as hpcdata's own verbs read it.
+        foreach (var file in Entries.Where(e => parsed.Settings.ContainsKey(e.Key)))
+            foreach (var secret in Entries.Where(e => e.Switch.Secret && e.Switch.Name + "-file" == file.Switch.Name))
+                merged.Remove(secret.Key);
         foreach (var (k, v) in parsed.Settings) merged[k] = v;
         settings = merged;
         if (parsed.HelpRequested) { Console.Out.Write(Help()); return 0; }
