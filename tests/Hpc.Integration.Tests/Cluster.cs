@@ -2,15 +2,12 @@ using System.Text.Json;
 using Hpc.CommonData.Agent;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Hosting;
-using Hpc.Jobs.Tests;
 
 namespace Hpc.Integration.Tests;
 
 /// <summary>
 /// Real processes on this machine: cache hosts on free ports, node agents with their own pipes and data
-/// directories, the stager and sample workers. Everything started here is stopped and removed on dispose. Each agent
-/// and each program run here reaches the cache tier from a node address of its own (<see cref="NodeAddresses"/>), as
-/// the nodes of a cluster do.
+/// directories, the stager and sample workers. Everything started here is stopped and removed on dispose.
 /// </summary>
 public sealed class Cluster : IAsyncDisposable
 {
@@ -71,7 +68,7 @@ public sealed class Cluster : IAsyncDisposable
     {
         var options = new NodeAgentOptions
         {
-            Pipe = pipe, DataDirectory = dataDir, Budget = budget, CacheTier = new CacheTierOptions { Hosts = Hosts.ToList(), SourceAddress = NodeAddresses.Next() },
+            Pipe = pipe, DataDirectory = dataDir, Budget = budget, CacheTier = new CacheTierOptions { Hosts = Hosts.ToList() },
         };
         configure?.Invoke(options);
         return ProgramContract<NodeAgentOptions>.ToArguments(options);
@@ -92,7 +89,7 @@ public sealed class Cluster : IAsyncDisposable
 
     public async Task<(int Code, List<string> Stdout, string Stderr)> RunAsync(string assembly, string[] args, IDictionary<string, string?>? env = null, string? stdinFile = null)
     {
-        await using var p = ComponentProcess.Start(assembly, args, NodeAddresses.OwnNode(env));
+        await using var p = ComponentProcess.Start(assembly, args, env);
         if (stdinFile is not null)
         {
             await using var input = File.OpenRead(stdinFile);
@@ -106,7 +103,7 @@ public sealed class Cluster : IAsyncDisposable
     public static Hpc.CommonData.DatasetOptions Via(string pipe, Hpc.CommonData.DataAccessMode mode = Hpc.CommonData.DataAccessMode.Map) =>
         new() { AgentPipe = pipe, Mode = mode, CacheTier = new CacheTierOptions { Hosts = ["127.0.0.1:1"] } };
 
-    public CacheTierClient Tier(int attempts = 5) => new(new CacheTierOptions { Hosts = Hosts.ToList(), MaxAttempts = attempts, SourceAddress = NodeAddresses.Next() });
+    public CacheTierClient Tier(int attempts = 5) => new(new CacheTierOptions { Hosts = Hosts.ToList(), MaxAttempts = attempts });
 
     public static string WriteFile(string dir, string name, byte[] data)
     {
