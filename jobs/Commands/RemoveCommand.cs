@@ -46,6 +46,12 @@ public static class RemoveCommand
                 : VersionPrefix.IsPrefix(given) ? await tier.Catalog.ResolveVersionPrefixAsync(name, given, ct) : given;
             // Nothing to remove is not found, as list and get say it: a script removing a misspelt name must learn of it.
             if (version is null) return Notice(o, name, null, $"dataset '{name}' has no latest version on {string.Join(", ", tier.Hosts)}; nothing to remove", ExitCodes.NotFound);
+            // A whole id names the version itself, so one no host holds is not found either. A job's end step that
+            // comes after the version was removed has nothing left to drop: its reference went with the version.
+            if (given is not null && !await tier.Catalog.HoldsManifestAsync(version, ct))
+                return o.Job is not null && await tier.Catalog.WasRemovedAsync(name, version, ct)
+                    ? Notice(o, name, version, $"{name} version {version} was already removed; job {o.Job}'s reference went with it")
+                    : Notice(o, name, version, $"no cache host ({string.Join(", ", tier.Hosts)}) holds {name} version {version}; nothing to remove", ExitCodes.NotFound);
             if (o.Job is not null)
             {
                 var others = await tier.Catalog.RemoveJobAsync(version, o.Job, ct);

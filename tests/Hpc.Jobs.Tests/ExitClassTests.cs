@@ -136,6 +136,27 @@ public class ExitClassTests
     }
 
     [Fact]
+    public async Task Remove_of_a_whole_version_id_no_host_holds_exits_not_found_but_a_jobs_end_step_after_its_removal_is_done()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("d.bin", Sandbox.RandomBytes(100_000)), "risk/ids");
+        var never = new string('0', staged.Version.Length);
+
+        var missing = await s.HpcdataAsync(["remove", $"risk/ids@{never}", "--cache-hosts", s.HostList]);
+        var removed = await s.HpcdataAsync(["remove", $"risk/ids@{staged.Version}", "--cache-hosts", s.HostList]);
+        var again = await s.HpcdataAsync(["remove", $"risk/ids@{staged.Version}", "--cache-hosts", s.HostList]);
+        var endStep = await s.HpcdataAsync(["remove", $"risk/ids@{staged.Version}", "--job", "4242", "--cache-hosts", s.HostList]);
+
+        Assert.True(missing.Code == ExitCodes.NotFound, $"exit {missing.Code}: {missing.Stderr}");
+        Assert.Contains(never, missing.Stderr);
+        Assert.True(removed.Code == 0, removed.Stderr);
+        Assert.True(again.Code == ExitCodes.NotFound, $"exit {again.Code}: {again.Stderr}");
+        Assert.True(endStep.Code == 0, $"exit {endStep.Code}: {endStep.Stderr}");
+        Assert.Contains("already removed", endStep.Stderr);
+    }
+
+    [Fact]
     public async Task A_prometheus_port_already_in_use_is_named_and_exits_cannot_create()
     {
         await using var s = new Sandbox();
