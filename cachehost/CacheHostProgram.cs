@@ -19,9 +19,11 @@ public static class CacheHostProgram
 {
     public static async Task<int> RunAsync(string[] args)
     {
-        // --help answered, an unknown switch or a bad value refused (exit 2), before anything starts.
-        if (Contract.Handle(args, out var commandLine) is { } exit)
+        // Every source in one order, bound and checked (--help answered, a bad value refused with exit 2) before anything starts.
+        var resolved = Contract.Resolve(args, Environment.GetEnvironmentVariable, Contract.SettingsFiles(Environment.GetEnvironmentVariable));
+        if (Contract.Answer(resolved) is { } exit)
             return exit;
+        var options = resolved.Options;
 
         // Socket completions run a session's parse-execute-send step on the epoll thread instead of hopping to the thread
         // pool: the step never blocks, and the hop (a context switch per read) cost about a third of the host's CPU under
@@ -36,18 +38,14 @@ public static class CacheHostProgram
         if (Environment.GetEnvironmentVariable(SocketThreads) is null)
             Environment.SetEnvironmentVariable(SocketThreads, Math.Max(1, Environment.ProcessorCount / 2).ToString(System.Globalization.CultureInfo.InvariantCulture));
 
-        // Layers, later wins: appsettings.json beside the program (read once: the default watches the working directory),
-        // environment (CacheHost__Port=...), then the command line and its documented environment variables.
+        // The host's own sections (logging) come from the same files; the options above were resolved from them already.
         var builder = Host.CreateApplicationBuilder(new HostApplicationBuilderSettings
         {
             ContentRootPath = AppContext.BaseDirectory,
             Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
         });
         builder.AddSiteSettings();
-        builder.Configuration.AddInMemoryCollection(commandLine);
 
-        if (Contract.Bind(builder.Configuration, commandLine, out var options) is { } invalid)
-            return invalid;
         CacheUsers users;
         try
         {

@@ -1,18 +1,15 @@
 using Hpc.CommonData.Hosting;
-using Microsoft.Extensions.Configuration;
 
 namespace Hpc.NodeAgent;
 
-/// <summary>The agent's settings from its configuration (appsettings.json under the command line and variables), checked.</summary>
+/// <summary>What only the agent checks of its resolved settings before it starts.</summary>
 public static class AgentConfiguration
 {
     /// <summary>
-    /// Binds and validates section "Agent" (<see cref="ProgramContract{T}.Bind"/>), then what only the agent needs: its
-    /// password file read and its data directory usable. Returns null, or the exit code after one line on stderr.
+    /// Its password file read and its data directory usable. Returns null, or the exit code after one line on stderr.
     /// </summary>
-    public static int? Bind(IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out NodeAgentOptions options)
+    public static int? Check(NodeAgentOptions options)
     {
-        if (ProgramContract<NodeAgentOptions>.Bind(configuration, settings, out options) is { } refused) return refused;
         try { options.CacheTier.LoadPasswordFile(); }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException)
         {

@@ -34,8 +34,11 @@ public static class NodeAgentProgram
             Console.SetError(logWriter);
         }
 
-        // The command line and the documented HPCDATA_* variables first: --help, an unknown switch or a bad value ends here.
-        if (ProgramContract<NodeAgentOptions>.Handle(args, out var settings) is { } exit) return exit;
+        // Every source in one order, bound and checked: --help, an unknown switch or a bad value ends here.
+        var resolved = ProgramContract<NodeAgentOptions>.Resolve(args, Environment.GetEnvironmentVariable, ProgramContract<NodeAgentOptions>.SettingsFiles(Environment.GetEnvironmentVariable));
+        if (ProgramContract<NodeAgentOptions>.Answer(resolved) is { } exit) return exit;
+        var options = resolved.Options;
+        if (AgentConfiguration.Check(options) is { } refused) return refused;
 
         // appsettings.json is read from beside the program, once. The default (content root = working directory, reload on
         // change) puts a recursive inotify watch on wherever the daemon was started, e.g. /tmp, and wakes it on every file
@@ -46,8 +49,6 @@ public static class NodeAgentProgram
             Configuration = new ConfigurationManager { ["hostBuilder:reloadConfigOnChange"] = "false" },
         });
         builder.AddSiteSettings();
-        builder.Configuration.AddInMemoryCollection(settings);
-        if (AgentConfiguration.Bind(builder.Configuration, settings, out var options) is { } refused) return refused;
 
         OpenTelemetry.Metrics.MeterProvider? exporter;
         try

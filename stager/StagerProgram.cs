@@ -1,5 +1,4 @@
 using Hpc.CommonData.Hosting;
-using Microsoft.Extensions.Configuration;
 using Contract = Hpc.CommonData.Hosting.ProgramContract<Hpc.CommonData.Hosting.StagerOptions>;
 
 namespace Hpc.Stager;
@@ -13,12 +12,9 @@ public static class StagerProgram
     public static async Task<int> RunAsync(string[] args)
     {
         // --help answered, an unknown switch or a bad value refused (exit 2), before anything is read or sent.
-        if (Contract.Handle(args, out var settings) is { } exit) return exit;
-        // appsettings.json beside the program, as the other programs read it (their help and this one's say so), then the command line.
-        var configuration = new ConfigurationBuilder()
-            .AddJsonFile(Path.Combine(AppContext.BaseDirectory, "appsettings.json"), optional: true, reloadOnChange: false)
-            .AddInMemoryCollection(settings).Build();
-        if (Contract.Bind(configuration, settings, out var options) is { } refused) return refused;
+        var resolved = Contract.Resolve(args, Environment.GetEnvironmentVariable, Contract.SettingsFiles(Environment.GetEnvironmentVariable));
+        if (Contract.Answer(resolved) is { } exit) return exit;
+        var options = resolved.Options;
         return await StageCommand.RunAsync(options);
     }
 }

@@ -4,6 +4,7 @@ using System.Diagnostics.CodeAnalysis;
 using System.Globalization;
 using System.Reflection;
 using System.Text;
+using Microsoft.Extensions.Configuration;
 
 namespace Hpc.CommonData.Hosting;
 
@@ -22,6 +23,18 @@ public interface IProgramOptions
     /// <summary>Problems with the values, each a sentence naming the switch; empty when the options are usable.</summary>
     IEnumerable<string> Validate();
 }
+
+/// <summary>A JSON settings file of a program, and whether it may be missing.</summary>
+public sealed record SettingsFile(string Path, bool Optional);
+
+/// <summary>
+/// A program's settings resolved from every source (<see cref="ProgramContract{T}.Resolve"/>): the bound options, the
+/// keys the command line and variables gave, the whole configuration (for the program's other sections, such as
+/// logging), and what is wrong: <see cref="Problem"/> (a switch, variable, file or value that does not read),
+/// <see cref="Invalid"/> (the options' own checks), <see cref="Warnings"/> (keys no setting has).
+/// </summary>
+public sealed record Resolution<T>(T Options, IReadOnlyDictionary<string, string?> Settings, IConfiguration? Configuration, bool HelpRequested,
+    string? Problem, IReadOnlyList<string> Invalid, IReadOnlyList<string> Warnings) where T : class;
 
 /// <summary>What <see cref="ProgramContract{T}.Parse"/> found on a command line.</summary>
 public sealed record ParsedCommandLine(IReadOnlyDictionary<string, string?> Settings, bool HelpRequested, string? Error);
@@ -185,8 +198,18 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     /// </summary>
     public static int? Handle(string[] args, out IReadOnlyDictionary<string, string?> settings)
     {
+        var (merged, parsed, environmentError) = Merge(args, Environment.GetEnvironmentVariable);
+        settings = merged;
+        if (parsed.HelpRequested) { Console.Out.Write(Help()); return 0; }
+        if ((parsed.Error ?? environmentError) is { } error) return Refuse(error);
+        return null;
+    }
+
+    /// <summary>The command line over the documented variables, as configuration keys: what every program starts from.</summary>
+    private static (Dictionary<string, string?> Settings, ParsedCommandLine Parsed, string? EnvironmentError) Merge(IReadOnlyList<string> args, Func<string, string?> environment)
+    {
         var parsed = Parse(args);
-        var merged = ReadEnvironment(out var environmentError);
+        var merged = ReadEnvironment(out var environmentError, environment);
         // A switch on the command line replaces everything the environment gave it (all items of a list).
         foreach (var e in Entries)
             if (parsed.Settings.Keys.Any(k => k.Equals(e.Key, StringComparison.OrdinalIgnoreCase) || k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)))
@@ -198,11 +221,86 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             foreach (var secret in Entries.Where(e => e.Switch.Secret && e.Switch.Name + "-file" == file.Switch.Name))
                 merged.Remove(secret.Key);
         foreach (var (k, v) in parsed.Settings) merged[k] = v;
-        settings = merged;
-        if (parsed.HelpRequested) { Console.Out.Write(Help()); return 0; }
-        if ((parsed.Error ?? environmentError) is { } error) return Refuse(error);
+        return (merged, parsed, environmentError);
+    }
+
+    /// <summary>
+    /// The program's JSON settings files, the first beneath: <c>appsettings.json</c> in <paramref name="directory"/>
+    /// (the program's own folder by default; optional), then the site's file that <see cref="ServiceHosting.SettingsVariable"/>
+    /// names (required: a site that names one means it).
+    /// </summary>
+    public static IReadOnlyList<SettingsFile> SettingsFiles(Func<string, string?> environment, string? directory = null) =>
+        [new(Path.Combine(directory ?? AppContext.BaseDirectory, "appsettings.json"), Optional: true),
+         .. environment(ServiceHosting.SettingsVariable) is { Length: > 0 } site ? new[] { new SettingsFile(Path.GetFullPath(site), Optional: false) } : []];
+
+    /// <summary>
+    /// The program's settings as one value, from every source in one order — the command line, then the documented
+    /// variables, then <paramref name="files"/> (the last wins among them), then the options type's defaults — bound
+    /// and validated. Every program runs this, and the tests run it as the programs do; nothing is printed.
+    /// </summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
+    public static Resolution<T> Resolve(IReadOnlyList<string> args, Func<string, string?> environment, IReadOnlyList<SettingsFile> files)
+    {
+        var (settings, parsed, environmentError) = Merge(args, environment);
+        if (parsed.HelpRequested) return new(new T(), settings, null, true, null, [], []);
+        if ((parsed.Error ?? environmentError) is { } error) return new(new T(), settings, null, false, error, [], []);
+        var builder = new ConfigurationBuilder();
+        foreach (var file in files) builder.AddJsonFile(file.Path, file.Optional, reloadOnChange: false);
+        IConfiguration configuration;
+        try { configuration = builder.AddInMemoryCollection(settings).Build(); }
+        catch (Exception e) when (e is FileNotFoundException or InvalidDataException or FormatException or IOException)
+        {
+            return new(new T(), settings, null, false, $"settings file: {(e.InnerException ?? e).Message.ReplaceLineEndings(" ")}", [], []);
+        }
+        var warnings = UnknownKeys(configuration).ToList();
+        var problem = BindSection(configuration, settings, out var options);
+        return new(options, settings, configuration, false, problem, problem is null ? [.. options.Validate()] : [], warnings);
+    }
+
+    /// <summary>
+    /// What a program's Main does with its <see cref="Resolution{T}"/>: answers <c>--help</c> on stdout (exit 0), refuses a
+    /// problem with one line on stderr (exit 2), says each warning on stderr; null when the program goes on.
+    /// </summary>
+    public static int? Answer(Resolution<T> resolution)
+    {
+        if (resolution.HelpRequested) { Console.Out.Write(Help()); return 0; }
+        if (resolution.Problem is { } problem) return Refuse(problem);
+        if (resolution.Invalid.Count > 0) return Refuse(string.Join(" ", resolution.Invalid));
+        foreach (var warning in resolution.Warnings) Console.Error.WriteLine($"{T.ProgramName}: warning: {warning}");
         return null;
     }
+
+    /// <summary>Keys of the program's section that no setting has: a typo in a JSON settings file would otherwise be ignored without a word.</summary>
+    private static IEnumerable<string> UnknownKeys(IConfiguration configuration)
+    {
+        var known = KnownKeys.Value;
+        // A list's items are keys of their own (Hosts:0, Hosts:1): the list is named once.
+        var unknown = configuration.GetSection(T.SectionName).AsEnumerable().Where(kv => kv.Value is not null)
+            .Select(kv => string.Join(':', kv.Key.Split(':').Where(part => !int.TryParse(part, out _))))
+            .Where(path => !known.Contains(path)).Distinct(StringComparer.OrdinalIgnoreCase).Order(StringComparer.Ordinal);
+        foreach (var path in unknown)
+            yield return $"settings key '{path}' is not a setting of {T.ProgramName}, so it was ignored{Suggestions.DidYouMean(path, known)}";
+    }
+
+    // Every key a settings file may give: the switches' and the other public settable properties' (nested groups walked).
+    [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
+    private static readonly Lazy<HashSet<string>> KnownKeys = new(() =>
+    {
+        var keys = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+        void Walk(Type type, string prefix, int depth)
+        {
+            foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance).Where(p => p.CanWrite || p.PropertyType.IsClass))
+            {
+                var key = $"{prefix}:{p.Name}";
+                keys.Add(key);
+                if (depth < 4 && p.PropertyType.IsClass && p.PropertyType != typeof(string) && !IsList(p.PropertyType) && p.PropertyType.Namespace?.StartsWith("Hpc.", StringComparison.Ordinal) == true)
+                    Walk(p.PropertyType, key, depth + 1);
+            }
+        }
+        Walk(typeof(T), T.SectionName, 0);
+        return keys;
+    });
 
     /// <summary>
     /// Binds the program's section of <paramref name="configuration"/> (appsettings.json under the keys
@@ -212,7 +310,12 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     /// </summary>
     [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
     [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
-    public static int? Bind(Microsoft.Extensions.Configuration.IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options)
+    public static int? Bind(Microsoft.Extensions.Configuration.IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options) =>
+        BindSection(configuration, settings, out options) is { } problem ? Refuse(problem) : Validate(options);
+
+    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
+    private static string? BindSection(IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options)
     {
         options = new T();
         // A settings file's "Tls": "yes" reads as the switch and the variable would (the binder knows only true/false).
@@ -229,7 +332,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         catch (InvalidOperationException e)
         {
             // A bad value in appsettings.json (the command line's and the variables' were checked by Handle).
-            return Refuse(e.InnerException is { } inner ? $"{e.Message} {inner.Message}" : e.Message);
+            return e.InnerException is { } inner ? $"{e.Message} {inner.Message}" : e.Message;
         }
         foreach (var e in Entries.Where(e => IsList(e.Property.PropertyType)))
         {
@@ -245,7 +348,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             foreach (var p in e.Path[..^1]) owner = owner is null ? null : p.GetValue(owner);
             if (owner is not null && e.Property.PropertyType.IsAssignableFrom(typeof(List<string>))) e.Property.SetValue(owner, items);
         }
-        return Validate(options);
+        return null;
     }
 
     /// <summary>

@@ -67,31 +67,44 @@ public sealed class CommandLineTableTests : IDisposable
 
         public override (object?, string?) Read(string[] args, IReadOnlyDictionary<string, string> variables, string? fileSwitch, string? fileValue, string dir)
         {
-            var parsed = ProgramContract<T>.Parse(args);
-            if (parsed.Error is { } error) return (null, error);
-            var settings = new Dictionary<string, string?>(ProgramContract<T>.FromEnvironment(v => variables.GetValueOrDefault(v)), StringComparer.OrdinalIgnoreCase);
-            // A switch replaces what the variable gave it, every item of a list (ProgramContract.Handle).
-            foreach (var key in parsed.Settings.Keys)
-                foreach (var k in settings.Keys.Where(k => k.Equals(key, StringComparison.OrdinalIgnoreCase) || key.StartsWith(k + ":", StringComparison.OrdinalIgnoreCase) || k.StartsWith(StripIndex(key) + ":", StringComparison.OrdinalIgnoreCase)).ToList())
-                    settings.Remove(k);
-            foreach (var (k, v) in parsed.Settings) settings[k] = v;
-            var builder = new ConfigurationBuilder();
+            // The program's own resolve, as its Main runs it; the settings file is its appsettings.json, holding the
+            // setting at the keys its switch sets (parsed without the program's argument: the keys are there, whatever
+            // else the line lacks).
+            var files = new List<SettingsFile>();
             if (fileSwitch is not null)
             {
-                // The program's appsettings.json, holding the setting at the keys its switch sets.
                 var file = Path.Combine(dir, "appsettings.json");
-                // Parsed without the program's argument: the keys are there, whatever else the line lacks.
                 File.WriteAllText(file, Json(ProgramContract<T>.Parse([fileSwitch, fileValue!]).Settings));
-                builder.AddJsonFile(file);
+                files.Add(new SettingsFile(file, Optional: false));
             }
-            var configuration = builder.AddInMemoryCollection(settings).Build();
-            var saved = Console.Error;
-            Console.SetError(TextWriter.Null); // Validate() speaks about settings this table does not give; only the binding counts here.
-            try { ProgramContract<T>.Bind(configuration, settings, out var options); return (options, null); }
-            finally { Console.SetError(saved); }
+            var resolved = ProgramContract<T>.Resolve(args, v => variables.GetValueOrDefault(v), files);
+            // The options' own checks speak of settings this table does not give; only the reading counts here.
+            return (resolved.Problem is null ? resolved.Options : null, resolved.Problem);
         }
 
-        private static string StripIndex(string key) => key.LastIndexOf(':') is var c and > 0 && int.TryParse(key[(c + 1)..], out _) ? key[..c] : key;
+    }
+
+    [Fact]
+    public void A_key_in_a_programs_settings_file_that_no_setting_has_is_a_warning_naming_the_nearest_one_and_the_rest_is_read()
+    {
+        IReadOnlyList<string> Warnings<T>(string[] args, string json, Func<T, object?> read, object? expected) where T : class, IProgramOptions, new()
+        {
+            var file = Path.Combine(_dir, $"{typeof(T).Name}.json");
+            File.WriteAllText(file, json);
+            var resolved = ProgramContract<T>.Resolve(args, _ => null, [new SettingsFile(file, Optional: false)]);
+            Assert.Null(resolved.Problem);
+            Assert.Equal(expected, read(resolved.Options));
+            return resolved.Warnings;
+        }
+
+        var stager = Warnings<StagerOptions>(["data.bin"], """{ "Stager": { "Chunkng": "fixed", "CacheTier": { "Hostz": [ "a:1" ], "Replicas": 2 } } }""", o => o.CacheTier.Replicas, 2);
+        var agent = Warnings<NodeAgentOptions>([], """{ "Agent": { "DataDirectry": "/x", "NodeName": "n7" }, "Logging": { "LogLevel": { "Default": "Debug" } } }""", o => o.NodeName, "n7");
+        var host = Warnings<CacheHostOptions>([], """{ "CacheHost": { "MaxClientz": 5, "MaxClients": 9 } }""", o => o.MaxClients, 9);
+
+        Assert.Equal(["settings key 'Stager:CacheTier:Hostz' is not a setting of hpcdata stage, so it was ignored (did you mean Stager:CacheTier:Hosts?)",
+                      "settings key 'Stager:Chunkng' is not a setting of hpcdata stage, so it was ignored (did you mean Stager:Chunking?)"], stager);
+        Assert.Equal("settings key 'Agent:DataDirectry' is not a setting of hpcdata agent, so it was ignored (did you mean Agent:DataDirectory?)", Assert.Single(agent));
+        Assert.Contains("did you mean CacheHost:MaxClients?", Assert.Single(host));
     }
 
     public static TheoryData<Program> Programs => new()

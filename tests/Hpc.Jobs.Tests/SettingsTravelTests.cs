@@ -370,12 +370,9 @@ public sealed class SettingsTravelTests : IDisposable
     /// <summary>The options a program binds from <paramref name="args"/> and its environment, as its Main does (no settings file).</summary>
     private static T BindProgram<T>(IReadOnlyList<string> args, IReadOnlyDictionary<string, string?> environment) where T : class, IProgramOptions, new()
     {
-        var parsed = ProgramContract<T>.Parse(args);
-        Assert.Null(parsed.Error);
-        var settings = new Dictionary<string, string?>(ProgramContract<T>.FromEnvironment(v => environment.TryGetValue(v, out var x) ? x : null), StringComparer.OrdinalIgnoreCase);
-        foreach (var (k, v) in parsed.Settings) settings[k] = v;
-        var configuration = new ConfigurationBuilder().AddInMemoryCollection(settings).Build();
-        ProgramContract<T>.Bind(configuration, settings, out var options);
-        return options;
+        // The program's own resolve, as its Main runs it, with no settings file.
+        var resolved = ProgramContract<T>.Resolve(args, v => environment.TryGetValue(v, out var x) ? x : null, []);
+        Assert.Null(resolved.Problem);
+        return resolved.Options;
     }
 }

@@ -381,6 +381,35 @@ public sealed class CacheHostProcessTests : IDisposable
     }
 
     [Fact]
+    public void A_site_settings_file_is_read_beneath_the_command_line_and_a_key_no_setting_has_is_named_with_the_nearest()
+    {
+        var site = Path.Combine(Path.GetTempPath(), $"hpcdata-site-{Guid.NewGuid():N}.json");
+        File.WriteAllText(site, """{ "CacheHost": { "MaxClientz": 5, "MaxClientsPerAddress": 7, "Port": 1 } }""");
+        try
+        {
+            var host = CacheHostProcess.StartWithArguments(ProgramContract<CacheHostOptions>.ToArguments(new CacheHostOptions { Port = 0 }),
+                new Dictionary<string, string?> { [ServiceHosting.SettingsVariable] = site });
+            _hosts.Add(host);
+
+            // The command line's port (0: any free one) won over the file's 1; the file's per-address cap is the host's.
+            Assert.NotEqual(1, host.Port);
+            var from = System.Net.IPAddress.Parse("127.0.0.77");
+            var clients = Enumerable.Range(0, 7).Select(_ => new RespTestClient(host, from)).ToList();
+            try
+            {
+                foreach (var c in clients) Assert.Equal("PONG", c.Call("PING"));
+                using var over = new RespTestClient(host, from);
+                Assert.Equal("ERR max number of clients per address reached (7 from 127.0.0.77; --max-clients-per-address)",
+                    Assert.IsType<RespError>(over.ReadReply()).Message);
+            }
+            finally { clients.ForEach(c => c.Dispose()); }
+            Assert.Contains("warning: settings key 'CacheHost:MaxClientz' is not a setting of", host.Log);
+            Assert.Contains("did you mean CacheHost:MaxClients?", host.Log);
+        }
+        finally { File.Delete(site); }
+    }
+
+    [Fact]
     public void A_taken_port_fails_startup_with_a_clear_message()
     {
         var first = Start();
