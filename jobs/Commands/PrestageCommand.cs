@@ -286,6 +286,11 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
     {
         var text = o.Scheduler == "slurm" ? SlurmScript.Generate(job) : HpcPackCommands.Generate(job);
         var submitter = o.Scheduler == "slurm" ? "sbatch" : "job";
+        // The end step removes the version with the account of the node it runs on: the password this command was given
+        // does not go with the job.
+        if (job.LifetimeJob && job.CacheTierSecrets.Count > 0 && string.IsNullOrEmpty(job.CacheTier.PasswordFile))
+            Console.Error.WriteLine("hpcdata prestage: warning: the job carries no cache password, so its end step removes the version with the cache-tier " +
+                                    "settings of the node it runs on; give the password as a file (--cache-password-file, a file that node reads) for it to be yours");
         if (o.DryRun || FindOnPath(submitter) is null)
         {
             if (!o.DryRun) Console.Error.WriteLine($"hpcdata prestage: '{submitter}' is not on PATH here; printing the job instead of submitting it");
@@ -300,8 +305,8 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
         var info = o.Scheduler == "slurm" ? new ProcessStartInfo("sbatch") { ArgumentList = { "--parsable", file } } : new ProcessStartInfo("cmd") { ArgumentList = { "/c", file } };
         info.RedirectStandardOutput = info.RedirectStandardError = true;
         info.WorkingDirectory = directory; // where Slurm writes slurm-<id>.out
-        // sbatch hands its environment to the job (--export=ALL): the password reaches the nodes without being written down.
-        foreach (var (name, value) in job.CacheTierSecrets) info.Environment[name] = value;
+        // sbatch hands its environment to the job (--export=ALL), which Slurm keeps with the job: not the password.
+        foreach (var name in JobSpec.SecretVariables) info.Environment.Remove(name);
         using var p = Process.Start(info)!;
         var stdout = await p.StandardOutput.ReadToEndAsync(ct);
         var stderr = await p.StandardError.ReadToEndAsync(ct);

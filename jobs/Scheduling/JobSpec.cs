@@ -51,7 +51,8 @@ public sealed record JobSpec(
     /// <summary>
     /// The cache tier as the job's variables, every switch that was given (hosts, account, password file, TLS, CA,
     /// cluster, replicas, rate): what node prep on every node, and the agent it starts, read. Never the password itself:
-    /// <see cref="CacheTierSecrets"/> travel in the submitting environment, not in a script.
+    /// a job carries none (<see cref="SecretVariables"/>); the local scheduler's processes, on this machine, get
+    /// <see cref="CacheTierSecrets"/> in their environment.
     /// </summary>
     public IReadOnlyList<KeyValuePair<string, string>> CacheTierVariables => Hpc.Jobs.Cli.CacheClientOptions.Group.ToVariables(CacheTier);
 
@@ -68,6 +69,13 @@ public sealed record JobSpec(
     /// </summary>
     public static IReadOnlyList<string> ThisMachineVariables { get; } =
         [.. Hpc.Jobs.Cli.CacheClientOptions.Group.Switches.Where(s => s.ThisMachine && s.Environment is not null).Select(s => s.Environment!)];
+
+    /// <summary>
+    /// The variables of the cache tier's secrets (the password): a scheduler that keeps a job's environment with the job
+    /// (sbatch) must not be handed them, nor the job keep one it inherited.
+    /// </summary>
+    public static IReadOnlyList<string> SecretVariables { get; } =
+        [.. Hpc.Jobs.Cli.CacheClientOptions.Group.Switches.Where(s => s.Secret && s.Environment is not null).Select(s => s.Environment!)];
 
     /// <summary>The cache tier's secrets that were given (the password), as the variables that carry them.</summary>
     public IReadOnlyList<KeyValuePair<string, string>> CacheTierSecrets => Hpc.Jobs.Cli.CacheClientOptions.Group.SecretVariables(CacheTier);

@@ -34,8 +34,10 @@ public static class SlurmScript
 
             """);
         foreach (var (name, value) in job.CacheTierVariables) s.Append($"export {name}={Quote.Sh(value)}\n");
-        foreach (var (name, _) in job.CacheTierSecrets)
-            s.Append($"# {name} is not written here: sbatch passes it from the submitting environment (--export=ALL).\n");
+        // Slurm keeps a job's environment with the job and shows it to whoever may see the job: a job carries no
+        // password. Each node reaches the cache tier with its own settings (its agent's account, its client.conf).
+        foreach (var name in JobSpec.SecretVariables)
+            s.Append($"unset {name} # a job carries no password: each node uses its own cache-tier settings (its agent, its client.conf)\n");
         // sbatch passes the submitting machine's own settings too (an address of its own), which the nodes lack: each
         // node takes its own from its settings file instead.
         foreach (var name in JobSpec.ThisMachineVariables)

@@ -96,8 +96,8 @@ public sealed class SettingsTravelTests : IDisposable
         Assert.Equal(expected, Arrived(ProgramContract<StagerOptions>.ToArguments(stager), ProgramContract<StagerOptions>.SecretEnvironment(stager),
             attribute, sample, (args, env) => BindProgram<StagerOptions>(args, env).CacheTier, property));
 
-        // prestage → the job's script: every setting as a variable, a secret nowhere in it, nor a setting of the
-        // submitting machine's own (an address of its own would be one the job's nodes lack).
+        // prestage → the job's script: every setting as a variable, a secret nowhere in it (unset, should the job
+        // inherit one), nor a setting of the submitting machine's own (an address of its own would be one the nodes lack).
         var job = new JobSpec("hpcdata-risk-x", "risk/x", new string('a', 64), prestage.CacheTierFor(hosts), 2, 1, ["hpcdata", "worker"]);
         var slurm = SlurmScript.Generate(job);
         var hpcPack = HpcPackCommands.Generate(job);
@@ -119,7 +119,7 @@ public sealed class SettingsTravelTests : IDisposable
         {
             Assert.DoesNotContain(sample, slurm);
             Assert.DoesNotContain(sample, hpcPack);
-            Assert.Contains($"# {attribute.Environment} is not written here", slurm);
+            Assert.Contains($"\nunset {attribute.Environment} # a job carries no password", slurm);
         }
         else
         {
@@ -129,7 +129,7 @@ public sealed class SettingsTravelTests : IDisposable
         var local = LocalScheduler.JobEnvironment(job, "job-1", "pipe-1");
         Assert.Equal(expected, local[attribute.Environment!]);
 
-        // The job's environment (the script's exports, and a secret as sbatch passes it) → node prep on a node → the agent it starts.
+        // The local scheduler's job environment (the exports, and a secret: its processes run on this machine) → node prep → the agent it starts.
         var jobEnvironment = job.CacheTierVariables.Concat(job.CacheTierSecrets).ToDictionary(kv => kv.Key, kv => kv.Value);
         var (nodePrep, nodeProblem) = VerbContract<NodePrepOptions>.Parse(["--fanout", "none"], v => jobEnvironment.GetValueOrDefault(v));
         Assert.Null(nodeProblem);

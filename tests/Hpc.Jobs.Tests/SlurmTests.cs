@@ -31,19 +31,33 @@ public class SlurmTests
         if (!Available(out var why)) { Console.Error.WriteLine($"Slurm test not run: {why}"); return; }
         await using var s = new Sandbox();
         await using var slurm = await SingleNodeSlurm.StartAsync(s);
-        await s.StartCacheHostAsync();
+        await s.StartCacheHostAsync(configure: o => o.Password = "tier-secret-4711");
         var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(3_000_000));
         var pipe = Path.Combine(slurm.Directory, "agent.sock");
         var env = slurm.Environment(s);
+        // The user stages with the password in a variable; the node reaches the tier with its own settings file, which
+        // names a password file (as a site's client.conf names the nodes' account). The job itself carries no password.
+        var passwordFile = Path.Combine(slurm.Directory, "node.password");
+        File.WriteAllText(passwordFile, "tier-secret-4711\n");
+        File.SetUnixFileMode(passwordFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        var clientConf = Path.Combine(slurm.Directory, "client.conf");
+        File.WriteAllText(clientConf, $"cache-password-file = {passwordFile}\n");
+        env[Hpc.CommonData.Cache.CacheTierOptions.PasswordVariable] = "tier-secret-4711";
+        env[Hpc.CommonData.Hosting.ClientConfig.FileVariable] = clientConf;
 
         var submit = await s.HpcdataAsync(["prestage", data, "--name", "risk/slurm", "--scheduler", "slurm", "--nodes", "1", "--hosts-per-node", "2",
-            "--cache-hosts", s.HostList, "--pipe", pipe, "--work-dir", slurm.Directory, "--", "/bin/sh", "-c", "echo host $SLURM_PROCID $HPCDATA_DATASET $HPCDATA_JOB_ID"], env);
+            "--cache-hosts", s.HostList, "--pipe", pipe, "--work-dir", slurm.Directory, "--", "/bin/sh", "-c", "echo host $SLURM_PROCID $HPCDATA_DATASET $HPCDATA_JOB_ID password=${HPCDATA_CACHE_PASSWORD:-none}"], env);
         Assert.True(submit.Code == 0, submit.Stderr + submit.Out);
         var job = submit.Stdout.Single(l => l.Contains("submitted job")).Split(' ')[3];
         var output = await slurm.WaitForJobAsync(job, TimeSpan.FromMinutes(3));
         Assert.Contains($"dataset=risk/slurm", output);
-        Assert.Contains($"host 0 risk/slurm {job}", output);
-        Assert.Contains($"host 1 risk/slurm {job}", output);
+        Assert.Contains($"host 0 risk/slurm {job} password=none", output);
+        Assert.Contains($"host 1 risk/slurm {job} password=none", output);
+        // Nor does Slurm keep it: not in the job's stored environment, the spool or any log.
+        var kept = System.IO.Directory.EnumerateFiles(slurm.Directory, "*", SearchOption.AllDirectories)
+            .Where(f => f != passwordFile && !f.EndsWith(".sock", StringComparison.Ordinal) && new FileInfo(f).Length < (16 << 20))
+            .Where(f => { try { return File.ReadAllText(f).Contains("tier-secret-4711"); } catch (IOException) { return false; } catch (UnauthorizedAccessException) { return false; } });
+        Assert.Empty(kept);
         Assert.Contains($"job={job} released", output);
         Assert.Empty(Sandbox.ProcessesMentioning(pipe)); // the agent nodeprep started was stopped by node release
 
