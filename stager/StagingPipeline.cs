@@ -163,19 +163,23 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
     }
 
     /// <summary>
-    /// How many new segments a stage has sent so far, and whether it had begun giving the version's segments their
-    /// life for publishing, for the clean-up when it fails.
+    /// How many new segments a stage has sent so far, and, once the version's segments may have been given the version's
+    /// life, why (null while they still have the unpublished life), for the clean-up when it fails.
     /// </summary>
-    private sealed class SentSegments { public int Count; public bool Kept; }
+    private sealed class SentSegments { public int Count; public string? KeptBecause; public string? Unsure; }
 
     private async Task CollectAfterFailureAsync(SentSegments sent, StageOptions options)
     {
-        // Before publishing, every segment is given the version's life, which a writer cannot shorten again (another
-        // version may hold the same bytes); past that point the unpublished life no longer holds, and saying it would
-        // tell the operator the memory comes back by itself when it does not.
-        var fate = !sent.Kept ? $"they expire within {Durations.Format((long)options.UnpublishedLifetime.TotalSeconds)} unless a stage publishes them"
-            : options.Lifetime is { } life ? $"they had been given the version's life for publishing, so they expire within {Durations.Format((long)life.TotalSeconds)}, not sooner"
-            : "they had been given the version's life for publishing, so they do not expire: an administrator's hpcdata gc frees those no version references";
+        // A cache host gives a version's segments the version's life as it takes the version's "latest" pointer, so until
+        // one has, they keep the unpublished life. Once they may have the version's life (a host took the pointer, or a
+        // tier that cannot do this had them given it before publishing), a writer cannot shorten it again (another
+        // version may hold the same bytes), and saying they expire would tell the operator the memory comes back by
+        // itself when it does not.
+        var unpublishedFate = $"they expire within {Durations.Format((long)options.UnpublishedLifetime.TotalSeconds)} unless a stage publishes them";
+        var fate = sent.Unsure is { } unsure ? $"on a host that took the version's latest pointer they have the version's life; elsewhere {unpublishedFate} (which hosts took it could not be told: {unsure})"
+            : sent.KeptBecause is not { } because ? unpublishedFate
+            : options.Lifetime is { } life ? $"{because}, so they expire within {Durations.Format((long)life.TotalSeconds)}, not sooner"
+            : $"{because}, so they do not expire: an administrator's hpcdata gc frees those no version references";
         using var limit = new CancellationTokenSource(TimeSpan.FromSeconds(60));
         try
         {
@@ -411,8 +415,15 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         if (source.IsStandardInput && rawTotal == 0 && !options.AllowEmpty)
             throw new CommonDataException(ErrorCode.BadRequest, "standard input was empty: nothing was published (--allow-empty stages an empty dataset)");
         var finished = segments.Select(x => x!).ToList();
-        sentSegments.Kept = true;
-        var (resent, resentBytes) = await KeepSegmentsAsync(source, options, finished, sendLife, ct);
+        // Hosts that give a version's segments its life as they take its pointer leave them the unpublished life until
+        // then (renewed here, so none expires before the pointer moves); on any other tier (redis-server, a Redis
+        // Cluster, an older cache host) the stage gives them the version's life itself, before publishing, so that a
+        // published version never references a segment that expires.
+        var hostsKeep = await tier.PublishKeepsSegmentsAsync(ct);
+        if (!hostsKeep)
+            sentSegments.KeptBecause = "this cache tier does not give a version's segments its life as it publishes it (redis-server, a Redis Cluster, " +
+                                       "an older cache host): they had been given the version's life before publishing";
+        var (resent, resentBytes) = await KeepSegmentsAsync(source, options, finished, sendLife, hostsKeep ? sendLife : options.Lifetime, published: null, ct);
         if (resent > 0)
         {
             sentTotal += resentBytes;
@@ -425,7 +436,15 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
             SegmentSize = options.ContentDefined ? ContentChunker.AverageSize : options.SegmentSize, Chunking = options.ContentDefined ? ContentChunker.Name : null,
             Segments = finished, Files = source.Files, Readers = options.Readers,
         };
-        var result = await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, cts.Token);
+        var result = await PublishAsync(manifest, options, sentTotal, skipped, newRawTotal, clock, hostsKeep ? sentSegments : null, cts.Token);
+        sentSegments.KeptBecause = "the version was published, which gave them its life";
+        if (hostsKeep)
+        {
+            // Each host gave the segments it held their life as it took the pointer; one that expired in the moments
+            // before (or was lost with a host's restart) is sent again now, with the version's life.
+            var (late, lateBytes) = await KeepSegmentsAsync(source, options, finished, options.Lifetime, options.Lifetime, published: result.Version, ct);
+            if (late > 0) result = result with { SentBytes = result.SentBytes + lateBytes };
+        }
         return result with { Codec = options.Compression.ToString(), CodecReason = codecReason, KeptInOtherEncoding = keptOtherEncoding };
     }
 
@@ -457,14 +476,15 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
     }
 
     /// <summary>
-    /// Gives every segment of the version its life before the version is published: the version's lifetime, or until
-    /// removed. This covers the segments found already held too, which may be another stage's unpublished ones and
+    /// Gives every segment of the version at least <paramref name="keepLife"/> (null: until removed), never shortening a
+    /// longer one. This covers the segments found already held too, which may be another stage's unpublished ones and
     /// expire otherwise. A segment a replica host no longer holds (expired, or lost with a restart) is read again from
-    /// the source and sent; one that cannot be (standard input) fails the stage before anything is published.
-    /// Returns the segments and bytes sent again.
+    /// the source and sent with <paramref name="sendLife"/>; one that cannot be (standard input) fails the stage.
+    /// <paramref name="published"/>: null before publishing, else the version published (whose manifest lists the
+    /// segments already). Returns the segments and bytes sent again.
     /// </summary>
     private async Task<(int Segments, long Bytes)> KeepSegmentsAsync(StageSource source, StageOptions options, List<ManifestSegment> segments,
-        TimeSpan sendLife, CancellationToken ct)
+        TimeSpan? sendLife, TimeSpan? keepLife, string? published, CancellationToken ct)
     {
         var first = new Dictionary<SegmentId, (long Offset, int Length)>();
         long offset = 0;
@@ -475,10 +495,15 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }
         var ids = first.Keys.ToArray();
         var missing = new bool[ids.Length];
-        await tier.KeepSegmentsAsync(ids, options.Lifetime, missing, ct);
+        await tier.KeepSegmentsAsync(ids, keepLife, missing, ct);
         var lost = Enumerable.Range(0, ids.Length).Where(i => missing[i]).ToList();
         if (lost.Count == 0) return (0, 0);
-        logger.LogWarning("{Dataset}: {Count} segments expired or were lost from the cache tier before publishing; sending them again", options.Name, lost.Count);
+        if (published is null)
+            logger.LogWarning("{Dataset}: {Count} segments expired or were lost from the cache tier before publishing; sending them again", options.Name, lost.Count);
+        else
+            logger.LogWarning("{Dataset}: {Count} segments of version {Version} expired or were lost from the cache tier as it was published; sending them again",
+                options.Name, lost.Count, published);
+        var unpublished = published is null ? "nothing was published" : $"version {published} was published without it";
         var rawLength = segments.Max(s => s.RawLength);
         var raw = ArrayPool<byte>.Shared.Rent(rawLength);
         var parts = new List<StoredSegmentParts>(lost.Count);
@@ -494,7 +519,7 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
                     var n = source.ReadAt(at + done, bytes[done..]);
                     if (n <= 0)
                         throw new CommonDataException(ErrorCode.Unavailable,
-                            $"segment {ids[i]} of '{options.Name}' is no longer on the cache tier and {source.Description} cannot be read again; nothing was published, stage again");
+                            $"segment {ids[i]} of '{options.Name}' is no longer on the cache tier and {source.Description} cannot be read again; {unpublished}, stage again");
                     done += n;
                 }
                 if (SegmentId.Of(bytes) != ids[i]) throw new SourceChangedException($"'{source.Description}' changed while being staged (segment {ids[i]} reads differently now)");
@@ -511,12 +536,14 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var sent = await tier.PutSegmentsAsync(parts, sendLife, null, ct);
         var again = parts.Select(p => p.Id).ToArray();
         var stillMissing = new bool[again.Length];
-        await tier.KeepSegmentsAsync(again, options.Lifetime, stillMissing, ct);
+        await tier.KeepSegmentsAsync(again, keepLife, stillMissing, ct);
         if (Array.IndexOf(stillMissing, true) is var k and >= 0)
-            throw new CommonDataException(ErrorCode.Unavailable, $"segment {again[k]} of '{options.Name}' could not be kept on the cache tier; nothing was published");
-        for (var i = 0; i < segments.Count; i++)
-            if (SegmentId.Parse(segments[i].Id) is var id && storedLength.TryGetValue(id, out var n))
-                segments[i] = segments[i] with { StoredLength = n };
+            throw new CommonDataException(ErrorCode.Unavailable, $"segment {again[k]} of '{options.Name}' could not be kept on the cache tier; {unpublished}");
+        // A published manifest is as it was sent: the segment's bytes are what its id names, whichever their length.
+        if (published is null)
+            for (var i = 0; i < segments.Count; i++)
+                if (SegmentId.Parse(segments[i].Id) is var id && storedLength.TryGetValue(id, out var n))
+                    segments[i] = segments[i] with { StoredLength = n };
         return (parts.Count, sent);
     }
 
@@ -768,7 +795,12 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         }
     }
 
-    private async Task<StageResult> PublishAsync(Manifest manifest, StageOptions options, long sent, int skipped, long newRaw, Stopwatch clock, CancellationToken ct)
+    /// <param name="hostsKeep">
+    /// Given where the hosts give the version's segments its life as they take its pointer: when moving the pointer
+    /// fails, whether some host took it anyway (then that life is given here too, and noted for the failure's report).
+    /// </param>
+    private async Task<StageResult> PublishAsync(Manifest manifest, StageOptions options, long sent, int skipped, long newRaw, Stopwatch clock,
+        SentSegments? hostsKeep, CancellationToken ct)
     {
         var latest = await tier.GetLatestAsync(manifest.Name, ct);
         if (latest is not null)
@@ -800,8 +832,39 @@ public sealed class StagingPipeline(CacheTierClient tier, ILogger logger)
         var n = encoded.Length;
         await tier.PutManifestAsync(version, encoded, options.Lifetime, ct);
         // Only now, with every segment and the manifest stored, does "latest" move.
-        await tier.SetLatestAsync(manifest.Name, version, ct);
+        try
+        {
+            await tier.SetLatestAsync(manifest.Name, version, ct);
+        }
+        catch (Exception) when (hostsKeep is not null)
+        {
+            await KeepIfVisibleAsync(manifest, version, options, hostsKeep);
+            throw;
+        }
         return Result(manifest, version, sent + n * (long)tier.Hosts.Count, skipped, unchanged: false, clock, newRaw);
+    }
+
+    /// <summary>
+    /// After the pointer was refused somewhere: where some host took it all the same, readers may be given the version,
+    /// so every segment gets the version's life on every host that answers (that host gave its own already). Where
+    /// none took it, the segments keep the unpublished life. Best effort: the stage fails anyway.
+    /// </summary>
+    private async Task KeepIfVisibleAsync(Manifest manifest, string version, StageOptions options, SentSegments sent)
+    {
+        using var limit = new CancellationTokenSource(TimeSpan.FromSeconds(30));
+        try
+        {
+            var pointers = await tier.Catalog.LatestByHostAsync(manifest.Name, limit.Token);
+            if (!pointers.Any(p => p.Version == version)) return;
+            sent.KeptBecause = $"a cache host took version {version}'s latest pointer, which gives them the version's life";
+            var ids = manifest.SegmentIds.Distinct().ToArray();
+            await tier.KeepSegmentsAsync(ids, options.Lifetime, new bool[ids.Length], limit.Token);
+        }
+        catch (Exception e) when (e is IOException or TimeoutException or OperationCanceledException or CommonDataException)
+        {
+            if (sent.KeptBecause is null) sent.Unsure = e.Message;
+            logger.LogWarning("{Dataset}: after its latest pointer was refused, giving version {Version}'s segments its life failed: {Error}", manifest.Name, version, e.Message);
+        }
     }
 
     private static byte[] Encode(byte[] manifest)

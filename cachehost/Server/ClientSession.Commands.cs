@@ -213,7 +213,10 @@ internal sealed partial class ClientSession
         // The frame's charge ends as the store takes over the value's cost, as for any other command.
         ReleaseFrameCharge(buffersFreed: false);
         if (Store.SetOwned(key, value) == SetOutcome.Stored)
+        {
+            if (Publication.IsPointer(key)) Publication.KeepSegments(Store, key, new ReadOnlySequence<byte>(value));
             _reply.WriteRaw(Replies.Ok);
+        }
         else
             _reply.WriteError(Replies.OutOfMemory);
     }

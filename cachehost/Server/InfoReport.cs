@@ -60,6 +60,7 @@ internal static class InfoReport
                 text.Append("# Server\r\n")
                     .Append(invariant, $"redis_version:{Encoding.ASCII.GetString(RedisCompatibleVersion)}\r\n")
                     .Append(invariant, $"hpc_cachehost_version:{server.Version}\r\n")
+                    .Append(invariant, $"{Publication.InfoField}:1\r\n")
                     .Append("redis_mode:standalone\r\n")
                     .Append(invariant, $"os:{RuntimeInformation.OSDescription} {RuntimeInformation.OSArchitecture}\r\n")
                     .Append(invariant, $"arch_bits:{IntPtr.Size * 8}\r\n")

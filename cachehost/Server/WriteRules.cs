@@ -347,7 +347,7 @@ internal static class WriteRules
         }
     }
 
-    private static string? Decode(ReadOnlySpan<byte> stored, SegmentId id, out Manifest? manifest)
+    internal static string? Decode(ReadOnlySpan<byte> stored, SegmentId id, out Manifest? manifest)
     {
         manifest = null;
         if (!SegmentCodec.TryReadRawLength(stored, out var rawLength)) return "not a stored segment";

@@ -10,7 +10,9 @@ namespace Hpc.Integration.Tests;
 /// <summary>
 /// The segments a stage sends live only a bounded time until it publishes, so a stage that fails or is killed leaves
 /// nothing on the cache hosts for good (only an administrator's collection could free them before). Publishing keeps
-/// every segment of the version, including those found already held, which may be another stage's unpublished ones.
+/// every segment of the version, including those found already held, which may be another stage's unpublished ones:
+/// each cache host gives them the version's life as it takes the version's "latest" pointer, so a stage refused before
+/// that leaves its segments expiring too.
 /// </summary>
 public sealed class UnpublishedSegmentsTests(Xunit.Abstractions.ITestOutputHelper output)
 {
@@ -101,12 +103,12 @@ public sealed class UnpublishedSegmentsTests(Xunit.Abstractions.ITestOutputHelpe
     }
 
     /// <summary>
-    /// A stage that fails at publishing (here: its account lost the name while it ran) has given the version's segments
-    /// their life already, which a writer cannot shorten again; it says so, rather than that they expire within the
-    /// hour, and the hosts hold them as it says.
+    /// A stage refused at publishing (here: its account lost the name while it ran, so the host refuses the manifest)
+    /// leaves the segments it sent with their unpublished life: no host took its pointer, so none gave them the
+    /// version's. It says they expire within the hour, and the hosts hold them as it says.
     /// </summary>
     [Fact]
-    public async Task A_stage_failing_at_publish_says_truly_what_becomes_of_the_segments_it_sent()
+    public async Task A_stage_refused_at_publishing_leaves_its_new_segments_expiring_and_says_so()
     {
         await using var c = new Cluster();
         var users = Cluster.WriteFile(c.Root, "users", Encoding.UTF8.GetBytes(Users));
@@ -124,10 +126,20 @@ public sealed class UnpublishedSegmentsTests(Xunit.Abstractions.ITestOutputHelpe
         var code = await stage.WaitForExitAsync(TimeSpan.FromMinutes(2));
         Assert.Equal(ExitCodes.Denied, code);
         Assert.Contains("dataset risk/late is not among the names of account alice", stage.StandardErrorTail);
-        Assert.Contains("they had been given the version's life for publishing, so they do not expire: an administrator's hpcdata gc frees those no version references", stage.StandardErrorTail);
-        Assert.DoesNotContain("expire within", stage.StandardErrorTail);
-        var segments = (await ops.KeysAsync(CacheKeys.SegmentPrefix))[0];
-        Assert.NotEmpty(segments);
-        foreach (var key in segments) Assert.Equal(-1, (await ops.ExecuteOnAsync(0, "PTTL"u8.ToArray(), [key])).Integer);
+        Assert.Contains("they expire within 1h unless a stage publishes them", stage.StandardErrorTail);
+        Assert.DoesNotContain("do not expire", stage.StandardErrorTail);
+        var lives = await SegmentLivesAsync(ops);
+        Assert.NotEmpty(lives);
+        Assert.All(lives.Values, ms => Assert.InRange(ms, 1, (long)CacheKeys.UnpublishedLifetime.TotalMilliseconds));
+
+        // The name is alice's again: a stage that publishes keeps every segment of the version until removed.
+        File.WriteAllText(users, Users);
+        Assert.Equal("OK", (await ops.ExecuteOnAsync(0, "ACL"u8.ToArray(), ["LOAD"])).Text);
+        var (again, stdout, stderr) = await c.RunAsync("Hpc.Stager", [file, "--name", "risk/late", "--cache-hosts", c.HostList, "--json"], Cluster.As("alice", "a-pass"));
+        Assert.True(again == 0, stderr);
+        var staged = JsonSerializer.Deserialize<StageResult>(stdout.Last(), JsonSerializerOptions.Web)!;
+        lives = await SegmentLivesAsync(ops);
+        Assert.Equal(staged.Segments, lives.Count);
+        Assert.All(lives.Values, ms => Assert.Equal(-1, ms));
     }
 }

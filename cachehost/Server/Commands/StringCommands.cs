@@ -76,6 +76,8 @@ internal static class StringCommands
         switch (s.Store.Set(args.Span(1), args[2], condition, ttlMs))
         {
             case SetOutcome.Stored:
+                // A "latest" pointer publishes its version here: its segments take the version's life before the reply.
+                if (Publication.IsPointer(args.Span(1))) Publication.KeepSegments(s.Store, args.Span(1), args[2]);
                 s.Reply.WriteRaw(Replies.Ok);
                 break;
             case SetOutcome.ConditionNotMet:

@@ -39,6 +39,12 @@ public static class CacheKeys
     /// killed leaves them to expire on their own, where only an administrator's collection could free them before.
     /// </summary>
     public static readonly TimeSpan UnpublishedLifetime = TimeSpan.FromHours(1);
+    /// <summary>
+    /// The INFO server field (value 1) of a cache host that, when it takes a version's "latest" pointer, gives the
+    /// segments that version's manifest lists the version's life: a stager publishing there sends its segments with
+    /// the unpublished life only, so a publish that fails leaves them expiring.
+    /// </summary>
+    public const string PublishKeepsSegmentsInfoField = "hpc_publish_keeps_segments";
     /// <summary><c>hcd:gc</c> — set while a segment collection runs; stagers wait for it.</summary>
     public const string Collection = "hcd:gc";
 

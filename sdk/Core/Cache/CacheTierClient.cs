@@ -497,6 +497,32 @@ public sealed class CacheTierClient : IAsyncDisposable
         }));
     }
 
+    /// <summary>
+    /// Whether every host gives a version's segments the version's life as it takes the version's "latest" pointer (an
+    /// hpc-cachehost that says so in INFO, <see cref="CacheKeys.PublishKeepsSegmentsInfoField"/>). False on a Redis
+    /// Cluster, whose pointer lives on one master while the segments are spread over all, and when any host does not
+    /// say so (redis-server, an older cache host) or cannot be asked: a stager then gives them that life itself.
+    /// </summary>
+    public async Task<bool> PublishKeepsSegmentsAsync(CancellationToken ct = default)
+    {
+        await Topology.ReadyAsync(ct);
+        if (Topology.KeepsItsOwnCopies) return false;
+        var field = CacheKeys.PublishKeepsSegmentsInfoField + ":1";
+        var answers = await Task.WhenAll(Hosts.Select(async (h, i) =>
+        {
+            try
+            {
+                var reply = await ExecuteOnAsync(i, "INFO"u8.ToArray(), ["server"], ct);
+                return reply.Kind == RespKind.Bulk && Encoding.UTF8.GetString(reply.Bulk!).Split('\n').Any(l => l.TrimEnd('\r') == field);
+            }
+            catch (Exception e) when (e is CacheHostUnavailableException or CommonDataException or IOException)
+            {
+                return false;
+            }
+        }));
+        return answers.All(a => a);
+    }
+
     /// <summary>Every host's INFO, read into a <see cref="CacheHostStatus"/>; a host that cannot be read is reported with its error, not thrown.</summary>
     public async Task<CacheHostStatus[]> GetHostStatusAsync(CancellationToken ct = default)
     {
