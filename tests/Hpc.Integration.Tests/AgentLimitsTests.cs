@@ -186,9 +186,9 @@ public sealed class AgentLimitsTests
         var (_, pipe, _) = await cluster.StartAgentAsync(); // --ingest-stall-timeout 5 s, --ingest-min-rate 256 KiB/s by default
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
 
-        // Bob sends every segment, valid, at 360 KiB/s: above the least rate over every window, so the rate alone never
-        // abandons it, and the whole version would take about 34 s.
-        const double rate = 360 << 10;
+        // Bob sends every segment, valid, at 400 KiB/s: above the least rate over every window (a pause of a second still
+        // leaves 320 KiB/s), so the rate alone never abandons it, and the whole version would take about 31 s.
+        const double rate = 400 << 10;
         var wholeVersion = TimeSpan.FromSeconds(new DirectoryInfo(segments).GetFiles().Sum(f => f.Length) / rate);
         await using var bob = await UserScript.StartAsync(run, Bob, Ingest, AgentClient.SocketPath(pipe), "risk/paced", staged.Version, manifest, "pace", segments,
             rate.ToString(System.Globalization.CultureInfo.InvariantCulture));

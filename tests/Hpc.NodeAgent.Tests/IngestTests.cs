@@ -406,12 +406,13 @@ public class Ingesting
     [Fact]
     public async Task A_waiting_fetch_abandons_an_ingest_above_the_least_rate_once_its_own_measured_fetch_would_finish_far_sooner()
     {
-        using var node = Checking(TimeSpan.FromSeconds(1), leastRate: 8 << 10);
-        var data = FakeSegmentSource.Bytes(64 * Seg, seed: 21);
+        // Windows of 2 s: a pause of a second in this test's own timers still leaves the ingest above the least rate.
+        using var node = Checking(TimeSpan.FromSeconds(2), leastRate: 4 << 10);
+        var data = FakeSegmentSource.Bytes(96 * Seg, seed: 21);
         var version = node.Source.Stage("mpi/a", data);
         var ingest = await Begin(node, "mpi/a", version);
-        // About 40 KiB/s: five times the least rate, so the rate alone never abandons it; 6.4 s for the whole version.
-        var feeding = Trickle(ingest, node, version, 64, TimeSpan.FromMilliseconds(100));
+        // About 40 KiB/s: ten times the least rate, so the rate alone never abandons it; 9.6 s for the whole version.
+        var feeding = Trickle(ingest, node, version, 96, TimeSpan.FromMilliseconds(100));
 
         var clock = System.Diagnostics.Stopwatch.StartNew();
         var fetch = node.Open("mpi/a");
@@ -423,20 +424,21 @@ public class Ingesting
 
         Assert.NotNull(outpaced);
         Assert.Contains("own fetch from the cache tier measured", outpaced);
-        Assert.InRange(sent, 1, 40);
-        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(5), $"the fetch waited {clock.Elapsed.TotalSeconds:0.0} s on an ingest it outpaces");
+        Assert.InRange(sent, 1, 60);
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(6), $"the fetch waited {clock.Elapsed.TotalSeconds:0.0} s on an ingest it outpaces");
         Assert.Equal(data, File.ReadAllBytes(opened.Dataset.Path));
     }
 
     [Fact]
     public async Task A_waiting_fetch_never_probes_an_ingest_delivering_well_above_the_least_rate()
     {
-        using var node = Checking(TimeSpan.FromMilliseconds(500), leastRate: 1 << 10);
-        var data = FakeSegmentSource.Bytes(32 * Seg, seed: 22);
+        using var node = Checking(TimeSpan.FromMilliseconds(1500), leastRate: 512);
+        var data = FakeSegmentSource.Bytes(48 * Seg, seed: 22);
         var version = node.Source.Stage("mpi/a", data);
         var ingest = await Begin(node, "mpi/a", version);
-        // About 40 KiB/s against a least rate of 1 KiB/s: a healthy fan-out, over six windows of the waiting fetch.
-        var feeding = Trickle(ingest, node, version, 32, TimeSpan.FromMilliseconds(100));
+        // About 40 KiB/s against a least rate of 512 bytes/s, five times the rate below which it would be compared: a
+        // healthy fan-out, over three windows of the waiting fetch.
+        var feeding = Trickle(ingest, node, version, 48, TimeSpan.FromMilliseconds(100));
 
         var fetch = node.Open("mpi/a");
         var sent = await feeding;
@@ -445,7 +447,7 @@ public class Ingesting
         ingest.Dispose();
         var opened = await fetch.WaitAsync(TimeSpan.FromSeconds(20));
 
-        Assert.Equal((32, null, 0), (sent, ingest.Outpaced, ingest.Probed));
+        Assert.Equal((48, null, 0), (sent, ingest.Outpaced, ingest.Probed));
         Assert.Equal(0, node.Source.Fetches);
         Assert.Equal(data, File.ReadAllBytes(opened.Dataset.Path));
     }
@@ -453,13 +455,13 @@ public class Ingesting
     [Fact]
     public async Task A_waiting_fetch_keeps_a_slow_ingest_when_its_own_measured_fetch_is_no_faster_and_keeps_what_it_measured_with()
     {
-        using var node = Checking(TimeSpan.FromSeconds(1), leastRate: 4 << 10);
-        node.Source.SegmentDelay = TimeSpan.FromMilliseconds(200); // the cache tier delivers about 20 KiB/s to this node
-        var data = FakeSegmentSource.Bytes(40 * Seg, seed: 23);
+        using var node = Checking(TimeSpan.FromSeconds(2), leastRate: 4 << 10);
+        node.Source.SegmentDelay = TimeSpan.FromMilliseconds(400); // the cache tier delivers about 10 KiB/s to this node
+        var data = FakeSegmentSource.Bytes(60 * Seg, seed: 23);
         var version = node.Source.Stage("mpi/a", data);
         var ingest = await Begin(node, "mpi/a", version);
-        // About 40 KiB/s: under sixteen times the least rate, so the fetch measures its own rate each window.
-        var feeding = Trickle(ingest, node, version, 40, TimeSpan.FromMilliseconds(100));
+        // About 40 KiB/s: ten times the least rate and under sixteen times it, so the fetch measures its own rate.
+        var feeding = Trickle(ingest, node, version, 60, TimeSpan.FromMilliseconds(100));
 
         var fetch = node.Open("mpi/a");
         var sent = await feeding;
@@ -467,7 +469,7 @@ public class Ingesting
         ingest.Dispose();
         var opened = await fetch.WaitAsync(TimeSpan.FromSeconds(30));
 
-        Assert.Equal((40, null), (sent, ingest.Outpaced));
+        Assert.Equal((60, null), (sent, ingest.Outpaced));
         Assert.True(ingest.Probed > 0, "the fetch never measured its own rate");
         Assert.Equal(ingest.Probed, done.AlreadyHad); // what the probes fetched was journaled for the ingest, which then had it
         Assert.Equal(data, File.ReadAllBytes(opened.Dataset.Path));
