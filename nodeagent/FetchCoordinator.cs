@@ -18,7 +18,8 @@ namespace Hpc.NodeAgent;
 /// copy already on the node carries its verified manifest, so completing one whose segments are all here (ingested)
 /// needs nothing from the cache tier. An ingest that delivers nothing for <paramref name="ingestStall"/> while a fetch
 /// waits is abandoned (<see cref="VersionWriters"/>): the process feeding it may belong to anyone, and readers must not
-/// wait on it.
+/// wait on it. So is a slow one that a measured fetch of a few of its missing segments from the source shows this
+/// fetch would clearly outpace (<see cref="SegmentIngest.AbandonIfOutpacedAsync"/>).
 /// </summary>
 public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, ISegmentSource source, FetchTelemetry telemetry, ILogger? log = null,
     VersionWriters? writers = null, TimeSpan? ingestStall = null)
@@ -59,7 +60,7 @@ public sealed class FetchCoordinator(DataDirectory directory, CopyIndex index, I
     private async Task<Fetched> FetchAndPublishAsync(string name, string version)
     {
         var clock = Stopwatch.StartNew();
-        using var turn = await _writers.AcquireAsync(version, CancellationToken.None, ingestStall ?? TimeSpan.FromSeconds(5));
+        using var turn = await _writers.AcquireAsync(version, CancellationToken.None, ingestStall ?? TimeSpan.FromSeconds(5), source);
         var existing = index.Find(version);
         if (existing is { Complete: true }) return new Fetched(existing, false); // published by a fetch that ended while this one waited
         var manifest = existing?.Manifest ?? await source.GetManifestAsync(name, version, CancellationToken.None);

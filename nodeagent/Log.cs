@@ -62,6 +62,12 @@ internal static partial class AgentLog
     [LoggerMessage(35, LogLevel.Warning, "Abandoning the ingest of {Version}: nothing, or less than {LeastRate}, delivered over {StallSeconds} s while a fetch of it waits (--ingest-stall-timeout, --ingest-min-rate)")]
     public static partial void IngestAbandoned(this ILogger logger, string version, double stallSeconds, string leastRate);
 
+    [LoggerMessage(36, LogLevel.Warning, "Abandoning the ingest of {Dataset} {Version}: it delivers {IngestRate} (done in {IngestSeconds:0.#} s), while a fetch of it waiting measured its own rate from the cache tier at {OwnRate} over {ProbeSegments} segments (done in {OwnSeconds:0.#} s, at least {Margin}x sooner); the fetch completes the copy")]
+    public static partial void IngestOutpaced(this ILogger logger, string dataset, string version, string ingestRate, double ingestSeconds, string ownRate, double ownSeconds, int probeSegments, double margin);
+
+    [LoggerMessage(37, LogLevel.Information, "Keeping the ingest of {Dataset} {Version}: it delivers {IngestRate} (done in {IngestSeconds:0.#} s); a fetch of it waiting measured its own rate from the cache tier at {OwnRate} over {ProbeSegments} segments (done in {OwnSeconds:0.#} s), not {Margin}x sooner ({Why})")]
+    public static partial void IngestKeptAfterProbe(this ILogger logger, string dataset, string version, string ingestRate, double ingestSeconds, string ownRate, double ownSeconds, int probeSegments, double margin, string why);
+
 
     [LoggerMessage(EventId = 100, Level = LogLevel.Warning, Message = "Cache host {Host} not reachable at start-up: {Error}")]
     public static partial void CacheHostUnreachable(this ILogger logger, string host, string error);

@@ -18,12 +18,37 @@ namespace Hpc.NodeAgent;
 /// <para>A fetch of the version waiting for the turn abandons an ingest that delivered no segment for the stall timeout,
 /// or fewer bytes than its least rate over a window of that length
 /// (<see cref="VersionWriters.IStallable"/>): <see cref="Abandoned"/> is then cancelled, and whoever feeds the ingest
-/// ends it, passing the turn to the fetch.</para>
+/// ends it, passing the turn to the fetch. It also abandons one that delivers more than that but so little that the
+/// fetch's own copy from the cache tier, measured then and there, would finish clearly sooner
+/// (<see cref="AbandonIfOutpacedAsync"/>).</para>
 /// </summary>
 public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
 {
     /// <summary>How many rejection reasons the final report carries.</summary>
     public const int MaxReasons = 5;
+
+    /// <summary>
+    /// An ingest that delivered less than this many times its least rate over a window (4 MiB/s with the default
+    /// --ingest-min-rate) is compared with the waiting fetch's own rate; one that delivered more is taken for a healthy
+    /// fan-out and never probed, so healthy fan-outs cost the cache tier nothing: a fan-out link of a compute node
+    /// carries hundreds of times that.
+    /// </summary>
+    public const int ProbeBelowLeastRates = 16;
+
+    /// <summary>
+    /// How many times sooner the fetch's own projected finish must be than the ingest's for the ingest to be abandoned.
+    /// The probe is measured while the ingest still uses the node's link: when that link is what bounds both, the two
+    /// share it and the probe measures about the ingest's rate or less, never twice it. Only an ingest held back by
+    /// something else (its sender, the fan-out peer's link) falls short by a factor of two, and only then do the
+    /// readers gain enough to leave a fan-out for the cache tier.
+    /// </summary>
+    public const double OutpaceMargin = 2;
+
+    /// <summary>The probe: missing segments fetched from the cache tier until this many stored bytes, or <see cref="ProbeMaxSegments"/>.</summary>
+    public const long ProbeBytes = 1 << 20;
+
+    /// <inheritdoc cref="ProbeBytes"/>
+    public const int ProbeMaxSegments = 16;
 
     private readonly CopyIndex? _index;
     private readonly ILogger _log;
@@ -34,6 +59,10 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     /// <summary>Stored bytes accepted so far, and where the current measuring window began (tick, bytes then).</summary>
     private long _bytes, _windowStart = Environment.TickCount64, _windowBytes;
     private readonly long _minBytesPerSecond;
+    /// <summary>Stored bytes per second delivered over the last whole window, or -1 when none was measured since the last probe.</summary>
+    private double _lastWindowRate = -1;
+    private int _probing;
+    private readonly string? _partialPath;
     private readonly Lock _window = new();
     private readonly DatasetFiles? _file;
     private readonly FileStream? _journal;
@@ -47,9 +76,9 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     private bool _disposed;
 
     private SegmentIngest(string version, Manifest manifest, bool complete, ILogger log, CopyIndex? index = null, VersionWriters.Held? turn = null,
-        DatasetFiles? file = null, FileStream? journal = null, bool[]? have = null, long minBytesPerSecond = 0)
+        DatasetFiles? file = null, FileStream? journal = null, bool[]? have = null, long minBytesPerSecond = 0, string? partialPath = null)
     {
-        (Version, Manifest, Complete, _log, _index, _turn, _file, _journal) = (version, manifest, complete, log, index, turn, file, journal);
+        (Version, Manifest, Complete, _log, _index, _turn, _file, _journal, _partialPath) = (version, manifest, complete, log, index, turn, file, journal, partialPath);
         _minBytesPerSecond = Math.Max(0, minBytesPerSecond);
         _have = have ?? [];
         _missing = complete ? 0 : _have.Count(h => !h);
@@ -63,6 +92,12 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
 
     /// <summary>Cancelled when a waiting fetch abandoned this ingest for making no progress.</summary>
     public CancellationToken Abandoned => _abandoned.Token;
+
+    /// <summary>Why the ingest was abandoned when a waiting fetch's own measured rate outpaced it; null otherwise.</summary>
+    public string? Outpaced { get; private set; }
+
+    /// <summary>Segments a waiting fetch's probes fetched from the cache tier into this ingest's copy.</summary>
+    public int Probed { get; private set; }
 
     /// <summary>
     /// Abandons the ingest when, while a fetch waits, it delivered nothing for <paramref name="stall"/>, or less than its
@@ -82,6 +117,7 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
             {
                 var delivered = Interlocked.Read(ref _bytes) - _windowBytes;
                 slow = delivered * 1000 < _minBytesPerSecond * elapsed;
+                _lastWindowRate = delivered * 1000.0 / elapsed;
                 (_windowStart, _windowBytes) = (now, Interlocked.Read(ref _bytes));
             }
         }
@@ -89,6 +125,97 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
         try { _abandoned.Cancel(); }
         catch (ObjectDisposedException) { return false; }
         return true;
+    }
+
+    /// <summary>
+    /// Asked by a waiting fetch after <see cref="AbandonIfStalled"/> kept the ingest. When the ingest delivered less than
+    /// <see cref="ProbeBelowLeastRates"/> times its least rate over the last window and would not finish within another
+    /// window at that rate, the fetch measures its own rate now: it fetches a few segments the ingest still lacks (the
+    /// last ones, furthest from what the sender is sending) from <paramref name="source"/> for at most one window,
+    /// each verified and written into this copy and journaled as an ingested one is (nothing unverified is kept, and
+    /// nobody is served from the copy before the fetch verifies and publishes it). When the fetch's projected finish at
+    /// that rate is at least <see cref="OutpaceMargin"/> times sooner than the ingest's, the ingest is abandoned
+    /// (<see cref="Outpaced"/> says why); otherwise it goes on and the next window asks again. Each decision is logged
+    /// once with both rates. A probe that fails (the tier is down) keeps the ingest.
+    /// </summary>
+    public async Task<bool> AbandonIfOutpacedAsync(ISegmentSource source, TimeSpan stall, CancellationToken ct)
+    {
+        double ingestRate;
+        lock (_window) (ingestRate, _lastWindowRate) = (_lastWindowRate, -1);
+        if (Complete || _partialPath is null || ingestRate <= 0 || ingestRate >= ProbeBelowLeastRates * (double)_minBytesPerSecond) return false;
+        var wanted = new List<int>();
+        long remaining = 0, probeBytes = 0;
+        lock (_gate)
+        {
+            if (_disposed || _failure is not null) return false;
+            for (var i = _have.Length - 1; i >= 0; i--)
+            {
+                if (_have[i]) continue;
+                long stored = Manifest.Segments[i].StoredLength;
+                remaining += stored;
+                if (probeBytes < ProbeBytes && wanted.Count < ProbeMaxSegments) { wanted.Add(i); probeBytes += stored; }
+            }
+        }
+        if (wanted.Count == 0 || remaining < ingestRate * stall.TotalSeconds) return false; // done within a window anyway
+        if (Interlocked.Exchange(ref _probing, 1) == 1) return false;
+        long fetched = 0;
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        string? failed = null;
+        try
+        {
+            using var files = DatasetFiles.Open(_partialPath, Manifest, writable: true);
+            using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct, _abandoned.Token);
+            limit.CancelAfter(stall);
+            await source.FetchAsync(Manifest, Version, files, wanted, i =>
+            {
+                if (Probe(i)) Interlocked.Add(ref fetched, Manifest.Segments[i].StoredLength);
+            }, limit.Token);
+        }
+        catch (OperationCanceledException) when (!ct.IsCancellationRequested) { } // a window's worth measured
+        catch (ObjectDisposedException) { return false; } // the ingest ended meanwhile: the turn passes on anyway
+        catch (Exception e) when (e is not OperationCanceledException) { failed = e.Message; }
+        finally { Volatile.Write(ref _probing, 0); }
+        var seconds = Math.Max(1e-3, clock.Elapsed.TotalSeconds);
+        var ownRate = Interlocked.Read(ref fetched) / seconds;
+        long left = 0;
+        lock (_gate)
+        {
+            if (_disposed) return false;
+            for (var i = 0; i < _have.Length; i++)
+                if (!_have[i]) left += Manifest.Segments[i].StoredLength;
+        }
+        var ingestFinish = left / ingestRate;
+        var ownFinish = ownRate > 0 ? left / ownRate : double.PositiveInfinity;
+        var outpaced = failed is null && ownFinish * OutpaceMargin <= ingestFinish;
+        if (!outpaced)
+        {
+            _log.IngestKeptAfterProbe(Manifest.Name, Version, ByteRate.Format(ingestRate), ingestFinish, ByteRate.Format(ownRate), ownFinish, wanted.Count,
+                OutpaceMargin, failed ?? "not outpaced");
+            return false;
+        }
+        Outpaced = $"it delivered {ByteRate.Format(ingestRate)} over the last {stall.TotalSeconds:0.###} s, which would finish the {ByteSize.Format(left)} " +
+            $"it still lacks in {ingestFinish:0.#} s, while the reader's own fetch from the cache tier measured {ByteRate.Format(ownRate)}, " +
+            $"which finishes it in {ownFinish:0.#} s, at least {OutpaceMargin:0.#}× sooner";
+        _log.IngestOutpaced(Manifest.Name, Version, ByteRate.Format(ingestRate), ingestFinish, ByteRate.Format(ownRate), ownFinish, wanted.Count, OutpaceMargin);
+        try { _abandoned.Cancel(); }
+        catch (ObjectDisposedException) { return false; }
+        return true;
+    }
+
+    /// <summary>A segment a waiting fetch's probe wrote (verified) into the copy: journaled as ingested; false when the ingest already had it or ended.</summary>
+    private bool Probe(int index)
+    {
+        lock (_gate)
+        {
+            if (_disposed || _failure is not null || _have[index]) return false;
+            try { DataDirectory.AppendJournal(_journal!, index); }
+            catch (Exception e) when (e is IOException or ObjectDisposedException) { return false; }
+            _have[index] = true;
+            _missing--;
+            Probed++;
+            _index!.SegmentDone(Version, Manifest.Segments[index].RawLength);
+            return true;
+        }
     }
 
     /// <summary>
@@ -151,7 +278,8 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
                 (int Segments, long Bytes) reused;
                 try { reused = FetchCoordinator.CopyFromLocalCopies(directory, index, version, manifest, file, have, sources, journal); }
                 finally { FetchCoordinator.ReleaseLeases(index, sources); }
-                var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have, minBytesPerSecond);
+                var ingest = new SegmentIngest(version, manifest, complete: false, log, index, turn, file, journal, have, minBytesPerSecond,
+                    directory.PartialPath(version, manifest));
                 turn.Occupy(ingest);
                 log.IngestStarted(name, version, ingest._missing, have.Length, reused.Segments);
                 return ingest;
@@ -262,8 +390,11 @@ public sealed class SegmentIngest : IDisposable, VersionWriters.IStallable
     /// </summary>
     public void Dispose()
     {
-        if (_disposed) return;
-        _disposed = true;
+        lock (_gate)
+        {
+            if (_disposed) return;
+            _disposed = true; // a waiting fetch's probe journals nothing more
+        }
         if (!Complete)
         {
             try { _journal!.Dispose(); }

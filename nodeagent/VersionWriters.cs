@@ -8,7 +8,9 @@ namespace Hpc.NodeAgent;
 /// <para>An ingest is driven by a process on the node, which may stop sending while it holds the turn. A waiter that
 /// gives a stall timeout asks, each time that long passes without the turn, whether the holder has stalled; a stalled
 /// holder (<see cref="IStallable"/>) is abandoned and the turn passes on, so nobody waits on a silent process for
-/// longer than about that timeout.</para>
+/// longer than about that timeout. A waiter that can fetch the version itself (a fetch, given the segment source) also
+/// asks a holder that still makes progress whether its own fetch would finish clearly sooner
+/// (<see cref="IStallable.AbandonIfOutpacedAsync"/>).</para>
 /// </summary>
 public sealed class VersionWriters
 {
@@ -19,6 +21,13 @@ public sealed class VersionWriters
     {
         /// <summary>Abandons the holder if it made no progress for <paramref name="stall"/>; true when it did so.</summary>
         bool AbandonIfStalled(TimeSpan stall);
+
+        /// <summary>
+        /// Asked after <see cref="AbandonIfStalled"/> kept the holder, by a waiter that can fetch the version from
+        /// <paramref name="source"/> itself: abandons the holder when a measured fetch from that source would finish the
+        /// version clearly sooner than the holder will; true when it did so.
+        /// </summary>
+        Task<bool> AbandonIfOutpacedAsync(ISegmentSource source, TimeSpan stall, CancellationToken ct) => Task.FromResult(false);
     }
 
     internal sealed class Turn
@@ -30,9 +39,10 @@ public sealed class VersionWriters
 
     /// <summary>
     /// Waits for the version's turn; dispose the result to pass it on. With <paramref name="stall"/>, a holder that made
-    /// no progress for that long is abandoned (<see cref="IStallable"/>) rather than waited for.
+    /// no progress for that long is abandoned (<see cref="IStallable"/>) rather than waited for; with <paramref name="probe"/>
+    /// as well, so is one that a fetch from that source would clearly outpace (<see cref="IStallable.AbandonIfOutpacedAsync"/>).
     /// </summary>
-    public async Task<Held> AcquireAsync(string version, CancellationToken ct, TimeSpan? stall = null)
+    public async Task<Held> AcquireAsync(string version, CancellationToken ct, TimeSpan? stall = null, ISegmentSource? probe = null)
     {
         Turn turn;
         lock (_turns)
@@ -45,7 +55,10 @@ public sealed class VersionWriters
             if (stall is not { } limit) await turn.Gate.WaitAsync(ct);
             else
                 while (!await turn.Gate.WaitAsync(limit, ct))
-                    turn.Holder?.AbandonIfStalled(limit);
+                {
+                    if (turn.Holder is not { } holder || holder.AbandonIfStalled(limit) || probe is null) continue;
+                    await holder.AbandonIfOutpacedAsync(probe, limit, ct);
+                }
         }
         catch
         {

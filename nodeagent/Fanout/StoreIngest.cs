@@ -66,9 +66,10 @@ public sealed class StoreIngest(DatasetStore store, int threads, TimeSpan turnWa
         return ingest.Finish();
     }
 
-    /// <summary>A fetch of the same version waited on this ingest and gave up on it; that fetch completes the copy.</summary>
+    /// <summary>A fetch of the same version waited on this ingest and gave up on it (too little progress, or its own measured fetch outpaced it); that fetch completes the copy.</summary>
     private static CommonDataException Abandoned(SegmentIngest ingest) =>
-        new(ErrorCode.Timeout, $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned: a fetch of that version waited on it and it made too little progress");
+        new(ErrorCode.Timeout, $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned: a fetch of that version waited on it and " +
+            (ingest.Outpaced is { } outpaced ? $"measured its own fetch clearly faster: {outpaced}" : "it made too little progress"));
 
     public async ValueTask DisposeAsync()
     {

@@ -9,8 +9,8 @@ namespace Hpc.NodeAgent.Pipe;
 /// records until an empty frame, then the counts. A refusal before any data (bad manifest, no space) is one error reply
 /// and the connection stays usable; a malformed frame, an index out of range or a failure while writing is one error
 /// reply and the connection is closed. Only a reader of the version may ingest it, and each user runs at most its
-/// share of ingests; an ingest abandoned by a waiting fetch (it delivered nothing for the stall timeout) is one error
-/// reply and the connection is closed.
+/// share of ingests; an ingest abandoned by a waiting fetch (it delivered nothing or too little for the stall timeout,
+/// or the fetch measured its own rate clearly faster) is one error reply and the connection is closed.
 /// </summary>
 internal static class IngestOperation
 {
@@ -118,10 +118,17 @@ internal static class IngestOperation
             {
                 var stall = connection.Options.IngestStallTimeout.TotalSeconds;
                 var least = connection.Options.IngestMinRate;
-                connection.Log.IngestAbandoned(ingest.Version, stall, least.ToExactString());
-                failure = new CommonDataException(ErrorCode.Timeout,
-                    $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned: it delivered nothing, or less than {least.ToExactString()}, over {stall:0.###} s " +
-                    "while a reader waited for that version (--ingest-stall-timeout, --ingest-min-rate); the reader's fetch completes it from the cache tier");
+                if (ingest.Outpaced is { } outpaced) // the decision, with both rates, was logged when it was made
+                    failure = new CommonDataException(ErrorCode.Timeout,
+                        $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned as slower than the reader's own fetch: {outpaced} " +
+                        "(--ingest-stall-timeout, --ingest-min-rate); the reader's fetch completes it from the cache tier");
+                else
+                {
+                    connection.Log.IngestAbandoned(ingest.Version, stall, least.ToExactString());
+                    failure = new CommonDataException(ErrorCode.Timeout,
+                        $"ingest of '{ingest.Manifest.Name}' version {ingest.Version} abandoned: it delivered nothing, or less than {least.ToExactString()}, over {stall:0.###} s " +
+                        "while a reader waited for that version (--ingest-stall-timeout, --ingest-min-rate); the reader's fetch completes it from the cache tier");
+                }
             }
             LogBrokenOff(connection, (suppressed, seconds) => connection.Log.IngestAborted(failure.Message, suppressed, seconds));
             await connection.ReplyAsync(AgentResponse.Failure(failure), ct);

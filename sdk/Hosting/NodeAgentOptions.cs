@@ -105,7 +105,9 @@ public sealed class NodeAgentOptions : IProgramOptions
     /// <summary>
     /// The least an ingest must deliver, over each --ingest-stall-timeout, while a fetch of the same version waits for
     /// it: a segment now and then restarts no clock, so another user's trickle cannot hold a reader for minutes. A fan-out
-    /// on a 10 Mbit/s link delivers five times this.
+    /// on a 10 Mbit/s link delivers five times this. An ingest under 16 times this rate is also compared, each window,
+    /// with the waiting fetch's own rate measured then on a few missing segments, and abandoned when that fetch would
+    /// finish at least twice as soon (<c>SegmentIngest.AbandonIfOutpacedAsync</c>); 0 turns off both.
     /// </summary>
     [Switch("--ingest-min-rate", "least bytes per second an ingest must deliver (over each --ingest-stall-timeout) while a reader waits for that version, before it is abandoned; 0: only an ingest that delivers nothing is", Meta = "RATE")]
     public ByteRate IngestMinRate { get; set; } = new(256 << 10);

@@ -152,19 +152,7 @@ public sealed class AgentLimitsTests
         var staged = await cluster.StageAsync(Cluster.WriteFile(cluster.Root, "trickled.bin", bytes), "risk/trickled", "--readers", $"user:{Alice},user:{Bob}");
         var manifest = await StoredManifestAsync(cluster, staged);
         // The stored segments Bob will send, one every 3 s: each a valid segment, so each restarted the old stall clock.
-        var segments = Directory.CreateDirectory(Path.Combine(cluster.Root, "segments")).FullName;
-        await using (var tier = cluster.Tier())
-        {
-            var (_, parsed) = await tier.ResolveAsync(staged.Name, staged.Version);
-            for (var i = 0; i < parsed.SegmentIds.Count; i++)
-            {
-                var stored = await tier.ExecuteOnAsync(0, "GET"u8.ToArray(), [CacheKeys.Segment(parsed.SegmentIds[i])]);
-                var path = Path.Combine(segments, i.ToString(System.Globalization.CultureInfo.InvariantCulture));
-                await File.WriteAllBytesAsync(path, stored.Bulk!);
-                File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
-            }
-        }
-        File.SetUnixFileMode(segments, (UnixFileMode)0b111_101_101);
+        var segments = await StoredSegmentsAsync(cluster, staged);
         var (_, pipe, _) = await cluster.StartAgentAsync(); // --ingest-stall-timeout 5 s, --ingest-min-rate 256 KiB/s by default
         var run = WorkerRunner.Prepare(cluster.Root, Alice);
 
@@ -182,6 +170,43 @@ public sealed class AgentLimitsTests
         var abandoned = JsonSerializer.Deserialize(await bob.ReadLineAsync(), AgentJson.Default.AgentResponse)!;
         Assert.Equal(Hpc.CommonData.ErrorCode.Timeout, abandoned.Code);
         Assert.Contains("--ingest-min-rate", abandoned.Error);
+    }
+
+    [RootOnLinuxFact]
+    public async Task A_readers_ingest_just_above_the_least_rate_keeps_another_reader_waiting_only_until_its_own_measured_fetch_outpaces_it()
+    {
+        AccessTests.EnsureUser(Alice);
+        AccessTests.EnsureUser(Bob);
+        await using var cluster = new Cluster();
+        await cluster.StartCacheHostAsync();
+        var bytes = Cluster.RandomBytes(12 << 20, seed: 36);
+        var staged = await cluster.StageAsync(Cluster.WriteFile(cluster.Root, "paced.bin", bytes), "risk/paced", "--readers", $"user:{Alice},user:{Bob}");
+        var manifest = await StoredManifestAsync(cluster, staged);
+        var segments = await StoredSegmentsAsync(cluster, staged);
+        var (_, pipe, _) = await cluster.StartAgentAsync(); // --ingest-stall-timeout 5 s, --ingest-min-rate 256 KiB/s by default
+        var run = WorkerRunner.Prepare(cluster.Root, Alice);
+
+        // Bob sends every segment, valid, at 400 KiB/s: above the least rate over every window (a pause of a second still
+        // leaves 320 KiB/s), so the rate alone never abandons it, and the whole version would take about 31 s.
+        const double rate = 400 << 10;
+        var wholeVersion = TimeSpan.FromSeconds(new DirectoryInfo(segments).GetFiles().Sum(f => f.Length) / rate);
+        await using var bob = await UserScript.StartAsync(run, Bob, Ingest, AgentClient.SocketPath(pipe), "risk/paced", staged.Version, manifest, "pace", segments,
+            rate.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        var begun = JsonSerializer.Deserialize(await bob.ReadLineAsync(), AgentJson.Default.AgentResponse)!;
+        Assert.True(begun.Ok, begun.Error);
+
+        var clock = Stopwatch.StartNew();
+        var alice = await run.AsUserAsync(Alice, [.. run.Worker, "path", "risk/paced", "--pipe", pipe]);
+        clock.Stop();
+
+        Assert.True(alice.Code == 0, $"the reader's open failed after {clock.Elapsed.TotalSeconds:0.0} s ({alice.Code}): {alice.Stderr}");
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(15) && clock.Elapsed < wholeVersion / 2,
+            $"the reader waited {clock.Elapsed.TotalSeconds:0.0} s on an ingest that needs {wholeVersion.TotalSeconds:0} s for the version");
+        Assert.Equal(bytes, File.ReadAllBytes(alice.Text.Trim()));
+        var abandoned = JsonSerializer.Deserialize(await bob.ReadLineAsync(), AgentJson.Default.AgentResponse)!;
+        Assert.Equal(Hpc.CommonData.ErrorCode.Timeout, abandoned.Code);
+        Assert.Contains("slower than the reader's own fetch", abandoned.Error);
+        Assert.Contains("own fetch from the cache tier measured", abandoned.Error);
     }
 
     [RootOnLinuxFact]
@@ -251,6 +276,25 @@ public sealed class AgentLimitsTests
         Assert.Contains("holds no pin 'job-b'", again.Stderr);
     }
 
+    /// <summary>The stored segments of a staged version as the cache tier holds them, one file each named by its index, in a folder every user may read.</summary>
+    private static async Task<string> StoredSegmentsAsync(Cluster cluster, Cluster.Staged staged)
+    {
+        var segments = Directory.CreateDirectory(Path.Combine(cluster.Root, "segments")).FullName;
+        await using (var tier = cluster.Tier())
+        {
+            var (_, parsed) = await tier.ResolveAsync(staged.Name, staged.Version);
+            for (var i = 0; i < parsed.SegmentIds.Count; i++)
+            {
+                var stored = await tier.ExecuteOnAsync(0, "GET"u8.ToArray(), [CacheKeys.Segment(parsed.SegmentIds[i])]);
+                var path = Path.Combine(segments, i.ToString(System.Globalization.CultureInfo.InvariantCulture));
+                await File.WriteAllBytesAsync(path, stored.Bulk!);
+                File.SetUnixFileMode(path, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
+            }
+        }
+        File.SetUnixFileMode(segments, (UnixFileMode)0b111_101_101);
+        return segments;
+    }
+
     /// <summary>The manifest of a staged version exactly as the cache tier stores it, in a file every user may read.</summary>
     private static async Task<string> StoredManifestAsync(Cluster cluster, Cluster.Staged staged)
     {
@@ -310,7 +354,8 @@ public sealed class AgentLimitsTests
 
     /// <summary>
     /// Sends an ingest request and the manifest frame and prints the agent's answer; with "stall" it then sends nothing
-    /// more and prints what the agent says next, otherwise it exits.
+    /// more and prints what the agent says next; with "trickle" it sends the segments in a folder one every 3 s, with
+    /// "pace" at a rate in bytes per second (then the end frame), and prints what the agent says next; otherwise it exits.
     /// </summary>
     private const string Ingest = """
         import json, socket, struct, sys
@@ -343,6 +388,24 @@ public sealed class AgentLimitsTests
                     break
                 if select.select([s], [], [], 3)[0]:
                     break  # the agent answered (abandoned the ingest) before the next segment was due
+            print(reply(), flush=True)
+        if mode == "pace":
+            import os, select, time
+            directory, rate = sys.argv[6], float(sys.argv[7])
+            start, sent, answered = time.monotonic(), 0, False
+            for i in sorted(int(n) for n in os.listdir(directory)):
+                stored = open(os.path.join(directory, str(i)), "rb").read()
+                try:
+                    s.sendall(frame(struct.pack("<ii", i, len(stored)) + stored))
+                except OSError:
+                    answered = True
+                    break
+                sent += len(stored)
+                if select.select([s], [], [], max(0.0, start + sent / rate - time.monotonic()))[0]:
+                    answered = True
+                    break  # the agent answered (abandoned the ingest) before the next segment was due
+            if not answered:
+                s.sendall(frame(b""))
             print(reply(), flush=True)
         """;
 

@@ -36,6 +36,9 @@ public sealed class FakeSegmentSource : ISegmentSource
 
     public Exception Failure { get; set; } = new CommonDataException(ErrorCode.Unavailable, "cache host fake:6380 unavailable: connection reset");
 
+    /// <summary>How long each segment of a fetch takes to arrive (a cache tier behind a slow link).</summary>
+    public TimeSpan SegmentDelay { get; set; }
+
     /// <summary>Segments served with one byte of their stored form flipped (on every host).</summary>
     public HashSet<int> Damaged { get; } = [];
 
@@ -149,6 +152,7 @@ public sealed class FakeSegmentSource : ISegmentSource
                 _paused.TrySetResult();
                 await _resume.Task.WaitAsync(ct);
             }
+            if (SegmentDelay > TimeSpan.Zero) await Task.Delay(SegmentDelay, ct);
             // Served in stored form and verified on the way in by the code the cache-tier source uses.
             var stored = StoredSegment(version, i);
             if (Damaged.Contains(i)) stored[^1] ^= 0xFF;

@@ -375,4 +375,103 @@ public class Ingesting
         var bytes = File.ReadAllBytes(node.Journal(version));
         return Enumerable.Range(0, bytes.Length / 4).Select(i => BitConverter.ToInt32(bytes, i * 4)).ToArray();
     }
+
+    /// <summary>A node whose waiting fetches check an ingest every <paramref name="stall"/> against a least rate of <paramref name="leastRate"/> bytes/s.</summary>
+    private static Node Checking(TimeSpan stall, long leastRate)
+    {
+        var node = new Node();
+        node.Options.IngestStallTimeout = stall;
+        node.Options.IngestMinRate = new Hpc.CommonData.ByteRate(leastRate);
+        node.Restart();
+        return node;
+    }
+
+    /// <summary>
+    /// Hands the ingest segments 0.. one every <paramref name="every"/> (a fan-out's stream) until all are sent or the
+    /// ingest is abandoned; returns how many it sent.
+    /// </summary>
+    private static async Task<int> Trickle(SegmentIngest ingest, Node node, string version, int segments, TimeSpan every)
+    {
+        var sent = 0;
+        for (var i = 0; i < segments; i++)
+        {
+            try { await Task.Delay(every, ingest.Abandoned); }
+            catch (OperationCanceledException) { break; }
+            ingest.Accept(i, node.Source.StoredSegment(version, i));
+            sent++;
+        }
+        return sent;
+    }
+
+    [Fact]
+    public async Task A_waiting_fetch_abandons_an_ingest_above_the_least_rate_once_its_own_measured_fetch_would_finish_far_sooner()
+    {
+        // Windows of 2 s: a pause of a second in this test's own timers still leaves the ingest above the least rate.
+        using var node = Checking(TimeSpan.FromSeconds(2), leastRate: 4 << 10);
+        var data = FakeSegmentSource.Bytes(96 * Seg, seed: 21);
+        var version = node.Source.Stage("mpi/a", data);
+        var ingest = await Begin(node, "mpi/a", version);
+        // About 40 KiB/s: ten times the least rate, so the rate alone never abandons it; 9.6 s for the whole version.
+        var feeding = Trickle(ingest, node, version, 96, TimeSpan.FromMilliseconds(100));
+
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var fetch = node.Open("mpi/a");
+        var sent = await feeding; // ends when abandoned, as the ingest's connection does
+        var outpaced = ingest.Outpaced;
+        ingest.Dispose();
+        var opened = await fetch.WaitAsync(TimeSpan.FromSeconds(20));
+        clock.Stop();
+
+        Assert.NotNull(outpaced);
+        Assert.Contains("own fetch from the cache tier measured", outpaced);
+        Assert.InRange(sent, 1, 60);
+        Assert.True(clock.Elapsed < TimeSpan.FromSeconds(6), $"the fetch waited {clock.Elapsed.TotalSeconds:0.0} s on an ingest it outpaces");
+        Assert.Equal(data, File.ReadAllBytes(opened.Dataset.Path));
+    }
+
+    [Fact]
+    public async Task A_waiting_fetch_never_probes_an_ingest_delivering_well_above_the_least_rate()
+    {
+        using var node = Checking(TimeSpan.FromMilliseconds(1500), leastRate: 512);
+        var data = FakeSegmentSource.Bytes(48 * Seg, seed: 22);
+        var version = node.Source.Stage("mpi/a", data);
+        var ingest = await Begin(node, "mpi/a", version);
+        // About 40 KiB/s against a least rate of 512 bytes/s, five times the rate below which it would be compared: a
+        // healthy fan-out, over three windows of the waiting fetch.
+        var feeding = Trickle(ingest, node, version, 48, TimeSpan.FromMilliseconds(100));
+
+        var fetch = node.Open("mpi/a");
+        var sent = await feeding;
+        Assert.Equal(0, node.Source.Fetches); // the cache tier was not asked while the ingest ran
+        ingest.Finish();
+        ingest.Dispose();
+        var opened = await fetch.WaitAsync(TimeSpan.FromSeconds(20));
+
+        Assert.Equal((48, null, 0), (sent, ingest.Outpaced, ingest.Probed));
+        Assert.Equal(0, node.Source.Fetches);
+        Assert.Equal(data, File.ReadAllBytes(opened.Dataset.Path));
+    }
+
+    [Fact]
+    public async Task A_waiting_fetch_keeps_a_slow_ingest_when_its_own_measured_fetch_is_no_faster_and_keeps_what_it_measured_with()
+    {
+        using var node = Checking(TimeSpan.FromSeconds(2), leastRate: 4 << 10);
+        node.Source.SegmentDelay = TimeSpan.FromMilliseconds(400); // the cache tier delivers about 10 KiB/s to this node
+        var data = FakeSegmentSource.Bytes(60 * Seg, seed: 23);
+        var version = node.Source.Stage("mpi/a", data);
+        var ingest = await Begin(node, "mpi/a", version);
+        // About 40 KiB/s: ten times the least rate and under sixteen times it, so the fetch measures its own rate.
+        var feeding = Trickle(ingest, node, version, 60, TimeSpan.FromMilliseconds(100));
+
+        var fetch = node.Open("mpi/a");
+        var sent = await feeding;
+        var done = ingest.Finish();
+        ingest.Dispose();
+        var opened = await fetch.WaitAsync(TimeSpan.FromSeconds(30));
+
+        Assert.Equal((60, null), (sent, ingest.Outpaced));
+        Assert.True(ingest.Probed > 0, "the fetch never measured its own rate");
+        Assert.Equal(ingest.Probed, done.AlreadyHad); // what the probes fetched was journaled for the ingest, which then had it
+        Assert.Equal(data, File.ReadAllBytes(opened.Dataset.Path));
+    }
 }
