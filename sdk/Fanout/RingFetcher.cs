@@ -7,7 +7,7 @@ public static partial class RingAllGather
     {
         public async Task FetchOwn()
         {
-            if (run.Leaf) return;
+            if (run.Leaf is not null) return;
             await FetchShare();
             run.ShareSeconds = run.Clock.Elapsed.TotalSeconds;
         }

@@ -9,7 +9,7 @@ public static partial class RingAllGather
         // a rendezvous protocol a large send cannot start before its receive is posted). They match in the order
         // posted, so they are taken in that order. A member forwards what it receives; a leaf receives only each
         // member's own share.
-        private async Task ReceiveFrom(Func<Memory<byte>, CancellationToken, Task<int>> receive, int total, int from, int? onlyShare)
+        public async Task ReceiveFrom(Func<Memory<byte>, CancellationToken, Task<int>> receive, int total, int from, int? onlyShare)
         {
             var posted = new Queue<(Message Message, Task<int> Length)>();
             var asked = 0;
@@ -28,7 +28,7 @@ public static partial class RingAllGather
                 var (share, _, _, length) = BlockMessage.ReadHeader(m.Buffer.Span[..m.Length], run.Plan);
                 if (length != m.Length) throw new InvalidDataException($"block message of {m.Length} bytes says {length}");
                 if (onlyShare is { } own && share != own) throw new InvalidDataException($"rank {from} sent a block of share {share}; a leaf gets only share {own} from it");
-                if (onlyShare is { } mine) Interlocked.Increment(ref run.FromMember[mine]);
+                if (onlyShare is { } mine) Interlocked.Increment(ref run.Leaf!.FromMember[mine]);
                 Interlocked.Increment(ref run.Received);
                 Interlocked.Add(ref run.ReceivedBytes, m.Length);
                 Interlocked.Increment(ref run.Progress);
@@ -38,8 +38,7 @@ public static partial class RingAllGather
             }
         }
 
-        public Task ReceiveAll() => run.Leaf
-            ? Task.WhenAll(run.Route.Members.Select((member, k) => ReceiveFrom((b, t) => run.Peers!.ReceiveFromAsync(member, b, t), run.Plan.Shares[k].Count, member, k)))
+        public Task ReceiveAll() => run.Leaf is { } leaf ? leaf.ReceiveAll(this)
             : run.RepairLinks is not null ? ReceiveRepairable()
             : run.Plan.Ranks > 1 ? ReceiveFrom(run.ReceiveLeft, run.Expected, run.LeftRank, null) : Task.CompletedTask;
 

@@ -24,7 +24,8 @@ public static partial class RingAllGather
         public readonly long RetainBytes;
         public readonly IPeerLinks? Peers;
         public readonly int Rank, Position, Right, RightRank, LeftRank, Size, Expected;
-        public readonly bool Leaf;
+        /// <summary>This rank's part where it is a leaf of the route; null for a member of the ring.</summary>
+        public readonly RingLeaf? Leaf;
         public readonly Func<ReadOnlyMemory<byte>, CancellationToken, Task> SendRight;
         public readonly Func<Memory<byte>, CancellationToken, Task<int>> ReceiveLeft;
         public readonly IReadOnlyList<int> Leaves;
@@ -39,9 +40,6 @@ public static partial class RingAllGather
         public long RetainedBytes;
         public long Progress;
         public double ShareSeconds;
-        /// <summary>A leaf counts what each member has sent it, so a member that owes it blocks and has gone silent is found.</summary>
-        public readonly int[] FromMember;
-        public readonly IRingRepair? SilentMember;
         public readonly TimeSpan Silence, Limit;
         public readonly IRingRepair? RepairLinks;
         public readonly Repair? Ring;
@@ -65,7 +63,7 @@ public static partial class RingAllGather
             Peers = peers;
             if (route.HasLeaves && peers is null) throw new ArgumentException("routing around slow members needs links to every rank", nameof(link));
             var rank = Rank = link.Rank;
-            var leaf = Leaf = route.IsLeaf(rank);
+            var leaf = route.IsLeaf(rank);
             var position = Position = route.PositionOf(rank);
             Right = leaf ? -1 : (position + 1) % plan.Ranks;
             var rightRank = RightRank = leaf ? -1 : route.RightOf(rank);
@@ -78,10 +76,9 @@ public static partial class RingAllGather
             Failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
             Token = Failed.Token;
             ToLeaves = Leaves.Select(_ => Channel.CreateUnbounded<LeafItem>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = true })).ToArray();
-            Expected = leaf ? plan.Shares.Sum(s => s.Count) : plan.BlocksReceivedBy(position);
-            FromMember = new int[leaf ? route.Members.Count : 0];
-            SilentMember = leaf && peers is IRingRepair watched ? watched : null;
+            Expected = leaf ? RingLeaf.Expected(plan) : plan.BlocksReceivedBy(position);
             Silence = peerSilence ?? PeerSilence;
+            if (leaf) Leaf = new RingLeaf(this);
             Limit = stallTimeout ?? TimeSpan.FromMinutes(2);
             var repair = RepairLinks = !leaf && plan.Ranks > 1 && link.SendWindow == 1 ? link as IRingRepair : null;
             var ring = Ring = repair is null ? null : new Repair(plan, route, position, Expected, peerSilence ?? PeerSilence);
@@ -121,23 +118,13 @@ public static partial class RingAllGather
             var heartbeat = watch is null ? Task.CompletedTask : watch.Heartbeat(beating.Token);
             try
             {
-                // A leaf looks for a silent member a few times per peer silence; the stall is still no progress for the limit.
-                var tick = SilentMember is null ? Limit : TimeSpan.FromTicks(Math.Min(Limit.Ticks, Silence.Ticks / 4));
+                var tick = Leaf?.Tick(Limit) ?? Limit;
                 var moved = Clock.Elapsed;
                 for (var seen = -1L; ;)
                 {
                     if (await Task.WhenAny(all, Task.Delay(tick, Token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
                     if (Token.IsCancellationRequested) break;
-                    if (SilentMember is not null)
-                        for (var k = 0; k < FromMember.Length; k++)
-                            if (Volatile.Read(ref FromMember[k]) < Plan.Shares[k].Count && SilentMember.SilenceFrom(Route.Members[k]) >= Silence)
-                            {
-                                // The member hangs or is gone: its share will not come over this ring. The leaf's node fetches
-                                // what it lacks, as a node whose exchange failed; the others do not wait for it.
-                                Failed.Cancel();
-                                throw new TimeoutException($"rank {Route.Members[k]} sent this leaf (rank {Rank}) nothing for {Silence.TotalSeconds:0.#} s " +
-                                                           $"with {Plan.Shares[k].Count - Volatile.Read(ref FromMember[k])} of its blocks still to come");
-                            }
+                    Leaf?.ThrowIfMemberSilent();
                     var now = Interlocked.Read(ref Progress);
                     if (now != seen)
                     {
@@ -147,7 +134,7 @@ public static partial class RingAllGather
                     if (Clock.Elapsed - moved >= Limit)
                     {
                         Failed.Cancel();
-                        var from = Leaf ? $"ranks {string.Join(",", Route.Members)}" : $"rank {LeftRank}";
+                        var from = Leaf?.Senders ?? $"rank {LeftRank}";
                         throw new TimeoutException($"the fan-out ring stalled on rank {Rank}: nothing moved for {Limit.TotalSeconds:0} s " +
                                                    $"(received {Volatile.Read(ref Received)} of {Expected} blocks from {from})");
                     }
