@@ -118,28 +118,7 @@ public static partial class RingAllGather
             var heartbeat = watch is null ? Task.CompletedTask : watch.Heartbeat(beating.Token);
             try
             {
-                var tick = Leaf?.Tick(Limit) ?? Limit;
-                var moved = Clock.Elapsed;
-                for (var seen = -1L; ;)
-                {
-                    if (await Task.WhenAny(all, Task.Delay(tick, Token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
-                    if (Token.IsCancellationRequested) break;
-                    Leaf?.ThrowIfMemberSilent();
-                    var now = Interlocked.Read(ref Progress);
-                    if (now != seen)
-                    {
-                        (seen, moved) = (now, Clock.Elapsed);
-                        continue;
-                    }
-                    if (Clock.Elapsed - moved >= Limit)
-                    {
-                        Failed.Cancel();
-                        var from = Leaf?.Senders ?? $"rank {LeftRank}";
-                        throw new TimeoutException($"the fan-out ring stalled on rank {Rank}: nothing moved for {Limit.TotalSeconds:0} s " +
-                                                   $"(received {Volatile.Read(ref Received)} of {Expected} blocks from {from})");
-                    }
-                }
-                await all;
+                await UntilDone(all);
             }
             finally
             {
@@ -149,6 +128,34 @@ public static partial class RingAllGather
             return new RingResult(Fetched, Received, Sent, FetchedBytes, ReceivedBytes, SentBytes, Clock.Elapsed.TotalSeconds, LeafBytes, Refetched,
                 AwaitLeaves ? Task.CompletedTask : leafSending, ShareSeconds, Bypassed, RepairBytes,
                 RoutedAround: RoutedAround.IsEmpty ? null : [.. RoutedAround], NeighbourDied: Volatile.Read(ref NeighbourDied));
+        }
+
+        // The parts only stall, never fail, when a neighbour dies without closing its link: the run fails once nothing
+        // has moved for the limit.
+        private async Task UntilDone(Task all)
+        {
+            var tick = Leaf?.Tick(Limit) ?? Limit;
+            var moved = Clock.Elapsed;
+            for (var seen = -1L; ;)
+            {
+                if (await Task.WhenAny(all, Task.Delay(tick, Token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
+                if (Token.IsCancellationRequested) break;
+                Leaf?.ThrowIfMemberSilent();
+                var now = Interlocked.Read(ref Progress);
+                if (now != seen)
+                {
+                    (seen, moved) = (now, Clock.Elapsed);
+                    continue;
+                }
+                if (Clock.Elapsed - moved >= Limit)
+                {
+                    Failed.Cancel();
+                    var from = Leaf?.Senders ?? $"rank {LeftRank}";
+                    throw new TimeoutException($"the fan-out ring stalled on rank {Rank}: nothing moved for {Limit.TotalSeconds:0} s " +
+                                               $"(received {Volatile.Read(ref Received)} of {Expected} blocks from {from})");
+                }
+            }
+            await all;
         }
 
         // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
