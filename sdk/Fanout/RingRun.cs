@@ -1,0 +1,172 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Threading.Channels;
+
+namespace Hpc.CommonData.Fanout;
+
+public static partial class RingAllGather
+{
+    /// <summary>
+    /// One rank's exchange, from its start to its result: the state that fetching, receiving, sending, delivering and
+    /// watching share while they run concurrently.
+    /// </summary>
+    private sealed class RingRun
+    {
+        public readonly Stopwatch Clock = Stopwatch.StartNew();
+        public readonly FanoutPlan Plan;
+        public readonly IRingLink Link;
+        public readonly Func<Block, Memory<byte>, CancellationToken, Task<int>> Fetch;
+        public readonly Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> Deliver;
+        public readonly FanoutRoute Route;
+        public readonly bool AwaitLeaves;
+        public readonly Func<Memory<byte>, CancellationToken, Task<int>>? OwnInAnyOrder;
+        public readonly long RetainBytes;
+        public readonly IPeerLinks? Peers;
+        public readonly int Rank, Position, Right, RightRank, LeftRank, Size, Expected;
+        /// <summary>This rank's part where it is a leaf of the route; null for a member of the ring.</summary>
+        public readonly RingLeaf? Leaf;
+        public readonly Func<ReadOnlyMemory<byte>, CancellationToken, Task> SendRight;
+        public readonly Func<Memory<byte>, CancellationToken, Task<int>> ReceiveLeft;
+        public readonly IReadOnlyList<int> Leaves;
+        public readonly CancellationTokenSource Failed;
+        public readonly CancellationToken Token;
+        public readonly Outbox Outgoing = new();
+        public readonly Channel<Message> ToNode = Channel.CreateUnbounded<Message>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = false });
+        public readonly Channel<LeafItem>[] ToLeaves;
+        public readonly SemaphoreSlim FetchSlots = new(FetchAhead);
+        public long FetchedBytes, ReceivedBytes, SentBytes, LeafBytes;
+        public int Fetched, Received, Sent, Refetched, Retained;
+        public long RetainedBytes;
+        public long Progress;
+        public double ShareSeconds;
+        public readonly TimeSpan Silence, Limit;
+        public readonly IRingRepair? RepairLinks;
+        public readonly Repair? Ring;
+        public int Bypassed;
+        public readonly ConcurrentQueue<int> RoutedAround = new();
+        public bool NeighbourDied;
+        public long RepairBytes;
+        public readonly ConcurrentBag<Task> Repairs = [];
+        /// <summary>Where the ring can be repaired: the one route around a dead or hung right neighbour, shared by the sender and the watch.</summary>
+        public readonly RingBypass? Bypass;
+
+        public RingRun(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
+            Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout, FanoutRoute? route,
+            bool awaitLeaves, TimeSpan? peerSilence, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder, long leafRetainBytes)
+        {
+            (Plan, Link, Fetch, Deliver, AwaitLeaves, OwnInAnyOrder, RetainBytes) = (plan, link, fetch, deliver, awaitLeaves, ownInAnyOrder, leafRetainBytes);
+            route ??= FanoutRoute.Ring(link.Size);
+            Route = route;
+            if (route.Members.Count != plan.Ranks) throw new ArgumentException($"the plan has {plan.Ranks} shares for {route.Members.Count} ring members", nameof(route));
+            var peers = link as IPeerLinks;
+            Peers = peers;
+            if (route.HasLeaves && peers is null) throw new ArgumentException("routing around slow members needs links to every rank", nameof(link));
+            var rank = Rank = link.Rank;
+            var leaf = route.IsLeaf(rank);
+            var position = Position = route.PositionOf(rank);
+            Right = leaf ? -1 : (position + 1) % plan.Ranks;
+            var rightRank = RightRank = leaf ? -1 : route.RightOf(rank);
+            var leftRank = LeftRank = leaf ? -1 : route.LeftOf(rank);
+            // Without leaves the neighbours are the link's own: exactly the ring as it always ran.
+            SendRight = route.HasLeaves ? (m, t) => peers!.SendToAsync(rightRank, m, t) : link.SendAsync;
+            ReceiveLeft = route.HasLeaves ? (b, t) => peers!.ReceiveFromAsync(leftRank, b, t) : link.ReceiveAsync;
+            Leaves = leaf ? [] : route.Leaves;
+            Size = plan.MaxMessageBytes;
+            Failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
+            Token = Failed.Token;
+            ToLeaves = Leaves.Select(_ => Channel.CreateUnbounded<LeafItem>(new UnboundedChannelOptions { SingleReader = true, SingleWriter = true })).ToArray();
+            Expected = leaf ? RingLeaf.Expected(plan) : plan.BlocksReceivedBy(position);
+            Silence = peerSilence ?? PeerSilence;
+            if (leaf) Leaf = new RingLeaf(this);
+            Limit = stallTimeout ?? TimeSpan.FromMinutes(2);
+            var repair = RepairLinks = !leaf && plan.Ranks > 1 && link.SendWindow == 1 ? link as IRingRepair : null;
+            var ring = Ring = repair is null ? null : new Repair(plan, route, position, Expected, peerSilence ?? PeerSilence);
+            if (repair is not null) SendRight = (m, t) => repair.SendToAsync(ring!.RightRank, m, t);
+            if (ring is not null) Bypass = new RingBypass(this);
+        }
+
+        private async Task DeliverAll(Task producers)
+        {
+            _ = producers.ContinueWith(_ => ToNode.Writer.TryComplete(), TaskScheduler.Default);
+            await foreach (var m in ToNode.Reader.ReadAllAsync(Token))
+            {
+                await Deliver(m.Buffer[..m.Length], Token);
+                Interlocked.Increment(ref Progress);
+                m.Release();
+            }
+        }
+
+        public async Task<RingResult> RunAsync()
+        {
+            var fetching = Guard(new OwnShareFetcher(this).FetchOwn());
+            var receiving = Guard(new RingReceiver(this).ReceiveAll());
+            var producers = Task.WhenAll(fetching, receiving);
+            // A bypass may come after this rank's own blocks and forwarding are done (its right neighbour hangs once it
+            // holds everything): the sender stays until this member leaves, so what the bypass resends goes out.
+            var watchEnded = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+            var sending = Guard(new RingSender(this).SendAll(Ring is null ? producers : Task.WhenAll(producers, watchEnded.Task)));
+            var delivering = Guard(DeliverAll(producers));
+            var leafSending = Guard(Task.WhenAll(Leaves.Select((l, i) => new LeafSender(this).SendToLeaf(l, ToLeaves[i].Reader))));
+            var watch = Ring is null ? null : new RightWatch(this);
+            var watching = watch is null ? Task.CompletedTask : Guard(watch.WatchRight());
+            _ = watching.ContinueWith(_ => watchEnded.TrySetResult(), TaskScheduler.Default);
+            var all = AwaitLeaves ? Task.WhenAll(fetching, receiving, sending, delivering, watching, leafSending) : Task.WhenAll(fetching, receiving, sending, delivering, watching);
+            // The token source lives until the leaves are served, which may be after this method returns.
+            _ = leafSending.ContinueWith(_ => all.ContinueWith(_ => Failed.Dispose(), TaskScheduler.Default), TaskScheduler.Default);
+            using var beating = CancellationTokenSource.CreateLinkedTokenSource(Token);
+            var heartbeat = watch is null ? Task.CompletedTask : watch.Heartbeat(beating.Token);
+            try
+            {
+                await UntilDone(all);
+            }
+            finally
+            {
+                beating.Cancel();
+                await heartbeat;
+            }
+            return new RingResult(Fetched, Received, Sent, FetchedBytes, ReceivedBytes, SentBytes, Clock.Elapsed.TotalSeconds, LeafBytes, Refetched,
+                AwaitLeaves ? Task.CompletedTask : leafSending, ShareSeconds, Bypassed, RepairBytes,
+                RoutedAround: RoutedAround.IsEmpty ? null : [.. RoutedAround], NeighbourDied: Volatile.Read(ref NeighbourDied));
+        }
+
+        // The parts only stall, never fail, when a neighbour dies without closing its link: the run fails once nothing
+        // has moved for the limit.
+        private async Task UntilDone(Task all)
+        {
+            var tick = Leaf?.Tick(Limit) ?? Limit;
+            var moved = Clock.Elapsed;
+            for (var seen = -1L; ;)
+            {
+                if (await Task.WhenAny(all, Task.Delay(tick, Token).ContinueWith(_ => { }, TaskScheduler.Default)) == all) break;
+                if (Token.IsCancellationRequested) break;
+                Leaf?.ThrowIfMemberSilent();
+                var now = Interlocked.Read(ref Progress);
+                if (now != seen)
+                {
+                    (seen, moved) = (now, Clock.Elapsed);
+                    continue;
+                }
+                if (Clock.Elapsed - moved >= Limit)
+                {
+                    Failed.Cancel();
+                    var from = Leaf?.Senders ?? $"rank {LeftRank}";
+                    throw new TimeoutException($"the fan-out ring stalled on rank {Rank}: nothing moved for {Limit.TotalSeconds:0} s " +
+                                               $"(received {Volatile.Read(ref Received)} of {Expected} blocks from {from})");
+                }
+            }
+            await all;
+        }
+
+        // The first failure cancels the others, so the exchange ends at once and the caller can fall back.
+        public async Task Guard(Task task)
+        {
+            try { await task; }
+            catch
+            {
+                Failed.Cancel();
+                throw;
+            }
+        }
+    }
+}
