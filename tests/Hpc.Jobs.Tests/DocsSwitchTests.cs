@@ -17,7 +17,7 @@ public sealed partial class DocsSwitchTests
         "--counters",                                                             // dotnet-counters
         "--no-create-home", "--shell", "--system", "--user",                      // useradd, systemctl --user
         "--now", "--signal",                                                      // systemctl enable --now, kill
-        "--ntasks", "--map-by", "--kill-on-bad-exit", "--enable-recovery",       // srun, mpirun
+        "--ntasks", "--map-by", "--kill-on-bad-exit", "--enable-recovery", "--export", // srun, mpirun, sbatch
         "--no-dereference", "--uts",                                              // cp, unshare
         "--job", "--in",                                                          // BenchmarkDotNet: --job short, --inProcess
     ];
