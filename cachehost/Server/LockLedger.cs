@@ -32,11 +32,12 @@ internal sealed class LockLedger(TimeProvider time, DatasetOfLock? datasetOf = n
     /// <summary>Entries kept before paid-off ones are dropped.</summary>
     private const int PruneAbove = 4_096;
     /// <summary>
-    /// How long after an owner's or administrator's last poll that found the lock held the next take stays theirs: a
-    /// job step polls every 10–50 ms, so a waiter never lapses between its polls, and one that gave up holds no one
-    /// back for longer than this.
+    /// How long after an owner's or administrator's last poll that found the lock held the next take stays theirs. A
+    /// job step polls every 10–50 ms, but a client on a busy node can stall between two polls for longer than a second
+    /// (the owner's end step lost the lock so on a loaded 2-core machine, four other accounts polling without pause);
+    /// one that gave up holds no one back for longer than this.
     /// </summary>
-    public const long WaitWindowMs = 1_000;
+    public const long WaitWindowMs = 3_000;
     /// <summary>The longest lock key the waiting table looks up without allocating (a version's is 73 characters).</summary>
     private const int MaxKeyChars = 128;
 
