@@ -146,12 +146,7 @@ public sealed class CacheRolesTests : IDisposable
         }
     }
 
-    private RespTestClient Login(string user, string password)
-    {
-        var client = new RespTestClient(_host);
-        Assert.Equal("OK", client.Call("AUTH", user, password));
-        return client;
-    }
+    private RespTestClient Login(string user, string password) => RespTestClient.LoggedIn(_host, user, password);
 
     /// <summary>The password goes in REDISCLI_AUTH, the way a script keeps it out of the process list.</summary>
     private string RedisCli(string user, string password, params string[] args)

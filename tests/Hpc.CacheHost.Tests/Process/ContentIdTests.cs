@@ -77,12 +77,7 @@ public sealed class ContentIdTests : IDisposable
 
     private static string Refusal(object? reply) => Assert.IsType<RespError>(reply).Message;
 
-    private RespTestClient Login()
-    {
-        var client = new RespTestClient(_host);
-        Assert.Equal("OK", client.Call("AUTH", "mallory", "mallory-pass"));
-        return client;
-    }
+    private RespTestClient Login() => RespTestClient.LoggedIn(_host, "mallory", "mallory-pass");
 
     public void Dispose()
     {

@@ -434,12 +434,7 @@ public sealed class DatasetOwnershipTests : IDisposable
 
     private static string Refusal(object? reply) => Assert.IsType<RespError>(reply).Message;
 
-    private RespTestClient Login(string user, string password)
-    {
-        var client = new RespTestClient(_host);
-        Assert.Equal("OK", client.Call("AUTH", user, password));
-        return client;
-    }
+    private RespTestClient Login(string user, string password) => RespTestClient.LoggedIn(_host, user, password);
 
     public void Dispose()
     {

@@ -88,12 +88,7 @@ public sealed class PublishedSegmentLifeTests : IDisposable
         return (version, "hcd:m:" + version, encoded[..n]);
     }
 
-    private RespTestClient Login(string user, string password)
-    {
-        var client = new RespTestClient(_host);
-        Assert.Equal("OK", client.Call("AUTH", user, password));
-        return client;
-    }
+    private RespTestClient Login(string user, string password) => RespTestClient.LoggedIn(_host, user, password);
 
     public void Dispose()
     {

@@ -30,6 +30,14 @@ internal sealed class RespTestClient : IDisposable
     }
 
     /// <summary>Sends one command as a multibulk frame; arguments are strings (UTF-8) or raw byte arrays.</summary>
+    /// <summary>A connection to <paramref name="host"/> logged in as <paramref name="user"/>.</summary>
+    public static RespTestClient LoggedIn(CacheHostProcess host, string user, string password)
+    {
+        var client = new RespTestClient(host);
+        Assert.Equal("OK", client.Call("AUTH", user, password));
+        return client;
+    }
+
     public object? Call(params object[] args)
     {
         Send(args);

@@ -141,13 +141,7 @@ public sealed class UsersReloadTests : IDisposable
 
     private static string Refusal(object? reply) => Assert.IsType<RespError>(reply).Message;
 
-    /// <summary>The host's log once it holds <paramref name="text"/> (its logger writes a moment after the reply), or after 10 s.</summary>
-    private RespTestClient Login(string user, string password)
-    {
-        var client = new RespTestClient(_host);
-        Assert.Equal("OK", client.Call("AUTH", user, password));
-        return client;
-    }
+    private RespTestClient Login(string user, string password) => RespTestClient.LoggedIn(_host, user, password);
 
     public void Dispose()
     {
