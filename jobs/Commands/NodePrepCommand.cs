@@ -182,7 +182,7 @@ public static class NodePrepCommand
                     version = summary.Version;
                     // The line below is this node's time; the process still waits at the end for the other ranks.
                     // Leaves take their own link's time, so the ranks may wait that long for each other at the end.
-                    ranks.ClosingLimit = summary.HadLeaves ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds));
+                    ranks.ClosingLimit = summary.HadLeaves ? fetchTimeout : MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(summary.Seconds), summary.Ring.MemberLost);
                     // A rank this one routed around died: the closing barrier can never complete, and the launcher has
                     // already seen a rank of the step end, so whatever it does to the others it does without this wait.
                     if (summary.Ring.NeighbourDied) ranks.Abandon();

@@ -89,8 +89,13 @@ public sealed class MpiRankGroup : IRankGroup, IDisposable
     /// nodes of a 45 s ring, 40.6 to 45.1 s), so a fixed few seconds let the first ones leave while the last were
     /// still receiving, and mpiexec ended those. The step ends with its slowest rank anyway, so waiting costs nothing;
     /// a rank that died still bounds the wait.
+    /// When the ring went on without a member (<paramref name="memberLost"/>), the barrier can never complete: that
+    /// member's process is dead, or hung and cut off, and its exchange fails without a barrier. Waiting as long as the
+    /// exchange would hold the step twice its time for nothing, so a survivor waits <see cref="FinalizeLimit"/> only,
+    /// which still lets survivors finishing a little later receive their last blocks before it leaves.
     /// </summary>
-    public static TimeSpan ClosingLimitAfter(TimeSpan exchange) => exchange > FinalizeLimit ? exchange : FinalizeLimit;
+    public static TimeSpan ClosingLimitAfter(TimeSpan exchange, bool memberLost = false) =>
+        memberLost || exchange <= FinalizeLimit ? FinalizeLimit : exchange;
 
     /// <summary>
     /// How long MPI_Finalize may take once every rank has passed the barrier. Nothing is left to move then, so a

@@ -38,6 +38,8 @@ public static class GridAllGather
         using var writes = new SemaphoreSlim(1);
         long tierBytes = 0;
         var tierBlocks = 0;
+        // A member lost in either ring is word for the other: the grid's survivors outside its group and column hear it too.
+        var lost = new MemberLostWord();
 
         async Task<int> FromTier(FanoutPlan plan, Block block, Memory<byte> message, CancellationToken token)
         {
@@ -82,14 +84,14 @@ public static class GridAllGather
                 {
                     column.Keep(message);
                     await Deliver(message, columnPlan, token);
-                }, failed.Token, stallTimeout, peerSilence: peerSilence));
+                }, failed.Token, stallTimeout, peerSilence: peerSilence, memberLost: lost));
         // The group ring puts in the column's blocks as they arrive, in any order; a block it resends past a dead
         // member, its own or another's, comes from the tier.
         var groupRing = Run(() => RingAllGather.RunAsync(groupPlan, groupLink, (block, message, token) => FromTier(groupPlan, block, message, token),
             // This member's own blocks reached the node over the column.
             (message, token) => column.Holds(message) ? ValueTask.CompletedTask : Deliver(message, groupPlan, token),
             failed.Token, stallTimeout, groupRoute, awaitLeaves: false, peerSilence: peerSilence, ownInAnyOrder: columnPlan is null ? null : column.NextAsync,
-            leafRetainBytes: leafRetainBytes));
+            leafRetainBytes: leafRetainBytes, memberLost: lost));
         var results = await Task.WhenAll(columnRing, groupRing);
         var (c, g) = (results[0], results[1]);
         return new RingResult(tierBlocks, c.BlocksReceived + g.BlocksReceived, c.BlocksSent + g.BlocksSent, Interlocked.Read(ref tierBytes),
@@ -99,7 +101,7 @@ public static class GridAllGather
             HeldBytesAtMost: column.HeldBytesAtMost,
             RoutedAround: c.RoutedAround is null && g.RoutedAround is null ? null
                 : [.. (c.RoutedAround ?? []).Select(r => columnRanks?[r] ?? r), .. (g.RoutedAround ?? []).Select(r => groupRanks?[r] ?? r)],
-            NeighbourDied: c.NeighbourDied || g.NeighbourDied);
+            NeighbourDied: c.NeighbourDied || g.NeighbourDied, MemberLost: c.MemberLost || g.MemberLost);
     }
 
     /// <summary>

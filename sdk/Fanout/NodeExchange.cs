@@ -52,6 +52,7 @@ public static class NodeExchange
         $"share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
         $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}" +
         (summary.Ring.RoutedAround is { Count: > 0 } gone ? $" routed-around={string.Join(',', gone)}" : "") +
+        (summary.Ring.MemberLost ? " member-lost=1" : "") +
         (summary.Rejected > 0 ? $" rejected={summary.Rejected}" : "") +
         (summary.RejectedFrom is { Count: > 0 } from ? $" rejected-from={string.Join(',', from.Select(m => $"{m.Rank}:{m.Segments}"))}" : "");
 
@@ -68,5 +69,7 @@ public static class NodeExchange
         if (summary.Ring.RoutedAround is { Count: > 0 } gone)
             yield return $"the ring went on without {string.Join(", ", gone.Select(describe))}: " +
                          (summary.Ring.NeighbourDied ? "its link failed (the process or its node died)" : "it took nothing for the peer timeout (silent or hung)");
+        else if (summary.Ring.MemberLost)
+            yield return "the ring went on without a member (the member before it names it); this node has every block";
     }
 }

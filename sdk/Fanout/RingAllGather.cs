@@ -75,9 +75,11 @@ public interface IRingRepair : IPeerLinks
 /// <param name="RoutedAround">The ranks of the members this rank routed around, in the order it passed them.</param>
 /// <param name="NeighbourDied">Whether a route around began with the neighbour's link failing (its process or node
 /// died), rather than with its silence: a launcher has then seen a rank of the job end.</param>
+/// <param name="MemberLost">Whether this rank learned, while it was in the exchange, that a member of its ring was routed
+/// around (by it, or by another that said so against the flow): that member never reaches a closing barrier.</param>
 public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
     long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0, int Bypassed = 0, long RepairBytesFetched = 0,
-    long HeldBytesAtMost = 0, IReadOnlyList<int>? RoutedAround = null, bool NeighbourDied = false);
+    long HeldBytesAtMost = 0, IReadOnlyList<int>? RoutedAround = null, bool NeighbourDied = false, bool MemberLost = false);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and
@@ -145,12 +147,14 @@ public static partial class RingAllGather
     /// turn, which it still does for blocks it resends (and for a leaf, those it no longer keeps).</param>
     /// <param name="leafRetainBytes">Bytes of own blocks kept for the leaves beyond <see cref="LeafRetainBlocks"/>
     /// blocks; default <see cref="LeafRetainBytes"/>.</param>
+    /// <param name="memberLost">Shared with this rank's other ring (the grid's): the word that a member was routed
+    /// around, passed between them.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null,
         bool awaitLeaves = true, TimeSpan? peerSilence = null, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder = null,
-        long leafRetainBytes = LeafRetainBytes)
+        long leafRetainBytes = LeafRetainBytes, MemberLostWord? memberLost = null)
     {
         // The run checks its arguments in its constructor: called inside this async method, bad ones fault the task rather than throw.
-        return await new RingRun(plan, link, fetch, deliver, ct, stallTimeout, route, awaitLeaves, peerSilence, ownInAnyOrder, leafRetainBytes).RunAsync();
+        return await new RingRun(plan, link, fetch, deliver, ct, stallTimeout, route, awaitLeaves, peerSilence, ownInAnyOrder, leafRetainBytes, memberLost).RunAsync();
     }
 }

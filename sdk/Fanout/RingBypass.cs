@@ -53,6 +53,8 @@ public static partial class RingAllGather
                     Interlocked.Increment(ref run.Bypassed);
                     foreach (var k in skipped) run.RoutedAround.Enqueue(run.Route!.Members[k]);
                     if (failed) Volatile.Write(ref run.NeighbourDied, true);
+                    // Every member still in the exchange hears of it, so none waits for a barrier the lost one never reaches.
+                    await run.HearMemberLost();
                     Interlocked.Increment(ref run.Progress);
                     // The new right neighbour may have everything already: its map says so, and the left neighbour
                     // must hear it from this rank as it would have from the report.

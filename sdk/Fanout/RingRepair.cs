@@ -36,11 +36,25 @@ public static partial class RingAllGather
             if (expected == 0) AllIn.TrySetResult();
         }
 
-        public const byte ReportHasAll = 1, ReportRightHasAll = 2, ReportAlive = 3;
+        public const byte ReportHasAll = 1, ReportRightHasAll = 2, ReportAlive = 3, ReportMemberLost = 4;
         /// <summary>One bypass at a time.</summary>
         public SemaphoreSlim Bypassing { get; } = new(1);
         /// <summary>What the right neighbour reported: it has everything; and so does the member after it.</summary>
         public volatile bool RightHasAll, NextHasAll;
+        /// <summary>A member of this ring was routed around, by this rank or by another that said so against the flow:
+        /// that member's process is gone or cut off and will never reach a closing barrier.</summary>
+        public volatile bool MemberLost;
+
+        /// <summary>Marks a member lost; true when this rank had not known it, and so passes the word on to its left.</summary>
+        public bool LearnMemberLost()
+        {
+            lock (_lock)
+            {
+                if (MemberLost) return false;
+                MemberLost = true;
+                return true;
+            }
+        }
 
         public TimeSpan Silence { get; }
         /// <summary>Completes when this rank has every block but its own share.</summary>

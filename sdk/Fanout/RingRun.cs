@@ -53,7 +53,8 @@ public static partial class RingAllGather
 
         public RingRun(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
             Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout, FanoutRoute? route,
-            bool awaitLeaves, TimeSpan? peerSilence, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder, long leafRetainBytes)
+            bool awaitLeaves, TimeSpan? peerSilence, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder, long leafRetainBytes,
+            MemberLostWord? memberLost)
         {
             (Plan, Link, Fetch, Deliver, AwaitLeaves, OwnInAnyOrder, RetainBytes) = (plan, link, fetch, deliver, awaitLeaves, ownInAnyOrder, leafRetainBytes);
             route ??= FanoutRoute.Ring(link.Size);
@@ -84,6 +85,22 @@ public static partial class RingAllGather
             var ring = Ring = repair is null ? null : new Repair(plan, route, position, Expected, peerSilence ?? PeerSilence);
             if (repair is not null) SendRight = (m, t) => repair.SendToAsync(ring!.RightRank, m, t);
             if (ring is not null) Bypass = new RingBypass(this);
+            Word = memberLost;
+            if (ring is not null) memberLost?.Listen(() => _ = HearMemberLost());
+        }
+
+        /// <summary>Shared with this rank's other ring, if any.</summary>
+        public readonly MemberLostWord? Word;
+
+        /// <summary>
+        /// A member of the exchange was routed around: this ring's members still in the exchange hear it against the
+        /// flow, once each (the word stops where it is already known, at the latest with the member that sent it).
+        /// </summary>
+        public Task HearMemberLost()
+        {
+            if (Ring is null || !Ring.LearnMemberLost()) return Task.CompletedTask;
+            Word?.Hear();
+            return RepairLinks!.ReportAsync(Ring.LeftRank, Repair.ReportMemberLost);
         }
 
         private async Task DeliverAll(Task producers)
@@ -127,7 +144,8 @@ public static partial class RingAllGather
             }
             return new RingResult(Fetched, Received, Sent, FetchedBytes, ReceivedBytes, SentBytes, Clock.Elapsed.TotalSeconds, LeafBytes, Refetched,
                 AwaitLeaves ? Task.CompletedTask : leafSending, ShareSeconds, Bypassed, RepairBytes,
-                RoutedAround: RoutedAround.IsEmpty ? null : [.. RoutedAround], NeighbourDied: Volatile.Read(ref NeighbourDied));
+                RoutedAround: RoutedAround.IsEmpty ? null : [.. RoutedAround], NeighbourDied: Volatile.Read(ref NeighbourDied),
+                MemberLost: Ring?.MemberLost ?? false);
         }
 
         // The parts only stall, never fail, when a neighbour dies without closing its link: the run fails once nothing

@@ -41,6 +41,11 @@ public static partial class RingAllGather
                     continue;
                 }
                 reading = null;
+                if (code == Repair.ReportMemberLost)
+                {
+                    await run.HearMemberLost();
+                    continue;
+                }
                 if (run.Ring.RightRank != right || code == Repair.ReportAlive) continue;
                 if (code == Repair.ReportHasAll && !run.Ring.RightHasAll)
                 {

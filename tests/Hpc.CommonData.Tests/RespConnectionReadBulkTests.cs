@@ -78,7 +78,7 @@ public class RespConnectionReadBulkTests
             var values = new string?[2];
             await c.ReadBulkArrayAsync(2, (int k, in ReadOnlySequence<byte> value, bool isNull) => values[k] = isNull ? null : Encoding.ASCII.GetString(value.ToArray()), default)
                 .AsTask().WaitAsync(TimeSpan.FromSeconds(30));
-            Assert.Equal(["abc", null], values);
+            Assert.Equal(new string?[] { "abc", null }, values);
             var last = new long[1];
             await c.ReadStatusRepliesAsync(last, default).AsTask().WaitAsync(TimeSpan.FromSeconds(30));
             Assert.Equal(1L, last[0]);

@@ -149,6 +149,8 @@ public sealed class MpiNodePrepTests
         Assert.True(run.Lines.All(l => l.Contains(" source=fanout ")), $"not all by the ring:\n{string.Join("\n", run.Lines)}\n{run.Errors}");
         // The member before the dead one closed the ring around it.
         Assert.Single(run.Lines, l => l.Contains(" bypassed=1 "));
+        // Every survivor heard of it, so none waited for a closing barrier the dead rank could never reach.
+        Assert.All(run.Lines, l => Assert.Contains(" member-lost=1", l));
         // The tier sent the data once and the dead member's share again at most: not each survivor what it lacked.
         Assert.InRange(run.Sent, (long)size, size * 12L / 10);
     }
@@ -163,6 +165,8 @@ public sealed class MpiNodePrepTests
         Assert.True(run.Lines.All(l => l.Contains(" source=fanout ") && l.Contains(" route=grid:3x3 ")), $"not all by the grid:\n{string.Join("\n", run.Lines)}\n{run.Errors}");
         // The member before the dead one in its group (rank 3) and in its column (rank 1) each closed their ring around it.
         Assert.Equal(2, run.Lines.Count(l => l.Contains(" bypassed=1 ")));
+        // Word of it crossed from ring to ring: the ranks outside its group and column (0, 2, 6, 8) heard it too.
+        Assert.All(run.Lines, l => Assert.Contains(" member-lost=1", l));
         // The tier sent the data once and at most what only the dead member held again: its column's part in its
         // group (a third) and its share of that part in its column (a ninth).
         Assert.InRange(run.Sent, (long)size, size + size / 3 + size / 9 + (1L << 20));

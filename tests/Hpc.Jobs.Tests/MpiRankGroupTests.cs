@@ -32,4 +32,10 @@ public sealed class MpiRankGroupTests
         Assert.Equal(TimeSpan.FromSeconds(45), MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(45)));
         Assert.Equal(MpiRankGroup.FinalizeLimit, MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(1)));
     }
+
+    [Fact]
+    public void After_a_ring_that_went_on_without_a_member_a_rank_waits_the_finalize_limit_only_since_that_member_never_comes()
+    {
+        Assert.Equal(MpiRankGroup.FinalizeLimit, MpiRankGroup.ClosingLimitAfter(TimeSpan.FromSeconds(45), memberLost: true));
+    }
 }

@@ -36,6 +36,9 @@ public sealed class RingRepairTests
         // waiting for a closing barrier that member can never reach.
         Assert.Equal([2], run.Results[1]!.RoutedAround);
         Assert.True(run.Results[1]!.NeighbourDied);
+        // Every other survivor hears of it against the flow, though none of them routed around it: none waits for that
+        // barrier longer than the finalize limit either.
+        run.AssertEverySurvivorHeardAMemberWasLost(victim: 2);
         // The tier sent the data once, plus at most the dead member's share and what was lost in its sockets' buffers.
         Assert.InRange(run.Fetched, run.Stored, run.AtMost);
         Assert.True(run.Results[1]!.RepairBytesFetched > 0);
@@ -56,6 +59,8 @@ public sealed class RingRepairTests
         // A hung member is not a dead one: its links never failed, so the closing barrier is still waited for.
         Assert.Equal([3], run.Results[2]!.RoutedAround);
         Assert.False(run.Results[2]!.NeighbourDied);
+        // Cut off, it fails its exchange and never reaches the barrier either: every survivor hears it was lost.
+        run.AssertEverySurvivorHeardAMemberWasLost(victim: 3);
         Assert.InRange(run.Fetched, run.Stored, run.AtMost);
     }
 
@@ -72,6 +77,12 @@ public sealed class RingRepairTests
         {
             try { return long.Parse(File.ReadAllText(file).Split((char[]?)null, StringSplitOptions.RemoveEmptyEntries)[^1], System.Globalization.CultureInfo.InvariantCulture); }
             catch (Exception e) when (e is IOException or UnauthorizedAccessException or FormatException or IndexOutOfRangeException) { return 8L << 20; }
+        }
+
+        public void AssertEverySurvivorHeardAMemberWasLost(int victim)
+        {
+            for (var r = 0; r < Ranks; r++)
+                if (r != victim) Assert.True(Results[r]!.MemberLost, $"rank {r} did not hear that rank {victim} was routed around");
         }
 
         public void AssertSurvivorsHaveEverything(int victim)
