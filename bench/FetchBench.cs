@@ -19,7 +19,8 @@ public sealed record FetchRecord(
     string Kind, int Schema, DateTimeOffset Time, string Data, long RawBytes, long StoredBytes, int Cores, bool Pinned, int Run,
     double DecodeSeconds, double DecodeCpuSeconds, double FetchSeconds, double AgentUserSeconds, double AgentSystemSeconds,
     double CacheHostCpuSeconds, MachineInfo Machine, string? Codec = null, string? Tier = null, double IngestSeconds = 0,
-    double IngestAgentCpuSeconds = 0, double IngestSenderCpuSeconds = 0, double IngestAgentUserSeconds = 0, double IngestAgentSystemSeconds = 0);
+    double IngestAgentCpuSeconds = 0, double IngestSenderCpuSeconds = 0, double IngestAgentUserSeconds = 0, double IngestAgentSystemSeconds = 0,
+    string? Load = null);
 
 /// <summary>
 /// The node agent fetching a version from a real cache host on loopback (its own process, warm, as a node runs it),
@@ -36,8 +37,12 @@ public static class FetchBench
     /// <param name="AgentCores">0: everything shares every core. N: the decode baseline runs on N threads and the agent is
     /// pinned to cores 0..N-1, the cache host to the rest.</param>
     /// <param name="Tier"><see cref="OurHost"/> or <see cref="RedisCluster"/>.</param>
+    /// <param name="Loads"><see cref="Quiet"/>: nothing else runs beside the agent; <see cref="Loaded"/>: a busy node's
+    /// other work does (<see cref="BackgroundLoad"/>), and the decode baseline shares the machine with it too.</param>
     public sealed record Options(long Size, IReadOnlyList<string> Data, int Repeat, string? Out, string WorkDir, int AgentCores = 0,
-        SegmentCompression? Codec = null, string Tier = OurHost);
+        SegmentCompression? Codec = null, string Tier = OurHost, IReadOnlyList<string>? Loads = null);
+
+    public const string Quiet = "quiet", Loaded = "loaded";
 
     public const string OurHost = "cachehost";
     public const string RedisCluster = "redis-cluster";
@@ -102,53 +107,58 @@ public static class FetchBench
             await FetchOnceAsync(client, name, version, ct); // warm-up: the agent's code compiled and tiered up, as on a node that has worked before
             await IngestOnceAsync(client, name, version, manifestBytes, stored, ct);
 
-            for (var run = 1; run <= o.Repeat; run++)
+            foreach (var load in o.Loads ?? [Quiet])
             {
-                ct.ThrowIfCancellationRequested();
-                // Alternate which goes first, so a slow spell of the machine does not always land on the same one.
-                (double Seconds, double Cpu) decode = default;
-                (double Seconds, double Agent, double Sender, double User, double System) ingest = default;
-                (double Seconds, double User, double System, double Host) fetch = default;
-                for (var step = 0; step < 2; step++)
+                // Started once the agent is warm, stopped after this condition's runs; it stops by itself within the hour anyway.
+                await using var busy = load == Loaded ? await BackgroundLoad.StartAsync(Path.Combine(o.WorkDir, "load"), TimeSpan.FromHours(1), ct) : null;
+                for (var run = 1; run <= o.Repeat; run++)
                 {
-                    if (step == 1)
+                    ct.ThrowIfCancellationRequested();
+                    // Alternate which goes first, so a slow spell of the machine does not always land on the same one.
+                    (double Seconds, double Cpu) decode = default;
+                    (double Seconds, double Agent, double Sender, double User, double System) ingest = default;
+                    (double Seconds, double User, double System, double Host) fetch = default;
+                    for (var step = 0; step < 2; step++)
                     {
-                        // The agent's CPU and this process's (the sender, as a rank is) over the hand-over, as the fetch's is read.
-                        var a0 = ProcStats.Read(agent.Name, agent.Id);
-                        var s0 = Process.GetCurrentProcess().TotalProcessorTime;
-                        var (a1, s1) = (a0, s0);
-                        var seconds = await IngestOnceAsync(client, name, version, manifestBytes, stored, ct,
-                            () => (a1, s1) = (ProcStats.Read(agent.Name, agent.Id), Process.GetCurrentProcess().TotalProcessorTime));
-                        ingest = (seconds, a1.UserSeconds + a1.SystemSeconds - a0.UserSeconds - a0.SystemSeconds, (s1 - s0).TotalSeconds,
-                            a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds);
+                        if (step == 1)
+                        {
+                            // The agent's CPU and this process's (the sender, as a rank is) over the hand-over, as the fetch's is read.
+                            var a0 = ProcStats.Read(agent.Name, agent.Id);
+                            var s0 = Process.GetCurrentProcess().TotalProcessorTime;
+                            var (a1, s1) = (a0, s0);
+                            var seconds = await IngestOnceAsync(client, name, version, manifestBytes, stored, ct,
+                                () => (a1, s1) = (ProcStats.Read(agent.Name, agent.Id), Process.GetCurrentProcess().TotalProcessorTime));
+                            ingest = (seconds, a1.UserSeconds + a1.SystemSeconds - a0.UserSeconds - a0.SystemSeconds, (s1 - s0).TotalSeconds,
+                                a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds);
+                        }
+                        if ((step == 0) == (run % 2 == 1))
+                        {
+                            var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
+                            var seconds = DecodeBaseline(manifest, stored, target, threads);
+                            decode = (seconds, (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds);
+                            File.Delete(target);
+                        }
+                        else
+                        {
+                            var a0 = ProcStats.Read(agent.Name, agent.Id);
+                            var h0 = host.CpuSeconds();
+                            var (a1, h1) = (a0, h0);
+                            var seconds = await FetchOnceAsync(client, name, version, ct,
+                                () => (a1, h1) = (ProcStats.Read(agent.Name, agent.Id), host.CpuSeconds()));
+                            fetch = (seconds, a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds, h1 - h0);
+                        }
                     }
-                    if ((step == 0) == (run % 2 == 1))
-                    {
-                        var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
-                        var seconds = DecodeBaseline(manifest, stored, target, threads);
-                        decode = (seconds, (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds);
-                        File.Delete(target);
-                    }
-                    else
-                    {
-                        var a0 = ProcStats.Read(agent.Name, agent.Id);
-                        var h0 = host.CpuSeconds();
-                        var (a1, h1) = (a0, h0);
-                        var seconds = await FetchOnceAsync(client, name, version, ct,
-                            () => (a1, h1) = (ProcStats.Read(agent.Name, agent.Id), host.CpuSeconds()));
-                        fetch = (seconds, a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds, h1 - h0);
-                    }
+                    var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
+                        decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier, ingest.Seconds, ingest.Agent, ingest.Sender,
+                        ingest.User, ingest.System, load);
+                    records.Add(r);
+                    if (o.Out is not null) BenchJson.Append(o.Out, r);
+                    var gb = r.RawBytes / GiB;
+                    Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                        $"  {kind,-6} {load,-6} run {run}: decode {MiBps(r.RawBytes, r.DecodeSeconds),6:0} MiB/s, agent {MiBps(r.RawBytes, r.FetchSeconds),6:0} MiB/s, ingest {MiBps(r.RawBytes, r.IngestSeconds),6:0} MiB/s, " +
+                        $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GiB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel), " +
+                        $"ingest agent {r.IngestAgentCpuSeconds / gb:0.00} CPU-s per GiB ({r.IngestAgentUserSeconds / gb:0.00} user, {r.IngestAgentSystemSeconds / gb:0.00} kernel)"));
                 }
-                var r = new FetchRecord("fetch", 1, DateTimeOffset.UtcNow, kind, manifest.RawLength, manifest.StoredLength, threads, o.AgentCores > 0, run,
-                    decode.Seconds, decode.Cpu, fetch.Seconds, fetch.User, fetch.System, fetch.Host, BenchJson.Machine(), (o.Codec ?? SegmentCompression.Lz4).ToString(), o.Tier, ingest.Seconds, ingest.Agent, ingest.Sender,
-                    ingest.User, ingest.System);
-                records.Add(r);
-                if (o.Out is not null) BenchJson.Append(o.Out, r);
-                var gb = r.RawBytes / GiB;
-                Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-                    $"  {kind,-6} run {run}: decode {MiBps(r.RawBytes, r.DecodeSeconds),6:0} MiB/s, agent {MiBps(r.RawBytes, r.FetchSeconds),6:0} MiB/s, ingest {MiBps(r.RawBytes, r.IngestSeconds),6:0} MiB/s, " +
-                    $"agent {(r.AgentUserSeconds + r.AgentSystemSeconds) / gb:0.00} CPU-s per GiB ({r.AgentUserSeconds / gb:0.00} user, {r.AgentSystemSeconds / gb:0.00} kernel), " +
-                    $"ingest agent {r.IngestAgentCpuSeconds / gb:0.00} CPU-s per GiB ({r.IngestAgentUserSeconds / gb:0.00} user, {r.IngestAgentSystemSeconds / gb:0.00} kernel)"));
             }
         }
         return records;
@@ -232,16 +242,16 @@ public static class FetchBench
     {
         var inv = CultureInfo.InvariantCulture;
         var sb = new System.Text.StringBuilder();
-        sb.AppendLine("| tier | data | codec | size | stored | cores | runs | raw decode MiB/s | agent fetch MiB/s | agent ingest MiB/s | fetch / decode | decode CPU-s per GiB | agent CPU-s per GiB (user + kernel) | agent, runs' range | cache tier CPU-s per GiB | ingest CPU-s per GiB stored: agent + sender |");
-        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-        foreach (var g in records.GroupBy(r => (Tier: r.Tier ?? OurHost, r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned)))
+        sb.AppendLine("| tier | data | codec | size | stored | cores | load | runs | raw decode MiB/s | agent fetch MiB/s | agent ingest MiB/s | fetch / decode | decode CPU-s per GiB | agent CPU-s per GiB (user + kernel) | agent, runs' range | cache tier CPU-s per GiB | ingest CPU-s per GiB stored: agent + sender |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        foreach (var g in records.GroupBy(r => (Tier: r.Tier ?? OurHost, r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned, Load: r.Load ?? Quiet)))
         {
             double Med(Func<FetchRecord, double> f) => Median(g.Select(f));
             var gb = g.Key.RawBytes / GiB;
             // This machine's runs vary (an outlier run is all kernel time), so the range sits beside the median it qualifies.
             var agentCpu = g.Select(r => (r.AgentUserSeconds + r.AgentSystemSeconds) / gb).ToList();
             sb.AppendLine(inv, $"| {g.Key.Tier} | {g.Key.Data} | {g.Key.Codec} | {ByteSize.Format(g.Key.RawBytes)} | {100.0 * g.First().StoredBytes / g.Key.RawBytes:0.0}% | " +
-                               $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Count()} | " +
+                               $"{CoresLabel(g.Key.Cores, g.Key.Pinned)} | {g.Key.Load} | {g.Count()} | " +
                                $"{Med(r => MiBps(r.RawBytes, r.DecodeSeconds)):0} | {Med(r => MiBps(r.RawBytes, r.FetchSeconds)):0} | " +
                                $"{(g.Any(r => r.IngestSeconds > 0) ? Med(r => MiBps(r.RawBytes, r.IngestSeconds)).ToString("0", inv) : "–")} | " +
                                $"{100 * Med(r => r.DecodeSeconds / r.FetchSeconds):0}% | {Med(r => r.DecodeCpuSeconds) / gb:0.00} | " +
@@ -250,11 +260,41 @@ public static class FetchBench
                                // Per stored byte: what the ingest handles (the simulation's calibration is per stored byte too).
                                $"{(g.Any(r => r.IngestAgentCpuSeconds > 0) ? $"{Med(r => r.IngestAgentCpuSeconds) / (g.First().StoredBytes / GiB):0.00} + {Med(r => r.IngestSenderCpuSeconds) / (g.First().StoredBytes / GiB):0.00}" : "–")} |");
         }
+        sb.Append(LoadTable(records));
         if (records.Count > 0)
             sb.AppendLine().AppendLine("raw decode: every stored segment verified and decoded from memory and written at its offset into a new file on the " +
                 "agent's file system, on the same cores; agent fetch: a warm agent (its own process) fetching the version from a cache host on loopback, " +
                 "evicted between runs; agent ingest: the same agent taking every stored segment over its pipe as a fan-out hands " +
                 "it over, then verifying the whole copy and publishing it; medians.");
+        return sb.ToString();
+    }
+
+    /// <summary>
+    /// Where a run measured both: what the busy node's other work cost the agent — its fetch's and ingest's time, and its
+    /// CPU per GiB, loaded against quiet — beside what it cost the decode baseline on the same cores.
+    /// </summary>
+    private static string LoadTable(IReadOnlyList<FetchRecord> records)
+    {
+        var inv = CultureInfo.InvariantCulture;
+        var sb = new System.Text.StringBuilder();
+        var pairs = records.GroupBy(r => (Tier: r.Tier ?? OurHost, r.Data, Codec: r.Codec ?? "lz4", r.RawBytes, r.Cores, r.Pinned))
+            .Select(g => (g.Key, Quiet: g.Where(r => (r.Load ?? Quiet) == Quiet).ToList(), Loaded: g.Where(r => r.Load == Loaded).ToList()))
+            .Where(p => p.Quiet.Count > 0 && p.Loaded.Count > 0).ToList();
+        if (pairs.Count == 0) return "";
+        sb.AppendLine().AppendLine("| tier | data | codec | size | fetch time, loaded ÷ quiet | ingest time, loaded ÷ quiet | decode time, loaded ÷ quiet | " +
+                                   "agent fetch CPU-s per GiB, quiet → loaded | agent ingest CPU-s per GiB, quiet → loaded |");
+        sb.AppendLine("|---|---|---|---|---|---|---|---|---|");
+        foreach (var (key, quiet, loaded) in pairs)
+        {
+            var gb = key.RawBytes / GiB;
+            double Ratio(Func<FetchRecord, double> f) => Median(loaded.Select(f)) / Median(quiet.Select(f));
+            string Cpu(List<FetchRecord> runs, Func<FetchRecord, double> f) => (Median(runs.Select(f)) / gb).ToString("0.00", inv);
+            var ingest = quiet.Any(r => r.IngestSeconds > 0) && loaded.Any(r => r.IngestSeconds > 0);
+            sb.AppendLine(inv, $"| {key.Tier} | {key.Data} | {key.Codec} | {ByteSize.Format(key.RawBytes)} | {Ratio(r => r.FetchSeconds):0.00} | " +
+                               $"{(ingest ? Ratio(r => r.IngestSeconds).ToString("0.00", inv) : "–")} | {Ratio(r => r.DecodeSeconds):0.00} | " +
+                               $"{Cpu(quiet, r => r.AgentUserSeconds + r.AgentSystemSeconds)} → {Cpu(loaded, r => r.AgentUserSeconds + r.AgentSystemSeconds)} | " +
+                               $"{(ingest ? $"{Cpu(quiet, r => r.IngestAgentCpuSeconds)} → {Cpu(loaded, r => r.IngestAgentCpuSeconds)}" : "–")} |");
+        }
         return sb.ToString();
     }
 }

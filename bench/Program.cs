@@ -17,5 +17,6 @@ return await new CommandTree(Me, "the lab: scale-model cluster, codec, cache and
     VerbEntry.For<BenchSimulateOptions>(Me, BenchSimulateVerb.RunAsync),
     VerbEntry.For<BenchCleanOptions>(Me, (o, _) => Task.FromResult(BenchVerb.Clean(o.Instance))),
     VerbEntry.For<TcpServeOptions>(Me, (o, ct) => TcpTools.ServeAsync(o.Address, o.Port, ct)),
+    VerbEntry.For<BenchLoadOptions>(Me, (o, ct) => BackgroundLoad.RunAsync(o.Kind, o.Seconds, o.Dir, ct)),
     VerbEntry.For<TcpPullOptions>(Me, (o, ct) => TcpTools.PullAsync(o.From.Split(','), o.Bytes, o.WaitGo, ct)),
 ]).RunAsync(args);

@@ -28,6 +28,9 @@ public sealed class BenchFetchOptions : IVerbOptions
     [Switch("--tier", "What the agent fetches from: cachehost (ours, one process) or redis-cluster (Debian's redis-server, 3 masters, slots learned by the client).")]
     public string Tier { get; set; } = "cachehost";
 
+    [Switch("--load", "quiet (nothing else runs), loaded (2 CPU-bound loops and 2 processes writing and reading tmpfs files and loopback sockets run beside the agent and the baseline), or both.")]
+    public string Load { get; set; } = "quiet,loaded";
+
     [Switch("--out", "Directory to append results.jsonl to (kind \"fetch\").")]
     public string? Out { get; set; }
 }
@@ -40,6 +43,9 @@ public static class BenchFetchVerb
         {
             var kinds = o.Data.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct().ToList();
             if (kinds.Count == 0 || kinds.Any(k => k is not ("csv" or "random"))) throw new FormatException($"--data '{o.Data}': use csv, random or csv,random");
+            var loads = o.Load.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).Distinct().ToList();
+            if (loads.Count == 0 || loads.Any(l => l is not (FetchBench.Quiet or FetchBench.Loaded)))
+                throw new FormatException($"--load '{o.Load}': use {FetchBench.Quiet}, {FetchBench.Loaded} or {FetchBench.Quiet},{FetchBench.Loaded}");
             if (o.Repeat is < 1 or > 50) throw new FormatException("--repeat must be between 1 and 50");
             if (o.AgentCores < 0 || o.AgentCores > Environment.ProcessorCount)
                 throw new FormatException($"--agent-cores must be between 0 and the {Environment.ProcessorCount} cores this process may use");
@@ -50,7 +56,7 @@ public static class BenchFetchVerb
             var work = Path.Combine(Directory.Exists("/dev/shm") ? "/dev/shm" : Path.GetTempPath(), $"hpcdata-fetch-{Environment.ProcessId}");
             try
             {
-                var records = await FetchBench.RunAsync(new FetchBench.Options(size, kinds, o.Repeat, o.Out, work, o.AgentCores, codec, o.Tier), ct);
+                var records = await FetchBench.RunAsync(new FetchBench.Options(size, kinds, o.Repeat, o.Out, work, o.AgentCores, codec, o.Tier, loads), ct);
                 Console.WriteLine(FetchBench.Table(records));
                 return 0;
             }

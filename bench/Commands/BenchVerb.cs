@@ -152,6 +152,19 @@ public sealed class TcpServeOptions : IVerbOptions
     [Switch("--port", "")] public int Port { get; set; }
 }
 
+public sealed class BenchLoadOptions : IVerbOptions
+{
+    public static string Verb => "load";
+
+    public static string Summary => "";
+
+    public static bool Hidden => true;
+
+    [Switch("--kind", "", Required = true)] public string Kind { get; set; } = "";
+    [Switch("--seconds", "")] public int Seconds { get; set; } = 600;
+    [Switch("--dir", "")] public string? Dir { get; set; }
+}
+
 public sealed class TcpPullOptions : IVerbOptions
 {
     public static string Verb => "tcp-pull";
