@@ -101,7 +101,8 @@ public static class GridAllGather
             HeldBytesAtMost: column.HeldBytesAtMost,
             RoutedAround: c.RoutedAround is null && g.RoutedAround is null ? null
                 : [.. (c.RoutedAround ?? []).Select(r => columnRanks?[r] ?? r), .. (g.RoutedAround ?? []).Select(r => groupRanks?[r] ?? r)],
-            NeighbourDied: c.NeighbourDied || g.NeighbourDied, MemberLost: c.MemberLost || g.MemberLost);
+            NeighbourDied: c.NeighbourDied || g.NeighbourDied, MemberLost: c.MemberLost || g.MemberLost,
+            RepairBytesResent: c.RepairBytesResent + g.RepairBytesResent);
     }
 
     /// <summary>

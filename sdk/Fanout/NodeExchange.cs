@@ -53,6 +53,7 @@ public static class NodeExchange
         $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}" +
         (summary.Ring.RoutedAround is { Count: > 0 } gone ? $" routed-around={string.Join(',', gone)}" : "") +
         (summary.Ring.MemberLost ? " member-lost=1" : "") +
+        (summary.Ring.RepairBytesResent > 0 ? $" repair-resent-bytes={summary.Ring.RepairBytesResent}" : "") +
         (summary.Rejected > 0 ? $" rejected={summary.Rejected}" : "") +
         (summary.RejectedFrom is { Count: > 0 } from ? $" rejected-from={string.Join(',', from.Select(m => $"{m.Rank}:{m.Segments}"))}" : "");
 

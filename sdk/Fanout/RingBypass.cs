@@ -16,13 +16,20 @@ public static partial class RingAllGather
             // the node's queue.
             var lacks = run.Ring!.Lacks(block.First);
             var m = Message.Rent(run.Size, holders: lacks ? 2 : 1);
-            // A dead member's block enters the ring here as this rank's: the member before this one stops it, as it
-            // stops this rank's own.
-            m.Length = await run.Fetch(dead ? block with { Share = run.Position } : block, m.Buffer, run.Token);
+            // A block this rank sent into the lost member is resent as sent while it is still kept; only the rest
+            // comes from the tier again.
+            m.Length = dead ? -1 : run.Kept!.TryCopy(block.First, m.Buffer);
+            if (m.Length >= 0) Interlocked.Add(ref run.RepairBytesKept, m.Length);
+            else
+            {
+                // A dead member's block enters the ring here as this rank's: the member before this one stops it, as
+                // it stops this rank's own.
+                m.Length = await run.Fetch(dead ? block with { Share = run.Position } : block, m.Buffer, run.Token);
+                Interlocked.Increment(ref run.Fetched);
+                Interlocked.Add(ref run.FetchedBytes, m.Length);
+                Interlocked.Add(ref run.RepairBytes, m.Length);
+            }
             (m.Share, m.First, m.Inject) = (block.Share, block.First, true);
-            Interlocked.Increment(ref run.Fetched);
-            Interlocked.Add(ref run.FetchedBytes, m.Length);
-            Interlocked.Add(ref run.RepairBytes, m.Length);
             Interlocked.Increment(ref run.Progress);
             if (lacks)
             {

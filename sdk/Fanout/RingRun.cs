@@ -46,7 +46,9 @@ public static partial class RingAllGather
         public int Bypassed;
         public readonly ConcurrentQueue<int> RoutedAround = new();
         public bool NeighbourDied;
-        public long RepairBytes;
+        public long RepairBytes, RepairBytesKept;
+        /// <summary>What was sent to the right neighbour lately, for a repair; null where the ring cannot be repaired.</summary>
+        public readonly SentWindow? Kept;
         public readonly ConcurrentBag<Task> Repairs = [];
         /// <summary>Where the ring can be repaired: the one route around a dead or hung right neighbour, shared by the sender and the watch.</summary>
         public readonly RingBypass? Bypass;
@@ -85,6 +87,7 @@ public static partial class RingAllGather
             var ring = Ring = repair is null ? null : new Repair(plan, route, position, Expected, peerSilence ?? PeerSilence);
             if (repair is not null) SendRight = (m, t) => repair.SendToAsync(ring!.RightRank, m, t);
             if (ring is not null) Bypass = new RingBypass(this);
+            if (ring is not null) Kept = new SentWindow(KeptSentBytes);
             Word = memberLost;
             if (ring is not null) memberLost?.Listen(() => _ = HearMemberLost());
         }
@@ -141,9 +144,10 @@ public static partial class RingAllGather
             {
                 beating.Cancel();
                 await heartbeat;
+                Kept?.Dispose();
             }
             return new RingResult(Fetched, Received, Sent, FetchedBytes, ReceivedBytes, SentBytes, Clock.Elapsed.TotalSeconds, LeafBytes, Refetched,
-                AwaitLeaves ? Task.CompletedTask : leafSending, ShareSeconds, Bypassed, RepairBytes,
+                AwaitLeaves ? Task.CompletedTask : leafSending, ShareSeconds, Bypassed, RepairBytes, RepairBytesResent: Interlocked.Read(ref RepairBytesKept),
                 RoutedAround: RoutedAround.IsEmpty ? null : [.. RoutedAround], NeighbourDied: Volatile.Read(ref NeighbourDied),
                 MemberLost: Ring?.MemberLost ?? false);
         }

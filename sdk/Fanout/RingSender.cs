@@ -59,6 +59,9 @@ public static partial class RingAllGather
             {
                 var to = run.Ring!.RightRank;
                 run.Ring.Sent(m.First);
+                // Kept from the start, so a repair that this very send sets off finds it too; the window takes over
+                // this sender's hold and lets it go once enough newer blocks follow.
+                run.Kept!.Keep(m);
                 var sending = run.SendRight(m.Buffer[..m.Length], run.Token);
                 while (true)
                 {
@@ -85,7 +88,6 @@ public static partial class RingAllGather
             finally
             {
                 if (m.Own) run.FetchSlots.Release();
-                m.Release();
                 _window.Release();
             }
         }
