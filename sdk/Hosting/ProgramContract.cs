@@ -192,19 +192,6 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         return sb.ToString();
     }
 
-    /// <summary>
-    /// What a program's Main does first: answers <c>--help</c> on stdout (exit 0) and refuses a bad command line with one
-    /// line on stderr (exit 2); otherwise returns null and the configuration keys to layer over appsettings.json.
-    /// </summary>
-    public static int? Handle(string[] args, out IReadOnlyDictionary<string, string?> settings)
-    {
-        var (merged, parsed, environmentError) = Merge(args, Environment.GetEnvironmentVariable);
-        settings = merged;
-        if (parsed.HelpRequested) { Console.Out.Write(Help()); return 0; }
-        if ((parsed.Error ?? environmentError) is { } error) return Refuse(error);
-        return null;
-    }
-
     /// <summary>The command line over the documented variables, as configuration keys: what every program starts from.</summary>
     private static (Dictionary<string, string?> Settings, ParsedCommandLine Parsed, string? EnvironmentError) Merge(IReadOnlyList<string> args, Func<string, string?> environment)
     {
@@ -303,16 +290,10 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     });
 
     /// <summary>
-    /// Binds the program's section of <paramref name="configuration"/> (appsettings.json under the keys
-    /// <see cref="Handle"/> returned) and validates it. A list the command line or a variable gave is the whole list:
-    /// configuration would otherwise lay it over appsettings.json's item by item. Returns null and the options, or the
-    /// exit code after refusing them in one line.
+    /// Binds the program's section of <paramref name="configuration"/> (the settings files with the command line and the
+    /// variables over them). A list the command line or a variable gave is the whole list: configuration would
+    /// otherwise lay it over a settings file's item by item. Null, or the problem in one line.
     /// </summary>
-    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
-    [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
-    public static int? Bind(Microsoft.Extensions.Configuration.IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options) =>
-        BindSection(configuration, settings, out options) is { } problem ? Refuse(problem) : Validate(options);
-
     [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
     [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
     private static string? BindSection(IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options)
@@ -331,7 +312,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         }
         catch (InvalidOperationException e)
         {
-            // A bad value in appsettings.json (the command line's and the variables' were checked by Handle).
+            // A bad value in a settings file (the command line's and the variables' were checked as they were read).
             return e.InnerException is { } inner ? $"{e.Message} {inner.Message}" : e.Message;
         }
         foreach (var e in Entries.Where(e => IsList(e.Property.PropertyType)))
@@ -349,16 +330,6 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             if (owner is not null && e.Property.PropertyType.IsAssignableFrom(typeof(List<string>))) e.Property.SetValue(owner, items);
         }
         return null;
-    }
-
-    /// <summary>
-    /// What a program does once its options are bound: runs <see cref="IProgramOptions.Validate"/> and, if anything is
-    /// wrong, says so in one line on stderr and returns exit code 2; null when the options are usable.
-    /// </summary>
-    public static int? Validate(T options)
-    {
-        var problems = options.Validate().ToList();
-        return problems.Count == 0 ? null : Refuse(string.Join(" ", problems));
     }
 
     /// <summary>Refuses to run: one line on stderr, prefixed with the program's name, and exit code 2 (a usage error).</summary>

@@ -65,6 +65,25 @@ public class ProgramContractTests
     private static SampleOptions Bind(IReadOnlyDictionary<string, string?> settings) =>
         new ConfigurationBuilder().AddInMemoryCollection(settings).Build().GetSection(SampleOptions.SectionName).Get<SampleOptions>() ?? new();
 
+    /// <summary>The program's own resolve, with <paramref name="environment"/> as its variables and <paramref name="json"/>
+    /// as its one settings file (none when null).</summary>
+    private static Resolution<SampleOptions> Resolve(string[] args, Func<string, string?>? environment = null, string? json = null)
+    {
+        if (json is null) return ProgramContract<SampleOptions>.Resolve(args, environment ?? (_ => null), []);
+        var file = Path.Combine(Path.GetTempPath(), $"contract-{Guid.NewGuid():N}.json");
+        File.WriteAllText(file, json);
+        try { return ProgramContract<SampleOptions>.Resolve(args, environment ?? (_ => null), [new SettingsFile(file, Optional: false)]); }
+        finally { File.Delete(file); }
+    }
+
+    private static SampleOptions Resolved(string[] args, Func<string, string?>? environment = null, string? json = null)
+    {
+        var resolution = Resolve(args, environment, json);
+        Assert.Null(resolution.Problem);
+        Assert.Empty(resolution.Invalid);
+        return resolution.Options;
+    }
+
     private static SampleOptions ParseAndBind(params string[] args)
     {
         var parsed = ProgramContract<SampleOptions>.Parse(args);
@@ -102,8 +121,7 @@ public class ProgramContractTests
     {
         Assert.Equal(TimeSpan.FromSeconds(seconds), ParseAndBind("p", "--timeout", text).Timeout);
 
-        var configuration = new ConfigurationBuilder().AddInMemoryCollection(new Dictionary<string, string?> { ["Sample:Path"] = "p", ["Sample:Timeout"] = text }).Build();
-        Assert.Null(ProgramContract<SampleOptions>.Bind(configuration, new Dictionary<string, string?>(), out var fromFile));
+        var fromFile = Resolved(["p"], json: $"{{ \"Sample\": {{ \"Timeout\": \"{text}\" }} }}");
         Assert.Equal(TimeSpan.FromSeconds(seconds), fromFile.Timeout);
 
         // The options type writes a command line the program reads back to the same value.
@@ -145,23 +163,9 @@ public class ProgramContractTests
     [Fact]
     public void A_settings_files_list_is_bound_unless_the_command_line_gives_one()
     {
-        var file = Path.Combine(Path.GetTempPath(), $"contract-{Guid.NewGuid():N}.json");
-        File.WriteAllText(file, "{ \"Sample\": { \"Path\": \"p\", \"Tier\": { \"Hosts\": [ \"a:1\", \"b:2\", \"c:3\" ] } } }");
-        try
-        {
-            var configuration = new ConfigurationBuilder().AddJsonFile(file).Build();
-            Assert.Null(ProgramContract<SampleOptions>.Bind(configuration, new Dictionary<string, string?>(), out var fromFile));
-            Assert.Equal(["a:1", "b:2", "c:3"], fromFile.Tier.Hosts);
-
-            var given = ProgramContract<SampleOptions>.Parse(["--hosts", "d:4"]).Settings;
-            var both = new ConfigurationBuilder().AddJsonFile(file).AddInMemoryCollection(given).Build();
-            Assert.Null(ProgramContract<SampleOptions>.Bind(both, given, out var fromCommandLine));
-            Assert.Equal(["d:4"], fromCommandLine.Tier.Hosts);
-        }
-        finally
-        {
-            File.Delete(file);
-        }
+        const string json = "{ \"Sample\": { \"Tier\": { \"Hosts\": [ \"a:1\", \"b:2\", \"c:3\" ] } } }";
+        Assert.Equal(["a:1", "b:2", "c:3"], Resolved(["p"], json: json).Tier.Hosts);
+        Assert.Equal(["d:4"], Resolved(["p", "--hosts", "d:4"], json: json).Tier.Hosts);
     }
 
     [Fact]
@@ -278,38 +282,34 @@ public class ProgramContractTests
     [Fact]
     public void Documented_environment_variables_lie_under_the_command_line_and_are_checked_too()
     {
+        string? Budget(string name) => name == "HPCDATA_TEST_BUDGET" ? "5MB" : null;
+        Assert.Equal(5L << 20, Resolved(["p"], Budget).Budget.Bytes);
+        Assert.Equal(7L << 20, Resolved(["p", "--budget", "7MB"], Budget).Budget.Bytes);
+
         var error = new StringWriter();
         var previous = Console.Error;
         Console.SetError(error);
         try
         {
-            Environment.SetEnvironmentVariable("HPCDATA_TEST_BUDGET", "5MB");
-            Assert.Null(ProgramContract<SampleOptions>.Handle(["p"], out var fromEnvironment));
-            Assert.Equal(5L << 20, Bind(fromEnvironment).Budget.Bytes);
-            Assert.Null(ProgramContract<SampleOptions>.Handle(["p", "--budget", "7MB"], out var fromCommandLine));
-            Assert.Equal(7L << 20, Bind(fromCommandLine).Budget.Bytes);
-
-            Environment.SetEnvironmentVariable("HPCDATA_TEST_BUDGET", "lots");
-            Assert.Equal(2, ProgramContract<SampleOptions>.Handle(["p"], out _));
+            Assert.Equal(2, ProgramContract<SampleOptions>.Answer(Resolve(["p"], name => name == "HPCDATA_TEST_BUDGET" ? "lots" : null)));
         }
         finally
         {
-            Environment.SetEnvironmentVariable("HPCDATA_TEST_BUDGET", null);
             Console.SetError(previous);
         }
         Assert.Equal("sample: environment variable HPCDATA_TEST_BUDGET: 'lots' is not a size (examples: 65536, 64KB, 256MB, 1GB)" + Environment.NewLine, error.ToString());
     }
 
     [Fact]
-    public void Validate_refuses_with_exit_code_2()
+    public void Options_that_fail_validation_are_refused_with_exit_code_2()
     {
         var error = new StringWriter();
         var previous = Console.Error;
         Console.SetError(error);
         try
         {
-            Assert.Null(ProgramContract<SampleOptions>.Validate(new SampleOptions()));
-            Assert.Equal(2, ProgramContract<SampleOptions>.Validate(new SampleOptions { Count = -1 }));
+            Assert.Null(ProgramContract<SampleOptions>.Answer(Resolve(["p"])));
+            Assert.Equal(2, ProgramContract<SampleOptions>.Answer(Resolve(["p", "--count", "-1"])));
         }
         finally
         {
