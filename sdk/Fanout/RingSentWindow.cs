@@ -71,11 +71,12 @@ public static partial class RingAllGather
         }
     }
 
-    /// <summary>
-    /// Bytes of sent blocks each member keeps for a repair: what this machine's kernel lets a connection's send and
-    /// receive buffers grow to (tcp_wmem's and tcp_rmem's maxima), at most 16 MiB.
-    /// </summary>
-    public static readonly long KeptSentBytes = Math.Min(16L << 20, SocketBufferMaximum("/proc/sys/net/ipv4/tcp_wmem") + SocketBufferMaximum("/proc/sys/net/ipv4/tcp_rmem"));
+    /// <summary>What this machine's kernel lets a connection's send and receive buffers grow to together (tcp_wmem's and
+    /// tcp_rmem's maxima): at most what a link can hold unread when its receiver stops.</summary>
+    public static readonly long SocketBufferBytes = SocketBufferMaximum("/proc/sys/net/ipv4/tcp_wmem") + SocketBufferMaximum("/proc/sys/net/ipv4/tcp_rmem");
+
+    /// <summary>Bytes of sent blocks each member keeps for a repair: <see cref="SocketBufferBytes"/>, at most 16 MiB.</summary>
+    public static readonly long KeptSentBytes = Math.Min(16L << 20, SocketBufferBytes);
 
     private static long SocketBufferMaximum(string file)
     {

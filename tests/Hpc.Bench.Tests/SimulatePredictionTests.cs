@@ -76,7 +76,7 @@ public class SimulatePredictionTests
     [Fact]
     public void The_predictions_wait_for_a_silent_node_as_long_as_node_prep_does_by_default()
     {
-        Assert.Equal(RingAllGather.PeerSilence.TotalSeconds, Experiments.PeerTimeout);
+        Assert.Equal(Experiments.PeerTimeout, RingAllGather.PeerSilence.TotalSeconds);
         var rows = Experiments.Scale(Lab, Stored, 8, 10, new Experiments.Assumptions()).ToList();
         var silent = rows.Where(r => r.Scenario.Contains("goes silent", StringComparison.Ordinal)).ToList();
         Assert.Equal(2, silent.Count);
