@@ -179,110 +179,23 @@ public static class FanoutExchange
             if (route.ReceivesFrom(group.Rank).Contains(oldLeft)) await drained;
             probeDone = Task.WhenAll(drained, sent);
             // Over the grid the leaves are served in their groups' rings, and this ring carries nothing more.
-            if (route.HasLeaves && GridOf(grid, route) is null)
+            if (route.HasLeaves && ExchangePath.For(grid, route) is RingPath)
                 await peers.ConnectPeersAsync(route.SendsTo(group.Rank), route.ReceivesFrom(group.Rank), limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit, ct);
             else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
         var origins = new SegmentOrigins(manifest.Segments.Count);
-        RingResult exchanged;
-        string routeName;
-        if (GridOf(grid, route) is { } gridRoute)
-        {
-            exchanged = await ExchangeOverGridAsync(group, gridRoute, grid!, tier, node, origins, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence, ct);
-            routeName = gridRoute.ToString();
-        }
-        else
-        {
-            var plan = new FanoutPlan(manifest, route.Members.Count, needed: needed);
-            var fetcher = new BlockFetcher(tier, plan, resolved);
-            // A node that already holds the version still fetches its share and forwards: the ring needs every link.
-            exchanged = await RingAllGather.RunAsync(plan, link, fetcher.FetchAsync,
-                (message, token) =>
-                {
-                    if (!wanted) return ValueTask.CompletedTask;
-                    origins.Note(message.Span, plan, route.Members);
-                    return node.WriteAsync(message, plan, token);
-                }, ct, stallTimeout, route, awaitLeaves: false, peerSilence: peerSilence);
-            routeName = route.ToString();
-        }
+        var path = ExchangePath.For(grid, route);
+        var exchanged = await path.RunAsync(new ExchangeContext(group, link, tier, node, origins, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence), ct);
         var ringEnd = clock.Elapsed.TotalSeconds;
         await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
         var ended = wanted ? await node.EndAsync(ct) : new IngestReport { Complete = true, AlreadyHad = manifest.Segments.Count };
         var seconds = clock.Elapsed.TotalSeconds;
         return new FanoutSummary(group.Size, resolved, exchanged, ended.Accepted, ended.AlreadyHad, ended.Rejected, seconds, !wanted, needed.Count(n => n),
-            routeName, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves, origins.Of(ended.RejectedSegments()));
+            path.Name, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves, origins.Of(ended.RejectedSegments()));
     }
 
-    /// <summary>The grid over the route's members, where the setting and their number make one.</summary>
-    private static GridRoute? GridOf(GridRings? grid, FanoutRoute route) =>
-        grid is not null && RingGrid.For(route.Members.Count, grid.Setting) is { } layout ? new GridRoute(layout, route) : null;
-
-    /// <summary>The grid's two rings for this rank: every rank listens for both (a rank beyond the grid's positions
-    /// or a leaf for its group's only), the addresses travel in one all-gather, and each ring connects among its own
-    /// ranks. A leaf only receives, over its group's ring.</summary>
-    private static async Task<RingResult> ExchangeOverGridAsync(IRankGroup group, GridRoute route, GridRings grid, CacheTierClient tier, INodeIngest node,
-        SegmentOrigins origins, Manifest manifest, string version, bool[] needed, bool wanted, TimeSpan limit, TimeSpan? stallTimeout, TimeSpan? peerSilence, CancellationToken ct)
-    {
-        var layout = route.Layout;
-        var (g, position) = route.PlaceOf(group.Rank);
-        var (groupPlan, columnPlans) = layout.Plans(manifest, g, needed);
-        var leaf = route.Route.IsLeaf(group.Rank);
-        var inColumn = !leaf && position < layout.Positions;
-        var groupRoute = route.GroupRoute(g);
-        using var groupEnd = TcpRing.Listen(grid.Local);
-        using var columnEnd = inColumn ? TcpRing.Listen(grid.Local) : null;
-        var mine = new byte[2 * TcpRing.EntryBytes];
-        groupEnd.Entry.CopyTo(mine, 0);
-        columnEnd?.Entry.CopyTo(mine, TcpRing.EntryBytes);
-        var all = await Within(group.AllGatherAsync(mine, ct), limit, "the grid's addresses");
-        var connectLimit = limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit;
-        TcpRing? groupRing = null, columnRing = null;
-        var leavesKeepGroup = false;
-        try
-        {
-            // Both rings at once: a rank waiting to be accepted into one ring must not hold up its neighbours' other ring.
-            var connectGroup = groupEnd.ConnectAsync(position, route.GroupRanks(g).Select(r => all[r][..TcpRing.EntryBytes]).ToArray(), connectLimit, ct, groupRoute);
-            Task<TcpRing>? connectColumn = null;
-            if (columnEnd is not null)
-                connectColumn = columnEnd.ConnectAsync(g, route.ColumnRanks(position).Select(r => all[r][TcpRing.EntryBytes..]).ToArray(), connectLimit, ct);
-            try { groupRing = await connectGroup; }
-            finally { if (connectColumn is not null) columnRing = await connectColumn; }
-            var fetchers = columnPlans.Append(groupPlan).ToDictionary(p => p, p => new BlockFetcher(tier, p, version));
-            var groupRanks = route.GroupRanks(g).ToArray();
-            var columnRanks = inColumn ? route.ColumnRanks(position).ToArray() : [];
-            ValueTask Deliver(ReadOnlyMemory<byte> message, FanoutPlan plan, CancellationToken token)
-            {
-                if (!wanted) return ValueTask.CompletedTask;
-                origins.Note(message.Span, plan, plan == groupPlan ? groupRanks : columnRanks);
-                return node.WriteAsync(message, plan, token);
-            }
-            if (leaf)
-                return await RingAllGather.RunAsync(groupPlan, groupRing, fetchers[groupPlan].FetchAsync, (message, token) => Deliver(message, groupPlan, token),
-                    ct, stallTimeout, groupRoute, peerSilence: peerSilence);
-            var result = await GridAllGather.RunAsync(layout, route.Route.PositionOf(group.Rank), groupPlan, columnPlans, groupRing, columnRing,
-                (plan, block, message, token) => fetchers[plan].FetchAsync(block, message, token), Deliver, ct, stallTimeout, peerSilence, groupRoute,
-                groupRanks: groupRanks, columnRanks: columnRanks);
-            if (result.LeavesServed is not { IsCompleted: false } serving) return result;
-            // The leaves still take this member's share over the group's ring: it closes once they have it.
-            leavesKeepGroup = true;
-            var ring = groupRing;
-            return result with { LeavesServed = CloseAfter(serving, ring) };
-        }
-        finally
-        {
-            if (groupRing is not null && !leavesKeepGroup) await groupRing.DisposeAsync();
-            if (columnRing is not null) await columnRing.DisposeAsync();
-        }
-
-        static async Task CloseAfter(Task serving, TcpRing ring)
-        {
-            try { await serving; }
-            finally { await ring.DisposeAsync(); }
-        }
-    }
-
-    private static async Task<T> Within<T>(Task<T> step, TimeSpan limit, string what)
+    internal static async Task<T> Within<T>(Task<T> step, TimeSpan limit, string what)
     {
         try { return await step.WaitAsync(limit); }
         catch (TimeoutException) { throw new TimeoutException($"the other ranks did not answer within {limit.TotalSeconds:0.#} s ({what}): a rank died or stalled"); }
