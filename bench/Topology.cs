@@ -196,6 +196,9 @@ public sealed partial class Topology
         foreach (var ns in _createdNamespaces) Shell.Run("ip", "netns", "del", ns);
         if (_bridgeCreated) Shell.Run("ip", "link", "del", Bridge);
         WaitLinksGone(Instance);
+        // A namespace the kernel still holds (sockets of a node whose link was set down, retransmitting to a peer that
+        // is gone) outlives its name, and with it the host ends of its links: the next run would refuse to start.
+        foreach (var link in Links(Instance).ToList()) Shell.Run("ip", "link", "del", link);
     }
 
     /// <summary>Removes the namespaces and links of one instance (every instance when null), the processes inside those
