@@ -155,7 +155,17 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     {
         // Every link at one rate. Unlimited in-memory links pass the probe at the pace of the scheduler and the garbage
         // collector, and a probe grown long enough to judge a link would judge those.
-        var (routes, runs, took) = await ProbeOverLoopbackAsync(4, Enumerable.Range(0, 4).ToDictionary(r => r, _ => Gigabit));
+        // 100 Mbit/s: with a CPU-bound process per core beside it, a paced gigabit link read 21 MB/s, and the healthy
+        // ring lost a node to the leaves for the machine's sake. A run whose pacing still did not hold says nothing about
+        // the rule, and is repeated (at most twice more), as in the tests below.
+        const double rate = Gigabit / 10;
+        var rates = Enumerable.Range(0, 4).ToDictionary(r => r, _ => rate);
+        var (routes, runs, took) = await ProbeOverLoopbackAsync(4, rates);
+        for (var again = 0; again < 2 && runs[0].Links.Any(l => l.BytesPerSecond < rate / 2); again++)
+        {
+            output.WriteLine($"the machine did not hold the paced rates ({Describe(runs[0], took)}); probing again");
+            (routes, runs, took) = await ProbeOverLoopbackAsync(4, rates);
+        }
         Assert.All(routes, r => Assert.False(r.HasLeaves, $"route {r} after {Describe(runs[0], took)}"));
         Assert.All(routes, r => Assert.Equal([0, 1, 2, 3], r.Members));
         var manifest = ManifestOf(100);
