@@ -33,21 +33,21 @@ public static partial class RingAllGather
                 Interlocked.Add(ref run.ReceivedBytes, m.Length);
                 Interlocked.Increment(ref run.Progress);
                 await run.ToNode.Writer.WriteAsync(m, run.Token);
-                if (onlyShare is null && share != run.Right) run.Outgoing.Add(m, own: false);
+                if (onlyShare is null && share != run.Seat!.Right) run.Outgoing.Add(m, own: false);
                 else m.Release();
             }
         }
 
         public Task ReceiveAll() => run.Leaf is { } leaf ? leaf.ReceiveAll(this)
             : run.RepairLinks is not null ? ReceiveRepairable()
-            : run.Plan.Ranks > 1 ? ReceiveFrom(run.ReceiveLeft, run.Expected, run.LeftRank, null) : Task.CompletedTask;
+            : run.Plan.Ranks > 1 ? ReceiveFrom(run.Seat!.ReceiveLeft, run.Expected, run.Seat.LeftRank, null) : Task.CompletedTask;
 
         // The ring that can be repaired: blocks are counted by what this rank still lacks, not by what one neighbour
         // sends, for when the left neighbour dies, the member before it connects past it and sends what is missing.
         private async Task ReceiveRepairable()
         {
             run.RepairLinks!.AcceptBypasses(run.Ring!.AnswerBypassAsync(run.RepairLinks));
-            var from = run.LeftRank;
+            var from = run.Seat!.LeftRank;
             while (true)
             {
                 Exception failure;

@@ -23,11 +23,11 @@ public static partial class RingAllGather
         public readonly Func<Memory<byte>, CancellationToken, Task<int>>? OwnInAnyOrder;
         public readonly long RetainBytes;
         public readonly IPeerLinks? Peers;
-        public readonly int Rank, Position, Right, RightRank, LeftRank, Size, Expected;
+        public readonly int Rank, Position, Size, Expected;
         /// <summary>This rank's part where it is a leaf of the route; null for a member of the ring.</summary>
         public readonly RingLeaf? Leaf;
-        public readonly Func<ReadOnlyMemory<byte>, CancellationToken, Task> SendRight;
-        public readonly Func<Memory<byte>, CancellationToken, Task<int>> ReceiveLeft;
+        /// <summary>This rank's place in the ring where it is a member; null for a leaf, which has no neighbours.</summary>
+        public readonly RingSeat? Seat;
         public readonly IReadOnlyList<int> Leaves;
         public readonly CancellationTokenSource Failed;
         public readonly CancellationToken Token;
@@ -68,12 +68,6 @@ public static partial class RingAllGather
             var rank = Rank = link.Rank;
             var leaf = route.IsLeaf(rank);
             var position = Position = route.PositionOf(rank);
-            Right = leaf ? -1 : (position + 1) % plan.Ranks;
-            var rightRank = RightRank = leaf ? -1 : route.RightOf(rank);
-            var leftRank = LeftRank = leaf ? -1 : route.LeftOf(rank);
-            // Without leaves the neighbours are the link's own: exactly the ring as it always ran.
-            SendRight = route.HasLeaves ? (m, t) => peers!.SendToAsync(rightRank, m, t) : link.SendAsync;
-            ReceiveLeft = route.HasLeaves ? (b, t) => peers!.ReceiveFromAsync(leftRank, b, t) : link.ReceiveAsync;
             Leaves = leaf ? [] : route.Leaves;
             Size = plan.MaxMessageBytes;
             Failed = CancellationTokenSource.CreateLinkedTokenSource(ct);
@@ -85,7 +79,7 @@ public static partial class RingAllGather
             Limit = stallTimeout ?? TimeSpan.FromMinutes(2);
             var repair = RepairLinks = !leaf && plan.Ranks > 1 && link.SendWindow == 1 ? link as IRingRepair : null;
             var ring = Ring = repair is null ? null : new Repair(plan, route, position, Expected, peerSilence ?? PeerSilence);
-            if (repair is not null) SendRight = (m, t) => repair.SendToAsync(ring!.RightRank, m, t);
+            if (!leaf) Seat = RingSeat.Of(plan, route, link, position, repair, ring);
             if (ring is not null) Bypass = new RingBypass(this);
             if (ring is not null) Kept = new SentWindow(KeptSentBytes);
             Word = memberLost;
@@ -172,7 +166,7 @@ public static partial class RingAllGather
                 if (Clock.Elapsed - moved >= Limit)
                 {
                     Failed.Cancel();
-                    var from = Leaf?.Senders ?? $"rank {LeftRank}";
+                    var from = Leaf?.Senders ?? $"rank {Seat!.LeftRank}";
                     throw new TimeoutException($"the fan-out ring stalled on rank {Rank}: nothing moved for {Limit.TotalSeconds:0} s " +
                                                $"(received {Volatile.Read(ref Received)} of {Expected} blocks from {from})");
                 }
@@ -189,6 +183,24 @@ public static partial class RingAllGather
                 Failed.Cancel();
                 throw;
             }
+        }
+    }
+    /// <summary>
+    /// A member's place in the ring: the share its right neighbour begins with, its neighbours' ranks, and the links it
+    /// sends and receives on. Where the ring can be repaired, sends go to whoever is right of it now (<see cref="Repair"/>).
+    /// </summary>
+    private sealed record RingSeat(int Right, int RightRank, int LeftRank,
+        Func<ReadOnlyMemory<byte>, CancellationToken, Task> SendRight, Func<Memory<byte>, CancellationToken, Task<int>> ReceiveLeft)
+    {
+        public static RingSeat Of(FanoutPlan plan, FanoutRoute route, IRingLink link, int position, IRingRepair? repair, Repair? ring)
+        {
+            var (rightRank, leftRank) = (route.RightOf(link.Rank), route.LeftOf(link.Rank));
+            var peers = link as IPeerLinks;
+            // Without leaves the neighbours are the link's own: exactly the ring as it always ran.
+            Func<ReadOnlyMemory<byte>, CancellationToken, Task> send = repair is not null ? (m, t) => repair.SendToAsync(ring!.RightRank, m, t)
+                : route.HasLeaves ? (m, t) => peers!.SendToAsync(rightRank, m, t) : link.SendAsync;
+            Func<Memory<byte>, CancellationToken, Task<int>> receive = route.HasLeaves ? (b, t) => peers!.ReceiveFromAsync(leftRank, b, t) : link.ReceiveAsync;
+            return new RingSeat((position + 1) % plan.Ranks, rightRank, leftRank, send, receive);
         }
     }
 }

@@ -41,7 +41,7 @@ public static partial class RingAllGather
         {
             try
             {
-                await run.SendRight(m.Buffer[..m.Length], run.Token);
+                await run.Seat!.SendRight(m.Buffer[..m.Length], run.Token);
                 Interlocked.Increment(ref run.Sent);
                 Interlocked.Add(ref run.SentBytes, m.Length);
                 Interlocked.Increment(ref run.Progress);
@@ -62,7 +62,7 @@ public static partial class RingAllGather
                 // Kept from the start, so a repair that this very send sets off finds it too; the window takes over
                 // this sender's hold and lets it go once enough newer blocks follow.
                 run.Kept!.Keep(m);
-                var sending = run.SendRight(m.Buffer[..m.Length], run.Token);
+                var sending = run.Seat!.SendRight(m.Buffer[..m.Length], run.Token);
                 while (true)
                 {
                     if (await Task.WhenAny(sending, Task.Delay(run.Ring.Silence / 4, run.Token)) == sending)
