@@ -105,7 +105,8 @@ public static class FetchBench
             await agent.WaitReadyAsync(TimeSpan.FromSeconds(30), ct);
             await using var client = await AgentClient.ConnectAsync(pipe, ct: ct);
             await FetchOnceAsync(client, name, version, ct); // warm-up: the agent's code compiled and tiered up, as on a node that has worked before
-            await IngestOnceAsync(client, name, version, manifestBytes, stored, ct);
+            var blocks = AsBlocks(stored);
+            await IngestOnceAsync(client, name, version, manifestBytes, blocks, stored.Length, ct);
 
             foreach (var load in o.Loads ?? [Quiet])
             {
@@ -126,7 +127,7 @@ public static class FetchBench
                             var a0 = ProcStats.Read(agent.Name, agent.Id);
                             var s0 = Process.GetCurrentProcess().TotalProcessorTime;
                             var (a1, s1) = (a0, s0);
-                            var seconds = await IngestOnceAsync(client, name, version, manifestBytes, stored, ct,
+                            var seconds = await IngestOnceAsync(client, name, version, manifestBytes, blocks, stored.Length, ct,
                                 () => (a1, s1) = (ProcStats.Read(agent.Name, agent.Id), Process.GetCurrentProcess().TotalProcessorTime));
                             ingest = (seconds, a1.UserSeconds + a1.SystemSeconds - a0.UserSeconds - a0.SystemSeconds, (s1 - s0).TotalSeconds,
                                 a1.UserSeconds - a0.UserSeconds, a1.SystemSeconds - a0.SystemSeconds);
@@ -180,18 +181,19 @@ public static class FetchBench
     }
 
     /// <summary>
-    /// Hands the agent every stored segment of the version as a fan-out's rank does — an ingest over its pipe, about a
-    /// megabyte to a frame — then prefetches it, which verifies the whole copy and publishes it; timed from the
-    /// ingest's start to the publish, then evicted.
+    /// Hands the agent every stored segment of the version as a fan-out's rank does — an ingest over its pipe, a block of
+    /// segments (about a megabyte) to a frame, each block sent from where it was received — then prefetches it, which
+    /// verifies the whole copy and publishes it; timed from the ingest's start to the publish, then evicted.
     /// </summary>
-    private static async Task<double> IngestOnceAsync(AgentClient client, string name, string version, ReadOnlyMemory<byte> manifest, byte[][] stored, CancellationToken ct,
-        Action? ingested = null)
+    private static async Task<double> IngestOnceAsync(AgentClient client, string name, string version, ReadOnlyMemory<byte> manifest,
+        IReadOnlyList<(byte[] Block, StoredSegmentSlice[] Slices)> blocks, int segments, CancellationToken ct, Action? ingested = null)
     {
         var clock = Stopwatch.StartNew();
         int accepted;
         await using (var session = await client.BeginIngestAsync(name, version, manifest, ct))
         {
-            foreach (var index in session.Missing().ToList()) await session.SendAsync(index, stored[index], ct);
+            if (session.MissingCount != segments) throw new InvalidOperationException($"the agent already held {segments - session.MissingCount} segments of an evicted version");
+            foreach (var (block, slices) in blocks) await session.SendAsync(block, slices, ct);
             var report = await session.CompleteAsync(ct);
             accepted = report.Accepted;
             if (report.Missing != 0) throw new InvalidOperationException($"ingest left {report.Missing} segments missing ({report.Rejected} rejected: {report.Rejections?.FirstOrDefault()})");
@@ -200,8 +202,34 @@ public static class FetchBench
         var seconds = clock.Elapsed.TotalSeconds;
         ingested?.Invoke();
         await client.ReleaseAsync(name, version, Pin, evict: true, ct);
-        if (accepted != stored.Length) throw new InvalidOperationException($"the ingest took {accepted} of {stored.Length} segments");
+        if (accepted != segments) throw new InvalidOperationException($"the ingest took {accepted} of {segments} segments");
         return seconds;
+    }
+
+    /// <summary>The stored segments laid out as a fan-out's blocks arrive at a rank: contiguous, about a frame's worth each.</summary>
+    private static List<(byte[] Block, StoredSegmentSlice[] Slices)> AsBlocks(byte[][] stored)
+    {
+        var blocks = new List<(byte[], StoredSegmentSlice[])>();
+        for (var first = 0; first < stored.Length;)
+        {
+            var (end, frame, size) = (first, 0, 0);
+            while (end < stored.Length && (end == first || frame + IngestRecord.HeaderLength + stored[end].Length <= AgentFrames.DataFrameSize))
+            {
+                frame += IngestRecord.HeaderLength + stored[end].Length;
+                size += stored[end++].Length;
+            }
+            var block = new byte[size];
+            var slices = new StoredSegmentSlice[end - first];
+            for (int i = first, at = 0; i < end; i++)
+            {
+                stored[i].CopyTo(block, at);
+                slices[i - first] = new StoredSegmentSlice(i, at, stored[i].Length);
+                at += stored[i].Length;
+            }
+            blocks.Add((block, slices));
+            first = end;
+        }
+        return blocks;
     }
 
     private static async Task<byte[][]> ReadStoredAsync(CacheTierClient tier, Manifest manifest, CancellationToken ct)
