@@ -1,3 +1,4 @@
+using System.Runtime.Versioning;
 using System.Security.Cryptography;
 using Hpc.Bench;
 using Hpc.CommonData.Hosting;
@@ -10,6 +11,7 @@ namespace Hpc.Integration.Tests;
 /// node in an srun step (the fan-out's ranks started by Slurm through PMI-2, not by mpiexec), runs a service host per
 /// node reading HPCDATA_DATASET_PATH, and releases the nodes.
 /// </summary>
+[SupportedOSPlatform("linux")] // Slurm's daemons in network namespaces
 public sealed class SlurmClusterTests
 {
     [Theory]

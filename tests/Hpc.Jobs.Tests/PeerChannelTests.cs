@@ -1,3 +1,4 @@
+using System.Runtime.Versioning;
 using System.Buffers.Binary;
 using System.Diagnostics;
 using System.Net;
@@ -326,6 +327,7 @@ public sealed class PeerChannelTests
         }
     }
 
+    [SupportedOSPlatform("linux")]
     internal static void EnsureUser(string name)
     {
         if (UnixAccounts.UserId(name) is not null) return;

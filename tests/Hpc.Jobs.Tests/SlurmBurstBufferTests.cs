@@ -1,3 +1,4 @@
+using System.Runtime.Versioning;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Hosting;
@@ -13,6 +14,7 @@ namespace Hpc.Jobs.Tests;
 /// directive, is refused by sbatch with one line.
 /// </summary>
 [Collection(SlurmTests.Collection)]
+[SupportedOSPlatform("linux")] // Slurm's daemons and the job user's account
 public sealed class SlurmBurstBufferTests
 {
     [Fact]

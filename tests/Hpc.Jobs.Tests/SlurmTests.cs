@@ -1,3 +1,4 @@
+using System.Runtime.Versioning;
 using System.Diagnostics;
 
 namespace Hpc.Jobs.Tests;
@@ -26,6 +27,7 @@ public class SlurmTests
     }
 
     [Fact]
+    [SupportedOSPlatform("linux")] // Slurm's daemons and the job's file modes
     public async Task A_slurm_job_prepares_its_node_runs_the_service_hosts_and_releases_also_when_cancelled()
     {
         if (!Available(out var why)) { Console.Error.WriteLine($"Slurm test not run: {why}"); return; }
