@@ -373,7 +373,8 @@ public sealed partial class Simulator
         /// <summary>
         /// LinkProbe: in each round every rank sends its chunks to the right neighbour at once, and times the link from
         /// its left from the first chunk's arrival on (the ranks' start skew is in that first chunk); the ranks
-        /// all-gather (a tree each way) and all decide alike whether to run a round four times larger. A round cut short
+        /// all-gather (a tree each way) and all decide alike whether to run a round four times larger, or the same round
+        /// again to confirm a leaf (<see cref="LeafRule.After"/>). A round cut short
         /// by the limit (1 s from the probe's start) is measured by what had arrived and is the last. The first chunk and
         /// the other seven are two flows one after the other on the same path.
         /// </summary>
@@ -382,6 +383,7 @@ public sealed partial class Simulator
             _probeStart = sim._net.Now;
             var round = 0;
             var finished = false;
+            ProbeResult[]? judged = null; // the round a confirming round repeats
             var incoming = new ProbeResult[_n];
             var complete = new bool[_n];
             var roundEnd = new double[_n];
@@ -418,17 +420,17 @@ public sealed partial class Simulator
             void Gathered()
             {
                 // What every rank decides from the gathered readings (LinkProbe.RunAsync).
-                var next = LeafRule.RoundBytes(round + 1);
-                var slowest = roundEnd.Max() - roundStart;
-                var stop = complete.Any(c => !c) || LeafRule.LongEnoughToJudge(incoming) || next > LeafRule.LastRoundBytes
-                    || roundEnd.Max() - _probeStart + LeafRule.Growth * slowest > LeafRule.Limit.TotalSeconds;
-                if (stop)
+                var shortest = job.ShortestTelling is { } floor ? TimeSpan.FromSeconds(floor) : (TimeSpan?)null;
+                var step = LeafRule.After(incoming, complete.All(c => c), confirming: judged is not null, nextFits: LeafRule.RoundBytes(round + 1) <= LeafRule.LastRoundBytes,
+                    roundEnd.Max() - _probeStart, roundEnd.Max() - roundStart, LeafRule.Limit.TotalSeconds, shortest);
+                if (step == ProbeStep.Stop)
                 {
                     finished = true;
-                    Route(incoming.ToArray());
+                    Route(judged is null ? incoming.ToArray() : LeafRule.Confirmed(judged, incoming));
                     return;
                 }
-                round++;
+                if (step == ProbeStep.Grow) round++;
+                else judged = incoming.ToArray();
                 sim._net.After(LatencyOfTree, Round);
             }
             void Round()

@@ -11,7 +11,8 @@ namespace Hpc.CommonData.Fanout;
 /// all links at once (each uplink and downlink carries one probe, so none competes with another); then the ranks
 /// all-gather what they measured. The first round sends <see cref="LeafRule.FirstRoundBytes"/> per link; while the median link
 /// passed its round too quickly to judge (<see cref="LeafRule.LongEnoughToJudge"/>), the next round sends
-/// <see cref="LeafRule.Growth"/> times as much, up to <see cref="LeafRule.LastRoundBytes"/>. Bounded in time by <see cref="LeafRule.Limit"/>: a
+/// <see cref="LeafRule.Growth"/> times as much, up to <see cref="LeafRule.LastRoundBytes"/>; a round that makes a node a leaf
+/// is run once more to confirm it (<see cref="LeafRule.After"/>). Bounded in time by <see cref="LeafRule.Limit"/>: a
 /// round that would not fit in what is left of it is not started, and a link that has not delivered its round by then is
 /// measured by what it did deliver.
 /// </summary>
@@ -45,7 +46,8 @@ public static class LinkProbe
         var clock = Stopwatch.StartNew();
         var sends = new List<Task>();
         long bytesSent = 0;
-        for (var round = 0; ; round++)
+        ProbeResult[]? judged = null; // the round a confirming round repeats
+        for (int round = 0, rounds = 1; ; rounds++)
         {
             var bytes = RoundBytes(round);
             var chunkBytes = (int)(bytes / Chunks);
@@ -56,10 +58,11 @@ public static class LinkProbe
             var links = gathered.Select(g => g.Link).ToArray();
             // Decided from gathered values only, so every rank takes the same decision and the rounds stay in step.
             var next = RoundBytes(round + 1);
-            var nextSeconds = Growth * gathered.Max(g => g.RoundSeconds);
-            var stop = gathered.Any(g => !g.Complete) || LongEnoughToJudge(links) || next > LastRoundBytes || bytesSent + next > maxBytes
-                || gathered.Max(g => g.ElapsedSeconds) + nextSeconds > bound;
-            if (stop) return new LinkProbeRun(links, round + 1, bytesSent, receiving, Task.WhenAll(sends));
+            var step = After(links, gathered.All(g => g.Complete), confirming: judged is not null, nextFits: next <= LastRoundBytes && bytesSent + next <= maxBytes,
+                gathered.Max(g => g.ElapsedSeconds), gathered.Max(g => g.RoundSeconds), bound);
+            if (step == ProbeStep.Grow) round++;
+            else if (step == ProbeStep.Confirm) judged = links;
+            else return new LinkProbeRun(judged is null ? links : Confirmed(judged, links), rounds, bytesSent, receiving, Task.WhenAll(sends));
         }
     }
 

@@ -254,16 +254,18 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     /// ranks' rates in <paramref name="rates"/> (none: loopback's own pace); probed and routed, the connections closed
     /// whatever happens.
     /// </summary>
-    private static async Task<(FanoutRoute[] Routes, LinkProbeRun[] Runs, TimeSpan Took)> ProbeOverLoopbackAsync(int size, IReadOnlyDictionary<int, double>? rates)
+    private static async Task<(FanoutRoute[] Routes, LinkProbeRun[] Runs, TimeSpan Took)> ProbeOverLoopbackAsync(int size, IReadOnlyDictionary<int, double>? rates,
+        Func<IRingLink, IRingLink>? wrap = null)
     {
+        wrap ??= link => link;
         var groups = InProcessRanks.Create(size);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(60));
         var connecting = groups.Select(g => Task.Run(() => TcpRing.ConnectAsync(g, IPAddress.Loopback, TimeSpan.FromSeconds(20), timeout.Token))).ToArray();
         try
         {
             var rings = await Task.WhenAll(connecting);
-            var links = rings.Select(r => rates is null ? (IRingLink)r
-                : new Paced(r, Math.Min(rates[r.Rank], rates[(r.Rank - 1 + size) % size]))).ToArray();
+            var links = rings.Select(r => wrap(rates is null ? r
+                : new Paced(r, Math.Min(rates[r.Rank], rates[(r.Rank - 1 + size) % size])))).ToArray();
             var clock = Stopwatch.StartNew();
             var runs = await Task.WhenAll(groups.Select(g => Task.Run(() => LinkProbe.RunAsync(links[g.Rank], g, timeout.Token))));
             var took = clock.Elapsed;
@@ -283,6 +285,47 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
 
     private static string Describe(LinkProbeRun run, TimeSpan took) => string.Create(CultureInfo.InvariantCulture,
         $"{run.Rounds} rounds in {took.TotalMilliseconds:0} ms: {string.Join(", ", run.Links.Select(l => $"{l.BytesPerSecond / 1e6:0.0} MB/s over {l.Seconds * 1e3:0.0} ms"))}");
+
+    [Fact]
+    public async Task A_node_whose_links_read_slow_in_one_round_only_is_measured_again_and_stays_in_the_ring()
+    {
+        // Ranks 2 and 3 take each of their first 16 probe chunks 5 ms late, as a process the node's busy cores did not
+        // schedule: the round that is judged (the second at 100 Mbit/s) reads both of node 2's links at a fraction of the
+        // others', long enough to tell. The round is run again, and node 2 reads healthy there.
+        const double rate = Gigabit / 10;
+        var rates = Enumerable.Range(0, 5).ToDictionary(r => r, _ => rate);
+        IRingLink Late(IRingLink link) => link.Rank is 2 or 3 ? new LateReceiver(link, 2 * LeafRule.Chunks, TimeSpan.FromMilliseconds(5)) : link;
+        var (routes, runs, took) = await ProbeOverLoopbackAsync(5, rates, Late);
+        for (var again = 0; again < 2 && runs[0].Links.Any(l => l.BytesPerSecond < rate / 2); again++)
+        {
+            output.WriteLine($"the machine did not hold the paced rates in the confirming round ({Describe(runs[0], took)}); probing again");
+            (routes, runs, took) = await ProbeOverLoopbackAsync(5, rates, Late);
+        }
+        output.WriteLine($"{routes[0]} after {Describe(runs[0], took)}");
+        Assert.All(routes, r => Assert.False(r.HasLeaves, $"route {r} after {Describe(runs[0], took)}"));
+        // The first round was too short to judge, the second judged node 2 slow, the third (its size again) did not.
+        Assert.All(runs, r => Assert.Equal(3, r.Rounds));
+        Assert.Equal(LeafRule.FirstRoundBytes + 2 * LeafRule.RoundBytes(1), runs[0].BytesSent);
+    }
+
+    [Fact]
+    public void A_round_that_makes_a_leaf_is_run_again_and_the_node_stays_a_leaf_only_if_it_reads_slow_twice()
+    {
+        ProbeResult Link(double rate) => new(rate, 0.1);
+        ProbeResult[] slowTwo = [Link(100), Link(100), Link(20), Link(20), Link(100)];
+        ProbeResult[] healthy = [Link(100), Link(100), Link(100), Link(100), Link(100)];
+        Assert.Equal(ProbeStep.Confirm, LeafRule.After(slowTwo, allComplete: true, confirming: false, nextFits: true, elapsedSeconds: 0.2, roundSeconds: 0.1, limitSeconds: 1));
+        Assert.Equal(ProbeStep.Stop, LeafRule.After(slowTwo, allComplete: true, confirming: true, nextFits: true, elapsedSeconds: 0.3, roundSeconds: 0.1, limitSeconds: 1));
+        Assert.Equal([2], LeafRule.Leaves(LeafRule.Confirmed(slowTwo, slowTwo)));
+        Assert.Empty(LeafRule.Leaves(LeafRule.Confirmed(slowTwo, healthy)));
+        // No time left for it in the probe's limit, or a link that did not deliver its round: the one reading stands.
+        Assert.Equal(ProbeStep.Stop, LeafRule.After(slowTwo, allComplete: true, confirming: false, nextFits: true, elapsedSeconds: 0.95, roundSeconds: 0.1, limitSeconds: 1));
+        Assert.Equal(ProbeStep.Stop, LeafRule.After(slowTwo, allComplete: false, confirming: false, nextFits: true, elapsedSeconds: 0.2, roundSeconds: 0.1, limitSeconds: 1));
+        // No node reads slow: no second round; too short to judge: a larger one.
+        Assert.Equal(ProbeStep.Stop, LeafRule.After(healthy, allComplete: true, confirming: false, nextFits: true, elapsedSeconds: 0.2, roundSeconds: 0.1, limitSeconds: 1));
+        ProbeResult[] brief = [new(100, 0.001), new(100, 0.001), new(20, 0.001), new(20, 0.001), new(100, 0.001)];
+        Assert.Equal(ProbeStep.Grow, LeafRule.After(brief, allComplete: true, confirming: false, nextFits: true, elapsedSeconds: 0.01, roundSeconds: 0.001, limitSeconds: 1));
+    }
 
     [Theory]
     [InlineData(0.25)]
@@ -420,6 +463,23 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
             _due = (now - _due > Idle ? now : _due) + n / bytesPerSecond;
             var wait = _due - _clock.Elapsed.TotalSeconds;
             if (wait > 0) await Task.Delay(TimeSpan.FromSeconds(wait), ct);
+            return n;
+        }
+    }
+
+    /// <summary>Takes each of its first <paramref name="late"/> messages <paramref name="by"/> late: a process that was not scheduled.</summary>
+    private sealed class LateReceiver(IRingLink inner, int late, TimeSpan by) : IRingLink
+    {
+        private int _received;
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public int SendWindow => inner.SendWindow;
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
+
+        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        {
+            var n = await inner.ReceiveAsync(buffer, ct);
+            if (Interlocked.Increment(ref _received) <= late) await Task.Delay(by, ct);
             return n;
         }
     }

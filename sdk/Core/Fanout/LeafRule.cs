@@ -17,6 +17,9 @@ public readonly record struct ProbeResult(double BytesPerSecond, double Seconds)
         new(BitConverter.ToDouble(bytes[..8]), BitConverter.ToDouble(bytes.Slice(8, 8)));
 }
 
+/// <summary>What the ranks do after a probe round (<see cref="LeafRule.After"/>).</summary>
+public enum ProbeStep { Grow, Confirm, Stop }
+
 /// <summary>
 /// The fan-out's link probe schedule and the rule that routes slow nodes out of the ring, as pure functions of what the
 /// ranks measured: node prep's ranks run them, and the bench's simulator models a cluster with the very same rule.
@@ -72,6 +75,40 @@ public static class LeafRule
     /// </summary>
     public static bool LongEnoughToJudge(IReadOnlyList<ProbeResult> links) =>
         Median(links.Select(l => l.Seconds)) >= ShortestTelling.TotalSeconds * SlowShareOfMedian;
+
+    /// <summary>
+    /// What the ranks do after a probe round, decided alike on every rank from what they all-gathered:
+    /// <list type="bullet">
+    /// <item><see cref="ProbeStep.Grow"/>: the round was too short to judge (<see cref="LongEnoughToJudge"/>), and a round
+    /// <see cref="Growth"/> times larger still fits (<paramref name="nextFits"/>: its bytes, and its time in
+    /// <paramref name="limitSeconds"/> at the slowest link's pace of this round);</item>
+    /// <item><see cref="ProbeStep.Confirm"/>: the round makes a node a leaf: the same round runs once more, if it fits in
+    /// the time, and a node stays a leaf only if that round finds it slow too (<see cref="Confirmed"/>);</item>
+    /// <item><see cref="ProbeStep.Stop"/>: otherwise, after a confirming round, or when a link did not deliver its round in
+    /// time.</item>
+    /// </list>
+    /// </summary>
+    /// <remarks>
+    /// Why confirm: one round on a node whose cores are busy (the job's workers, or other nodes' processes sharing the
+    /// cores of an emulated cluster) can read a healthy link slow, when the node's process was not scheduled while its
+    /// chunks came and went; a leaf then costs the ring that member's uplink for the whole exchange. A slow link is slow in
+    /// every round; a descheduled process is rarely so twice. The cost is one more round where a node reads slow: at the
+    /// slow link's pace, which is what the first round took.
+    /// </remarks>
+    public static ProbeStep After(IReadOnlyList<ProbeResult> links, bool allComplete, bool confirming, bool nextFits, double elapsedSeconds,
+        double roundSeconds, double limitSeconds, TimeSpan? shortestTelling = null)
+    {
+        if (confirming || !allComplete) return ProbeStep.Stop;
+        if (!LongEnoughToJudge(links) && nextFits && elapsedSeconds + Growth * roundSeconds <= limitSeconds) return ProbeStep.Grow;
+        return Leaves(links, shortestTelling).Length > 0 && elapsedSeconds + roundSeconds <= limitSeconds ? ProbeStep.Confirm : ProbeStep.Stop;
+    }
+
+    /// <summary>
+    /// Two rounds of the same size, each link at the better of its two readings: a node is slow only if both rounds found
+    /// it so.
+    /// </summary>
+    public static ProbeResult[] Confirmed(IReadOnlyList<ProbeResult> first, IReadOnlyList<ProbeResult> second) =>
+        [.. first.Zip(second, (a, b) => a.BytesPerSecond >= b.BytesPerSecond ? a : b)];
 
     /// <summary>
     /// Each node's rate from every rank's probe of the link from its left neighbour (<paramref name="incoming"/>[r]:
