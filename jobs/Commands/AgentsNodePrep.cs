@@ -39,7 +39,7 @@ internal static class AgentsNodePrep
         }
         // Without the cluster's key (a user's job step): this node's agent, which holds it, makes the request for this user.
         var report = string.IsNullOrEmpty(o.PeerKeyFile)
-            ? await ThroughLocalAgentAsync(o, name, version, job, members, Print, ct)
+            ? await ThroughLocalAgentAsync(o, name, version, job, members, settings, timeout, Print, ct)
             : await WithKeyAsync(o, name, version, job, members, settings, timeout, Print, ct);
         var failed = report.Outcomes.Select((x, i) => (Outcome: x, Member: report.Members[i])).Where(x => x.Outcome is not { Ready: true }).ToList();
         var versions = report.Outcomes.Where(x => x is { Ready: true }).Select(x => x!.Version).Distinct().ToList();
@@ -80,14 +80,20 @@ internal static class AgentsNodePrep
 
     /// <summary>The request made by this node's agent for the user running this: no key, no launcher; the agent knows who asks.</summary>
     private static async Task<AgentsReport> ThroughLocalAgentAsync(NodePrepOptions o, string name, string? version, string job, IReadOnlyList<string> members,
-        Action<NodeOutcome> print, CancellationToken ct)
+        ExchangeSettings settings, TimeSpan timeout, Action<NodeOutcome> print, CancellationToken ct)
     {
         if (!string.IsNullOrEmpty(o.User)) throw CommandException.Usage("--user needs --peer-key-file: through this node's agent the copies are always the caller's");
+        // The same exchange as with the key: the agent makes the request with these settings, checked against its bounds.
+        var asked = new ExchangeRequestSettings
+        {
+            PeerTimeout = settings.PeerTimeout, StallTimeout = settings.StallTimeout, Timeout = timeout, RingGroups = settings.RingGroups,
+            LinkProbe = settings.LinkProbe, TreeDegree = o.TreeDegree,
+        };
         ExchangeReport exchange;
         try
         {
             await using var agent = await AgentClient.ConnectAsync(o.Agent.PipeName, TimeSpan.FromSeconds(5), ct);
-            exchange = await agent.ExchangeAsync(name, version, job, members, ct);
+            exchange = await agent.ExchangeAsync(name, version, job, members, asked, ct);
         }
         catch (CommonDataException e) { throw CommandException.Failed(e.Message, e.Code); }
         catch (Exception e) when (e is IOException or TimeoutException) { throw CommandException.From(e, o.Agent.NotAnswering(e)); }

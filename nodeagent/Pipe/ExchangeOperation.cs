@@ -27,11 +27,15 @@ internal static class ExchangeOperation
                 throw new CommonDataException(ErrorCode.Unavailable, "this node's agent takes no part in exchanges (it runs without --peer-listen and --peer-key-file)");
             var user = UserOf(connection.Peer.Value);
             var key = PeerKey.Load(options.PeerKeyFile, "--peer-key-file");
+            // The caller's own settings where it gave them (node prep sends its switches), else node prep's defaults.
+            var asked = request.Exchange;
             var prep = new PrepRequest
             {
                 Id = Convert.ToHexString(RandomNumberGenerator.GetBytes(8)).ToLowerInvariant(), Name = name, Version = request.Version ?? "", Job = job, User = user,
-                Members = agents, Requester = "", StallTimeout = TimeSpan.FromMinutes(2), PeerTimeout = TimeSpan.FromSeconds(5), Timeout = TimeSpan.FromMinutes(60),
+                Members = agents, Requester = "", StallTimeout = asked?.StallTimeout ?? TimeSpan.FromMinutes(2), PeerTimeout = asked?.PeerTimeout ?? TimeSpan.FromSeconds(5),
+                Timeout = asked?.Timeout ?? TimeSpan.FromMinutes(60), Degree = asked?.TreeDegree ?? 8, RingGroups = asked?.RingGroups ?? "auto", LinkProbe = asked?.LinkProbe ?? true,
             };
+            if (prep.Problem() is { } problem) throw new ArgumentException($"an exchange with {problem}");
             var report = await AgentsRequest.RunAsync(prep, key, null, ct);
             return new AgentResponse
             {

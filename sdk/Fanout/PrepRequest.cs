@@ -75,6 +75,22 @@ public sealed record PrepRequest
         return height;
     }
 
+    /// <summary>
+    /// The first of this request's settings outside what every agent takes — each timeout above 0 and at most its bound,
+    /// the tree's degree from 2 to <see cref="MaxDegree"/>, <see cref="RingGroups"/> as <c>--ring-groups</c> reads it —
+    /// naming the setting; null when all are in. An agent that makes a request for a caller checks it before it travels.
+    /// </summary>
+    public string? Problem()
+    {
+        if (Degree < 2 || Degree > MaxDegree) return $"a tree degree of {Degree} (2 to {MaxDegree} is taken)";
+        foreach (var (which, value, max) in new[] { ("peer", PeerTimeout, MaxPeerTimeout), ("join", JoinTimeout, MaxJoinTimeout), ("reach", ReachTimeout, MaxReachTimeout),
+                     ("stall", StallTimeout, MaxStallTimeout), ("overall", Timeout, MaxTimeout) })
+            if (value <= TimeSpan.Zero || value > max) return $"a {which} timeout of {(value < TimeSpan.Zero ? TimeSpan.Zero : value)} (more than 0 and at most {max} is taken)";
+        try { RingGrid.ParseGroupSize(RingGroups); }
+        catch (FormatException e) { return e.Message; }
+        return null;
+    }
+
     /// <summary>The most members a request may name.</summary>
     public const int MaxMembers = 1_000_000;
 
@@ -121,27 +137,16 @@ public sealed record PrepRequest
             if (count is < 1 or > MaxMembers) throw new InvalidDataException($"a node prep request for {count} members");
             var members = new string[count];
             for (var i = 0; i < count; i++) members[i] = r.ReadString();
-            if (position < 0 || position >= count || from < -1 || from >= count || degree < 2) throw new InvalidDataException($"position {position} (from {from}) of {count} members, degree {degree}");
-            if (degree > MaxDegree) throw new InvalidDataException($"a node prep request with degree {degree} (at most {MaxDegree})");
-            Bounded("peer", peer, MaxPeerTimeout);
-            Bounded("join", join, MaxJoinTimeout);
-            Bounded("reach", reach, MaxReachTimeout);
-            Bounded("stall", stall, MaxStallTimeout);
-            Bounded("overall", timeout, MaxTimeout);
-            return new PrepRequest
+            if (position < 0 || position >= count || from < -1 || from >= count) throw new InvalidDataException($"position {position} (from {from}) of {count} members");
+            var request = new PrepRequest
             {
                 Id = id, Name = name, Version = version, Job = job, User = user, Requester = requester, Position = position, From = from, Degree = degree,
                 RingGroups = groups, LinkProbe = probe, PeerTimeout = TimeSpan.FromTicks(peer), JoinTimeout = TimeSpan.FromTicks(join),
                 StallTimeout = TimeSpan.FromTicks(stall), Timeout = TimeSpan.FromTicks(timeout), ReachTimeout = TimeSpan.FromTicks(reach), Alone = alone, Members = members,
             };
+            return request.Problem() is { } problem ? throw new InvalidDataException($"a node prep request with {problem}") : request;
         }
         catch (EndOfStreamException) { throw new InvalidDataException("a truncated node prep request"); }
-
-        static void Bounded(string which, long ticks, TimeSpan max)
-        {
-            if (ticks <= 0 || ticks > max.Ticks)
-                throw new InvalidDataException($"a node prep request with a {which} timeout of {TimeSpan.FromTicks(Math.Max(ticks, 0))} (more than 0 and at most {max} is taken)");
-        }
     }
 }
 

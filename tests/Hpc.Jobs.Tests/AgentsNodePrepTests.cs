@@ -414,7 +414,8 @@ public sealed class PrepRequestTests
         Assert.Contains("overall timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Timeout = TimeSpan.FromDays(3) }).Encode())).Message);
         Assert.Contains("peer timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { PeerTimeout = TimeSpan.Zero }).Encode())).Message);
         Assert.Contains("join timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { JoinTimeout = TimeSpan.FromHours(1) }).Encode())).Message);
-        Assert.Contains("degree 65", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Degree = 65 }).Encode())).Message);
+        Assert.Contains("degree of 65", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Degree = 65 }).Encode())).Message);
+        Assert.Contains("--ring-groups", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { RingGroups = "two" }).Encode())).Message);
         // At the bounds it is taken.
         var longest = Sample() with
         {

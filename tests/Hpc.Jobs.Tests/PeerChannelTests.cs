@@ -1,12 +1,13 @@
-using System.Runtime.Versioning;
 using System.Buffers.Binary;
 using System.Diagnostics;
 using System.Net;
 using System.Net.Sockets;
+using System.Runtime.Versioning;
 using System.Text.Json;
 using Hpc.CommonData;
 using Hpc.CommonData.Access;
 using Hpc.CommonData.Fanout;
+using Hpc.CommonData.Hosting;
 using static Hpc.Jobs.Tests.AgentsNodePrepTests;
 
 namespace Hpc.Jobs.Tests;
@@ -113,14 +114,25 @@ public sealed class PeerChannelTests
         var key = KeyFile(s);
         var agents = await StartAgentsAsync(s, 3, key);
 
-        // No --peer-key-file: the caller cannot read the key, and the agent on its own node asks for it.
-        var r = await s.HpcdataAsync(["nodeprep", "risk/local-ask", "--fanout", "agents", "--agents", string.Join(",", agents.Select(a => a.Peer)),
-            "--pipe", agents[0].Pipe, "--job", "job-ask", "--cache-hosts", s.HostList], timeout: TimeSpan.FromMinutes(2));
+        // No --peer-key-file: the caller cannot read the key, and the agent on its own node asks for it, with the
+        // caller's own switches: no link probe here.
+        var members = string.Join(",", agents.Select(a => a.Peer));
+        var r = await s.HpcdataAsync(["nodeprep", "risk/local-ask", "--fanout", "agents", "--agents", members,
+            "--pipe", agents[0].Pipe, "--job", "job-ask", "--cache-hosts", s.HostList, "--link-probe", "off", "--peer-timeout", "3s"], timeout: TimeSpan.FromMinutes(2));
 
         Assert.True(r.Code == 0, $"exit {r.Code}\n{r.Out}\n{r.Stderr}");
         Assert.Contains($"nodes=3 ready=3 failed=0 dataset=risk/local-ask version={staged.Version}", r.Stdout.Last());
-        Assert.Equal(3, r.Stdout.Count(l => l.StartsWith("node=") && l.Contains(" source=fanout fanout=agents ranks=3 ")));
+        var lines = r.Stdout.Where(l => l.StartsWith("node=")).ToList();
+        Assert.Equal(3, lines.Count(l => l.Contains(" source=fanout fanout=agents ranks=3 ")));
+        Assert.All(lines, l => Assert.Contains(" probe-seconds=0.000 ", l));
         foreach (var a in agents) Assert.Contains("job-ask", Assert.Single((await s.StatusAsync(a.Pipe)).Copies).Pins);
+
+        // A setting beyond what every agent takes is refused by the caller's agent, naming it, before anything travels.
+        var beyond = await s.HpcdataAsync(["nodeprep", "risk/local-ask", "--fanout", "agents", "--agents", members,
+            "--pipe", agents[0].Pipe, "--job", "job-beyond", "--cache-hosts", s.HostList, "--peer-timeout", "11m"], timeout: TimeSpan.FromMinutes(1));
+        Assert.Equal(ExitCodes.Usage, beyond.Code);
+        Assert.Contains("peer timeout of 00:11:00 (more than 0 and at most 00:10:00 is taken)", beyond.Stderr);
+        foreach (var a in agents) Assert.DoesNotContain("job-beyond", Assert.Single((await s.StatusAsync(a.Pipe)).Copies).Pins);
 
         // An agent that takes no part in exchanges says so, and nothing is fetched.
         var lone = s.NewPipe();

@@ -1,5 +1,5 @@
-using System.Runtime.Versioning;
 using System.Diagnostics;
+using System.Runtime.Versioning;
 
 namespace Hpc.Jobs.Tests;
 

@@ -182,9 +182,13 @@ public sealed class AgentClient : IAsyncDisposable
 
     /// <summary>Asks this node's agent to have the running agents of <paramref name="agents"/> exchange the dataset among
     /// themselves, pinned for <paramref name="pin"/> as this user's (<see cref="AgentOps.Exchange"/>).</summary>
-    public async Task<ExchangeReport> ExchangeAsync(string name, string? version, string pin, IReadOnlyList<string> agents, CancellationToken ct = default)
+    public async Task<ExchangeReport> ExchangeAsync(string name, string? version, string pin, IReadOnlyList<string> agents, ExchangeRequestSettings? settings = null,
+        CancellationToken ct = default)
     {
-        var response = await SendAsync(new AgentRequest { Op = AgentOps.Exchange, Dataset = DatasetName.Validate(name), Version = version, Pin = pin, Agents = [.. agents] }, ct);
+        var response = await SendAsync(new AgentRequest
+        {
+            Op = AgentOps.Exchange, Dataset = DatasetName.Validate(name), Version = version, Pin = pin, Agents = [.. agents], Exchange = settings,
+        }, ct);
         if (!response.Ok) throw response.ToException("the agent refused the exchange");
         return response.Exchange ?? throw new CommonDataException(ErrorCode.Protocol, "the agent answered an exchange without its report");
     }

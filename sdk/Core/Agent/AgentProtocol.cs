@@ -148,6 +148,29 @@ public sealed class AgentRequest
     [JsonPropertyName("for")] public string? For { get; set; }
     /// <summary>An exchange's members: the agents' peer endpoints (host:port), in the order that makes their ranks.</summary>
     [JsonPropertyName("agents")] public List<string>? Agents { get; set; }
+    /// <summary>How an exchange runs, as the caller's own settings say; null: the agent's defaults.</summary>
+    [JsonPropertyName("exchange")] public ExchangeRequestSettings? Exchange { get; set; }
+}
+
+/// <summary>
+/// The caller's settings for an exchange a node's agent makes on its behalf (<see cref="AgentOps.Exchange"/>): a job step
+/// without the cluster's key gets the exchange its own switches ask for, as one with the key does. The agent checks them
+/// against the bounds every agent takes before the request travels.
+/// </summary>
+public sealed class ExchangeRequestSettings
+{
+    /// <summary>How long a ring neighbour may take nothing before the ring closes around it (--peer-timeout).</summary>
+    [JsonPropertyName("peerTimeout")] public TimeSpan PeerTimeout { get; set; }
+    /// <summary>How long the collectives or the exchange may go without anything moving (--stall-timeout).</summary>
+    [JsonPropertyName("stallTimeout")] public TimeSpan StallTimeout { get; set; }
+    /// <summary>How long the whole node prep may take (--timeout).</summary>
+    [JsonPropertyName("timeout")] public TimeSpan Timeout { get; set; }
+    /// <summary>--ring-groups: auto, off or a group size.</summary>
+    [JsonPropertyName("ringGroups")] public string RingGroups { get; set; } = "auto";
+    /// <summary>--link-probe.</summary>
+    [JsonPropertyName("linkProbe")] public bool LinkProbe { get; set; } = true;
+    /// <summary>--tree-degree: children per node in the agents' tree.</summary>
+    [JsonPropertyName("treeDegree")] public int TreeDegree { get; set; } = 8;
 }
 
 /// <summary>What an <see cref="AgentOps.Exchange"/> came to: every member's line, null where none answered.</summary>
