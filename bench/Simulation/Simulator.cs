@@ -373,8 +373,8 @@ public sealed partial class Simulator
         /// <summary>
         /// LinkProbe: in each round every rank sends its chunks to the right neighbour at once, and times the link from
         /// its left from the first chunk's arrival on (the ranks' start skew is in that first chunk); the ranks
-        /// all-gather (a tree each way) and all decide alike whether to run a round four times larger, or the same round
-        /// again to confirm a leaf (<see cref="LeafRule.After"/>). A round cut short
+        /// all-gather (a tree each way) and all decide alike whether to run a round four times larger, or one more
+        /// round to confirm a leaf (<see cref="LeafRule.After"/>). A round cut short
         /// by the limit (1 s from the probe's start) is measured by what had arrived and is the last. The first chunk and
         /// the other seven are two flows one after the other on the same path.
         /// </summary>
@@ -426,11 +426,11 @@ public sealed partial class Simulator
                 if (step == ProbeStep.Stop)
                 {
                     finished = true;
-                    Route(judged is null ? incoming.ToArray() : LeafRule.Confirmed(judged, incoming));
+                    Route(judged is null ? incoming.ToArray() : LeafRule.Confirmed(judged, incoming, shortest));
                     return;
                 }
                 if (step == ProbeStep.Grow) round++;
-                else judged = incoming.ToArray();
+                else (judged, round) = (incoming.ToArray(), LeafRule.ConfirmingRound(incoming, round, shortest));
                 sim._net.After(LatencyOfTree, Round);
             }
             void Round()

@@ -12,7 +12,7 @@ namespace Hpc.CommonData.Fanout;
 /// all-gather what they measured. The first round sends <see cref="LeafRule.FirstRoundBytes"/> per link; while the median link
 /// passed its round too quickly to judge (<see cref="LeafRule.LongEnoughToJudge"/>), the next round sends
 /// <see cref="LeafRule.Growth"/> times as much, up to <see cref="LeafRule.LastRoundBytes"/>; a round that makes a node a leaf
-/// is run once more to confirm it (<see cref="LeafRule.After"/>). Bounded in time by <see cref="LeafRule.Limit"/>: a
+/// is followed by one that confirms it (<see cref="LeafRule.After"/>). Bounded in time by <see cref="LeafRule.Limit"/>: a
 /// round that would not fit in what is left of it is not started, and a link that has not delivered its round by then is
 /// measured by what it did deliver.
 /// </summary>
@@ -61,7 +61,7 @@ public static class LinkProbe
             var step = After(links, gathered.All(g => g.Complete), confirming: judged is not null, nextFits: next <= LastRoundBytes && bytesSent + next <= maxBytes,
                 gathered.Max(g => g.ElapsedSeconds), gathered.Max(g => g.RoundSeconds), bound);
             if (step == ProbeStep.Grow) round++;
-            else if (step == ProbeStep.Confirm) judged = links;
+            else if (step == ProbeStep.Confirm) (judged, round) = (links, ConfirmingRound(links, round));
             else return new LinkProbeRun(judged is null ? links : Confirmed(judged, links), rounds, bytesSent, receiving, Task.WhenAll(sends));
         }
     }

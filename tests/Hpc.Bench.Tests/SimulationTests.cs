@@ -355,8 +355,10 @@ public class SimulationTests
         // The rounds run at the slow link's pace (lockstep) until the median link's took half the floor, or the largest.
         var most = Enumerable.Range(1, 16).First(k => LeafRule.RoundBytes(k - 1) >= LeafRule.LastRoundBytes);
         var rounds = Enumerable.Range(1, most).First(k => LeafRule.RoundBytes(k - 1) * (LeafRule.Chunks - 1.0) / LeafRule.Chunks / link >= LeafRule.ShortestTelling.TotalSeconds / 2 || k == most);
-        // Then the judged round once more, at the same pace: the node stays a leaf because it read slow twice.
-        var expected = RoundsSeconds(rounds, factor * link) + LeafRule.RoundBytes(rounds - 1) / (factor * link);
+        // Then one more round at the slow link's pace, the smallest that still times it for half again the floor: the
+        // node stays a leaf because it read slow twice.
+        var confirming = Enumerable.Range(0, rounds).First(k => LeafRule.RoundBytes(k) >= 1.5 * factor * link * LeafRule.ShortestTelling.TotalSeconds * 8 / 7 || k == rounds - 1);
+        var expected = RoundsSeconds(rounds, factor * link) + LeafRule.RoundBytes(confirming) / (factor * link);
         Assert.InRange(job.ProbeSeconds, expected, expected + 0.01);
         Assert.True(job.ProbeSeconds < LeafRule.Limit.TotalSeconds);
     }

@@ -82,8 +82,8 @@ public static class LeafRule
     /// <item><see cref="ProbeStep.Grow"/>: the round was too short to judge (<see cref="LongEnoughToJudge"/>), and a round
     /// <see cref="Growth"/> times larger still fits (<paramref name="nextFits"/>: its bytes, and its time in
     /// <paramref name="limitSeconds"/> at the slowest link's pace of this round);</item>
-    /// <item><see cref="ProbeStep.Confirm"/>: the round makes a node a leaf: the same round runs once more, if it fits in
-    /// the time, and a node stays a leaf only if that round finds it slow too (<see cref="Confirmed"/>);</item>
+    /// <item><see cref="ProbeStep.Confirm"/>: the round makes a node a leaf: one more round runs (<see cref="ConfirmingRound"/>),
+    /// if it fits in the time, and a node stays a leaf only if that round finds it slow too (<see cref="Confirmed"/>);</item>
     /// <item><see cref="ProbeStep.Stop"/>: otherwise, after a confirming round, or when a link did not deliver its round in
     /// time.</item>
     /// </list>
@@ -92,8 +92,8 @@ public static class LeafRule
     /// Why confirm: one round on a node whose cores are busy (the job's workers, or other nodes' processes sharing the
     /// cores of an emulated cluster) can read a healthy link slow, when the node's process was not scheduled while its
     /// chunks came and went; a leaf then costs the ring that member's uplink for the whole exchange. A slow link is slow in
-    /// every round; a descheduled process is rarely so twice. The cost is one more round where a node reads slow: at the
-    /// slow link's pace, which is what the first round took.
+    /// every round; a descheduled process is rarely so twice. The cost is one more round where a node reads slow, at the
+    /// slow link's pace, as short as still times that link for the floor.
     /// </remarks>
     public static ProbeStep After(IReadOnlyList<ProbeResult> links, bool allComplete, bool confirming, bool nextFits, double elapsedSeconds,
         double roundSeconds, double limitSeconds, TimeSpan? shortestTelling = null)
@@ -104,11 +104,34 @@ public static class LeafRule
     }
 
     /// <summary>
-    /// Two rounds of the same size, each link at the better of its two readings: a node is slow only if both rounds found
-    /// it so.
+    /// The round that confirms the leaves <paramref name="judged"/> (round <paramref name="judgedRound"/>) made: the
+    /// smallest in which each of them is still timed for half again <see cref="ShortestTelling"/> on its faster link, and
+    /// no larger than the judged round. The round runs at the slow links' pace, so it is kept as short as still tells.
     /// </summary>
-    public static ProbeResult[] Confirmed(IReadOnlyList<ProbeResult> first, IReadOnlyList<ProbeResult> second) =>
-        [.. first.Zip(second, (a, b) => a.BytesPerSecond >= b.BytesPerSecond ? a : b)];
+    public static int ConfirmingRound(IReadOnlyList<ProbeResult> judged, int judgedRound, TimeSpan? shortestTelling = null)
+    {
+        var n = judged.Count;
+        var fastest = Leaves(judged, shortestTelling).Max(r => Math.Max(judged[r].BytesPerSecond, judged[(r + 1) % n].BytesPerSecond));
+        var bytes = 1.5 * fastest * (shortestTelling ?? ShortestTelling).TotalSeconds * Chunks / (Chunks - 1);
+        var round = 0;
+        while (round < judgedRound && RoundBytes(round) < bytes) round++;
+        return round;
+    }
+
+    /// <summary>
+    /// The readings after a confirming round: the links of the nodes the judged round made leaves each at the better of
+    /// their two readings, every other link as judged. A node stays a leaf only if both rounds found it slow, and the
+    /// second round, shorter on the healthy links, cannot make a leaf of anyone else.
+    /// </summary>
+    public static ProbeResult[] Confirmed(IReadOnlyList<ProbeResult> judged, IReadOnlyList<ProbeResult> second, TimeSpan? shortestTelling = null)
+    {
+        var n = judged.Count;
+        var confirmed = judged.ToArray();
+        foreach (var r in Leaves(judged, shortestTelling))
+            foreach (var link in new[] { r, (r + 1) % n })
+                if (second[link].BytesPerSecond > judged[link].BytesPerSecond) confirmed[link] = second[link];
+        return confirmed;
+    }
 
     /// <summary>
     /// Each node's rate from every rank's probe of the link from its left neighbour (<paramref name="incoming"/>[r]:
