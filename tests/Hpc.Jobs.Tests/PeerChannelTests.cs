@@ -156,7 +156,12 @@ public sealed class PeerChannelTests
         var key = KeyFile(s);
         File.SetUnixFileMode(key, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.GroupRead | UnixFileMode.OtherRead);
         var agent = Assert.Single(await StartAgentsAsync(s, 1, key));
-        Assert.Contains($"--peer-key-file {key} is readable by every user of this machine (mode 0644): it holds the cluster's peer key", agent.Process.StandardErrorTail);
+        var warning = $"--peer-key-file {key} is readable by every user of this machine (mode 0644): it holds the cluster's peer key";
+        // The agent says it as it starts, and its stderr is read on another thread: ready can come first (a native agent
+        // starts in milliseconds), so the line is waited for, a few seconds at most.
+        for (var waited = Stopwatch.StartNew(); !agent.Process.StandardErrorTail.Contains(warning) && waited.Elapsed < TimeSpan.FromSeconds(10);)
+            await Task.Delay(50);
+        Assert.Contains(warning, agent.Process.StandardErrorTail);
     }
 
     [Fact]
