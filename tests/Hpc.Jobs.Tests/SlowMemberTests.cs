@@ -447,12 +447,31 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         Assert.True(fetched.Count < 300 * 2, $"{fetched.Count} segment fetches for 300 segments");
     }
 
+    /// <summary>A link whose receives each wait, after the message is in, for what <see cref="Delay"/> says.</summary>
+    private abstract class DelayedReceiver(IRingLink inner) : IRingLink
+    {
+        public int Rank => inner.Rank;
+        public int Size => inner.Size;
+        public int SendWindow => inner.SendWindow;
+        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
+
+        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        {
+            var n = await inner.ReceiveAsync(buffer, ct);
+            if (Delay(n) is var wait && wait > TimeSpan.Zero) await Task.Delay(wait, ct);
+            return n;
+        }
+
+        /// <summary>How long the message of <paramref name="bytes"/> just received is held back.</summary>
+        protected abstract TimeSpan Delay(int bytes);
+    }
+
     /// <summary>
-    /// A ring link whose messages from the left neighbour are handed over no faster than a rate, as a shaped link delivers
-    /// them. Each one is due a length's time after the one before, or after its own arrival if the link was idle: a timer
-    /// that fires late delays one message, not every one after it.
+    /// Paces what a link delivers to <paramref name="bytesPerSecond"/>. Each message is due a length's time after the one
+    /// before, or after its own arrival if the link was idle: a timer that fires late delays one message, not every one
+    /// after it.
     /// </summary>
-    private sealed class Paced(IRingLink inner, double bytesPerSecond) : IRingLink
+    private sealed class Paced(IRingLink inner, double bytesPerSecond) : DelayedReceiver(inner)
     {
         // Longer than a timer's lateness, shorter than a gap between the probe's rounds would matter: the first message
         // of a round is not timed.
@@ -460,37 +479,19 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         private readonly Stopwatch _clock = Stopwatch.StartNew();
         private double _due;
 
-        public int Rank => inner.Rank;
-        public int Size => inner.Size;
-        public int SendWindow => inner.SendWindow;
-        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
-
-        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
+        protected override TimeSpan Delay(int bytes)
         {
-            var n = await inner.ReceiveAsync(buffer, ct);
             var now = _clock.Elapsed.TotalSeconds;
-            _due = (now - _due > Idle ? now : _due) + n / bytesPerSecond;
-            var wait = _due - _clock.Elapsed.TotalSeconds;
-            if (wait > 0) await Task.Delay(TimeSpan.FromSeconds(wait), ct);
-            return n;
+            _due = (now - _due > Idle ? now : _due) + bytes / bytesPerSecond;
+            return TimeSpan.FromSeconds(_due - _clock.Elapsed.TotalSeconds);
         }
     }
 
     /// <summary>Takes each of its first <paramref name="late"/> messages <paramref name="by"/> late: a process that was not scheduled.</summary>
-    private sealed class LateReceiver(IRingLink inner, int late, TimeSpan by) : IRingLink
+    private sealed class LateReceiver(IRingLink inner, int late, TimeSpan by) : DelayedReceiver(inner)
     {
         private int _received;
-        public int Rank => inner.Rank;
-        public int Size => inner.Size;
-        public int SendWindow => inner.SendWindow;
-        public Task SendAsync(ReadOnlyMemory<byte> message, CancellationToken ct) => inner.SendAsync(message, ct);
-
-        public async Task<int> ReceiveAsync(Memory<byte> buffer, CancellationToken ct)
-        {
-            var n = await inner.ReceiveAsync(buffer, ct);
-            if (Interlocked.Increment(ref _received) <= late) await Task.Delay(by, ct);
-            return n;
-        }
+        protected override TimeSpan Delay(int bytes) => Interlocked.Increment(ref _received) <= late ? by : TimeSpan.Zero;
     }
 
     /// <summary>Counts what a link sends.</summary>
