@@ -31,15 +31,17 @@ public sealed partial class ClusterSession
     /// (our modes: released and evicted) before the next mode. Returns one record per mode and repetition.
     /// </summary>
     /// <param name="fault">With burst-buffer: after the healthy runs, one more with this fault (see <see cref="NodeFault"/>).</param>
+    /// <param name="peerTimeout">With burst-buffer: the site line's <c>--peer-timeout</c>; null for the product's default. The lab's
+    /// controller keeps the site it was started with.</param>
     public async Task<List<BenchRecord>> RunSlurmAsync(long size, string data, IReadOnlyList<string> modes, int repeat, string codec, CancellationToken ct,
-        NodeFault? fault = null)
+        NodeFault? fault = null, TimeSpan? peerTimeout = null)
     {
         if (modes.FirstOrDefault(m => !SlurmModes.IsKnown(m)) is { } bad) throw new ArgumentException($"Slurm mode '{bad}': use {SlurmModes.Help}");
         if (fault is not null && !modes.Contains(SlurmModes.BurstBuffer)) throw new ArgumentException($"a fault with --scheduler slurm is injected into the {SlurmModes.BurstBuffer} mode's jobs");
         var burstBuffer = modes.Contains(SlurmModes.BurstBuffer);
         var steps = modes.Where(m => m != SlurmModes.BurstBuffer).ToList();
         var tier = string.Join(",", _topology.Hosts.Select(h => $"{h.Address}:{CachePort}"));
-        _slurm ??= await SlurmLab.StartAsync(_topology, ct, burstBuffer ? new SlurmLab.BurstBufferSite(tier) : null);
+        _slurm ??= await SlurmLab.StartAsync(_topology, ct, burstBuffer ? new SlurmLab.BurstBufferSite(tier, PeerTimeout: peerTimeout) : null);
         var run = $"{_runId}-s{DateTime.UtcNow:HHmmssfff}";
         const string name = "bench/slurm";
         var processes = new List<ComponentProcess>();
@@ -312,6 +314,7 @@ public sealed partial class ClusterSession
         config.Codec = codec == "lz4" ? null : codec;
         config.Fanout = $"slurm:{SlurmModes.BurstBuffer}";
         if (fault is not null) (config.Fault, config.FaultNodes, config.FaultSeconds) = (fault.Kind, [.. fault.Nodes.Select(SlurmLab.NodeName)], faultAt);
+        config.PeerTimeoutSeconds = lab.Site?.PeerTimeout?.TotalSeconds;
         double seconds;
         if (fate is null)
         {

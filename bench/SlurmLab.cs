@@ -23,6 +23,9 @@ public sealed class SlurmLab : IAsyncDisposable
     private readonly Topology _topology;
     private readonly BurstBufferSite? _site;
 
+    /// <summary>The burst buffer site the controller runs, or null without the plugin.</summary>
+    public BurstBufferSite? Site => _site;
+
     /// <summary>Configuration, munge socket, spool, logs and job output: shared by every node, outside any node's /tmp.</summary>
     public string Directory { get; }
     public string Conf => Path.Combine(Directory, "slurm.conf");
@@ -49,7 +52,8 @@ public sealed class SlurmLab : IAsyncDisposable
     /// </summary>
     /// <param name="CacheHosts">The cache tier (host:port,…) the hooks and agents use.</param>
     /// <param name="DrainSilentNodes">The site drains a job's nodes whose agent did not answer (<c>--drain-silent-nodes</c>).</param>
-    public sealed record BurstBufferSite(string CacheHosts, bool DrainSilentNodes = false);
+    /// <param name="PeerTimeout">The site's <c>--peer-timeout</c>; null leaves the product's default.</param>
+    public sealed record BurstBufferSite(string CacheHosts, bool DrainSilentNodes = false, TimeSpan? PeerTimeout = null);
 
     /// <summary>The agents' shared key: root's (mode 0600), where the controller and every node's namespaces see it.</summary>
     public string PeerKeyFile => Path.Combine(Directory, "peer.key");
@@ -228,7 +232,7 @@ public sealed class SlurmLab : IAsyncDisposable
         var lua = Resource("burst_buffer.lua");
         File.WriteAllText(PeerKeyFile, Convert.ToHexString(System.Security.Cryptography.RandomNumberGenerator.GetBytes(32)) + "\n");
         if (!OperatingSystem.IsWindows()) File.SetUnixFileMode(PeerKeyFile, UnixFileMode.UserRead | UnixFileMode.UserWrite);
-        var line = $"local site = \"--peer-key-file {PeerKeyFile} --state-dir {Directory}/bb --cache-hosts {site.CacheHosts}{(site.DrainSilentNodes ? " --drain-silent-nodes" : "")}\"";
+        var line = $"local site = \"--peer-key-file {PeerKeyFile} --state-dir {Directory}/bb --cache-hosts {site.CacheHosts}{(site.DrainSilentNodes ? " --drain-silent-nodes" : "")}{(site.PeerTimeout is { } t ? string.Create(CultureInfo.InvariantCulture, $" --peer-timeout {t.TotalSeconds}s") : "")}\"";
         lua = Regex.Replace(lua, "^local hpcdata = .*$", $"local hpcdata = \"{hpcdata}\"", RegexOptions.Multiline);
         lua = Regex.Replace(lua, "^local site = .*$", line, RegexOptions.Multiline);
         if (!lua.Contains(line, StringComparison.Ordinal)) throw new InvalidOperationException("burst_buffer.lua has no 'local site = …' line");

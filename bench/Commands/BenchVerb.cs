@@ -81,6 +81,10 @@ public sealed class BenchClusterOptions : IVerbOptions
         "their median; the survivors' lines, the launcher's fate and the tier's bytes are recorded, and the node is brought back.")]
     public string? Fault { get; set; }
 
+    [Switch("--peer-timeout", "With --fanout burst-buffer: the site's --peer-timeout in burst_buffer.lua's site line (how long a node may take nothing " +
+        "before the others route around it); the product's default when not given.", Meta = "DURATION")]
+    public string? PeerTimeout { get; set; }
+
     [Switch("--fault-nodes", "The nodes the fault hits (numbered from 1; a list such as 3 or 3,4).")]
     public string FaultNodes { get; set; } = "2";
 
@@ -302,7 +306,9 @@ public static class BenchVerb
         await using var session = ClusterSession.Create(o.Nodes, o.Hosts, rate, delay, ClusterSession.NewScratch(), o.HostQueue, o.Instance);
         var fault = Fault(o, modes.Contains(Hpc.CommonData.Report.SlurmModes.BurstBuffer) ? null
             : "--fault with --scheduler slurm needs --fanout burst-buffer (the MPI modes take --kill-rank)");
-        foreach (var r in await session.RunSlurmAsync(ByteSize.Parse(o.Size), o.Data, modes, o.Repeat, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(), ct, fault))
+        TimeSpan? peerTimeout = o.PeerTimeout is null ? null : Durations.Parse(o.PeerTimeout);
+        if (peerTimeout is not null && !modes.Contains(Hpc.CommonData.Report.SlurmModes.BurstBuffer)) throw new FormatException("--peer-timeout is the burst buffer site's: it needs --fanout burst-buffer");
+        foreach (var r in await session.RunSlurmAsync(ByteSize.Parse(o.Size), o.Data, modes, o.Repeat, Hpc.CommonData.Format.SegmentCompression.Parse(o.Codec).ToString(), ct, fault, peerTimeout))
             if (r.Kind == "skipped") { BenchJson.Append(o.Out, r); Console.Error.WriteLine($"  N={r.Config.Nodes} {r.Note}"); }
             else Emit(o.Out, r);
         if (o.Calibrate)

@@ -96,6 +96,9 @@ public sealed class RunConfig
     public string? Fault { get; set; }
     public List<string>? FaultNodes { get; set; }
     public double? FaultSeconds { get; set; }
+    /// <summary>The peer timeout the exchange ran with where the bench set one (the burst buffer site's
+    /// <c>--peer-timeout</c>); absent for the product's default.</summary>
+    public double? PeerTimeoutSeconds { get; set; }
 }
 
 public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes, int Segments, double StageSeconds);
