@@ -41,8 +41,9 @@ public sealed class StageSource : IDisposable
         if (Directory.Exists(path)) return new StageSource(Path.GetFullPath(path), log ?? NullLogger.Instance, skipUnreadable);
         if (!File.Exists(path)) throw new FileNotFoundException($"nothing to stage: '{path}' does not exist", path);
         var full = Path.GetFullPath(path);
-        // Taken before the first byte is read: a change from here on shows when the stage ends.
-        var status = FileStatus.Of(full);
+        // Taken before the first byte is read: a change from here on shows when the stage ends. Of the file the path
+        // leads to, as the read follows a link (a descriptor's /proc/PID/fd/N included) to it.
+        var status = FileStatus.Of(full, followLinks: true);
         var stream = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan);
         return new StageSource(stream, stream.Length, full, singleStatus: (full, status));
     }
@@ -56,7 +57,7 @@ public sealed class StageSource : IDisposable
     {
         var files = _singleStatus is { } single ? [(single.Path, (FileStatus?)single.Status)] : _files.Select(f => (f.FullPath, f.Status));
         foreach (var (path, status) in files)
-            if (status is { } before && FileStatus.ChangedSince(path, before) is { } change)
+            if (status is { } before && FileStatus.ChangedSince(path, before, followLinks: _singleStatus is not null) is { } change)
                 throw SourceChangedException.For(path, change);
     }
 

@@ -116,7 +116,7 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
     private static string Escape(string s) => new(s.Select(c => c == '\uFFFD' ? '?' : c).ToArray());
 }
 
-/// <summary>What <c>statx</c> says of a path without following a final link: type, permissions, links, identity, times.</summary>
+/// <summary>What <c>statx</c> says of a path, by default without following a final link: type, permissions, links, identity, times.</summary>
 public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, uint Links, ulong Device, ulong Inode, long Size, long ModifiedNanoseconds,
     long ChangedNanoseconds = 0)
 {
@@ -126,12 +126,13 @@ public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, 
     private const int AtSymlinkNoFollow = 0x100;
     private const uint StatxBasicStats = 0x7ff;
 
-    public static FileStatus Of(string path)
+    /// <param name="followLinks">The file a final link leads to, as opening the path reads it (a single file staged).</param>
+    public static FileStatus Of(string path, bool followLinks = false)
     {
         if (!OperatingSystem.IsLinux()) return Portable(path);
         Span<byte> buffer = stackalloc byte[256];
         var name = Encoding.UTF8.GetBytes(path + "\0");
-        if (statx(AtFdCwd, name, AtSymlinkNoFollow, StatxBasicStats, ref MemoryMarshal.GetReference(buffer)) != 0)
+        if (statx(AtFdCwd, name, followLinks ? 0 : AtSymlinkNoFollow, StatxBasicStats, ref MemoryMarshal.GetReference(buffer)) != 0)
             throw new IOException($"cannot stage '{path}': {Marshal.GetLastPInvokeErrorMessage()}");
         // Offsets of struct statx (linux/stat.h); the layout is the same on every architecture.
         var mode = BitConverter.ToUInt16(buffer[28..]);
@@ -154,10 +155,10 @@ public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, 
     /// Why the file at <paramref name="path"/> is no longer what <paramref name="before"/> saw (its size, modification
     /// or change time, or identity), or null when it is the same.
     /// </summary>
-    public static string? ChangedSince(string path, FileStatus before)
+    public static string? ChangedSince(string path, FileStatus before, bool followLinks = false)
     {
         FileStatus now;
-        try { now = Of(path); }
+        try { now = Of(path, followLinks); }
         catch (IOException) when (!File.Exists(path) && !Directory.Exists(path)) { return Deleted; }
         catch (IOException e) { return $"it can no longer be read ({e.Message})"; }
         if (now.Inode != before.Inode || now.Device != before.Device) return "it was replaced by another file";

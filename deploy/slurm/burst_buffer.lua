@@ -5,12 +5,19 @@ A user's batch script names its datasets, one per line:
 
     #BB_LUA hpcdata risk/market-history
     #BB_LUA hpcdata refdata/curves@3f2a9c1e
+    #BB_LUA hpcdata stage /scratch/alice/positions.csv
+
+A 'stage PATH [NAME]' line names a file (an absolute path, no spaces) that the controller stages for the job before
+anything else, as USER/NAME (the file's own name by default) with the job's user as its only reader: the user must be
+able to read that file as themselves (its mode bits and every directory above it; a file or directory with an ACL is
+refused), and SlurmUser must be able to open it. A later job that stages the same bytes sends nothing new.
 
 and Slurm does the rest before the script's first line runs:
   at submit        the names resolve on the cache tier and, where Slurm gives the submitting uid (23.02 and later),
                    that user is among each dataset's readers; else sbatch refuses the job with one line saying why;
   while pending    each version is resolved once, checked against the user's read access, and referenced for the
-                   job on the cache tier (squeue shows the job's reason as BurstBufferStageIn meanwhile);
+                   job on the cache tier; the files it names are staged (squeue shows the job's reason as
+                   BurstBufferStageIn meanwhile);
   before it runs   the running agents of exactly the job's nodes exchange the data among themselves (no job step, no
                    MPI ranks), each checking the job's user against the readers and pinning the copy as that user's;
                    the script starts only when every node holds the verified copy; otherwise this hook fails with
@@ -80,8 +87,9 @@ function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
 	return run("setup", "--job " .. quote(job_id) .. " --uid " .. quote(uid) .. " --script " .. quote(job_script))
 end
 
+-- Stage-in, still pending: the files the job names ('stage PATH') staged as its user's, within StageInTimeout.
 function slurm_bb_data_in(job_id, job_script)
-	return slurm.SUCCESS
+	return run("data-in", "--job " .. quote(job_id) .. " --script " .. quote(job_script))
 end
 
 function slurm_bb_real_size(job_id)

@@ -17,13 +17,14 @@ public sealed class BurstBufferOptions : CacheClientOptions, IVerbOptions
     public static string Verb => "burst-buffer";
 
     public static string Summary => "Slurm's burst buffer hooks (deploy/slurm/burst_buffer.lua runs this on the controller as SlurmUser): a job script's " +
-                                    "'#BB_LUA hpcdata NAME[@VERSION]' lines are checked at submit, kept on the cache tier while the job waits, " +
+                                    "'#BB_LUA hpcdata NAME[@VERSION]' lines (or 'stage PATH [NAME]': a file staged as the user's first) are checked at submit, kept on the cache tier while the job waits, " +
                                     "and exchanged among the running agents of the job's nodes before it starts.";
 
     public static bool Hidden => true;
 
-    [Switch("", "job-process (at submit), setup (pending: readers and the job's references), paths (the job's environment), " +
-                "pre-run (the agents of the job's nodes exchange the data) or teardown (the references dropped).", Meta = "HOOK", Required = true)]
+    [Switch("", "job-process (at submit), setup (pending: readers and the job's references), data-in (pending: the files it names staged as " +
+                "its user's), paths (the job's environment), pre-run (the agents of the job's nodes exchange the data) or teardown (the references dropped).",
+        Meta = "HOOK", Required = true)]
     public string? Hook { get; set; }
 
     [Switch("--script", "The job's script, as Slurm hands it to the hook.", Meta = "PATH")]
@@ -32,7 +33,7 @@ public sealed class BurstBufferOptions : CacheClientOptions, IVerbOptions
     [Switch("--job", "The job's id.", Meta = "ID")]
     public string? Job { get; set; }
 
-    [Switch("--uid", "The submitting user's id (job-process, setup).", Meta = "UID")]
+    [Switch("--uid", "The submitting user's id (job-process, setup; setup needs it where the job stages files).", Meta = "UID")]
     public string? Uid { get; set; }
 
     [Switch("--path-file", "paths: the file whose KEY=VALUE lines Slurm adds to the job's environment.", Meta = "PATH")]
@@ -86,21 +87,23 @@ public static class BurstBufferCommand
             {
                 "job-process" => await JobProcessAsync(o, ct),
                 "setup" => await SetupAsync(o, ct),
+                "data-in" => await DataInAsync(o, ct),
                 "paths" => Paths(o),
                 "pre-run" => await PreRunAsync(o, ct),
                 "teardown" => await TeardownAsync(o, ct),
-                _ => throw CommandException.Usage($"'{o.Hook}' is not a hook (job-process, setup, paths, pre-run, teardown)"),
+                _ => throw CommandException.Usage($"'{o.Hook}' is not a hook (job-process, setup, data-in, paths, pre-run, teardown)"),
             };
         }
         catch (CommonDataException e) { throw CommandException.Failed(e.Message, e.Code); }
         catch (IOException e) { throw CommandException.Failed(e.Message, ErrorCode.Unavailable); }
     }
 
-    /// <summary>The datasets a job script asks for: one per <c>#BB_LUA hpcdata NAME[@VERSION]</c> line. Lines of the
-    /// prefix for other tools are left to them; a malformed one of ours is a <see cref="FormatException"/> naming its line.</summary>
-    public static IReadOnlyList<DatasetArgument> Directives(IEnumerable<string> script)
+    /// <summary>The data a job script asks for: one per <c>#BB_LUA hpcdata NAME[@VERSION]</c> or <c>#BB_LUA hpcdata stage PATH
+    /// [NAME]</c> line. Lines of the prefix for other tools are left to them; a malformed one of ours is a
+    /// <see cref="FormatException"/> naming its line.</summary>
+    public static IReadOnlyList<BurstBufferDirective> Directives(IEnumerable<string> script)
     {
-        var found = new List<DatasetArgument>();
+        var found = new List<BurstBufferDirective>();
         var number = 0;
         foreach (var line in script)
         {
@@ -108,19 +111,44 @@ public static class BurstBufferCommand
             if (!line.StartsWith(Prefix, StringComparison.Ordinal)) continue;
             var words = line[Prefix.Length..].Split((char[]?)null, StringSplitOptions.RemoveEmptyEntries);
             if (words.Length == 0 || words[0] != "hpcdata") continue;
-            if (words.Length != 2)
-                throw new FormatException($"line {number}: '{line.Trim()}' is not '{Prefix} hpcdata NAME[@VERSION]' (one dataset per line)");
-            DatasetArgument argument;
-            try { argument = DatasetArgument.Parse(words[1]); }
-            catch (Exception e) when (e is ArgumentException or CommandException) { throw new FormatException($"line {number}: {e.Message}"); }
-            if (!DatasetName.TryValidate(argument.Name, out var error)) throw new FormatException($"line {number}: {error}");
-            if (found.Any(f => f.Name == argument.Name)) throw new FormatException($"line {number}: dataset '{argument.Name}' is named twice");
-            found.Add(argument);
+            var directive = words.Length > 1 && words[1] == StageWord ? StagedFile(words, line, number) : NamedDataset(words, line, number);
+            if (found.FirstOrDefault(f => f.Key == directive.Key) is not null)
+                throw new FormatException($"line {number}: dataset '{directive.Key}' is named twice");
+            found.Add(directive);
         }
         return found;
     }
 
-    private static IReadOnlyList<DatasetArgument> DirectivesOf(BurstBufferOptions o)
+    /// <summary>The word that makes a directive stage a file first.</summary>
+    public const string StageWord = "stage";
+
+    private static BurstBufferDirective NamedDataset(string[] words, string line, int number)
+    {
+        if (words.Length != 2)
+            throw new FormatException($"line {number}: '{line.Trim()}' is not '{Prefix} hpcdata NAME[@VERSION]' (one dataset per line) or '{Prefix} hpcdata {StageWord} PATH [NAME]'");
+        DatasetArgument argument;
+        try { argument = DatasetArgument.Parse(words[1]); }
+        catch (Exception e) when (e is ArgumentException or CommandException) { throw new FormatException($"line {number}: {e.Message}"); }
+        if (!DatasetName.TryValidate(argument.Name, out var error)) throw new FormatException($"line {number}: {error}");
+        return new BurstBufferDirective(argument);
+    }
+
+    /// <summary><c>stage PATH [NAME]</c>: an absolute path (the controller reads it, not the job's directory) and the name
+    /// the job's user will own it as, the file's own name by default.</summary>
+    private static BurstBufferDirective StagedFile(string[] words, string line, int number)
+    {
+        if (words.Length is not (3 or 4))
+            throw new FormatException($"line {number}: '{line.Trim()}' is not '{Prefix} hpcdata {StageWord} PATH [NAME]' (one file per line, a path without spaces)");
+        var path = words[2];
+        if (!path.StartsWith('/')) throw new FormatException($"line {number}: '{path}' is not an absolute path (the controller stages it, not the job's directory)");
+        var name = words.Length == 4 ? words[3] : BurstBufferDirective.NameOfFile(path);
+        if (name.Contains('/') || !DatasetName.TryValidate($"owner/{name}", out _))
+            throw new FormatException($"line {number}: '{name}' cannot name the staged file (a-z 0-9 . _ -, at most {DatasetName.MaxPartLength}, not starting with '.'; " +
+                                      "its owner is the job's user)");
+        return new BurstBufferDirective(null, path, name);
+    }
+
+    private static IReadOnlyList<BurstBufferDirective> DirectivesOf(BurstBufferOptions o)
     {
         var script = o.Script ?? throw CommandException.Usage("--script is required");
         try { return Directives(File.ReadLines(script)); }
@@ -136,17 +164,50 @@ public static class BurstBufferCommand
     }
 
     /// <summary>While the job is pending: the versions resolved once (the job gets these, whatever is staged later), each
-    /// checked against the user's read access, referenced for the job on the cache tier and kept for the later hooks.</summary>
+    /// checked against the user's read access, referenced for the job on the cache tier and kept for the later hooks; the
+    /// files it stages checked as its user's, for stage-in.</summary>
     private static async Task<int> SetupAsync(BurstBufferOptions o, CancellationToken ct)
     {
         var job = o.Job ?? throw CommandException.Usage("--job is required");
         var wanted = DirectivesOf(o);
         if (wanted.Count == 0) return 0;
-        var resolved = await ResolveAsync(o, wanted, Uid(o), ct);
+        var uid = Uid(o);
+        if (uid is null && wanted.Any(w => w.SourcePath is not null)) throw CommandException.Usage("--uid is required to stage a file for the job");
+        var resolved = await ResolveAsync(o, wanted, uid, ct);
         await using (var tier = new CacheTierClient(o.CacheTier(), o.TierLog))
             foreach (var r in resolved) await tier.Catalog.AddJobAsync(r.Version, JobKey(job), ct);
-        Directory.CreateDirectory(o.StateDir);
-        File.WriteAllLines(StateFile(o, job), resolved.Select(r => $"{r.Name} {r.Version} {(r.Tree ? "tree" : "file")}"));
+        WriteState(o, job, resolved, wanted.Any(w => w.SourcePath is not null) ? uid : null);
+        return 0;
+    }
+
+    /// <summary>
+    /// Stage-in, still pending: each file the job names staged as its user's (<see cref="StageForJobAsync"/>) and
+    /// referenced for the job like the named datasets, which keep their place in the script's order.
+    /// </summary>
+    private static async Task<int> DataInAsync(BurstBufferOptions o, CancellationToken ct)
+    {
+        var job = o.Job ?? throw CommandException.Usage("--job is required");
+        var wanted = DirectivesOf(o);
+        if (!wanted.Any(w => w.SourcePath is not null)) return 0;
+        var (resolved, uid) = State(o, job);
+        if (uid is not { } owner) throw CommandException.Failed($"job {job} was not set up to stage files (no user in its state)", ErrorCode.NotFound);
+        var all = new List<Resolved>();
+        await using var tier = new CacheTierClient(o.CacheTier(), o.TierLog);
+        foreach (var w in wanted)
+        {
+            if (w.Dataset is { } named)
+            {
+                all.Add(resolved.FirstOrDefault(r => r.Name == named.Name) ?? throw CommandException.Failed($"job {job}: dataset '{named.Name}' was not set up", ErrorCode.NotFound));
+                continue;
+            }
+            var staged = await StageForJobAsync(o, w, owner, job, ct);
+            if (all.Any(r => r.Name == staged.Name)) throw CommandException.Usage($"#BB_LUA directive: dataset '{staged.Name}' is named twice");
+            await tier.Catalog.AddJobAsync(staged.Version, JobKey(job), ct);
+            all.Add(staged);
+            // Kept as each lands, so teardown drops the references of what was staged before a later file failed.
+            WriteState(o, job, [.. all, .. resolved.Where(r => !all.Contains(r))], owner);
+        }
+        WriteState(o, job, all, owner);
         return 0;
     }
 
@@ -225,7 +286,11 @@ public static class BurstBufferCommand
 
     private sealed record Resolved(string Name, string Version, bool Tree);
 
-    private static async Task<IReadOnlyList<Resolved>> ResolveAsync(BurstBufferOptions o, IReadOnlyList<DatasetArgument> wanted, uint? uid, CancellationToken ct)
+    /// <summary>
+    /// The named datasets resolved, and the user allowed to read each, where Slurm gives the uid (from 23.02 at submit;
+    /// always at setup); the files the job stages opened and checked as that user's. Without a uid, files are checked at setup.
+    /// </summary>
+    private static async Task<IReadOnlyList<Resolved>> ResolveAsync(BurstBufferOptions o, IReadOnlyList<BurstBufferDirective> wanted, uint? uid, CancellationToken ct)
     {
         var options = o.CacheTier();
         options.MaxAttempts = 2;
@@ -233,12 +298,62 @@ public static class BurstBufferCommand
         var resolved = new List<Resolved>();
         foreach (var w in wanted)
         {
-            var (version, manifest) = await tier.Catalog.ResolveAsync(w.Name, w.Version, ct);
+            if (w.Dataset is not { } named)
+            {
+                if (uid is { } owner) using (OpenForUser(w.SourcePath!, owner)) { }
+                continue;
+            }
+            var (version, manifest) = await tier.Catalog.ResolveAsync(named.Name, named.Version, ct);
             if (uid is { } u && manifest.Readers is { } readers && u != 0 && !readers.Admits(u, GroupsOf(u)))
-                throw new CommonDataException(ErrorCode.AccessDenied, $"user {NameOf(u)} is not among the readers of dataset '{w.Name}'");
-            resolved.Add(new Resolved(w.Name, version, DatasetFiles.IsTreeLayout(manifest)));
+                throw new CommonDataException(ErrorCode.AccessDenied, $"user {NameOf(u)} is not among the readers of dataset '{named.Name}'");
+            resolved.Add(new Resolved(named.Name, version, DatasetFiles.IsTreeLayout(manifest)));
         }
         return resolved;
+    }
+
+    /// <summary>
+    /// A file the job names, staged as <c>USER/NAME</c> with its user as the only reader. The controller opens it, the
+    /// user's right to read that very file is checked on it, and the stager reads it through this process's descriptor:
+    /// what is staged is what was checked, whatever happens to the path meanwhile.
+    /// </summary>
+    private static async Task<Resolved> StageForJobAsync(BurstBufferOptions o, BurstBufferDirective w, uint uid, string job, CancellationToken ct)
+    {
+        var path = w.SourcePath!;
+        var user = OperatingSystem.IsLinux() ? UnixAccounts.UserName(uid) : null;
+        var name = user is null ? null : w.NameFor(user);
+        if (name is null || !DatasetName.TryValidate(name, out _))
+            throw CommandException.Failed($"user {user ?? uid.ToString(CultureInfo.InvariantCulture)} cannot own a dataset name, so '{path}' cannot be staged for them: " +
+                                          "stage it with hpcdata stage and name the dataset in the directive", ErrorCode.AccessDenied);
+        using var file = OpenForUser(path, uid);
+        // The stager opens this process's descriptor, the very file checked; a link is followed to it and its status
+        // compared before publishing, so a file written to meanwhile is refused, not staged half old, half new.
+        var stager = new StagerOptions
+        {
+            Path = $"/proc/{Environment.ProcessId}/fd/{file.DangerousGetHandle()}", Name = name, Readers = $"user:{uid}", CacheTier = o.CacheTier(), Json = true,
+        };
+        StageResult staged;
+        try { staged = await ComponentProcess.StageAsync(stager, TimeSpan.FromHours(2), ct); }
+        catch (CommonDataException e) { throw CommandException.Failed($"staging '{path}' for job {job} as {name}: {e.Message.Replace(stager.Path, path)}", e.Code); }
+        return new Resolved(name, staged.Version, Tree: false);
+    }
+
+    /// <summary>The file at <paramref name="path"/>, open, once the user may read it; a one-line refusal naming why otherwise.</summary>
+    private static Microsoft.Win32.SafeHandles.SafeFileHandle OpenForUser(string path, uint uid)
+    {
+        if (!OperatingSystem.IsLinux()) throw CommandException.Usage("the stage form needs Linux");
+        if (Directory.Exists(path)) throw CommandException.Usage($"'{path}' is a directory: the stage form takes one file (stage a tree with hpcdata stage, then name it)");
+        Microsoft.Win32.SafeHandles.SafeFileHandle file;
+        try { file = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite); }
+        catch (Exception e) when (e is FileNotFoundException or DirectoryNotFoundException) { throw CommandException.Failed($"no file '{path}' to stage", ErrorCode.NotFound); }
+        catch (UnauthorizedAccessException)
+        {
+            throw CommandException.Failed($"the controller (user {NameOf(UnixAccounts.EffectiveUserId)}) cannot read '{path}': stage it with hpcdata stage and name the dataset instead",
+                ErrorCode.AccessDenied);
+        }
+        var why = UnixFileAccess.WhyNotReadable(file, path, uid, GroupsOf(uid).ToArray());
+        if (why is null) return file;
+        file.Dispose();
+        throw CommandException.Failed($"user {NameOf(uid)} may not stage '{path}': {why}", ErrorCode.AccessDenied);
     }
 
     private static uint? Uid(BurstBufferOptions o) =>
@@ -256,11 +371,32 @@ public static class BurstBufferCommand
     private static string StateFile(BurstBufferOptions o, string job) =>
         Path.Combine(o.StateDir, (int.TryParse(job, NumberStyles.None, CultureInfo.InvariantCulture, out _) ? job : throw CommandException.Usage($"--job '{job}' is not a job id")) + ".datasets");
 
-    private static IReadOnlyList<Resolved> Staged(BurstBufferOptions o, string job)
+    private static IReadOnlyList<Resolved> Staged(BurstBufferOptions o, string job) => State(o, job).Datasets;
+
+    /// <summary>The job's datasets in the script's order (<c>NAME VERSION tree|file</c> lines) and, where it stages files,
+    /// its user (a <c>#uid UID</c> line).</summary>
+    private static (IReadOnlyList<Resolved> Datasets, uint? Uid) State(BurstBufferOptions o, string job)
     {
         var file = StateFile(o, job);
-        if (!File.Exists(file)) return [];
-        return File.ReadAllLines(file).Select(l => l.Split(' ')).Where(p => p.Length == 3).Select(p => new Resolved(p[0], p[1], p[2] == "tree")).ToList();
+        if (!File.Exists(file)) return ([], null);
+        var lines = File.ReadAllLines(file);
+        var uid = lines.Where(l => l.StartsWith(UidLine, StringComparison.Ordinal))
+            .Select(l => uint.TryParse(l[UidLine.Length..], NumberStyles.None, CultureInfo.InvariantCulture, out var u) ? (uint?)u : null).FirstOrDefault();
+        var datasets = lines.Where(l => !l.StartsWith('#')).Select(l => l.Split(' ')).Where(p => p.Length == 3).Select(p => new Resolved(p[0], p[1], p[2] == "tree")).ToList();
+        return (datasets, uid);
+    }
+
+    private const string UidLine = "#uid ";
+
+    private static void WriteState(BurstBufferOptions o, string job, IEnumerable<Resolved> datasets, uint? uid)
+    {
+        Directory.CreateDirectory(o.StateDir);
+        var lines = datasets.Select(r => $"{r.Name} {r.Version} {(r.Tree ? "tree" : "file")}");
+        if (uid is { } u) lines = lines.Prepend(UidLine + u.ToString(CultureInfo.InvariantCulture));
+        // Written whole, then renamed: teardown never reads half a state.
+        var file = StateFile(o, job);
+        File.WriteAllLines(file + ".new", lines);
+        File.Move(file + ".new", file, overwrite: true);
     }
 
     /// <summary>The job's nodes (expanded, each as Slurm reaches it) and its user's name, from <c>scontrol</c>.</summary>
@@ -298,5 +434,27 @@ public static class BurstBufferCommand
             if (p.ExitCode != 0) throw new CommonDataException(ErrorCode.Unavailable, $"scontrol {string.Join(' ', args)}: {(await error).Trim()}");
             return await output;
         }
+    }
+}
+
+/// <summary>
+/// One <c>#BB_LUA hpcdata</c> line of a job script: a dataset by name (<see cref="Dataset"/>), or a file the controller
+/// stages for the job first (<see cref="SourcePath"/>), owned by the job's user as <c>USER/<see cref="StagedName"/></c>.
+/// A user's staged files live under their own name, so no job can replace a dataset another user or a team stages.
+/// </summary>
+public sealed record BurstBufferDirective(DatasetArgument? Dataset, string? SourcePath = null, string? StagedName = null)
+{
+    /// <summary>What tells two directives apart before the job's user is known: the dataset's name, or the staged name.</summary>
+    public string Key => Dataset?.Name ?? StagedName!;
+
+    /// <summary>The dataset's name for the job of <paramref name="user"/>.</summary>
+    public string NameFor(string user) => Dataset?.Name ?? $"{user}/{StagedName}";
+
+    /// <summary>A file's own name as a dataset name's part: lower case, other characters than a-z 0-9 . _ - as '-'.</summary>
+    public static string NameOfFile(string path)
+    {
+        var chars = Path.GetFileName(path).ToLowerInvariant().Select(c => c is (>= 'a' and <= 'z') or (>= '0' and <= '9') or '.' or '_' or '-' ? c : '-').ToArray();
+        var name = new string(chars).TrimStart('.');
+        return name.Length == 0 ? "data" : name[..Math.Min(name.Length, DatasetName.MaxPartLength)];
     }
 }

@@ -1,4 +1,6 @@
 using System.Runtime.Versioning;
+using Hpc.CommonData;
+using Hpc.CommonData.Access;
 using Hpc.CommonData.Cache;
 using Hpc.CommonData.Fanout;
 using Hpc.CommonData.Hosting;
@@ -104,6 +106,78 @@ public sealed class SlurmBurstBufferTests
         await slurm.RunAsync("scancel", job);
     }
 
+    [Fact]
+    public async Task A_job_that_names_a_file_of_its_users_starts_with_it_staged_as_theirs_and_one_the_user_may_not_read_is_never_staged()
+    {
+        if (!SlurmTests.Available(out var why)) { Console.Error.WriteLine($"Slurm test not run: {why}"); return; }
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var key = AgentsNodePrepTests.KeyFile(s);
+        var port = FreePorts.Next();
+        PeerChannelTests.EnsureUser(User);
+        var uid = UnixAccounts.UserId(User)!.Value;
+        string? agentPipe = null, dataDir = null, jobs = null;
+        await using var slurm = await SlurmTests.SingleNodeSlurm.StartAsync(s, "BurstBufferType=burst_buffer/lua", dir =>
+        {
+            agentPipe = Path.Combine(dir, "agent.sock");
+            dataDir = Path.Combine(dir, "node-data");
+            jobs = Install(s, dir, key, port, dataDir);
+        });
+        var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
+        {
+            Pipe = agentPipe!, DataDirectory = dataDir!, NodeName = "node0", PeerListen = $"0.0.0.0:{port}", PeerKeyFile = key,
+            CacheTier = { Hosts = [.. s.Hosts] },
+        }, name: "agent"));
+        await agent.WaitReadyAsync(Sandbox.Ready);
+
+        // The user's own file, which only they may read: the controller stages it because the user could.
+        var bytes = Sandbox.RandomBytes(2_000_000, seed: 97);
+        var mine = Path.Combine(jobs!, "Positions_2026.bin");
+        File.WriteAllBytes(mine, bytes);
+        Chown(mine, User);
+        File.SetUnixFileMode(mine, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        var submitted = await Submit(slurm, jobs!, $"#BB_LUA hpcdata stage {mine}\necho \"dataset=$HPCDATA_DATASET\"\necho \"sum=$(sha256sum < \"$HPCDATA_DATASET_PATH\" | cut -c1-64)\"\n");
+        Assert.True(submitted.Code == 0, submitted.Output + slurm.Logs());
+        var output = await WaitForJobAsync(slurm, jobs!, submitted.Output.Trim().Split(' ').Last(), TimeSpan.FromMinutes(3));
+        Assert.Contains($"dataset={User}/positions_2026.bin@", output);
+        Assert.Contains($"sum={Convert.ToHexStringLower(System.Security.Cryptography.SHA256.HashData(bytes))}", output);
+        // Theirs alone: the version names the job's user as its only reader.
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var (_, manifest) = await tier.Catalog.ResolveAsync($"{User}/positions_2026.bin", null);
+        Assert.True(manifest.Readers!.Admits(uid, []));
+        Assert.False(manifest.Readers.Admits(uid + 1, []));
+
+        // A file only root may read: the job is never run and says why; nothing of it reaches the cache tier.
+        var secret = Path.Combine(jobs!, "secret.bin");
+        File.WriteAllBytes(secret, Sandbox.RandomBytes(100_000, seed: 98));
+        File.SetUnixFileMode(secret, UnixFileMode.UserRead | UnixFileMode.UserWrite);
+        var refused = await Submit(slurm, jobs!, $"#BB_LUA hpcdata stage {secret}\necho started\n");
+        if (refused.Code == 0)
+        {
+            // Slurm 22.05 gives the hook no uid at submit: the check comes while the job is set up, and holds it.
+            var job = refused.Output.Trim().Split(' ').Last();
+            var clock = System.Diagnostics.Stopwatch.StartNew();
+            string shown;
+            while (!(shown = (await slurm.RunAsync("scontrol", "show", "job", job)).Output).Contains("may not stage"))
+            {
+                Assert.True(clock.Elapsed < TimeSpan.FromMinutes(2), $"job {job} never said the user may not stage the file:\n{shown}\n{slurm.Logs()}");
+                await Task.Delay(500);
+            }
+            Assert.Contains("permissions do not let the user read", shown);
+            Assert.DoesNotContain("JobState=RUNNING", shown);
+            await slurm.RunAsync("scancel", job);
+        }
+        else Assert.True(refused.Output.Contains("may not stage"), refused.Output);
+        await Assert.ThrowsAsync<CommonDataException>(() => tier.Catalog.ResolveAsync($"{User}/secret.bin", null));
+    }
+
+    private static void Chown(string path, string user)
+    {
+        using var p = System.Diagnostics.Process.Start("chown", [user, path])!;
+        p.WaitForExit();
+        Assert.Equal(0, p.ExitCode);
+    }
+
     /// <summary>The deploy files as a site installs them (only the two site lines set) and a folder for the user's jobs.</summary>
     private static string Install(Sandbox s, string dir, string key, int port, string dataDir)
     {
@@ -152,7 +226,35 @@ public sealed class BurstBufferDirectiveTests
     public void Each_directive_names_one_dataset_and_lines_for_other_tools_are_left_alone()
     {
         var found = BurstBufferCommand.Directives(["#!/bin/sh", "#BB_LUA hpcdata risk/prices", "#BB_LUA othertool --size 10G", "#BB_LUA hpcdata ref/curves@3f2a", "echo #BB_LUA hpcdata x/y"]);
-        Assert.Equal([("risk/prices", (string?)null), ("ref/curves", "3f2a")], found.Select(f => (f.Name, f.Version)));
+        Assert.Equal([("risk/prices", (string?)null), ("ref/curves", "3f2a")], found.Select(f => (f.Dataset!.Value.Name, f.Dataset!.Value.Version)));
+    }
+
+    [Fact]
+    public void A_stage_line_names_an_absolute_file_that_the_jobs_user_will_own_under_its_own_name_or_one_given()
+    {
+        var found = BurstBufferCommand.Directives(["#BB_LUA hpcdata stage /scratch/alice/Positions_2026.CSV", "#BB_LUA hpcdata stage /scratch/alice/p.bin book-a", "#BB_LUA hpcdata risk/prices"]);
+        Assert.Equal([("/scratch/alice/Positions_2026.CSV", "alice/positions_2026.csv"), ("/scratch/alice/p.bin", "alice/book-a"), (null, "risk/prices")],
+            found.Select(f => (f.SourcePath, f.NameFor("alice"))));
+        Assert.Equal("my-file-.txt", BurstBufferDirective.NameOfFile("/x/.My File!.txt"));
+    }
+
+    [Theory]
+    [InlineData("#BB_LUA hpcdata stage", "one file per line")]
+    [InlineData("#BB_LUA hpcdata stage scratch/p.bin", "not an absolute path")]
+    [InlineData("#BB_LUA hpcdata stage /scratch/p.bin risk/p", "cannot name the staged file")]
+    [InlineData("#BB_LUA hpcdata stage /scratch/p.bin a b", "one file per line")]
+    public void A_malformed_stage_line_is_refused_naming_its_line(string directive, string error)
+    {
+        var e = Assert.Throws<FormatException>(() => BurstBufferCommand.Directives(["#!/bin/sh", directive]));
+        Assert.Contains("line 2", e.Message);
+        Assert.Contains(error, e.Message);
+    }
+
+    [Fact]
+    public void Two_files_staged_under_one_name_are_refused()
+    {
+        var e = Assert.Throws<FormatException>(() => BurstBufferCommand.Directives(["#BB_LUA hpcdata stage /a/p.bin", "#BB_LUA hpcdata stage /b/p.bin"]));
+        Assert.Contains("named twice", e.Message);
     }
 
     [Theory]
