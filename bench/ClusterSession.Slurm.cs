@@ -3,6 +3,7 @@ using System.Diagnostics;
 using System.Globalization;
 using System.Text;
 using System.Text.Json;
+using System.Text.RegularExpressions;
 using Hpc.CommonData;
 using Hpc.CommonData.Hosting;
 using Hpc.CommonData.Cli;
@@ -310,6 +311,9 @@ public sealed partial class ClusterSession
             .Where(l => l is not null && l.Contains(" seconds=", StringComparison.Ordinal)).Select(l => l!).Distinct().ToList();
         if (allocated is null) throw new InvalidOperationException($"slurmctld's log has no allocation of job {job}:\n{string.Join("\n", log.Where(l => l.Contains($"JobId={job}", StringComparison.Ordinal)))}");
         var hook = preRunEnd is { } e2 ? e2 - allocated.Value : double.NaN;
+        // The hook's own line says when the controller started it: the time before that is the controller's scheduling.
+        var hookStarted = log.Select(l => Regex.Match(l, @" hook-started=([0-9.]+) ")).LastOrDefault(m => m.Success) is { } h
+            ? double.Parse(h.Groups[1].Value, CultureInfo.InvariantCulture) - allocated.Value : (double?)null;
         var config = Config(stage.RawBytes, true, 0, data);
         config.Codec = codec == "lz4" ? null : codec;
         config.Fanout = $"slurm:{SlurmModes.BurstBuffer}";
@@ -329,7 +333,7 @@ public sealed partial class ClusterSession
         else seconds = hook;
         var nodes = NodeTimes(lines.ToDictionary(l => l, _ => hook), stage, "agents");
         Console.Error.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"  slurm:{SlurmModes.BurstBuffer} job {job}: {nodes.Count} of {Nodes} nodes ready, pre-run {hook:0.00} s, first line at {seconds:0.00} s from allocation{(fate is null ? "" : $"; {fate}")}"));
+            $"  slurm:{SlurmModes.BurstBuffer} job {job}: {nodes.Count} of {Nodes} nodes ready, pre-run {hookStarted:0.00}–{hook:0.00} s, first line at {seconds:0.00} s from allocation{(fate is null ? "" : $"; {fate}")}"));
         return new BenchRecord
         {
             Kind = "cluster", Run = id, Config = config, BlockRamp = BlockSizing.RampBlocks,
@@ -337,7 +341,7 @@ public sealed partial class ClusterSession
             LimitSeconds = Limits.Fanout(stage.StoredBytes, RateMbit), MeasuredSeconds = seconds, Efficiency = Limits.Fanout(stage.StoredBytes, RateMbit) / seconds,
             Nodes = nodes, Machine = BenchJson.Machine(), JobFate = fate,
             CacheTierBytes = after.Zip(before, (x, y) => x.Output - y.Output).Sum(),
-            Note = string.Create(CultureInfo.InvariantCulture, $"pre-run hook {hook:0.000} s from allocation"),
+            Note = string.Create(CultureInfo.InvariantCulture, $"pre-run hook {hook:0.000} s from allocation{(hookStarted is { } hs ? $", started at {hs:0.000} s" : "")}"),
         };
 
         static double Now() => (DateTime.UtcNow - DateTime.UnixEpoch).TotalSeconds;

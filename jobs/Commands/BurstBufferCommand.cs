@@ -266,6 +266,11 @@ public static class BurstBufferCommand
                 DrainAsync);
             if (code != 0) return code;
         }
+        // For slurmctld's log: when the controller started this hook after the allocation, and how long it took.
+        using var self = System.Diagnostics.Process.GetCurrentProcess();
+        var started = self.StartTime.ToUniversalTime();
+        Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+            $"job={job} hook-started={(started - DateTime.UnixEpoch).TotalSeconds:0.000} hook-seconds={(DateTime.UtcNow - started).TotalSeconds:0.000}"));
         return 0;
     }
 
