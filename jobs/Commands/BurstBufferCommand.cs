@@ -347,6 +347,7 @@ public static class BurstBufferCommand
     {
         if (!OperatingSystem.IsLinux()) throw CommandException.Usage("the stage form needs Linux");
         if (Directory.Exists(path)) throw CommandException.Usage($"'{path}' is a directory: the stage form takes one file (stage a tree with hpcdata stage, then name it)");
+        if (File.Exists(path) && !UnixFileAccess.IsRegularFile(path)) throw CommandException.Usage($"'{path}' is not a regular file: the stage form takes one file");
         Microsoft.Win32.SafeHandles.SafeFileHandle file;
         try { file = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite); }
         catch (Exception e) when (e is FileNotFoundException or DirectoryNotFoundException) { throw CommandException.Failed($"no file '{path}' to stage", ErrorCode.NotFound); }

@@ -92,4 +92,21 @@ public sealed class UnixFileAccessTests : IDisposable
         using var file = File.OpenHandle("/dev/null");
         Assert.Contains("not a regular file", UnixFileAccess.WhyNotReadable(file, "/dev/null", User, Groups));
     }
+
+    [Fact]
+    public void A_fifo_or_a_device_is_told_apart_before_it_is_opened()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        var fifo = Path.Combine(_root, "fifo");
+        using (var p = System.Diagnostics.Process.Start("mkfifo", [fifo])!) { p.WaitForExit(); Assert.Equal(0, p.ExitCode); }
+        Assert.False(UnixFileAccess.IsRegularFile(fifo));
+        Assert.False(UnixFileAccess.IsRegularFile("/dev/null"));
+        Assert.False(UnixFileAccess.IsRegularFile(_root));
+        Assert.False(UnixFileAccess.IsRegularFile(Path.Combine(_root, "absent")));
+        var file = Path.Combine(_root, "f.csv");
+        File.WriteAllText(file, "data");
+        File.CreateSymbolicLink(Path.Combine(_root, "link"), file);
+        Assert.True(UnixFileAccess.IsRegularFile(file));
+        Assert.True(UnixFileAccess.IsRegularFile(Path.Combine(_root, "link")));
+    }
 }

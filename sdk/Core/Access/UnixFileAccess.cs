@@ -52,6 +52,12 @@ public static partial class UnixFileAccess
         return null;
     }
 
+    /// <summary>
+    /// Whether <paramref name="path"/> leads to a regular file, asked before opening it: opening a FIFO would wait for a
+    /// writer, and a device is not data. <see cref="WhyNotReadable"/> asks again of the file opened.
+    /// </summary>
+    public static bool IsRegularFile(string path) => Stat(AtFdCwd, path, 0) is { IsRegularFile: true };
+
     private const uint Read = 4, Search = 1;
 
     /// <summary>POSIX: the owner's bits decide for the owner, the group's for a member of the group, others' for the rest.</summary>
