@@ -29,40 +29,23 @@ public sealed class SlurmBurstBufferTests
         var r = await s.RunAsync("Hpc.Stager", [s.WriteFile("prices.bin", bytes), "--name", "risk/bb", "--cache-hosts", s.HostList, "--readers", "all", "--json"]);
         Assert.True(r.Code == 0, r.Stderr);
         var version = System.Text.Json.JsonDocument.Parse(r.Stdout.Last()).RootElement.GetProperty("version").GetString()!;
-        var key = AgentsNodePrepTests.KeyFile(s);
-        var port = FreePorts.Next();
-        // Slurm refuses burst buffers to root: the jobs are a user's, as on a cluster.
-        PeerChannelTests.EnsureUser(User);
-        string? agentPipe = null, dataDir = null, jobs = null;
-
-        await using var slurm = await SlurmTests.SingleNodeSlurm.StartAsync(s, "BurstBufferType=burst_buffer/lua", dir =>
-        {
-            agentPipe = Path.Combine(dir, "agent.sock");
-            dataDir = Path.Combine(dir, "node-data");
-            jobs = Install(s, dir, key, port, dataDir);
-        });
-        // The node's agent, running as a site runs it, before any job; the Epilog's noderelease talks to it.
-        var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
-        {
-            Pipe = agentPipe!, DataDirectory = dataDir!, NodeName = "node0", PeerListen = $"0.0.0.0:{port}", PeerKeyFile = key,
-            CacheTier = { Hosts = [.. s.Hosts] },
-        }, name: "agent"));
-        await agent.WaitReadyAsync(Sandbox.Ready);
+        var (slurm, jobs, dataDir) = await StartSiteAsync(s);
+        await using var site = slurm;
 
         // Refused at submit, each with one line naming what is wrong; no job is queued.
-        var unknown = await Submit(slurm, jobs!, "#BB_LUA hpcdata risk/no-such-dataset\necho never\n");
+        var unknown = await Submit(slurm, jobs, "#BB_LUA hpcdata risk/no-such-dataset\necho never\n");
         Assert.NotEqual(0, unknown.Code);
         Assert.True(unknown.Output.Contains("risk/no-such-dataset"), unknown.Output);
-        var malformed = await Submit(slurm, jobs!, "#BB_LUA hpcdata risk/bb extra-word\necho never\n");
+        var malformed = await Submit(slurm, jobs, "#BB_LUA hpcdata risk/bb extra-word\necho never\n");
         Assert.NotEqual(0, malformed.Code);
         Assert.True(malformed.Output.Contains("one dataset per line"), malformed.Output);
 
         // A user's own script: nothing in it but the directive and its work.
-        var submitted = await Submit(slurm, jobs!, "#BB_LUA hpcdata risk/bb\necho \"dataset=$HPCDATA_DATASET path=$HPCDATA_DATASET_PATH\"\necho \"bytes=$(wc -c < \"$HPCDATA_DATASET_PATH\")\"\n");
+        var submitted = await Submit(slurm, jobs, "#BB_LUA hpcdata risk/bb\necho \"dataset=$HPCDATA_DATASET path=$HPCDATA_DATASET_PATH\"\necho \"bytes=$(wc -c < \"$HPCDATA_DATASET_PATH\")\"\n");
         Assert.True(submitted.Code == 0, submitted.Output + slurm.Logs());
         var job = submitted.Output.Trim().Split(' ').Last();
-        var output = await WaitForJobAsync(slurm, jobs!, job, TimeSpan.FromMinutes(3));
-        Assert.Contains($"dataset=risk/bb@{version} path={Path.Combine(dataDir!, "complete", version + ".data")}", output);
+        var output = await WaitForJobAsync(slurm, jobs, job, TimeSpan.FromMinutes(3));
+        Assert.Contains($"dataset=risk/bb@{version} path={Path.Combine(dataDir, "complete", version + ".data")}", output);
         Assert.Contains($"bytes={bytes.Length}", output);
 
         // Teardown dropped the job's reference on the cache tier and its state.
@@ -112,33 +95,19 @@ public sealed class SlurmBurstBufferTests
         if (!SlurmTests.Available(out var why)) { Console.Error.WriteLine($"Slurm test not run: {why}"); return; }
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
-        var key = AgentsNodePrepTests.KeyFile(s);
-        var port = FreePorts.Next();
-        PeerChannelTests.EnsureUser(User);
+        var (slurm, jobs, _) = await StartSiteAsync(s);
+        await using var site = slurm;
         var uid = UnixAccounts.UserId(User)!.Value;
-        string? agentPipe = null, dataDir = null, jobs = null;
-        await using var slurm = await SlurmTests.SingleNodeSlurm.StartAsync(s, "BurstBufferType=burst_buffer/lua", dir =>
-        {
-            agentPipe = Path.Combine(dir, "agent.sock");
-            dataDir = Path.Combine(dir, "node-data");
-            jobs = Install(s, dir, key, port, dataDir);
-        });
-        var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
-        {
-            Pipe = agentPipe!, DataDirectory = dataDir!, NodeName = "node0", PeerListen = $"0.0.0.0:{port}", PeerKeyFile = key,
-            CacheTier = { Hosts = [.. s.Hosts] },
-        }, name: "agent"));
-        await agent.WaitReadyAsync(Sandbox.Ready);
 
         // The user's own file, which only they may read: the controller stages it because the user could.
         var bytes = Sandbox.RandomBytes(2_000_000, seed: 97);
-        var mine = Path.Combine(jobs!, "Positions_2026.bin");
+        var mine = Path.Combine(jobs, "Positions_2026.bin");
         File.WriteAllBytes(mine, bytes);
         Chown(mine, User);
         File.SetUnixFileMode(mine, UnixFileMode.UserRead | UnixFileMode.UserWrite);
-        var submitted = await Submit(slurm, jobs!, $"#BB_LUA hpcdata stage {mine}\necho \"dataset=$HPCDATA_DATASET\"\necho \"sum=$(sha256sum < \"$HPCDATA_DATASET_PATH\" | cut -c1-64)\"\n");
+        var submitted = await Submit(slurm, jobs, $"#BB_LUA hpcdata stage {mine}\necho \"dataset=$HPCDATA_DATASET\"\necho \"sum=$(sha256sum < \"$HPCDATA_DATASET_PATH\" | cut -c1-64)\"\n");
         Assert.True(submitted.Code == 0, submitted.Output + slurm.Logs());
-        var output = await WaitForJobAsync(slurm, jobs!, submitted.Output.Trim().Split(' ').Last(), TimeSpan.FromMinutes(3));
+        var output = await WaitForJobAsync(slurm, jobs, submitted.Output.Trim().Split(' ').Last(), TimeSpan.FromMinutes(3));
         Assert.Contains($"dataset={User}/positions_2026.bin@", output);
         Assert.Contains($"sum={Convert.ToHexStringLower(System.Security.Cryptography.SHA256.HashData(bytes))}", output);
         // Theirs alone: the version names the job's user as its only reader.
@@ -148,10 +117,10 @@ public sealed class SlurmBurstBufferTests
         Assert.False(manifest.Readers.Admits(uid + 1, []));
 
         // A file only root may read: the job is never run and says why; nothing of it reaches the cache tier.
-        var secret = Path.Combine(jobs!, "secret.bin");
+        var secret = Path.Combine(jobs, "secret.bin");
         File.WriteAllBytes(secret, Sandbox.RandomBytes(100_000, seed: 98));
         File.SetUnixFileMode(secret, UnixFileMode.UserRead | UnixFileMode.UserWrite);
-        var refused = await Submit(slurm, jobs!, $"#BB_LUA hpcdata stage {secret}\necho started\n");
+        var refused = await Submit(slurm, jobs, $"#BB_LUA hpcdata stage {secret}\necho started\n");
         if (refused.Code == 0)
         {
             // Slurm 22.05 gives the hook no uid at submit: the check comes while the job is set up, and holds it.
@@ -176,6 +145,32 @@ public sealed class SlurmBurstBufferTests
         using var p = System.Diagnostics.Process.Start("chown", [user, path])!;
         p.WaitForExit();
         Assert.Equal(0, p.ExitCode);
+    }
+
+    /// <summary>
+    /// A site as it runs staging inside Slurm: the controller with the plugin and the deploy files, the job user's account
+    /// (Slurm refuses burst buffers to root), and the node's agent running before any job, which the Epilog's
+    /// noderelease talks to. Returns the controller, the folder for the user's jobs and the agent's data directory.
+    /// </summary>
+    private static async Task<(SlurmTests.SingleNodeSlurm Slurm, string Jobs, string DataDir)> StartSiteAsync(Sandbox s)
+    {
+        var key = AgentsNodePrepTests.KeyFile(s);
+        var port = FreePorts.Next();
+        PeerChannelTests.EnsureUser(User);
+        string? agentPipe = null, dataDir = null, jobs = null;
+        var slurm = await SlurmTests.SingleNodeSlurm.StartAsync(s, "BurstBufferType=burst_buffer/lua", dir =>
+        {
+            agentPipe = Path.Combine(dir, "agent.sock");
+            dataDir = Path.Combine(dir, "node-data");
+            jobs = Install(s, dir, key, port, dataDir);
+        });
+        var agent = s.Track(ComponentProcess.Start(new NodeAgentOptions
+        {
+            Pipe = agentPipe!, DataDirectory = dataDir!, NodeName = "node0", PeerListen = $"0.0.0.0:{port}", PeerKeyFile = key,
+            CacheTier = { Hosts = [.. s.Hosts] },
+        }, name: "agent"));
+        await agent.WaitReadyAsync(Sandbox.Ready);
+        return (slurm, jobs!, dataDir!);
     }
 
     /// <summary>The deploy files as a site installs them (only the two site lines set) and a folder for the user's jobs.</summary>
