@@ -221,6 +221,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         Task served = Task.CompletedTask;
         string? version = request.Version.Length == 0 ? null : request.Version;
         var fanout = "fanout=failed";
+        IReadOnlyList<int>? lost = null;
         try
         {
             // The user the copy is for, as this node knows them: its readers are checked against that user before a byte
@@ -239,6 +240,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
                 served = s;
                 fanout = $"fanout=agents ranks={summary.Ranks} join-seconds={joined:0.000} {NodeExchange.Fields(summary)}";
                 var positions = group.Positions;
+                if (summary.Ring.RoutedAround is { Count: > 0 } gone) lost = [.. gone.Select(r => positions[r]).Distinct()];
                 foreach (var warning in NodeExchange.Warnings(summary, r => $"position {positions[r]} ({request.Members[positions[r]]})"))
                     log.LogWarning("node prep {Id}: {Warning}", request.Id, warning);
             }
@@ -276,7 +278,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         {
             outcome = outcome with { Code = (int)ErrorCode.Unavailable, Detail = e.Message };
         }
-        outcome = outcome with { Seconds = clock.Elapsed.TotalSeconds };
+        outcome = outcome with { Seconds = clock.Elapsed.TotalSeconds, Lost = lost };
         if (!outcome.Ready) log.LogWarning("node prep {Id} of {Dataset} failed on this node: {Error}", request.Id, request.Name, outcome.Detail);
         await ReportAsync(request, key, outcome, stop);
         // The leaves still get this node's share before its links close.

@@ -89,6 +89,11 @@ public static class AgentsRequest
             Requester = local.AddressFamily == AddressFamily.InterNetworkV6 ? $"[{requester.Address}]:{requester.Port}" : $"{requester.Address}:{requester.Port}",
         };
         var outcomes = new NodeOutcome?[members.Count];
+        // Members no longer counted on: not told they were left out, no longer taking connections, or lost to the
+        // exchange and not answering the reach timeout's ping.
+        var gone = new bool[outcomes.Length];
+        var checkedLost = new bool[outcomes.Length];
+        var lostChecks = new ConcurrentBag<Task>();
         var answered = 0;
         var lastAnswer = 0.0;
         var all = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
@@ -111,17 +116,19 @@ public static class AgentsRequest
             // stall timeout. A member that cannot be told, or whose agent later stops taking connections, is gone.
             using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct);
             limit.CancelAfter(request.Timeout + request.StallTimeout);
-            var gone = new bool[outcomes.Length];
             var telling = Task.WhenAll(Enumerable.Range(0, outcomes.Length).Except(launched).Select(async p =>
             {
                 var told = await SendsAsync(sent.Members[p], PeerFrame.Prep, (sent with { Position = p, Alone = true }).Encode(), key, request.JoinTimeout, limit.Token);
                 lock (gate)
                 {
                     gone[p] |= !told;
-                    if (Enumerable.Range(0, outcomes.Length).All(q => outcomes[q] is not null || gone[q])) all.TrySetResult();
+                    EndIfAllAccountedFor();
                 }
             }));
             var interval = FirstLivenessCheck;
+            // A liveness check still waiting on a member once every member is accounted for (the exchange's verdict
+            // came meanwhile) is called off, not waited out.
+            using var checking = CancellationTokenSource.CreateLinkedTokenSource(limit.Token);
             try
             {
                 while (!all.Task.IsCompleted)
@@ -136,11 +143,18 @@ public static class AgentsRequest
                         waiting = Enumerable.Range(0, outcomes.Length).Where(p => outcomes[p] is null && !gone[p]).ToArray();
                     }
                     interval = TimeSpan.FromTicks(Math.Min(interval.Ticks * 2, LongestLivenessInterval.Ticks));
-                    var alive = await Task.WhenAll(waiting.Select(p => SendsAsync(members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, key, request.JoinTimeout, limit.Token)));
+                    var pings = Task.WhenAll(waiting.Select(p => SendsAsync(members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, key, request.JoinTimeout, checking.Token)));
+                    if (await Task.WhenAny(all.Task, pings) != pings)
+                    {
+                        checking.Cancel();
+                        await pings;
+                        break;
+                    }
+                    var alive = await pings;
                     lock (gate)
                     {
                         for (var i = 0; i < waiting.Length; i++) gone[waiting[i]] |= !alive[i];
-                        if (Enumerable.Range(0, outcomes.Length).All(p => outcomes[p] is not null || gone[p])) all.TrySetResult();
+                        EndIfAllAccountedFor();
                     }
                 }
             }
@@ -155,6 +169,37 @@ public static class AgentsRequest
             stopCollecting.Cancel();
             listener.Close();
             try { await collecting; } catch (OperationCanceledException) { } catch (SocketException) { } catch (ObjectDisposedException) { }
+            await Task.WhenAll(lostChecks);
+        }
+
+        // The exchange decided that a member is gone (dead at once, silent for the peer timeout): the survivors' outcomes
+        // say which. One ping with the reach timeout, what any running agent answers in a round trip, confirms it, so
+        // the request ends once the others have answered, not after a liveness check's join timeout on top of the
+        // exchange's own. A member that answers is alive after all (it completes from the tier) and is waited for.
+        void CheckLost(IReadOnlyList<int> lost, CancellationToken stop)
+        {
+            foreach (var p in lost)
+            {
+                if ((uint)p >= (uint)outcomes.Length || outcomes[p] is not null || gone[p] || checkedLost[p]) continue;
+                checkedLost[p] = true;
+                lostChecks.Add(Task.Run(async () =>
+                {
+                    var alive = await SendsAsync(members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, key, request.ReachTimeout, stop);
+                    lock (gate)
+                    {
+                        gone[p] |= !alive;
+                        EndIfAllAccountedFor();
+                    }
+                }, CancellationToken.None));
+            }
+        }
+
+        // Under the gate: every member answered or is gone.
+        void EndIfAllAccountedFor()
+        {
+            for (var q = 0; q < outcomes.Length; q++)
+                if (outcomes[q] is null && !gone[q]) return;
+            all.TrySetResult();
         }
 
         async Task CollectAsync(CancellationToken stop)
@@ -184,7 +229,8 @@ public static class AgentsRequest
                     answered++;
                     lastAnswer = clock.Elapsed.TotalSeconds;
                     onOutcome?.Invoke(outcome);
-                    if (answered == outcomes.Length) all.TrySetResult();
+                    EndIfAllAccountedFor();
+                    if (outcome.Lost is { Count: > 0 } lost) CheckLost(lost, stop);
                 }
             }
             catch (Exception e) when (e is IOException or SocketException or TimeoutException or UnauthorizedAccessException or InvalidDataException or OperationCanceledException)

@@ -154,7 +154,10 @@ public sealed record PrepRequest
 /// <param name="Seconds">From the request reaching this agent to its copy verified and pinned.</param>
 /// <param name="Code">0 ready; else the failure's <see cref="ErrorCode"/> as a number.</param>
 /// <param name="Detail">The node prep line's fields (key=value …) when ready, else why not.</param>
-public sealed record NodeOutcome(int Position, string Node, int Code, string Version, double Seconds, string Detail)
+/// <param name="Lost">The positions this node's ring went on without (dead, or silent for the peer timeout): the exchange's
+/// own verdict, which the requester takes instead of finding the same member gone again with a timeout of its own.
+/// Null when none.</param>
+public sealed record NodeOutcome(int Position, string Node, int Code, string Version, double Seconds, string Detail, IReadOnlyList<int>? Lost = null)
 {
     public bool Ready => Code == 0;
 
@@ -163,6 +166,9 @@ public sealed record NodeOutcome(int Position, string Node, int Code, string Ver
         using var stream = new MemoryStream();
         using var w = new BinaryWriter(stream, Encoding.UTF8);
         w.Write(Position); w.Write(Node); w.Write(Code); w.Write(Version); w.Write(Seconds); w.Write(Detail);
+        // Appended: a requester that reads only the fields before it takes the outcome as before.
+        w.Write(Lost?.Count ?? 0);
+        foreach (var p in Lost ?? []) w.Write(p);
         w.Flush();
         return stream.ToArray();
     }
@@ -172,7 +178,15 @@ public sealed record NodeOutcome(int Position, string Node, int Code, string Ver
         try
         {
             using var r = new BinaryReader(new MemoryStream(bytes), Encoding.UTF8);
-            return new NodeOutcome(r.ReadInt32(), r.ReadString(), r.ReadInt32(), r.ReadString(), r.ReadDouble(), r.ReadString());
+            var outcome = new NodeOutcome(r.ReadInt32(), r.ReadString(), r.ReadInt32(), r.ReadString(), r.ReadDouble(), r.ReadString());
+            // An agent of an earlier build ends here.
+            if (r.BaseStream.Position == r.BaseStream.Length) return outcome;
+            var count = r.ReadInt32();
+            if (count < 0 || count > PrepRequest.MaxMembers) throw new InvalidDataException($"a node outcome naming {count} lost members");
+            if (count == 0) return outcome;
+            var lost = new int[count];
+            for (var i = 0; i < count; i++) lost[i] = r.ReadInt32();
+            return outcome with { Lost = lost };
         }
         catch (EndOfStreamException) { throw new InvalidDataException("a truncated node outcome"); }
     }

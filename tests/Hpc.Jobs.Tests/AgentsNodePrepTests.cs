@@ -279,6 +279,56 @@ public sealed class AgentsNodePrepTests
     }
 
     [Fact]
+    public async Task An_agent_stopped_mid_exchange_ends_the_request_once_the_others_answer_on_the_exchanges_own_verdict_not_a_join_timeout_later()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        const int size = 12 << 20;
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(size, seed: 37)), "risk/agentstop");
+        await using var slowLink = new ThrottledRelay(s.HostList, 1 << 20);
+        var key = KeyFile(s);
+        var agents = await StartAgentsAsync(s, 4, key, slowLink.Address);
+        // A join timeout far above the peer timeout: a requester that found the stopped member gone with a liveness check
+        // of its own would wait it out after the others' answers.
+        var request = new PrepRequest
+        {
+            Id = "p1", Name = "risk/agentstop", Job = "job-p", Members = agents.Select(a => a.Peer).ToList(), Requester = "",
+            PeerTimeout = TimeSpan.FromSeconds(2), JoinTimeout = TimeSpan.FromSeconds(60), ReachTimeout = TimeSpan.FromSeconds(1),
+            StallTimeout = TimeSpan.FromSeconds(20), Timeout = TimeSpan.FromMinutes(2), LinkProbe = false,
+        };
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var lastAnswer = TimeSpan.Zero;
+        var running = AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), _ => lastAnswer = clock.Elapsed, CancellationToken.None);
+        var stopped = false;
+        AgentsReport report;
+        try
+        {
+            var deadline = DateTime.UtcNow.AddSeconds(60);
+            while (!stopped && DateTime.UtcNow < deadline && !running.IsCompleted)
+            {
+                try
+                {
+                    if ((await s.StatusAsync(agents[2].Pipe)).Copies.Any(c => c.SegmentsDone > 0)) { Signal(agents[2].Process.Id, "STOP"); stopped = true; }
+                }
+                catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
+                await Task.Delay(50);
+            }
+            Assert.True(stopped, "position 2 never held a segment before the exchange ended");
+            report = await running.WaitAsync(TimeSpan.FromMinutes(3));
+        }
+        finally { if (stopped) Signal(agents[2].Process.Id, "CONT"); }
+        var ended = clock.Elapsed;
+
+        foreach (var p in new[] { 0, 1, 3 })
+            Assert.True(report.Outcomes[p] is { Ready: true }, $"position {p}: {report.Outcomes[p]?.Detail ?? "no answer"}");
+        Assert.Null(report.Outcomes[2]);
+        // The survivors' ring said it went on without position 2, and the requester took that word: it ended within the
+        // reach timeout's ping of the last answer, not the join timeout's 60 s.
+        Assert.Contains(report.Outcomes.OfType<NodeOutcome>(), o => o.Lost?.Contains(2) == true);
+        Assert.True(ended - lastAnswer < TimeSpan.FromSeconds(30), $"the request ended {(ended - lastAnswer).TotalSeconds:0.0} s after the last answer");
+    }
+
+    [Fact]
     public async Task A_malformed_frame_or_a_stranger_closes_only_its_own_connection_and_the_agent_keeps_taking_requests()
     {
         await using var s = new Sandbox();
@@ -430,6 +480,12 @@ public sealed class PrepRequestTests
     {
         var outcome = new NodeOutcome(12, "node13", 0, "abcd", 1.25, "bytes=10 source=fanout fanout=agents ranks=20");
         Assert.Equal(outcome, NodeOutcome.Decode(outcome.Encode()));
+        var lost = NodeOutcome.Decode((outcome with { Lost = [3, 17] }).Encode());
+        Assert.Equal([3, 17], lost.Lost!);
+        Assert.Equal(outcome, lost with { Lost = null });
+        // An agent of an earlier build sends the outcome without the lost members: it reads as losing none.
+        var earlier = outcome.Encode()[..^sizeof(int)];
+        Assert.Equal(outcome, NodeOutcome.Decode(earlier));
     }
 
     [Fact]
