@@ -54,10 +54,21 @@ internal static class AgentsNodePrep
             Console.Error.WriteLine($"hpcdata nodeprep: no answer from the agent at {describe(member)}");
         if (silent is not null && failed.Where(f => f.Outcome is null).Select(f => f.Member).ToList() is { Count: > 0 } unanswered) await silent(unanswered);
         var first = failed.FirstOrDefault(f => f.Outcome is not null).Outcome;
-        // The nodes by name in the one line a prolog or the scheduler shows as the reason.
-        var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})" : $"{describe(f.Member)} (no answer)")) + (failed.Count > 5 ? ", …" : "");
-        throw CommandException.Failed($"{failed.Count} of {report.Members.Count} nodes are not ready: {named}",
-            first is null ? ErrorCode.Unavailable : (ErrorCode)first.Code);
+        throw CommandException.Failed(NotReady(report, describe), first is null ? ErrorCode.Unavailable : (ErrorCode)first.Code);
+    }
+
+    /// <summary>
+    /// The nodes that are not ready, by name, in the one line a prolog or the scheduler shows as the reason: the first
+    /// five, each with its own word, or with <c>no answer</c>. A node the survivors' rings went on without (dead, or
+    /// silent for the peer timeout) says so: the exchange's own verdict beside the requester's unanswered ask.
+    /// </summary>
+    internal static string NotReady(AgentsReport report, Func<string, string> describe)
+    {
+        var lost = report.Outcomes.SelectMany(x => x?.Lost ?? []).ToHashSet();
+        var failed = report.Outcomes.Select((x, i) => (Outcome: x, Member: report.Members[i], Position: i)).Where(x => x.Outcome is not { Ready: true }).ToList();
+        var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})"
+            : $"{describe(f.Member)} ({(lost.Contains(f.Position) ? "lost in the exchange, " : "")}no answer)")) + (failed.Count > 5 ? ", …" : "");
+        return $"{failed.Count} of {report.Members.Count} nodes are not ready: {named}";
     }
 
     private static async Task<AgentsReport> WithKeyAsync(NodePrepOptions o, string name, string? version, string job, IReadOnlyList<string> members, ExchangeSettings settings,
@@ -97,7 +108,7 @@ internal static class AgentsNodePrep
         }
         catch (CommonDataException e) { throw CommandException.Failed(e.Message, e.Code); }
         catch (Exception e) when (e is IOException or TimeoutException) { throw CommandException.From(e, o.Agent.NotAnswering(e)); }
-        var outcomes = exchange.Outcomes.Select(x => x is null ? null : new NodeOutcome(x.Position, x.Node, x.Code, x.Version, x.Seconds, x.Detail)).ToList();
+        var outcomes = exchange.Outcomes.Select(x => x is null ? null : new NodeOutcome(x.Position, x.Node, x.Code, x.Version, x.Seconds, x.Detail, x.Lost)).ToList();
         foreach (var outcome in outcomes.OfType<NodeOutcome>()) print(outcome);
         return new AgentsReport(exchange.Members, exchange.LaunchSeconds, exchange.Joined, outcomes, exchange.Seconds);
     }

@@ -44,7 +44,7 @@ internal static class ExchangeOperation
                 {
                     Members = [.. report.Members], LaunchSeconds = report.LaunchSeconds, Joined = report.Joined, Seconds = report.Seconds,
                     Outcomes = [.. report.Outcomes.Select(o => o is null ? null : new ExchangeOutcome
-                        { Position = o.Position, Node = o.Node, Code = o.Code, Version = o.Version, Seconds = o.Seconds, Detail = o.Detail })],
+                        { Position = o.Position, Node = o.Node, Code = o.Code, Version = o.Version, Seconds = o.Seconds, Detail = o.Detail, Lost = o.Lost is null ? null : [.. o.Lost] })],
                 },
             };
         }, ct);

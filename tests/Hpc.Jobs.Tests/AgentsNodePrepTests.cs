@@ -489,6 +489,25 @@ public sealed class PrepRequestTests
     }
 
     [Fact]
+    public void The_reason_a_job_is_sent_back_names_each_node_that_is_not_ready_and_says_which_the_exchange_went_on_without()
+    {
+        NodeOutcome Ready(int p, IReadOnlyList<int>? lost = null) => new(p, $"n{p}", 0, "abcd", 1, "bytes=10 source=fanout", lost);
+        var report = new AgentsReport(["a:6390", "b:6390", "c:6390", "d:6390"], 0.1, 3,
+            [Ready(0, lost: [2]), null, null, new NodeOutcome(3, "n3", (int)ErrorCode.AccessDenied, "", 0, "user alice may not read risk/x")], 2);
+
+        var reason = Hpc.Jobs.Commands.AgentsNodePrep.NotReady(report, m => $"node-{m[0]} at {m}");
+
+        Assert.Equal("3 of 4 nodes are not ready: node-b at b:6390 (no answer), node-c at c:6390 (lost in the exchange, no answer), " +
+                     "n3 (user alice may not read risk/x)", reason);
+        // A job step without the key gets the report through its node's agent: the verdict crosses the pipe with it.
+        var piped = new Hpc.CommonData.Agent.AgentResponse { Ok = true, Exchange = new() { Outcomes = [new() { Position = 0, Lost = [2] }, null] } };
+        var back = System.Text.Json.JsonSerializer.Deserialize(System.Text.Json.JsonSerializer.Serialize(piped, Hpc.CommonData.Agent.AgentJson.Default.AgentResponse),
+            Hpc.CommonData.Agent.AgentJson.Default.AgentResponse)!;
+        Assert.Equal([2], back.Exchange!.Outcomes[0]!.Lost!);
+        Assert.Null(back.Exchange.Outcomes[1]);
+    }
+
+    [Fact]
     public void Members_come_from_a_list_or_a_file_and_get_the_agents_port_when_they_name_none()
     {
         Assert.Equal(["n1:6390", "n2:7000", "[fe80::1]:6390"], Hpc.Jobs.Commands.AgentsNodePrep.Members("n1, n2:7000,[fe80::1]"));

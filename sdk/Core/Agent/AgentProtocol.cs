@@ -192,6 +192,8 @@ public sealed class ExchangeOutcome
     [JsonPropertyName("version")] public string Version { get; set; } = "";
     [JsonPropertyName("seconds")] public double Seconds { get; set; }
     [JsonPropertyName("detail")] public string Detail { get; set; } = "";
+    /// <summary>The positions this node's ring went on without (dead, or silent for the peer timeout); null when none.</summary>
+    [JsonPropertyName("lost")] public List<int>? Lost { get; set; }
 }
 
 public sealed class AgentResponse
