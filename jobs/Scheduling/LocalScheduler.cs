@@ -153,7 +153,7 @@ public sealed class LocalScheduler(TextWriter output, TextWriter errors, TextWri
         if (missing.Count == 0) return results;
         ct.ThrowIfCancellationRequested();
         output.WriteLine($"prestage: fan-out ended with exit {code} before {missing.Count} of {job.Nodes} node(s) were prepared; " +
-                         $"completing them by direct fetch{(stderr.Length > 0 ? $" ({stderr.Trim().Split('\n')[^1]})" : "")}");
+                         $"completing them by direct fetch{(stderr.Length > 0 ? $" ({string.Join(" | ", stderr.Trim().Split('\n').TakeLast(6).Select(l => l.Trim()))})" : "")}");
         var direct = await Task.WhenAll(missing.Select(n => RunHpcdataAsync([.. JobSpec.DirectNodePrepArguments, "--job", jobId], JobEnvironment(job, jobId, pipePrefix + n), ct)));
         for (var i = 0; i < missing.Count; i++) results[missing[i]] = direct[i];
         return results;

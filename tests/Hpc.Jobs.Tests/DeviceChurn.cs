@@ -18,6 +18,15 @@ public sealed class DeviceChurn : IAsyncDisposable
     /// <summary>How many devices it has created so far.</summary>
     public int Devices => File.Exists(countFile) && int.TryParse(File.ReadAllText(countFile).Trim(), out int n) ? n : 0;
 
+    /// <summary>Waits until the first device was created, so the churn is under way before what it disturbs starts; false
+    /// when none was within <paramref name="limit"/>.</summary>
+    public async Task<bool> UnderWayAsync(TimeSpan limit)
+    {
+        var clock = Stopwatch.StartNew();
+        while (Devices == 0 && !process.HasExited && clock.Elapsed < limit) await Task.Delay(20);
+        return Devices > 0;
+    }
+
     public static DeviceChurn Start()
     {
         string name = $"hcchurn{Environment.ProcessId % 100000}";

@@ -20,13 +20,14 @@ public sealed class LocalFanoutDeviceChurnTests
         await using var s = new Sandbox();
         var data = s.WriteFile("prices.bin", Sandbox.RandomBytes(2_000_000, seed: 24));
         await using var churn = DeviceChurn.Start();
+        Assert.True(await churn.UnderWayAsync(TimeSpan.FromSeconds(30)), "the churn created no network device");
         for (var run = 0; run < 3; run++)
         {
             var r = await s.HpcdataAsync(["prestage", data, "--name", "risk/churn", "--nodes", "3", "--fanout", "mpi", "--job", $"job-churn-{run}",
                 "--", "/bin/sh", "-c", "echo $HPCDATA_DATASET_PATH"]);
             string output = string.Join("\n", r.Stdout) + "\n" + r.Stderr;
             Assert.True(r.Code == 0, output);
-            Assert.DoesNotContain("completing them by direct fetch", output);
+            Assert.False(output.Contains("completing them by direct fetch", StringComparison.Ordinal), $"run {run} fell back to direct fetch:\n{output}");
             Assert.Equal(3, r.Stdout.Count(l => l.Contains("nodeprep") && l.Contains("dataset=risk/churn") && l.Contains("fanout=mpi ranks=3")));
         }
         Assert.True(churn.Devices > 0, "no network device was created while the ranks started");
