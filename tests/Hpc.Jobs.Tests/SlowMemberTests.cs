@@ -133,8 +133,8 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     public async Task Every_rank_computes_the_same_route()
     {
         // The other links are unpaced in-process queues, as fast as the scheduler runs them: on a machine busy with other
-        // tests one of them can read slow too. Every run must agree on one route; a run that also made a healthy rank a
-        // leaf is repeated (at most twice more) before the route is judged.
+        // tests one of them can read slow too. Every run must agree on one route; a run that made a healthy rank a leaf
+        // (beside the slow one, or in its place) is repeated (at most twice more) before the route is judged.
         string route = "";
         for (var attempt = 0; attempt < 3 && route != "leaves:4/ring:0,1,2,3,5"; attempt++)
         {
@@ -145,7 +145,6 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
             await Task.WhenAll(probes);
             route = routes[0].ToString();
             Assert.All(routes, r => Assert.Equal(route, r.ToString()));
-            Assert.Contains(4, routes[0].Leaves);
         }
         Assert.Equal("leaves:4/ring:0,1,2,3,5", route);
     }
