@@ -255,17 +255,7 @@ public sealed class AgentsNodePrepTests
             PeerTimeout = TimeSpan.FromSeconds(2), StallTimeout = TimeSpan.FromSeconds(20), Timeout = TimeSpan.FromMinutes(2), LinkProbe = false,
         };
         var running = AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None);
-        var deadline = DateTime.UtcNow.AddSeconds(60);
-        var killed = false;
-        while (!killed && DateTime.UtcNow < deadline && !running.IsCompleted)
-        {
-            try
-            {
-                if ((await s.StatusAsync(agents[2].Pipe)).Copies.Any(c => c.SegmentsDone > 0)) { await agents[2].Process.KillAsync(); killed = true; }
-            }
-            catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
-            await Task.Delay(50);
-        }
+        var killed = await StrikeOnceItHoldsASegmentAsync(s, agents[2], running, () => agents[2].Process.KillAsync());
         Assert.True(killed, "position 2 never held a segment before the exchange ended");
         var report = await running.WaitAsync(TimeSpan.FromMinutes(3));
 
@@ -303,16 +293,11 @@ public sealed class AgentsNodePrepTests
         AgentsReport report;
         try
         {
-            var deadline = DateTime.UtcNow.AddSeconds(60);
-            while (!stopped && DateTime.UtcNow < deadline && !running.IsCompleted)
+            stopped = await StrikeOnceItHoldsASegmentAsync(s, agents[2], running, () =>
             {
-                try
-                {
-                    if ((await s.StatusAsync(agents[2].Pipe)).Copies.Any(c => c.SegmentsDone > 0)) { Signal(agents[2].Process.Id, "STOP"); stopped = true; }
-                }
-                catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
-                await Task.Delay(50);
-            }
+                Signal(agents[2].Process.Id, "STOP");
+                return Task.CompletedTask;
+            });
             Assert.True(stopped, "position 2 never held a segment before the exchange ended");
             report = await running.WaitAsync(TimeSpan.FromMinutes(3));
         }
@@ -326,6 +311,27 @@ public sealed class AgentsNodePrepTests
         // reach timeout's ping of the last answer, not the join timeout's 60 s.
         Assert.Contains(report.Outcomes.OfType<NodeOutcome>(), o => o.Lost?.Contains(2) == true);
         Assert.True(ended - lastAnswer < TimeSpan.FromSeconds(30), $"the request ended {(ended - lastAnswer).TotalSeconds:0.0} s after the last answer");
+    }
+
+    /// <summary>Strikes <paramref name="agent"/> (kills or stops it) once its copy holds a segment, so in the middle of the
+    /// exchange; false when the request ended, or a minute passed, first.</summary>
+    private static async Task<bool> StrikeOnceItHoldsASegmentAsync(Sandbox s, Agent agent, Task running, Func<Task> strike)
+    {
+        var deadline = DateTime.UtcNow.AddSeconds(60);
+        while (DateTime.UtcNow < deadline && !running.IsCompleted)
+        {
+            try
+            {
+                if ((await s.StatusAsync(agent.Pipe)).Copies.Any(c => c.SegmentsDone > 0))
+                {
+                    await strike();
+                    return true;
+                }
+            }
+            catch (Exception e) when (e is IOException or TimeoutException or CommonDataException) { }
+            await Task.Delay(50);
+        }
+        return false;
     }
 
     [Fact]
