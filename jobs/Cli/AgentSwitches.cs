@@ -10,7 +10,7 @@ namespace Hpc.Jobs.Cli;
 /// (<see cref="NodeAgentOptions"/>), of which a verb takes the few it needs, so <c>--pipe</c> means, reads and says the
 /// same for a verb as for the agent.
 /// </summary>
-public sealed class AgentSwitches(ISet<string> given)
+public sealed class AgentSwitches(SettingOrigins origins)
 {
     /// <summary>The switch every verb that reaches an agent takes.</summary>
     public static readonly IReadOnlyCollection<string> Pipe = ["--pipe"];
@@ -25,7 +25,7 @@ public sealed class AgentSwitches(ISet<string> given)
     public string PipeName => string.IsNullOrWhiteSpace(Options.Pipe) ? AgentClient.DefaultPipe : Options.Pipe.Trim();
 
     /// <summary>Whether the switch was given, on the command line or by its variable.</summary>
-    public bool IsSet(string name) => SwitchGroup.Of(typeof(NodeAgentOptions), [name]).IsSet(name, given);
+    public bool IsSet(string name) => origins[name].Source is SettingSource.CommandLine or SettingSource.Variable;
 
     /// <summary>The group as a verb nests it, taking <paramref name="only"/> of the agent's switches.</summary>
     public NestedSwitches Nested(IReadOnlyCollection<string> only, string title = "Node agent (the agent's own switches; each also from its variable)") =>
@@ -69,11 +69,11 @@ public sealed record AgentAnswer(AgentStatus? Status, Exception? Failure)
 /// <summary>A verb that talks to this node's agent only (path, noderelease).</summary>
 public abstract class AgentClientOptions : ISwitchGroups
 {
-    protected AgentClientOptions() => Agent = new AgentSwitches(GivenSwitches);
+    protected AgentClientOptions() => Agent = new AgentSwitches(Origins);
 
     public AgentSwitches Agent { get; }
 
-    public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+    public SettingOrigins Origins { get; } = new();
 
     IEnumerable<NestedSwitches> ISwitchGroups.Groups => [Agent.Nested(AgentSwitches.Pipe)];
 }

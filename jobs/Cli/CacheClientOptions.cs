@@ -12,7 +12,7 @@ namespace Hpc.Jobs.Cli;
 /// </summary>
 public abstract class CacheClientOptions : ISwitchGroups
 {
-    protected CacheClientOptions() => Agent = new AgentSwitches(GivenSwitches);
+    protected CacheClientOptions() => Agent = new AgentSwitches(Origins);
 
     /// <summary>The cache tier as the environment and the command line give it (no default hosts yet).</summary>
     public CacheTierOptions CacheTierSwitches { get; set; } = new();
@@ -26,8 +26,8 @@ public abstract class CacheClientOptions : ISwitchGroups
     public Microsoft.Extensions.Logging.ILogger TierLog =>
         Verbose ? new StderrLogger("hpcdata", Microsoft.Extensions.Logging.LogLevel.Debug) : Microsoft.Extensions.Logging.Abstractions.NullLogger.Instance;
 
-    /// <summary>The switches of the groups that were on the command line (e.g. <c>--cache-hosts</c>).</summary>
-    public ISet<string> GivenSwitches { get; } = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
+    /// <summary>Where each setting came from: the command line, a variable, a client's settings file.</summary>
+    public SettingOrigins Origins { get; } = new();
 
     /// <summary>The node agent, for a verb that also talks to it (<see cref="AgentSwitchNames"/>).</summary>
     public AgentSwitches Agent { get; }
@@ -89,9 +89,7 @@ public abstract class CacheClientOptions : ISwitchGroups
         // The default is this command's own: a program it starts keeps its own default (or its appsettings.json).
         if (options.Hosts.Count == 0) (options.Hosts, _hostsDefaulted) = ([$"127.0.0.1:{CacheEndpoint.DefaultPort}"], true);
         options.Hosts = CacheEndpoint.ParseList(string.Join(",", options.Hosts)).Select(h => h.ToString()).ToList();
-        // A file named on the command line wins over a password the environment gave.
-        if (GivenSwitches.Contains("--cache-password-file")) options.Password = null;
-        if (options.Validate().FirstOrDefault() is { } problem) throw new ArgumentException(problem);
+        if (options.Validate().FirstOrDefault() is { } problem) throw new ArgumentException(Origins.Attribute(problem));
         options.LoadPasswordFile();
         if (!_exposureSaid && Hpc.CommonData.Security.SecretFiles.Exposure((options.PasswordFile, "--cache-password-file")) is { } exposed)
             Console.Error.WriteLine($"hpcdata: warning: {exposed}");

@@ -377,7 +377,7 @@ public static class NodePrepCommand
             var running = await AgentClient.ConnectIfListeningAsync(pipe, TimeSpan.FromSeconds(2), ct);
             // What configures an agent node prep starts does nothing to one that runs: said, not silently dropped.
             var agentOnly = CacheClientOptions.Group.Names.Concat(AgentSwitches.Start).Except(AgentSwitches.Pipe).ToHashSet(StringComparer.OrdinalIgnoreCase);
-            var ignored = o.GivenSwitches.Where(agentOnly.Contains).Order(StringComparer.Ordinal).ToList();
+            var ignored = o.Origins.FromCommandLine.Where(agentOnly.Contains).Order(StringComparer.Ordinal).ToList();
             if (ignored.Count > 0 && !o.Quiet)
                 Console.Error.WriteLine($"hpcdata nodeprep: the node agent on '{pipe}' was already running, with its own settings: {string.Join(", ", ignored)} " +
                                         $"{(ignored.Count == 1 ? "applies" : "apply")} only to an agent node prep starts{(o.Fanout == "mpi" ? " (and to the fan-out's own fetching)" : "")}; " +

@@ -169,7 +169,7 @@ public sealed class PrestageCommand(PrestageOptions o, IReadOnlyList<string> com
             }
             // The nodes get the cache tier whole, as this command was given it (files by full path), on the hosts used here.
             var job = new JobSpec($"hpcdata-{name.Replace('/', '-')}", name, version, o.CacheTierFor(hosts), o.Nodes, o.HostsPerNode, command,
-                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.GivenSwitches.Contains("--pipe") ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi,
+                o.Client is null ? null : SplitCommand(o.Client), Hpcdata(), o.Origins.Gave("--pipe", SettingSource.CommandLine) ? o.Agent.PipeName : null, o.Evict, lifetimeJob, FanoutMpi: fanoutMpi,
                 NodePrep: o.NodePrep.Copy(), Verbose: o.Verbose, SlurmStaging: o.SlurmStaging);
 
             if (!local) return await SubmitAsync(job, tierOptions, cancel.Token);

@@ -13,13 +13,8 @@ public static class ProgramVerb
     /// every line it writes there (its errors and warnings) still reaches ours; its stdout is dropped unless
     /// <paramref name="keepOutput"/>.
     /// </param>
-    /// <param name="beneath">Variables the program sees where the environment sets none (the client's settings files).</param>
-    public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args, bool quiet = false, bool keepOutput = true,
-        IReadOnlyDictionary<string, string>? beneath = null)
+    public static async Task<int> RunAsync(string assembly, IReadOnlyList<string> args, bool quiet = false, bool keepOutput = true)
     {
-        // The program reads its settings from variables; an in-process run reads this process's, so they are set here.
-        foreach (var (variable, value) in beneath ?? new Dictionary<string, string>())
-            if (string.IsNullOrEmpty(Environment.GetEnvironmentVariable(variable))) Environment.SetEnvironmentVariable(variable, value);
         // Compiled into this executable (native hpcdata): run here, a process less; quiet needs the program's own
         // process, whose output it connects.
         if (!quiet && LinkedPrograms.Find(assembly) is { } linked) return await linked([.. args]);
@@ -65,19 +60,10 @@ public static class StageVerb
 {
     public static Task<int> RunAsync(string[] args)
     {
-        // The stager reads the switches; --quiet is carried out here, around it, by how its output is connected.
-        var parsed = ProgramContract<StagerOptions>.Parse(args);
-        bool On(string property) => parsed.Settings.TryGetValue($"{StagerOptions.SectionName}:{property}", out var text) && SettingValues.TryParseBool(text, out var on) && on;
-        var quiet = !parsed.HelpRequested && parsed.Error is null && On(nameof(StagerOptions.Quiet));
-        // Every verb reads the client's settings files beneath the environment; the stager reads variables only, so
-        // what the files give reaches it as the variables they stand for.
-        ClientConfig config;
-        try { config = ClientConfig.Load(); }
-        catch (FormatException e)
-        {
-            Console.Error.WriteLine($"hpcdata stage: {e.Message}");
-            return Task.FromResult(ExitCodes.Usage);
-        }
-        return ProgramVerb.RunAsync("Hpc.Stager", args, quiet, keepOutput: On(nameof(StagerOptions.Json)), beneath: config.Values);
+        // The stager resolves its settings itself (the client's settings files among them, as for every verb); --quiet is
+        // carried out here, around it, by how its output is connected, so it is resolved here too, the same way.
+        var resolved = ProgramContract<StagerOptions>.Resolve(args, Environment.GetEnvironmentVariable, []);
+        var usable = !resolved.HelpRequested && resolved.Problem is null;
+        return ProgramVerb.RunAsync("Hpc.Stager", args, usable && resolved.Options.Quiet, keepOutput: usable && resolved.Options.Json);
     }
 }

@@ -35,7 +35,7 @@ public sealed class StatusOptions : CacheClientOptions, IVerbOptions
 public static class StatusCommand
 {
     public static Task<int> RunAsync(StatusOptions o, CancellationToken ct) =>
-        o.GivenSwitches.Contains("--cache-hosts") || o.WholeCacheTier ? CacheHostsAsync(o, ct) : NodeAsync(o, ct);
+        o.Origins.Gave("--cache-hosts", SettingSource.CommandLine) || o.WholeCacheTier ? CacheHostsAsync(o, ct) : NodeAsync(o, ct);
 
     private static async Task<int> NodeAsync(StatusOptions o, CancellationToken ct)
     {

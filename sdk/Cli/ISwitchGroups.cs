@@ -10,8 +10,8 @@ public interface ISwitchGroups
 {
     /// <summary>The groups the command tree fills, each with the title its help section has.</summary>
     IEnumerable<NestedSwitches> Groups { get; }
-    /// <summary>The switches found on the command line, the verb's own and its groups'.</summary>
-    ISet<string> GivenSwitches { get; }
+    /// <summary>Where each setting of the verb and its groups came from, filled as the verb's settings are resolved.</summary>
+    SettingOrigins Origins { get; }
 }
 
 /// <summary>

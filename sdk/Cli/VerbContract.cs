@@ -26,6 +26,12 @@ public interface IVerbOptions
     static virtual bool WithoutSettingsFile => false;
 }
 
+/// <summary>A verb's resolved options, the first problem with them, and where each setting came from.</summary>
+public sealed record VerbSettings<T>(T Options, string? Problem, SettingOrigins Origins)
+{
+    public void Deconstruct(out T options, out string? problem) => (options, problem) = (Options, Problem);
+}
+
 /// <summary>
 /// The command line of one verb, read from its options type <typeparamref name="T"/>: the variables of its switches and
 /// of the groups it nests, then the groups' switches, then its own switches and positional arguments. <c>--help</c>
@@ -51,46 +57,30 @@ public static class VerbContract<[DynamicallyAccessedMembers(OptionsType.Members
     }
 
     /// <summary>
-    /// The options the environment (the process's, or <paramref name="environment"/>) and <paramref name="args"/> give,
-    /// or the first problem with them.
+    /// The options the client's settings files, the environment and <paramref name="args"/> give, resolved as every
+    /// program's are (<see cref="SettingsResolver"/>), with where each came from; or the first problem with them. The
+    /// process's variables and files by default; <paramref name="environment"/> (with <paramref name="files"/>, none by
+    /// default) stands for both.
     /// </summary>
-    public static (T Options, string? Problem) Parse(IReadOnlyList<string> args, Func<string, string?>? environment = null)
+    public static VerbSettings<T> Parse(IReadOnlyList<string> args, Func<string, string?>? environment = null, ClientConfig? files = null)
     {
         var options = new T();
+        files ??= ClientConfig.None;
         if (environment is null)
         {
-            // The client's settings files (/etc/hpcdata/client.conf, the user's) beneath the process's variables.
-            try { environment = ClientConfig.Load().Beneath(Environment.GetEnvironmentVariable); }
+            environment = Environment.GetEnvironmentVariable;
+            try { files = ClientConfig.Load(); }
             catch (FormatException e) when (T.WithoutSettingsFile)
             {
                 Console.Error.WriteLine($"hpcdata {T.Verb}: warning: {e.Message}; going on without the client's settings files");
-                environment = Environment.GetEnvironmentVariable;
             }
-            catch (FormatException e) { return (options, e.Message); }
+            catch (FormatException e) { return new(options, e.Message, new SettingOrigins()); }
         }
         var groups = options as ISwitchGroups;
-        var given = groups?.GivenSwitches ?? new HashSet<string>(StringComparer.OrdinalIgnoreCase);
         var own = SwitchGroup.Of(typeof(T));
-        var all = new List<(SwitchGroup Switches, object Target)> { (own, options) };
-        all.AddRange((groups?.Groups ?? []).Select(g => (g.Switches, g.Target)));
-        // Variables first, each group's own; then the whole command line in one pass of the engine, every value set on
-        // the group that declares its switch.
-        foreach (var (switches, target) in all)
-            if (switches.ApplyEnvironment(target, environment) is { } problem) return (options, problem);
-        var parsed = CommandLineEngine.Parse([.. all.SelectMany(g => g.Switches.Syntax)], args);
-        if (parsed.Problem is { } bad) return (options, bad);
-        if (parsed.UnknownOption is { } unknown)
-        {
-            var name = unknown.Split('=')[0];
-            return (options, $"unknown option '{name}'{Suggestions.DidYouMean(name, all.SelectMany(g => g.Switches.Names))}");
-        }
-        foreach (var (name, value) in parsed.Values)
-        {
-            var (switches, target) = all.First(g => g.Switches.Declares(name));
-            if (switches.Apply(target, name, value) is { } problem) return (options, problem);
-            given.Add(name);
-        }
-        return (options, own.BindArguments(parsed.Arguments, options, given));
+        List<SettingSlot> slots = [.. SettingSlot.Of(options), .. (groups?.Groups ?? []).SelectMany(g => SettingSlot.Of(g.Target, g.Only))];
+        var resolved = SettingsResolver.Resolve(slots, args, environment, files, groups?.Origins);
+        return new(options, resolved.Problem ?? own.BindArguments(resolved.Arguments, options, resolved.Origins), resolved.Origins);
     }
 
     private static IEnumerable<string> GroupNames(ISwitchGroups? groups) => (groups?.Groups ?? []).SelectMany(g => g.Switches.Names);

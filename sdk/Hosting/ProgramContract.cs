@@ -20,6 +20,8 @@ public interface IProgramOptions
     static abstract string Summary { get; }
     /// <summary>Command lines the help shows last, each under what it does.</summary>
     static virtual IReadOnlyList<(string Command, string What)> Examples => [];
+    /// <summary>A client program (the stager) reads the client's settings files (<see cref="ClientConfig"/>) beneath its variables, as every verb does.</summary>
+    static virtual bool ReadsClientFiles => false;
     /// <summary>Problems with the values, each a sentence naming the switch; empty when the options are usable.</summary>
     IEnumerable<string> Validate();
 }
@@ -28,16 +30,13 @@ public interface IProgramOptions
 public sealed record SettingsFile(string Path, bool Optional);
 
 /// <summary>
-/// A program's settings resolved from every source (<see cref="ProgramContract{T}.Resolve"/>): the bound options, the
-/// keys the command line and variables gave, the whole configuration (for the program's other sections, such as
-/// logging), and what is wrong: <see cref="Problem"/> (a switch, variable, file or value that does not read),
-/// <see cref="Invalid"/> (the options' own checks), <see cref="Warnings"/> (keys no setting has).
+/// A program's settings resolved from every source (<see cref="ProgramContract{T}.Resolve"/>): the bound options, where
+/// each setting came from, and what is wrong: <see cref="Problem"/> (a switch, variable, file or value that does not
+/// read), <see cref="Invalid"/> (the options' own checks, each saying where a value came from that the command line did
+/// not give), <see cref="Warnings"/> (keys no setting has).
 /// </summary>
-public sealed record Resolution<T>(T Options, IReadOnlyDictionary<string, string?> Settings, IConfiguration? Configuration, bool HelpRequested,
+public sealed record Resolution<T>(T Options, SettingOrigins Origins, bool HelpRequested,
     string? Problem, IReadOnlyList<string> Invalid, IReadOnlyList<string> Warnings) where T : class;
-
-/// <summary>What <see cref="ProgramContract{T}.Parse"/> found on a command line.</summary>
-public sealed record ParsedCommandLine(IReadOnlyDictionary<string, string?> Settings, bool HelpRequested, string? Error);
 
 /// <summary>
 /// The command line of a program, derived from its options type <typeparamref name="T"/> once, for both sides of the
@@ -68,72 +67,11 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         }
     }
 
+    /// <summary>The key a JSON settings file gives the switch <paramref name="switchName"/>'s value at (<c>CacheHost:MaxClients</c>).</summary>
+    public static string SettingsKey(string switchName) => Entries.First(e => e.Switch.Name.Equals(switchName, StringComparison.OrdinalIgnoreCase)).Key;
+
     /// <summary>The switches, in declaration order (for help and documentation).</summary>
     public static IEnumerable<SwitchAttribute> Switches => Entries.Select(e => e.Switch);
-
-    /// <summary>
-    /// Reads the command line into configuration keys of <see cref="IProgramOptions.SectionName"/>. A list value
-    /// (<c>--cache-hosts a:1,b:2</c>) becomes indexed keys; a switch that takes no value stands for <c>true</c>.
-    /// </summary>
-    public static ParsedCommandLine Parse(IReadOnlyList<string> args)
-    {
-        var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
-        var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
-        // "help" asks for help as the first word only: later it is a value (a file may be called help); after "--"
-        // nothing is a switch.
-        var end = args.Count;
-        for (var i = 0; i < args.Count; i++) if (args[i] == "--") { end = i; break; }
-        if ((args.Count > 0 && args[0] == "help") || args.Take(end).Any(a => a is "--help" or "-h" or "-?")) return new(settings, true, null);
-        var named = Entries.Where(e => e.Switch.Name.Length > 0).ToList();
-        var parsed = CommandLineEngine.Parse([.. named.Select(e => new SwitchSyntax(e.Switch.Name, e.Switch.Alias, e.Property.PropertyType == typeof(bool)))], args);
-        if (parsed.Problem is { } problem) return new(settings, false, problem);
-        if (parsed.UnknownOption is { } unknown)
-        {
-            var name = unknown.Split('=')[0];
-            return new(settings, false, name.StartsWith("--", StringComparison.Ordinal)
-                ? $"unknown option '{name}'{Suggestions.DidYouMean(name, named.Select(e => e.Switch.Name))} (see {T.ProgramName} --help)"
-                : $"unknown option '{name}' (see {T.ProgramName} --help; an argument that starts with '-' goes after --)");
-        }
-        foreach (var (name, value) in parsed.Values)
-        {
-            var entry = named.First(e => e.Switch.Name == name);
-            if (Check(entry, value) is { } bad) return new(settings, false, $"{name}: {bad}");
-            Put(settings, entry, value);
-        }
-        if (parsed.Arguments.Count > (positional is null ? 0 : 1))
-            return new(settings, false, $"unexpected argument '{parsed.Arguments[positional is null ? 0 : 1]}'");
-        if (positional is not null && parsed.Arguments.Count == 1) settings[positional.Key] = parsed.Arguments[0];
-        if (positional is not null && !settings.ContainsKey(positional.Key) && positional.Switch.Meta is { } meta && !meta.EndsWith(']'))
-            return new(settings, false, $"missing {meta} (see {T.ProgramName} --help)");
-        return new(settings, false, null);
-    }
-
-    /// <summary>The documented environment variables that are set (in <paramref name="environment"/>, the process's by default), as configuration keys.</summary>
-    public static IReadOnlyDictionary<string, string?> FromEnvironment(Func<string, string?>? environment = null) => ReadEnvironment(out _, environment);
-
-    private static Dictionary<string, string?> ReadEnvironment(out string? error, Func<string, string?>? environment = null)
-    {
-        error = null;
-        environment ??= Environment.GetEnvironmentVariable;
-        var settings = new Dictionary<string, string?>(StringComparer.OrdinalIgnoreCase);
-        foreach (var e in Entries)
-        {
-            if (e.Switch.Environment is not { } v || environment(v) is not { Length: > 0 } value) continue;
-            if (Check(e, value) is { } problem) { error ??= $"environment variable {v}: {problem}"; continue; }
-            Put(settings, e, value);
-        }
-        return settings;
-    }
-
-    /// <summary>Sets one switch's keys, first dropping what an earlier layer or an earlier occurrence gave it (a list
-    /// given again replaces the old one instead of overwriting only its first items).</summary>
-    private static void Put(Dictionary<string, string?> settings, Entry e, string value)
-    {
-        settings.Remove(e.Key);
-        if (IsList(e.Property.PropertyType))
-            foreach (var k in settings.Keys.Where(k => k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)).ToList()) settings.Remove(k);
-        foreach (var (k, v) in Expand(e, value)) settings[k] = v;
-    }
 
     /// <summary>The command line that makes the program run with <paramref name="options"/>: every setting that
     /// differs from the default or that an environment variable could otherwise change, secrets left out (pass those
@@ -192,25 +130,6 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         return sb.ToString();
     }
 
-    /// <summary>The command line over the documented variables, as configuration keys: what every program starts from.</summary>
-    private static (Dictionary<string, string?> Settings, ParsedCommandLine Parsed, string? EnvironmentError) Merge(IReadOnlyList<string> args, Func<string, string?> environment)
-    {
-        var parsed = Parse(args);
-        var merged = ReadEnvironment(out var environmentError, environment);
-        // A switch on the command line replaces everything the environment gave it (all items of a list).
-        foreach (var e in Entries)
-            if (parsed.Settings.Keys.Any(k => k.Equals(e.Key, StringComparison.OrdinalIgnoreCase) || k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)))
-                foreach (var k in merged.Keys.Where(k => k.Equals(e.Key, StringComparison.OrdinalIgnoreCase) || k.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase)).ToList())
-                    merged.Remove(k);
-        // A secret's file on the command line outranks the secret a variable gave, although it fills another key: the
-        // command line wins over the environment for the password as for every setting, and as hpcdata's own verbs read it.
-        foreach (var file in Entries.Where(e => parsed.Settings.ContainsKey(e.Key)))
-            foreach (var secret in Entries.Where(e => e.Switch.Secret && e.Switch.Name + "-file" == file.Switch.Name))
-                merged.Remove(secret.Key);
-        foreach (var (k, v) in parsed.Settings) merged[k] = v;
-        return (merged, parsed, environmentError);
-    }
-
     /// <summary>
     /// The program's JSON settings files, the first beneath: <c>appsettings.json</c> in <paramref name="directory"/>
     /// (the program's own folder by default; optional), then the site's file that <see cref="ServiceHosting.SettingsVariable"/>
@@ -222,27 +141,76 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
 
     /// <summary>
     /// The program's settings as one value, from every source in one order — the command line, then the documented
-    /// variables, then <paramref name="files"/> (the last wins among them), then the options type's defaults — bound
-    /// and validated. Every program runs this, and the tests run it as the programs do; nothing is printed.
+    /// variables, then the client's settings files where the program reads them (<see cref="IProgramOptions.ReadsClientFiles"/>),
+    /// then <paramref name="files"/> (the last wins among them), then the options type's defaults — bound and
+    /// validated, with where each setting came from. The switches' sources are <see cref="SettingsResolver"/>'s, as for
+    /// every verb. Every program runs this, and the tests run it as the programs do; nothing is printed.
     /// </summary>
-    [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
-    [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
     public static Resolution<T> Resolve(IReadOnlyList<string> args, Func<string, string?> environment, IReadOnlyList<SettingsFile> files)
     {
-        var (settings, parsed, environmentError) = Merge(args, environment);
-        if (parsed.HelpRequested) return new(new T(), settings, null, true, null, [], []);
-        if ((parsed.Error ?? environmentError) is { } error) return new(new T(), settings, null, false, error, [], []);
+        var origins = new SettingOrigins();
+        if (IsHelp(args)) return new(new T(), origins, true, null, [], []);
         var builder = new ConfigurationBuilder();
         foreach (var file in files) builder.AddJsonFile(file.Path, file.Optional, reloadOnChange: false);
-        IConfiguration configuration;
-        try { configuration = builder.AddInMemoryCollection(settings).Build(); }
+        IConfigurationRoot configuration;
+        try { configuration = builder.Build(); }
         catch (Exception e) when (e is FileNotFoundException or InvalidDataException or FormatException or IOException)
         {
-            return new(new T(), settings, null, false, $"settings file: {(e.InnerException ?? e).Message.ReplaceLineEndings(" ")}", [], []);
+            return new(new T(), origins, false, $"settings file: {(e.InnerException ?? e).Message.ReplaceLineEndings(" ")}", [], []);
         }
         var warnings = UnknownKeys(configuration).ToList();
-        var problem = BindSection(configuration, settings, out var options);
-        return new(options, settings, configuration, false, problem, problem is null ? [.. options.Validate()] : [], warnings);
+        if (BindSettingsFiles(configuration, files, origins, out var options) is { } unreadable) return new(options, origins, false, unreadable, [], warnings);
+        ClientConfig clientFiles;
+        try { clientFiles = T.ReadsClientFiles ? ClientConfig.Load(environment) : ClientConfig.None; }
+        catch (FormatException e) { return new(options, origins, false, e.Message, [], warnings); }
+        var resolved = SettingsResolver.Resolve([.. Slots(options)], args, environment, clientFiles, origins);
+        var problem = resolved.Problem is { } p && p.StartsWith("unknown option", StringComparison.Ordinal) ? $"{p} (see {T.ProgramName} --help)" : resolved.Problem;
+        problem ??= BindArgument(options, resolved.Arguments, origins);
+        return new(options, origins, false, problem, problem is null ? [.. options.Validate().Select(origins.Attribute)] : [], warnings);
+    }
+
+    /// <summary>"help" asks for help as the first word only (later it is a value: a file may be called help); after "--" nothing is a switch.</summary>
+    private static bool IsHelp(IReadOnlyList<string> args)
+    {
+        if (args.Count > 0 && args[0] == "help") return true;
+        foreach (var a in args)
+        {
+            if (a == "--") return false;
+            if (a is "--help" or "-h" or "-?") return true;
+        }
+        return false;
+    }
+
+    /// <summary>The named switches, each bound to the object it sets within <paramref name="options"/> (a nested group made where it is null).</summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
+    private static IEnumerable<SettingSlot> Slots(T options)
+    {
+        foreach (var e in Entries.Where(e => e.Switch.Name.Length > 0))
+        {
+            object owner = options;
+            foreach (var p in e.Path[..^1])
+            {
+                if (p.GetValue(owner) is not { } next) p.SetValue(owner, next = Activator.CreateInstance(p.PropertyType)!);
+                owner = next;
+            }
+            yield return new SettingSlot(e.Switch, e.Property, owner);
+        }
+    }
+
+    /// <summary>The program's one positional argument, if it takes one: set from the command line, or missing.</summary>
+    private static string? BindArgument(T options, IReadOnlyList<string> arguments, SettingOrigins origins)
+    {
+        var positional = Entries.FirstOrDefault(e => e.Switch.Name == "");
+        if (arguments.Count > (positional is null ? 0 : 1)) return $"unexpected argument '{arguments[positional is null ? 0 : 1]}'";
+        if (positional is null) return null;
+        if (arguments.Count == 1)
+        {
+            try { positional.Property.SetValue(options, SettingValues.Parse(positional.Property.PropertyType, arguments[0])); }
+            catch (FormatException e) { return $"{positional.Switch.Meta}: {e.Message}"; }
+            origins.Record(positional.Switch.Meta ?? "ARG", new(SettingSource.CommandLine, positional.Switch.Meta ?? "ARG"));
+            return null;
+        }
+        return positional.Switch.Meta is { } meta && !meta.EndsWith(']') ? $"missing {meta} (see {T.ProgramName} --help)" : null;
     }
 
     /// <summary>
@@ -290,13 +258,12 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     });
 
     /// <summary>
-    /// Binds the program's section of <paramref name="configuration"/> (the settings files with the command line and the
-    /// variables over them). A list the command line or a variable gave is the whole list: configuration would
-    /// otherwise lay it over a settings file's item by item. Null, or the problem in one line.
+    /// Binds the program's section of the JSON settings files, beneath every switch's source, and records which file gave
+    /// each switch's value. Null, or the problem in one line.
     /// </summary>
     [UnconditionalSuppressMessage("Trimming", "IL2026", Justification = "options types are kept whole in native builds")]
     [UnconditionalSuppressMessage("AOT", "IL3050", Justification = "the options' collections are List<string>, compiled in every build")]
-    private static string? BindSection(IConfiguration configuration, IReadOnlyDictionary<string, string?> settings, out T options)
+    private static string? BindSettingsFiles(IConfigurationRoot configuration, IReadOnlyList<SettingsFile> files, SettingOrigins origins, out T options)
     {
         options = new T();
         // A settings file's "Tls": "yes" reads as the switch and the variable would (the binder knows only true/false).
@@ -312,18 +279,23 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         }
         catch (InvalidOperationException e)
         {
-            // A bad value in a settings file (the command line's and the variables' were checked as they were read).
             return e.InnerException is { } inner ? $"{e.Message} {inner.Message}" : e.Message;
         }
-        foreach (var e in Entries.Where(e => IsList(e.Property.PropertyType)))
+        foreach (var e in Entries.Where(e => e.Switch.Name.Length > 0))
         {
-            var items = settings.Where(kv => kv.Key.StartsWith(e.Key + ":", StringComparison.OrdinalIgnoreCase) && kv.Value is not null)
-                .OrderBy(kv => int.TryParse(kv.Key[(e.Key.Length + 1)..], out var i) ? i : int.MaxValue).Select(kv => kv.Value!).ToList();
-            // Else the settings file's list, set here too: the binder cannot fill a list in a native build (the agent's
-            // "Hosts": [...] in agent.json came out empty there).
-            if (items.Count == 0)
-                items = configuration.GetSection(e.Key).GetChildren().OrderBy(c => int.TryParse(c.Key, out var i) ? i : int.MaxValue)
-                    .Select(c => c.Value).OfType<string>().ToList();
+            // The providers are the files, in their order: the last that has the key gave it.
+            var providers = configuration.Providers.ToList();
+            for (var i = providers.Count - 1; i >= 0; i--)
+                if (providers[i].TryGet(e.Key, out _) || providers[i].TryGet(e.Key + ":0", out _))
+                {
+                    origins.Record(e.Switch.Name, new(SettingSource.SettingsFile, files[i].Path));
+                    break;
+                }
+            // A list is set here too: the binder cannot fill a list in a native build (the agent's "Hosts": [...] in
+            // agent.json came out empty there).
+            if (!IsList(e.Property.PropertyType)) continue;
+            var items = configuration.GetSection(e.Key).GetChildren().OrderBy(c => int.TryParse(c.Key, out var i) ? i : int.MaxValue)
+                .Select(c => c.Value).OfType<string>().ToList();
             if (items.Count == 0) continue;
             object? owner = options;
             foreach (var p in e.Path[..^1]) owner = owner is null ? null : p.GetValue(owner);
@@ -353,19 +325,6 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         return o;
     }
 
-    private static IEnumerable<KeyValuePair<string, string?>> Expand(Entry e, string value)
-    {
-        if (IsList(e.Property.PropertyType))
-        {
-            var items = value.Split([',', ' ', ';'], StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
-            for (var i = 0; i < items.Length; i++) yield return new($"{e.Key}:{i}", items[i]);
-        }
-        // The configuration binder reads only true/false: every other spelling of on and off is given to it as those.
-        else if (e.Property.PropertyType == typeof(bool) && SettingValues.TryParseBool(value, out var on)) yield return new(e.Key, on ? "true" : "false");
-        else if (IsDuration(e) && AsBinderDuration(value) is { } duration) yield return new(e.Key, duration);
-        else yield return new(e.Key, value);
-    }
-
     private static bool IsDuration(Entry e) => (Nullable.GetUnderlyingType(e.Property.PropertyType) ?? e.Property.PropertyType) == typeof(TimeSpan);
 
     /// <summary>
@@ -377,8 +336,6 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         try { return SettingValues.ParseDuration(text).ToString("c", System.Globalization.CultureInfo.InvariantCulture); }
         catch (Exception e) when (e is FormatException or OverflowException) { return null; }
     }
-
-    private static string? Check(Entry e, string value) => SettingValues.Check(e.Property.PropertyType, value);
 
     private static bool IsList(Type t) => SettingValues.IsList(t);
 

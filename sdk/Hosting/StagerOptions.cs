@@ -11,6 +11,7 @@ public sealed class StagerOptions : IProgramOptions
     public static string Assembly => "Hpc.Stager";
     public static string Summary => "chunk, compress, checksum and upload a file, a directory or standard input as a new dataset version";
 
+    public static bool ReadsClientFiles => true;
     public static IReadOnlyList<(string Command, string What)> Examples =>
     [
         ("hpcdata stage ./prices.csv --name risk/prices --cache-hosts cache1:6380,cache2:6380",

@@ -40,10 +40,6 @@ public sealed class SwitchGroup
     [UnconditionalSuppressMessage("Trimming", "IL2067", Justification = "options types are kept whole in native builds")]
     public static SwitchGroup Of(Type type, IReadOnlyCollection<string>? only = null) => new(type, only);
 
-    /// <summary>Whether <paramref name="name"/> was on the command line (<paramref name="given"/>) or its variable is set.</summary>
-    public bool IsSet(string name, ISet<string> given) => given.Contains(name)
-        || _switches.FirstOrDefault(s => s.Switch.Name == name).Switch?.Environment is { } variable && Environment.GetEnvironmentVariable(variable) is { Length: > 0 };
-
     /// <summary>The names and aliases of the group's switches (for suggestions and completion).</summary>
     public IEnumerable<string> Names => _switches.SelectMany(s => s.Switch.Alias is { } alias ? new[] { s.Switch.Name, alias } : [s.Switch.Name]);
 
@@ -56,41 +52,16 @@ public sealed class SwitchGroup
         type.IsClass && type != typeof(string) && type.GetProperties().Any(p => p.GetCustomAttribute<SwitchAttribute>() is { Name.Length: > 0 });
 
     /// <summary>
-    /// Sets every switch whose variable is set (in <paramref name="environment"/>, the process's by default); the first
-    /// bad value is returned as the problem, read as every program reads it (<see cref="SettingValues"/>).
+    /// Binds the positional arguments in order and checks that every required switch (given by any source, as
+    /// <paramref name="origins"/> says) and argument is there. Returns the first problem — an argument too many, a bad
+    /// value, something required missing — or null.
     /// </summary>
-    public string? ApplyEnvironment(object target, Func<string, string?>? environment = null)
-    {
-        environment ??= Environment.GetEnvironmentVariable;
-        foreach (var (s, p) in _switches)
-        {
-            if (s.Environment is not { } name || environment(name) is not { Length: > 0 } value) continue;
-            if (Set(target, p, value) is { } problem) return $"environment variable {name}: {problem}";
-        }
-        return null;
-    }
-
-    /// <summary>The group's switches as the command-line engine reads them (<see cref="CommandLineEngine"/>).</summary>
-    public IEnumerable<SwitchSyntax> Syntax => _switches.Select(s => new SwitchSyntax(s.Switch.Name, s.Switch.Alias, s.Property.PropertyType == typeof(bool)));
-
-    /// <summary>Whether the group declares the switch <paramref name="name"/> (as the engine names it).</summary>
-    public bool Declares(string name) => _switches.Any(s => s.Switch.Name == name);
-
-    /// <summary>Sets the switch <paramref name="name"/> on <paramref name="target"/> from its text; the problem, naming the switch, or null.</summary>
-    public string? Apply(object target, string name, string value) =>
-        Set(target, _switches.First(s => s.Switch.Name == name).Property, value) is { } problem ? $"{name}: {problem}" : null;
-
-    /// <summary>
-    /// Binds the positional arguments in order and checks that every required switch (in <paramref name="given"/> or
-    /// its variable) and argument is there. Returns the first problem — an argument too many, a bad value, something
-    /// required missing — or null.
-    /// </summary>
-    public string? BindArguments(IReadOnlyList<string> values, object target, ISet<string> given)
+    public string? BindArguments(IReadOnlyList<string> values, object target, SettingOrigins origins)
     {
         if (values.Count > _positionals.Length) return $"unexpected argument '{values[_positionals.Length]}'";
         for (var i = 0; i < values.Count; i++)
             if (Set(target, _positionals[i].Property, values[i]) is { } bad) return $"{_positionals[i].Switch.Meta}: {bad}";
-        var missing = _switches.Where(s => s.Switch.Required && !IsSet(s.Switch.Name, given)).Select(s => s.Switch.Name)
+        var missing = _switches.Where(s => s.Switch.Required && origins[s.Switch.Name].Source == SettingSource.Default).Select(s => s.Switch.Name)
             .Concat(_positionals.Skip(values.Count).Where(p => p.Switch.Required).Select(p => p.Switch.Meta ?? "ARGUMENT")).ToList();
         return missing.Count > 0 ? $"missing required {string.Join(", ", missing)}" : null;
     }

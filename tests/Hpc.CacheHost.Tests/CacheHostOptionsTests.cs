@@ -33,11 +33,11 @@ public class CacheHostOptionsTests
     [Fact]
     public void Command_line_switches_bind_to_the_options()
     {
-        var parsed = ProgramContract<CacheHostOptions>.Parse(
-            ["--port", "0", "--address", "0.0.0.0", "--max-memory", "2GB", "--max-frame", "1MB", "--password", "x", "--max-clients", "7"]);
-        Assert.Null(parsed.Error);
+        var resolved = ProgramContract<CacheHostOptions>.Resolve(
+            ["--port", "0", "--address", "0.0.0.0", "--max-memory", "2GB", "--max-frame", "1MB", "--password", "x", "--max-clients", "7"], _ => null, []);
+        Assert.Null(resolved.Problem);
 
-        var options = Bind(parsed.Settings);
+        var options = resolved.Options;
 
         Assert.Equal(0, options.Port);
         Assert.Equal("0.0.0.0", options.Address);
@@ -59,11 +59,9 @@ public class CacheHostOptionsTests
         Assert.Equal(["--address", "0.0.0.0", "--port", "0", "--max-memory", "3GB", "--max-frame", "1MB", "--max-clients", "9"], args);
         Assert.DoesNotContain("s3cret", args);
         Assert.Equal("s3cret", environment["HPCDATA_CACHE_PASSWORD"]);
-        var parsed = ProgramContract<CacheHostOptions>.Parse(args);
-        Assert.Null(parsed.Error);
-        var back = Bind(parsed.Settings);
-        back.Password = environment["HPCDATA_CACHE_PASSWORD"];
-        Assert.Equivalent(options, back);
+        var resolved = ProgramContract<CacheHostOptions>.Resolve(args, v => environment.GetValueOrDefault(v), []);
+        Assert.Null(resolved.Problem);
+        Assert.Equivalent(options, resolved.Options);
     }
 
     [Fact]

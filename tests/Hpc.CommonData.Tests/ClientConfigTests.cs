@@ -53,12 +53,8 @@ public sealed class ClientConfigTests : IDisposable
         if (File.Exists(ClientConfig.SiteFile)) Assert.Equal([ClientConfig.SiteFile, Path.Combine(home, ".config", "hpcdata", "client.conf")], config.Files);
         Assert.Equal("mine:6380", config[CacheTierOptions.HostsVariable]);
 
-        var read = config.Beneath(Env((CacheTierOptions.HostsVariable, "exported:6380")));
-        Assert.Equal("exported:6380", read(CacheTierOptions.HostsVariable));
-        Assert.Equal("mine:6380", config.Beneath(Env())(CacheTierOptions.HostsVariable));
-
-        var options = CacheTierOptions.FromEnvironment(config.Beneath(Env()));
-        Assert.Equal(["mine:6380"], options.Hosts);
+        Assert.Equal(["exported:6380"], CacheTierOptions.FromEnvironment(Env((CacheTierOptions.HostsVariable, "exported:6380")), config).Hosts);
+        Assert.Equal(["mine:6380"], CacheTierOptions.FromEnvironment(Env(), config).Hosts);
     }
 
     [Fact]

@@ -84,12 +84,13 @@ public class ProgramContractTests
         return resolution.Options;
     }
 
+    /// <summary>The command line alone, resolved as the program resolves it (no variables, no settings file), not yet validated.</summary>
     private static SampleOptions ParseAndBind(params string[] args)
     {
-        var parsed = ProgramContract<SampleOptions>.Parse(args);
-        Assert.Null(parsed.Error);
-        Assert.False(parsed.HelpRequested);
-        return Bind(parsed.Settings);
+        var resolution = Resolve(args);
+        Assert.Null(resolution.Problem);
+        Assert.False(resolution.HelpRequested);
+        return resolution.Options;
     }
 
     [Fact]
@@ -135,12 +136,12 @@ public class ProgramContractTests
     [InlineData("-5s")]
     public void A_duration_that_does_not_read_is_refused_naming_the_switch_the_value_and_the_units(string text)
     {
-        var parsed = ProgramContract<SampleOptions>.Parse(["p", "--timeout", text]);
+        var problem = Resolve(["p", "--timeout", text]).Problem;
 
-        Assert.NotNull(parsed.Error);
-        Assert.Contains("--timeout", parsed.Error);
-        Assert.Contains($"'{text}'", parsed.Error);
-        Assert.Matches("15m|use s, m, h or d", parsed.Error);
+        Assert.NotNull(problem);
+        Assert.Contains("--timeout", problem);
+        Assert.Contains($"'{text}'", problem);
+        Assert.Matches("15m|use s, m, h or d", problem);
     }
 
     [Fact]
@@ -148,7 +149,7 @@ public class ProgramContractTests
     {
         Assert.True(ParseAndBind("p", "-v").Verbose);
         Assert.Contains("-v, --verbose", ProgramContract<SampleOptions>.Help());
-        Assert.Contains("unknown option '-x'", ProgramContract<SampleOptions>.Parse(["p", "-x"]).Error);
+        Assert.Contains("unknown option '-x'", Resolve(["p", "-x"]).Problem);
     }
 
     [Fact]
@@ -190,11 +191,11 @@ public class ProgramContractTests
     [InlineData(new string[0], "missing PATH")]
     public void A_bad_command_line_is_one_error_naming_the_problem(string[] args, string expected)
     {
-        var parsed = ProgramContract<SampleOptions>.Parse(args);
+        var problem = Resolve(args).Problem;
 
-        Assert.NotNull(parsed.Error);
-        Assert.Contains(expected, parsed.Error);
-        Assert.DoesNotContain('\n', parsed.Error);
+        Assert.NotNull(problem);
+        Assert.Contains(expected, problem);
+        Assert.DoesNotContain('\n', problem);
     }
 
     [Theory]
@@ -202,20 +203,19 @@ public class ProgramContractTests
     [InlineData("-h")]
     public void Help_is_recognised_anywhere(string help)
     {
-        Assert.True(ProgramContract<SampleOptions>.Parse(["p", "--count", "1", help]).HelpRequested);
+        Assert.True(Resolve(["p", "--count", "1", help]).HelpRequested);
     }
 
     [Fact]
     public void After_two_dashes_every_word_is_the_argument_and_help_asks_for_help_only_as_the_first_word()
     {
-        var dashed = ProgramContract<SampleOptions>.Parse(["--count", "1", "--", "-odd-name"]);
-        Assert.Null(dashed.Error);
-        Assert.Equal("-odd-name", dashed.Settings.Single(kv => kv.Value == "-odd-name").Value);
+        Assert.Equal("-odd-name", ParseAndBind("--count", "1", "--", "-odd-name").Path);
 
-        Assert.True(ProgramContract<SampleOptions>.Parse(["help"]).HelpRequested);
-        var file = ProgramContract<SampleOptions>.Parse(["--count", "1", "help"]);
+        Assert.True(Resolve(["help"]).HelpRequested);
+        var file = Resolve(["--count", "1", "help"]);
         Assert.False(file.HelpRequested);
-        Assert.Null(file.Error);
+        Assert.Null(file.Problem);
+        Assert.Equal("help", file.Options.Path);
     }
 
     public static TheoryData<string> ProgramsHelp => new()

@@ -35,11 +35,11 @@ public sealed class RateLimitTests
     [Fact]
     public void The_agent_and_the_stager_take_max_rate_on_the_command_line()
     {
-        var agent = ProgramContract<NodeAgentOptions>.Parse(["--max-rate", "400mbit", "--cache-hosts", "h:1"]);
-        Assert.Null(agent.Error);
-        Assert.Equal("400mbit", agent.Settings.Single(kv => kv.Key.EndsWith("MaxRate", StringComparison.Ordinal)).Value);
-        var bad = ProgramContract<StagerOptions>.Parse(["x", "--name", "a/b", "--max-rate", "lots"]);
-        Assert.Contains("--max-rate", bad.Error);
+        var agent = ProgramContract<NodeAgentOptions>.Resolve(["--max-rate", "400mbit", "--cache-hosts", "h:1"], _ => null, []);
+        Assert.Null(agent.Problem);
+        Assert.Equal(ByteRate.Parse("400mbit"), agent.Options.CacheTier.MaxRate);
+        var bad = ProgramContract<StagerOptions>.Resolve(["x", "--name", "a/b", "--max-rate", "lots"], _ => null, []);
+        Assert.Contains("--max-rate", bad.Problem);
         var tooSlow = new CacheTierOptions { Hosts = ["h:1"], MaxRate = ByteRate.Parse("10KB") };
         Assert.Contains(tooSlow.Validate(), p => p.Contains("--max-rate", StringComparison.Ordinal));
     }

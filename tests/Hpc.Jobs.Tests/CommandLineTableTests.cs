@@ -52,7 +52,10 @@ public sealed class CommandLineTableTests : IDisposable
                 environment[ClientConfig.FileVariable] = file;
             }
             Func<string, string?> read = v => environment.GetValueOrDefault(v);
-            var (options, problem) = VerbContract<T>.Parse(args, ClientConfig.Load(read).Beneath(read));
+            ClientConfig files;
+            try { files = ClientConfig.Load(read); }
+            catch (FormatException e) { return (null, e.Message); }
+            var (options, problem) = VerbContract<T>.Parse(args, read, files);
             return (options, problem);
         }
     }
@@ -74,7 +77,11 @@ public sealed class CommandLineTableTests : IDisposable
             if (fileSwitch is not null)
             {
                 var file = Path.Combine(dir, "appsettings.json");
-                File.WriteAllText(file, Json(ProgramContract<T>.Parse([fileSwitch, fileValue!]).Settings));
+                var key = ProgramContract<T>.SettingsKey(fileSwitch);
+                var isList = SettingValues.IsList(Switches.First(s => s.Item1.Name == fileSwitch).Item2.PropertyType);
+                File.WriteAllText(file, Json(isList
+                    ? fileValue!.Split(',').Select((item, i) => new KeyValuePair<string, string?>($"{key}:{i}", item))
+                    : [new(key, fileValue)]));
                 files.Add(new SettingsFile(file, Optional: false));
             }
             var resolved = ProgramContract<T>.Resolve(args, v => variables.GetValueOrDefault(v), files);

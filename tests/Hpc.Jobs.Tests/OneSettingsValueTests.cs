@@ -84,4 +84,101 @@ public class OneSettingsValueTests
 
         Assert.Empty(UnknownVariables.Warnings("hpcdata", named, known));
     }
+
+    /// <summary>The stager reads all four sources: a switch, its variable, the client's file and the program's JSON settings.</summary>
+    private static Resolution<StagerOptions> Stager(string dir, string? commandLine, string? variable, string? clientFile, string? json)
+    {
+        var files = new List<SettingsFile>();
+        if (json is not null)
+        {
+            var path = Path.Combine(dir, "stager.json");
+            File.WriteAllText(path, $$"""{ "Stager": { "CacheTier": { "User": "{{json}}" } } }""");
+            files.Add(new SettingsFile(path, Optional: false));
+        }
+        var conf = Path.Combine(dir, "client.conf");
+        File.WriteAllText(conf, clientFile is null ? "# nothing\n" : $"# the user's\ncache-user = {clientFile}\n");
+        var environment = new Dictionary<string, string?> { [ClientConfig.FileVariable] = conf, [Hpc.CommonData.Cache.CacheTierOptions.UserVariable] = variable };
+        string[] args = commandLine is null ? ["data.bin"] : ["data.bin", "--cache-user", commandLine];
+        var resolved = ProgramContract<StagerOptions>.Resolve(args, v => environment.GetValueOrDefault(v), files);
+        Assert.Null(resolved.Problem);
+        return resolved;
+    }
+
+    [Fact]
+    public void One_resolve_orders_the_command_line_the_variable_the_clients_file_and_the_json_settings_and_says_which_gave_the_value()
+    {
+        var dir = Directory.CreateTempSubdirectory("one-resolve-").FullName;
+        try
+        {
+            var all = Stager(dir, "from-switch", "from-variable", "from-conf", "from-json");
+            Assert.Equal("from-switch", all.Options.CacheTier.User);
+            Assert.Equal(new SettingOrigin(SettingSource.CommandLine, "--cache-user"), all.Origins["--cache-user"]);
+
+            var noSwitch = Stager(dir, null, "from-variable", "from-conf", "from-json");
+            Assert.Equal("from-variable", noSwitch.Options.CacheTier.User);
+            Assert.Equal("environment variable HPCDATA_CACHE_USER", noSwitch.Origins["--cache-user"].ToString());
+
+            var fileOnly = Stager(dir, null, null, "from-conf", "from-json");
+            Assert.Equal("from-conf", fileOnly.Options.CacheTier.User);
+            Assert.Equal($"{Path.Combine(dir, "client.conf")}:2", fileOnly.Origins["--cache-user"].ToString());
+
+            var json = Stager(dir, null, null, null, "from-json");
+            Assert.Equal("from-json", json.Options.CacheTier.User);
+            Assert.Equal($"settings file {Path.Combine(dir, "stager.json")}", json.Origins["--cache-user"].ToString());
+
+            var none = Stager(dir, null, null, null, null);
+            Assert.Null(none.Options.CacheTier.User);
+            Assert.Equal(SettingSource.Default, none.Origins["--cache-user"].Source);
+        }
+        finally { Directory.Delete(dir, recursive: true); }
+    }
+
+    [Fact]
+    public void A_value_that_reads_but_cannot_be_used_names_where_it_came_from_for_a_verb_and_a_daemon_alike()
+    {
+        var dir = Directory.CreateTempSubdirectory("one-resolve-").FullName;
+        try
+        {
+            // A verb: the variable gave it.
+            var (list, problem) = Hpc.CommonData.Cli.VerbContract<Hpc.Jobs.Commands.ListOptions>.Parse(["--cache-hosts", "a:1,b:2"],
+                v => v == Hpc.CommonData.Cache.CacheTierOptions.ReplicasVariable ? "3" : null);
+            Assert.Null(problem);
+            var refused = Assert.Throws<ArgumentException>(() => list.CacheTier()).Message;
+            Assert.StartsWith("--replicas 3 cannot exceed the number of cache hosts (2)", refused);
+            Assert.EndsWith("(from environment variable HPCDATA_CACHE_REPLICAS)", refused);
+
+            // The same verb, the client's file gave it: the file and its line.
+            var conf = Path.Combine(dir, "client.conf");
+            File.WriteAllText(conf, "cache-hosts = a:1,b:2\nreplicas = 3\n");
+            var (fromFile, _) = Hpc.CommonData.Cli.VerbContract<Hpc.Jobs.Commands.ListOptions>.Parse([], _ => null, ClientConfig.Load(v => v == ClientConfig.FileVariable ? conf : null));
+            Assert.EndsWith($"(from {conf}:2)", Assert.Throws<ArgumentException>(() => fromFile.CacheTier()).Message);
+
+            // Given on the command line, it is not told where it came from: the user just typed it.
+            var (typed, _) = Hpc.CommonData.Cli.VerbContract<Hpc.Jobs.Commands.ListOptions>.Parse(["--cache-hosts", "a:1,b:2", "--replicas", "3"], _ => null);
+            Assert.DoesNotContain("(from", Assert.Throws<ArgumentException>(() => typed.CacheTier()).Message);
+
+            // A daemon: its JSON settings gave it.
+            var json = Path.Combine(dir, "agent.json");
+            File.WriteAllText(json, """{ "Agent": { "CacheTier": { "Hosts": [ "a:1", "b:2" ], "Replicas": 3 } } }""");
+            var agent = ProgramContract<NodeAgentOptions>.Resolve([], _ => null, [new SettingsFile(json, Optional: false)]);
+            Assert.Null(agent.Problem);
+            Assert.Contains(agent.Invalid, p => p.StartsWith("--replicas 3 cannot exceed", StringComparison.Ordinal) && p.EndsWith($"(from settings file {json})", StringComparison.Ordinal));
+        }
+        finally { Directory.Delete(dir, recursive: true); }
+    }
+
+    [Fact]
+    public void A_password_file_given_above_the_password_wins_for_a_verb_and_a_daemon_by_the_same_rule()
+    {
+        Func<string, string?> environment = v => v == Hpc.CommonData.Cache.CacheTierOptions.PasswordVariable ? "from-variable" : null;
+        var (verb, _) = Hpc.CommonData.Cli.VerbContract<Hpc.Jobs.Commands.ListOptions>.Parse(["--cache-password-file", "/p"], environment);
+        Assert.Null(verb.CacheTierSwitches.Password);
+        var stager = ProgramContract<StagerOptions>.Resolve(["data.bin", "--cache-password-file", "/p"], environment, []);
+        Assert.Null(stager.Options.CacheTier.Password);
+
+        // Within one source the password itself wins, as it always has.
+        var bothVariables = (Func<string, string?>)(v => v == Hpc.CommonData.Cache.CacheTierOptions.PasswordFileVariable ? "/p" : environment(v));
+        Assert.Equal("from-variable", Hpc.CommonData.Cli.VerbContract<Hpc.Jobs.Commands.ListOptions>.Parse([], bothVariables).Options.CacheTierSwitches.Password);
+        Assert.Equal("from-variable", ProgramContract<StagerOptions>.Resolve(["data.bin"], bothVariables, []).Options.CacheTier.Password);
+    }
 }

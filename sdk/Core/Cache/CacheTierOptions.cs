@@ -161,25 +161,26 @@ public sealed class CacheTierOptions
     }
 
     /// <summary>
-    /// Options from the documented environment variables (hosts default to 127.0.0.1:6380), read as the verbs and the
-    /// daemons read them (<see cref="SettingValues"/>). A value that does not read is an <see cref="ArgumentException"/>
-    /// naming the variable, not a setting silently left off.
+    /// Options from the client's settings files and the documented environment variables over them (hosts default to
+    /// 127.0.0.1:6380): the layers every program resolves beneath its command line (<see cref="SettingLayers"/>), so a
+    /// worker reads them as the verbs and the daemons do. A value that does not read is an <see cref="ArgumentException"/>
+    /// naming the variable, or the file and line, not a setting silently left off.
     /// </summary>
-    [System.Diagnostics.CodeAnalysis.DynamicDependency(System.Diagnostics.CodeAnalysis.DynamicallyAccessedMemberTypes.PublicProperties, typeof(CacheTierOptions))]
     public static CacheTierOptions FromEnvironment()
     {
-        // The client's settings files lie beneath the variables, as for every verb.
-        try { return FromEnvironment(ClientConfig.Load().Beneath(Environment.GetEnvironmentVariable)); }
+        ClientConfig files;
+        try { files = ClientConfig.Load(); }
         catch (FormatException e) { throw new ArgumentException(e.Message, e); }
+        return FromEnvironment(Environment.GetEnvironmentVariable, files);
     }
 
-    /// <summary>The options <paramref name="environment"/>'s variables give, read as <see cref="FromEnvironment()"/> reads the process's.</summary>
-    [System.Diagnostics.CodeAnalysis.DynamicDependency(System.Diagnostics.CodeAnalysis.DynamicallyAccessedMemberTypes.PublicProperties, typeof(CacheTierOptions))]
-    public static CacheTierOptions FromEnvironment(Func<string, string?> environment)
+    /// <summary>The options <paramref name="environment"/>'s variables give over <paramref name="files"/> (none by default), read as <see cref="FromEnvironment()"/> reads the process's.</summary>
+    public static CacheTierOptions FromEnvironment(Func<string, string?> environment, ClientConfig? files = null)
     {
         var o = new CacheTierOptions();
-        if (SettingValues.ApplyEnvironment(typeof(CacheTierOptions), o, environment) is { } problem) throw new ArgumentException(problem);
-        if (o.SourceAddress is { Length: > 0 } source && CheckSourceAddress(source) is { } bad) throw new ArgumentException($"environment variable {SourceAddressVariable}: {bad}");
+        var origins = new SettingOrigins();
+        if (SettingLayers.ApplyBeneathCommandLine([.. SettingSlot.Of(o)], environment, files ?? ClientConfig.None, origins) is { } problem) throw new ArgumentException(problem);
+        if (o.SourceAddress is { Length: > 0 } source && CheckSourceAddress(source) is { } bad) throw new ArgumentException($"{bad} (from {origins["--cache-source-address"]})");
         o.Hosts = o.Hosts.Count == 0 ? [$"127.0.0.1:{CacheEndpoint.DefaultPort}"] : CacheEndpoint.ParseList(string.Join(",", o.Hosts)).Select(e => e.ToString()).ToList();
         o.LoadPasswordFile();
         return o;

@@ -19,8 +19,13 @@ public sealed class ClientConfig
     public const string SiteFile = "/etc/hpcdata/client.conf";
 
     private readonly Dictionary<string, string> _byVariable;
+    private readonly Dictionary<string, string> _lineOf;
 
-    private ClientConfig(Dictionary<string, string> byVariable, IReadOnlyList<string> files) => (_byVariable, Files) = (byVariable, files);
+    private ClientConfig(Dictionary<string, string> byVariable, Dictionary<string, string> lineOf, IReadOnlyList<string> files) =>
+        (_byVariable, _lineOf, Files) = (byVariable, lineOf, files);
+
+    /// <summary>No files: what a program that reads none resolves beneath its variables.</summary>
+    public static ClientConfig None { get; } = new([], [], []);
 
     /// <summary>The files that were read, in the order read (the later wins).</summary>
     public IReadOnlyList<string> Files { get; }
@@ -31,9 +36,8 @@ public sealed class ClientConfig
     /// <summary>The value a file gives the setting whose variable is <paramref name="variable"/>, or null.</summary>
     public string? this[string variable] => _byVariable.GetValueOrDefault(variable);
 
-    /// <summary>The environment with these files beneath it: a variable that is set wins over the files.</summary>
-    public Func<string, string?> Beneath(Func<string, string?> environment) =>
-        name => environment(name) is { Length: > 0 } set ? set : this[name];
+    /// <summary>The file and line that gave the setting whose variable is <paramref name="variable"/> (<c>/etc/hpcdata/client.conf:3</c>), or null.</summary>
+    public string? LineOf(string variable) => _lineOf.GetValueOrDefault(variable);
 
     /// <summary>The user's file: <c>$XDG_CONFIG_HOME/hpcdata/client.conf</c>, else <c>~/.config/hpcdata/client.conf</c>.</summary>
     public static string? UserFile(Func<string, string?> environment) =>
@@ -56,6 +60,7 @@ public sealed class ClientConfig
         environment ??= Environment.GetEnvironmentVariable;
         var named = environment(FileVariable) is { Length: > 0 };
         var values = new Dictionary<string, string>(StringComparer.Ordinal);
+        var lineOf = new Dictionary<string, string>(StringComparer.Ordinal);
         var read = new List<string>();
         foreach (var file in Candidates(environment))
         {
@@ -82,10 +87,11 @@ public sealed class ClientConfig
                 if (SettingValues.Check(TypeOf[variable], value) is { } problem) throw new FormatException($"{file}:{i + 1}: {key}: {problem}");
                 if (OutOfRange(variable, value) is { } range) throw new FormatException($"{file}:{i + 1}: {range.Replace("--" + key.TrimStart('-'), key, StringComparison.OrdinalIgnoreCase)}");
                 values[variable] = value;
+                lineOf[variable] = $"{file}:{i + 1}";
             }
             read.Add(file);
         }
-        return new ClientConfig(values, read);
+        return new ClientConfig(values, lineOf, read);
     }
 
     /// <summary>
@@ -102,7 +108,7 @@ public sealed class ClientConfig
         static CacheTierOptions Trial() => new() { Hosts = [], Password = "set" };
         var before = Trial().Validate().ToHashSet(StringComparer.Ordinal);
         var trial = Trial();
-        if (SettingValues.ApplyEnvironment(typeof(CacheTierOptions), trial, name => name == variable ? value : null) is { } problem) return problem;
+        if (SettingLayers.ApplyBeneathCommandLine([.. SettingSlot.Of(trial)], name => name == variable ? value : null, None, new SettingOrigins()) is { } problem) return problem;
         return trial.Validate().FirstOrDefault(p => !before.Contains(p));
     }
 

@@ -115,23 +115,6 @@ public static class SettingValues
         _ => "VALUE",
     };
 
-    /// <summary>
-    /// Sets every <see cref="SwitchAttribute"/> property of <paramref name="target"/> whose variable
-    /// <paramref name="read"/> gives (the process environment by default). Returns the first value that does not read,
-    /// as a sentence naming the variable, or null.
-    /// </summary>
-    public static string? ApplyEnvironment([DynamicallyAccessedMembers(DynamicallyAccessedMemberTypes.PublicProperties)] Type type, object target, Func<string, string?>? read = null)
-    {
-        read ??= Environment.GetEnvironmentVariable;
-        foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance))
-        {
-            if (p.GetCustomAttribute<SwitchAttribute>() is not { Environment: { } name } || read(name) is not { Length: > 0 } text) continue;
-            try { p.SetValue(target, Parse(p.PropertyType, text)); }
-            catch (FormatException e) { return $"environment variable {name}: {e.Message}"; }
-        }
-        return null;
-    }
-
     private static FormatException Bad(Type t, string text) => new($"'{text}' is not {Describe(t)}");
 
     private static string Describe(Type t) => t switch
