@@ -61,11 +61,11 @@ public static class DoctorCommand
         checks.Add(given is null
             ? new Check("cache hosts", Result.Warn, $"none given: {string.Join(",", tier.Hosts)} is only the default",
                 $"name the site's hosts once: cache-hosts = HOST:PORT,… in {ClientConfig.SiteFile} (or {CacheTierOptions.HostsVariable}, --cache-hosts)")
-            : new Check("cache hosts", Result.Ok, string.Join(",", tier.Hosts)));
+            : new Check("cache hosts", Result.Ok, $"{string.Join(",", tier.Hosts)} (from {o.Origins["--cache-hosts"]})"));
         if (!string.IsNullOrEmpty(tier.PasswordFile))
             checks.Add(SecretFiles.Exposure((tier.PasswordFile, "--cache-password-file")) is { } exposed
                 ? new Check("password file", Result.Warn, exposed, $"chmod 600 {tier.PasswordFile}")
-                : new Check("password file", Result.Ok, $"{tier.PasswordFile}, readable by its owner alone"));
+                : new Check("password file", Result.Ok, $"{tier.PasswordFile}, readable by its owner alone (from {o.Origins["--cache-password-file"]})"));
 
         await CheckHostsAsync(tier, checks, o.TierLog, ct);
         if (!o.NoAgent) await CheckAgentAsync(o, checks, ct);

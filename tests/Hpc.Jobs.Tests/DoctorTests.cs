@@ -58,6 +58,17 @@ public sealed class DoctorTests
         var right = await s.HpcdataAsync(["doctor", "--no-agent", "--cache-hosts", s.HostList, "--cache-user", "node", "--cache-password-file", password, "--json"]);
         Assert.True(right.Code == 0, right.Stderr);
         Assert.Contains("may read, not stage", Rows(right)["account"].GetProperty("found").GetString());
+        // Each setting says where it came from.
+        Assert.EndsWith("(from the command line (--cache-hosts))", Rows(right)["cache hosts"].GetProperty("found").GetString());
+        Assert.EndsWith("(from the command line (--cache-password-file))", Rows(right)["password file"].GetProperty("found").GetString());
+
+        // The same hosts from a client's settings file: its path and line.
+        var conf = Path.Combine(Path.GetDirectoryName(password)!, "client.conf");
+        File.WriteAllText(conf, $"# the site's tier\ncache-hosts = {s.HostList}\n");
+        var fromFile = await s.HpcdataAsync(["doctor", "--no-agent", "--cache-user", "node", "--cache-password-file", password, "--json"],
+            new Dictionary<string, string?> { [ClientConfig.FileVariable] = conf, [CacheTierOptions.HostsVariable] = "" });
+        Assert.True(fromFile.Code == 0, fromFile.Stderr);
+        Assert.EndsWith($"(from {conf}:2)", Rows(fromFile)["cache hosts"].GetProperty("found").GetString());
     }
 
     [Fact]
