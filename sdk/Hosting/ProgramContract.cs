@@ -62,7 +62,7 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         {
             var key = $"{prefix}:{p.Name}";
             if (p.GetCustomAttribute<SwitchAttribute>() is { } s) yield return new Entry(s, key, p, [.. path, p]);
-            else if (p.PropertyType.IsClass && p.PropertyType != typeof(string) && p.PropertyType.GetProperties().Any(q => q.IsDefined(typeof(SwitchAttribute))))
+            else if (p.PropertyType.IsClass && p.PropertyType != typeof(string) && SwitchAttribute.DeclaredOn(p.PropertyType).Count > 0)
                 foreach (var e in Collect(p.PropertyType, key, [.. path, p])) yield return e;
         }
     }

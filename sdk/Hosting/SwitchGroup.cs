@@ -22,14 +22,12 @@ public sealed class SwitchGroup
     [DynamicDependency(DynamicallyAccessedMemberTypes.All, typeof(Hpc.CommonData.Cache.CacheTierOptions))]
     private SwitchGroup(Type type, IReadOnlyCollection<string>? only)
     {
-        _switches = type.GetProperties(BindingFlags.Public | BindingFlags.Instance)
-            .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p))
-            .Where(x => x.Switch is { Name.Length: > 0 } && (only is null || only.Contains(x.Switch.Name))).ToArray();
+        var declared = SwitchAttribute.DeclaredOn(type);
+        _switches = declared.Where(x => x.Switch.Name.Length > 0 && (only is null || only.Contains(x.Switch.Name))).ToArray();
         if (only?.FirstOrDefault(name => _switches.All(s => s.Switch.Name != name)) is { } unknown)
             throw new ArgumentException($"{type.Name} declares no switch {unknown}", nameof(only));
         if (only is null)
-            _positionals = type.GetProperties(BindingFlags.Public | BindingFlags.Instance)
-                .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p)).Where(x => x.Switch is { Name.Length: 0 }).ToArray();
+            _positionals = declared.Where(x => x.Switch.Name.Length == 0).ToArray();
     }
 
     /// <summary>
@@ -49,7 +47,7 @@ public sealed class SwitchGroup
     /// <summary>Whether <paramref name="type"/> declares switches (a group a command line can nest).</summary>
     [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
     public static bool IsGroup(Type type) =>
-        type.IsClass && type != typeof(string) && type.GetProperties().Any(p => p.GetCustomAttribute<SwitchAttribute>() is { Name.Length: > 0 });
+        type.IsClass && type != typeof(string) && SwitchAttribute.DeclaredOn(type).Any(x => x.Switch.Name.Length > 0);
 
     /// <summary>
     /// Binds the positional arguments in order and checks that every required switch (given by any source, as

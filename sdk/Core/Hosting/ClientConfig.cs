@@ -126,9 +126,9 @@ public sealed class ClientConfig
     [DynamicDependency(DynamicallyAccessedMemberTypes.PublicProperties, typeof(CacheTierOptions))]
     static ClientConfig()
     {
-        foreach (var p in typeof(CacheTierOptions).GetProperties(BindingFlags.Public | BindingFlags.Instance))
+        foreach (var (s, p) in SwitchAttribute.DeclaredOn(typeof(CacheTierOptions)))
         {
-            if (p.GetCustomAttribute<SwitchAttribute>() is not { Environment: { } variable } s || s.Secret) continue;
+            if (s is not { Environment: { } variable } || s.Secret) continue;
             Known[s.Name.TrimStart('-')] = variable;
             KnownVariables.Add(variable);
             TypeOf[variable] = p.PropertyType;

@@ -36,12 +36,9 @@ public readonly record struct SettingOrigin(SettingSource Source, string Where)
 public sealed record SettingSlot(SwitchAttribute Switch, PropertyInfo Property, object Target)
 {
     /// <summary>The named switches <paramref name="target"/>'s own type declares (not those of the groups it nests), or only those in <paramref name="only"/>.</summary>
-    [UnconditionalSuppressMessage("Trimming", "IL2075", Justification = "options types are kept whole in native builds")]
     public static IEnumerable<SettingSlot> Of(object target, IReadOnlyCollection<string>? only = null) =>
-        target.GetType().GetProperties(BindingFlags.Public | BindingFlags.Instance)
-            .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>(), Property: p))
-            .Where(x => x.Switch is { Name.Length: > 0 } && (only is null || only.Contains(x.Switch.Name)))
-            .Select(x => new SettingSlot(x.Switch!, x.Property, target));
+        SwitchAttribute.DeclaredOn(target.GetType()).Where(x => x.Switch.Name.Length > 0 && (only is null || only.Contains(x.Switch.Name)))
+            .Select(x => new SettingSlot(x.Switch, x.Property, target));
 
     public bool IsFlag => Property.PropertyType == typeof(bool);
 

@@ -1,3 +1,7 @@
+using System.Collections.Concurrent;
+using System.Diagnostics.CodeAnalysis;
+using System.Reflection;
+
 namespace Hpc.CommonData.Hosting;
 
 /// <summary>
@@ -26,4 +30,15 @@ public sealed class SwitchAttribute(string name, string help) : Attribute
     /// starts there, never written into a job's variables for other nodes, where it would name an address they lack.
     /// </summary>
     public bool ThisMachine { get; init; }
+
+    private static readonly ConcurrentDictionary<Type, (SwitchAttribute Switch, PropertyInfo Property)[]> Declared = new();
+
+    /// <summary>
+    /// The switches <paramref name="type"/> declares on its own public properties, positional ones included, in
+    /// declaration order: the one reading of the declarations that every resolve, help, group and settings file goes by.
+    /// </summary>
+    [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
+    public static IReadOnlyList<(SwitchAttribute Switch, PropertyInfo Property)> DeclaredOn(Type type) =>
+        Declared.GetOrAdd(type, t => [.. t.GetProperties(BindingFlags.Public | BindingFlags.Instance)
+            .Select(p => (Switch: p.GetCustomAttribute<SwitchAttribute>()!, Property: p)).Where(x => x.Switch is not null)]);
 }
