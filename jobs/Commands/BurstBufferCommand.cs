@@ -109,14 +109,55 @@ public static class BurstBufferCommand
         {
             number++;
             if (!line.StartsWith(Prefix, StringComparison.Ordinal)) continue;
-            var words = line[Prefix.Length..].Split((char[]?)null, StringSplitOptions.RemoveEmptyEntries);
-            if (words.Length == 0 || words[0] != "hpcdata") continue;
+            // Another tool's line is left to it whatever its quoting; ours is read as a shell would split it.
+            var rest = line[Prefix.Length..];
+            if (rest.Split((char[]?)null, 2, StringSplitOptions.RemoveEmptyEntries) is not ["hpcdata", ..]) continue;
+            var words = Words(rest, number);
             var directive = words.Length > 1 && words[1] == StageWord ? StagedFile(words, line, number) : NamedDataset(words, line, number);
             if (found.FirstOrDefault(f => f.Key == directive.Key) is not null)
                 throw new FormatException($"line {number}: dataset '{directive.Key}' is named twice");
             found.Add(directive);
         }
         return found;
+    }
+
+    /// <summary>
+    /// A directive's words as a shell splits them, so a path with spaces is written as the user would type it: in single
+    /// quotes (taken as they are), in double quotes (where <c>\"</c> and <c>\\</c> stand for themselves), or with a
+    /// backslash before each space. Nothing is expanded: no variable, no <c>~</c>, no glob.
+    /// </summary>
+    internal static string[] Words(string text, int number)
+    {
+        var words = new List<string>();
+        var word = new System.Text.StringBuilder();
+        var inWord = false;
+        for (var i = 0; i < text.Length; i++)
+        {
+            var c = text[i];
+            if (char.IsWhiteSpace(c))
+            {
+                if (inWord) words.Add(word.ToString());
+                word.Clear();
+                inWord = false;
+                continue;
+            }
+            inWord = true;
+            if (c == '\\' && i + 1 < text.Length) word.Append(text[++i]);
+            else if (c is '\'' or '"')
+            {
+                var close = i + 1;
+                for (; close < text.Length && text[close] != c; close++)
+                {
+                    if (c == '"' && text[close] == '\\' && close + 1 < text.Length && text[close + 1] is '"' or '\\') close++;
+                    word.Append(text[close]);
+                }
+                if (close >= text.Length) throw new FormatException($"line {number}: the quote {c} at column {i + 1 + Prefix.Length} is not closed");
+                i = close;
+            }
+            else word.Append(c);
+        }
+        if (inWord) words.Add(word.ToString());
+        return [.. words];
     }
 
     /// <summary>The word that makes a directive stage a file first.</summary>
@@ -138,7 +179,7 @@ public static class BurstBufferCommand
     private static BurstBufferDirective StagedFile(string[] words, string line, int number)
     {
         if (words.Length is not (3 or 4))
-            throw new FormatException($"line {number}: '{line.Trim()}' is not '{Prefix} hpcdata {StageWord} PATH [NAME]' (one file per line, a path without spaces)");
+            throw new FormatException($"line {number}: '{line.Trim()}' is not '{Prefix} hpcdata {StageWord} PATH [NAME]' (one file per line; quote a path with spaces)");
         var path = words[2];
         if (!path.StartsWith('/')) throw new FormatException($"line {number}: '{path}' is not an absolute path (the controller stages it, not the job's directory)");
         var name = words.Length == 4 ? words[3] : BurstBufferDirective.NameOfFile(path);

@@ -99,20 +99,21 @@ public sealed class SlurmBurstBufferTests
         await using var site = slurm;
         var uid = UnixAccounts.UserId(User)!.Value;
 
-        // The user's own file, which only they may read: the controller stages it because the user could.
+        // The user's own file, which only they may read: the controller stages it because the user could. Its name has a
+        // space, quoted in the directive as in a shell.
         var bytes = Sandbox.RandomBytes(2_000_000, seed: 97);
-        var mine = Path.Combine(jobs, "Positions_2026.bin");
+        var mine = Path.Combine(jobs, "Positions 2026.bin");
         File.WriteAllBytes(mine, bytes);
         Chown(mine, User);
         File.SetUnixFileMode(mine, UnixFileMode.UserRead | UnixFileMode.UserWrite);
-        var submitted = await Submit(slurm, jobs, $"#BB_LUA hpcdata stage {mine}\necho \"dataset=$HPCDATA_DATASET\"\necho \"sum=$(sha256sum < \"$HPCDATA_DATASET_PATH\" | cut -c1-64)\"\n");
+        var submitted = await Submit(slurm, jobs, $"#BB_LUA hpcdata stage '{mine}'\necho \"dataset=$HPCDATA_DATASET\"\necho \"sum=$(sha256sum < \"$HPCDATA_DATASET_PATH\" | cut -c1-64)\"\n");
         Assert.True(submitted.Code == 0, submitted.Output + slurm.Logs());
         var output = await WaitForJobAsync(slurm, jobs, submitted.Output.Trim().Split(' ').Last(), TimeSpan.FromMinutes(3));
-        Assert.Contains($"dataset={User}/positions_2026.bin@", output);
+        Assert.Contains($"dataset={User}/positions-2026.bin@", output);
         Assert.Contains($"sum={Convert.ToHexStringLower(System.Security.Cryptography.SHA256.HashData(bytes))}", output);
         // Theirs alone: the version names the job's user as its only reader.
         await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
-        var (_, manifest) = await tier.Catalog.ResolveAsync($"{User}/positions_2026.bin", null);
+        var (_, manifest) = await tier.Catalog.ResolveAsync($"{User}/positions-2026.bin", null);
         Assert.True(manifest.Readers!.Admits(uid, []));
         Assert.False(manifest.Readers.Admits(uid + 1, []));
 
@@ -231,6 +232,29 @@ public sealed class BurstBufferDirectiveTests
         Assert.Equal([("/scratch/alice/Positions_2026.CSV", "alice/positions_2026.csv"), ("/scratch/alice/p.bin", "alice/book-a"), (null, "risk/prices")],
             found.Select(f => (f.SourcePath, f.NameFor("alice"))));
         Assert.Equal("my-file-.txt", BurstBufferDirective.NameOfFile("/x/.My File!.txt"));
+    }
+
+    [Fact]
+    public void A_path_with_spaces_is_written_as_in_a_shell_quoted_or_escaped_and_nothing_in_it_is_expanded()
+    {
+        var found = BurstBufferCommand.Directives([
+            "#BB_LUA hpcdata stage '/scratch/alice/Q3 positions.csv'",
+            "#BB_LUA hpcdata stage \"/scratch/alice/say \\\"hi\\\" $HOME.bin\" said",
+            "#BB_LUA hpcdata stage /scratch/alice/two\\ words.bin two",
+            "#BB_LUA   hpcdata   stage   '/scratch/alice/*.bin'   glob",
+        ]);
+        Assert.Equal([("/scratch/alice/Q3 positions.csv", "alice/q3-positions.csv"), ("/scratch/alice/say \"hi\" $HOME.bin", "alice/said"),
+                      ("/scratch/alice/two words.bin", "alice/two"), ("/scratch/alice/*.bin", "alice/glob")],
+            found.Select(f => (f.SourcePath, f.NameFor("alice"))));
+    }
+
+    [Fact]
+    public void An_unclosed_quote_in_our_line_is_refused_naming_it_and_another_tools_line_is_left_alone()
+    {
+        var e = Assert.Throws<FormatException>(() => BurstBufferCommand.Directives(["#!/bin/sh", "#BB_LUA hpcdata stage '/scratch/a b.bin"]));
+        Assert.Contains("line 2", e.Message);
+        Assert.Contains("is not closed", e.Message);
+        Assert.Empty(BurstBufferCommand.Directives(["#BB_LUA othertool --label 'unclosed"]));
     }
 
     [Theory]
