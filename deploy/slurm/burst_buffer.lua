@@ -10,7 +10,8 @@ A user's batch script names its datasets, one per line:
 A 'stage PATH [NAME]' line names a file (an absolute path; quote one with spaces as in a shell, nothing is expanded)
 that the controller stages for the job before anything else, as USER/NAME (the file's own name by default) with the
 job's user as its only reader: the user must be able to read that file as themselves (its mode bits and every
-directory above it; a file or directory with an ACL is refused), and SlurmUser must be able to open it. A later job that stages the same bytes sends nothing new.
+directory above it; a file or directory with an ACL is refused), and SlurmUser must be able to open it. A later job
+that stages the same bytes sends nothing new.
 
 and Slurm does the rest before the script's first line runs:
   at submit        the names resolve on the cache tier and, where Slurm gives the submitting uid (23.02 and later),
