@@ -507,12 +507,17 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 throw new InvalidDataException($"a rank reported another copy: {a.Key}");
             var own = double.Parse(f["seconds"], System.Globalization.CultureInfo.InvariantCulture);
             double? Seconds(string key) => f.TryGetValue(key, out var v) ? double.Parse(v, System.Globalization.CultureInfo.InvariantCulture) : null;
+            long? Bytes(string key) => f.TryGetValue(key, out var v) ? long.Parse(v, System.Globalization.CultureInfo.InvariantCulture) : null;
             return new NodeTime(f["node"], a.Value, own, stage.RawBytes, f.GetValueOrDefault("source"),
                 LaunchSeconds: Math.Max(0, a.Value - own), ExchangeSeconds: Seconds("exchange-seconds"),
                 RingSeconds: Seconds("ring-seconds"), PublishSeconds: Seconds("publish-seconds"), RankCpuSeconds: Seconds("cpu-seconds"), AgentCpuSeconds: Seconds("agent-cpu-seconds"),
                 Route: f.GetValueOrDefault("route"), ProbeSeconds: Seconds("probe-seconds"), JoinSeconds: Seconds("join-seconds"),
                 ShareSeconds: Seconds("share-seconds"), ManifestSeconds: Seconds("manifest-seconds"), AgreeSeconds: Seconds("agree-seconds"),
-                EndSeconds: Seconds("end-seconds"));
+                EndSeconds: Seconds("end-seconds"),
+                // What the node took from the cache tier, and of that what it fetched again for the member after a lost
+                // one; what it resent from the blocks it kept: where a fault's extra tier bytes went.
+                FetchedBytes: Bytes("fetched-bytes"), RepairBytes: Bytes("repair-bytes"), RepairResentBytes: Bytes("repair-resent-bytes"),
+                Bypassed: (int?)Bytes("bypassed"));
         }).ToList();
         return nodes;
     }

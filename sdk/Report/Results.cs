@@ -115,7 +115,8 @@ public sealed record NodeTime(string Node, double WallSeconds, double FetchSecon
     long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null,
     double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null, double? AgentCpuSeconds = null,
     string? Route = null, double? ProbeSeconds = null, double? JoinSeconds = null, double? ShareSeconds = null,
-    double? ManifestSeconds = null, double? AgreeSeconds = null, double? EndSeconds = null);
+    double? ManifestSeconds = null, double? AgreeSeconds = null, double? EndSeconds = null,
+    long? FetchedBytes = null, long? RepairBytes = null, long? RepairResentBytes = null, int? Bypassed = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>
