@@ -29,6 +29,12 @@ internal abstract class ExchangePath
 
     public abstract Task<RingResult> RunAsync(ExchangeContext c, CancellationToken ct);
 
+    /// <summary>
+    /// The probed links this rank's part needs beside the ring's own, connected before the exchange: to and from the
+    /// leaves of one ring. None where the path makes its rings itself (the grid) or has no leaves.
+    /// </summary>
+    public virtual (IReadOnlyList<int> SendsTo, IReadOnlyList<int> ReceivesFrom) PeerLinks(int rank) => ([], []);
+
     /// <summary>The grid over the route's members, where the setting and their number make one; else the one ring.</summary>
     public static ExchangePath For(GridRings? grid, FanoutRoute route) =>
         grid is not null && RingGrid.For(route.Members.Count, grid.Setting) is { } layout ? new GridPath(new GridRoute(layout, route), grid) : new RingPath(route);
@@ -38,6 +44,9 @@ internal abstract class ExchangePath
 internal sealed class RingPath(FanoutRoute route) : ExchangePath
 {
     public override string Name => route.ToString();
+
+    public override (IReadOnlyList<int> SendsTo, IReadOnlyList<int> ReceivesFrom) PeerLinks(int rank) =>
+        route.HasLeaves ? (route.SendsTo(rank), route.ReceivesFrom(rank)) : ([], []);
 
     public override Task<RingResult> RunAsync(ExchangeContext c, CancellationToken ct)
     {

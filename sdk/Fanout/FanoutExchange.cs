@@ -178,10 +178,10 @@ public static class FanoutExchange
             var oldLeft = (group.Rank - 1 + group.Size) % group.Size;
             if (route.ReceivesFrom(group.Rank).Contains(oldLeft)) await drained;
             probeDone = Task.WhenAll(drained, sent);
-            // Over the grid the leaves are served in their groups' rings, and this ring carries nothing more.
-            if (route.HasLeaves && ExchangePath.For(grid, route) is RingPath)
-                await peers.ConnectPeersAsync(route.SendsTo(group.Rank), route.ReceivesFrom(group.Rank), limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit, ct);
-            else await peers.ConnectPeersAsync([], [], TimeSpan.Zero, ct);
+            // The links the route's path needs beside the ring's own (none over the grid, which makes its own rings).
+            var (sendsTo, receivesFrom) = ExchangePath.For(grid, route).PeerLinks(group.Rank);
+            await peers.ConnectPeersAsync(sendsTo, receivesFrom,
+                sendsTo.Count + receivesFrom.Count == 0 ? TimeSpan.Zero : limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
         var origins = new SegmentOrigins(manifest.Segments.Count);
