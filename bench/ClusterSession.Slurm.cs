@@ -291,6 +291,10 @@ public sealed partial class ClusterSession
             await lab.RunAsync("scancel", job);
             for (var i = 0; i < 100 && (await lab.RunAsync("squeue", "-h", "-j", job)).Output.Contains(job, StringComparison.Ordinal); i++) await Task.Delay(200, ct);
         }
+        // The tier's bytes for the job's staging are counted before the struck nodes come back: a stopped node that is
+        // continued, or one whose link comes up, completes its own copy from the tier, which is that node's catching up
+        // and not the job's staging (RecoveryTierBytes).
+        var staged = fault is null ? null : await InfoAsync(ct);
         if (fault is not null)
         {
             foreach (var n in fault.Nodes)
@@ -340,7 +344,8 @@ public sealed partial class ClusterSession
             Dataset = new DatasetInfo(stage.Version, stage.RawBytes, stage.StoredBytes, stage.Segments, stage.Seconds),
             LimitSeconds = Limits.Fanout(stage.StoredBytes, RateMbit), MeasuredSeconds = seconds, Efficiency = Limits.Fanout(stage.StoredBytes, RateMbit) / seconds,
             Nodes = nodes, Machine = BenchJson.Machine(), JobFate = fate,
-            CacheTierBytes = after.Zip(before, (x, y) => x.Output - y.Output).Sum(),
+            CacheTierBytes = (staged ?? after).Zip(before, (x, y) => x.Output - y.Output).Sum(),
+            RecoveryTierBytes = staged is null ? null : after.Zip(staged, (x, y) => x.Output - y.Output).Sum(),
             Note = string.Create(CultureInfo.InvariantCulture, $"pre-run hook {hook:0.000} s from allocation{(hookStarted is { } hs ? $", started at {hs:0.000} s" : "")}"),
         };
 

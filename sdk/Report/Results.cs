@@ -39,6 +39,10 @@ public sealed class BenchRecord
     public RateLimitResult? RateLimit { get; set; }
     /// <summary>Bytes the cache tier sent to the nodes in this run, where the nodes reported it (Slurm steps).</summary>
     public long? CacheTierBytes { get; set; }
+    /// <summary>Fault runs of the burst-buffer mode: what the cache tier sent after the struck nodes came back (a stopped
+    /// node continued, a link up again), the node completing its own copy; not part of the job's staging, which
+    /// <see cref="CacheTierBytes"/> counts up to then.</summary>
+    public long? RecoveryTierBytes { get; set; }
     /// <summary>Runs with slow nodes (<see cref="RunConfig.SlowNodes"/>): S over the slow link's rate, the least a slow node can take.</summary>
     public double? SlowNodeLimitSeconds { get; set; }
     /// <summary>Scheduler runs: what became of the job (ran; requeued or held, with Slurm's reason), where a fault made it matter.</summary>
