@@ -56,7 +56,7 @@ public sealed record GridRings(string Setting, System.Net.IPAddress Local);
 /// <summary>What one rank's exchange did, for the node-prep line and the report.</summary>
 /// <param name="Ring">Its <see cref="RingResult.LeavesServed"/> completes once this member has sent the leaves its
 /// share: the rank's process must not leave before, though its node is ready.</param>
-/// <param name="Route">Who formed the ring or grid and who was a leaf (<see cref="FanoutRoute.ToString"/>,
+/// <param name="Route">Who formed the ring or grid and who was a leaf (<see cref="RingRoute.ToString"/>,
 /// <see cref="GridRoute.ToString"/>).</param>
 /// <param name="HadLeaves">Whether the probe made leaves: they finish at their own links' pace, long after the members.</param>
 /// <param name="ProbeSeconds">What the link probe took on this rank, up to the agreed route; 0 without one.</param>
@@ -111,7 +111,7 @@ public static class FanoutExchange
     /// <param name="peerSilence">How long a ring neighbour may take nothing before the ring closes around it
     /// (<see cref="RingAllGather.PeerSilence"/> by default); over links that can (<see cref="IRingRepair"/>).</param>
     /// <param name="probeLinks">Measure the ring's links first and leave ranks with a slow link out of the ring
-    /// (<see cref="FanoutRoute"/>); only over links that reach every rank (<see cref="IPeerLinks"/>).</param>
+    /// (<see cref="RingRoute"/>); only over links that reach every rank (<see cref="IPeerLinks"/>).</param>
     /// <param name="grid">Where one ring would be deep, the rings of a <see cref="RingGrid"/> instead: <c>--ring-groups</c>'s
     /// value and how this rank listens for a ring's links (<see cref="TcpRing.Listen"/>); the grid is used only where the
     /// route has no leaves.</param>
@@ -162,7 +162,7 @@ public static class FanoutExchange
         var needed = Enumerable.Range(0, manifest.Segments.Count).Select(i => (union[i >> 3] & (1 << (i & 7))) != 0).ToArray();
         var agreeSeconds = clock.Elapsed.TotalSeconds - manifestSeconds;
         var link = ring ?? group.Ring;
-        var route = FanoutRoute.Ring(group.Size);
+        var route = RingRoute.Ring(group.Size);
         var probeClock = Stopwatch.StartNew();
         Task probeDone = Task.CompletedTask;
         if (probeLinks && link is IPeerLinks peers && group.Size >= LeafRule.SmallestWithLeaves)
@@ -172,27 +172,28 @@ public static class FanoutExchange
             var moving = Enumerable.Range(0, needed.Length).Where(i => needed[i]).Sum(i => (long)manifest.Segments[i].StoredLength);
             var probe = await Within(LinkProbe.RunAsync(link, group, ct, maxBytes: Math.Max(LeafRule.FirstRoundBytes, moving / ProbeShare)), limit, "agreeing on the links' rates");
             var (drained, sent) = (probe.Drained, probe.Sent);
-            route = FanoutRoute.FromProbes(probe.Links);
+            route = RingRoute.FromProbes(probe.Links);
             // The rest of the probe from the left neighbour comes before its blocks on that link; from a neighbour
             // that is now a leaf nothing else comes, and the probe drains beside the exchange.
             var oldLeft = (group.Rank - 1 + group.Size) % group.Size;
             if (route.ReceivesFrom(group.Rank).Contains(oldLeft)) await drained;
             probeDone = Task.WhenAll(drained, sent);
-            // The links the route's path needs beside the ring's own (none over the grid, which makes its own rings).
-            var (sendsTo, receivesFrom) = ExchangePath.For(grid, route).PeerLinks(group.Rank);
+            // The links the route needs beside the ring's own (none over the grid, which makes its own rings).
+            var (sendsTo, receivesFrom) = ExchangeRoute.For(grid, route).PeerLinks(group.Rank);
             await peers.ConnectPeersAsync(sendsTo, receivesFrom,
                 sendsTo.Count + receivesFrom.Count == 0 ? TimeSpan.Zero : limit == Timeout.InfiniteTimeSpan ? TimeSpan.FromMinutes(2) : limit, ct);
         }
         var probeSeconds = probeLinks && route.NodeRates is not null ? probeClock.Elapsed.TotalSeconds : 0;
         var origins = new SegmentOrigins(manifest.Segments.Count);
-        var path = ExchangePath.For(grid, route);
-        var exchanged = await path.RunAsync(new ExchangeContext(group, link, tier, node, origins, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence), ct);
+        var exchangeRoute = ExchangeRoute.For(grid, route);
+        var exchanged = await exchangeRoute.RunAsync(new ExchangeContext(group, link, tier, node, origins, manifest, resolved, needed, wanted, limit, stallTimeout, peerSilence,
+            grid?.Local ?? System.Net.IPAddress.Loopback), ct);
         var ringEnd = clock.Elapsed.TotalSeconds;
         await Within(probeDone.ContinueWith(t => t.IsCompletedSuccessfully ? 0 : throw t.Exception!.InnerException!, TaskScheduler.Default), limit, "the link probe's end");
         var ended = wanted ? await node.EndAsync(ct) : new IngestReport { Complete = true, AlreadyHad = manifest.Segments.Count };
         var seconds = clock.Elapsed.TotalSeconds;
         return new FanoutSummary(group.Size, resolved, exchanged, ended.Accepted, ended.AlreadyHad, ended.Rejected, seconds, !wanted, needed.Count(n => n),
-            path.Name, probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves, origins.Of(ended.RejectedSegments()));
+            exchangeRoute.ToString(), probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves, origins.Of(ended.RejectedSegments()));
     }
 
     internal static async Task<T> Within<T>(Task<T> step, TimeSpan limit, string what)

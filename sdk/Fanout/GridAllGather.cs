@@ -26,7 +26,7 @@ public static class GridAllGather
     public static async Task<RingResult> RunAsync(RingGrid grid, int rank, FanoutPlan groupPlan, IReadOnlyList<FanoutPlan> columnPlans,
         IRingLink groupLink, IRingLink? columnLink, Func<FanoutPlan, Block, Memory<byte>, CancellationToken, Task<int>> fetch,
         Func<ReadOnlyMemory<byte>, FanoutPlan, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null,
-        TimeSpan? peerSilence = null, FanoutRoute? groupRoute = null, long leafRetainBytes = RingAllGather.LeafRetainBytes,
+        TimeSpan? peerSilence = null, RingRoute? groupRoute = null, long leafRetainBytes = RingAllGather.LeafRetainBytes,
         IReadOnlyList<int>? groupRanks = null, IReadOnlyList<int>? columnRanks = null)
     {
         var clock = Stopwatch.StartNew();

@@ -152,7 +152,7 @@ public static partial class RingAllGather
     /// <param name="memberLost">Shared with this rank's other ring (the grid's): the word that a member was routed
     /// around, passed between them.</param>
     public static async Task<RingResult> RunAsync(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
-        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, FanoutRoute? route = null,
+        Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout = null, RingRoute? route = null,
         bool awaitLeaves = true, TimeSpan? peerSilence = null, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder = null,
         long leafRetainBytes = LeafRetainBytes, MemberLostWord? memberLost = null)
     {

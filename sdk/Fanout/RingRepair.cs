@@ -11,7 +11,7 @@ public static partial class RingAllGather
     private sealed class Repair
     {
         private readonly FanoutPlan _plan;
-        private readonly FanoutRoute _route;
+        private readonly RingRoute _route;
         private readonly int _position;
         private readonly bool[] _have;
         private readonly Dictionary<int, Block> _blocks = [];
@@ -21,7 +21,7 @@ public static partial class RingAllGather
         private int _rightPosition, _remaining, _leftRank;
         private readonly Lock _lock = new();
 
-        public Repair(FanoutPlan plan, FanoutRoute route, int position, int expected, TimeSpan silence)
+        public Repair(FanoutPlan plan, RingRoute route, int position, int expected, TimeSpan silence)
         {
             (_plan, _route, _position, Silence) = (plan, route, position, silence);
             _have = new bool[plan.Manifest.Segments.Count];

@@ -18,7 +18,7 @@ public static partial class RingAllGather
         public readonly IRingLink Link;
         public readonly Func<Block, Memory<byte>, CancellationToken, Task<int>> Fetch;
         public readonly Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> Deliver;
-        public readonly FanoutRoute Route;
+        public readonly RingRoute Route;
         public readonly bool AwaitLeaves;
         public readonly Func<Memory<byte>, CancellationToken, Task<int>>? OwnInAnyOrder;
         public readonly long RetainBytes;
@@ -54,12 +54,12 @@ public static partial class RingAllGather
         public readonly RingBypass? Bypass;
 
         public RingRun(FanoutPlan plan, IRingLink link, Func<Block, Memory<byte>, CancellationToken, Task<int>> fetch,
-            Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout, FanoutRoute? route,
+            Func<ReadOnlyMemory<byte>, CancellationToken, ValueTask> deliver, CancellationToken ct, TimeSpan? stallTimeout, RingRoute? route,
             bool awaitLeaves, TimeSpan? peerSilence, Func<Memory<byte>, CancellationToken, Task<int>>? ownInAnyOrder, long leafRetainBytes,
             MemberLostWord? memberLost)
         {
             (Plan, Link, Fetch, Deliver, AwaitLeaves, OwnInAnyOrder, RetainBytes) = (plan, link, fetch, deliver, awaitLeaves, ownInAnyOrder, leafRetainBytes);
-            route ??= FanoutRoute.Ring(link.Size);
+            route ??= RingRoute.Ring(link.Size);
             Route = route;
             if (route.Members.Count != plan.Ranks) throw new ArgumentException($"the plan has {plan.Ranks} shares for {route.Members.Count} ring members", nameof(route));
             var peers = link as IPeerLinks;
@@ -192,7 +192,7 @@ public static partial class RingAllGather
     private sealed record RingSeat(int Right, int RightRank, int LeftRank,
         Func<ReadOnlyMemory<byte>, CancellationToken, Task> SendRight, Func<Memory<byte>, CancellationToken, Task<int>> ReceiveLeft)
     {
-        public static RingSeat Of(FanoutPlan plan, FanoutRoute route, IRingLink link, int position, IRingRepair? repair, Repair? ring)
+        public static RingSeat Of(FanoutPlan plan, RingRoute route, IRingLink link, int position, IRingRepair? repair, Repair? ring)
         {
             var (rightRank, leftRank) = (route.RightOf(link.Rank), route.LeftOf(link.Rank));
             var peers = link as IPeerLinks;

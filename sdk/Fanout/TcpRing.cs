@@ -107,7 +107,7 @@ public sealed class TcpRing : IRingRepair, IAsyncDisposable
         /// <summary>Connects to the right neighbour and accepts the left one, as rank <paramref name="rank"/> of the
         /// ranks whose entries are <paramref name="entries"/> (this one's among them); the ring owns the socket then.
         /// With a <paramref name="route"/> that has leaves, the links are those the route sends and receives over instead.</summary>
-        public async Task<TcpRing> ConnectAsync(int rank, IReadOnlyList<byte[]> entries, TimeSpan timeout, CancellationToken ct, FanoutRoute? route = null)
+        public async Task<TcpRing> ConnectAsync(int rank, IReadOnlyList<byte[]> entries, TimeSpan timeout, CancellationToken ct, RingRoute? route = null)
         {
             if (route is not null && route.Size != entries.Count) throw new ArgumentException($"a route of {route.Size} ranks for {entries.Count} entries", nameof(route));
             var listener = Interlocked.Exchange(ref _listener, null) ?? throw new InvalidOperationException("this ring is already connected");

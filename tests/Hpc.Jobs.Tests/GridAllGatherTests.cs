@@ -233,7 +233,7 @@ public sealed class GridAllGatherTests
     {
         // Ranks 2, 5 and 11 are slow: the grid is over the other 12 (groups of 4: ranks 0 1 3 4 | 6 7 8 9 | 10 12 13 14).
         var probes = Enumerable.Range(0, 15).Select(r => new ProbeResult(r is 2 or 3 or 5 or 6 or 11 or 12 ? 0.5e6 : 3e6, 0.3)).ToArray();
-        var route = FanoutRoute.FromProbes(probes);
+        var route = RingRoute.FromProbes(probes);
         Assert.Equal([2, 5, 11], route.Leaves);
         var grid = new GridRoute(RingGrid.Of(12, 4)!, route);
         Assert.Equal([0, 1, 3, 4, 2], grid.GroupRanks(0));
@@ -247,7 +247,39 @@ public sealed class GridAllGatherTests
         Assert.Equal([1, 4], ring.SendsTo(0));
         Assert.Equal([0, 1, 2, 3], ring.ReceivesFrom(4));
         Assert.Equal("grid:3x4/leaves:2,5,11", grid.ToString());
-        Assert.Equal("grid:3x4", new GridRoute(RingGrid.Of(12, 4)!, FanoutRoute.Ring(12)).ToString());
+        Assert.Equal("grid:3x4", new GridRoute(RingGrid.Of(12, 4)!, RingRoute.Ring(12)).ToString());
+    }
+
+    [Fact]
+    public void The_route_is_chosen_once_a_ring_with_its_leaves_links_or_the_grid_that_makes_its_own_rings()
+    {
+        var probes = Enumerable.Range(0, 15).Select(r => new ProbeResult(r is 2 or 3 ? 0.5e6 : 3e6, 0.3)).ToArray();
+        var members = RingRoute.FromProbes(probes);
+        Assert.Equal([2], members.Leaves);
+
+        // No grid asked for, or too few members for the one asked: the ring route itself runs, and a member connects
+        // to the leaf beside its ring (rank 1 sends on to 3, past the leaf, and to the leaf) while the leaf hears from
+        // every member.
+        foreach (var grid in new GridRings?[] { null, new("off", IPAddress.Loopback), new("auto", IPAddress.Loopback) })
+        {
+            var chosen = ExchangeRoute.For(grid, members);
+            Assert.Same(members, chosen);
+            Assert.Equal([3, 2], chosen.PeerLinks(1).SendsTo);
+            Assert.Equal([0], chosen.PeerLinks(1).ReceivesFrom);
+            Assert.Equal(members.Members, chosen.PeerLinks(2).ReceivesFrom);
+        }
+        Assert.Empty(RingRoute.Ring(15).PeerLinks(1).SendsTo);
+        Assert.Empty(RingRoute.Ring(15).PeerLinks(1).ReceivesFrom);
+
+        // A group size that makes three groups of the members: the grid over them, with the leaf in a group's ring; its rings connect
+        // themselves, so nothing is connected beside the ring's own.
+        var grid4 = ExchangeRoute.For(new GridRings("4", IPAddress.Loopback), members);
+        var asGrid = Assert.IsType<GridRoute>(grid4);
+        Assert.Same(members, asGrid.Route);
+        Assert.Empty(grid4.PeerLinks(1).SendsTo);
+        Assert.Empty(grid4.PeerLinks(1).ReceivesFrom);
+        Assert.Equal("grid:3x4+/leaves:2", grid4.ToString());   // 14 members: two groups of 5, one of 4
+        Assert.Equal("leaves:2/ring:0,1,3,4,5,6,7,8,9,10,11,12,13,14", members.ToString());
     }
 
     /// <summary>
@@ -260,7 +292,7 @@ public sealed class GridAllGatherTests
     public async Task A_leaf_served_by_its_group_gets_every_segment_once_while_the_members_run_the_grid(long leafRetainBytes)
     {
         const int ranks = 10, slow = 2, segments = 1200;
-        var route = FanoutRoute.FromProbes(Enumerable.Range(0, ranks).Select(r => new ProbeResult(r is slow or slow + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
+        var route = RingRoute.FromProbes(Enumerable.Range(0, ranks).Select(r => new ProbeResult(r is slow or slow + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
         Assert.Equal([slow], route.Leaves);
         var grid = new GridRoute(RingGrid.Of(9, 3)!, route);
         var manifest = ManifestOf(segments, seed: 7);

@@ -120,7 +120,7 @@ public sealed class RingRepairTests
     public async Task A_leaf_gives_up_on_a_member_that_hangs_after_the_peer_silence_and_the_members_finish_without_both()
     {
         const int leaf = 4, victim = 2;
-        var route = FanoutRoute.FromProbes(Enumerable.Range(0, Ranks).Select(r => new ProbeResult(r is leaf or leaf + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
+        var route = RingRoute.FromProbes(Enumerable.Range(0, Ranks).Select(r => new ProbeResult(r is leaf or leaf + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
         Assert.Equal([leaf], route.Leaves);
         var manifest = ManifestOf(1200);
         var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 256 << 10);
@@ -204,7 +204,7 @@ public sealed class RingRepairTests
     public async Task A_leaf_that_dies_mid_exchange_leaves_the_members_ring_running_to_the_end()
     {
         const int leaf = 4;
-        var route = FanoutRoute.FromProbes(Enumerable.Range(0, Ranks).Select(r => new ProbeResult(r is leaf or leaf + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
+        var route = RingRoute.FromProbes(Enumerable.Range(0, Ranks).Select(r => new ProbeResult(r is leaf or leaf + 1 ? 0.5e6 : 3e6, 0.3)).ToArray());
         var manifest = ManifestOf(1200);
         var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 256 << 10);
         using var timeout = new CancellationTokenSource(TimeSpan.FromSeconds(120));

@@ -38,20 +38,20 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     }
 
     /// <summary>Every rank probes, gathers the rates and computes its route, as the exchange does.</summary>
-    private static async Task<(FanoutRoute[] Routes, Task[] Probes)> AgreeAsync(IReadOnlyList<IRankGroup> groups, CancellationToken ct)
+    private static async Task<(RingRoute[] Routes, Task[] Probes)> AgreeAsync(IReadOnlyList<IRankGroup> groups, CancellationToken ct)
     {
         var probes = new Task[groups.Count];
         var routes = await Task.WhenAll(groups.Select(g => Task.Run(async () =>
         {
             var probe = await LinkProbe.RunAsync(g.Ring, g, ct);
             probes[g.Rank] = Task.WhenAll(probe.Drained, probe.Sent);
-            return FanoutRoute.FromProbes(probe.Links);
+            return RingRoute.FromProbes(probe.Links);
         })));
         return (routes, probes);
     }
 
     private static async Task<(RingResult[] Results, ConcurrentDictionary<int, int>[] Delivered, ConcurrentBag<int> Fetched)> ExchangeAsync(
-        IReadOnlyList<IRankGroup> groups, FanoutRoute route, FanoutPlan plan, CancellationToken ct, long leafRetainBytes = RingAllGather.LeafRetainBytes)
+        IReadOnlyList<IRankGroup> groups, RingRoute route, FanoutPlan plan, CancellationToken ct, long leafRetainBytes = RingAllGather.LeafRetainBytes)
     {
         var fetched = new ConcurrentBag<int>();
         var delivered = groups.Select(_ => new ConcurrentDictionary<int, int>()).ToArray();
@@ -105,7 +105,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     {
         // Rank 2's link at 300 KB/s: the leaf needs seconds for the data, the members a fraction of one.
         var groups = InProcessRanks.Create(4, new Dictionary<int, double> { [2] = 300e3 });
-        var route = FanoutRoute.FromProbes([new ProbeResult(3e6, 0.1), new ProbeResult(3e6, 0.1), new ProbeResult(0.3e6, 0.7), new ProbeResult(0.3e6, 0.7)]);
+        var route = RingRoute.FromProbes([new ProbeResult(3e6, 0.1), new ProbeResult(3e6, 0.1), new ProbeResult(0.3e6, 0.7), new ProbeResult(0.3e6, 0.7)]);
         Assert.Equal([2], route.Leaves);
         var manifest = ManifestOf(40);
         var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 128 << 10);
@@ -183,7 +183,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     [InlineData(new[] { 3.0e6, 1.7e6, 3.1e6, 2.0e6, 3.0e6 })]     // uneven, none below half the median
     public void Links_within_half_the_median_keep_every_rank_in_the_ring(double[] rates)
     {
-        var route = FanoutRoute.FromProbes(rates.Select(r => new ProbeResult(r, 0.1)).ToArray());
+        var route = RingRoute.FromProbes(rates.Select(r => new ProbeResult(r, 0.1)).ToArray());
         Assert.False(route.HasLeaves);
     }
 
@@ -192,7 +192,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     {
         // Into r from r−1: rank 2's downlink (into 2) and uplink (into 3) are slow, so 2 is slow and 3 is not.
         var probes = new[] { 3e6, 3e6, 0.7e6, 0.7e6, 3e6 }.Select(r => new ProbeResult(r, 0.3)).ToArray();
-        var route = FanoutRoute.FromProbes(probes);
+        var route = RingRoute.FromProbes(probes);
         Assert.Equal([2], route.Leaves);
         Assert.Equal([0, 1, 3, 4], route.Members);
         // Rank 1's right neighbour is now 3, and it sends its own share to the leaf; the leaf hears from every member.
@@ -207,7 +207,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         // Rank 2 is slow (into 2 and into 3); rank 1's other link (into 1) passed the probe in a millisecond and reads
         // low against a noisy median: a rate measured that briefly is not evidence.
         var probes = new[] { new ProbeResult(9e9, 0.001), new ProbeResult(0.2e9, 0.001), new ProbeResult(2e6, 0.11), new ProbeResult(2e6, 0.11), new ProbeResult(5e9, 0.001) };
-        Assert.Equal([2], FanoutRoute.FromProbes(probes).Leaves);
+        Assert.Equal([2], RingRoute.FromProbes(probes).Leaves);
     }
 
     [Fact]
@@ -215,13 +215,13 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     {
         // A fast fabric: the probe passes in about a millisecond everywhere, and a 4× spread is the polling, not the link.
         var probes = new[] { 4e9, 4e9, 1e9, 1e9 }.Select(r => new ProbeResult(r, 224e3 / r)).ToArray();
-        Assert.False(FanoutRoute.FromProbes(probes).HasLeaves);
+        Assert.False(RingRoute.FromProbes(probes).HasLeaves);
     }
 
     [Fact]
     public void Two_ranks_stay_a_ring_whatever_the_probe_says()
     {
-        Assert.False(FanoutRoute.FromProbes([new ProbeResult(1e3, 1), new ProbeResult(1e9, 1)]).HasLeaves);
+        Assert.False(RingRoute.FromProbes([new ProbeResult(1e3, 1), new ProbeResult(1e9, 1)]).HasLeaves);
     }
 
     [Fact]
@@ -253,7 +253,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
     /// ranks' rates in <paramref name="rates"/> (none: loopback's own pace); probed and routed, the connections closed
     /// whatever happens.
     /// </summary>
-    private static async Task<(FanoutRoute[] Routes, LinkProbeRun[] Runs, TimeSpan Took)> ProbeOverLoopbackAsync(int size, IReadOnlyDictionary<int, double>? rates,
+    private static async Task<(RingRoute[] Routes, LinkProbeRun[] Runs, TimeSpan Took)> ProbeOverLoopbackAsync(int size, IReadOnlyDictionary<int, double>? rates,
         Func<IRingLink, IRingLink>? wrap = null)
     {
         wrap ??= link => link;
@@ -269,7 +269,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
             var runs = await Task.WhenAll(groups.Select(g => Task.Run(() => LinkProbe.RunAsync(links[g.Rank], g, timeout.Token))));
             var took = clock.Elapsed;
             await Task.WhenAll(runs.SelectMany(r => new[] { r.Drained, r.Sent })).WaitAsync(timeout.Token);
-            return (runs.Select(r => FanoutRoute.FromProbes(r.Links)).ToArray(), runs, took);
+            return (runs.Select(r => RingRoute.FromProbes(r.Links)).ToArray(), runs, took);
         }
         finally
         {
@@ -426,7 +426,7 @@ public sealed class SlowMemberTests(Xunit.Abstractions.ITestOutputHelper output)
         var groups = InProcessRanks.Create(3);
         // A route with a leaf and many small blocks per share: more than the members keep for it at once.
         // Into 0 (from 2) and into 2 (from 1) slow: rank 2's two links.
-        var route = FanoutRoute.FromProbes([new ProbeResult(0.2e6, 0.5), new ProbeResult(3e6, 0.2), new ProbeResult(0.2e6, 0.5)]);
+        var route = RingRoute.FromProbes([new ProbeResult(0.2e6, 0.5), new ProbeResult(3e6, 0.2), new ProbeResult(0.2e6, 0.5)]);
         Assert.Equal([2], route.Leaves);
         var manifest = ManifestOf(300, seed: 5);
         var plan = new FanoutPlan(manifest, route.Members.Count, maxBlockBytes: 64 << 10);

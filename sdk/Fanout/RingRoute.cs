@@ -13,11 +13,11 @@ namespace Hpc.CommonData.Fanout;
 /// four times slower makes every node four times slower. A leaf's slowness is its own: the members send it about
 /// S/M each, which at its pace is a small share of their uplink, and no member waits for it.
 /// </remarks>
-public sealed class FanoutRoute
+public sealed class RingRoute : ExchangeRoute
 {
     private readonly int[] _position;
 
-    private FanoutRoute(int size, int[] members, int[] leaves, double[]? nodeRates)
+    private RingRoute(int size, int[] members, int[] leaves, double[]? nodeRates)
     {
         Size = size;
         Members = members;
@@ -28,11 +28,11 @@ public sealed class FanoutRoute
     }
 
     /// <summary>Every rank in the ring, in rank order: today's plan.</summary>
-    public static FanoutRoute Ring(int size) => new(size, Enumerable.Range(0, size).ToArray(), [], null);
+    public static RingRoute Ring(int size) => new(size, Enumerable.Range(0, size).ToArray(), [], null);
 
     /// <summary>The ranks of a ring whose last <paramref name="leaves"/> are leaves: a group's ring of the grid with the
     /// leaves it serves after its members (<see cref="GridRoute"/>).</summary>
-    public static FanoutRoute WithLeavesAfter(int members, int leaves) =>
+    public static RingRoute WithLeavesAfter(int members, int leaves) =>
         new(members + leaves, Enumerable.Range(0, members).ToArray(), Enumerable.Range(members, leaves).ToArray(), null);
 
     /// <summary>
@@ -40,12 +40,12 @@ public sealed class FanoutRoute
     /// second from r−1 into r, with the bytes it measured over). Node r's rate is the faster of its two probed links
     /// (into r, out of r into r+1): a slow node slows both, a healthy neighbour of it only one.
     /// </summary>
-    public static FanoutRoute FromProbes(IReadOnlyList<ProbeResult> incoming)
+    public static RingRoute FromProbes(IReadOnlyList<ProbeResult> incoming)
     {
         var size = incoming.Count;
         if (size < LeafRule.SmallestWithLeaves) return Ring(size);
         var leaves = LeafRule.Leaves(incoming);
-        return new FanoutRoute(size, [.. Enumerable.Range(0, size).Except(leaves)], leaves, LeafRule.NodeRates(incoming));
+        return new RingRoute(size, [.. Enumerable.Range(0, size).Except(leaves)], leaves, LeafRule.NodeRates(incoming));
     }
 
     public int Size { get; }
@@ -68,6 +68,19 @@ public sealed class FanoutRoute
 
     /// <summary>Ranks <paramref name="rank"/> receives from: its left neighbour, or as a leaf every member.</summary>
     public IReadOnlyList<int> ReceivesFrom(int rank) => IsLeaf(rank) ? Members : Members.Count < 2 ? [] : [LeftOf(rank)];
+
+    public override (IReadOnlyList<int> SendsTo, IReadOnlyList<int> ReceivesFrom) PeerLinks(int rank) =>
+        HasLeaves ? (SendsTo(rank), ReceivesFrom(rank)) : ([], []);
+
+    /// <summary>One ring of the members over the rank group's link, each member also sending the leaves its share.</summary>
+    internal override Task<RingResult> RunAsync(ExchangeContext c, CancellationToken ct)
+    {
+        var plan = new FanoutPlan(c.Manifest, Members.Count, needed: c.Needed);
+        var fetcher = new BlockFetcher(c.Tier, plan, c.Version);
+        // A node that already holds the version still fetches its share and forwards: the ring needs every link.
+        return RingAllGather.RunAsync(plan, c.Link, fetcher.FetchAsync, (message, token) => c.Deliver(message, plan, Members, token),
+            ct, c.StallTimeout, this, awaitLeaves: false, peerSilence: c.PeerSilence);
+    }
 
     /// <summary>One word (the node-prep line's fields have no spaces): "ring", or the leaves and the members.</summary>
     public override string ToString() =>
