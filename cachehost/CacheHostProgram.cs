@@ -20,7 +20,7 @@ public static class CacheHostProgram
     public static async Task<int> RunAsync(string[] args)
     {
         // Every source in one order, bound and checked (--help answered, a bad value refused with exit 2) before anything starts.
-        var resolved = Contract.Resolve(args, Environment.GetEnvironmentVariable, Contract.SettingsFiles(Environment.GetEnvironmentVariable));
+        var resolved = Contract.ResolveThisProcess(args);
         if (Contract.Answer(resolved) is { } exit)
             return exit;
         var options = resolved.Options;

@@ -10,7 +10,8 @@ NativeHandoff.ExecInstalledNative(args);
 // hpcdata compiled to native code is also the cache host, node agent and stager: `hpcdata Hpc.NodeAgent …` runs one here.
 if (args is [var program, ..] && LinkedPrograms.Find(program) is { } linked) return await linked(args[1..]);
 // Said by the command the user typed, once: a misspelt HPCDATA_ variable otherwise leaves its setting at the default unnoticed.
-UnknownVariables.Warn(Me, typeof(Program).Assembly, typeof(JobVariables).Assembly);
+// The agent says its own (HPCDATA_AGENT_…) itself, as it does when a service unit starts it without hpcdata.
+UnknownVariables.Warn(Me, args is ["agent", ..] ? NodeAgentOptions.OwnVariables : null, typeof(Program).Assembly, typeof(JobVariables).Assembly);
 return await new CommandTree(Me, "get a shared read-only dataset onto every compute node once, verified, and share it with every worker", [
     new("stage", "Stage a file, a directory or stdin as a new dataset version (runs the stager).", StageVerb.RunAsync,
         Switches: [.. ProgramContract<StagerOptions>.Switches.Select(s => s.Name).Where(n => n.Length > 0)], HelpText: ProgramContract<StagerOptions>.Help),

@@ -35,7 +35,7 @@ public static class NodeAgentProgram
         }
 
         // Every source in one order, bound and checked: --help, an unknown switch or a bad value ends here.
-        var resolved = ProgramContract<NodeAgentOptions>.Resolve(args, Environment.GetEnvironmentVariable, ProgramContract<NodeAgentOptions>.SettingsFiles(Environment.GetEnvironmentVariable));
+        var resolved = ProgramContract<NodeAgentOptions>.ResolveThisProcess(args);
         if (ProgramContract<NodeAgentOptions>.Answer(resolved) is { } exit) return exit;
         var options = resolved.Options;
         if (AgentConfiguration.Check(options) is { } refused) return refused;

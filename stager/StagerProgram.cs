@@ -12,7 +12,7 @@ public static class StagerProgram
     public static async Task<int> RunAsync(string[] args)
     {
         // --help answered, an unknown switch or a bad value refused (exit 2), before anything is read or sent.
-        var resolved = Contract.Resolve(args, Environment.GetEnvironmentVariable, Contract.SettingsFiles(Environment.GetEnvironmentVariable));
+        var resolved = Contract.ResolveThisProcess(args);
         if (Contract.Answer(resolved) is { } exit) return exit;
         var options = resolved.Options;
         return await StageCommand.RunAsync(options);

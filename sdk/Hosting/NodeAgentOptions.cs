@@ -13,6 +13,8 @@ public sealed class NodeAgentOptions : IProgramOptions
 {
     public static string SectionName => "Agent";
     public static string ProgramName => "hpcdata agent";
+    /// <summary>Only the agent reads these (a systemd unit's <c>Environment=</c> lines, typically): a misspelt one warns.</summary>
+    public static string? OwnVariables => "HPCDATA_AGENT_";
     public static string Assembly => "Hpc.NodeAgent";
     public static string Summary => "keeps verified local copies of datasets on this node and serves them to local workers over a pipe";
 

@@ -22,6 +22,10 @@ public interface IProgramOptions
     static virtual IReadOnlyList<(string Command, string What)> Examples => [];
     /// <summary>A client program (the stager) reads the client's settings files (<see cref="ClientConfig"/>) beneath its variables, as every verb does.</summary>
     static virtual bool ReadsClientFiles => false;
+    /// <summary>The prefix of the variables this program alone reads (the agent's <c>HPCDATA_AGENT_</c>): one that no
+    /// setting declares is a typo, said as a warning. Null where the program shares its variables with others, whose
+    /// settings it does not know.</summary>
+    static virtual string? OwnVariables => null;
     /// <summary>Problems with the values, each a sentence naming the switch; empty when the options are usable.</summary>
     IEnumerable<string> Validate();
 }
@@ -33,7 +37,7 @@ public sealed record SettingsFile(string Path, bool Optional);
 /// A program's settings resolved from every source (<see cref="ProgramContract{T}.Resolve"/>): the bound options, where
 /// each setting came from, and what is wrong: <see cref="Problem"/> (a switch, variable, file or value that does not
 /// read), <see cref="Invalid"/> (the options' own checks, each saying where a value came from that the command line did
-/// not give), <see cref="Warnings"/> (keys no setting has).
+/// not give), <see cref="Warnings"/> (keys, and the program's own variables, that no setting has).
 /// </summary>
 public sealed record Resolution<T>(T Options, SettingOrigins Origins, bool HelpRequested,
     string? Problem, IReadOnlyList<string> Invalid, IReadOnlyList<string> Warnings) where T : class;
@@ -58,10 +62,11 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     [DynamicDependency(DynamicallyAccessedMemberTypes.All, typeof(Hpc.CommonData.Cache.CacheTierOptions))]
     private static IEnumerable<Entry> Collect(Type type, string prefix, PropertyInfo[] path)
     {
+        var declared = SwitchAttribute.DeclaredOn(type);
         foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance))
         {
             var key = $"{prefix}:{p.Name}";
-            if (p.GetCustomAttribute<SwitchAttribute>() is { } s) yield return new Entry(s, key, p, [.. path, p]);
+            if (declared.FirstOrDefault(x => x.Property.Name == p.Name).Switch is { } s) yield return new Entry(s, key, p, [.. path, p]);
             else if (p.PropertyType.IsClass && p.PropertyType != typeof(string) && SwitchAttribute.DeclaredOn(p.PropertyType).Count > 0)
                 foreach (var e in Collect(p.PropertyType, key, [.. path, p])) yield return e;
         }
@@ -146,7 +151,10 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
     /// validated, with where each setting came from. The switches' sources are <see cref="SettingsResolver"/>'s, as for
     /// every verb. Every program runs this, and the tests run it as the programs do; nothing is printed.
     /// </summary>
-    public static Resolution<T> Resolve(IReadOnlyList<string> args, Func<string, string?> environment, IReadOnlyList<SettingsFile> files)
+    /// <param name="variableNames">The names of the environment's variables, for the warning on one of the program's own
+    /// that no setting declares (<see cref="IProgramOptions.OwnVariables"/>).</param>
+    public static Resolution<T> Resolve(IReadOnlyList<string> args, Func<string, string?> environment, IReadOnlyList<SettingsFile> files,
+        IEnumerable<string>? variableNames = null)
     {
         var origins = new SettingOrigins();
         if (IsHelp(args)) return new(new T(), origins, true, null, [], []);
@@ -158,7 +166,9 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         {
             return new(new T(), origins, false, $"settings file: {(e.InnerException ?? e).Message.ReplaceLineEndings(" ")}", [], []);
         }
-        var warnings = UnknownKeys(configuration).ToList();
+        List<string> warnings = [.. UnknownKeys(configuration)];
+        if (T.OwnVariables is { } own && variableNames is not null)
+            warnings.AddRange(UnknownVariables.Problems(T.ProgramName, variableNames, UnknownVariables.Known(), own));
         if (BindSettingsFiles(configuration, files, origins, out var options) is { } unreadable) return new(options, origins, false, unreadable, [], warnings);
         ClientConfig clientFiles;
         try { clientFiles = T.ReadsClientFiles ? ClientConfig.Load(environment) : ClientConfig.None; }
@@ -168,6 +178,11 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
         problem ??= BindArgument(options, resolved.Arguments, origins);
         return new(options, origins, false, problem, problem is null ? [.. options.Validate().Select(origins.Attribute)] : [], warnings);
     }
+
+    /// <summary><see cref="Resolve"/> as the program's Main calls it: this process's command line, variables and settings files.</summary>
+    public static Resolution<T> ResolveThisProcess(IReadOnlyList<string> args) =>
+        Resolve(args, Environment.GetEnvironmentVariable, SettingsFiles(Environment.GetEnvironmentVariable),
+            Environment.GetEnvironmentVariables().Keys.OfType<string>());
 
     /// <summary>"help" asks for help as the first word only (later it is a value: a file may be called help); after "--" nothing is a switch.</summary>
     private static bool IsHelp(IReadOnlyList<string> args)
@@ -238,24 +253,26 @@ public static class ProgramContract<T> where T : class, IProgramOptions, new()
             yield return $"settings key '{path}' is not a setting of {T.ProgramName}, so it was ignored{Suggestions.DidYouMean(path, known)}";
     }
 
-    // Every key a settings file may give: the switches' and the other public settable properties' (nested groups walked).
-    [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
     private static readonly Lazy<HashSet<string>> KnownKeys = new(() =>
     {
         var keys = new HashSet<string>(StringComparer.OrdinalIgnoreCase);
-        void Walk(Type type, string prefix, int depth)
-        {
-            foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance).Where(p => p.CanWrite || p.PropertyType.IsClass))
-            {
-                var key = $"{prefix}:{p.Name}";
-                keys.Add(key);
-                if (depth < 4 && p.PropertyType.IsClass && p.PropertyType != typeof(string) && !IsList(p.PropertyType) && p.PropertyType.Namespace?.StartsWith("Hpc.", StringComparison.Ordinal) == true)
-                    Walk(p.PropertyType, key, depth + 1);
-            }
-        }
-        Walk(typeof(T), T.SectionName, 0);
+        AddKeys(keys, typeof(T), T.SectionName, 0);
         return keys;
     });
+
+    // Every key a settings file may give: the switches' and the other public settable properties' (nested groups walked).
+    [UnconditionalSuppressMessage("Trimming", "IL2070", Justification = "options types are kept whole in native builds")]
+    [UnconditionalSuppressMessage("Trimming", "IL2072", Justification = "options types are kept whole in native builds")]
+    private static void AddKeys(HashSet<string> keys, Type type, string prefix, int depth)
+    {
+        foreach (var p in type.GetProperties(BindingFlags.Public | BindingFlags.Instance).Where(p => p.CanWrite || p.PropertyType.IsClass))
+        {
+            var key = $"{prefix}:{p.Name}";
+            keys.Add(key);
+            if (depth < 4 && p.PropertyType.IsClass && p.PropertyType != typeof(string) && !IsList(p.PropertyType) && p.PropertyType.Namespace?.StartsWith("Hpc.", StringComparison.Ordinal) == true)
+                AddKeys(keys, p.PropertyType, key, depth + 1);
+        }
+    }
 
     /// <summary>
     /// Binds the program's section of the JSON settings files, beneath every switch's source, and records which file gave

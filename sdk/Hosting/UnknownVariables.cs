@@ -38,17 +38,22 @@ public static class UnknownVariables
             Type[] types;
             try { types = assembly.GetTypes(); }
             catch (ReflectionTypeLoadException e) { types = [.. e.Types.OfType<Type>()]; }
-            foreach (var type in types)
-                foreach (var property in type.GetProperties(BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Instance | BindingFlags.Static | BindingFlags.DeclaredOnly))
-                    if (property.GetCustomAttribute<SwitchAttribute>() is { Environment: { Length: > 0 } variable }) known.Add(variable);
+            foreach (var type in types.Where(t => t.IsClass && !t.IsGenericTypeDefinition))
+                foreach (var (s, _) in SwitchAttribute.DeclaredOn(type))
+                    if (s.Environment is { Length: > 0 } variable) known.Add(variable);
         }
         return known;
     }
 
     /// <summary>One warning per <c>HPCDATA_</c> variable of <paramref name="environment"/> that is not <paramref name="known"/>, with the nearest known name when one is close.</summary>
     public static IEnumerable<string> Warnings(string program, IEnumerable<string> environment, IReadOnlySet<string> known) =>
-        environment.Where(v => v.StartsWith(Prefix, StringComparison.Ordinal) && !known.Contains(v)).Order(StringComparer.Ordinal)
-            .Select(v => $"{program}: warning: {v} is not a setting of {program}" + (Closest(v, known) is { } near ? $"; did you mean {near}?" : ""));
+        Problems(program, environment, known, Prefix).Select(problem => $"{program}: warning: {problem}");
+
+    /// <summary>A sentence per variable of <paramref name="environment"/> under <paramref name="prefix"/> that is not
+    /// <paramref name="known"/>, with the nearest known name when one is close.</summary>
+    public static IEnumerable<string> Problems(string program, IEnumerable<string> environment, IReadOnlySet<string> known, string prefix) =>
+        environment.Where(v => v.StartsWith(prefix, StringComparison.Ordinal) && !known.Contains(v)).Order(StringComparer.Ordinal)
+            .Select(v => $"{v} is not a setting of {program}" + (Closest(v, known) is { } near ? $"; did you mean {near}?" : ""));
 
     // The prefix is shared by every name, so it says nothing of which one was meant: suggest on what follows it, or a
     // long prefix would make any short name look close to any other.
@@ -56,11 +61,12 @@ public static class UnknownVariables
         Suggestions.Closest(typed[Prefix.Length..], known.Select(k => k[Prefix.Length..])) is { } tail ? Prefix + tail : null;
 
     /// <summary>Writes <see cref="Warnings"/> for this process's environment on stderr. Never throws: a warning must not fail a run.</summary>
-    public static void Warn(string program, params Assembly[] more)
+    /// <param name="leftTo">A prefix whose variables the program started next warns of itself (<see cref="IProgramOptions.OwnVariables"/>).</param>
+    public static void Warn(string program, string? leftTo, params Assembly[] more)
     {
         try
         {
-            var names = Environment.GetEnvironmentVariables().Keys.OfType<string>();
+            var names = Environment.GetEnvironmentVariables().Keys.OfType<string>().Where(v => leftTo is null || !v.StartsWith(leftTo, StringComparison.Ordinal));
             foreach (var line in Warnings(program, names, Known(more))) Console.Error.WriteLine(line);
         }
         catch (Exception e) when (e is not OutOfMemoryException) { }

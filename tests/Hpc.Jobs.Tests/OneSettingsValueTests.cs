@@ -67,6 +67,42 @@ public class OneSettingsValueTests
     }
 
     [Fact]
+    public void The_agent_names_a_misspelt_variable_of_its_own_and_leaves_the_rest_to_the_programs_that_read_them()
+    {
+        string[] names = ["HPCDATA_AGENT_BUGDET", "HPCDATA_AGENT_BUDGET", "HPCDATA_AGENT_PIPE", "HPCDATA_AGENT_LOG", "HPCDATA_AGENT_MANAGED",
+            "HPCDATA_LINK_PROBE", "HPCDATA_CACHE_HOST", "PATH"];
+
+        var agent = ProgramContract<NodeAgentOptions>.Resolve([], _ => null, [], names);
+        // A cache host shares its variables with every client program, whose settings it does not know: it does not guess.
+        var host = ProgramContract<CacheHostOptions>.Resolve([], _ => null, [], names);
+
+        Assert.Null(agent.Problem);
+        Assert.Equal("HPCDATA_AGENT_BUGDET is not a setting of hpcdata agent; did you mean HPCDATA_AGENT_BUDGET?", Assert.Single(agent.Warnings));
+        Assert.Empty(host.Warnings);
+    }
+
+    [Fact]
+    public async Task A_misspelt_agent_variable_is_said_once_whether_a_service_unit_or_hpcdata_starts_the_agent()
+    {
+        await using var s = new Sandbox();
+        var env = new Dictionary<string, string?> { ["HPCDATA_AGENT_BUGDET"] = "10GB" };
+        const string Expected = "hpcdata agent: warning: HPCDATA_AGENT_BUGDET is not a setting of hpcdata agent; did you mean HPCDATA_AGENT_BUDGET?";
+        string[] Arguments(string node) => [.. ProgramContract<NodeAgentOptions>.ToArguments(new NodeAgentOptions
+        {
+            Pipe = s.NewPipe(), DataDirectory = Path.Combine(s.Root, node), CacheTier = new() { Hosts = ["127.0.0.1:1"] },
+        })];
+
+        var byUnit = s.Track(ComponentProcess.Start("Hpc.NodeAgent", Arguments("unit"), NodeAddresses.OwnNode(env), name: "agent"));
+        var byHpcdata = s.StartHpcdata(["agent", .. Arguments("verb")], env);
+        foreach (var agent in new[] { byUnit, byHpcdata })
+        {
+            await agent.WaitReadyAsync(Sandbox.Ready);
+            await agent.StopAsync(TimeSpan.FromSeconds(20));
+            Assert.Equal(Expected, Assert.Single(agent.StandardErrorTail.Split('\n'), l => l.Contains("HPCDATA_AGENT_BUGDET")).TrimEnd());
+        }
+    }
+
+    [Fact]
     public void No_variable_the_repository_names_is_taken_for_a_misspelling()
     {
         var root = ToolInstallTests.RepositoryRoot();
