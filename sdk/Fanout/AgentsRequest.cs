@@ -1,6 +1,4 @@
-using System.Collections.Concurrent;
 using System.Diagnostics;
-using System.Net;
 using System.Net.Sockets;
 
 namespace Hpc.CommonData.Fanout;
@@ -21,7 +19,7 @@ public sealed record AgentsReport(IReadOnlyList<string> Members, double LaunchSe
 /// agent that answers, which becomes the tree's root, and collects every node's <see cref="NodeOutcome"/> on a port
 /// of its own. The time counted is the requester's, from the request to the last node's answer.
 /// </summary>
-public static class AgentsRequest
+public static partial class AgentsRequest
 {
     /// <summary>How soon, and at most how often, the members that have not answered are asked whether they still run
     /// (the wait doubles between asks): once half the members have answered and no answer has come for that long, those
@@ -51,193 +49,90 @@ public static class AgentsRequest
     public static async Task<AgentsReport> RunAsync(PrepRequest request, PeerKey key, Action<NodeOutcome>? onOutcome, CancellationToken ct)
     {
         var clock = Stopwatch.StartNew();
+        var (root, members) = await ConnectRootAsync(request, key, ct);
+        await using var _ = root;
+        var tally = new Tally(members.Count, clock, onOutcome);
+        var (rootHost, rootPort) = AgentTree.Endpoint(members[0]);
+        await using var answers = new AnswerPort(TcpRing.LocalAddressToward(rootHost, rootPort), key, tally, members, request.ReachTimeout, ct);
+        var sent = request with { Members = members, Position = 0, Requester = answers.Endpoint };
+        await root.WriteAsync(PeerFrame.Prep, sent.Encode(), ct);
+        var launchLimit = request.JoinTimeout * (sent.HeightOf(0) + 2) + TimeSpan.FromSeconds(5);
+        int[] launched;
+        try { launched = AgentTree.Positions(await LaunchedAsync(root, launchLimit, ct)); }
+        catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException or InvalidDataException)
+        {
+            throw new CommonDataException(ErrorCode.Unavailable, $"the first agent ({members[0]}) took the request but did not start it ({e.Message})");
+        }
+        var launchSeconds = clock.Elapsed.TotalSeconds;
+        // Those that joined answer once their copy is pinned. Those left out (not reached in time, or cut off with a
+        // parent that went silent) are told so now and prepare on their own from the tier, rather than after the
+        // stall timeout. A member that cannot be told, or whose agent later stops taking connections, is gone.
+        using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct);
+        limit.CancelAfter(request.Timeout + request.StallTimeout);
+        var telling = Task.WhenAll(Enumerable.Range(0, members.Count).Except(launched).Select(async p =>
+            tally.Reached(p, await SendsAsync(members[p], PeerFrame.Prep, (sent with { Position = p, Alone = true }).Encode(), key, request.JoinTimeout, limit.Token))));
+        await WatchStragglersAsync(tally, members, key, request.JoinTimeout, limit.Token, ct);
+        await telling;
+        return new AgentsReport(members, launchSeconds, launched.Length, tally.Outcomes, tally.Seconds);
+    }
+
+    /// <summary>
+    /// The root must answer: a first member that does not within the reach timeout goes to the end of the list, where it
+    /// is one more leaf its parent may pass over, and is told to prepare on its own if it was not reached.
+    /// </summary>
+    private static async Task<(PeerLink Root, List<string> Members)> ConnectRootAsync(PrepRequest request, PeerKey key, CancellationToken ct)
+    {
         var members = request.Members.ToList();
-        // The root must answer: a first member that does not within the reach timeout goes to the end of the list,
-        // where it is one more leaf its parent may pass over, and is told to prepare on its own if it was not reached.
         var dropped = new List<string>();
-        PeerLink? root = null;
         string? lastError = null;
         while (dropped.Count < request.Members.Count)
         {
             var (host, port) = AgentTree.Endpoint(members[0]);
             try
             {
-                root = await PeerLink.ConnectAsync(host, port, key, request.ReachTimeout, ct);
-                break;
+                var root = await PeerLink.ConnectAsync(host, port, key, request.ReachTimeout, ct);
+                return (root, [.. members, .. dropped]);
             }
-            catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException)
+            catch (Exception e) when (e is TimeoutException or IOException or SocketException)
             {
-                if (e is UnauthorizedAccessException) throw;
                 lastError = $"{members[0]}: {e.Message}";
                 dropped.Add(members[0]);
                 members.RemoveAt(0);
             }
         }
-        if (root is null) throw new CommonDataException(ErrorCode.Unavailable, $"no agent answered on any of the {request.Members.Count} members (the last, {lastError})");
-        await using var _ = root;
-        members.AddRange(dropped);
+        throw new CommonDataException(ErrorCode.Unavailable, $"no agent answered on any of the {request.Members.Count} members (the last, {lastError})");
+    }
 
-        var (rootHost, rootPort) = AgentTree.Endpoint(members[0]);
-        var local = TcpRing.LocalAddressToward(rootHost, rootPort);
-        using var listener = new Socket(local.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
-        listener.Bind(new IPEndPoint(local, 0));
-        listener.Listen(4096);
-        var requester = (IPEndPoint)listener.LocalEndPoint!;
-        var sent = request with
-        {
-            Members = members, Position = 0,
-            Requester = local.AddressFamily == AddressFamily.InterNetworkV6 ? $"[{requester.Address}]:{requester.Port}" : $"{requester.Address}:{requester.Port}",
-        };
-        var outcomes = new NodeOutcome?[members.Count];
-        // Members no longer counted on: not told they were left out, no longer taking connections, or lost to the
-        // exchange and not answering the reach timeout's ping.
-        var gone = new bool[outcomes.Length];
-        var checkedLost = new bool[outcomes.Length];
-        var lostChecks = new ConcurrentBag<Task>();
-        var answered = 0;
-        var lastAnswer = 0.0;
-        var all = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
-        var gate = new object();
-        using var stopCollecting = CancellationTokenSource.CreateLinkedTokenSource(ct);
-        var collecting = CollectAsync(stopCollecting.Token);
+    /// <summary>
+    /// Asks the members that have not answered whether they still run, from when most have answered and answers stopped
+    /// coming, at doubling intervals, until every member answered or is gone. A check still waiting on a member once every
+    /// member is accounted for (the exchange's verdict came meanwhile) is called off, not waited out.
+    /// </summary>
+    private static async Task WatchStragglersAsync(Tally tally, IReadOnlyList<string> members, PeerKey key, TimeSpan joinTimeout, CancellationToken limit,
+        CancellationToken ct)
+    {
+        var interval = FirstLivenessCheck;
+        using var checking = CancellationTokenSource.CreateLinkedTokenSource(limit);
         try
         {
-            await root.WriteAsync(PeerFrame.Prep, sent.Encode(), ct);
-            var launchLimit = request.JoinTimeout * (sent.HeightOf(0) + 2) + TimeSpan.FromSeconds(5);
-            int[] launched;
-            try { launched = AgentTree.Positions(await LaunchedAsync(root, launchLimit, ct)); }
-            catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException or InvalidDataException)
+            while (!tally.AllAccountedFor.IsCompleted)
             {
-                throw new CommonDataException(ErrorCode.Unavailable, $"the first agent ({members[0]}) took the request but did not start it ({e.Message})");
-            }
-            var launchSeconds = clock.Elapsed.TotalSeconds;
-            // Those that joined answer once their copy is pinned. Those left out (not reached in time, or cut off with a
-            // parent that went silent) are told so now and prepare on their own from the tier, rather than after the
-            // stall timeout. A member that cannot be told, or whose agent later stops taking connections, is gone.
-            using var limit = CancellationTokenSource.CreateLinkedTokenSource(ct);
-            limit.CancelAfter(request.Timeout + request.StallTimeout);
-            var telling = Task.WhenAll(Enumerable.Range(0, outcomes.Length).Except(launched).Select(async p =>
-            {
-                var told = await SendsAsync(sent.Members[p], PeerFrame.Prep, (sent with { Position = p, Alone = true }).Encode(), key, request.JoinTimeout, limit.Token);
-                lock (gate)
+                await Task.WhenAny(tally.AllAccountedFor, Task.Delay(interval, limit));
+                limit.ThrowIfCancellationRequested();
+                if (tally.Stragglers(quietFor: interval) is not { } waiting) continue;
+                interval = TimeSpan.FromTicks(Math.Min(interval.Ticks * 2, LongestLivenessInterval.Ticks));
+                var pings = Task.WhenAll(waiting.Select(p => SendsAsync(members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, key, joinTimeout, checking.Token)));
+                if (await Task.WhenAny(tally.AllAccountedFor, pings) != pings)
                 {
-                    gone[p] |= !told;
-                    EndIfAllAccountedFor();
+                    checking.Cancel();
+                    await pings;
+                    return;
                 }
-            }));
-            var interval = FirstLivenessCheck;
-            // A liveness check still waiting on a member once every member is accounted for (the exchange's verdict
-            // came meanwhile) is called off, not waited out.
-            using var checking = CancellationTokenSource.CreateLinkedTokenSource(limit.Token);
-            try
-            {
-                while (!all.Task.IsCompleted)
-                {
-                    await Task.WhenAny(all.Task, Task.Delay(interval, limit.Token));
-                    limit.Token.ThrowIfCancellationRequested();
-                    int[] waiting;
-                    lock (gate)
-                    {
-                        // While most are still at work, or answers still come, asking thousands of agents would only load them.
-                        if (2 * answered < outcomes.Length || clock.Elapsed.TotalSeconds - lastAnswer < interval.TotalSeconds) continue;
-                        waiting = Enumerable.Range(0, outcomes.Length).Where(p => outcomes[p] is null && !gone[p]).ToArray();
-                    }
-                    interval = TimeSpan.FromTicks(Math.Min(interval.Ticks * 2, LongestLivenessInterval.Ticks));
-                    var pings = Task.WhenAll(waiting.Select(p => SendsAsync(members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, key, request.JoinTimeout, checking.Token)));
-                    if (await Task.WhenAny(all.Task, pings) != pings)
-                    {
-                        checking.Cancel();
-                        await pings;
-                        break;
-                    }
-                    var alive = await pings;
-                    lock (gate)
-                    {
-                        for (var i = 0; i < waiting.Length; i++) gone[waiting[i]] |= !alive[i];
-                        EndIfAllAccountedFor();
-                    }
-                }
-            }
-            catch (OperationCanceledException) when (!ct.IsCancellationRequested) { }
-            await telling;
-            double seconds;
-            lock (gate) seconds = all.Task.IsCompleted ? lastAnswer : clock.Elapsed.TotalSeconds;
-            return new AgentsReport(members, launchSeconds, launched.Length, outcomes, seconds);
-        }
-        finally
-        {
-            stopCollecting.Cancel();
-            listener.Close();
-            try { await collecting; } catch (OperationCanceledException) { } catch (SocketException) { } catch (ObjectDisposedException) { }
-            await Task.WhenAll(lostChecks);
-        }
-
-        // The exchange decided that a member is gone (dead at once, silent for the peer timeout): the survivors' outcomes
-        // say which. One ping with the reach timeout, what any running agent answers in a round trip, confirms it, so
-        // the request ends once the others have answered, not after a liveness check's join timeout on top of the
-        // exchange's own. A member that answers is alive after all (it completes from the tier) and is waited for.
-        void CheckLost(IReadOnlyList<int> lost, CancellationToken stop)
-        {
-            foreach (var p in lost)
-            {
-                if ((uint)p >= (uint)outcomes.Length || outcomes[p] is not null || gone[p] || checkedLost[p]) continue;
-                checkedLost[p] = true;
-                lostChecks.Add(Task.Run(async () =>
-                {
-                    var alive = await SendsAsync(members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, key, request.ReachTimeout, stop);
-                    lock (gate)
-                    {
-                        gone[p] |= !alive;
-                        EndIfAllAccountedFor();
-                    }
-                }, CancellationToken.None));
+                var alive = await pings;
+                for (var i = 0; i < waiting.Length; i++) tally.Reached(waiting[i], alive[i]);
             }
         }
-
-        // Under the gate: every member answered or is gone.
-        void EndIfAllAccountedFor()
-        {
-            for (var q = 0; q < outcomes.Length; q++)
-                if (outcomes[q] is null && !gone[q]) return;
-            all.TrySetResult();
-        }
-
-        async Task CollectAsync(CancellationToken stop)
-        {
-            var reading = new ConcurrentBag<Task>();
-            try
-            {
-                while (!stop.IsCancellationRequested)
-                {
-                    var socket = await listener.AcceptAsync(stop);
-                    reading.Add(ReadOneAsync(socket, stop));
-                }
-            }
-            finally { await Task.WhenAll(reading); }
-        }
-
-        async Task ReadOneAsync(Socket socket, CancellationToken stop)
-        {
-            try
-            {
-                await using var link = await PeerLink.AcceptAsync(socket, key, TimeSpan.FromSeconds(5), stop);
-                var outcome = NodeOutcome.Decode(await link.ReadAsync(PeerFrame.Outcome, stop).WaitAsync(TimeSpan.FromSeconds(5), stop));
-                lock (gate)
-                {
-                    if ((uint)outcome.Position >= (uint)outcomes.Length || outcomes[outcome.Position] is not null) return;
-                    outcomes[outcome.Position] = outcome;
-                    answered++;
-                    lastAnswer = clock.Elapsed.TotalSeconds;
-                    onOutcome?.Invoke(outcome);
-                    EndIfAllAccountedFor();
-                    if (outcome.Lost is { Count: > 0 } lost) CheckLost(lost, stop);
-                }
-            }
-            catch (Exception e) when (e is IOException or SocketException or TimeoutException or UnauthorizedAccessException or InvalidDataException or OperationCanceledException)
-            {
-                socket.Dispose();
-            }
-        }
+        catch (OperationCanceledException) when (!ct.IsCancellationRequested) { }
     }
 
     /// <summary>The root's count of who joined; it says it is alive while it gathers, so only its silence is a timeout.</summary>

@@ -1,0 +1,158 @@
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
+
+namespace Hpc.CommonData.Fanout;
+
+public static partial class AgentsRequest
+{
+    /// <summary>
+    /// What the requester knows of each member, under one lock: its outcome once it answered, whether it is gone (not
+    /// told it was left out, no longer taking connections, or lost to the exchange and not answering a ping), and
+    /// whether every member is accounted for.
+    /// </summary>
+    private sealed class Tally(int members, Stopwatch clock, Action<NodeOutcome>? onOutcome)
+    {
+        private readonly object _gate = new();
+        private readonly NodeOutcome?[] _outcomes = new NodeOutcome?[members];
+        private readonly bool[] _gone = new bool[members], _lossChecked = new bool[members];
+        private readonly TaskCompletionSource _all = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        private int _answered;
+        private double _lastAnswer;
+
+        /// <summary>Completes once every member answered or is gone.</summary>
+        public Task AllAccountedFor => _all.Task;
+
+        public NodeOutcome?[] Outcomes { get { lock (_gate) return [.. _outcomes]; } }
+
+        /// <summary>From the request to the last answer once every member is accounted for; until now where one is not.</summary>
+        public double Seconds { get { lock (_gate) return _all.Task.IsCompleted ? _lastAnswer : clock.Elapsed.TotalSeconds; } }
+
+        /// <summary>
+        /// Takes a member's answer, the first for its position. Returns the members its exchange says were lost that are
+        /// still unaccounted for and not yet being checked: the caller pings each once.
+        /// </summary>
+        public IReadOnlyList<int> Answer(NodeOutcome outcome)
+        {
+            lock (_gate)
+            {
+                if ((uint)outcome.Position >= (uint)_outcomes.Length || _outcomes[outcome.Position] is not null) return [];
+                _outcomes[outcome.Position] = outcome;
+                _answered++;
+                _lastAnswer = clock.Elapsed.TotalSeconds;
+                onOutcome?.Invoke(outcome);
+                EndIfAllAccountedFor();
+                List<int> toCheck = [];
+                foreach (var p in outcome.Lost ?? [])
+                    if ((uint)p < (uint)_outcomes.Length && _outcomes[p] is null && !_gone[p] && !_lossChecked[p])
+                    {
+                        _lossChecked[p] = true;
+                        toCheck.Add(p);
+                    }
+                return toCheck;
+            }
+        }
+
+        /// <summary>Whether a member told or pinged took the connection; one that did not is gone.</summary>
+        public void Reached(int position, bool reached)
+        {
+            lock (_gate)
+            {
+                _gone[position] |= !reached;
+                EndIfAllAccountedFor();
+            }
+        }
+
+        /// <summary>
+        /// The members to ask whether they still run: those that neither answered nor are gone. Null while fewer than half
+        /// have answered or an answer came within <paramref name="quietFor"/>: asking thousands of agents at work would
+        /// only load them.
+        /// </summary>
+        public int[]? Stragglers(TimeSpan quietFor)
+        {
+            lock (_gate)
+            {
+                if (2 * _answered < _outcomes.Length || clock.Elapsed.TotalSeconds - _lastAnswer < quietFor.TotalSeconds) return null;
+                return [.. Enumerable.Range(0, _outcomes.Length).Where(p => _outcomes[p] is null && !_gone[p])];
+            }
+        }
+
+        // Under the gate.
+        private void EndIfAllAccountedFor()
+        {
+            for (var p = 0; p < _outcomes.Length; p++)
+                if (_outcomes[p] is null && !_gone[p]) return;
+            _all.TrySetResult();
+        }
+    }
+
+    /// <summary>
+    /// The requester's own port, where every node sends its outcome on a connection of its own that proves the key. An
+    /// outcome naming members the exchange lost starts one ping of each with the reach timeout, what any running agent
+    /// answers in a round trip: the request then ends once the others have answered, not after a liveness check's join
+    /// timeout on top of the exchange's own. A member that answers the ping is alive after all (it completes from the
+    /// tier) and is waited for.
+    /// </summary>
+    private sealed class AnswerPort : IAsyncDisposable
+    {
+        private readonly Socket _listener;
+        private readonly PeerKey _key;
+        private readonly Tally _tally;
+        private readonly IReadOnlyList<string> _members;
+        private readonly TimeSpan _reachTimeout;
+        private readonly CancellationTokenSource _stop;
+        private readonly ConcurrentBag<Task> _reading = [], _lossChecks = [];
+        private readonly Task _accepting;
+
+        public AnswerPort(IPAddress local, PeerKey key, Tally tally, IReadOnlyList<string> members, TimeSpan reachTimeout, CancellationToken ct)
+        {
+            (_key, _tally, _members, _reachTimeout) = (key, tally, members, reachTimeout);
+            _listener = new Socket(local.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
+            _listener.Bind(new IPEndPoint(local, 0));
+            _listener.Listen(4096);
+            var bound = (IPEndPoint)_listener.LocalEndPoint!;
+            Endpoint = local.AddressFamily == AddressFamily.InterNetworkV6 ? $"[{bound.Address}]:{bound.Port}" : $"{bound.Address}:{bound.Port}";
+            _stop = CancellationTokenSource.CreateLinkedTokenSource(ct);
+            _accepting = AcceptAsync(_stop.Token);
+        }
+
+        /// <summary>HOST:PORT as the request carries it (<see cref="PrepRequest.Requester"/>).</summary>
+        public string Endpoint { get; }
+
+        private async Task AcceptAsync(CancellationToken stop)
+        {
+            while (!stop.IsCancellationRequested)
+            {
+                var socket = await _listener.AcceptAsync(stop);
+                _reading.Add(ReadOneAsync(socket, stop));
+            }
+        }
+
+        private async Task ReadOneAsync(Socket socket, CancellationToken stop)
+        {
+            try
+            {
+                await using var link = await PeerLink.AcceptAsync(socket, _key, TimeSpan.FromSeconds(5), stop);
+                var outcome = NodeOutcome.Decode(await link.ReadAsync(PeerFrame.Outcome, stop).WaitAsync(TimeSpan.FromSeconds(5), stop));
+                foreach (var p in _tally.Answer(outcome))
+                    _lossChecks.Add(Task.Run(async () =>
+                        _tally.Reached(p, await SendsAsync(_members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, _key, _reachTimeout, stop)), CancellationToken.None));
+            }
+            catch (Exception e) when (e is IOException or SocketException or TimeoutException or UnauthorizedAccessException or InvalidDataException or OperationCanceledException)
+            {
+                socket.Dispose();
+            }
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            _stop.Cancel();
+            _listener.Close();
+            try { await _accepting; } catch (OperationCanceledException) { } catch (SocketException) { } catch (ObjectDisposedException) { }
+            await Task.WhenAll(_reading);
+            await Task.WhenAll(_lossChecks);
+            _stop.Dispose();
+        }
+    }
+}
