@@ -17,7 +17,7 @@ public abstract class CacheClientOptions : ISwitchGroups
     /// <summary>The cache tier as the environment and the command line give it (no default hosts yet).</summary>
     public CacheTierOptions CacheTierSwitches { get; set; } = new();
 
-    private bool _hostsDefaulted, _exposureSaid;
+    private bool _exposureSaid;
 
     [Switch(VerboseSwitch.Name, VerboseSwitch.Help + ".", Alias = VerboseSwitch.Alias, Environment = VerboseSwitch.Variable)]
     public bool Verbose { get; set; }
@@ -61,7 +61,7 @@ public abstract class CacheClientOptions : ISwitchGroups
     {
         var hosts = target.Hosts;
         Group.CopyTo(CacheTierSwitches, target);
-        if (_hostsDefaulted || CacheTierSwitches.Hosts.Count == 0) target.Hosts = hosts;
+        if (CacheTierSwitches.Hosts.Count == 0) target.Hosts = hosts;
         if (target.PasswordFile is { Length: > 0 } file) target.PasswordFile = Path.GetFullPath(file);
         if (target.TlsCaFile is { Length: > 0 } ca) target.TlsCaFile = Path.GetFullPath(ca);
     }
@@ -79,15 +79,15 @@ public abstract class CacheClientOptions : ISwitchGroups
     public static SwitchGroup Group { get; } = SwitchGroup.Of(typeof(CacheTierOptions));
 
     /// <summary>
-    /// The cache tier to use: what was given, 127.0.0.1:6380 when no host was, the password file read. An
-    /// <see cref="ArgumentException"/> naming the switch when the result cannot be used (a usage error, before the tier
-    /// is asked anything).
+    /// The cache tier to use, resolved from what was given without changing it: 127.0.0.1:6380 when no host was, the
+    /// hosts normalised, the password file read. An <see cref="ArgumentException"/> naming the switch, and where its value
+    /// came from, when the result cannot be used (a usage error, before the tier is asked anything).
     /// </summary>
     public CacheTierOptions CacheTier()
     {
-        var options = CacheTierSwitches;
+        var options = CacheTierSwitches.Copy();
         // The default is this command's own: a program it starts keeps its own default (or its appsettings.json).
-        if (options.Hosts.Count == 0) (options.Hosts, _hostsDefaulted) = ([$"127.0.0.1:{CacheEndpoint.DefaultPort}"], true);
+        if (options.Hosts.Count == 0) options.Hosts = [$"127.0.0.1:{CacheEndpoint.DefaultPort}"];
         options.Hosts = CacheEndpoint.ParseList(string.Join(",", options.Hosts)).Select(h => h.ToString()).ToList();
         if (options.Validate().FirstOrDefault() is { } problem) throw new ArgumentException(Origins.Attribute(problem));
         options.LoadPasswordFile();

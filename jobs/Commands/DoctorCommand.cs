@@ -50,7 +50,7 @@ public static class DoctorCommand
             ? new Check("settings", Result.Ok, $"client settings from {string.Join(", ", config.Files)}")
             : new Check("settings", Result.Ok, $"no client settings file ({string.Join(", ", ClientConfig.Candidates(Environment.GetEnvironmentVariable))}): switches and variables only"));
 
-        var given = o.CacheHosts; // before CacheTier() fills in the default
+        var given = o.CacheHosts; // as given: CacheTier() resolves the default apart
         CacheTierOptions tier;
         try { tier = o.CacheTier(); }
         catch (Exception e) when (e is ArgumentException or IOException or UnauthorizedAccessException)

@@ -217,4 +217,29 @@ public class OneSettingsValueTests
         Assert.Equal("from-variable", Hpc.CommonData.Cli.VerbContract<Hpc.Jobs.Commands.ListOptions>.Parse([], bothVariables).Options.CacheTierSwitches.Password);
         Assert.Equal("from-variable", ProgramContract<StagerOptions>.Resolve(["data.bin"], bothVariables, []).Options.CacheTier.Password);
     }
+
+    [Fact]
+    public void A_verb_resolves_its_cache_tier_as_a_value_of_its_own_and_leaves_what_it_was_given_as_given()
+    {
+        var file = Path.GetTempFileName();
+        try
+        {
+            File.WriteAllText(file, "from-file\n");
+            var (verb, _) = Hpc.CommonData.Cli.VerbContract<Hpc.Jobs.Commands.ListOptions>.Parse(["--cache-password-file", file], _ => null);
+
+            var resolved = verb.CacheTier();
+
+            Assert.Equal(["127.0.0.1:6380"], resolved.Hosts);
+            Assert.Equal("from-file", resolved.Password);
+            // What the verb was given is unchanged, so what it hands a program it starts is what it was given: the file, not
+            // the secret read from it, and no host it only defaulted.
+            Assert.Empty(verb.CacheTierSwitches.Hosts);
+            Assert.Null(verb.CacheTierSwitches.Password);
+            var handedOn = verb.CacheTierFor(["cache1:6380"]);
+            Assert.Null(handedOn.Password);
+            Assert.Equal(file, handedOn.PasswordFile);
+            Assert.NotSame(resolved, verb.CacheTier());
+        }
+        finally { File.Delete(file); }
+    }
 }

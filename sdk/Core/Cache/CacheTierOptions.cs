@@ -149,6 +149,15 @@ public sealed class CacheTierOptions
     public IPAddress? SourceIPAddress => string.IsNullOrEmpty(SourceAddress) ? null
         : CheckSourceAddress(SourceAddress) is { } problem ? throw new ArgumentException(problem) : IPAddress.Parse(SourceAddress);
 
+    /// <summary>A copy, with a hosts list of its own: what a command resolves (defaults, the password read) without
+    /// changing the settings it was given.</summary>
+    public CacheTierOptions Copy()
+    {
+        var copy = (CacheTierOptions)MemberwiseClone();
+        copy.Hosts = [.. Hosts];
+        return copy;
+    }
+
     /// <summary>
     /// When <see cref="PasswordFile"/> is set and no <see cref="Password"/> is: reads the password from the file's first
     /// line (a trailing newline is not part of it).
