@@ -191,6 +191,10 @@ public sealed class AgentsNodePrepTests
             // Long enough for the hanging agent to reach both its children first on a loaded machine: otherwise the
             // node above reaches them itself and the hang is never between them and the exchange.
             JoinTimeout = TimeSpan.FromSeconds(10), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
+            // The hang comes after the request is taken. Within the default half second a loaded test machine could leave
+            // the hanging agent (in this process) or the first one unreached, and the request then goes elsewhere: round
+            // the hanging agent, or to it as the root.
+            ReachTimeout = TimeSpan.FromSeconds(5),
         };
         var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2));
 
