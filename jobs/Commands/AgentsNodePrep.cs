@@ -60,14 +60,15 @@ internal static class AgentsNodePrep
     /// <summary>
     /// The nodes that are not ready, by name, in the one line a prolog or the scheduler shows as the reason: the first
     /// five, each with its own word, or with <c>no answer</c>. A node the survivors' rings went on without (dead, or
-    /// silent for the peer timeout) says so: the exchange's own verdict beside the requester's unanswered ask.
+    /// silent for the peer timeout) says so: the exchange's own verdict beside the requester's unanswered ask; so does
+    /// one that took the request as its first agent and went silent before the start.
     /// </summary>
     internal static string NotReady(AgentsReport report, Func<string, string> describe)
     {
         var lost = report.Outcomes.SelectMany(x => x?.Lost ?? []).ToHashSet();
         var failed = report.Outcomes.Select((x, i) => (Outcome: x, Member: report.Members[i], Position: i)).Where(x => x.Outcome is not { Ready: true }).ToList();
         var named = string.Join(", ", failed.Take(5).Select(f => f.Outcome is { } x ? $"{x.Node} ({Brief(x.Detail)})"
-            : $"{describe(f.Member)} ({(lost.Contains(f.Position) ? "lost in the exchange, " : "")}no answer)")) + (failed.Count > 5 ? ", …" : "");
+            : $"{describe(f.Member)} ({(lost.Contains(f.Position) ? "lost in the exchange, " : report.SilentRoots.Contains(f.Member) ? "took the request first and went silent, " : "")}no answer)")) + (failed.Count > 5 ? ", …" : "");
         return $"{failed.Count} of {report.Members.Count} nodes are not ready: {named}";
     }
 
@@ -110,7 +111,7 @@ internal static class AgentsNodePrep
         catch (Exception e) when (e is IOException or TimeoutException) { throw CommandException.From(e, o.Agent.NotAnswering(e)); }
         var outcomes = exchange.Outcomes.Select(x => x is null ? null : new NodeOutcome(x.Position, x.Node, x.Code, x.Version, x.Seconds, x.Detail, x.Lost)).ToList();
         foreach (var outcome in outcomes.OfType<NodeOutcome>()) print(outcome);
-        return new AgentsReport(exchange.Members, exchange.LaunchSeconds, exchange.Joined, outcomes, exchange.Seconds);
+        return new AgentsReport(exchange.Members, exchange.LaunchSeconds, exchange.Joined, outcomes, exchange.Seconds) { SilentRoots = exchange.SilentRoots ?? [] };
     }
 
     private static string Brief(string detail) => detail.Length <= 80 ? detail : detail[..77] + "...";

@@ -32,8 +32,13 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
     internal const int MaxConnections = 1024, MaxConnectionsPerAddress = 64;
     private static readonly TimeSpan HandshakeLimit = TimeSpan.FromSeconds(5);
     /// <summary>What a connection may open with: a request (a few KB to a few MB), or a requester's ping (nothing).</summary>
-    private static readonly PeerFrame[] FirstFrames = [PeerFrame.Prep, PeerFrame.Ping];
+    private static readonly PeerFrame[] FirstFrames = [PeerFrame.Prep, PeerFrame.Ping, PeerFrame.Withdraw];
+    /// <summary>How long, and how many, called-off requests are remembered: a copy of one still on its way (from a root
+    /// that went silent and woke) is refused within the longest a join can take.</summary>
+    private static readonly TimeSpan WithdrawnKept = PrepRequest.MaxStallTimeout;
+    private const int MostWithdrawnKept = 4096;
     private readonly ConcurrentDictionary<string, Active> _active = new(StringComparer.Ordinal);
+    private readonly ConcurrentDictionary<string, long> _withdrawn = new(StringComparer.Ordinal);
     private readonly ConcurrentDictionary<IPAddress, int> _perAddress = new();
     private int _connections;
     private readonly LogThrottle _throttle = new(TimeSpan.FromSeconds(10));
@@ -44,6 +49,8 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
     {
         public readonly Channel<(PrepRequest Request, PeerLink Link)> Adoptions = Channel.CreateUnbounded<(PrepRequest, PeerLink)>();
         public readonly TaskCompletionSource Ended = new(TaskCreationOptions.RunContinuationsAsynchronously);
+        /// <summary>Cancelled when the requester calls the request off before it started (<see cref="PeerFrame.Withdraw"/>).</summary>
+        public readonly CancellationTokenSource Withdrawn = new();
     }
     private readonly TaskCompletionSource _listening = new(TaskCreationOptions.RunContinuationsAsynchronously);
 
@@ -169,6 +176,11 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         {
             var (type, payload) = await link.ReadAnyAsync(stop, FirstFrames).WaitAsync(HandshakeLimit, stop);
             if (type == PeerFrame.Ping) return;
+            if (type == PeerFrame.Withdraw)
+            {
+                Withdraw(System.Text.Encoding.UTF8.GetString(payload));
+                return;
+            }
             if (type != PeerFrame.Prep) throw new InvalidDataException($"a {type} frame where a request was expected");
             request = PrepRequest.Decode(payload);
             if (!DatasetName.TryValidate(request.Name, out var nameError)) throw new InvalidDataException(nameError);
@@ -176,6 +188,11 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         catch (Exception e) when (e is InvalidDataException or IOException or EndOfStreamException or TimeoutException or ArgumentException)
         {
             Warn(LogThrottle.Kind.PeerBadRequest, "a malformed node prep request from {Remote}: {Reason}", RemoteOf(accepted), e.Message);
+            return;
+        }
+        if (IsWithdrawn(request.Id))
+        {
+            log.LogInformation("node prep {Id} was called off by its requester; a copy of it from {Remote} is refused", request.Id, RemoteOf(accepted));
             return;
         }
         // The same request again: an ancestor adopting this node around a parent that went silent, or a late copy. The
@@ -200,16 +217,33 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         }
         var active = new Active();
         if (!_active.TryAdd(request.Id, active)) return;
-        try { await PrepareAsync(request, link, key, active.Adoptions.Reader, stop); }
+        // A withdrawal that came between the check above and now found nothing to call off.
+        if (IsWithdrawn(request.Id)) active.Withdrawn.Cancel();
+        try { await PrepareAsync(request, link, key, active, stop); }
         finally
         {
             _active.TryRemove(request.Id, out Active? _);
             active.Adoptions.Writer.TryComplete();
             active.Ended.TrySetResult();
+            active.Withdrawn.Dispose();
         }
     }
 
-    private async Task PrepareAsync(PrepRequest request, PeerLink parent, PeerKey key, ChannelReader<(PrepRequest, PeerLink)> adoptions, CancellationToken stop)
+    /// <summary>The requester called the request off: the join waiting for its start ends, and later copies are refused.</summary>
+    private void Withdraw(string id)
+    {
+        _withdrawn[id] = Environment.TickCount64;
+        if (_withdrawn.Count > MostWithdrawnKept)
+            foreach (var (old, _) in _withdrawn.OrderBy(w => w.Value).Take(_withdrawn.Count - MostWithdrawnKept / 2).ToList()) _withdrawn.TryRemove(old, out _);
+        if (!_active.TryGetValue(id, out var running)) return;
+        log.LogInformation("node prep {Id} was called off by its requester before it started (its first agent went silent)", id);
+        try { running.Withdrawn.Cancel(); }
+        catch (ObjectDisposedException) { } // it ended meanwhile
+    }
+
+    private bool IsWithdrawn(string id) => _withdrawn.TryGetValue(id, out var at) && Environment.TickCount64 - at < WithdrawnKept.TotalMilliseconds;
+
+    private async Task PrepareAsync(PrepRequest request, PeerLink parent, PeerKey key, Active active, CancellationToken stop)
     {
         var clock = Stopwatch.StartNew();
         // The agent's CPU over the request (the exchange and the ingest both run in it), for the line and the lab.
@@ -232,7 +266,8 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
             try
             {
                 if (request.Alone) throw new LeftOutException(request.Position);
-                group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct, adoptions);
+                group = await AgentTree.JoinAsync(request, parent, (h, p, t, c) => PeerLink.ConnectAsync(h, p, key, t, c), ct, active.Adoptions.Reader,
+                    active.Withdrawn.Token);
                 var joined = clock.Elapsed.TotalSeconds;
                 var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount, request.PeerTimeout, admit), request.Name, version,
                     new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups), ct);
@@ -243,6 +278,12 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
                 if (summary.Ring.RoutedAround is { Count: > 0 } gone) lost = [.. gone.Select(r => positions[r]).Distinct()];
                 foreach (var warning in NodeExchange.Warnings(summary, r => $"position {positions[r]} ({request.Members[positions[r]]})"))
                     log.LogWarning("node prep {Id}: {Warning}", request.Id, warning);
+            }
+            catch (RequestWithdrawnException e) when (!stop.IsCancellationRequested)
+            {
+                // Called off before it started: the requester sends the request again under another id, with another root.
+                log.LogInformation("{Reason}", e.Message);
+                return;
             }
             catch (LeftOutException e) when (!stop.IsCancellationRequested)
             {

@@ -43,6 +43,7 @@ internal static class ExchangeOperation
                 Exchange = new ExchangeReport
                 {
                     Members = [.. report.Members], LaunchSeconds = report.LaunchSeconds, Joined = report.Joined, Seconds = report.Seconds,
+                    SilentRoots = report.SilentRoots.Count == 0 ? null : [.. report.SilentRoots],
                     Outcomes = [.. report.Outcomes.Select(o => o is null ? null : new ExchangeOutcome
                         { Position = o.Position, Node = o.Node, Code = o.Code, Version = o.Version, Seconds = o.Seconds, Detail = o.Detail, Lost = o.Lost is null ? null : [.. o.Lost] })],
                 },

@@ -22,10 +22,12 @@ public static class AgentTree
     /// <param name="adoptions">The same request from an ancestor that found this node's parent silent and adopts its
     /// children (the agent hands over every further connection carrying this request's id): this node answers that
     /// ancestor for its subtree and takes its start from it instead.</param>
+    /// <param name="withdrawn">Cancelled when the requester calls the request off before it started (its root went silent):
+    /// the join ends with <see cref="RequestWithdrawnException"/>, and the word goes down to this node's children.</param>
     public static async Task<TreeRankGroup> JoinAsync(PrepRequest request, PeerLink parent, Func<string, int, TimeSpan, CancellationToken, Task<PeerLink>> connect,
-        CancellationToken cancellation, ChannelReader<(PrepRequest Request, PeerLink Link)>? adoptions = null)
+        CancellationToken cancellation, ChannelReader<(PrepRequest Request, PeerLink Link)>? adoptions = null, CancellationToken withdrawn = default)
     {
-        using var join = new TreeJoin(request, parent, connect, cancellation, adoptions);
+        using var join = new TreeJoin(request, parent, connect, cancellation, adoptions, withdrawn);
         return await join.RunAsync();
     }
 
@@ -72,6 +74,11 @@ public static class AgentTree
 /// <summary>The requester said this node is not in the exchange (<see cref="PrepRequest.Alone"/>): it prepares on its own.</summary>
 public sealed class LeftOutException(int position, Exception? inner = null)
     : IOException($"position {position} was left out of the exchange (the others started without it); it prepares on its own", inner);
+
+/// <summary>The requester called the request off before it started (<see cref="PeerFrame.Withdraw"/>): the node does
+/// nothing for it; the request comes again under an id of its own.</summary>
+public sealed class RequestWithdrawnException(string id, Exception? inner = null)
+    : OperationCanceledException($"node prep {id} was called off by its requester before it started", inner);
 
 /// <summary>
 /// The ranks of an exchange among running agents (<see cref="AgentTree"/>): rank 0's broadcast goes down the tree in

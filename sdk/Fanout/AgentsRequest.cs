@@ -4,20 +4,26 @@ using System.Net.Sockets;
 namespace Hpc.CommonData.Fanout;
 
 /// <summary>What a node prep requested of the running agents came to.</summary>
-/// <param name="Members">The request's members, in position order (first members that did not answer in time moved to the end).</param>
+/// <param name="Members">The request's members, in position order (first members that did not answer in time, or took the request and went silent, moved to the end).</param>
 /// <param name="LaunchSeconds">From the request to the root's word that every reachable node joined.</param>
 /// <param name="Joined">How many nodes joined the exchange.</param>
 /// <param name="Outcomes">One per member, null where no answer came.</param>
 /// <param name="Seconds">From the request to the last answer: the last node holding the verified copy.</param>
 public sealed record AgentsReport(IReadOnlyList<string> Members, double LaunchSeconds, int Joined, IReadOnlyList<NodeOutcome?> Outcomes, double Seconds)
 {
+    /// <summary>The members that took the request as its first agent and went silent before it started: the request went
+    /// to the next member each time, and each of these was tried again as the last.</summary>
+    public IReadOnlyList<string> SilentRoots { get; init; } = [];
+
     public int Ready => Outcomes.Count(o => o is { Ready: true });
 }
 
 /// <summary>
 /// Node prep as one request to the running agents (<c>hpcdata nodeprep --fanout agents</c>): sends it to the first
 /// agent that answers, which becomes the tree's root, and collects every node's <see cref="NodeOutcome"/> on a port
-/// of its own. The time counted is the requester's, from the request to the last node's answer.
+/// of its own. A root that takes the request and goes silent before the start is found as the tree finds any node that
+/// does (a join timeout without a word): the request is called off and goes to the next member. The time counted is the
+/// requester's, from the request to the last node's answer.
 /// </summary>
 public static partial class AgentsRequest
 {
@@ -44,11 +50,39 @@ public static partial class AgentsRequest
         catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException or OperationCanceledException) { return false; }
     }
 
+    /// <summary>How many first members may take the request and go silent before it fails: each costs the others a join
+    /// timeout and a round trip.</summary>
+    internal const int MostSilentRoots = 3;
+
     /// <param name="request">The request; its <see cref="PrepRequest.Requester"/> and position are set here.</param>
     /// <param name="onOutcome">Called as each node answers (on a thread-pool thread, one at a time).</param>
     public static async Task<AgentsReport> RunAsync(PrepRequest request, PeerKey key, Action<NodeOutcome>? onOutcome, CancellationToken ct)
     {
         var clock = Stopwatch.StartNew();
+        var silent = new List<string>();
+        var attempt = request;
+        while (true)
+        {
+            var (report, members, silence) = await AttemptAsync(attempt, key, onOutcome, clock, ct);
+            if (report is not null) return report with { SilentRoots = silent };
+            // The root took the request and went silent before it started: nothing was fetched for it. The members that
+            // took it from the root are told to stop waiting for its start, and the request goes again, under an id of its
+            // own, to the next member, the silent one now last: one more leaf its parent may pass over.
+            silent.Add(members[0]);
+            if (silent.Count == MostSilentRoots || members.Count == 1)
+                throw new CommonDataException(ErrorCode.Unavailable, silent.Count == 1
+                    ? $"the first agent ({members[0]}) took the request but did not start it ({silence})"
+                    : $"the first agents ({string.Join(", ", silent)}) each took the request but did not start it (the last: {silence})");
+            await WithdrawAsync(members, attempt.Id, key, request.ReachTimeout, ct);
+            attempt = attempt with { Id = $"{request.Id}.{silent.Count}", Members = [.. members.Skip(1), members[0]] };
+        }
+    }
+
+    /// <summary>One try with the first member that answers as the root: the report, or, where that root took the request
+    /// and went silent before it started, the members in the order tried and what the silence was.</summary>
+    private static async Task<(AgentsReport? Report, List<string> Members, string? Silence)> AttemptAsync(PrepRequest request, PeerKey key,
+        Action<NodeOutcome>? onOutcome, Stopwatch clock, CancellationToken ct)
+    {
         var (root, members) = await ConnectRootAsync(request, key, ct);
         await using var _ = root;
         var tally = new Tally(members.Count, clock, onOutcome);
@@ -56,12 +90,11 @@ public static partial class AgentsRequest
         await using var answers = new AnswerPort(TcpRing.LocalAddressToward(rootHost, rootPort), key, tally, members, request.ReachTimeout, ct);
         var sent = request with { Members = members, Position = 0, Requester = answers.Endpoint };
         await root.WriteAsync(PeerFrame.Prep, sent.Encode(), ct);
-        var launchLimit = request.JoinTimeout * (sent.HeightOf(0) + 2) + TimeSpan.FromSeconds(5);
         int[] launched;
-        try { launched = AgentTree.Positions(await LaunchedAsync(root, launchLimit, ct)); }
+        try { launched = AgentTree.Positions(await LaunchedAsync(root, request.JoinTimeout, ct)); }
         catch (Exception e) when (e is TimeoutException or IOException or EndOfStreamException or InvalidDataException)
         {
-            throw new CommonDataException(ErrorCode.Unavailable, $"the first agent ({members[0]}) took the request but did not start it ({e.Message})");
+            return (null, members, e is TimeoutException ? $"nothing from it for {request.JoinTimeout.TotalSeconds:0.###} s" : e.Message);
         }
         var launchSeconds = clock.Elapsed.TotalSeconds;
         // Those that joined answer once their copy is pinned. Those left out (not reached in time, or cut off with a
@@ -73,7 +106,17 @@ public static partial class AgentsRequest
             tally.Reached(p, await SendsAsync(members[p], PeerFrame.Prep, (sent with { Position = p, Alone = true }).Encode(), key, request.JoinTimeout, limit.Token))));
         await WatchStragglersAsync(tally, members, key, request.JoinTimeout, limit.Token, ct);
         await telling;
-        return new AgentsReport(members, launchSeconds, launched.Length, tally.Outcomes, tally.Seconds);
+        return (new AgentsReport(members, launchSeconds, launched.Length, tally.Outcomes, tally.Seconds), members, null);
+    }
+
+    /// <summary>Calls request <paramref name="id"/> off on every member, a few hundred connections at a time, each within
+    /// the reach timeout: a member that took it from the silent root stops waiting for its start, and a copy still on its
+    /// way is refused. A member not reached is one the new request passes over or waits for as any other.</summary>
+    private static async Task WithdrawAsync(IReadOnlyList<string> members, string id, PeerKey key, TimeSpan reachTimeout, CancellationToken ct)
+    {
+        var payload = System.Text.Encoding.UTF8.GetBytes(id);
+        await Parallel.ForEachAsync(members, new ParallelOptions { MaxDegreeOfParallelism = 256, CancellationToken = ct },
+            async (member, c) => await SendsAsync(member, PeerFrame.Withdraw, payload, key, reachTimeout, c));
     }
 
     /// <summary>
@@ -135,7 +178,8 @@ public static partial class AgentsRequest
         catch (OperationCanceledException) when (!ct.IsCancellationRequested) { }
     }
 
-    /// <summary>The root's count of who joined; it says it is alive while it gathers, so only its silence is a timeout.</summary>
+    /// <summary>The root's count of who joined; it says it is alive while it gathers (every half join timeout, as each node
+    /// to its parent), so only its silence for a join timeout is a timeout.</summary>
     private static async Task<byte[]> LaunchedAsync(PeerLink root, TimeSpan silence, CancellationToken ct)
     {
         while (true)

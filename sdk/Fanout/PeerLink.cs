@@ -26,6 +26,9 @@ public enum PeerFrame : byte
     Ping = 7,
     /// <summary>Nothing: a child telling its parent it is still gathering its subtree's answers (<see cref="AgentTree"/>).</summary>
     Alive = 8,
+    /// <summary>A request's id, from the requester: it calls the request off before it started (its root took it and went
+    /// silent). A node that took it stops waiting and does nothing for it; a copy of it that comes later is refused.</summary>
+    Withdraw = 9,
 }
 
 /// <summary>
@@ -67,12 +70,13 @@ public sealed class PeerLink : IAsyncDisposable
     internal Stream Wire => _stream;
 
     /// <summary>The most a frame of <paramref name="type"/> may carry: a request is a list of members, the tree's
-    /// answers are lists of positions, an outcome is a line, a ping nothing; only a collective carries data.</summary>
+    /// answers are lists of positions, an outcome is a line, a withdrawal an id, a ping nothing; only a collective carries data.</summary>
     public static int MaxPayload(PeerFrame type) => type switch
     {
         PeerFrame.Prep => 16 << 20,
         PeerFrame.Joined or PeerFrame.Start or PeerFrame.Launched => 4 * PrepRequest.MaxMembers,
         PeerFrame.Outcome => 64 << 10,
+        PeerFrame.Withdraw => 256,
         PeerFrame.Ping or PeerFrame.Alive => 0,
         PeerFrame.Collective => MaxFrame,
         _ => -1,

@@ -7,13 +7,15 @@ namespace Hpc.CommonData.Fanout;
 /// One node's part of joining the agents' tree (<see cref="AgentTree.JoinAsync"/>): it forwards the request to its
 /// children (or, past one that cannot be reached, to that child's children), gathers their subtrees' answers while it
 /// tells its parent it is alive, answers for its subtree, and waits for the root's start, from its parent or from an
-/// ancestor that adopted it. The requester's word that this node was left out ends the join wherever it is.
+/// ancestor that adopted it. The requester's word that this node was left out ends the join wherever it is; so does its
+/// word that the request is called off (its root went silent), which also comes down the tree as the start would, so
+/// that no node takes the closing of its parent's link for a lost parent and fetches on its own.
 /// </summary>
 internal sealed class TreeJoin : IDisposable
 {
     private readonly PrepRequest _request;
     private readonly Func<string, int, TimeSpan, CancellationToken, Task<PeerLink>> _connect;
-    private readonly CancellationToken _cancellation;
+    private readonly CancellationToken _cancellation, _withdrawn;
     private readonly ChannelReader<(PrepRequest Request, PeerLink Link)>? _adoptions;
     private readonly CancellationTokenSource _joining, _gathering;
     private readonly List<(PeerLink Link, int Position)> _children = [];
@@ -24,12 +26,16 @@ internal sealed class TreeJoin : IDisposable
     /// <summary>The requester said this node was left out (it answered too late, or its parent was lost): the node then
     /// prepares on its own at once instead of waiting out the stall timeout.</summary>
     private volatile bool _leftOut;
+    /// <summary>The parent passed on the requester's word that the request is called off.</summary>
+    private volatile bool _calledOff;
+    /// <summary>The parent's one word before the exchange: the start, or null where the request was called off.</summary>
+    private Task<int[]?> _fromParent = Task.FromResult<int[]?>(null);
 
     public TreeJoin(PrepRequest request, PeerLink parent, Func<string, int, TimeSpan, CancellationToken, Task<PeerLink>> connect,
-        CancellationToken cancellation, ChannelReader<(PrepRequest Request, PeerLink Link)>? adoptions)
+        CancellationToken cancellation, ChannelReader<(PrepRequest Request, PeerLink Link)>? adoptions, CancellationToken withdrawn)
     {
-        (_request, _parent, _connect, _cancellation, _adoptions) = (request, parent, connect, cancellation, adoptions);
-        _joining = CancellationTokenSource.CreateLinkedTokenSource(cancellation);
+        (_request, _parent, _connect, _cancellation, _adoptions, _withdrawn) = (request, parent, connect, cancellation, adoptions, withdrawn);
+        _joining = CancellationTokenSource.CreateLinkedTokenSource(cancellation, withdrawn);
         _gathering = CancellationTokenSource.CreateLinkedTokenSource(_joining.Token);
     }
 
@@ -42,6 +48,8 @@ internal sealed class TreeJoin : IDisposable
         // gathers its own children's answers it says it is alive (the root, to the requester), so only a node that
         // really stopped is adopted around.
         var alive = AgentTree.KeepAliveAsync(_parent, _request.JoinTimeout / 2, _gathering.Token);
+        // The root's parent is the requester, which says nothing more on that link: its word comes on a connection of its own.
+        if (Position != 0) _fromParent = Observed(ParentWordAsync(_parent));
         var watching = _adoptions is null ? Task.CompletedTask : WatchAsync(_adoptions);
         try
         {
@@ -70,11 +78,49 @@ internal sealed class TreeJoin : IDisposable
         catch (Exception e)
         {
             await _gathering.CancelAsync();
-            foreach (var (link, _) in _children) await link.DisposeAsync();
-            foreach (var (link, _, _) in _pending) await link.DisposeAsync();
+            var calledOff = (_calledOff || _withdrawn.IsCancellationRequested) && !_cancellation.IsCancellationRequested;
+            var below = _children.Select(c => c.Link).Concat(_pending.Select(p => p.Link)).ToList();
+            if (calledOff) await PassOnWithdrawalAsync(below);
+            foreach (var link in below) await link.DisposeAsync();
+            if (calledOff) throw new RequestWithdrawnException(_request.Id, e);
             if (_leftOut && e is not LeftOutException && !_cancellation.IsCancellationRequested) throw new LeftOutException(Position, e);
             throw;
         }
+    }
+
+    /// <summary>The parent's word: the start's positions, or null for the requester's word that the request is called off,
+    /// which ends this node's join at once, wherever it is.</summary>
+    private async Task<int[]?> ParentWordAsync(PeerLink parent)
+    {
+        var (type, payload) = await parent.ReadAnyAsync(Ct, ParentWords);
+        if (type == PeerFrame.Start) return AgentTree.Positions(payload);
+        _calledOff = true;
+        try { await _joining.CancelAsync(); }
+        catch (ObjectDisposedException) { } // the join ended meanwhile
+        return null;
+    }
+
+    private static readonly PeerFrame[] ParentWords = [PeerFrame.Start, PeerFrame.Withdraw];
+
+    /// <summary>A parent's link that closes once this node stopped listening to it (it was adopted, or its join failed) is no news.</summary>
+    private static Task<T> Observed<T>(Task<T> word)
+    {
+        _ = word.ContinueWith(t => t.Exception, CancellationToken.None, TaskContinuationOptions.OnlyOnFaulted | TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+        return word;
+    }
+
+    /// <summary>Tells the nodes below that the request is called off, a second at most each: they may still be gathering
+    /// or waiting for the start, and would otherwise take this link's closing for a lost parent.</summary>
+    private async Task PassOnWithdrawalAsync(IEnumerable<PeerLink> below)
+    {
+        var id = System.Text.Encoding.UTF8.GetBytes(_request.Id);
+        using var bounded = CancellationTokenSource.CreateLinkedTokenSource(_cancellation);
+        bounded.CancelAfter(TimeSpan.FromSeconds(1));
+        await Task.WhenAll(below.Select(async link =>
+        {
+            try { await link.WriteAsync(PeerFrame.Withdraw, id, bounded.Token); }
+            catch (Exception e) when (e is IOException or OperationCanceledException or ObjectDisposedException or System.Net.Sockets.SocketException) { }
+        }));
     }
 
     /// <summary>The positions of this node's subtree that took the request: its own, and its children's answers.</summary>
@@ -181,7 +227,7 @@ internal sealed class TreeJoin : IDisposable
     private async Task<int[]> AwaitStartAsync(byte[] joined)
     {
         var above = _request.From;
-        var start = _parent.ReadAsync(PeerFrame.Start, Ct);
+        var start = _fromParent;
         var wait = Stopwatch.StartNew();
         var queued = new Queue<(PrepRequest, PeerLink)>(_early);
         while (true)
@@ -191,7 +237,7 @@ internal sealed class TreeJoin : IDisposable
             var left = _request.StallTimeout - wait.Elapsed;
             if (left <= TimeSpan.Zero) throw new TimeoutException($"no start within {_request.StallTimeout.TotalSeconds:0.#} s of answering for this subtree");
             var first = await Task.WhenAny(start, adoption).WaitAsync(left, Ct);
-            if (first == start) return AgentTree.Positions(await start);
+            if (first == start) return await start ?? throw new RequestWithdrawnException(_request.Id);
             var (offer, link) = await adoption;
             if (offer.Alone)
             {
@@ -205,9 +251,8 @@ internal sealed class TreeJoin : IDisposable
                 continue;
             }
             await link.WriteAsync(PeerFrame.Joined, joined, Ct);
-            _ = start.ContinueWith(t => t.Exception, TaskContinuationOptions.OnlyOnFaulted | TaskContinuationOptions.ExecuteSynchronously);
             (_parent, above) = (link, offer.From);
-            start = _parent.ReadAsync(PeerFrame.Start, Ct);
+            start = _fromParent = Observed(ParentWordAsync(_parent));
         }
     }
 

@@ -206,6 +206,80 @@ public sealed class AgentsNodePrepTests
     }
 
     [Fact]
+    public async Task A_first_agent_that_takes_the_request_and_goes_silent_is_called_off_and_the_next_member_roots_the_exchange_with_the_tier_sending_about_once()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(4 << 20, seed: 53)), "risk/root");
+        var key = KeyFile(s);
+        // Degree 2, and the hanging agent is the root: it takes the request, forwards it to positions 1 and 2, whose
+        // subtrees join under them, and then says nothing, to the requester or to its children. Those would wait for its
+        // start for the whole stall timeout (ten minutes here), and the requester would give up on every node.
+        var agents = await StartAgentsAsync(s, 6, key);
+        var hangingPeer = $"127.0.0.1:{FreePorts.Next()}";
+        List<string> members = [hangingPeer, .. agents.Select(a => a.Peer)];
+        await using var hanging = await HangingAgentAsync(hangingPeer, PeerKey.Load(key, "key"));
+        await using var tier = new CacheTierClient(new CacheTierOptions { Hosts = [.. s.Hosts] });
+        var before = await Sandbox.BytesSentAsync(tier);
+
+        var request = new PrepRequest
+        {
+            Id = "root1", Name = "risk/root", Job = "job-root", Members = members, Requester = "", Degree = 2,
+            JoinTimeout = TimeSpan.FromSeconds(3), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
+            ReachTimeout = TimeSpan.FromSeconds(5),
+        };
+        var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2));
+
+        Assert.True(hanging.Hung.IsCompletedSuccessfully, $"the hanging root never had its children's answers ({hanging.Hung.Status}: {hanging.Hung.Exception?.GetBaseException().Message})");
+        Assert.Equal([hangingPeer], report.SilentRoots);
+        // Tried again as the last member, where its parent passed over it.
+        Assert.Equal([.. agents.Select(a => a.Peer), hangingPeer], report.Members);
+        Assert.Equal(6, report.Joined);
+        Assert.Null(report.Outcomes[6]);
+        AssertPreparedInTheExchange(report, [0, 1, 2, 3, 4, 5], ranks: 6, staged.Version);
+        // Nothing was fetched for the request called off: the tier sent the data about once.
+        var sent = await Sandbox.BytesSentAsync(tier) - before;
+        Assert.InRange(sent, 4L << 20, (4L << 20) * 13 / 10);
+    }
+
+    [Fact]
+    public async Task A_request_its_requester_called_off_ends_the_wait_for_its_start_and_a_late_copy_of_it_is_refused_with_nothing_fetched()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(1 << 20, seed: 59)), "risk/late");
+        var key = KeyFile(s);
+        var peerKey = PeerKey.Load(key, "key");
+        var agent = (await StartAgentsAsync(s, 1, key))[0];
+        // The agent is the root of two; its child takes the request and never answers, so the root gathers for the
+        // join timeout (a minute here), telling the requester it is alive every half of it.
+        var childPeer = $"127.0.0.1:{FreePorts.Next()}";
+        await using var child = await HangingAgentAsync(childPeer, peerKey);
+        var request = new PrepRequest
+        {
+            Id = "late1", Name = "risk/late", Job = "job-late", Members = [agent.Peer, childPeer], Requester = $"127.0.0.1:{FreePorts.Next()}", Degree = 2,
+            JoinTimeout = TimeSpan.FromMinutes(1), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20), ReachTimeout = TimeSpan.FromSeconds(5),
+        };
+        var (host, port) = AgentTree.Endpoint(agent.Peer);
+        await using var root = await PeerLink.ConnectAsync(host, port, peerKey, TimeSpan.FromSeconds(5), CancellationToken.None);
+        await root.WriteAsync(PeerFrame.Prep, request.Encode(), CancellationToken.None);
+        await child.Hung.WaitAsync(TimeSpan.FromSeconds(30));
+
+        await using (var withdraw = await PeerLink.ConnectAsync(host, port, peerKey, TimeSpan.FromSeconds(5), CancellationToken.None))
+            await withdraw.WriteAsync(PeerFrame.Withdraw, System.Text.Encoding.UTF8.GetBytes(request.Id), CancellationToken.None);
+
+        // The root stops gathering and closes its link without a start, long before its join timeout.
+        var ended = await Record.ExceptionAsync(() => root.ReadAnyAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(20)));
+        Assert.True(ended is IOException or EndOfStreamException, $"the root's link: {ended?.GetType().Name ?? "a frame"} ({ended?.Message})");
+        // The same request again (a silent root that woke, say) is refused at once: no join, no word that it is alive.
+        await using var late = await PeerLink.ConnectAsync(host, port, peerKey, TimeSpan.FromSeconds(5), CancellationToken.None);
+        await late.WriteAsync(PeerFrame.Prep, request.Encode(), CancellationToken.None);
+        var refused = await Record.ExceptionAsync(() => late.ReadAnyAsync(CancellationToken.None).WaitAsync(TimeSpan.FromSeconds(20)));
+        Assert.True(refused is IOException or EndOfStreamException, $"the late copy's link: {refused?.GetType().Name ?? "a frame"} ({refused?.Message})");
+        Assert.Empty((await s.StatusAsync(agent.Pipe)).Copies);
+    }
+
+    [Fact]
     public async Task Agents_that_are_wedged_or_slow_to_answer_when_the_request_comes_cost_the_others_only_the_reach_timeout_and_a_late_one_prepares_on_its_own_at_once()
     {
         await using var s = new Sandbox();
@@ -505,19 +579,20 @@ public sealed class PrepRequestTests
     public void The_reason_a_job_is_sent_back_names_each_node_that_is_not_ready_and_says_which_the_exchange_went_on_without()
     {
         NodeOutcome Ready(int p, IReadOnlyList<int>? lost = null) => new(p, $"n{p}", 0, "abcd", 1, "bytes=10 source=fanout", lost);
-        var report = new AgentsReport(["a:6390", "b:6390", "c:6390", "d:6390"], 0.1, 3,
-            [Ready(0, lost: [2]), null, null, new NodeOutcome(3, "n3", (int)ErrorCode.AccessDenied, "", 0, "user alice may not read risk/x")], 2);
+        var report = new AgentsReport(["a:6390", "b:6390", "c:6390", "d:6390", "e:6390"], 0.1, 3,
+            [Ready(0, lost: [2]), null, null, new NodeOutcome(3, "n3", (int)ErrorCode.AccessDenied, "", 0, "user alice may not read risk/x"), null], 2) { SilentRoots = ["e:6390"] };
 
         var reason = Hpc.Jobs.Commands.AgentsNodePrep.NotReady(report, m => $"node-{m[0]} at {m}");
 
-        Assert.Equal("3 of 4 nodes are not ready: node-b at b:6390 (no answer), node-c at c:6390 (lost in the exchange, no answer), " +
-                     "n3 (user alice may not read risk/x)", reason);
+        Assert.Equal("4 of 5 nodes are not ready: node-b at b:6390 (no answer), node-c at c:6390 (lost in the exchange, no answer), " +
+                     "n3 (user alice may not read risk/x), node-e at e:6390 (took the request first and went silent, no answer)", reason);
         // A job step without the key gets the report through its node's agent: the verdict crosses the pipe with it.
-        var piped = new Hpc.CommonData.Agent.AgentResponse { Ok = true, Exchange = new() { Outcomes = [new() { Position = 0, Lost = [2] }, null] } };
+        var piped = new Hpc.CommonData.Agent.AgentResponse { Ok = true, Exchange = new() { Outcomes = [new() { Position = 0, Lost = [2] }, null], SilentRoots = ["e:6390"] } };
         var back = System.Text.Json.JsonSerializer.Deserialize(System.Text.Json.JsonSerializer.Serialize(piped, Hpc.CommonData.Agent.AgentJson.Default.AgentResponse),
             Hpc.CommonData.Agent.AgentJson.Default.AgentResponse)!;
         Assert.Equal([2], back.Exchange!.Outcomes[0]!.Lost!);
         Assert.Null(back.Exchange.Outcomes[1]);
+        Assert.Equal(["e:6390"], back.Exchange.SilentRoots!);
     }
 
     [Fact]

@@ -181,6 +181,8 @@ public sealed class ExchangeReport
     [JsonPropertyName("joined")] public int Joined { get; set; }
     [JsonPropertyName("seconds")] public double Seconds { get; set; }
     [JsonPropertyName("outcomes")] public List<ExchangeOutcome?> Outcomes { get; set; } = [];
+    /// <summary>Members that took the request as its first agent and went silent before it started; it went to the next each time.</summary>
+    [JsonPropertyName("silentRoots")] public List<string>? SilentRoots { get; set; }
 }
 
 /// <summary>One node's part of an exchange: 0 ready, else the failure's <see cref="ErrorCode"/> as a number.</summary>
