@@ -517,7 +517,7 @@ public sealed partial class ClusterSession : IAsyncDisposable
                 // What the node took from the cache tier, and of that what it fetched again for the member after a lost
                 // one; what it resent from the blocks it kept: where a fault's extra tier bytes went.
                 FetchedBytes: Bytes("fetched-bytes"), RepairBytes: Bytes("repair-bytes"), RepairResentBytes: Bytes("repair-resent-bytes"),
-                Bypassed: (int?)Bytes("bypassed"));
+                Bypassed: (int?)Bytes("bypassed"), BeginSeconds: Seconds("begin-seconds"));
         }).ToList();
         return nodes;
     }

@@ -64,12 +64,14 @@ public sealed record GridRings(string Setting, System.Net.IPAddress Local);
 /// and its broadcast).</param>
 /// <param name="AgreeSeconds">Then until the ranks agreed what travels (the node's ingest begun, the all-gather of what
 /// each lacks).</param>
+/// <param name="BeginSeconds">Of that, the node's ingest's begin: its writer turn, its files, and the segments copied
+/// from the node's other versions.</param>
 /// <param name="EndSeconds">From the ring's end until the exchange's (the probe's drain, the ingest's end).</param>
 /// <param name="RejectedFrom">Whose blocks the segments this node rejected came in: the member that put each into the
 /// ring it arrived on, most first. Empty when none was rejected.</param>
 public sealed record FanoutSummary(int Ranks, string Version, RingResult Ring, int Accepted, int AlreadyHeld, int Rejected, double Seconds, bool NodeHadIt,
     int SegmentsCarried = 0, string Route = "ring", double ProbeSeconds = 0, double ManifestSeconds = 0, double AgreeSeconds = 0, double EndSeconds = 0,
-    bool HadLeaves = false, IReadOnlyList<MemberRejections>? RejectedFrom = null);
+    bool HadLeaves = false, IReadOnlyList<MemberRejections>? RejectedFrom = null, double BeginSeconds = 0);
 
 /// <summary><paramref name="Segments"/> segments that came in blocks <paramref name="Rank"/> put into the ring failed
 /// verification on this node.</summary>
@@ -151,6 +153,7 @@ public static class FanoutExchange
         if (manifest.Name != name) throw new CommonDataException(ErrorCode.NotFound, $"version {resolved} belongs to '{manifest.Name}', not '{name}'");
 
         var wanted = await node.BeginAsync(name, resolved, manifestBytes, ct);
+        var beginSeconds = clock.Elapsed.TotalSeconds - manifestSeconds;
         // The ranks agree on the union of what their nodes lack (a node holding yesterday's version has its unchanged
         // segments already, copied from that version when the ingest began): only those travel.
         var lacking = new byte[(manifest.Segments.Count + 7) / 8];
@@ -193,7 +196,7 @@ public static class FanoutExchange
         var ended = wanted ? await node.EndAsync(ct) : new IngestReport { Complete = true, AlreadyHad = manifest.Segments.Count };
         var seconds = clock.Elapsed.TotalSeconds;
         return new FanoutSummary(group.Size, resolved, exchanged, ended.Accepted, ended.AlreadyHad, ended.Rejected, seconds, !wanted, needed.Count(n => n),
-            exchangeRoute.ToString(), probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves, origins.Of(ended.RejectedSegments()));
+            exchangeRoute.ToString(), probeSeconds, manifestSeconds, agreeSeconds, seconds - ringEnd, route.HasLeaves, origins.Of(ended.RejectedSegments()), beginSeconds);
     }
 
     internal static async Task<T> Within<T>(Task<T> step, TimeSpan limit, string what)

@@ -47,7 +47,7 @@ public static class NodeExchange
 
     /// <summary>The node prep line's fields for an exchange (after <c>fanout=… ranks=…</c>).</summary>
     public static string Fields(FanoutSummary summary) =>
-        $"route={summary.Route} manifest-seconds={summary.ManifestSeconds:0.000} agree-seconds={summary.AgreeSeconds:0.000} probe-seconds={summary.ProbeSeconds:0.000} " +
+        $"route={summary.Route} manifest-seconds={summary.ManifestSeconds:0.000} agree-seconds={summary.AgreeSeconds:0.000} begin-seconds={summary.BeginSeconds:0.000} probe-seconds={summary.ProbeSeconds:0.000} " +
         $"end-seconds={summary.EndSeconds:0.000} exchange-seconds={summary.Seconds:0.000} ring-seconds={summary.Ring.Seconds:0.000} " +
         $"share-seconds={summary.Ring.ShareSeconds:0.000} segments-carried={summary.SegmentsCarried} fetched-bytes={summary.Ring.BytesFetched} " +
         $"bypassed={summary.Ring.Bypassed} repair-bytes={summary.Ring.RepairBytesFetched} received-bytes={summary.Ring.BytesReceived} sent-bytes={summary.Ring.BytesSent}" +

@@ -114,13 +114,14 @@ public sealed record DatasetInfo(string Version, long RawBytes, long StoredBytes
 /// JoinSeconds (fan-out runs): from the rank's clock starting until MPI was up on it (the agent is reached meanwhile).
 /// ShareSeconds (fan-out runs): from the exchange's start until the rank held its own share from the cache tier.
 /// ManifestSeconds/AgreeSeconds/EndSeconds (fan-out runs): the exchange's steps before and after its ring (the
-/// manifest's look-up and broadcast; agreeing what travels; the probe's drain and the ingest's end).</summary>
+/// manifest's look-up and broadcast; agreeing what travels; the probe's drain and the ingest's end). BeginSeconds: of
+/// the agreement, the node's ingest's begin.</summary>
 public sealed record NodeTime(string Node, double WallSeconds, double FetchSeconds, long Bytes, string? Source = null,
     long? LinkRxBytes = null, long? LinkTxBytes = null, double? LaunchSeconds = null, double? ExchangeSeconds = null,
     double? RingSeconds = null, double? PublishSeconds = null, double? RankCpuSeconds = null, double? AgentCpuSeconds = null,
     string? Route = null, double? ProbeSeconds = null, double? JoinSeconds = null, double? ShareSeconds = null,
     double? ManifestSeconds = null, double? AgreeSeconds = null, double? EndSeconds = null,
-    long? FetchedBytes = null, long? RepairBytes = null, long? RepairResentBytes = null, int? Bypassed = null);
+    long? FetchedBytes = null, long? RepairBytes = null, long? RepairResentBytes = null, int? Bypassed = null, double? BeginSeconds = null);
 public sealed record HostBytes(string Host, long NetOutputBytes, long UsedMemoryBytes);
 /// <summary>VerifyMs: the worker's own hash of a mapped copy (0 when the open hashed a private copy). WallMs: from the
 /// common start until the worker had the whole dataset open and verified; absent where the run did not time it.</summary>

@@ -88,6 +88,8 @@ public sealed class AgentsNodePrepTests
             Assert.All(steps, t => Assert.True(t >= 0, l));
             Assert.True(Seconds("ring-seconds") > 0, l);
             Assert.True(steps.Sum() <= Seconds("exchange-seconds") + 0.005, l);
+            // The ingest's begin is a part of the agreement.
+            Assert.InRange(Seconds("begin-seconds"), 0, Seconds("agree-seconds"));
         });
         Assert.Contains($"nodes=4 ready=4 failed=0 dataset=risk/agents version={staged.Version} joined=4 ", r.Stdout.Last());
         foreach (var a in agents)
