@@ -227,7 +227,9 @@ public sealed class AgentsNodePrepTests
         var request = new PrepRequest
         {
             Id = "root1", Name = "risk/root", Job = "job-root", Members = members, Requester = "", Degree = 2,
-            JoinTimeout = TimeSpan.FromSeconds(3), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
+            // The requester waits this long for a word from the root: long enough for the hanging root's children to
+            // gather their own and answer it first on a loaded machine, so that they are waiting on it when it is silent.
+            JoinTimeout = TimeSpan.FromSeconds(6), StallTimeout = TimeSpan.FromMinutes(10), Timeout = TimeSpan.FromMinutes(20),
             ReachTimeout = TimeSpan.FromSeconds(5),
         };
         var report = await AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None).WaitAsync(TimeSpan.FromMinutes(2));
