@@ -74,7 +74,8 @@ public static partial class AgentsRequest
                     ? $"the first agent ({members[0]}) took the request but did not start it ({silence})"
                     : $"the first agents ({string.Join(", ", silent)}) each took the request but did not start it (the last: {silence})");
             await WithdrawAsync(members, attempt.Id, key, request.ReachTimeout, ct);
-            attempt = attempt with { Id = $"{request.Id}.{silent.Count}", Members = [.. members.Skip(1), members[0]] };
+            var stem = request.Id[..Math.Min(request.Id.Length, PrepRequest.MaxIdLength - 2)]; // ".1" and ".2" still fit
+            attempt = attempt with { Id = $"{stem}.{silent.Count}", Members = [.. members.Skip(1), members[0]] };
         }
     }
 

@@ -76,12 +76,14 @@ public sealed record PrepRequest
     }
 
     /// <summary>
-    /// The first of this request's settings outside what every agent takes — each timeout above 0 and at most its bound,
+    /// The first of this request's settings outside what every agent takes — its id of 1 to <see cref="MaxIdLength"/>
+    /// characters, each timeout above 0 and at most its bound,
     /// the tree's degree from 2 to <see cref="MaxDegree"/>, <see cref="RingGroups"/> as <c>--ring-groups</c> reads it —
     /// naming the setting; null when all are in. An agent that makes a request for a caller checks it before it travels.
     /// </summary>
     public string? Problem()
     {
+        if (Id.Length is 0 or > MaxIdLength) return $"an id of {Id.Length} characters (1 to {MaxIdLength} is taken)";
         if (Degree < 2 || Degree > MaxDegree) return $"a tree degree of {Degree} (2 to {MaxDegree} is taken)";
         foreach (var (which, value, max) in new[] { ("peer", PeerTimeout, MaxPeerTimeout), ("join", JoinTimeout, MaxJoinTimeout), ("reach", ReachTimeout, MaxReachTimeout),
                      ("stall", StallTimeout, MaxStallTimeout), ("overall", Timeout, MaxTimeout) })
@@ -90,6 +92,10 @@ public sealed record PrepRequest
         catch (FormatException e) { return e.Message; }
         return null;
     }
+
+    /// <summary>The longest id a request may carry: a withdrawal (<see cref="PeerFrame.Withdraw"/>) is the id alone, in
+    /// a frame of at most 256 bytes.</summary>
+    public const int MaxIdLength = 64;
 
     /// <summary>The most members a request may name.</summary>
     public const int MaxMembers = 1_000_000;

@@ -557,11 +557,14 @@ public sealed class PrepRequestTests
         Assert.Contains("join timeout", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { JoinTimeout = TimeSpan.FromHours(1) }).Encode())).Message);
         Assert.Contains("degree of 65", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Degree = 65 }).Encode())).Message);
         Assert.Contains("--ring-groups", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { RingGroups = "two" }).Encode())).Message);
+        // A withdrawal carries the id alone: an id longer than its frame takes is refused with the request.
+        Assert.Contains("an id of 65 characters", Assert.Throws<InvalidDataException>(() => PrepRequest.Decode((Sample() with { Id = new string('a', 65) }).Encode())).Message);
         // At the bounds it is taken.
         var longest = Sample() with
         {
             PeerTimeout = PrepRequest.MaxPeerTimeout, JoinTimeout = PrepRequest.MaxJoinTimeout, ReachTimeout = PrepRequest.MaxReachTimeout,
             StallTimeout = PrepRequest.MaxStallTimeout, Timeout = PrepRequest.MaxTimeout, Degree = PrepRequest.MaxDegree,
+            Id = new string('a', PrepRequest.MaxIdLength),
         };
         Assert.Equal(PrepRequest.MaxTimeout, PrepRequest.Decode(longest.Encode()).Timeout);
     }
