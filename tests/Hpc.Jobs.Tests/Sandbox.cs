@@ -190,17 +190,20 @@ public sealed class Sandbox : IAsyncDisposable
     public async ValueTask DisposeAsync()
     {
         await Task.WhenAll(_processes.Select(p => p.DisposeAsync().AsTask()));
-        // Agents that nodeprep started outlive it by design: stop every one this sandbox recorded.
+        // Agents that nodeprep started outlive it by design: stop every one this sandbox recorded, as hpcdata does. Its
+        // stop signals a recorded pid only while that pid still runs the agent on the recorded pipe: pids are reused (32,768
+        // of them on a CI machine, where a test run starts many more processes), and the agent of a test that ended long
+        // ago may have left its pid to a rank of a test running now.
         if (Directory.Exists(StateDirectory))
-            foreach (var file in Directory.GetFiles(StateDirectory, "*.json"))
+            await Task.WhenAll(Directory.GetFiles(StateDirectory, "*.json").Select(async file =>
             {
                 try
                 {
-                    var pid = JsonDocument.Parse(File.ReadAllText(file)).RootElement.GetProperty("Pid").GetInt32();
-                    System.Diagnostics.Process.GetProcessById(pid).Kill(entireProcessTree: true);
+                    if (JsonSerializer.Deserialize(File.ReadAllText(file), Hpc.Jobs.Scheduling.StartedAgentJson.Default.StartedAgent) is { } agent)
+                        await Hpc.Jobs.Scheduling.NodeAgentLauncher.StopAsync(agent, TimeSpan.FromSeconds(5));
                 }
-                catch (Exception e) when (e is ArgumentException or InvalidOperationException or IOException or JsonException or KeyNotFoundException) { }
-            }
+                catch (Exception e) when (e is IOException or JsonException or UnauthorizedAccessException) { }
+            }));
         try { Directory.Delete(Root, recursive: true); } catch (IOException) { } catch (UnauthorizedAccessException) { }
     }
 }
