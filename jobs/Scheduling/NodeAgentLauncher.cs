@@ -166,8 +166,10 @@ public static partial class NodeAgentLauncher
         {
             Kill(agent.Pid, 15);
             var clock = Stopwatch.StartNew();
-            while (IsAlive(agent.Pid) && clock.Elapsed < grace) await Task.Delay(100);
-            if (IsAlive(agent.Pid)) Kill(agent.Pid, 9);
+            // Asked again each time, not whether the pid lives: once the agent has gone, its pid may already be another
+            // process's, which the SIGKILL below must never reach.
+            while (IsOurAgent(agent) && clock.Elapsed < grace) await Task.Delay(100);
+            if (IsOurAgent(agent)) Kill(agent.Pid, 9);
         }
         TryDelete(StateFile(agent.Pipe));
     }
