@@ -29,7 +29,7 @@ public static class StageCommand
         {
             o.CacheTier.LoadPasswordFile();
             await using var tier = new CacheTierClient(o.CacheTier, log, StagerMetrics.Instance);
-            using var source = StageSource.Open(o.Path, log, o.SkipUnreadable);
+            using var source = StageSource.Open(o.Path, log, o.SkipUnreadable, o.ForUserId);
             var options = new StageOptions
             {
                 Name = o.Name, SegmentSize = (int)o.SegmentSize.Bytes, Compression = o.Compression, AutoCodec = o.AutoCodec, LinkRate = o.LinkRate.IsUnlimited ? null : o.LinkRate,

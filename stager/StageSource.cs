@@ -1,4 +1,6 @@
+using Hpc.CommonData.Access;
 using Hpc.CommonData.Format;
+using Microsoft.Win32.SafeHandles;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Logging.Abstractions;
 
@@ -8,8 +10,9 @@ namespace Hpc.Stager;
 public sealed class StageSource : IDisposable
 {
     private readonly List<(string FullPath, DatasetFile Entry, FileStatus? Status)> _files = [];
-    // A single file's status when it was opened (none for standard input).
-    private readonly (string Path, FileStatus Status)? _singleStatus;
+    private readonly TreeAccess? _tree;
+    // A single file's status when it was opened (none for standard input), and where its status is read again.
+    private readonly (string Path, string StatusPath, FileStatus Status)? _singleStatus;
     private readonly Stream? _single;
     private int _current = -1;
     private Stream? _open;
@@ -20,32 +23,68 @@ public sealed class StageSource : IDisposable
     public long? KnownLength { get; }
     public string Description { get; }
 
-    private StageSource(Stream single, long? length, string description, bool standardInput = false, (string, FileStatus)? singleStatus = null)
+    private StageSource(Stream single, long? length, string description, bool standardInput = false, (string, string, FileStatus)? singleStatus = null)
     {
         _single = single; KnownLength = length; Description = description; IsStandardInput = standardInput; _singleStatus = singleStatus;
     }
 
-    private StageSource(string root, ILogger log, bool skipUnreadable)
+    private StageSource(TreeAccess tree, ILogger log, bool skipUnreadable)
     {
-        Description = root;
-        var entries = new TreeWalker(log, skipUnreadable).Walk(root);
+        Description = tree.Root;
+        _tree = tree;
+        var entries = new TreeWalker(log, skipUnreadable).Walk(tree);
         foreach (var e in entries.Where(e => e.File.IsFile)) _files.Add((e.FullPath, e.File, e.Status));
         Files = entries.Select(e => e.File).ToList();
         KnownLength = _files.Sum(f => f.Entry.Length);
     }
 
-    /// <summary>Opens a path ("-" for standard input). Throws <see cref="FileNotFoundException"/> naming it when absent.</summary>
-    public static StageSource Open(string path, ILogger? log = null, bool skipUnreadable = false)
+    /// <summary>
+    /// Opens a path ("-" for standard input). Throws <see cref="FileNotFoundException"/> naming it when absent. With
+    /// <paramref name="forUser"/>, reads only what that user may read (<see cref="OpenForUser"/>).
+    /// </summary>
+    public static StageSource Open(string path, ILogger? log = null, bool skipUnreadable = false, uint? forUser = null)
     {
         if (path == "-") return new StageSource(Console.OpenStandardInput(1 << 20), null, "standard input", standardInput: true);
-        if (Directory.Exists(path)) return new StageSource(Path.GetFullPath(path), log ?? NullLogger.Instance, skipUnreadable);
+        if (forUser is { } uid) return OperatingSystem.IsLinux() ? OpenForUser(path, uid, log, skipUnreadable) : throw new PlatformNotSupportedException("--for-user needs Linux");
+        if (Directory.Exists(path)) return new StageSource(new PathAccess(Path.GetFullPath(path)), log ?? NullLogger.Instance, skipUnreadable);
         if (!File.Exists(path)) throw new FileNotFoundException($"nothing to stage: '{path}' does not exist", path);
         var full = Path.GetFullPath(path);
         // Taken before the first byte is read: a change from here on shows when the stage ends. Of the file the path
         // leads to, as the read follows a link (a descriptor's /proc/PID/fd/N included) to it.
         var status = FileStatus.Of(full, followLinks: true);
         var stream = new FileStream(path, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan);
-        return new StageSource(stream, stream.Length, full, singleStatus: (full, status));
+        return new StageSource(stream, stream.Length, full, singleStatus: (full, full, status));
+    }
+
+    /// <summary>
+    /// A file or a tree staged on behalf of user <paramref name="uid"/> by a process that may read more than they may:
+    /// the file, or the tree's root, is opened and checked as that user may read it (its mode bits and every directory
+    /// above it; an ACL is refused), and a tree's every directory and file again as it is reached
+    /// (<see cref="UserAccess"/>). What is read is what was checked: the file through the descriptor opened.
+    /// </summary>
+    [System.Runtime.Versioning.SupportedOSPlatform("linux")]
+    private static StageSource OpenForUser(string path, uint uid, ILogger? log, bool skipUnreadable)
+    {
+        var full = Path.GetFullPath(path);
+        var groups = UnixAccounts.GroupsOf(uid);
+        SafeFileHandle handle;
+        try { handle = UnixFileAccess.Open(full); }
+        catch (FileNotFoundException) { throw new FileNotFoundException($"nothing to stage: '{path}' does not exist", path); }
+        try
+        {
+            if (UnixFileAccess.WhyNotReadableTree(handle, full, uid, groups) is { } why)
+                throw new UnauthorizedAccessException($"user {UnixAccounts.UserName(uid) ?? uid.ToString(System.Globalization.CultureInfo.InvariantCulture)} may not stage '{full}': {why}; nothing was sent");
+            var descriptor = PathAccess.Descriptor(handle);
+            var status = FileStatus.Of(descriptor, followLinks: true);
+            if (status.Type == FileStatus.Kind.Directory) return new StageSource(new UserAccess(full, handle, uid, groups), log ?? NullLogger.Instance, skipUnreadable);
+            var stream = new FileStream(handle, FileAccess.Read, 1 << 20);
+            return new StageSource(stream, stream.Length, full, singleStatus: (full, descriptor, status));
+        }
+        catch
+        {
+            handle.Dispose();
+            throw;
+        }
     }
 
     /// <summary>
@@ -55,17 +94,22 @@ public sealed class StageSource : IDisposable
     /// </summary>
     public void CheckUnchanged()
     {
-        var files = _singleStatus is { } single ? [(single.Path, (FileStatus?)single.Status)] : _files.Select(f => (f.FullPath, f.Status));
-        foreach (var (path, status) in files)
-            if (status is { } before && FileStatus.ChangedSince(path, before, followLinks: _singleStatus is not null) is { } change)
+        if (_singleStatus is { } single)
+        {
+            if (FileStatus.ChangedSince(single.StatusPath, single.Status, followLinks: true) is { } change) throw SourceChangedException.For(single.Path, change);
+            return;
+        }
+        foreach (var (path, entry, status) in _files)
+            if (status is { } before && _tree!.ChangedSince(entry.Path, before) is { } change)
                 throw SourceChangedException.For(path, change);
     }
 
     /// <summary>Opens a file of a tree for reading; one deleted since it was listed fails the stage as any other change does.</summary>
-    private static T OpenListed<T>(string path, Func<string, T> open)
+    private static T OpenListed<T>(string path, Func<T> open)
     {
-        try { return open(path); }
+        try { return open(); }
         catch (Exception e) when (e is FileNotFoundException or DirectoryNotFoundException) { throw SourceChangedException.For(path, FileStatus.Deleted); }
+        catch (UnixFileAccess.EntryIsLinkException) { throw SourceChangedException.For(path, "a directory above it was replaced by a link, which is never followed"); }
     }
 
     /// <summary>
@@ -80,8 +124,8 @@ public sealed class StageSource : IDisposable
             return -1;
         var i = _files.FindLastIndex(f => f.Entry.Offset <= offset && f.Entry.Length > 0);
         if (i < 0) return 0;
-        var (path, entry, _) = _files[i];
-        using var handle = OpenListed(path, p => File.OpenHandle(p));
+        var (path, entry, status) = _files[i];
+        using var handle = OpenListed(path, () => _tree!.OpenFile(entry.Path, status!.Value));
         var within = offset - entry.Offset;
         return RandomAccess.Read(handle, buffer[..(int)Math.Min(buffer.Length, entry.Length - within)], within);
     }
@@ -111,13 +155,15 @@ public sealed class StageSource : IDisposable
     {
         if (_open is not null) return _open;
         if (++_current >= _files.Count) return null;
-        return _open = OpenListed(_files[_current].FullPath, p => new FileStream(p, FileMode.Open, FileAccess.Read, FileShare.Read, 1 << 20, FileOptions.SequentialScan));
+        var (path, entry, status) = _files[_current];
+        return _open = OpenListed(path, () => new FileStream(_tree!.OpenFile(entry.Path, status!.Value), FileAccess.Read, 1 << 20));
     }
 
     public void Dispose()
     {
         _single?.Dispose();
         _open?.Dispose();
+        _tree?.Dispose();
     }
 }
 

@@ -23,7 +23,10 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
     /// directory always before what it holds); file offsets are assigned in that order, so the same tree always gives
     /// the same dataset.
     /// </summary>
-    public List<Entry> Walk(string root)
+    public List<Entry> Walk(string root) => Walk(new PathAccess(root));
+
+    /// <inheritdoc cref="Walk(string)"/>
+    public List<Entry> Walk(TreeAccess tree)
     {
         var entries = new List<Entry>();
         var inodes = new Dictionary<(ulong Device, ulong Inode), string>();
@@ -34,21 +37,17 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
         while (pending.Count > 0)
         {
             var relative = pending.Pop();
-            var directory = relative.Length == 0 ? root : Path.Combine(root, relative);
-            var children = new DirectoryInfo(directory).EnumerateFileSystemInfos("*", new EnumerationOptions
-            {
-                AttributesToSkip = 0, IgnoreInaccessible = false, RecurseSubdirectories = false, ReturnSpecialDirectories = false,
-            }).Select(i => i.Name).Order(StringComparer.Ordinal).ToList();
+            var children = tree.Names(relative).Order(StringComparer.Ordinal).ToList();
             var subdirectories = new List<string>();
             foreach (var name in children)
             {
                 var path = relative.Length == 0 ? name : relative + "/" + name;
-                var full = Path.Combine(directory, name);
+                var full = tree.Shown(path);
                 if (name.Contains('\uFFFD'))
                     throw new IOException($"cannot stage '{Escape(full)}': its name is not valid UTF-8; rename it or leave it out");
                 if (!Manifest.IsSafeRelativePath(path))
                     throw new IOException($"cannot stage '{full}': its name is not a portable relative path");
-                var info = FileStatus.Of(full);
+                var info = tree.Status(path);
                 switch (info.Type)
                 {
                     case FileStatus.Kind.Directory:
@@ -58,7 +57,7 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
                     case FileStatus.Kind.SymbolicLink:
                         // Kept as written, whatever it points at (absolute, out of the tree, nothing): a software tree's
                         // bin/python -> /usr/bin/python3 must resolve on the node as it did here. Never followed.
-                        var target = new FileInfo(full).LinkTarget ?? "";
+                        var target = tree.LinkTarget(path) ?? "";
                         if (!Manifest.IsStorableLinkTarget(target))
                         {
                             Warn($"skipping the link '{path}' -> '{Escape(target)}': a target must be 1 to {Manifest.MaxLinkTarget} characters with no control characters");
@@ -72,7 +71,7 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
                             entries.Add(new Entry(full, new DatasetFile(path, offset, 0, info.Permissions) { Type = DatasetEntryType.HardLink, Target = first, ModifiedNanoseconds = info.ModifiedNanoseconds }));
                             break;
                         }
-                        if (!Readable(full)) break;
+                        if (!Readable(tree, path, info)) break;
                         if (info.Links > 1) inodes[(info.Device, info.Inode)] = path;
                         entries.Add(new Entry(full, new DatasetFile(path, offset, info.Size, info.Permissions) { ModifiedNanoseconds = info.ModifiedNanoseconds }, info));
                         offset += info.Size;
@@ -85,23 +84,24 @@ public sealed class TreeWalker(ILogger log, bool skipUnreadable)
             // Pushed in reverse so they are walked in path order.
             for (var i = subdirectories.Count - 1; i >= 0; i--) pending.Push(subdirectories[i]);
         }
-        if (Skipped > 0) log.LogWarning("Skipped {Count} entries of {Root} (each named above)", Skipped, root);
+        if (Skipped > 0) log.LogWarning("Skipped {Count} entries of {Root} (each named above)", Skipped, tree.Root);
         return entries;
     }
 
-    private bool Readable(string full)
+    private bool Readable(TreeAccess tree, string path, FileStatus listed)
     {
+        var full = tree.Shown(path);
         try
         {
-            using var handle = File.OpenHandle(full, FileMode.Open, FileAccess.Read, FileShare.ReadWrite);
+            using var handle = tree.OpenFile(path, listed);
             return true;
         }
-        catch (Exception e) when (e is UnauthorizedAccessException or IOException && skipUnreadable)
+        catch (Exception e) when (e is UnauthorizedAccessException or IOException && e is not SourceChangedException && skipUnreadable)
         {
             Warn($"skipping '{full}': {e.Message}");
             return false;
         }
-        catch (Exception e) when (e is UnauthorizedAccessException or IOException)
+        catch (Exception e) when (e is UnauthorizedAccessException or IOException && e is not SourceChangedException && tree is PathAccess)
         {
             throw new IOException($"cannot stage '{full}': it cannot be read ({e.Message}); nothing was sent (--skip-unreadable leaves such files out)", e);
         }
@@ -123,17 +123,24 @@ public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, 
     public enum Kind { File, Directory, SymbolicLink, Fifo, Socket, CharacterDevice, BlockDevice }
 
     private const int AtFdCwd = -100;
+    private const int ENOENT = 2, ENOTDIR = 20;
     private const int AtSymlinkNoFollow = 0x100;
     private const uint StatxBasicStats = 0x7ff;
 
     /// <param name="followLinks">The file a final link leads to, as opening the path reads it (a single file staged).</param>
-    public static FileStatus Of(string path, bool followLinks = false)
+    /// <param name="shown">The path named in a failure, where <paramref name="path"/> is not what the user named.</param>
+    /// <exception cref="FileNotFoundException">Nothing is there (any more).</exception>
+    public static FileStatus Of(string path, bool followLinks = false, string? shown = null)
     {
         if (!OperatingSystem.IsLinux()) return Portable(path);
         Span<byte> buffer = stackalloc byte[256];
         var name = Encoding.UTF8.GetBytes(path + "\0");
         if (statx(AtFdCwd, name, followLinks ? 0 : AtSymlinkNoFollow, StatxBasicStats, ref MemoryMarshal.GetReference(buffer)) != 0)
-            throw new IOException($"cannot stage '{path}': {Marshal.GetLastPInvokeErrorMessage()}");
+        {
+            var error = Marshal.GetLastPInvokeError();
+            var message = $"cannot stage '{shown ?? path}': {Marshal.GetPInvokeErrorMessage(error)}";
+            throw error is ENOENT or ENOTDIR ? new FileNotFoundException(message, shown ?? path) : new IOException(message);
+        }
         // Offsets of struct statx (linux/stat.h); the layout is the same on every architecture.
         var mode = BitConverter.ToUInt16(buffer[28..]);
         var type = (mode & 0xF000) switch
@@ -155,12 +162,16 @@ public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, 
     /// Why the file at <paramref name="path"/> is no longer what <paramref name="before"/> saw (its size, modification
     /// or change time, or identity), or null when it is the same.
     /// </summary>
-    public static string? ChangedSince(string path, FileStatus before, bool followLinks = false)
+    public static string? ChangedSince(string path, FileStatus before, bool followLinks = false) => ChangedSince(() => Of(path, followLinks), before);
+
+    /// <summary>As <see cref="ChangedSince(string, FileStatus, bool)"/>, of the status <paramref name="read"/> reads now.</summary>
+    public static string? ChangedSince(Func<FileStatus> read, FileStatus before)
     {
         FileStatus now;
-        try { now = Of(path, followLinks); }
-        catch (IOException) when (!File.Exists(path) && !Directory.Exists(path)) { return Deleted; }
-        catch (IOException e) { return $"it can no longer be read ({e.Message})"; }
+        try { now = read(); }
+        catch (FileNotFoundException) { return Deleted; }
+        catch (Hpc.CommonData.Access.UnixFileAccess.EntryIsLinkException) { return "a directory above it was replaced by a link"; }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException) { return $"it can no longer be read ({e.Message})"; }
         if (now.Inode != before.Inode || now.Device != before.Device) return "it was replaced by another file";
         if (now.Size != before.Size) return $"its size went from {before.Size} to {now.Size} bytes";
         if (now.ModifiedNanoseconds != before.ModifiedNanoseconds) return "it was written to";
@@ -172,6 +183,7 @@ public readonly record struct FileStatus(FileStatus.Kind Type, int Permissions, 
     private static FileStatus Portable(string path)
     {
         var info = new FileInfo(path);
+        if (!info.Exists && !Directory.Exists(path) && info.LinkTarget is null) throw new FileNotFoundException($"cannot stage '{path}': it does not exist", path);
         var directory = (info.Attributes & FileAttributes.Directory) != 0;
         var type = info.LinkTarget is not null ? Kind.SymbolicLink : directory ? Kind.Directory : Kind.File;
         var time = (info.LastWriteTimeUtc - DateTime.UnixEpoch).Ticks * 100;

@@ -17,7 +17,7 @@ public sealed class BurstBufferOptions : CacheClientOptions, IVerbOptions
     public static string Verb => "burst-buffer";
 
     public static string Summary => "Slurm's burst buffer hooks (deploy/slurm/burst_buffer.lua runs this on the controller as SlurmUser): a job script's " +
-                                    "'#BB_LUA hpcdata NAME[@VERSION]' lines (or 'stage PATH [NAME]': a file staged as the user's first) are checked at submit, kept on the cache tier while the job waits, " +
+                                    "'#BB_LUA hpcdata NAME[@VERSION]' lines (or 'stage PATH [NAME]': a file or directory staged as the user's first) are checked at submit, kept on the cache tier while the job waits, " +
                                     "and exchanged among the running agents of the job's nodes before it starts.";
 
     public static bool Hidden => true;
@@ -175,11 +175,11 @@ public static class BurstBufferCommand
     }
 
     /// <summary><c>stage PATH [NAME]</c>: an absolute path (the controller reads it, not the job's directory) and the name
-    /// the job's user will own it as, the file's own name by default.</summary>
+    /// the job's user will own it as, the file's or directory's own name by default.</summary>
     private static BurstBufferDirective StagedFile(string[] words, string line, int number)
     {
         if (words.Length is not (3 or 4))
-            throw new FormatException($"line {number}: '{line.Trim()}' is not '{Prefix} hpcdata {StageWord} PATH [NAME]' (one file per line; quote a path with spaces)");
+            throw new FormatException($"line {number}: '{line.Trim()}' is not '{Prefix} hpcdata {StageWord} PATH [NAME]' (one file or directory per line; quote a path with spaces)");
         var path = words[2];
         if (!path.StartsWith('/')) throw new FormatException($"line {number}: '{path}' is not an absolute path (the controller stages it, not the job's directory)");
         var name = words.Length == 4 ? words[3] : BurstBufferDirective.NameOfFile(path);
@@ -241,7 +241,7 @@ public static class BurstBufferCommand
                 all.Add(resolved.FirstOrDefault(r => r.Name == named.Name) ?? throw CommandException.Failed($"job {job}: dataset '{named.Name}' was not set up", ErrorCode.NotFound));
                 continue;
             }
-            var staged = await StageForJobAsync(o, w, owner, job, ct);
+            var staged = await StageForJobAsync(o, tier, w, owner, job, ct);
             if (all.Any(r => r.Name == staged.Name)) throw CommandException.Usage($"#BB_LUA directive: dataset '{staged.Name}' is named twice");
             await tier.Catalog.AddJobAsync(staged.Version, JobKey(job), ct);
             all.Add(staged);
@@ -350,7 +350,7 @@ public static class BurstBufferCommand
                 continue;
             }
             var (version, manifest) = await tier.Catalog.ResolveAsync(named.Name, named.Version, ct);
-            if (uid is { } u && manifest.Readers is { } readers && u != 0 && !readers.Admits(u, GroupsOf(u)))
+            if (uid is { } u && manifest.Readers is { } readers && u != 0 && !readers.Admits(u, OperatingSystem.IsLinux() ? UnixAccounts.GroupsOf(u) : []))
                 throw new CommonDataException(ErrorCode.AccessDenied, $"user {NameOf(u)} is not among the readers of dataset '{named.Name}'");
             resolved.Add(new Resolved(named.Name, version, DatasetFiles.IsTreeLayout(manifest)));
         }
@@ -358,11 +358,11 @@ public static class BurstBufferCommand
     }
 
     /// <summary>
-    /// A file the job names, staged as <c>USER/NAME</c> with its user as the only reader. The controller opens it, the
-    /// user's right to read that very file is checked on it, and the stager reads it through this process's descriptor:
-    /// what is staged is what was checked, whatever happens to the path meanwhile.
+    /// A file or a directory tree the job names, staged as <c>USER/NAME</c> with its user as the only reader. The stager
+    /// runs here with the controller's rights on the user's behalf (<see cref="StagerOptions.ForUser"/>): the file, or
+    /// every directory and file of the tree, is checked as the user may read it on the very file it opened and reads.
     /// </summary>
-    private static async Task<Resolved> StageForJobAsync(BurstBufferOptions o, BurstBufferDirective w, uint uid, string job, CancellationToken ct)
+    private static async Task<Resolved> StageForJobAsync(BurstBufferOptions o, CacheTierClient tier, BurstBufferDirective w, uint uid, string job, CancellationToken ct)
     {
         var path = w.SourcePath!;
         var user = OperatingSystem.IsLinux() ? UnixAccounts.UserName(uid) : null;
@@ -370,34 +370,37 @@ public static class BurstBufferCommand
         if (name is null || !DatasetName.TryValidate(name, out _))
             throw CommandException.Failed($"user {user ?? uid.ToString(CultureInfo.InvariantCulture)} cannot own a dataset name, so '{path}' cannot be staged for them: " +
                                           "stage it with hpcdata stage and name the dataset in the directive", ErrorCode.AccessDenied);
-        using var file = OpenForUser(path, uid);
-        // The stager opens this process's descriptor, the very file checked; a link is followed to it and its status
-        // compared before publishing, so a file written to meanwhile is refused, not staged half old, half new.
+        // Refused here with the reason Slurm shows; the stager checks again on what it opens.
+        OpenForUser(path, uid).Dispose();
         var stager = new StagerOptions
         {
-            Path = $"/proc/{Environment.ProcessId}/fd/{file.DangerousGetHandle()}", Name = name, Readers = $"user:{uid}", CacheTier = o.CacheTier(), Json = true,
+            Path = path, ForUser = uid.ToString(CultureInfo.InvariantCulture), Name = name, Readers = $"user:{uid}", CacheTier = o.CacheTier(), Json = true,
         };
         StageResult staged;
         try { staged = await ComponentProcess.StageAsync(stager, TimeSpan.FromHours(2), ct); }
-        catch (CommonDataException e) { throw CommandException.Failed($"staging '{path}' for job {job} as {name}: {e.Message.Replace(stager.Path, path)}", e.Code); }
-        return new Resolved(name, staged.Version, Tree: false);
+        catch (CommonDataException e) { throw CommandException.Failed($"staging '{path}' for job {job} as {name}: {e.Message}", e.Code); }
+        // A file or a tree as the stager found it, not as the path looks now.
+        var (_, manifest) = await tier.Catalog.ResolveAsync(name, staged.Version, ct);
+        return new Resolved(name, staged.Version, DatasetFiles.IsTreeLayout(manifest));
     }
 
-    /// <summary>The file at <paramref name="path"/>, open, once the user may read it; a one-line refusal naming why otherwise.</summary>
+    /// <summary>
+    /// The file or directory at <paramref name="path"/>, open, once the user may read it (a directory: list and search
+    /// it); a one-line refusal naming why otherwise.
+    /// </summary>
     private static Microsoft.Win32.SafeHandles.SafeFileHandle OpenForUser(string path, uint uid)
     {
         if (!OperatingSystem.IsLinux()) throw CommandException.Usage("the stage form needs Linux");
-        if (Directory.Exists(path)) throw CommandException.Usage($"'{path}' is a directory: the stage form takes one file (stage a tree with hpcdata stage, then name it)");
-        if (File.Exists(path) && !UnixFileAccess.IsRegularFile(path)) throw CommandException.Usage($"'{path}' is not a regular file: the stage form takes one file");
         Microsoft.Win32.SafeHandles.SafeFileHandle file;
-        try { file = File.OpenHandle(path, FileMode.Open, FileAccess.Read, FileShare.ReadWrite); }
-        catch (Exception e) when (e is FileNotFoundException or DirectoryNotFoundException) { throw CommandException.Failed($"no file '{path}' to stage", ErrorCode.NotFound); }
+        try { file = UnixFileAccess.Open(path); }
+        catch (FileNotFoundException) { throw CommandException.Failed($"nothing to stage: '{path}' does not exist", ErrorCode.NotFound); }
         catch (UnauthorizedAccessException)
         {
             throw CommandException.Failed($"the controller (user {NameOf(UnixAccounts.EffectiveUserId)}) cannot read '{path}': stage it with hpcdata stage and name the dataset instead",
                 ErrorCode.AccessDenied);
         }
-        var why = UnixFileAccess.WhyNotReadable(file, path, uid, GroupsOf(uid).ToArray());
+        catch (IOException e) { throw CommandException.Usage($"{e.Message}: the stage form takes a file or a directory"); }
+        var why = UnixFileAccess.WhyNotReadableTree(file, path, uid, UnixAccounts.GroupsOf(uid));
         if (why is null) return file;
         file.Dispose();
         throw CommandException.Failed($"user {NameOf(uid)} may not stage '{path}': {why}", ErrorCode.AccessDenied);
@@ -406,9 +409,6 @@ public static class BurstBufferCommand
     private static uint? Uid(BurstBufferOptions o) =>
         string.IsNullOrEmpty(o.Uid) || o.Uid == "nil" ? null
         : uint.TryParse(o.Uid, NumberStyles.None, CultureInfo.InvariantCulture, out var uid) ? uid : throw CommandException.Usage($"--uid '{o.Uid}' is not a user id");
-
-    private static IEnumerable<uint> GroupsOf(uint uid) =>
-        OperatingSystem.IsLinux() && UnixAccounts.UserName(uid) is { } name && UnixAccounts.Account(name) is { } a ? UnixAccounts.GroupsOf(name, a.Gid) : [];
 
     private static string NameOf(uint uid) => (OperatingSystem.IsLinux() ? UnixAccounts.UserName(uid) : null) ?? uid.ToString(CultureInfo.InvariantCulture);
 
@@ -485,7 +485,7 @@ public static class BurstBufferCommand
 }
 
 /// <summary>
-/// One <c>#BB_LUA hpcdata</c> line of a job script: a dataset by name (<see cref="Dataset"/>), or a file the controller
+/// One <c>#BB_LUA hpcdata</c> line of a job script: a dataset by name (<see cref="Dataset"/>), or a file or directory the controller
 /// stages for the job first (<see cref="SourcePath"/>), owned by the job's user as <c>USER/<see cref="StagedName"/></c>.
 /// A user's staged files live under their own name, so no job can replace a dataset another user or a team stages.
 /// </summary>
@@ -497,10 +497,10 @@ public sealed record BurstBufferDirective(DatasetArgument? Dataset, string? Sour
     /// <summary>The dataset's name for the job of <paramref name="user"/>.</summary>
     public string NameFor(string user) => Dataset?.Name ?? $"{user}/{StagedName}";
 
-    /// <summary>A file's own name as a dataset name's part: lower case, other characters than a-z 0-9 . _ - as '-'.</summary>
+    /// <summary>A file's or a directory's own name as a dataset name's part: lower case, other characters than a-z 0-9 . _ - as '-'.</summary>
     public static string NameOfFile(string path)
     {
-        var chars = Path.GetFileName(path).ToLowerInvariant().Select(c => c is (>= 'a' and <= 'z') or (>= '0' and <= '9') or '.' or '_' or '-' ? c : '-').ToArray();
+        var chars = Path.GetFileName(path.TrimEnd('/')).ToLowerInvariant().Select(c => c is (>= 'a' and <= 'z') or (>= '0' and <= '9') or '.' or '_' or '-' ? c : '-').ToArray();
         var name = new string(chars).TrimStart('.');
         return name.Length == 0 ? "data" : name[..Math.Min(name.Length, DatasetName.MaxPartLength)];
     }

@@ -78,6 +78,15 @@ public sealed class StagerOptions : IProgramOptions
     [Switch("--skip-unreadable", "Directory: leave out files that cannot be read (one warning each) instead of failing the stage before anything is sent.")]
     public bool SkipUnreadable { get; set; }
 
+    /// <summary>Set by a privileged caller staging a user's files for them (Slurm's burst buffer hooks, as SlurmUser).</summary>
+    [Switch("--for-user", "Stage what this user id may read, as a privileged process acting for them (Linux): the file, or every directory and file of " +
+        "the tree, is opened without following a link within the tree and checked against the user's permissions on the very file or directory " +
+        "opened (an ACL is refused); what is read is what was checked.", Meta = "UID")]
+    public string? ForUser { get; set; }
+
+    /// <summary><see cref="ForUser"/> as a user id; null when not set.</summary>
+    public uint? ForUserId => uint.TryParse(ForUser, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out var uid) ? uid : null;
+
     [Switch("--no-space-check", "Send even when a sample says the cache tier's free memory is too small for the new segments.")]
     public bool NoSpaceCheck { get; set; }
     /// <summary>Who may read the version on a node (see <see cref="Access.ReaderSpec"/>); empty: only the staging user.</summary>
@@ -102,6 +111,8 @@ public sealed class StagerOptions : IProgramOptions
     {
         foreach (var problem in Metrics.Validate()) yield return problem;
         if (Path.Length == 0) yield return "no PATH to stage (a file, a directory or -)";
+        if (ForUser is not null && ForUserId is null) yield return $"--for-user '{ForUser}' is not a user id";
+        if (ForUser is not null && Path == "-") yield return "--for-user stages a file or a directory, not standard input";
         if (Name.Length == 0) yield return "--name is required (owner/name)";
         else if (!Format.DatasetName.TryValidate(Name, out var why)) yield return $"--name: {why}";
         if (SegmentSize.Bytes is < 4096 or > 16 << 20) yield return "--segment-size must be between 4KB and 16MB";

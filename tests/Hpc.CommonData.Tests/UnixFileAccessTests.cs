@@ -109,4 +109,32 @@ public sealed class UnixFileAccessTests : IDisposable
         Assert.True(UnixFileAccess.IsRegularFile(file));
         Assert.True(UnixFileAccess.IsRegularFile(Path.Combine(_root, "link")));
     }
+
+    [Theory]
+    [InlineData(0b111_101_101, null)]
+    [InlineData(0b111_100_100, "do not let the user list it")]   // listed but not searched: its files cannot be opened
+    [InlineData(0b111_001_001, "do not let the user list it")]   // searched but not listed
+    public void A_tree_root_is_readable_when_the_user_may_list_and_search_it(int mode, string? refusal)
+    {
+        if (!AsRoot(out var why)) { Console.Error.WriteLine($"not run: {why}"); return; }
+        var tree = Path.Combine(_root, "tree");
+        Directory.CreateDirectory(tree);
+        File.SetUnixFileMode(tree, (UnixFileMode)mode);
+        using var handle = UnixFileAccess.Open(tree);
+        var said = UnixFileAccess.WhyNotReadableTree(handle, tree, User, Groups);
+        if (refusal is null) Assert.Null(said);
+        else Assert.Contains(refusal, said);
+    }
+
+    [Fact]
+    public void An_entry_is_opened_from_its_directory_without_following_a_link()
+    {
+        if (!OperatingSystem.IsLinux()) return;
+        File.WriteAllText(Path.Combine(_root, "f.csv"), "data");
+        File.CreateSymbolicLink(Path.Combine(_root, "link"), Path.Combine(_root, "f.csv"));
+        using var directory = UnixFileAccess.Open(_root);
+        using (var file = UnixFileAccess.OpenEntry(directory, "f.csv", "f.csv")) Assert.Null(UnixFileAccess.WhyNotReadableEntry(file, "f.csv", 0, []));
+        Assert.Throws<UnixFileAccess.EntryIsLinkException>(() => UnixFileAccess.OpenEntry(directory, "link", "link"));
+        Assert.Throws<FileNotFoundException>(() => UnixFileAccess.OpenEntry(directory, "absent", "absent"));
+    }
 }

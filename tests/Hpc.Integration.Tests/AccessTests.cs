@@ -16,6 +16,16 @@ public sealed class RootOnLinuxFactAttribute : FactAttribute
     }
 }
 
+/// <summary>A theory that needs root on Linux, for the same reasons as <see cref="RootOnLinuxFactAttribute"/>.</summary>
+public sealed class RootOnLinuxTheoryAttribute : TheoryAttribute
+{
+    public RootOnLinuxTheoryAttribute()
+    {
+        if (!OperatingSystem.IsLinux()) Skip = "per-dataset access is enforced on Linux only";
+        else if (UnixAccounts.EffectiveUserId != 0) Skip = "needs root: the test gives files other owners (CI runs as root)";
+    }
+}
+
 /// <summary>
 /// Readers named at stage time, with real users of this machine: a real cache host, stager and agent (as root), and
 /// the worker command run as a reader and as a stranger, who are also tried on the published file directly.

@@ -35,6 +35,9 @@ public static partial class UnixAccounts
     public static string? UserName(uint uid) =>
         WithBuffer((buffer, size) => (getpwuid_r(uid, out var pw, buffer, size, out var found), found == 0 ? null : Marshal.PtrToStringUTF8(pw.Name)));
 
+    /// <summary>Every group of the user with id <paramref name="uid"/>, as the login would set them; none for an id no account names.</summary>
+    public static uint[] GroupsOf(uint uid) => UserName(uid) is { } name && Account(name) is { } a ? GroupsOf(name, a.Gid) : [];
+
     /// <summary>Every group of the named user (its primary group included), as the login would set them.</summary>
     public static uint[] GroupsOf(string user, uint primaryGroup)
     {
