@@ -7,11 +7,12 @@ A user's batch script names its datasets, one per line:
     #BB_LUA hpcdata refdata/curves@3f2a9c1e
     #BB_LUA hpcdata stage /scratch/alice/positions.csv
 
-A 'stage PATH [NAME]' line names a file (an absolute path; quote one with spaces as in a shell, nothing is expanded)
-that the controller stages for the job before anything else, as USER/NAME (the file's own name by default) with the
-job's user as its only reader: the user must be able to read that file as themselves (its mode bits and every
-directory above it; a file or directory with an ACL is refused), and SlurmUser must be able to open it. A later job
-that stages the same bytes sends nothing new.
+A 'stage PATH [NAME]' line names a file or a directory (an absolute path; quote one with spaces as in a shell, nothing
+is expanded) that the controller stages for the job before anything else, as USER/NAME (its own name by default) with
+the job's user as its only reader: the user must be able to read it as themselves (its mode bits and every directory
+above it; in a tree every directory and file, each checked on what was opened, links never followed; a file or
+directory with an ACL is refused), and SlurmUser must be able to open it. A later job that stages the same bytes sends
+nothing new.
 
 and Slurm does the rest before the script's first line runs:
   at submit        the names resolve on the cache tier and, where Slurm gives the submitting uid (23.02 and later),
@@ -88,7 +89,7 @@ function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
 	return run("setup", "--job " .. quote(job_id) .. " --uid " .. quote(uid) .. " --script " .. quote(job_script))
 end
 
--- Stage-in, still pending: the files the job names ('stage PATH') staged as its user's, within StageInTimeout.
+-- Stage-in, still pending: the files and trees the job names ('stage PATH') staged as its user's, within StageInTimeout.
 function slurm_bb_data_in(job_id, job_script)
 	return run("data-in", "--job " .. quote(job_id) .. " --script " .. quote(job_script))
 end

@@ -92,7 +92,7 @@ public sealed class SlurmBurstBufferTests
     }
 
     [Fact]
-    public async Task A_job_that_names_a_file_of_its_users_starts_with_it_staged_as_theirs_and_one_the_user_may_not_read_is_never_staged()
+    public async Task A_job_that_names_a_file_or_a_directory_of_its_users_starts_with_it_staged_as_theirs_and_one_the_user_may_not_read_is_never_staged()
     {
         if (!SlurmTests.Available(out var why)) { Console.Error.WriteLine($"Slurm test not run: {why}"); return; }
         await using var s = new Sandbox();
@@ -119,6 +119,22 @@ public sealed class SlurmBurstBufferTests
         Assert.True(manifest.Readers!.Admits(uid, []));
         Assert.False(manifest.Readers.Admits(uid + 1, []));
 
+        // A directory of theirs, which only they may list: the node's copy is the tree, at the same variable.
+        var model = Directory.CreateDirectory(Path.Combine(jobs, "Model")).FullName;
+        var weights = Sandbox.RandomBytes(1_000_000, seed: 99);
+        File.WriteAllBytes(Path.Combine(model, "weights.bin"), weights);
+        Directory.CreateDirectory(Path.Combine(model, "conf"));
+        File.WriteAllText(Path.Combine(model, "conf", "run.toml"), "steps = 10\n");
+        Chown(model, User, recursive: true);
+        File.SetUnixFileMode(model, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        var tree = await Submit(slurm, jobs, $"#BB_LUA hpcdata stage {model}/\necho \"dataset=$HPCDATA_DATASET\"\n" +
+            "echo \"conf=$(cat \"$HPCDATA_DATASET_PATH/conf/run.toml\")\"\necho \"sum=$(sha256sum < \"$HPCDATA_DATASET_PATH/weights.bin\" | cut -c1-64)\"\n");
+        Assert.True(tree.Code == 0, tree.Output + slurm.Logs());
+        output = await WaitForJobAsync(slurm, jobs, tree.Output.Trim().Split(' ').Last(), TimeSpan.FromMinutes(3));
+        Assert.Contains($"dataset={User}/model@", output);
+        Assert.Contains("conf=steps = 10", output);
+        Assert.Contains($"sum={Convert.ToHexStringLower(System.Security.Cryptography.SHA256.HashData(weights))}", output);
+
         // A file only root may read: the job is never run and says why; nothing of it reaches the cache tier.
         var secret = Path.Combine(jobs, "secret.bin");
         File.WriteAllBytes(secret, Sandbox.RandomBytes(100_000, seed: 98));
@@ -143,9 +159,9 @@ public sealed class SlurmBurstBufferTests
         await Assert.ThrowsAsync<CommonDataException>(() => tier.Catalog.ResolveAsync($"{User}/secret.bin", null));
     }
 
-    private static void Chown(string path, string user)
+    private static void Chown(string path, string user, bool recursive = false)
     {
-        using var p = System.Diagnostics.Process.Start("chown", [user, path])!;
+        using var p = System.Diagnostics.Process.Start("chown", recursive ? ["-R", user, path] : [user, path])!;
         p.WaitForExit();
         Assert.Equal(0, p.ExitCode);
     }
@@ -228,12 +244,13 @@ public sealed class BurstBufferDirectiveTests
     }
 
     [Fact]
-    public void A_stage_line_names_an_absolute_file_that_the_jobs_user_will_own_under_its_own_name_or_one_given()
+    public void A_stage_line_names_an_absolute_file_or_directory_that_the_jobs_user_will_own_under_its_own_name_or_one_given()
     {
         var found = BurstBufferCommand.Directives(["#BB_LUA hpcdata stage /scratch/alice/Positions_2026.CSV", "#BB_LUA hpcdata stage /scratch/alice/p.bin book-a", "#BB_LUA hpcdata risk/prices"]);
         Assert.Equal([("/scratch/alice/Positions_2026.CSV", "alice/positions_2026.csv"), ("/scratch/alice/p.bin", "alice/book-a"), (null, "risk/prices")],
             found.Select(f => (f.SourcePath, f.NameFor("alice"))));
         Assert.Equal("my-file-.txt", BurstBufferDirective.NameOfFile("/x/.My File!.txt"));
+        Assert.Equal("model", BurstBufferDirective.NameOfFile("/scratch/alice/Model/"));
     }
 
     [Fact]
@@ -260,10 +277,10 @@ public sealed class BurstBufferDirectiveTests
     }
 
     [Theory]
-    [InlineData("#BB_LUA hpcdata stage", "one file per line")]
+    [InlineData("#BB_LUA hpcdata stage", "one file or directory per line")]
     [InlineData("#BB_LUA hpcdata stage scratch/p.bin", "not an absolute path")]
     [InlineData("#BB_LUA hpcdata stage /scratch/p.bin risk/p", "cannot name the staged file")]
-    [InlineData("#BB_LUA hpcdata stage /scratch/p.bin a b", "one file per line")]
+    [InlineData("#BB_LUA hpcdata stage /scratch/p.bin a b", "one file or directory per line")]
     public void A_malformed_stage_line_is_refused_naming_its_line(string directive, string error)
     {
         var e = Assert.Throws<FormatException>(() => BurstBufferCommand.Directives(["#!/bin/sh", directive]));
