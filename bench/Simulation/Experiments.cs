@@ -209,6 +209,13 @@ public static class Experiments
 
     private static string PeerTimeoutLabel => string.Create(CultureInfo.InvariantCulture, $"{PeerTimeout:0.#} s");
 
+    /// <summary>
+    /// Seconds the agents' ring waits for a silent neighbour before it closes around it, at that peer timeout
+    /// (PrepRequest.SuspicionOf): the requester gives the verdict on the member later, at the peer timeout, while the
+    /// survivors go on. Repeated here as <see cref="PeerTimeout"/> is, and held equal to the product's by a test.
+    /// </summary>
+    public const double AgentsSuspectAfter = 1;
+
     /// <summary>The predictions' scenarios at one node count (2 or more: one scenario leaves a node out) and link rate.</summary>
     public static IEnumerable<PredictionRow> Scale(Calibration cal, long stored, int nodes, double rateGbit, Assumptions a)
     {
@@ -255,7 +262,7 @@ public static class Experiments
                 nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, null, r.Events, r.WallMilliseconds);
         }
         foreach (var (what, peer) in new[] { ("requested of the agents, one agent dies mid-exchange", 0.0),
-                                             ($"requested of the agents, one node goes silent mid-exchange (--peer-timeout {PeerTimeoutLabel})", PeerTimeout) })
+                                             (string.Create(CultureInfo.InvariantCulture, $"requested of the agents, one node goes silent mid-exchange (routed around after {AgentsSuspectAfter:0.#} s; --peer-timeout {PeerTimeoutLabel})"), AgentsSuspectAfter) })
         {
             var r = Simulator.Run(Cluster(nodes, h, rateGbit, a), cal, Delivery.Fanout, stored, failAfter: agentsExchange / 2, peerTimeout: peer, agents: true);
             yield return new(what, nodes, h, rateGbit, Delivery.Fanout, stored, r.Seconds, r.Jobs[0].TierBytes, null, null, r.Events, r.WallMilliseconds);

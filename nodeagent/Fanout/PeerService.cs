@@ -270,7 +270,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
                     active.Withdrawn.Token);
                 var joined = clock.Elapsed.TotalSeconds;
                 var (summary, s) = await NodeExchange.RunAsync(group, tier, options.CacheTier.Hosts, new StoreIngest(store, options.IngestThreadCount, request.PeerTimeout, admit), request.Name, version,
-                    new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups), ct);
+                    new ExchangeSettings(request.StallTimeout, request.PeerTimeout, request.LinkProbe, request.RingGroups, RingSilence: request.SuspectAfter), ct);
                 version = summary.Version;
                 served = s;
                 fanout = $"fanout=agents ranks={summary.Ranks} join-seconds={joined:0.000} {NodeExchange.Fields(summary)}";

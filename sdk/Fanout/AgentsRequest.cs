@@ -88,7 +88,8 @@ public static partial class AgentsRequest
         await using var _ = root;
         var tally = new Tally(members.Count, clock, onOutcome);
         var (rootHost, rootPort) = AgentTree.Endpoint(members[0]);
-        await using var answers = new AnswerPort(TcpRing.LocalAddressToward(rootHost, rootPort), key, tally, members, request.ReachTimeout, ct);
+        await using var answers = new AnswerPort(TcpRing.LocalAddressToward(rootHost, rootPort), key, tally, members, request.ReachTimeout,
+            request.PeerTimeout - request.SuspectAfter, ct);
         var sent = request with { Members = members, Position = 0, Requester = answers.Endpoint };
         await root.WriteAsync(PeerFrame.Prep, sent.Encode(), ct);
         int[] launched;

@@ -65,7 +65,7 @@ public static partial class AgentsRequest
         }
 
         /// <summary>
-        /// The members to ask whether they still run: those that neither answered nor are gone. Null while fewer than half
+        /// The members to ask whether they still run: those that neither answered nor are gone nor are being asked as lost. Null while fewer than half
         /// have answered or an answer came within <paramref name="quietFor"/>: asking thousands of agents at work would
         /// only load them.
         /// </summary>
@@ -74,7 +74,8 @@ public static partial class AgentsRequest
             lock (_gate)
             {
                 if (2 * _answered < _outcomes.Length || clock.Elapsed.TotalSeconds - _lastAnswer < quietFor.TotalSeconds) return null;
-                return [.. Enumerable.Range(0, _outcomes.Length).Where(p => _outcomes[p] is null && !_gone[p])];
+                // A member the exchange lost is already being asked, for as long as the peer timeout allows.
+                return [.. Enumerable.Range(0, _outcomes.Length).Where(p => _outcomes[p] is null && !_gone[p] && !_lossChecked[p])];
             }
         }
 
@@ -89,10 +90,12 @@ public static partial class AgentsRequest
 
     /// <summary>
     /// The requester's own port, where every node sends its outcome on a connection of its own that proves the key. An
-    /// outcome naming members the exchange lost starts one ping of each with the reach timeout, what any running agent
-    /// answers in a round trip: the request then ends once the others have answered, not after a liveness check's join
-    /// timeout on top of the exchange's own. A member that answers the ping is alive after all (it completes from the
-    /// tier) and is waited for.
+    /// outcome naming members the exchange lost starts pings of each with the reach timeout, what any running agent
+    /// answers in a round trip, again and again for the rest of the peer timeout (the ring closed around the member
+    /// after <see cref="PrepRequest.SuspectAfter"/>): the request then ends once the others have answered and the
+    /// silent member has stayed silent for the peer timeout, not after a liveness check's join timeout on top of the
+    /// exchange's own. A member that answers a ping is alive after all (it was only slow, and completes from the tier)
+    /// and is waited for.
     /// </summary>
     private sealed class AnswerPort : IAsyncDisposable
     {
@@ -100,14 +103,16 @@ public static partial class AgentsRequest
         private readonly PeerKey _key;
         private readonly Tally _tally;
         private readonly IReadOnlyList<string> _members;
-        private readonly TimeSpan _reachTimeout;
+        private readonly TimeSpan _reachTimeout, _askFor;
         private readonly CancellationTokenSource _stop;
         private readonly ConcurrentBag<Task> _reading = [], _lossChecks = [];
         private readonly Task _accepting;
 
-        public AnswerPort(IPAddress local, PeerKey key, Tally tally, IReadOnlyList<string> members, TimeSpan reachTimeout, CancellationToken ct)
+        /// <param name="askFor">How long a lost member is asked again before it is gone: what is left of the peer timeout
+        /// once its ring closed around it.</param>
+        public AnswerPort(IPAddress local, PeerKey key, Tally tally, IReadOnlyList<string> members, TimeSpan reachTimeout, TimeSpan askFor, CancellationToken ct)
         {
-            (_key, _tally, _members, _reachTimeout) = (key, tally, members, reachTimeout);
+            (_key, _tally, _members, _reachTimeout, _askFor) = (key, tally, members, reachTimeout, askFor);
             _listener = new Socket(local.AddressFamily, SocketType.Stream, ProtocolType.Tcp);
             _listener.Bind(new IPEndPoint(local, 0));
             _listener.Listen(4096);
@@ -136,12 +141,30 @@ public static partial class AgentsRequest
                 await using var link = await PeerLink.AcceptAsync(socket, _key, TimeSpan.FromSeconds(5), stop);
                 var outcome = NodeOutcome.Decode(await link.ReadAsync(PeerFrame.Outcome, stop).WaitAsync(TimeSpan.FromSeconds(5), stop));
                 foreach (var p in _tally.Answer(outcome))
-                    _lossChecks.Add(Task.Run(async () =>
-                        _tally.Reached(p, await SendsAsync(_members[p], PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, _key, _reachTimeout, stop)), CancellationToken.None));
+                    _lossChecks.Add(Task.Run(async () => _tally.Reached(p, await AnswersWithinAsync(_members[p], stop)), CancellationToken.None));
             }
             catch (Exception e) when (e is IOException or SocketException or TimeoutException or UnauthorizedAccessException or InvalidDataException or OperationCanceledException)
             {
                 socket.Dispose();
+            }
+        }
+
+        /// <summary>Whether the member answers a ping, asked until <see cref="_askFor"/> has passed (at least once).</summary>
+        private async Task<bool> AnswersWithinAsync(string member, CancellationToken stop)
+        {
+            var asking = Stopwatch.StartNew();
+            while (true)
+            {
+                var started = asking.Elapsed;
+                if (await SendsAsync(member, PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, _key, _reachTimeout, stop)) return true;
+                if (asking.Elapsed >= _askFor || stop.IsCancellationRequested) return false;
+                // A refused connection fails at once: the next ask waits out what is left of a reach timeout.
+                var wait = _reachTimeout - (asking.Elapsed - started);
+                if (wait > TimeSpan.Zero)
+                {
+                    try { await Task.Delay(wait, stop); }
+                    catch (OperationCanceledException) { return false; }
+                }
             }
         }
 

@@ -4,7 +4,10 @@ namespace Hpc.CommonData.Fanout;
 
 /// <summary>How one node's exchange runs: the settings node prep's switches (or a request to the agents) give.</summary>
 /// <param name="TcpRing">The blocks travel on TCP connections of their own (else on the rank group's link, MPI's).</param>
-public sealed record ExchangeSettings(TimeSpan StallTimeout, TimeSpan PeerTimeout, bool LinkProbe, string RingGroups, bool TcpRing = true);
+/// <param name="RingSilence">How long a ring neighbour may be silent before the ring closes around it, where someone
+/// else gives the verdict on it later (the agents' requester, <see cref="PrepRequest.SuspectAfter"/>); else
+/// <paramref name="PeerTimeout"/>, which is then the verdict.</param>
+public sealed record ExchangeSettings(TimeSpan StallTimeout, TimeSpan PeerTimeout, bool LinkProbe, string RingGroups, bool TcpRing = true, TimeSpan? RingSilence = null);
 
 /// <summary>
 /// One node's exchange as node prep runs it, whoever its ranks are (an MPI job's, or the running agents'): the ring's
@@ -29,7 +32,7 @@ public static class NodeExchange
             var local = TcpRing.LocalAddressToward(first.Host, first.Port);
             ring = settings.TcpRing ? await TcpRing.ConnectAsync(ranks, local, settings.StallTimeout, ct) : null;
             summary = await FanoutExchange.RunAsync(ranks, tier, ingest, name, version, ct, settings.StallTimeout, ring, probeLinks: settings.LinkProbe,
-                peerSilence: settings.PeerTimeout, grid: ring is null ? null : new GridRings(settings.RingGroups, local));
+                peerSilence: settings.RingSilence ?? settings.PeerTimeout, grid: ring is null ? null : new GridRings(settings.RingGroups, local));
         }
         catch
         {

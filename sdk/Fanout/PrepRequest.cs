@@ -31,8 +31,23 @@ public sealed record PrepRequest
     public int Degree { get; init; } = 8;
     public string RingGroups { get; init; } = "auto";
     public bool LinkProbe { get; init; } = true;
-    /// <summary>How long a ring neighbour may take nothing before the ring closes around it.</summary>
+    /// <summary>
+    /// How long a member may be silent (take nothing, say nothing) before it is lost to the request: its ring closed
+    /// around it long before (<see cref="SuspectAfter"/>), and the requester has asked it since.
+    /// </summary>
     public TimeSpan PeerTimeout { get; init; } = TimeSpan.FromSeconds(2);
+
+    /// <summary>
+    /// How long a ring neighbour may be silent before the ring closes around it: a fifth of <see cref="PeerTimeout"/>,
+    /// at least a second (and never more than it). Being routed around is not the verdict: a member that was only slow
+    /// completes its copy from the cache tier, and the requester waits for it while it answers within the peer timeout,
+    /// so the survivors no longer wait the whole peer timeout for a node that went silent.
+    /// </summary>
+    public TimeSpan SuspectAfter => SuspicionOf(PeerTimeout);
+
+    /// <inheritdoc cref="SuspectAfter"/>
+    public static TimeSpan SuspicionOf(TimeSpan peerTimeout) =>
+        TimeSpan.FromTicks(Math.Min(peerTimeout.Ticks, Math.Max(TimeSpan.TicksPerSecond, peerTimeout.Ticks / 5)));
     /// <summary>How long a node that took the request may go silent before its parent leaves it out and takes its children.</summary>
     public TimeSpan JoinTimeout { get; init; } = TimeSpan.FromSeconds(2);
     /// <summary>How long a node may take to accept a connection and prove the key before its parent passes over it and

@@ -74,13 +74,16 @@ public class SimulatePredictionTests
     }
 
     [Fact]
-    public void The_predictions_wait_for_a_silent_node_as_long_as_node_prep_does_by_default()
+    public void The_predictions_wait_for_a_silent_node_as_long_as_node_prep_and_the_agents_ring_do_by_default()
     {
         Assert.Equal(Experiments.PeerTimeout, RingAllGather.PeerSilence.TotalSeconds);
         var rows = Experiments.Scale(Lab, Stored, 8, 10, new Experiments.Assumptions()).ToList();
         var silent = rows.Where(r => r.Scenario.Contains("goes silent", StringComparison.Ordinal)).ToList();
         Assert.Equal(2, silent.Count);
-        Assert.All(silent, r => Assert.Contains(string.Create(CultureInfo.InvariantCulture, $"(--peer-timeout {RingAllGather.PeerSilence.TotalSeconds:0.#} s)"), r.Scenario));
+        Assert.All(silent, r => Assert.Contains(string.Create(CultureInfo.InvariantCulture, $"--peer-timeout {RingAllGather.PeerSilence.TotalSeconds:0.#} s)"), r.Scenario));
+        // The agents' ring closes around the silent node once it is suspect; the requester's verdict waits the rest.
+        Assert.Equal(Experiments.AgentsSuspectAfter, PrepRequest.SuspicionOf(RingAllGather.PeerSilence).TotalSeconds);
+        Assert.Contains(silent, r => r.Scenario.Contains(string.Create(CultureInfo.InvariantCulture, $"routed around after {Experiments.AgentsSuspectAfter:0.#} s"), StringComparison.Ordinal));
     }
 
     [Fact]

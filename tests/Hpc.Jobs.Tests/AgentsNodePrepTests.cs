@@ -398,6 +398,53 @@ public sealed class AgentsNodePrepTests
         Assert.True(ended - lastAnswer < TimeSpan.FromSeconds(30), $"the request ended {(ended - lastAnswer).TotalSeconds:0.0} s after the last answer");
     }
 
+    /// <summary>
+    /// Suspicion is not the verdict: a node silent for less than the peer timeout is routed around by its ring after
+    /// <see cref="PrepRequest.SuspectAfter"/>, so the others go on without waiting for it, but the requester asks it
+    /// again until the peer timeout has passed; once it wakes it answers, completes its copy from the tier, and the
+    /// request has every node ready.
+    /// </summary>
+    [Fact]
+    public async Task A_node_silent_for_less_than_the_peer_timeout_is_routed_around_by_its_ring_yet_waited_for_and_every_node_is_ready()
+    {
+        await using var s = new Sandbox();
+        await s.StartCacheHostAsync();
+        var staged = await s.StageAsync(s.WriteFile("prices.bin", Sandbox.RandomBytes(12 << 20, seed: 38)), "risk/agentstall");
+        await using var slowLink = new ThrottledRelay(s.HostList, 1 << 20);
+        var key = KeyFile(s);
+        var agents = await StartAgentsAsync(s, 4, key, slowLink.Address);
+        var request = new PrepRequest
+        {
+            Id = "p1", Name = "risk/agentstall", Job = "job-q", Members = agents.Select(a => a.Peer).ToList(), Requester = "",
+            PeerTimeout = TimeSpan.FromSeconds(10), ReachTimeout = TimeSpan.FromSeconds(1), StallTimeout = TimeSpan.FromSeconds(30),
+            Timeout = TimeSpan.FromMinutes(2), LinkProbe = false,
+        };
+        Assert.Equal(TimeSpan.FromSeconds(2), request.SuspectAfter);
+        var running = AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None);
+        var stopped = false;
+        AgentsReport report;
+        try
+        {
+            stopped = await StrikeOnceItHoldsASegmentAsync(s, agents[2], running, () =>
+            {
+                Signal(agents[2].Process.Id, "STOP");
+                return Task.CompletedTask;
+            });
+            Assert.True(stopped, "position 2 never held a segment before the exchange ended");
+            // Silent for twice the suspicion, well within the peer timeout.
+            await Task.Delay(2 * request.SuspectAfter);
+            Signal(agents[2].Process.Id, "CONT");
+            stopped = false;
+            report = await running.WaitAsync(TimeSpan.FromMinutes(3));
+        }
+        finally { if (stopped) Signal(agents[2].Process.Id, "CONT"); }
+
+        for (var p = 0; p < 4; p++)
+            Assert.True(report.Outcomes[p] is { Ready: true }, $"position {p}: {report.Outcomes[p]?.Detail ?? "no answer"}");
+        // Its ring did go on without it: the survivors said so, and the requester waited for it regardless.
+        Assert.Contains(report.Outcomes.OfType<NodeOutcome>(), o => o.Lost?.Contains(2) == true);
+    }
+
     /// <summary>Strikes <paramref name="agent"/> (kills or stops it) once its copy holds a segment, so in the middle of the
     /// exchange; false when the request ended, or a minute passed, first.</summary>
     private static async Task<bool> StrikeOnceItHoldsASegmentAsync(Sandbox s, Agent agent, Task running, Func<Task> strike)
