@@ -58,7 +58,7 @@ public sealed class BurstBufferOptions : CacheClientOptions, IVerbOptions
     [Switch("--stall-timeout", "pre-run: how long the exchange may go without progress before a node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
 
-    [Switch("--peer-timeout", "pre-run: how long a node may take nothing before the others route around it.", Meta = "DURATION")]
+    [Switch("--peer-timeout", "pre-run: how long a node may be silent before it is lost to the job (the others' rings route around it after a fifth of this, at least 1s, and go on; a node that answers again within it is waited for).", Meta = "DURATION")]
     public string PeerTimeout { get; set; } = "5s";
 
     /// <summary>A site's choice: Slurm requeues a job whose pre-run failed (and holds it after two retries); without

@@ -91,7 +91,7 @@ public sealed class NodePrepOptions : CacheClientOptions, IVerbOptions
     [Switch("--stall-timeout", "--fanout mpi: how long MPI's start, or the exchange, may go without anything moving (a rank that never started or died) before this node fetches the rest directly.", Meta = "DURATION")]
     public string StallTimeout { get; set; } = "2m";
 
-    [Switch("--peer-timeout", "--fanout mpi --ring tcp: how long a ring neighbour may take nothing while a block waits for it before it counts as dead or hung and the ring closes around it (the member after it must have heard nothing from it for half as long).", Meta = "DURATION")]
+    [Switch("--peer-timeout", "--fanout mpi --ring tcp: how long a ring neighbour may take nothing while a block waits for it before it counts as dead or hung and the ring closes around it (the member after it must have heard nothing from it for half as long); --fanout agents: how long a node may be silent before it is lost to the request (its ring routes around it after a fifth of this, at least 1s, and a node that answers again within it is waited for).", Meta = "DURATION")]
     public string PeerTimeout { get; set; } = "5s";
 
     [Switch("--ring-groups", "--fanout mpi --ring tcp: auto, off, or a group size G (3 or more). With groups, consecutive ranks form rings of " +
