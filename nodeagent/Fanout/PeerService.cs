@@ -256,6 +256,7 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         string? version = request.Version.Length == 0 ? null : request.Version;
         var fanout = "fanout=failed";
         IReadOnlyList<int>? lost = null;
+        var lostSince = 0L;
         try
         {
             // The user the copy is for, as this node knows them: its readers are checked against that user before a byte
@@ -275,7 +276,11 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
                 served = s;
                 fanout = $"fanout=agents ranks={summary.Ranks} join-seconds={joined:0.000} {NodeExchange.Fields(summary)}";
                 var positions = group.Positions;
-                if (summary.Ring.RoutedAround is { Count: > 0 } gone) lost = [.. gone.Select(r => positions[r]).Distinct()];
+                if (summary.Ring.RoutedAround is { Count: > 0 } gone)
+                {
+                    lost = [.. gone.Select(r => positions[r]).Distinct()];
+                    lostSince = summary.Ring.RoutedAroundAt;
+                }
                 foreach (var warning in NodeExchange.Warnings(summary, r => $"position {positions[r]} ({request.Members[positions[r]]})"))
                     log.LogWarning("node prep {Id}: {Warning}", request.Id, warning);
             }
@@ -319,7 +324,10 @@ public sealed class PeerService(NodeAgentOptions options, CacheTierClient tier, 
         {
             outcome = outcome with { Code = (int)ErrorCode.Unavailable, Detail = e.Message };
         }
-        outcome = outcome with { Seconds = clock.Elapsed.TotalSeconds, Lost = lost };
+        outcome = outcome with
+        {
+            Seconds = clock.Elapsed.TotalSeconds, Lost = lost, LostFor = lostSince == 0 ? 0 : Stopwatch.GetElapsedTime(lostSince).TotalSeconds,
+        };
         if (!outcome.Ready) log.LogWarning("node prep {Id} of {Dataset} failed on this node: {Error}", request.Id, request.Name, outcome.Detail);
         await ReportAsync(request, key, outcome, stop);
         // The leaves still get this node's share before its links close.

@@ -109,7 +109,7 @@ public static partial class AgentsRequest
         private readonly Task _accepting;
 
         /// <param name="askFor">How long a lost member is asked again before it is gone: what is left of the peer timeout
-        /// once its ring closed around it.</param>
+        /// once its ring closed around it, less the time the survivor that names it had already gone on without it.</param>
         public AnswerPort(IPAddress local, PeerKey key, Tally tally, IReadOnlyList<string> members, TimeSpan reachTimeout, TimeSpan askFor, CancellationToken ct)
         {
             (_key, _tally, _members, _reachTimeout, _askFor) = (key, tally, members, reachTimeout, askFor);
@@ -140,8 +140,10 @@ public static partial class AgentsRequest
             {
                 await using var link = await PeerLink.AcceptAsync(socket, _key, TimeSpan.FromSeconds(5), stop);
                 var outcome = NodeOutcome.Decode(await link.ReadAsync(PeerFrame.Outcome, stop).WaitAsync(TimeSpan.FromSeconds(5), stop));
+                // The member has been silent since its ring went on without it, so that much of the peer timeout is spent.
+                var askFor = _askFor - TimeSpan.FromSeconds(outcome.LostFor);
                 foreach (var p in _tally.Answer(outcome))
-                    _lossChecks.Add(Task.Run(async () => _tally.Reached(p, await AnswersWithinAsync(_members[p], stop)), CancellationToken.None));
+                    _lossChecks.Add(Task.Run(async () => _tally.Reached(p, await AnswersWithinAsync(_members[p], askFor, stop)), CancellationToken.None));
             }
             catch (Exception e) when (e is IOException or SocketException or TimeoutException or UnauthorizedAccessException or InvalidDataException or OperationCanceledException)
             {
@@ -149,15 +151,15 @@ public static partial class AgentsRequest
             }
         }
 
-        /// <summary>Whether the member answers a ping, asked until <see cref="_askFor"/> has passed (at least once).</summary>
-        private async Task<bool> AnswersWithinAsync(string member, CancellationToken stop)
+        /// <summary>Whether the member answers a ping, asked until <paramref name="askFor"/> has passed (at least once).</summary>
+        private async Task<bool> AnswersWithinAsync(string member, TimeSpan askFor, CancellationToken stop)
         {
             var asking = Stopwatch.StartNew();
             while (true)
             {
                 var started = asking.Elapsed;
                 if (await SendsAsync(member, PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, _key, _reachTimeout, stop)) return true;
-                if (asking.Elapsed >= _askFor || stop.IsCancellationRequested) return false;
+                if (asking.Elapsed >= askFor || stop.IsCancellationRequested) return false;
                 // A refused connection fails at once: the next ask waits out what is left of a reach timeout.
                 var wait = _reachTimeout - (asking.Elapsed - started);
                 if (wait > TimeSpan.Zero)

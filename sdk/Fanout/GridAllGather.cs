@@ -102,7 +102,7 @@ public static class GridAllGather
             RoutedAround: c.RoutedAround is null && g.RoutedAround is null ? null
                 : [.. (c.RoutedAround ?? []).Select(r => columnRanks?[r] ?? r), .. (g.RoutedAround ?? []).Select(r => groupRanks?[r] ?? r)],
             NeighbourDied: c.NeighbourDied || g.NeighbourDied, MemberLost: c.MemberLost || g.MemberLost,
-            RepairBytesResent: c.RepairBytesResent + g.RepairBytesResent);
+            RepairBytesResent: c.RepairBytesResent + g.RepairBytesResent, RoutedAroundAt: Math.Max(c.RoutedAroundAt, g.RoutedAroundAt));
     }
 
     /// <summary>

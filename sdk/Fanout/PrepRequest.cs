@@ -178,7 +178,11 @@ public sealed record PrepRequest
 /// <param name="Lost">The positions this node's ring went on without (dead, or silent for the peer timeout): the exchange's
 /// own verdict, which the requester takes instead of finding the same member gone again with a timeout of its own.
 /// Null when none.</param>
-public sealed record NodeOutcome(int Position, string Node, int Code, string Version, double Seconds, string Detail, IReadOnlyList<int>? Lost = null)
+/// <param name="Lost">The positions this node's ring went on without.</param>
+/// <param name="LostFor">How long, when it reported, this node's ring had gone on without the last of <paramref name="Lost"/>:
+/// they have been silent that long already, and the requester's verdict counts it.</param>
+public sealed record NodeOutcome(int Position, string Node, int Code, string Version, double Seconds, string Detail, IReadOnlyList<int>? Lost = null,
+    double LostFor = 0)
 {
     public bool Ready => Code == 0;
 
@@ -190,6 +194,7 @@ public sealed record NodeOutcome(int Position, string Node, int Code, string Ver
         // Appended: a requester that reads only the fields before it takes the outcome as before.
         w.Write(Lost?.Count ?? 0);
         foreach (var p in Lost ?? []) w.Write(p);
+        w.Write(LostFor);
         w.Flush();
         return stream.ToArray();
     }
@@ -204,10 +209,13 @@ public sealed record NodeOutcome(int Position, string Node, int Code, string Ver
             if (r.BaseStream.Position == r.BaseStream.Length) return outcome;
             var count = r.ReadInt32();
             if (count < 0 || count > PrepRequest.MaxMembers) throw new InvalidDataException($"a node outcome naming {count} lost members");
-            if (count == 0) return outcome;
             var lost = new int[count];
             for (var i = 0; i < count; i++) lost[i] = r.ReadInt32();
-            return outcome with { Lost = lost };
+            // An agent of an earlier build ends here too.
+            var lostFor = r.BaseStream.Position == r.BaseStream.Length ? 0 : r.ReadDouble();
+            if (!double.IsFinite(lostFor) || lostFor < 0 || lostFor > PrepRequest.MaxPeerTimeout.TotalSeconds * 100)
+                throw new InvalidDataException($"a node outcome that lost members {lostFor} s ago");
+            return outcome with { Lost = count == 0 ? null : lost, LostFor = count == 0 ? 0 : lostFor };
         }
         catch (EndOfStreamException) { throw new InvalidDataException("a truncated node outcome"); }
     }

@@ -79,9 +79,11 @@ public interface IRingRepair : IPeerLinks
 /// into the lost one, kept in memory (<see cref="RingAllGather.KeptSentBytes"/>) rather than fetched again.</param>
 /// <param name="MemberLost">Whether this rank learned, while it was in the exchange, that a member of its ring was routed
 /// around (by it, or by another that said so against the flow): that member never reaches a closing barrier.</param>
+/// <param name="RoutedAroundAt">When this rank last routed a member around (<see cref="System.Diagnostics.Stopwatch.GetTimestamp"/>); 0 when it did not.</param>
 public sealed record RingResult(int BlocksFetched, int BlocksReceived, int BlocksSent, long BytesFetched, long BytesReceived, long BytesSent, double Seconds = 0,
     long LeafBytesSent = 0, int BlocksRefetched = 0, Task? LeavesServed = null, double ShareSeconds = 0, int Bypassed = 0, long RepairBytesFetched = 0,
-    long HeldBytesAtMost = 0, IReadOnlyList<int>? RoutedAround = null, bool NeighbourDied = false, bool MemberLost = false, long RepairBytesResent = 0);
+    long HeldBytesAtMost = 0, IReadOnlyList<int>? RoutedAround = null, bool NeighbourDied = false, bool MemberLost = false, long RepairBytesResent = 0,
+    long RoutedAroundAt = 0);
 
 /// <summary>
 /// A pipelined ring all-gather of blocks of stored segments. Rank r fetches its own share from the cache tier and

@@ -59,6 +59,7 @@ public static partial class RingAllGather
                 {
                     Interlocked.Increment(ref run.Bypassed);
                     foreach (var k in skipped) run.RoutedAround.Enqueue(run.Route!.Members[k]);
+                    Interlocked.Exchange(ref run.RoutedAroundAt, Stopwatch.GetTimestamp());
                     if (failed) Volatile.Write(ref run.NeighbourDied, true);
                     // Every member still in the exchange hears of it, so none waits for a barrier the lost one never reaches.
                     await run.HearMemberLost();

@@ -45,6 +45,7 @@ public static partial class RingAllGather
         public readonly Repair? Ring;
         public int Bypassed;
         public readonly ConcurrentQueue<int> RoutedAround = new();
+        public long RoutedAroundAt;
         public bool NeighbourDied;
         public long RepairBytes, RepairBytesKept;
         /// <summary>What was sent to the right neighbour lately, for a repair; null where the ring cannot be repaired.</summary>
@@ -143,7 +144,7 @@ public static partial class RingAllGather
             return new RingResult(Fetched, Received, Sent, FetchedBytes, ReceivedBytes, SentBytes, Clock.Elapsed.TotalSeconds, LeafBytes, Refetched,
                 AwaitLeaves ? Task.CompletedTask : leafSending, ShareSeconds, Bypassed, RepairBytes, RepairBytesResent: Interlocked.Read(ref RepairBytesKept),
                 RoutedAround: RoutedAround.IsEmpty ? null : [.. RoutedAround], NeighbourDied: Volatile.Read(ref NeighbourDied),
-                MemberLost: Ring?.MemberLost ?? false);
+                MemberLost: Ring?.MemberLost ?? false, RoutedAroundAt: Interlocked.Read(ref RoutedAroundAt));
         }
 
         // The parts only stall, never fail, when a neighbour dies without closing its link: the run fails once nothing

@@ -621,12 +621,17 @@ public sealed class PrepRequestTests
     {
         var outcome = new NodeOutcome(12, "node13", 0, "abcd", 1.25, "bytes=10 source=fanout fanout=agents ranks=20");
         Assert.Equal(outcome, NodeOutcome.Decode(outcome.Encode()));
-        var lost = NodeOutcome.Decode((outcome with { Lost = [3, 17] }).Encode());
+        var lost = NodeOutcome.Decode((outcome with { Lost = [3, 17], LostFor = 0.75 }).Encode());
         Assert.Equal([3, 17], lost.Lost!);
-        Assert.Equal(outcome, lost with { Lost = null });
-        // An agent of an earlier build sends the outcome without the lost members: it reads as losing none.
-        var earlier = outcome.Encode()[..^sizeof(int)];
-        Assert.Equal(outcome, NodeOutcome.Decode(earlier));
+        Assert.Equal(0.75, lost.LostFor);
+        Assert.Equal(outcome, lost with { Lost = null, LostFor = 0 });
+        // Agents of earlier builds send the outcome without the lost members, or without how long they were lost for:
+        // it reads as losing none, or as having just lost them.
+        var earliest = outcome.Encode()[..^(sizeof(int) + sizeof(double))];
+        Assert.Equal(outcome, NodeOutcome.Decode(earliest));
+        var earlier = NodeOutcome.Decode((outcome with { Lost = [3], LostFor = 2 }).Encode()[..^sizeof(double)]);
+        Assert.Equal(([3], 0.0), (earlier.Lost!, earlier.LostFor));
+        Assert.Throws<InvalidDataException>(() => NodeOutcome.Decode((outcome with { Lost = [3], LostFor = double.NaN }).Encode()));
     }
 
     [Fact]
