@@ -630,7 +630,8 @@ public sealed class PrepRequestTests
         var earliest = outcome.Encode()[..^(sizeof(int) + sizeof(double))];
         Assert.Equal(outcome, NodeOutcome.Decode(earliest));
         var earlier = NodeOutcome.Decode((outcome with { Lost = [3], LostFor = 2 }).Encode()[..^sizeof(double)]);
-        Assert.Equal(([3], 0.0), (earlier.Lost!, earlier.LostFor));
+        Assert.Equal([3], earlier.Lost!);
+        Assert.Equal(0, earlier.LostFor);
         Assert.Throws<InvalidDataException>(() => NodeOutcome.Decode((outcome with { Lost = [3], LostFor = double.NaN }).Encode()));
     }
 
