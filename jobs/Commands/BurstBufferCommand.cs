@@ -455,10 +455,15 @@ public static class BurstBufferCommand
         var nodeList = Field("NodeList");
         var user = Field("UserId");
         user = user.Contains('(') ? user[..user.IndexOf('(')] : user;
-        var hosts = (await ScontrolAsync(["show", "hostnames", nodeList], ct)).Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
-        if (hosts.Length == 0) throw new CommonDataException(ErrorCode.Unavailable, $"job {job} has no nodes yet (NodeList={nodeList})");
+        // Both answer from the node list alone, and each is a process start on the controller inside the job's pre-run
+        // time: asked together.
+        var expanding = ScontrolAsync(["show", "hostnames", nodeList], ct);
         // Slurm reaches a node at its NodeAddr, which a site sets where the name does not resolve to the node's network.
-        var addresses = (await ScontrolAsync(["show", "node", "-o", nodeList], ct)).Split('\n', StringSplitOptions.RemoveEmptyEntries)
+        var showing = ScontrolAsync(["show", "node", "-o", nodeList], ct);
+        await Task.WhenAll(expanding, showing).ContinueWith(_ => { }, TaskScheduler.Default);
+        var hosts = (await expanding).Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+        if (hosts.Length == 0) throw new CommonDataException(ErrorCode.Unavailable, $"job {job} has no nodes yet (NodeList={nodeList})");
+        var addresses = (await showing).Split('\n', StringSplitOptions.RemoveEmptyEntries)
             .Select(l => l.Split(' ')).Select(f => (Name: Value(f, "NodeName"), Address: Value(f, "NodeAddr")))
             .Where(n => n.Name is not null && !string.IsNullOrEmpty(n.Address)).ToDictionary(n => n.Name!, n => n.Address!);
         return (hosts.Select(h => (h, addresses.GetValueOrDefault(h, h))).ToList(), user);
