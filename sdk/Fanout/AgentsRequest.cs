@@ -38,16 +38,33 @@ public static partial class AgentsRequest
     /// takes connections (ones that prove the key), a request marked <see cref="PrepRequest.Alone"/> tells a member left
     /// out of the exchange to prepare on its own. False where it cannot be reached in <paramref name="timeout"/>.
     /// </summary>
-    private static async Task<bool> SendsAsync(string member, PeerFrame frame, ReadOnlyMemory<byte> payload, PeerKey key, TimeSpan timeout, CancellationToken ct)
+    private static async Task<bool> SendsAsync(string member, PeerFrame frame, ReadOnlyMemory<byte> payload, PeerKey key, TimeSpan timeout, CancellationToken ct) =>
+        await ReachAsync(member, frame, payload, key, timeout, ct) == Reach.Taken;
+
+    /// <summary>What became of a frame sent to a member.</summary>
+    internal enum Reach
+    {
+        /// <summary>An agent holding the key took it.</summary>
+        Taken,
+        /// <summary>The member's node refused the connection: no agent listens there, so the one that took the request
+        /// is gone, and its part of the exchange with it. A full backlog drops a connection rather than refusing it, so a
+        /// live agent is never taken for this.</summary>
+        Refused,
+        /// <summary>No answer within the timeout, or one that failed: the member may be silent, hung, cut off or slow.</summary>
+        NoAnswer,
+    }
+
+    private static async Task<Reach> ReachAsync(string member, PeerFrame frame, ReadOnlyMemory<byte> payload, PeerKey key, TimeSpan timeout, CancellationToken ct)
     {
         var (host, port) = AgentTree.Endpoint(member);
         try
         {
             await using var link = await PeerLink.ConnectAsync(host, port, key, timeout, ct);
             await link.WriteAsync(frame, payload, ct);
-            return true;
+            return Reach.Taken;
         }
-        catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException or OperationCanceledException) { return false; }
+        catch (SocketException e) when (e.SocketErrorCode == SocketError.ConnectionRefused) { return Reach.Refused; }
+        catch (Exception e) when (e is TimeoutException or IOException or SocketException or UnauthorizedAccessException or OperationCanceledException) { return Reach.NoAnswer; }
     }
 
     /// <summary>How many first members may take the request and go silent before it fails: each costs the others a join

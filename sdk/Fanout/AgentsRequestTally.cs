@@ -95,7 +95,8 @@ public static partial class AgentsRequest
     /// after <see cref="PrepRequest.SuspectAfter"/>): the request then ends once the others have answered and the
     /// silent member has stayed silent for the peer timeout, not after a liveness check's join timeout on top of the
     /// exchange's own. A member that answers a ping is alive after all (it was only slow, and completes from the tier)
-    /// and is waited for.
+    /// and is waited for; one whose node refuses the connection has no agent left and is lost at once, as its ring
+    /// decided at once when its link failed.
     /// </summary>
     private sealed class AnswerPort : IAsyncDisposable
     {
@@ -158,9 +159,12 @@ public static partial class AgentsRequest
             while (true)
             {
                 var started = asking.Elapsed;
-                if (await SendsAsync(member, PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, _key, _reachTimeout, stop)) return true;
-                if (asking.Elapsed >= askFor || stop.IsCancellationRequested) return false;
-                // A refused connection fails at once: the next ask waits out what is left of a reach timeout.
+                var reach = await ReachAsync(member, PeerFrame.Ping, ReadOnlyMemory<byte>.Empty, _key, _reachTimeout, stop);
+                if (reach == Reach.Taken) return true;
+                // Nothing listens where the member took the request: it died, and nothing it could still say would count.
+                // Only a silence is worth the rest of the peer timeout.
+                if (reach == Reach.Refused || asking.Elapsed >= askFor || stop.IsCancellationRequested) return false;
+                // An ask that failed early (a route refused, say) waits out what is left of a reach timeout.
                 var wait = _reachTimeout - (asking.Elapsed - started);
                 if (wait > TimeSpan.Zero)
                 {

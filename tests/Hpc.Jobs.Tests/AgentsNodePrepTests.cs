@@ -321,7 +321,7 @@ public sealed class AgentsNodePrepTests
     }
 
     [Fact]
-    public async Task An_agent_killed_mid_exchange_costs_the_others_only_its_part_and_the_tier_little_more_than_one_copy()
+    public async Task An_agent_killed_mid_exchange_costs_the_others_only_its_part_and_the_tier_little_more_than_one_copy_and_is_lost_at_once_not_after_the_peer_timeout()
     {
         await using var s = new Sandbox();
         await s.StartCacheHostAsync();
@@ -337,17 +337,26 @@ public sealed class AgentsNodePrepTests
         var request = new PrepRequest
         {
             Id = "k1", Name = "risk/agentkill", Job = "job-k", Members = agents.Select(a => a.Peer).ToList(), Requester = "",
-            PeerTimeout = TimeSpan.FromSeconds(2), StallTimeout = TimeSpan.FromSeconds(20), Timeout = TimeSpan.FromMinutes(2), LinkProbe = false,
+            // A peer timeout far above the exchange: a death must not wait for it, only a silence may.
+            PeerTimeout = TimeSpan.FromSeconds(90), ReachTimeout = TimeSpan.FromSeconds(1), StallTimeout = TimeSpan.FromSeconds(20),
+            Timeout = TimeSpan.FromMinutes(3), LinkProbe = false,
         };
-        var running = AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), null, CancellationToken.None);
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        var lastAnswer = TimeSpan.Zero;
+        var running = AgentsRequest.RunAsync(request, PeerKey.Load(key, "key"), _ => lastAnswer = clock.Elapsed, CancellationToken.None);
         var killed = await StrikeOnceItHoldsASegmentAsync(s, agents[2], running, () => agents[2].Process.KillAsync());
         Assert.True(killed, "position 2 never held a segment before the exchange ended");
-        var report = await running.WaitAsync(TimeSpan.FromMinutes(3));
+        var report = await running.WaitAsync(TimeSpan.FromMinutes(4));
+        var ended = clock.Elapsed;
 
         foreach (var p in new[] { 0, 1, 3 })
             Assert.True(report.Outcomes[p] is { Ready: true }, $"position {p}: {report.Outcomes[p]?.Detail ?? "no answer"}");
         Assert.All(new[] { 0, 1, 3 }, p => Assert.Contains("source=fanout", report.Outcomes[p]!.Detail));
         Assert.Null(report.Outcomes[2]);
+        // Its ring closed around it when its links failed, and its node refused the requester's ask: the request ended
+        // with the survivors' answers, not the 90 s peer timeout (less the 18 s suspicion) after them.
+        Assert.Contains(report.Outcomes.OfType<NodeOutcome>(), o => o.Lost?.Contains(2) == true);
+        Assert.True(ended - lastAnswer < TimeSpan.FromSeconds(30), $"the request ended {(ended - lastAnswer).TotalSeconds:0.0} s after the last answer");
         // The survivors fetched again only what the dead one alone held (a quarter), plus what was in flight.
         var sent = await Sandbox.BytesSentAsync(tier) - before;
         Assert.InRange(sent, (long)size, (long)size * 3 / 2);
