@@ -460,6 +460,7 @@ public static class BurstBufferCommand
         var expanding = ScontrolAsync(["show", "hostnames", nodeList], ct);
         // Slurm reaches a node at its NodeAddr, which a site sets where the name does not resolve to the node's network.
         var showing = ScontrolAsync(["show", "node", "-o", nodeList], ct);
+        // Both ended before either answer is read, so a failure of one never leaves the other unobserved.
         await Task.WhenAll(expanding, showing).ContinueWith(_ => { }, TaskScheduler.Default);
         var hosts = (await expanding).Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
         if (hosts.Length == 0) throw new CommonDataException(ErrorCode.Unavailable, $"job {job} has no nodes yet (NodeList={nodeList})");

@@ -164,7 +164,7 @@ public static partial class AgentsRequest
                 // Nothing listens where the member took the request: it died, and nothing it could still say would count.
                 // Only a silence is worth the rest of the peer timeout.
                 if (reach == Reach.Refused || asking.Elapsed >= askFor || stop.IsCancellationRequested) return false;
-                // An ask that failed early (a route refused, say) waits out what is left of a reach timeout.
+                // An ask that failed early (no route to the host, say) waits out what is left of a reach timeout.
                 var wait = _reachTimeout - (asking.Elapsed - started);
                 if (wait > TimeSpan.Zero)
                 {
